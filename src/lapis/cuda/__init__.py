@@ -1,0 +1,64 @@
+"""Layer 3, `lapis.cuda`: the programming interface, numba.cuda's API and the CUDA runtime's model.
+
+Owns the kernel language (these intrinsics), its compiler (`lapis.cuda.compiler`), and the
+host API: devices and contexts, device arrays, launches. It reaches the GPU only through
+the runtime (`lapis.runtime`). `lapis.hip` is the same implementation for AMD-profile GPUs.
+
+    from lapis import cuda
+
+    @cuda.jit
+    def add(a, b, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a[i] + b[i]
+
+    d_out = cuda.device_array_like(a)
+    add[(n + 255) // 256, 256](cuda.to_device(a), cuda.to_device(b), d_out)
+    out = d_out.copy_to_host()
+"""
+
+import numpy as np
+
+from lapis.cuda.api import Api
+from lapis.cuda.compiler import CompileError
+from lapis.cuda.compiler.intrinsics import (
+    blockDim,
+    blockIdx,
+    grid,
+    gridDim,
+    gridsize,
+    laneid,
+    local,
+    shared,
+    syncthreads,
+    threadIdx,
+    warpsize,
+)
+from lapis.cuda.context import Device, Stream
+from lapis.cuda.devicearray import DeviceNDArray
+from lapis.cuda.errors import CudaError, CudaSupportError, KernelFault, LaunchError
+
+_api = Api("cuda", "nvidia")
+jit = _api.jit
+to_device = _api.to_device
+device_array = _api.device_array
+device_array_like = _api.device_array_like
+synchronize = _api.synchronize
+select_device = _api.select_device
+get_current_device = _api.get_current_device
+is_available = _api.is_available
+device_count = _api.device_count
+current_context = _api.current_context
+default_stream = _api.default_stream
+
+int32, int64, uint32 = np.int32, np.int64, np.uint32
+float32, float64, float16 = np.float32, np.float64, np.float16
+boolean = np.bool_
+
+__all__ = [
+    "Api", "CompileError", "CudaError", "CudaSupportError", "Device", "DeviceNDArray", "KernelFault", "LaunchError",
+    "Stream", "blockDim", "blockIdx", "boolean", "device_array", "device_array_like", "current_context",
+    "default_stream", "device_count", "float16", "float32", "float64", "get_current_device", "grid", "gridDim",
+    "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared", "synchronize",
+    "syncthreads", "threadIdx", "to_device", "uint32", "warpsize"
+]

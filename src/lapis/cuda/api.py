@@ -1,0 +1,103 @@
+"""Layer 3: the host API, one implementation under two spellings (`lapis.cuda`, `lapis.hip`).
+
+An `Api` sees the GPUs of one vendor profile family: `lapis.cuda` the NVIDIA-like ones
+(h200), `lapis.hip` the AMD-like ones (mi300x), as each vendor's runtime lists only its
+own devices. Everything else — contexts, arrays, launches — is shared.
+"""
+
+import threading
+
+import numpy as np
+
+from lapis import runtime, trace
+from lapis.cuda.context import Context, Device, Stream
+from lapis.cuda.devicearray import DeviceNDArray
+from lapis.cuda.dispatcher import Dispatcher
+from lapis.cuda.errors import CudaSupportError
+
+
+class Api:
+    def __init__(self, name: str, vendor: str):
+        self.name, self.vendor = name, vendor
+        self._contexts: dict[int, Context] = {}
+        self._current = 0
+        self._lock = threading.RLock()
+
+    # -- devices ------------------------------------------------------------------------------
+    def _agents(self) -> list:
+        return [a for a in runtime.init().gpu_agents if a.vendor == self.vendor]
+
+    def device_count(self) -> int:
+        return len(self._agents())
+
+    def is_available(self) -> bool:
+        return self.device_count() > 0
+
+    def select_device(self, index: int) -> Device:
+        if not 0 <= index < self.device_count():
+            raise CudaSupportError(f"{self.name}: no device {index} ({self.device_count()} present)")
+        self._current = index
+        return self.get_current_device()
+
+    def get_current_device(self) -> Device:
+        return self.context(self._current).device
+
+    def context(self, index: int | None = None) -> Context:
+        index = self._current if index is None else index
+        with self._lock:
+            ctx = self._contexts.get(index)
+            if ctx is None:
+                agents = self._agents()
+                if not 0 <= index < len(agents):
+                    raise CudaSupportError(f"{self.name}: no {self.vendor} GPU with index {index} is present "
+                                           f"(LAPIS_GPUS lists the simulated GPUs)")
+                ctx = self._contexts[index] = Context(Device(index, agents[index], self.name))
+            return ctx
+
+    def current_context(self, devnum: int | None = None) -> Context:
+        return self.context(devnum)
+
+    def default_stream(self) -> Stream:
+        return Stream(self.context())
+
+    def context_for(self, args, stream) -> Context:
+        """The context a launch runs in: its stream's, else its first device array's, else the current one."""
+        if isinstance(stream, Stream):
+            return stream.context
+        for a in args:
+            if isinstance(a, DeviceNDArray):
+                return a.context
+        return self.context()
+
+    # -- memory -------------------------------------------------------------------------------
+    def device_array(self, shape, dtype=np.float64, order: str = "C", stream=0) -> DeviceNDArray:
+        return DeviceNDArray.allocate(self.context(), shape, dtype, order)
+
+    def device_array_like(self, ary, stream=0) -> DeviceNDArray:
+        order = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
+        return self.device_array(ary.shape, ary.dtype, order)
+
+    def to_device(self, obj, stream=0, copy: bool = True, to=None) -> DeviceNDArray:
+        if isinstance(obj, DeviceNDArray):
+            return obj
+        ary = np.asarray(obj)
+        if not (ary.flags.c_contiguous or ary.flags.f_contiguous):
+            ary = np.ascontiguousarray(ary)
+        d = to if to is not None else self.device_array_like(ary)
+        if copy:
+            d.copy_to_device(ary)
+        return d
+
+    def synchronize(self) -> None:
+        with trace.span(3, "device_synchronize", api=self.name):
+            for ctx in list(self._contexts.values()):
+                ctx.synchronize()
+
+    # -- kernels ------------------------------------------------------------------------------
+    def jit(self, func=None, *, device: bool = False, **options):
+        if device:
+            raise NotImplementedError("device functions (@jit(device=True)) are not supported yet")
+
+        def wrap(f):
+            return Dispatcher(f, self)
+        return wrap(func) if callable(func) else wrap

@@ -1,0 +1,83 @@
+"""Layer 3: the lapis kernel compiler (the nvcc + ptxas of the stack).
+
+    Python source --frontend--> typed SSA IR --passes--> clean IR --isel--> machine code on
+    virtual registers --regalloc--> physical registers --codegen--> scheduled, encoded ISA
+    --> an ELF code object (lapis.runtime.CodeObject)
+
+`compile_kernel(pyfunc, argtypes)` runs every stage and keeps what each produced, so a
+student can read them (`CompiledKernel.ir`, `.listing()`, `.resources()`). With
+LAPIS_DUMP_DIR set, each stage is also written to files there.
+"""
+
+import os
+from dataclasses import dataclass
+
+from lapis import abi, trace
+from lapis.cuda.compiler import codegen, isel, passes, regalloc
+from lapis.cuda.compiler.frontend import CompileError, build_ir, kernarg_layout
+from lapis.isa import INSTRUCTION_BYTES, disassemble, encode_program
+from lapis.runtime import CodeObject, KernelCode
+
+
+@dataclass
+class CompiledKernel:
+    name: str
+    argtypes: tuple
+    ir: str
+    machine_ir: str
+    instructions: list
+    registers: int
+    predicates: int
+    shared_bytes: int
+    local_bytes: int
+    kernarg_size: int
+    arg_layout: list
+    code_object: bytes
+
+    def listing(self) -> str:
+        return disassemble(self.instructions)
+
+    def resources(self) -> str:
+        """A ptxas -v style report."""
+        return (f"ptxas info    : Compiling entry function '{self.name}' for 'lapis-isa'\n"
+                f"ptxas info    : Used {self.registers} registers, {self.predicates} predicates, "
+                f"{self.shared_bytes} bytes smem, {self.local_bytes} bytes lmem, {self.kernarg_size} bytes cmem[0] "
+                f"(kernel arguments), {len(self.instructions) * INSTRUCTION_BYTES} bytes of code")
+
+
+def compile_kernel(pyfunc, argtypes) -> CompiledKernel:
+    with trace.span(3, "compile", kernel=pyfunc.__name__, argtypes=[str(t) for t in argtypes]) as info:
+        func = build_ir(pyfunc, list(argtypes))
+        passes.optimize(func)
+        ir_text = func.format()
+        blocks = isel.select(func)
+        machine_ir = "\n".join(f"{b.label}:\n" + "\n".join("    " + i.format() for i in b.insts) for b in blocks)
+        assignment, registers, predicates = regalloc.allocate(blocks, func.name)
+        insts = codegen.lower(blocks, assignment)
+        targets = {(i + 1 + (x.b.bits - (1 << 32) if x.b.bits & 0x80000000 else x.b.bits) // INSTRUCTION_BYTES)
+                   for i, x in enumerate(insts) if x.op == "BRA"}
+        insts = codegen.schedule(insts, targets)
+        registers = max(registers, 1)
+        kd = abi.KernelDescriptor(group_segment_fixed_size=func.shared_bytes, kernarg_size=func.kernarg_size,
+                                  compute_pgm_rsrc1=registers | (1 if any(i.op == "BAR" for i in insts) else 0) << 8)
+        meta = {"args": [{"name": n, **entry} for (n, _), entry in zip(func.params, func.arg_layout, strict=True)],
+                "registers": registers, "predicates": predicates, "shared_bytes": func.shared_bytes,
+                "local_bytes": 0, "kernarg_size": func.kernarg_size}
+        code_object = CodeObject([KernelCode(func.name, encode_program(insts), kd, meta)]).to_bytes()
+        compiled = CompiledKernel(func.name, tuple(argtypes), ir_text, machine_ir, insts, registers, predicates,
+                                  func.shared_bytes, 0, func.kernarg_size, func.arg_layout, code_object)
+        info.update(registers=registers, instructions=len(insts), shared_bytes=func.shared_bytes)
+    dump = os.environ.get("LAPIS_DUMP_DIR")
+    if dump:
+        os.makedirs(dump, exist_ok=True)
+        stem = os.path.join(dump, func.name)
+        for suffix, text in ((".ir", ir_text), (".mir", machine_ir), (".sass", compiled.listing()),
+                             (".resources", compiled.resources())):
+            with open(stem + suffix, "w") as f:
+                f.write(text + "\n")
+        with open(stem + ".co", "wb") as f:
+            f.write(code_object)
+    return compiled
+
+
+__all__ = ["CompileError", "CompiledKernel", "compile_kernel", "kernarg_layout"]

@@ -1,0 +1,143 @@
+"""Layer 3 compiler, stages 5-6: final instructions, scheduling (control bits) and encoding.
+
+After register allocation each machine instruction becomes an `isa.Instruction` with
+physical registers; the pseudo-instructions MOV64 and SEL64 become two MOVs or SELs on the
+halves of a pair, and branch targets become relative offsets. The scheduler then sets the
+control bits every instruction carries, as ptxas does: for a fixed-latency result the stall
+count makes the next dependent instruction wait its latency; a variable-latency result
+(memory, special function unit, S2R) takes one of six scoreboard barriers, which its
+first reader waits on.
+"""
+
+from lapis.cuda.compiler.isel import Imm64, MBlock, MInst, VReg
+from lapis.isa import INSTRUCTION_BYTES, OPCODES, PT, RZ, Control, Imm, Instruction, Reg, make
+from lapis.isa.opcodes import VARIABLE
+
+
+def _phys(assignment: dict, r) -> int:
+    if r is None:
+        return RZ
+    return RZ if r.id < 0 else assignment[r]
+
+
+def _pred(assignment: dict, p) -> tuple[int, bool]:
+    if p is None or p[0] is None:
+        return PT, bool(p and p[1])
+    return assignment[p[0]], p[1]
+
+
+def lower(blocks: list[MBlock], assignment: dict) -> list[Instruction]:
+    """Physical instructions with branch targets resolved."""
+    flat: list[tuple[MInst | Instruction, str | None]] = []
+    labels: dict[str, int] = {}
+    for b in blocks:
+        labels[b.label] = len(flat)
+        for inst in b.insts:
+            flat.extend((i, inst.target) for i in _expand(inst, assignment))
+    out = []
+    for index, (inst, target) in enumerate(flat):
+        if target is not None:
+            rel = (labels[target] - index - 1) * INSTRUCTION_BYTES
+            inst = Instruction(**{**inst.__dict__, "b": Imm(rel & 0xFFFFFFFF)})
+        out.append(inst)
+    return out
+
+
+def _expand(m: MInst, a: dict) -> list[Instruction]:
+    guard, guard_neg = _pred(a, m.guard)
+    common = {"guard": guard, "guard_neg": guard_neg}
+    if m.op == "MOV64":
+        d = _phys(a, m.rd)
+        if isinstance(m.b, Imm64):
+            return [make("MOV", rd=d, b=Imm(m.b.value & 0xFFFFFFFF), **common),
+                    make("MOV", rd=d + 1, b=Imm(m.b.value >> 32), **common)]
+        s = _phys(a, m.ra)
+        halves = [(d, s), (d + 1, s + 1 if s != RZ else RZ)]
+        if d == s + 1:       # overlapping pairs: copy the high half first
+            halves.reverse()
+        return [make("MOV", rd=x, b=Reg(y), **common) for x, y in halves if x != y]
+    if m.op == "SEL64":
+        d, x, y = _phys(a, m.rd), _phys(a, m.ra), _phys(a, m.b)
+        p, neg = _pred(a, m.ps)
+        return [make("SEL", rd=d + k, ra=x + k if x != RZ else RZ, b=Reg(y + k if y != RZ else RZ), ps=p, ps_neg=neg,
+                     **common) for k in (0, 1)]
+    spec = OPCODES[m.op]
+    mods = {name: m.mods.get(name, choices[0]) for name, choices in spec.modifiers}
+    fields = dict(common)
+    operands = spec.operands
+    if "Rd" in operands:
+        fields["rd"] = _phys(a, m.rd)
+    if "Ra" in operands or "MG" in operands or "MS" in operands:
+        fields["ra"] = _phys(a, m.ra)
+    if "Rc" in operands:
+        fields["rc"] = _phys(a, m.rc)
+    if "Pd" in operands:
+        fields["pd"] = _phys(a, m.pd) if m.pd is not None else PT
+    if "Ps" in operands:
+        fields["ps"], fields["ps_neg"] = _pred(a, m.ps)
+    if "Pq" in operands:
+        fields["pq"], fields["pq_neg"] = _pred(a, m.pq)
+    if m.b is not None:
+        fields["b"] = Reg(_phys(a, m.b)) if isinstance(m.b, VReg) else m.b
+    if m.op == "BRA":
+        fields["b"] = Imm(0)
+    return [make(m.op, mods=mods, neg=m.neg, **fields)]
+
+
+def _regs(inst: Instruction, role: str) -> set[int]:
+    """Registers an instruction writes ("def") or reads ("use"); pairs count both halves."""
+    op = inst.opcode
+    wide = any(m in ("64", "WIDE", "S64", "U64", "F64") for m in inst.mods) or op.mnemonic.startswith("D")
+    out = set()
+    if role == "def":
+        if "Rd" in op.operands and inst.rd != RZ:
+            n = 4 if inst.mods and "128" in inst.mods else 2 if wide and op.mnemonic not in ("ISETP", "DSETP") else 1
+            if op.mnemonic in ("I2I", "F2I", "I2F", "F2F", "FRND"):
+                n = 2 if inst.mod("to" if op.mnemonic != "FRND" else "w") in ("S64", "F64") else 1
+            out |= set(range(inst.rd, inst.rd + n))
+        return out
+    for r in (inst.ra, inst.rc, inst.b.index if isinstance(inst.b, Reg) else RZ):
+        if r != RZ:
+            out |= {r, r + 1} if wide else {r}
+    return out
+
+
+def schedule(insts: list[Instruction], branch_targets: set[int]) -> list[Instruction]:
+    ready: dict[int, int] = {}          # register -> cycle its fixed-latency value is ready
+    pending: dict[int, int] = {}        # register -> scoreboard barrier it waits on
+    next_bar = 0
+    time = 0
+    out = []
+    for index, inst in enumerate(insts):
+        if index in branch_targets:     # a join: assume nothing about what came before
+            ready.clear()
+        uses = _regs(inst, "use")
+        wait = 0
+        for r in uses:
+            if r in pending:
+                wait |= 1 << pending.pop(r)
+        issue = max([time + 1] + [ready[r] for r in uses if r in ready])
+        if out:
+            prev = out[-1]
+            out[-1] = Instruction(**{**prev.__dict__, "ctrl": Control(**{**prev.ctrl.__dict__,
+                                                                        "stall": min(15, issue - time)})})
+        time = issue
+        wbar = 7
+        spec = inst.opcode
+        defs = _regs(inst, "def")
+        if spec.latency_class == VARIABLE and defs:
+            wbar = next_bar
+            next_bar = (next_bar + 1) % 6
+            for r in defs:
+                pending[r] = wbar
+                ready.pop(r, None)
+        else:
+            for r in defs:
+                ready[r] = time + spec.latency
+                pending.pop(r, None)
+        if spec.mnemonic in ("BRA", "EXIT", "BAR"):
+            wait |= sum(1 << b for b in set(pending.values()))
+            pending.clear()
+        out.append(Instruction(**{**inst.__dict__, "ctrl": Control(stall=1, yield_=spec.mnemonic == "BAR",
+                                                                  wbar=wbar, wait=wait)}))
+    return out

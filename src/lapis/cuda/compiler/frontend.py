@@ -1,0 +1,1004 @@
+"""Layer 3 compiler, stage 1: Python AST -> typed SSA IR.
+
+Reads the kernel's source with `inspect`, walks its AST and builds SSA directly, by the
+algorithm of Braun et al. ("Simple and Efficient Construction of SSA Form", CC 2013):
+variables are looked up through the blocks that define them, with phi nodes placed at
+joins and loop headers. Types follow numba (see `types.py`); a variable has one type, so
+when a later assignment needs a wider one the walk restarts with the wider type.
+
+Done while building (so later stages see little noise):
+  - constants are Python values until they meet a run-time value (constant folding);
+  - pure operations are numbered per block (local CSE);  x + c1 + c2 folds to x + (c1+c2);
+  - `for` loops over a constant range of at most UNROLL_LIMIT trips are unrolled, which
+    turns indices into constants, so `cuda.local.array`s indexed by them live in registers.
+Errors name the file and line of the offending construct.
+"""
+
+import ast
+import inspect
+import math
+import operator
+import textwrap
+from dataclasses import dataclass
+
+import numpy as np
+
+from lapis import abi
+from lapis.cuda.compiler import intrinsics as K
+from lapis.cuda.compiler import ir
+from lapis.cuda.compiler import types as T
+
+UNROLL_LIMIT = 32
+MAX_RETYPES = 16
+
+
+class CompileError(Exception):
+    """A kernel the compiler cannot translate; names the file, line and construct."""
+
+    def __init__(self, message: str, filename: str = "<kernel>", line: int = 0, kernel: str = ""):
+        where = f"{filename}:{line}: " if line else ""
+        super().__init__(f"{where}{message}" + (f" (in kernel {kernel!r})" if kernel else ""))
+        self.filename, self.line, self.kernel = filename, line, kernel
+
+
+class _Retype(Exception):
+    """A variable needs a wider type than the walk assumed: restart."""
+
+
+@dataclass(frozen=True)
+class Const:
+    """A value known at compile time, with its (possibly weak) type."""
+    value: object
+    type: object
+
+
+@dataclass
+class ArrayRef:
+    """An array the kernel can index: a kernel argument, a shared array or a local array."""
+    name: str
+    type: T.ArrayType
+    param_offset: int = 0          # global: kernarg offset of the data pointer
+    base: int = 0                  # shared: byte offset in the block's shared memory
+
+
+def _np_value(value, t: T.Scalar):
+    """A Python value converted as storing it in type t would (wrapping integers)."""
+    if t.kind == "bool":
+        return bool(value)
+    if t.kind == "float":
+        return float(t.dtype.type(value))
+    return int(np.array(int(value) & ((1 << 64) - 1), np.uint64).astype(t.dtype))
+
+
+def kernarg_layout(argtypes: list) -> tuple[list[dict], int]:
+    """Where each argument lives in the kernarg segment: an array is a 64-bit data pointer
+    followed by its shape and strides (in elements) as int64; a scalar is its own bytes."""
+    layout, offset = [], 0
+    for t in argtypes:
+        if isinstance(t, T.ArrayType):
+            offset = -(-offset // 8) * 8
+            layout.append({"kind": "array", "offset": offset, "dtype": t.dtype.name, "ndim": t.ndim,
+                           "layout": t.layout, "size": 8 + 16 * t.ndim})
+            offset += 8 + 16 * t.ndim
+        else:
+            size = 4 if t.kind == "bool" else t.itemsize
+            offset = -(-offset // size) * size
+            layout.append({"kind": "scalar", "offset": offset, "dtype": t.name, "size": size})
+            offset += size
+    return layout, -(-offset // 8) * 8
+
+
+class Frontend:
+    def __init__(self, pyfunc, argtypes: list, var_types: dict | None = None):
+        self.pyfunc = pyfunc
+        self.kernel = pyfunc.__name__
+        try:
+            lines, first = inspect.getsourcelines(pyfunc)
+        except (OSError, TypeError) as e:
+            raise CompileError(f"cannot read the source of {self.kernel!r}: {e}") from None
+        self.filename = inspect.getsourcefile(pyfunc) or "<kernel>"
+        self.first_line = first
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        self.fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+        self.line = first
+        self.globals = dict(pyfunc.__globals__)
+        if pyfunc.__closure__:
+            self.globals.update(zip(pyfunc.__code__.co_freevars, (c.cell_contents for c in pyfunc.__closure__),
+                                    strict=True))
+        names = [a.arg for a in self.fdef.args.args]
+        if len(names) != len(argtypes):
+            raise self.error(f"kernel takes {len(names)} arguments but was called with {len(argtypes)}")
+        self.argtypes = dict(zip(names, argtypes, strict=True))
+        layout, size = kernarg_layout(argtypes)
+        self.func = ir.Function(self.kernel, list(zip(names, argtypes, strict=True)), arg_layout=layout,
+                                kernarg_size=size)
+        self.arg_offsets = {n: entry["offset"] for n, entry in zip(names, layout, strict=True)}
+        self.assigned = {t.id for node in ast.walk(self.fdef) for t in _targets(node) if isinstance(t, ast.Name)}
+        self.var_types: dict[str, object] = dict(var_types or {})
+        self.defs: dict[str, dict[ir.Block, ir.Value]] = {}
+        self.sealed: set[ir.Block] = set()
+        self.incomplete: dict[ir.Block, dict[str, ir.Value]] = {}
+        self.static: dict[str, object] = {}
+        self.cse: dict[tuple, ir.Value] = {}
+        self.loops: list[tuple[ir.Block, ir.Block]] = []     # (continue target, break target)
+        self.sregs: dict[str, ir.Value] = {}
+        self.counter = 0
+        self.shared_bytes = 0
+        self.entry = self.new_block("entry")
+        self.place(self.entry)
+        self.seal(self.entry)
+        for name, t in self.argtypes.items():     # scalar arguments the body reassigns are variables
+            if name in self.assigned and not isinstance(t, T.ArrayType):
+                self.var_types[name] = t
+                self.write(name, self.entry, self.param(self.arg_offsets[name], t))
+
+    # -- errors ---------------------------------------------------------------------------------
+    def error(self, message: str) -> CompileError:
+        return CompileError(message, self.filename, self.line, self.kernel)
+
+    def at(self, node) -> None:
+        if hasattr(node, "lineno"):
+            self.line = self.first_line + node.lineno - 1
+
+    # -- blocks and SSA ---------------------------------------------------------------------------
+    def new_block(self, hint: str) -> ir.Block:
+        self.counter += 1
+        return ir.Block(f"{hint}{self.counter}" if hint != "entry" else "entry")
+
+    def place(self, block: ir.Block) -> None:
+        self.func.blocks.append(block)
+        self.current = block
+
+    def jump(self, target: ir.Block) -> None:
+        if self.current is not None:
+            self.current.term = ("br", target)
+            target.preds.append(self.current)
+            self.current = None
+
+    def branch(self, cond, then: ir.Block, other: ir.Block) -> None:
+        cond = self.materialize(self.to_bool(cond))
+        self.current.term = ("cbr", cond, then, other)
+        then.preds.append(self.current)
+        other.preds.append(self.current)
+        self.current = None
+
+    def write(self, name: str, block: ir.Block, value: ir.Value) -> None:
+        self.defs.setdefault(name, {})[block] = value
+
+    def read(self, name: str, block: ir.Block) -> ir.Value:
+        found = self.defs.get(name, {}).get(block)
+        if found is not None:
+            return found
+        t = self.var_types[name]
+        if block not in self.sealed:
+            value = self.func.new_value("phi", t, block=block)
+            block.phis.append(value)
+            self.incomplete.setdefault(block, {})[name] = value
+        elif len(block.preds) == 1:
+            value = self.read(name, block.preds[0])
+        elif not block.preds:
+            value = self.zero(t)            # read on a path where it was never assigned: zero
+        else:
+            value = self.func.new_value("phi", t, block=block)
+            block.phis.append(value)
+            self.write(name, block, value)
+            value.args = [self.read(name, p) for p in block.preds]
+        self.write(name, block, value)
+        return value
+
+    def seal(self, block: ir.Block) -> None:
+        for name, phi in self.incomplete.pop(block, {}).items():
+            phi.args = [self.read(name, p) for p in block.preds]
+        self.sealed.add(block)
+
+    def zero(self, t) -> ir.Value:
+        key = ("const", t, "0")
+        if key not in self.cse:
+            v = self.func.new_value("const", t, attrs={"value": _np_value(0, t)}, block=self.entry)
+            self.entry.instrs.insert(0, v)
+            self.cse[key] = v
+        return self.cse[key]
+
+    # -- emitting -------------------------------------------------------------------------------
+    def emit(self, kind: str, t, args=(), /, **attrs) -> ir.Value:
+        if kind in ir.PURE:
+            key = (id(self.current), kind, t, tuple(a.id for a in args), tuple(sorted(attrs.items(), key=str)))
+            if kind == "const":
+                key = (id(self.current), kind, t, repr(attrs["value"]))
+            found = self.cse.get(key)
+            if found is not None:
+                return found
+        v = self.func.new_value(kind, t, args, attrs, block=self.current, line=self.line)
+        self.current.instrs.append(v)
+        if kind in ir.PURE:
+            self.cse[key] = v
+        return v
+
+    def materialize(self, x, t=None) -> ir.Value:
+        """An IR value for x (a Const or Value), of type t if given."""
+        if isinstance(x, Const):
+            t = t or T.concrete(x.type)
+            return self.emit("const", t, value=_np_value(x.value, t))
+        if not isinstance(x, ir.Value):
+            raise self.error(f"{_describe(x)} cannot be used as a value here")
+        return self.cast(x, t) if t is not None else x
+
+    def typeof(self, x):
+        if isinstance(x, Const | ir.Value):
+            return x.type
+        raise self.error(f"{_describe(x)} is not a number")
+
+    def cast(self, x, t):
+        if isinstance(x, Const):
+            return Const(_np_value(x.value, t), t)
+        if x.type == t:
+            return x
+        if x.type == T.boolean and t != T.boolean:
+            return self.emit("select", t, [x, self.materialize(Const(1, t)), self.materialize(Const(0, t))])
+        if t == T.boolean:
+            return self.compare("ne", x, Const(0, T.WEAK_INT))
+        return self.emit("cast", t, [x])
+
+    def to_bool(self, x):
+        if isinstance(x, Const):
+            return Const(bool(x.value), T.boolean)
+        if self.typeof(x) == T.boolean:
+            return x
+        return self.compare("ne", x, Const(0, T.WEAK_INT))
+
+    # -- arithmetic -----------------------------------------------------------------------------
+    _FOLD = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "and": operator.and_,
+             "or": operator.or_, "xor": operator.xor, "shl": operator.lshift, "shr": operator.rshift,
+             "min": min, "max": max}
+
+    def binop(self, op: str, a, b):
+        ta, tb = self.typeof(a), self.typeof(b)
+        if op == "fdiv":
+            t = T.unify(ta, tb)
+            if t == T.WEAK_INT or (isinstance(t, T.Scalar) and t.kind != "float"):
+                t = T.float64
+        elif op in ("and", "or", "xor") and ta == tb == T.boolean:
+            t = T.boolean
+        elif op in ("shl", "shr"):
+            t = T.concrete(ta) if not isinstance(ta, T.Weak) or isinstance(tb, T.Weak) else tb
+        else:
+            t = T.unify(ta, tb)
+        if isinstance(t, T.Scalar) and t.kind == "bool" and op not in ("and", "or", "xor"):
+            t = T.int64
+        if op in ("and", "or", "xor", "shl", "shr") and (t == T.WEAK_FLOAT or getattr(t, "kind", "") == "float"):
+            raise self.error(f"bitwise operator on a float ({ta} and {tb})")
+        if isinstance(a, Const) and isinstance(b, Const):
+            return self.fold(op, a.value, b.value, t)
+        t = T.concrete(t)
+        a, b = self.cast(a, t), self.cast(b, t)
+        if isinstance(a, Const) and op in ("add", "mul", "min", "max", "and", "or", "xor"):
+            a, b = b, a          # constants on the right
+        if t.kind in ("int", "uint") and isinstance(b, Const):
+            simplified = self._simplify_int(op, a, b, t)
+            if simplified is not None:
+                return simplified
+        return self.emit(op, t, [self.materialize(a, t), self.materialize(b, t)])
+
+    def _simplify_int(self, op, a: ir.Value, b: Const, t):
+        if (op in ("add", "sub", "or", "xor", "shl", "shr") and b.value == 0) or (op == "mul" and b.value == 1):
+            return a
+        if op == "mul" and b.value == 0:
+            return Const(0, t)
+        if op in ("add", "sub") and a.op == "add" and a.args[1].op == "const":      # (x + c1) + c2
+            c = a.args[1].attrs["value"] + (b.value if op == "add" else -b.value)
+            return self.binop("add", a.args[0], Const(_np_value(c, t), t))
+        if op == "mul" and a.op == "add" and a.args[1].op == "const":                 # (x + c1) * c2
+            return self.binop("add", self.binop("mul", a.args[0], b),
+                              Const(_np_value(a.args[1].attrs["value"] * b.value, t), t))
+        if op == "mul" and a.op == "mul" and a.args[1].op == "const":                 # (x * c1) * c2
+            return self.binop("mul", a.args[0], Const(_np_value(a.args[1].attrs["value"] * b.value, t), t))
+        if op == "sub":
+            return self.binop("add", a, Const(_np_value(-b.value, t), t))
+        return None
+
+    def fold(self, op: str, x, y, t):
+        if op == "fdiv":
+            if y == 0:
+                raise self.error("division by zero in a constant expression")
+            return Const(x / y, t)
+        if op in ("div", "mod"):
+            if y == 0:
+                raise self.error("division by zero in a constant expression")
+            value = x // y if op == "div" else x % y
+            if isinstance(t, T.Scalar) and t.kind == "float":
+                value = float(math.floor(x / y)) if op == "div" else x - math.floor(x / y) * y
+            return Const(value, t)
+        value = self._FOLD[op](x, y)
+        return Const(_np_value(value, t) if isinstance(t, T.Scalar) else value, t)
+
+    def compare(self, op: str, a, b):
+        t = T.unify(self.typeof(a), self.typeof(b))
+        if isinstance(a, Const) and isinstance(b, Const):
+            fn = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq,
+                  "ne": operator.ne}[op]
+            return Const(fn(a.value, b.value), T.boolean)
+        t = T.concrete(t)
+        if t == T.boolean and op in ("eq", "ne"):
+            x = self.emit("xor", T.boolean, [self.materialize(a), self.materialize(b)])
+            return self.emit("not", T.boolean, [x]) if op == "eq" else x
+        if t == T.boolean:
+            t = T.int32
+        return self.emit("cmp", T.boolean, [self.materialize(a, t), self.materialize(b, t)], op=op)
+
+    def neg(self, x):
+        t = self.typeof(x)
+        if isinstance(x, Const):
+            return Const(-x.value, t) if not isinstance(t, T.Scalar) else Const(_np_value(-x.value, t), t)
+        if t == T.boolean:
+            x, t = self.cast(x, T.int64), T.int64
+        return self.emit("neg", t, [x])
+
+    # -- driving --------------------------------------------------------------------------------
+    def build(self) -> ir.Function:
+        self.statements(self.fdef.body)
+        if self.current is not None:
+            self.current.term = ("ret",)
+            self.current = None
+        self.func.shared_bytes = self.shared_bytes
+        return self.func
+
+    def statements(self, body: list) -> None:
+        for node in body:
+            if self.current is None:
+                return            # unreachable after return, break or continue
+            self.at(node)
+            method = getattr(self, "stmt_" + type(node).__name__, None)
+            if method is None:
+                raise self.error(f"unsupported construct: {_construct(node)} is not supported in kernels")
+            method(node)
+
+    # -- statements -----------------------------------------------------------------------------
+    def stmt_Pass(self, node) -> None:
+        pass
+
+    def stmt_Expr(self, node) -> None:
+        if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return                # a docstring
+        self.expr(node.value)
+
+    def stmt_Return(self, node) -> None:
+        if node.value is not None and not (isinstance(node.value, ast.Constant) and node.value.value is None):
+            raise self.error("a kernel cannot return a value; write results into an array argument")
+        self.current.term = ("ret",)
+        self.current = None
+
+    def stmt_Assign(self, node) -> None:
+        value = self.expr(node.value)
+        for target in node.targets:
+            self.assign(target, value)
+
+    def stmt_AugAssign(self, node) -> None:
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            raise self.error(f"unsupported operator {type(node.op).__name__} in augmented assignment")
+        if isinstance(node.target, ast.Subscript):
+            ref, index = self.expr(node.target.value), self.expr(node.target.slice)
+            current = self.subscript(ref, index)
+            self.assign_subscript(ref, index, self.arith(op, current, self.expr(node.value)))
+        else:
+            self.assign(node.target, self.arith(op, self.expr(node.target), self.expr(node.value)))
+
+    def stmt_AnnAssign(self, node) -> None:
+        if node.value is None:
+            return
+        self.assign(node.target, self.expr(node.value))
+
+    def assign(self, target, value) -> None:
+        if isinstance(target, ast.Name):
+            self.assign_name(target.id, value)
+        elif isinstance(target, ast.Subscript):
+            self.assign_subscript(self.expr(target.value), self.expr(target.slice), value)
+        elif isinstance(target, ast.Tuple | ast.List):
+            if not isinstance(value, tuple) or len(value) != len(target.elts):
+                raise self.error(f"cannot unpack {_describe(value)} into {len(target.elts)} names")
+            for t, v in zip(target.elts, value, strict=True):
+                self.assign(t, v)
+        else:
+            raise self.error(f"unsupported assignment target: {_construct(target)}")
+
+    def assign_name(self, name: str, value) -> None:
+        if not isinstance(value, Const | ir.Value):
+            self.static[name] = value           # an array, a tuple, a module: known at compile time
+            return
+        self.static.pop(name, None)
+        t = self.typeof(value)
+        hint = self.var_types.get(name)
+        if hint is None:
+            hint = self.var_types[name] = T.concrete(t)
+        elif not T.can_hold(hint, t):
+            self.var_types[name] = T.concrete(T.unify(hint, t))
+            raise _Retype(name)
+        self.write(name, self.current, self.materialize(value, hint))
+
+    def stmt_If(self, node) -> None:
+        cond = self.to_bool(self.expr(node.test))
+        if isinstance(cond, Const):                 # decided at compile time
+            self.statements(node.body if cond.value else node.orelse)
+            return
+        then, join = self.new_block("then"), self.new_block("endif")
+        other = self.new_block("else") if node.orelse else join
+        self.branch(cond, then, other)
+        self.place(then)
+        self.seal(then)
+        self.statements(node.body)
+        self.jump(join)
+        if node.orelse:
+            self.place(other)
+            self.seal(other)
+            self.statements(node.orelse)
+            self.jump(join)
+        if join.preds:
+            self.place(join)
+        self.seal(join)
+
+    def stmt_While(self, node) -> None:
+        if node.orelse:
+            raise self.error("unsupported construct: while ... else")
+        header, body, exit_ = self.new_block("while"), self.new_block("body"), self.new_block("endwhile")
+        self.jump(header)
+        self.place(header)
+        cond = self.to_bool(self.expr(node.test))
+        if isinstance(cond, Const) and not cond.value:
+            self.jump(exit_)
+        elif isinstance(cond, Const):
+            self.jump(body)
+        else:
+            self.branch(cond, body, exit_)
+        self.place(body)
+        self.seal(body)
+        self.loops.append((header, exit_))
+        self.statements(node.body)
+        self.loops.pop()
+        self.jump(header)
+        self.seal(header)
+        if exit_.preds:
+            self.place(exit_)
+        self.seal(exit_)
+
+    def stmt_Break(self, node) -> None:
+        if not self.loops:
+            raise self.error("'break' outside a loop")
+        self.jump(self.loops[-1][1])
+
+    def stmt_Continue(self, node) -> None:
+        if not self.loops:
+            raise self.error("'continue' outside a loop")
+        self.jump(self.loops[-1][0])
+
+    def stmt_For(self, node) -> None:
+        if node.orelse:
+            raise self.error("unsupported construct: for ... else")
+        it = node.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                and self.lookup("range") is range):
+            raise self.error("a kernel 'for' loop must iterate over range(...)")
+        if not isinstance(node.target, ast.Name):
+            raise self.error("the loop variable of a kernel 'for' must be a plain name")
+        bounds = [self.expr(a) for a in it.args]
+        if not 1 <= len(bounds) <= 3 or it.keywords:
+            raise self.error("range() takes 1 to 3 positional arguments")
+        start, stop, step = (Const(0, T.WEAK_INT), bounds[0], Const(1, T.WEAK_INT)) if len(bounds) == 1 else \
+            (bounds[0], bounds[1], bounds[2] if len(bounds) == 3 else Const(1, T.WEAK_INT))
+        if not isinstance(step, Const):
+            raise self.error("the step of range() in a kernel must be a constant")
+        if step.value == 0:
+            raise self.error("range() step must not be zero")
+        name = node.target.id
+        if isinstance(start, Const) and isinstance(stop, Const) and not _has_jumps(node.body):
+            values = range(start.value, stop.value, step.value)
+            if len(values) <= UNROLL_LIMIT:
+                for v in values:                    # unrolled: the loop variable is a constant
+                    if self.current is None:
+                        return
+                    self.static.pop(name, None)
+                    self.static[name] = Const(v, T.unify(T.unify(start.type, stop.type), step.type))
+                    self.statements(node.body)
+                return
+        t = T.concrete(T.unify(T.unify(self.typeof(start), self.typeof(stop)), self.typeof(step)))
+        if t.kind not in ("int", "uint"):
+            raise self.error(f"range() bounds must be integers, not {t}")
+        self.counter += 1
+        counter, limit = f"$i{self.counter}", f"$stop{self.counter}"
+        self.assign_name(counter, self.cast(start, t))
+        self.assign_name(limit, self.materialize(stop, t))
+        header, body = self.new_block("for"), self.new_block("body")
+        latch, exit_ = self.new_block("next"), self.new_block("endfor")
+        self.jump(header)
+        self.place(header)
+        i = self.read(counter, header)
+        cond = self.compare("lt" if step.value > 0 else "gt", i, self.read(limit, header))
+        self.branch(cond, body, exit_)
+        self.place(body)
+        self.seal(body)
+        self.assign_name(name, self.read(counter, body))
+        self.loops.append((latch, exit_))
+        self.statements(node.body)
+        self.loops.pop()
+        self.jump(latch)
+        if latch.preds:
+            self.place(latch)
+            self.seal(latch)
+            self.assign_name(counter, self.binop("add", self.read(counter, latch), Const(step.value, t)))
+            self.jump(header)
+        else:
+            self.seal(latch)
+        self.seal(header)
+        self.place(exit_)
+        self.seal(exit_)
+
+    # -- expressions ----------------------------------------------------------------------------
+    def expr(self, node):
+        self.at(node)
+        method = getattr(self, "expr_" + type(node).__name__, None)
+        if method is None:
+            raise self.error(f"unsupported construct: {_construct(node)} is not supported in kernels")
+        return method(node)
+
+    def expr_Constant(self, node):
+        v = node.value
+        if isinstance(v, bool):
+            return Const(v, T.boolean)
+        if isinstance(v, int):
+            return Const(v, T.WEAK_INT)
+        if isinstance(v, float):
+            return Const(v, T.WEAK_FLOAT)
+        raise self.error(f"unsupported constant {v!r} (kernels compute with numbers only)")
+
+    def expr_Tuple(self, node):
+        return tuple(self.expr(e) for e in node.elts)
+
+    def expr_Name(self, node):
+        return self.lookup(node.id)
+
+    def lookup(self, name: str):
+        if name in self.static:
+            return self.static[name]
+        if name in self.var_types:
+            return self.read(name, self.current)
+        if name in self.argtypes:
+            t = self.argtypes[name]
+            if isinstance(t, T.ArrayType):
+                return ArrayRef(name, t, param_offset=self.arg_offsets[name])
+            return self.param(self.arg_offsets[name], t)
+        if name in self.globals:
+            return self.static_value(self.globals[name], name)
+        builtins = __builtins__ if isinstance(__builtins__, dict) else vars(__builtins__)
+        if name in builtins:
+            return builtins[name]
+        raise self.error(f"name {name!r} is not defined")
+
+    def static_value(self, value, name: str):
+        if value is K.laneid:
+            return self.emit("sreg", T.int32, name="laneid")
+        if value is K.warpsize:
+            return self.emit("dim", T.int32, offset=abi.CBANK_WARP_SIZE)
+        if isinstance(value, bool):
+            return Const(value, T.boolean)
+        if isinstance(value, int):
+            return Const(value, T.WEAK_INT)
+        if isinstance(value, float):
+            return Const(value, T.WEAK_FLOAT)
+        if isinstance(value, np.generic) and not isinstance(value, np.str_):
+            return Const(value.item(), T.scalar_of(value.dtype))
+        return value
+
+    def param(self, offset: int, t) -> ir.Value:
+        return self.emit("param", t, offset=abi.KERNARG_CBANK_OFFSET + offset)
+
+    def expr_BinOp(self, node):
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            raise self.error(f"unsupported operator {type(node.op).__name__}")
+        return self.arith(op, self.expr(node.left), self.expr(node.right))
+
+    def arith(self, op: str, a, b):
+        if op == "pow":
+            return self.power(a, b)
+        return self.binop(op, a, b)
+
+    def power(self, a, b):
+        if isinstance(b, Const) and isinstance(b.value, int) and 0 <= b.value <= 8:
+            result = Const(1, T.WEAK_INT)
+            for _ in range(b.value):
+                result = self.binop("mul", result, a)
+            return result
+        if isinstance(a, Const) and isinstance(b, Const):
+            return Const(a.value ** b.value, T.unify(a.type, b.type))
+        t = T.unify(self.typeof(a), self.typeof(b))
+        t = T.float64 if t == T.WEAK_INT or t.kind != "float" else T.concrete(t)
+        return self.emit("math", t, [self.materialize(a, t), self.materialize(b, t)], fn="pow")
+
+    def expr_UnaryOp(self, node):
+        x = self.expr(node.operand)
+        if isinstance(node.op, ast.USub):
+            return self.neg(x)
+        if isinstance(node.op, ast.UAdd):
+            return x
+        if isinstance(node.op, ast.Not):
+            x = self.to_bool(x)
+            return Const(not x.value, T.boolean) if isinstance(x, Const) else self.emit("not", T.boolean, [x])
+        if isinstance(node.op, ast.Invert):
+            if self.typeof(x) == T.boolean:
+                raise self.error("~ on a bool; use 'not'")
+            return self.binop("xor", x, Const(-1, T.WEAK_INT))
+        raise self.error(f"unsupported unary operator {type(node.op).__name__}")
+
+    def expr_Compare(self, node):
+        result, left = None, self.expr(node.left)
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            name = _CMPOPS.get(type(op))
+            if name is None:
+                raise self.error(f"unsupported comparison {type(op).__name__}")
+            right = self.expr(right_node)
+            c = self.compare(name, left, right)
+            result = c if result is None else self.logical("and", result, c)
+            left = right
+        return result
+
+    def logical(self, op: str, a, b):
+        a, b = self.to_bool(a), self.to_bool(b)
+        if isinstance(a, Const):
+            return b if (a.value if op == "and" else not a.value) else a
+        if isinstance(b, Const):
+            return a if (b.value if op == "and" else not b.value) else b
+        return self.emit(op, T.boolean, [a, b])
+
+    def expr_BoolOp(self, node):
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        result = self.expr(node.values[0])
+        for value_node in node.values[1:]:
+            if _is_simple(value_node):
+                result = self.logical(op, result, self.expr(value_node))
+                continue
+            # The right side may fault (it reads memory): evaluate it only when needed.
+            left = self.to_bool(result)
+            if isinstance(left, Const):
+                result = self.expr(value_node) if (left.value if op == "and" else not left.value) else left
+                continue
+            self.counter += 1
+            tmp = f"$bool{self.counter}"
+            self.assign_name(tmp, left)
+            rhs, join = self.new_block("rhs"), self.new_block("endbool")
+            if op == "and":
+                self.branch(left, rhs, join)
+            else:
+                self.branch(left, join, rhs)
+            self.place(rhs)
+            self.seal(rhs)
+            self.assign_name(tmp, self.to_bool(self.expr(value_node)))
+            self.jump(join)
+            self.place(join)
+            self.seal(join)
+            result = self.read(tmp, join)
+        return self.to_bool(result)
+
+    def expr_IfExp(self, node):
+        cond = self.to_bool(self.expr(node.test))
+        if isinstance(cond, Const):
+            return self.expr(node.body if cond.value else node.orelse)
+        if _is_simple(node.body) and _is_simple(node.orelse):
+            a, b = self.expr(node.body), self.expr(node.orelse)
+            t = T.concrete(T.unify(self.typeof(a), self.typeof(b)))
+            return self.emit("select", t, [cond, self.materialize(a, t), self.materialize(b, t)])
+        self.counter += 1
+        tmp = f"$ifexp{self.counter}"
+        then, other, join = self.new_block("then"), self.new_block("else"), self.new_block("endif")
+        self.branch(cond, then, other)
+        for block, branch in ((then, node.body), (other, node.orelse)):
+            self.place(block)
+            self.seal(block)
+            self.assign_name(tmp, self.expr(branch))
+            self.jump(join)
+        self.place(join)
+        self.seal(join)
+        return self.read(tmp, join)
+
+    def expr_Attribute(self, node):
+        base = self.expr(node.value)
+        attr = node.attr
+        if isinstance(base, K.Dim3):
+            if attr not in ("x", "y", "z"):
+                raise self.error(f"{base.name} has .x, .y and .z, not .{attr}")
+            return self.dim3(base, attr)
+        if isinstance(base, ArrayRef):
+            if attr == "shape":
+                return self.shape(base)
+            if attr == "ndim":
+                return Const(base.type.ndim, T.WEAK_INT)
+            if attr == "size":
+                size = Const(1, T.WEAK_INT)
+                for s in self.shape(base):
+                    size = self.binop("mul", size, s)
+                return size
+            raise self.error(f"arrays in kernels have .shape, .ndim and .size, not .{attr}")
+        if base is K.laneid or base is K.warpsize:
+            raise self.error(f"{base.name} has no attributes")
+        if isinstance(base, Const | ir.Value | tuple):
+            raise self.error(f"{_describe(base)} has no attribute {attr!r}")
+        try:
+            return self.static_value(getattr(base, attr), attr)
+        except AttributeError:
+            raise self.error(f"{_describe(base)} has no attribute {attr!r}") from None
+
+    def dim3(self, which: K.Dim3, axis: str):
+        if which is K.threadIdx or which is K.blockIdx:
+            name = f"{'tid' if which is K.threadIdx else 'ctaid'}.{axis}"
+            if name not in self.sregs:          # read once, in the entry block
+                saved, self.current = self.current, self.entry
+                self.sregs[name] = self.emit("sreg", T.int32, name=name)
+                self.current = saved
+            return self.sregs[name]
+        base = abi.CBANK_BLOCK_DIM if which is K.blockDim else abi.CBANK_GRID_DIM
+        return self.emit("dim", T.int32, offset=base + 4 * "xyz".index(axis))
+
+    def shape(self, ref: ArrayRef) -> tuple:
+        if ref.type.shape is not None:
+            return tuple(Const(s, T.WEAK_INT) for s in ref.type.shape)
+        return tuple(self.param(ref.param_offset + 8 + 8 * k, T.int64) for k in range(ref.type.ndim))
+
+    def strides(self, ref: ArrayRef) -> list:
+        """Element strides: constants where the layout fixes them, else read from the kernarg."""
+        t = ref.type
+        if t.shape is not None:
+            strides, acc = [], 1
+            for s in reversed(t.shape):
+                strides.insert(0, Const(acc, T.WEAK_INT))
+                acc *= s
+            return strides
+        params = [self.param(ref.param_offset + 8 + 8 * t.ndim + 8 * k, T.int64) for k in range(t.ndim)]
+        if t.layout == "C":
+            params[-1] = Const(1, T.WEAK_INT)
+        elif t.layout == "F":
+            params[0] = Const(1, T.WEAK_INT)
+        return params
+
+    def expr_Subscript(self, node):
+        return self.subscript(self.expr(node.value), self.expr(node.slice))
+
+    def subscript(self, base, index):
+        if isinstance(base, tuple):
+            if not isinstance(index, Const) or not isinstance(index.value, int):
+                raise self.error("a tuple can only be indexed by a constant")
+            try:
+                return base[index.value]
+            except IndexError:
+                raise self.error(f"tuple index {index.value} out of range") from None
+        if not isinstance(base, ArrayRef):
+            raise self.error(f"{_describe(base)} cannot be indexed")
+        if base.type.space == "local":
+            return self.read(self.local_slot(base, index), self.current)
+        return self.emit("load", base.type.dtype, [self.address(base, index)], space=base.type.space)
+
+    def assign_subscript(self, base, index, value) -> None:
+        if not isinstance(base, ArrayRef):
+            raise self.error(f"cannot assign into {_describe(base)}")
+        t = base.type.dtype
+        if not isinstance(value, Const | ir.Value):
+            raise self.error(f"cannot store {_describe(value)} into an array")
+        if base.type.space == "local":
+            slot = self.local_slot(base, index)
+            self.write(slot, self.current, self.materialize(self.cast(value, t), t))
+            return
+        addr = self.address(base, index)
+        self.emit("store", None, [addr, self.materialize(self.cast(value, t), t)], space=base.type.space)
+
+    def indices(self, ref: ArrayRef, index) -> list:
+        items = list(index) if isinstance(index, tuple) else [index]
+        if len(items) != ref.type.ndim:
+            raise self.error(f"array {ref.name!r} has {ref.type.ndim} dimension(s) but is indexed with "
+                             f"{len(items)} (slicing arrays inside kernels is not supported)")
+        for x in items:
+            if not isinstance(x, Const | ir.Value) or self.typeof(x) in (T.WEAK_FLOAT,) or \
+                    getattr(self.typeof(x), "kind", "int") == "float":
+                raise self.error(f"array index must be an integer, not {_describe(x)}")
+        return items
+
+    def local_slot(self, ref: ArrayRef, index) -> str:
+        items = self.indices(ref, index)
+        if not all(isinstance(x, Const) for x in items):
+            raise self.error(f"local array {ref.name!r} is indexed with a value known only at run time; lapis keeps "
+                             "local arrays in registers, so index them with constants (loops over a constant "
+                             f"range of at most {UNROLL_LIMIT} trips are unrolled)")
+        flat = 0
+        for x, size in zip(items, ref.type.shape, strict=True):
+            if not 0 <= x.value < size:
+                raise self.error(f"index {x.value} is out of bounds for local array {ref.name!r} of shape "
+                                 f"{ref.type.shape}")
+            flat = flat * size + x.value
+        slot = f"{ref.name}[{flat}]"
+        self.var_types.setdefault(slot, ref.type.dtype)
+        return slot
+
+    def address(self, ref: ArrayRef, index) -> ir.Value:
+        items = self.indices(ref, index)
+        if ref.type.shape is not None:
+            items = [Const(x.value + s, x.type) if isinstance(x, Const) and x.value < 0 else x
+                     for x, s in zip(items, ref.type.shape, strict=True)]
+        flat = Const(0, T.WEAK_INT)
+        for x, stride in zip(items, self.strides(ref), strict=True):
+            flat = self.binop("add", flat, self.binop("mul", x, stride))
+        itemsize = ref.type.dtype.itemsize
+        if ref.type.space == "shared":
+            flat = self.cast(flat, T.int32)
+            byte = self.binop("add", self.binop("mul", flat, Const(itemsize, T.WEAK_INT)),
+                              Const(ref.base, T.WEAK_INT))
+            return self.materialize(byte, T.int32)
+        if isinstance(flat, Const):
+            flat = self.cast(flat, T.int32 if -2**31 <= flat.value < 2**31 else T.int64)
+        elif flat.type != T.int32:
+            flat = self.cast(flat, T.int64)
+        ptr = self.param(ref.param_offset, ir.ADDRESS)
+        return self.emit("gaddr", ir.ADDRESS, [ptr, self.materialize(flat)], scale=itemsize)
+
+    # -- calls ----------------------------------------------------------------------------------
+    def expr_Call(self, node):
+        fn = self.expr(node.func)
+        if node.keywords and fn not in (K.shared.array, K.local.array):
+            raise self.error("keyword arguments are not supported in kernel calls")
+        if fn is K.shared.array or fn is K.local.array:
+            return self.array_alloc(fn, node)
+        args = [self.expr(a) for a in node.args]
+        if fn is K.syncthreads:
+            self.emit("barrier", None)
+            return Const(0, T.WEAK_INT)
+        if fn is K.grid or fn is K.gridsize:
+            if len(args) != 1 or not isinstance(args[0], Const) or args[0].value not in (1, 2, 3):
+                raise self.error(f"{fn.name}(ndim) takes a constant 1, 2 or 3")
+            return self.grid(fn is K.grid, args[0].value)
+        if fn in (min, max):
+            if len(args) < 2:
+                raise self.error(f"{fn.__name__}() of a single value is not supported; pass two or more")
+            result = args[0]
+            for a in args[1:]:
+                result = self.binop(fn.__name__, result, a)
+            return result
+        if fn is abs:
+            (x,) = args
+            t = self.typeof(x)
+            if isinstance(x, Const):
+                return Const(abs(x.value), t)
+            if t.kind == "float":
+                return self.emit("math", t, [x], fn="fabs")
+            return self.binop("max", x, self.neg(x))
+        if fn in (float, int, bool):
+            (x,) = args
+            return {float: lambda: self.cast(x, T.float64), int: lambda: self.cast(x, T.int64),
+                    bool: lambda: self.to_bool(x)}[fn]()
+        if fn is range:
+            raise self.error("range() can only be used as the iterable of a for loop")
+        dtype = _dtype_of(fn)
+        if dtype is not None:
+            (x,) = args
+            return self.cast(x, dtype)
+        if fn in _MATH:
+            return self.math(_MATH[fn], args)
+        raise self.error(f"call to {_describe(fn)} is not supported in kernels")
+
+    def math(self, name: str, args: list):
+        arity = 2 if name in ("pow", "atan2") else 1
+        if len(args) != arity:
+            raise self.error(f"math.{name} takes {arity} argument(s)")
+        if name == "pow":
+            return self.power(*args)
+        (x,) = args
+        t = self.typeof(x)
+        if isinstance(x, Const):
+            return Const(getattr(math, name)(x.value), T.WEAK_FLOAT if isinstance(t, T.Weak) else
+                         (t if t.kind == "float" else T.float64))
+        t = t if t.kind == "float" else T.float64
+        return self.emit("math", t, [self.materialize(x, t)], fn=name)
+
+    def grid(self, absolute: bool, ndim: int):
+        out = []
+        for axis in "xyz"[:ndim]:
+            if absolute:
+                value = self.binop("add", self.binop("mul", self.dim3(K.blockIdx, axis), self.dim3(K.blockDim, axis)),
+                                   self.dim3(K.threadIdx, axis))
+            else:
+                value = self.binop("mul", self.dim3(K.blockDim, axis), self.dim3(K.gridDim, axis))
+            out.append(value)
+        return out[0] if ndim == 1 else tuple(out)
+
+    def array_alloc(self, fn, node):
+        kwargs = {k.arg: k.value for k in node.keywords}
+        if len(node.args) > 2 or set(kwargs) - {"shape", "dtype"}:
+            raise self.error(f"{fn.name}(shape, dtype) takes a shape and a dtype")
+        shape_node = node.args[0] if node.args else kwargs.get("shape")
+        dtype_node = node.args[1] if len(node.args) > 1 else kwargs.get("dtype")
+        if shape_node is None or dtype_node is None:
+            raise self.error(f"{fn.name} needs a shape and a dtype")
+        shape = self.expr(shape_node)
+        shape = shape if isinstance(shape, tuple) else (shape,)
+        if not all(isinstance(s, Const) and isinstance(s.value, int) and s.value > 0 for s in shape):
+            raise self.error(f"the shape of {fn.name} must be positive integer constants")
+        dtype = _dtype_of(self.expr(dtype_node))
+        if dtype is None:
+            raise self.error(f"{fn.name}: unsupported dtype")
+        dims = tuple(s.value for s in shape)
+        self.counter += 1
+        if fn is K.shared.array:
+            base = -(-self.shared_bytes // 16) * 16
+            self.shared_bytes = base + int(np.prod(dims)) * dtype.itemsize
+            return ArrayRef(f"shared{self.counter}", T.ArrayType(dtype, len(dims), "C", "shared", dims), base=base)
+        return ArrayRef(f"local{self.counter}", T.ArrayType(dtype, len(dims), "C", "local", dims))
+
+
+def _targets(node):
+    if isinstance(node, ast.Assign):
+        for t in node.targets:
+            yield from ast.walk(t)
+    elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.For):
+        yield from ast.walk(node.target)
+
+
+def _has_jumps(body: list) -> bool:
+    return any(isinstance(n, ast.Break | ast.Continue) for stmt in body for n in ast.walk(stmt))
+
+
+def _is_simple(node) -> bool:
+    """No memory reads or calls: safe to evaluate even when the result is not needed."""
+    for n in ast.walk(node):
+        if isinstance(n, ast.Call):
+            return False
+        if isinstance(n, ast.Subscript) and not (isinstance(n.value, ast.Attribute) and n.value.attr == "shape"):
+            return False
+    return True
+
+
+def _construct(node) -> str:
+    names = {"Try": "'try' statement", "With": "'with' statement", "Lambda": "lambda", "ListComp":
+             "list comprehension", "Dict": "dict display", "List": "list display", "Global": "'global' statement",
+             "FunctionDef": "nested function definition", "Yield": "yield", "Raise": "'raise' statement",
+             "JoinedStr": "f-string", "Starred": "starred expression", "Slice": "slice"}
+    return names.get(type(node).__name__, f"'{type(node).__name__}'")
+
+
+def _describe(x) -> str:
+    if isinstance(x, ArrayRef):
+        return f"array {x.name!r}"
+    if isinstance(x, tuple):
+        return f"a tuple of {len(x)}"
+    if isinstance(x, Const):
+        return f"constant {x.value!r}"
+    if isinstance(x, ir.Value):
+        return f"a {x.type} value"
+    return getattr(x, "name", None) or getattr(x, "__name__", None) or repr(x)
+
+
+def _dtype_of(x):
+    if isinstance(x, T.Scalar):
+        return x
+    try:
+        if isinstance(x, type) and issubclass(x, np.generic) or isinstance(x, np.dtype):
+            return T.scalar_of(x)
+    except TypeError:
+        return None
+    return None
+
+
+_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "fdiv", ast.FloorDiv: "div", ast.Mod: "mod",
+           ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor", ast.LShift: "shl", ast.RShift: "shr",
+           ast.Pow: "pow"}
+_CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+_MATH = {math.sqrt: "sqrt", math.exp: "exp", math.log: "log", math.sin: "sin", math.cos: "cos", math.fabs: "fabs",
+         math.floor: "floor", math.ceil: "ceil", math.trunc: "trunc", math.tanh: "tanh", math.pow: "pow",
+         math.exp2: "exp2", math.log2: "log2"}
+
+
+def build_ir(pyfunc, argtypes: list) -> ir.Function:
+    """The typed SSA IR of a kernel for the given argument types."""
+    var_types: dict = {}
+    for _ in range(MAX_RETYPES):
+        frontend = Frontend(pyfunc, argtypes, var_types)
+        try:
+            return frontend.build()
+        except _Retype:
+            var_types = frontend.var_types
+        except RecursionError:
+            raise frontend.error("kernel too deeply nested") from None
+    raise CompileError("variable types did not settle", kernel=pyfunc.__name__)

@@ -1,0 +1,666 @@
+"""Layer 3 compiler, stage 3: instruction selection, SSA IR -> machine instructions on virtual registers.
+
+Each IR value gets a virtual register: one 32-bit register, an even-aligned pair for 64-bit
+values (int64, float64, addresses), or a predicate for bools. Patterns worth knowing:
+  - a constant second operand becomes an immediate; kernel arguments are read from
+    constant bank 0 (c[0x0][0x160+offset]) where they are used;
+  - a*b + c in floats becomes one FFMA/DFMA (contraction, as nvcc does by default);
+  - an array element address is IMAD.WIDE index, itemsize, base; a constant added to the
+    index moves into the load's immediate offset ([R2.64+0x10]);
+  - float32 division is a reciprocal and one Newton step (correctly rounded in practice);
+    integer // and % by a power of two are shifts and masks;
+  - phi nodes become copies at the end of each predecessor (a parallel copy, ordered so
+    no source is overwritten before it is read).
+"""
+
+import math
+import struct
+from dataclasses import dataclass, field
+
+from lapis.cuda.compiler import ir
+from lapis.cuda.compiler import types as T
+from lapis.cuda.compiler.frontend import CompileError
+from lapis.isa import Const, Imm, float_bits
+
+SREG = {"tid.x": 0, "tid.y": 1, "tid.z": 2, "ctaid.x": 3, "ctaid.y": 4, "ctaid.z": 5, "laneid": 6}
+LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
+
+
+class VReg:
+    __slots__ = ("id", "width", "pred")
+
+    def __init__(self, id: int, width: int = 1, pred: bool = False):
+        self.id, self.width, self.pred = id, width, pred
+
+    def __repr__(self) -> str:
+        if self.id < 0:
+            return "RZ"
+        return f"%p{self.id}" if self.pred else f"%r{self.id}" + (".64" if self.width == 2 else "")
+
+
+RZ32, RZ64 = VReg(-1), VReg(-1, 2)     # the zero register (a pair of it reads as a 64-bit zero)
+
+
+@dataclass(frozen=True)
+class Imm64:
+    """A 64-bit constant for the MOV64 pseudo-instruction."""
+    value: int
+
+
+@dataclass
+class MInst:
+    op: str
+    mods: dict = field(default_factory=dict)
+    rd: VReg | None = None
+    ra: VReg | None = None
+    b: object = None                 # VReg, isa.Imm, isa.Const or Imm64
+    rc: VReg | None = None
+    pd: VReg | None = None
+    ps: tuple | None = None          # (VReg, negated)
+    pq: tuple | None = None
+    neg: str = ""
+    guard: tuple | None = None
+    target: str | None = None        # branch target block
+
+    def defs(self) -> list[VReg]:
+        return [r for r in (self.rd, self.pd) if isinstance(r, VReg) and r.id >= 0]
+
+    def uses(self) -> list[VReg]:
+        out = [r for r in (self.ra, self.b, self.rc) if isinstance(r, VReg)]
+        out += [p[0] for p in (self.ps, self.pq, self.guard) if p is not None and isinstance(p[0], VReg)]
+        return [r for r in out if r.id >= 0]
+
+    def format(self) -> str:
+        parts = [f"{k}={v}" for k, v in (("rd", self.rd), ("pd", self.pd), ("ra", self.ra), ("b", self.b),
+                                          ("rc", self.rc), ("ps", self.ps), ("pq", self.pq)) if v is not None]
+        mods = "".join(f".{v}" for v in self.mods.values() if v)
+        guard = f"@{'!' if self.guard[1] else ''}{self.guard[0]} " if self.guard else ""
+        tail = f" -> {self.target}" if self.target else ""
+        return f"{guard}{self.op}{mods} {' '.join(parts)}{' neg=' + self.neg if self.neg else ''}{tail}"
+
+
+@dataclass
+class MBlock:
+    label: str
+    insts: list[MInst] = field(default_factory=list)
+    succs: list[str] = field(default_factory=list)
+
+
+def _int_class(t) -> str:
+    return {"int32": "S32", "uint32": "U32", "int64": "S64", "ptr64": "U64"}.get(t.name, "S32")
+
+
+class InstructionSelector:
+    def __init__(self, func: ir.Function):
+        self.func = func
+        self.next_vreg = 0
+        self.vmap: dict[ir.Value, VReg] = {}
+        self.const_regs: dict[tuple, VReg] = {}
+        self.addr_cache: dict[tuple, VReg] = {}
+        self.uses = func.uses()
+        self.fused: set[ir.Value] = set()
+        self.block: MBlock | None = None
+
+    def error(self, v: ir.Value, message: str) -> CompileError:
+        return CompileError(message, "<kernel>", v.line, self.func.name)
+
+    # -- registers -----------------------------------------------------------------------------
+    def new(self, t) -> VReg:
+        self.next_vreg += 1
+        if t == T.boolean:
+            return VReg(self.next_vreg, 1, True)
+        return VReg(self.next_vreg, 2 if t.bits == 64 else 1)
+
+    def emit(self, op: str, **kw) -> MInst:
+        inst = MInst(op, **kw)
+        self.block.insts.append(inst)
+        return inst
+
+    def reg(self, v: ir.Value) -> VReg:
+        """v in a register (materializing constants into the current block)."""
+        if v.op == "const":
+            key = (self.block.label, v.type, repr(v.attrs["value"]))
+            r = self.const_regs.get(key)
+            if r is None:
+                r = self.const_regs[key] = self.new(v.type)
+                self.load_const(r, v.type, v.attrs["value"])
+            return r
+        if v not in self.vmap:
+            raise self.error(v, f"internal: {v.name} ({v.op}) used before it was selected")
+        return self.vmap[v]
+
+    def load_const(self, r: VReg, t, value) -> None:
+        if t == T.boolean:
+            self.emit("ISETP", mods={"cmp": "T" if value else "F"}, pd=r, ps=(None, False))
+        elif t.bits == 64:
+            bits = float_bits64(value) if t.kind == "float" else value & (2**64 - 1)
+            self.emit("MOV64", rd=r, b=Imm64(bits))
+        else:
+            self.emit("MOV", rd=r, b=self.imm(t, value))
+
+    @staticmethod
+    def imm(t, value) -> Imm:
+        return Imm(float_bits(value) if t.kind == "float" else int(value) & 0xFFFFFFFF)
+
+    def operand_b(self, v: ir.Value):
+        """v as operand B: an immediate when it is a constant that fits, else a register."""
+        if v.op == "const":
+            t, value = v.type, v.attrs["value"]
+            if t.bits == 32:
+                return self.imm(t, value)
+            if t.kind in ("int", "uint") and -2**31 <= value < 2**31:
+                return Imm(value & 0xFFFFFFFF)      # 64-bit integer ops sign-extend a 32-bit immediate
+        if v.op in ("param", "dim") and v.type.bits == 32:
+            return Const(0, v.attrs["offset"])
+        return self.reg(v)
+
+    # -- driver ------------------------------------------------------------------------------
+    def run(self) -> list[MBlock]:
+        blocks = [MBlock(b.name, succs=[s.name for s in b.succs]) for b in self.func.blocks]
+        for b in self.func.blocks:
+            for phi in b.phis:
+                self.vmap[phi] = self.new(phi.type)
+        for b, mb in zip(self.func.blocks, blocks, strict=True):
+            self.block = mb
+            for v in b.instrs:
+                if v.op != "const" and v not in self.fused:
+                    self.lower(v)
+            for succ in b.succs:
+                if succ.phis:
+                    self.phi_copies([(self.vmap[phi], phi.args[succ.preds.index(b)]) for phi in succ.phis])
+            self.terminator(b, blocks)
+        return blocks
+
+    def terminator(self, b: ir.Block, blocks: list[MBlock]) -> None:
+        index = self.func.blocks.index(b)
+        nxt = self.func.blocks[index + 1].name if index + 1 < len(self.func.blocks) else None
+        t = b.term
+        if t[0] == "ret":
+            self.emit("EXIT")
+        elif t[0] == "br":
+            if t[1].name != nxt:
+                self.emit("BRA", target=t[1].name)
+        else:
+            _, cond, then, other = t
+            p = self.reg(cond)
+            if then.name == nxt:
+                self.emit("BRA", guard=(p, True), target=other.name)
+            elif other.name == nxt:
+                self.emit("BRA", guard=(p, False), target=then.name)
+            else:
+                self.emit("BRA", guard=(p, False), target=then.name)
+                self.emit("BRA", target=other.name)
+
+    def copy(self, dst: VReg, src) -> None:
+        if dst.pred:
+            self.emit("PLOP", mods={"op": "AND"}, pd=dst, ps=(src, False), pq=(None, False))
+        elif dst.width == 2:
+            self.emit("MOV64", rd=dst, ra=src)
+        else:
+            self.emit("MOV", rd=dst, b=src)
+
+    def phi_copies(self, copies: list[tuple[VReg, ir.Value]]) -> None:
+        consts = [(d, v) for d, v in copies if v.op == "const"]
+        pending = {d: self.reg(v) for d, v in copies if v.op != "const"}
+        pending = {d: s for d, s in pending.items() if d is not s}
+        while pending:
+            sources = set(map(id, pending.values()))
+            ready = [d for d in pending if id(d) not in sources]
+            if ready:
+                for d in ready:
+                    self.copy(d, pending.pop(d))
+                continue
+            d = next(iter(pending))         # a cycle: save one register, then redirect its readers
+            tmp = VReg(self._bump(), d.width, d.pred)
+            self.copy(tmp, d)
+            pending = {k: (tmp if s is d else s) for k, s in pending.items()}
+        for d, v in consts:
+            self.load_const(d, v.type, v.attrs["value"])
+
+    def _bump(self) -> int:
+        self.next_vreg += 1
+        return self.next_vreg
+
+    # -- lowering -----------------------------------------------------------------------------
+    def lower(self, v: ir.Value) -> None:
+        handler = getattr(self, "op_" + v.op, None)
+        if handler is None:
+            raise self.error(v, f"operation {v.op!r} is not supported by the code generator")
+        result = handler(v)
+        if result is not None:
+            self.vmap[v] = result
+
+    def op_param(self, v):
+        r = self.new(v.type)
+        if v.type == T.boolean:
+            tmp = self.new(T.int32)
+            self.emit("MOV", rd=tmp, b=Const(0, v.attrs["offset"]))
+            self.emit("ISETP", mods={"cmp": "NE", "t": "U32"}, pd=r, ra=tmp, b=Imm(0), ps=(None, False))
+        elif v.type.bits == 64:
+            self.emit("LDC", mods={"w": "64"}, rd=r, b=Const(0, v.attrs["offset"]))
+        else:
+            self.emit("MOV", rd=r, b=Const(0, v.attrs["offset"]))
+        return r
+
+    def op_sreg(self, v):
+        r = self.new(T.int32)
+        self.emit("S2R", rd=r, b=Imm(SREG[v.attrs["name"]]))
+        return r
+
+    def op_dim(self, v):
+        r = self.new(T.int32)
+        self.emit("MOV", rd=r, b=Const(0, v.attrs["offset"]))
+        return r
+
+    def _fusable(self, m: ir.Value, v: ir.Value) -> bool:
+        return m.op == "mul" and m.block is v.block and self.uses.get(m, 0) == 1 and m.type == v.type
+
+    def _binary(self, v, op_int, op_float, op_double, mods=None):
+        a, b = v.args
+        t = v.type
+        r = self.new(t)
+        if t.kind == "float":
+            op = op_float if t.bits == 32 else op_double
+            b_op = self.operand_b(b) if t.bits == 32 else self.reg(b)
+            self.emit(op, mods=dict(mods or {}), rd=r, ra=self.reg(a), b=b_op)
+        else:
+            m = dict(mods or {})
+            if t.bits == 64:
+                m["w"] = "64"
+            self.emit(op_int, mods=m, rd=r, ra=self.reg(a), b=self.operand_b(b))
+        return r
+
+    def op_add(self, v):
+        a, b = v.args
+        if v.type.kind == "float":
+            for m, c in ((a, b), (b, a)):
+                if self._fusable(m, v):
+                    self.fused.add(m)
+                    r = self.new(v.type)
+                    x, y = m.args
+                    op, b_op = ("FFMA", self.operand_b(y)) if v.type.bits == 32 else ("DFMA", self.reg(y))
+                    self.emit(op, rd=r, ra=self.reg(x), b=b_op, rc=self.reg(c))
+                    return r
+        return self._binary(v, "IADD", "FADD", "DADD")
+
+    def op_sub(self, v):
+        a, b = v.args
+        r = self.new(v.type)
+        t = v.type
+        if t.kind == "float":
+            if self._fusable(a, v):                 # a*b - c
+                self.fused.add(a)
+                x, y = a.args
+                op, b_op = ("FFMA", self.operand_b(y)) if t.bits == 32 else ("DFMA", self.reg(y))
+                self.emit(op, rd=r, ra=self.reg(x), b=b_op, rc=self.reg(b), neg="c")
+                return r
+            if t.bits == 32 and b.op == "const":
+                self.emit("FADD", rd=r, ra=self.reg(a), b=self.imm(t, -b.attrs["value"]))
+            else:
+                self.emit("FADD" if t.bits == 32 else "DADD", rd=r, ra=self.reg(a), b=self.reg(b), neg="b")
+            return r
+        mods = {"w": "64"} if t.bits == 64 else {}
+        self.emit("IADD", mods=mods, rd=r, ra=self.reg(a), b=self.reg(b), neg="b")
+        return r
+
+    def op_mul(self, v):
+        a, b = v.args
+        if v.type.kind in ("int", "uint") and b.op == "const" and b.attrs["value"] > 0 and \
+                b.attrs["value"] & (b.attrs["value"] - 1) == 0:
+            r = self.new(v.type)
+            mods = {"w": "64"} if v.type.bits == 64 else {}
+            self.emit("SHL", mods=mods, rd=r, ra=self.reg(a), b=Imm(b.attrs["value"].bit_length() - 1))
+            return r
+        return self._binary(v, "IMUL", "FMUL", "DMUL")
+
+    def op_min(self, v):
+        return self._minmax(v, "MIN")
+
+    def op_max(self, v):
+        return self._minmax(v, "MAX")
+
+    def _minmax(self, v, which):
+        t = v.type
+        if t.kind == "float" and t.bits == 64:
+            a, b = self.reg(v.args[0]), self.reg(v.args[1])
+            p, r = self.new(T.boolean), self.new(t)
+            self.emit("DSETP", mods={"cmp": "LT" if which == "MIN" else "GT"}, pd=p, ra=a, b=b, ps=(None, False))
+            self.emit("SEL64", rd=r, ra=a, b=b, ps=(p, False))
+            return r
+        if t.kind == "float":
+            return self._binary(v, "", "FMNMX", "", {"op": which})
+        r = self.new(t)
+        self.emit("IMNMX", mods={"op": which, "t": _int_class(t)}, rd=r, ra=self.reg(v.args[0]),
+                  b=self.operand_b(v.args[1]))
+        return r
+
+    def _logic(self, v, op):
+        if v.type == T.boolean:
+            r = self.new(T.boolean)
+            self.emit("PLOP", mods={"op": op}, pd=r, ps=(self.reg(v.args[0]), False), pq=(self.reg(v.args[1]), False))
+            return r
+        return self._binary(v, "LOP", "", "", {"op": op})
+
+    def op_and(self, v):
+        return self._logic(v, "AND")
+
+    def op_or(self, v):
+        return self._logic(v, "OR")
+
+    def op_xor(self, v):
+        return self._logic(v, "XOR")
+
+    def op_shl(self, v):
+        return self._binary(v, "SHL", "", "")
+
+    def op_shr(self, v):
+        return self._binary(v, "SHR", "", "", {"t": "U32" if v.type.kind == "uint" else "S32"})
+
+    def op_neg(self, v):
+        t, r = v.type, self.new(v.type)
+        a = self.reg(v.args[0])
+        if t.kind == "float":
+            if t.bits == 32:
+                self.emit("FMUL", rd=r, ra=a, b=self.imm(t, -1.0))
+            else:
+                self.emit("DADD", rd=r, ra=a, b=RZ64, neg="a")
+        else:
+            self.emit("IADD", mods={"w": "64"} if t.bits == 64 else {}, rd=r, ra=a, b=RZ32, neg="a")
+        return r
+
+    def op_not(self, v):
+        r = self.new(T.boolean)
+        self.emit("PLOP", mods={"op": "XOR"}, pd=r, ps=(self.reg(v.args[0]), False), pq=(None, False))
+        return r
+
+    def op_cmp(self, v):
+        a, b = v.args
+        t = a.type
+        r = self.new(T.boolean)
+        cmp = v.attrs["op"].upper()
+        if t.kind == "float":
+            op = "FSETP" if t.bits == 32 else "DSETP"
+            self.emit(op, mods={"cmp": cmp}, pd=r, ra=self.reg(a),
+                      b=self.operand_b(b) if t.bits == 32 else self.reg(b), ps=(None, False))
+        else:
+            self.emit("ISETP", mods={"cmp": cmp, "t": _int_class(t)}, pd=r, ra=self.reg(a), b=self.operand_b(b),
+                      ps=(None, False))
+        return r
+
+    def op_select(self, v):
+        cond, a, b = v.args
+        t, r = v.type, self.new(v.type)
+        p = self.reg(cond)
+        if t == T.boolean:
+            x, y = self.new(T.boolean), self.new(T.boolean)
+            self.emit("PLOP", mods={"op": "AND"}, pd=x, ps=(p, False), pq=(self.reg(a), False))
+            self.emit("PLOP", mods={"op": "AND"}, pd=y, ps=(p, True), pq=(self.reg(b), False))
+            self.emit("PLOP", mods={"op": "OR"}, pd=r, ps=(x, False), pq=(y, False))
+        elif t.bits == 64:
+            self.emit("SEL64", rd=r, ra=self.reg(a), b=self.reg(b), ps=(p, False))
+        else:
+            self.emit("SEL", rd=r, ra=self.reg(a), b=self.operand_b(b), ps=(p, False))
+        return r
+
+    def op_cast(self, v):
+        (x,) = v.args
+        src, dst = x.type, v.type
+        r = self.new(dst)
+        a = self.reg(x)
+        sk = "float" if src.kind == "float" else "int"
+        dk = "float" if dst.kind == "float" else "int"
+        if sk == dk == "int":
+            if src.bits == dst.bits:
+                self.copy(r, a)
+            elif dst.bits == 64:
+                self.emit("I2I", mods={"to": "S64", "fr": "U32" if src.kind == "uint" else "S32"}, rd=r, b=a)
+            else:
+                self.emit("I2I", mods={"to": "S32", "fr": "S64"}, rd=r, b=a)
+        elif sk == dk == "float":
+            self.emit("F2F", mods={"to": f"F{dst.bits}", "fr": f"F{src.bits}"}, rd=r, b=a)
+        elif dk == "float":
+            self.emit("I2F", mods={"to": f"F{dst.bits}", "fr": _int_class(src) if src.bits == 32 else "S64"},
+                      rd=r, b=a)
+        else:
+            if dst.bits == 64 or dst.kind == "uint":
+                wide = r if dst.bits == 64 else self.new(T.int64)
+                self.emit("F2I", mods={"to": "S64", "fr": f"F{src.bits}", "rnd": "TRUNC"}, rd=wide, b=a)
+                if wide is not r:
+                    self.emit("I2I", mods={"to": "S32", "fr": "S64"}, rd=r, b=wide)
+            else:
+                self.emit("F2I", mods={"to": "S32", "fr": f"F{src.bits}", "rnd": "TRUNC"}, rd=r, b=a)
+        return r
+
+    # -- division -----------------------------------------------------------------------------
+    def op_fdiv(self, v):
+        a, b = v.args
+        t = v.type
+        if t.bits == 32:
+            return self._fdiv32(self.reg(a), b)
+        return self._fdiv64(self.reg(a), self.reg(b))
+
+    def _fdiv32(self, a: VReg, b: ir.Value) -> VReg:
+        if b.op == "const" and b.attrs["value"] != 0 and abs(math.frexp(b.attrs["value"])[0]) == 0.5 \
+                and 2**-126 < abs(b.attrs["value"]) < 2**126:       # a power of two: the reciprocal is exact
+            r = self.new(T.float32)
+            self.emit("FMUL", rd=r, ra=a, b=self.imm(T.float32, 1.0 / b.attrs["value"]))
+            return r
+        d = self.reg(b)
+        rcp, q, e, out = (self.new(T.float32) for _ in range(4))
+        self.emit("MUFU", mods={"fn": "RCP"}, rd=rcp, b=d)
+        self.emit("FMUL", rd=q, ra=a, b=rcp)
+        self.emit("FFMA", rd=e, ra=d, b=q, rc=a, neg="a")          # e = a - d*q
+        self.emit("FFMA", rd=out, ra=e, b=rcp, rc=q)               # q + e/d
+        return out
+
+    def _fdiv64(self, a: VReg, d: VReg) -> VReg:
+        f = [self.new(T.float32) for _ in range(2)]
+        r0, r1, r2, e0, e1, one, q, e, out = (self.new(T.float64) for _ in range(9))
+        self.emit("F2F", mods={"to": "F32", "fr": "F64"}, rd=f[0], b=d)
+        self.emit("MUFU", mods={"fn": "RCP"}, rd=f[1], b=f[0])
+        self.emit("F2F", mods={"to": "F64", "fr": "F32"}, rd=r0, b=f[1])
+        self.emit("MOV64", rd=one, b=Imm64(float_bits64(1.0)))
+        self.emit("DFMA", rd=e0, ra=d, b=r0, rc=one, neg="a")      # Newton: r = r + r(1 - d r)
+        self.emit("DFMA", rd=r1, ra=r0, b=e0, rc=r0)
+        self.emit("DFMA", rd=e1, ra=d, b=r1, rc=one, neg="a")
+        self.emit("DFMA", rd=r2, ra=r1, b=e1, rc=r1)
+        self.emit("DMUL", rd=q, ra=a, b=r2)
+        self.emit("DFMA", rd=e, ra=d, b=q, rc=a, neg="a")
+        self.emit("DFMA", rd=out, ra=e, b=r2, rc=q)
+        return out
+
+    def _pow2(self, v, b: ir.Value) -> int:
+        if b.op != "const" or b.attrs["value"] <= 0 or b.attrs["value"] & (b.attrs["value"] - 1):
+            raise self.error(v, "integer // and % are supported by positive power-of-two constants only "
+                                "(general integer division is not in the lapis ISA yet)")
+        return b.attrs["value"]
+
+    def op_div(self, v):
+        a, b = v.args
+        t = v.type
+        if t.kind == "float":
+            q = self._fdiv32(self.reg(a), b) if t.bits == 32 else self._fdiv64(self.reg(a), self.reg(b))
+            r = self.new(t)
+            self.emit("FRND", mods={"rnd": "FLOOR", "w": f"F{t.bits}"}, rd=r, b=q)
+            return r
+        n = self._pow2(v, b)
+        r = self.new(t)
+        mods = {"t": "U32" if t.kind == "uint" else "S32"}
+        if t.bits == 64:
+            mods["w"] = "64"
+        self.emit("SHR", mods=mods, rd=r, ra=self.reg(a), b=Imm(n.bit_length() - 1))
+        return r
+
+    def op_mod(self, v):
+        a, b = v.args
+        t = v.type
+        if t.kind == "float":
+            floor = self.op_div(v)
+            r = self.new(t)
+            op, b_op = ("FFMA", self.operand_b(b)) if t.bits == 32 else ("DFMA", self.reg(b))
+            self.emit(op, rd=r, ra=floor, b=b_op, rc=self.reg(a), neg="a")     # a - floor(a/b)*b
+            return r
+        n = self._pow2(v, b)
+        r = self.new(t)
+        self.emit("LOP", mods={"op": "AND", **({"w": "64"} if t.bits == 64 else {})}, rd=r, ra=self.reg(a),
+                  b=Imm(n - 1))
+        return r
+
+    # -- math ---------------------------------------------------------------------------------
+    def op_math(self, v):
+        fn, t = v.attrs["fn"], v.type
+        if t.bits == 64 and fn not in ("fabs", "floor", "ceil", "trunc"):
+            narrow = [self.new(T.float32) for _ in v.args]
+            for n, a in zip(narrow, v.args, strict=True):
+                self.emit("F2F", mods={"to": "F32", "fr": "F64"}, rd=n, b=self.reg(a))
+            out32 = self._math32(fn, narrow)
+            r = self.new(t)
+            self.emit("F2F", mods={"to": "F64", "fr": "F32"}, rd=r, b=out32)
+            return r
+        if fn in ("floor", "ceil", "trunc"):
+            r = self.new(t)
+            self.emit("FRND", mods={"rnd": fn.upper(), "w": f"F{t.bits}"}, rd=r, b=self.reg(v.args[0]))
+            return r
+        if fn == "fabs" and t.bits == 64:
+            a = self.reg(v.args[0])
+            p, neg, r = self.new(T.boolean), self.new(t), self.new(t)
+            self.emit("DSETP", mods={"cmp": "LT"}, pd=p, ra=a, b=RZ64, ps=(None, False))
+            self.emit("DADD", rd=neg, ra=a, b=RZ64, neg="a")
+            self.emit("SEL64", rd=r, ra=neg, b=a, ps=(p, False))
+            return r
+        return self._math32(fn, [self.reg(a) for a in v.args])
+
+    def _math32(self, fn: str, args: list[VReg]) -> VReg:
+        f32 = T.float32
+        x = args[0]
+        r = self.new(f32)
+        if fn in ("sqrt", "sin", "cos", "exp2", "log2"):
+            self.emit("MUFU", mods={"fn": {"exp2": "EX2", "log2": "LG2"}.get(fn, fn.upper())}, rd=r, b=x)
+        elif fn == "exp":
+            t = self.new(f32)
+            self.emit("FMUL", rd=t, ra=x, b=self.imm(f32, LOG2E))
+            self.emit("MUFU", mods={"fn": "EX2"}, rd=r, b=t)
+        elif fn == "log":
+            t = self.new(f32)
+            self.emit("MUFU", mods={"fn": "LG2"}, rd=t, b=x)
+            self.emit("FMUL", rd=r, ra=t, b=self.imm(f32, LN2))
+        elif fn == "fabs":
+            self.emit("FMNMX", mods={"op": "MAX"}, rd=r, ra=x, b=x, neg="b")
+        elif fn == "tanh":                       # 1 - 2 / (exp(2x) + 1)
+            t, u, inv = self.new(f32), self.new(f32), self.new(f32)
+            e = self.new(f32)
+            self.emit("FMUL", rd=t, ra=x, b=self.imm(f32, 2 * LOG2E))
+            self.emit("MUFU", mods={"fn": "EX2"}, rd=e, b=t)
+            self.emit("FADD", rd=u, ra=e, b=self.imm(f32, 1.0))
+            self.emit("MUFU", mods={"fn": "RCP"}, rd=inv, b=u)
+            one = self.new(f32)
+            self.emit("MOV", rd=one, b=self.imm(f32, 1.0))
+            self.emit("FFMA", rd=r, ra=inv, b=self.imm(f32, -2.0), rc=one)
+        elif fn == "pow":                        # exp2(y * log2(x))
+            lg, prod = self.new(f32), self.new(f32)
+            self.emit("MUFU", mods={"fn": "LG2"}, rd=lg, b=x)
+            self.emit("FMUL", rd=prod, ra=lg, b=args[1])
+            self.emit("MUFU", mods={"fn": "EX2"}, rd=r, b=prod)
+        else:
+            raise CompileError(f"math.{fn} is not supported in kernels yet", kernel=self.func.name)
+        return r
+
+    # -- memory -------------------------------------------------------------------------------
+    def address(self, addr: ir.Value) -> tuple[VReg, int]:
+        """A memory operand (base register, immediate offset) for an address value."""
+        if addr.type == ir.ADDRESS:
+            ptr, index = addr.args
+            scale = addr.attrs["scale"]
+            offset = 0
+            if index.op == "add" and index.args[1].op == "const":
+                offset = index.args[1].attrs["value"] * scale
+                index = index.args[0]
+            if index.op == "const":
+                offset += index.attrs["value"] * scale
+                if -2**31 <= offset < 2**31:
+                    return self.reg(ptr), offset
+                index = None
+            key = (self.block.label, ptr, index, scale)
+            base = self.addr_cache.get(key)
+            if base is None:
+                base = self.addr_cache[key] = self.new(ir.ADDRESS)
+                wide = "WIDE" if index.type.bits == 32 else "64"
+                self.emit("IMAD", mods={"w": wide}, rd=base, ra=self.reg(index), b=Imm(scale), rc=self.reg(ptr))
+            return base, offset
+        if addr.op == "const":                   # shared memory: a byte offset
+            return RZ32, addr.attrs["value"]
+        if addr.op == "add" and addr.args[1].op == "const":
+            return self.reg(addr.args[0]), addr.args[1].attrs["value"]
+        return self.reg(addr), 0
+
+    def op_gaddr(self, v):
+        base, offset = self.address(v)
+        if offset == 0:
+            return base
+        r = self.new(ir.ADDRESS)
+        self.emit("IADD", mods={"w": "64"}, rd=r, ra=base, b=Imm(offset & 0xFFFFFFFF))
+        return r
+
+    def op_load(self, v):
+        space = v.attrs["space"]
+        base, offset = self.address(v.args[0])
+        t = v.type
+        width = {1: "U8", 8: "64"}.get(t.itemsize, "")
+        r = self.new(t)
+        dst = self.new(T.int32) if t == T.boolean else r
+        if space == "global":
+            self.emit("LDG", mods={"e": "E", "w": width}, rd=dst, ra=base, b=Imm(offset & 0xFFFFFFFF))
+        else:
+            if t == T.boolean:
+                raise self.error(v, "bool arrays in shared memory are not supported yet")
+            self.emit("LDS", mods={"w": width}, rd=dst, ra=base, b=Imm(offset & 0xFFFFFFFF))
+        if t == T.boolean:
+            self.emit("ISETP", mods={"cmp": "NE", "t": "U32"}, pd=r, ra=dst, b=Imm(0), ps=(None, False))
+        return r
+
+    def op_store(self, v):
+        addr, value = v.args
+        space = v.attrs["space"]
+        base, offset = self.address(addr)
+        t = value.type
+        width = {1: "U8", 8: "64"}.get(t.itemsize, "")
+        src = self.reg(value)
+        if t == T.boolean:
+            data = self.new(T.int32)
+            self.emit("SEL", rd=data, ra=RZ32, b=Imm(1), ps=(src, True))
+            src = data
+        if space == "global":
+            self.emit("STG", mods={"e": "E", "w": width}, ra=base, b=Imm(offset & 0xFFFFFFFF), rc=src)
+        else:
+            if t == T.boolean:
+                raise self.error(v, "bool arrays in shared memory are not supported yet")
+            self.emit("STS", mods={"w": width}, ra=base, b=Imm(offset & 0xFFFFFFFF), rc=src)
+
+    def op_barrier(self, v):
+        self.emit("BAR", mods={"op": "SYNC"}, b=Imm(0))
+
+
+def float_bits64(value: float) -> int:
+    return struct.unpack("<Q", struct.pack("<d", value))[0]
+
+
+SIDE_EFFECTS = {"STG", "STS", "BAR", "BRA", "EXIT"}
+
+
+def remove_dead(blocks: list[MBlock]) -> None:
+    """Drop instructions whose results nothing reads (e.g. a value every user took as an operand)."""
+    while True:
+        used = {id(r) for b in blocks for i in b.insts for r in i.uses()}
+        removed = False
+        for b in blocks:
+            keep = [i for i in b.insts if i.op in SIDE_EFFECTS or any(id(r) in used for r in i.defs())]
+            removed |= len(keep) != len(b.insts)
+            b.insts = keep
+        if not removed:
+            return
+
+
+def select(func: ir.Function) -> list[MBlock]:
+    blocks = InstructionSelector(func).run()
+    remove_dead(blocks)
+    return blocks

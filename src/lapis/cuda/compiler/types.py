@@ -1,0 +1,135 @@
+"""Layer 3 compiler: the types of the kernel language and numba's rules for combining them.
+
+Scalars are int32, int64, uint32, float32, float64 and bool. Kernel arguments follow numba:
+a Python int is int64, a Python float is float64, a device array is an array of its dtype
+with its number of dimensions and layout ("C", "F" or "A"). Arithmetic follows numba
+(int32 + int64 -> int64, any int + float32 -> float64, int / int -> float64). One
+deliberate difference: a literal in an expression is weak and takes the type of the other
+operand when it can (x * 2.0 stays float32, i + 1 stays int32), as in C and JAX; a variable
+assigned only literals is int64 or float64, as in numba.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Scalar:
+    name: str
+    kind: str          # "int", "uint", "float" or "bool"
+    bits: int
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.bool_) if self.kind == "bool" else np.dtype(self.name)
+
+    @property
+    def itemsize(self) -> int:
+        return 1 if self.kind == "bool" else self.bits // 8
+
+    @property
+    def wide(self) -> bool:
+        """Lives in a 64-bit register pair."""
+        return self.bits == 64
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class Weak:
+    """The type of a literal before it meets another type: 'int' or 'float'."""
+    kind: str
+
+    def __str__(self) -> str:
+        return f"literal {self.kind}"
+
+
+int32 = Scalar("int32", "int", 32)
+int64 = Scalar("int64", "int", 64)
+uint32 = Scalar("uint32", "uint", 32)
+float32 = Scalar("float32", "float", 32)
+float64 = Scalar("float64", "float", 64)
+boolean = Scalar("bool", "bool", 1)
+WEAK_INT, WEAK_FLOAT = Weak("int"), Weak("float")
+SCALARS = {t.name: t for t in (int32, int64, uint32, float32, float64, boolean)}
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    dtype: Scalar
+    ndim: int
+    layout: str = "A"          # "C", "F" or "A"
+    space: str = "global"      # "global", "shared" or "local"
+    shape: tuple[int, ...] | None = None    # static shape (shared and local arrays)
+
+    def __str__(self) -> str:
+        where = "" if self.space == "global" else f" in {self.space} memory"
+        return f"array({self.dtype}, {self.ndim}d, {self.layout}){where}"
+
+
+@dataclass(frozen=True)
+class TupleType:
+    items: tuple
+
+    def __str__(self) -> str:
+        return f"tuple({', '.join(map(str, self.items))})"
+
+
+def scalar_of(dtype) -> Scalar:
+    """The kernel-language scalar for a numpy dtype, a type object or a name."""
+    if isinstance(dtype, Scalar):
+        return dtype
+    name = np.dtype(dtype).name if not isinstance(dtype, str) or dtype in np.sctypeDict else dtype
+    if name == "bool":
+        return boolean
+    if name not in SCALARS:
+        raise TypeError(f"dtype {name} is not supported in kernels (use one of {', '.join(SCALARS)})")
+    return SCALARS[name]
+
+
+def concrete(t):
+    """A weak literal type made concrete, as numba types a variable holding a literal."""
+    if t == WEAK_INT:
+        return int64
+    if t == WEAK_FLOAT:
+        return float64
+    return t
+
+
+def unify(a, b):
+    """The type two numeric types combine to, numba's way (with weak literals)."""
+    if a == b:
+        return a
+    if isinstance(a, Weak) and isinstance(b, Weak):
+        return WEAK_FLOAT if "float" in (a.kind, b.kind) else WEAK_INT
+    if isinstance(a, Weak):
+        a, b = b, a
+    if isinstance(b, Weak):        # a is concrete
+        if a.kind == "bool":
+            return int64 if b.kind == "int" else float64
+        if b.kind == "int" or a.kind == "float":
+            return a
+        return float64             # an integer meets a float literal
+    if a.kind == "bool":
+        a = int64
+    if b.kind == "bool":
+        b = int64
+    if a == b:
+        return a
+    if a.kind == "float" or b.kind == "float":
+        if a.kind == "float" and b.kind == "float":
+            return float64
+        f = a if a.kind == "float" else b
+        i = b if f is a else a
+        return float32 if f == float32 and i.bits <= 16 else float64
+    if a.kind == b.kind:
+        return a if a.bits >= b.bits else b
+    return int64                   # signed meets unsigned
+
+
+def can_hold(var, value) -> bool:
+    """Whether assigning a value of type `value` to a variable of type `var` loses nothing numba
+    would have kept, i.e. the variable need not widen."""
+    return unify(var, value) == var

@@ -1,0 +1,110 @@
+"""Layer 3: device arrays (numba.cuda's DeviceNDArray): a shape, strides and dtype over device memory.
+
+The memory comes from the device's coarse-grained pool through the runtime and goes back
+when the last array using it is garbage collected. Copies to and from the host go through
+the runtime's copy engine path.
+"""
+
+import weakref
+
+import numpy as np
+
+from lapis import trace
+
+
+class Allocation:
+    """Device memory shared by the arrays that view it; freed when the last of them goes."""
+    __slots__ = ("__weakref__", "va", "size")
+
+    def __init__(self, context, buffer):
+        self.va, self.size = buffer.va, buffer.size
+        weakref.finalize(self, context.free, buffer)
+
+
+class DeviceNDArray:
+    def __init__(self, shape, strides, dtype, context, memory: Allocation, ptr: int | None = None):
+        self.shape = tuple(int(s) for s in shape)
+        self.strides = tuple(int(s) for s in strides)
+        self.dtype = np.dtype(dtype)
+        self.context = context
+        self.memory = memory
+        self.ptr = memory.va if ptr is None else ptr
+
+    @classmethod
+    def allocate(cls, context, shape, dtype, order: str = "C") -> "DeviceNDArray":
+        shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        dtype = np.dtype(dtype)
+        strides = _contiguous_strides(shape, dtype.itemsize, order)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return cls(shape, strides, dtype, context, Allocation(context, context.allocate(max(nbytes, 1))))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    @property
+    def device(self):
+        return self.context.device
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def is_c_contiguous(self) -> bool:
+        return self.strides == _contiguous_strides(self.shape, self.dtype.itemsize, "C") or self.size <= 1
+
+    def is_f_contiguous(self) -> bool:
+        return self.strides == _contiguous_strides(self.shape, self.dtype.itemsize, "F") or self.size <= 1
+
+    @property
+    def layout(self) -> str:
+        return "C" if self.is_c_contiguous() else "F" if self.is_f_contiguous() else "A"
+
+    def _check_contiguous(self, what: str) -> None:
+        if not (self.is_c_contiguous() or self.is_f_contiguous()):
+            raise ValueError(f"{what} of a non-contiguous device array is not supported")
+
+    def copy_to_host(self, ary: np.ndarray | None = None, stream=0) -> np.ndarray:
+        """Wait for the device's queued work, then copy the array into host memory."""
+        self._check_contiguous("copy_to_host")
+        self.context.synchronize()
+        order = "C" if self.is_c_contiguous() else "F"
+        with trace.span(3, "memcpy", kind="DtoH", bytes=self.nbytes, src=self.ptr, device=str(self.device)):
+            raw = self.context.copy_to_host(self.ptr, self.nbytes) if self.nbytes else np.zeros(0, np.uint8)
+        out = raw.view(self.dtype).reshape(self.shape, order=order)
+        if ary is None:
+            return out
+        ary[...] = out
+        return ary
+
+    def copy_to_device(self, ary, stream=0) -> None:
+        data = np.asarray(ary, dtype=self.dtype)
+        if data.shape != self.shape:
+            raise ValueError(f"cannot copy an array of shape {data.shape} into a device array of shape {self.shape}")
+        self._check_contiguous("copy_to_device")
+        order = "C" if self.is_c_contiguous() else "F"
+        with trace.span(3, "memcpy", kind="HtoD", bytes=self.nbytes, dst=self.ptr, device=str(self.device)):
+            if self.nbytes:
+                self.context.copy_to_device(self.ptr, np.asarray(data, order=order).ravel(order=order))
+
+    def __repr__(self) -> str:
+        return f"<DeviceNDArray shape={self.shape} dtype={self.dtype} on {self.device} at {self.ptr:#x}>"
+
+    def __array__(self, dtype=None, copy=None):
+        raise TypeError("a DeviceNDArray lives in device memory; call .copy_to_host() to get a numpy array")
+
+
+def _contiguous_strides(shape: tuple, itemsize: int, order: str) -> tuple:
+    strides, acc = [], itemsize
+    dims = list(shape) if order == "F" else list(reversed(shape))
+    for s in dims:
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(strides) if order == "F" else tuple(reversed(strides))

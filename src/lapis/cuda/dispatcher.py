@@ -1,0 +1,136 @@
+"""Layer 3: `@cuda.jit` and the dispatcher behind a kernel launch.
+
+    @cuda.jit
+    def axpy(a, x, y, out):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = a * x[i] + y[i]
+
+    axpy[blocks, threads](2.0, d_x, d_y, d_out)            # or [blocks, threads, stream, shared_bytes]
+
+As in numba, compilation is lazy and per argument types: the first launch with new types
+compiles (Python -> lapis ISA, see `lapis.cuda.compiler`), later ones reuse the result.
+Argument types follow numba: a device array types as array(dtype, ndim, layout), a Python
+int as int64, a Python float as float64, a numpy scalar as its dtype.
+"""
+
+import numpy as np
+
+from lapis import trace
+from lapis.cuda.compiler import CompiledKernel, compile_kernel
+from lapis.cuda.compiler import types as T
+from lapis.cuda.context import pack_kernargs
+from lapis.cuda.devicearray import DeviceNDArray
+from lapis.cuda.errors import LaunchError
+
+
+def typeof(value, index: int, name: str):
+    if isinstance(value, DeviceNDArray):
+        return T.ArrayType(T.scalar_of(value.dtype), value.ndim, value.layout)
+    if isinstance(value, np.ndarray):
+        raise TypeError(f"kernel argument {index} ({name!r}) is a host numpy array; kernels read device memory, "
+                        "so copy it first with cuda.to_device(array) (and back with .copy_to_host())")
+    if isinstance(value, bool | np.bool_):
+        return T.boolean
+    if isinstance(value, int):
+        return T.int64
+    if isinstance(value, float):
+        return T.float64
+    if isinstance(value, np.generic):
+        return T.scalar_of(value.dtype)
+    raise TypeError(f"kernel argument {index} ({name!r}) of type {type(value).__name__} is not supported "
+                    "(pass device arrays and numbers)")
+
+
+def _dim3(value, what: str) -> tuple[int, int, int]:
+    dims = (value,) if isinstance(value, int | np.integer) else tuple(value)
+    if not 1 <= len(dims) <= 3 or not all(isinstance(d, int | np.integer) and d >= 1 for d in dims):
+        raise LaunchError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, got {value!r}")
+    return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+
+
+class Dispatcher:
+    def __init__(self, pyfunc, api):
+        self.py_func = pyfunc
+        self.__name__ = pyfunc.__name__
+        self.__doc__ = pyfunc.__doc__
+        self.api = api
+        self.overloads: dict[tuple, CompiledKernel] = {}
+
+    def __repr__(self) -> str:
+        return f"<lapis kernel {self.__name__}>"
+
+    def __getitem__(self, config) -> "LaunchConfiguration":
+        config = config if isinstance(config, tuple) else (config,)
+        if not 2 <= len(config) <= 4:
+            raise LaunchError("launch as kernel[blocks, threads] or kernel[blocks, threads, stream, shared_bytes]")
+        grid, block = _dim3(config[0], "the grid (blocks)"), _dim3(config[1], "the block (threads)")
+        stream = config[2] if len(config) > 2 else 0
+        shared = int(config[3]) if len(config) > 3 else 0
+        return LaunchConfiguration(self, grid, block, stream, shared)
+
+    def __call__(self, *args):
+        raise LaunchError(f"launch kernel {self.__name__!r} with a configuration: "
+                          f"{self.__name__}[blocks, threads](...)")
+
+    def compile(self, argtypes: tuple) -> CompiledKernel:
+        compiled = self.overloads.get(argtypes)
+        if compiled is None:
+            compiled = self.overloads[argtypes] = compile_kernel(self.py_func, argtypes)
+        return compiled
+
+    def _only(self) -> CompiledKernel:
+        if not self.overloads:
+            raise RuntimeError(f"kernel {self.__name__!r} has not been compiled yet (launch it once first)")
+        return next(iter(self.overloads.values()))
+
+    def inspect_ir(self) -> str:
+        return "\n\n".join(k.ir for k in self.overloads.values()) if self.overloads else self._only().ir
+
+    def inspect_asm(self) -> str:
+        return "\n\n".join(k.listing() for k in self.overloads.values()) if self.overloads else self._only()
+
+    def inspect_types(self) -> str:
+        return "\n".join(f"{self.__name__}({', '.join(map(str, sig))})" for sig in self.overloads) or \
+            self._only().name
+
+    def resources(self) -> str:
+        return "\n".join(k.resources() for k in self.overloads.values()) if self.overloads else self._only().name
+
+    def launch(self, args: tuple, grid, block, stream, shared: int) -> None:
+        names = [n for n in self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount]]
+        if len(args) != len(names):
+            raise TypeError(f"kernel {self.__name__!r} takes {len(names)} arguments ({', '.join(names)}), "
+                            f"got {len(args)}")
+        argtypes = tuple(typeof(a, i, n) for i, (a, n) in enumerate(zip(args, names, strict=True)))
+        context = self.api.context_for(args, stream)
+        for i, (a, n) in enumerate(zip(args, names, strict=True)):
+            if isinstance(a, DeviceNDArray) and a.context is not context:
+                raise LaunchError(f"kernel argument {i} ({n!r}) lives on {a.device}, but the launch is on "
+                                  f"{context.device}")
+        threads = block[0] * block[1] * block[2]
+        device = context.device
+        if threads > device.MAX_THREADS_PER_BLOCK:
+            raise LaunchError(f"{threads} threads per block exceeds the limit of {device.MAX_THREADS_PER_BLOCK} "
+                              f"on {device.name}")
+        compiled = self.compile(argtypes)
+        if compiled.shared_bytes + shared > device.MAX_SHARED_MEMORY_PER_BLOCK:
+            raise LaunchError(f"kernel {self.__name__!r} needs {compiled.shared_bytes + shared} bytes of shared "
+                              f"memory per block; {device.name} has {device.MAX_SHARED_MEMORY_PER_BLOCK}")
+        kernargs = pack_kernargs(compiled.arg_layout, list(args))
+        if trace.enabled():
+            trace.emit(3, "launch", kernel=self.__name__, device=str(device), grid=grid, block=block,
+                       registers=compiled.registers, shared_bytes=compiled.shared_bytes + shared,
+                       args={n: (f"{a.dtype}{list(a.shape)} @ {a.ptr:#x}" if isinstance(a, DeviceNDArray) else a)
+                             for n, a in zip(names, args, strict=True)},
+                       kernarg_bytes=len(kernargs), kernarg_hex=kernargs.hex(),
+                       instructions=len(compiled.instructions))
+        context.launch(compiled, kernargs, grid, block, shared)
+
+
+class LaunchConfiguration:
+    def __init__(self, dispatcher: Dispatcher, grid, block, stream, shared: int):
+        self.dispatcher, self.grid, self.block, self.stream, self.shared = dispatcher, grid, block, stream, shared
+
+    def __call__(self, *args) -> None:
+        self.dispatcher.launch(args, self.grid, self.block, self.stream, self.shared)

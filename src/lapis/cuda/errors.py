@@ -1,0 +1,23 @@
+"""Layer 3: the errors of the programming interface, CUDA style."""
+
+
+class CudaError(RuntimeError):
+    """An error reported by the lapis CUDA/HIP API."""
+
+
+class CudaSupportError(CudaError):
+    """No device of the requested kind is present."""
+
+
+class LaunchError(CudaError):
+    """A launch configuration the device cannot run (like cudaErrorInvalidConfiguration)."""
+
+
+class KernelFault(CudaError):
+    """A kernel stopped on the device (like cudaErrorIllegalAddress): names the kernel, the
+    instruction and, for memory faults, the address."""
+
+    def __init__(self, message: str, kernel: str, pc: int | None = None, instruction: str | None = None,
+                 address: int | None = None):
+        super().__init__(message)
+        self.kernel, self.pc, self.instruction, self.address = kernel, pc, instruction, address

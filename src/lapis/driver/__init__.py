@@ -1,0 +1,38 @@
+"""Layer 1, `lapis.driver`: the kernel driver (nvidia.ko / amdgpu+amdkfd of the stack).
+
+Owns: the per-process device handle and its numbered commands, physical memory allocation
+(buddy allocators for VRAM and for the host pages behind GTT), GPU page tables and VMIDs,
+queue creation and doorbells, events and the interrupt handler. It is the only package that
+imports `lapis.hardware`; the runtime reaches the device only through it.
+"""
+
+from lapis.driver.buddy import OutOfMemoryError
+from lapis.driver.events import WaitResult
+from lapis.driver.kfd import (
+    AllocMemoryArgs,
+    CreateEventArgs,
+    CreateQueueArgs,
+    DoorbellWindow,
+    DriverError,
+    DriverOutOfMemory,
+    EventArgs,
+    GetClockCountersArgs,
+    GetProcessAperturesArgs,
+    GetVersionArgs,
+    Ioctl,
+    KfdProcess,
+    MapMemoryArgs,
+    MemFlags,
+    MemoryHandleArgs,
+    QueueArgs,
+    WaitEventsArgs,
+    open,
+    system,
+)
+
+__all__ = [
+    "AllocMemoryArgs", "CreateEventArgs", "CreateQueueArgs", "DoorbellWindow", "DriverError", "DriverOutOfMemory",
+    "EventArgs", "GetClockCountersArgs", "GetProcessAperturesArgs", "GetVersionArgs", "Ioctl", "KfdProcess",
+    "MapMemoryArgs", "MemFlags", "MemoryHandleArgs", "OutOfMemoryError", "QueueArgs", "WaitEventsArgs", "WaitResult",
+    "open", "system"
+]

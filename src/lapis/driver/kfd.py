@@ -1,0 +1,503 @@
+"""Layer 1: the kernel driver's device interface, modelled on amdkfd's /dev/kfd.
+
+`open()` gives a process a handle (`KfdProcess`), as opening /dev/kfd does; the process
+then issues numbered commands (`Ioctl`) with structured arguments and results. A process
+has its own GPU virtual address space on each GPU (a VMID and page tables), its own
+memory, queues and events; the driver is the only code that touches the hardware.
+
+The per-launch path does not come through here: after CREATE_QUEUE the process writes
+packets into its ring (host memory it mapped) and rings the doorbell through the doorbell
+window it mapped. The driver is the control plane: memory, queues, events, faults.
+"""
+
+import dataclasses
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import IntEnum, IntFlag
+
+import numpy as np
+
+from lapis import trace
+from lapis.driver.address_space import GPUVM_BASE, GPUVM_LIMIT, AddressSpace, VirtualRanges
+from lapis.driver.buddy import BuddyAllocator, OutOfMemoryError
+from lapis.driver.events import EventTable, WaitResult
+from lapis.hardware import (
+    PAGE_BYTES,
+    PTE_EXECUTABLE,
+    PTE_SYSTEM,
+    PTE_WRITABLE,
+    Gpu,
+    HardwareQueue,
+    Interrupt,
+    Platform,
+)
+
+KFD_VERSION = (1, 14)
+DEFAULT_GPUS = "h200,mi300x"
+MAX_VMIDS = 16
+EVENT_SLOTS = 4096
+
+
+class Ioctl(IntEnum):
+    """Command numbers, as in amdkfd's kfd_ioctl.h."""
+    GET_VERSION = 0x01
+    CREATE_QUEUE = 0x02
+    DESTROY_QUEUE = 0x03
+    GET_CLOCK_COUNTERS = 0x05
+    GET_PROCESS_APERTURES = 0x06
+    CREATE_EVENT = 0x08
+    DESTROY_EVENT = 0x09
+    SET_EVENT = 0x0A
+    RESET_EVENT = 0x0B
+    WAIT_EVENTS = 0x0C
+    ALLOC_MEMORY_OF_GPU = 0x16
+    FREE_MEMORY_OF_GPU = 0x17
+    MAP_MEMORY_TO_GPU = 0x18
+    UNMAP_MEMORY_FROM_GPU = 0x19
+    QUEUE_STATUS = 0x80          # lapis: a queue's state and, after a fault, what went wrong
+
+
+class MemFlags(IntFlag):
+    VRAM = 1 << 0
+    GTT = 1 << 1
+    USERPTR = 1 << 2
+    DOORBELL = 1 << 3
+    UNCACHED = 1 << 25
+    COHERENT = 1 << 26
+    EXECUTABLE = 1 << 30
+    WRITABLE = 1 << 31
+
+
+class DriverError(Exception):
+    """A command the driver refused; the message says why."""
+
+
+class DriverOutOfMemory(DriverError, MemoryError):
+    pass
+
+
+# -- command arguments and results ---------------------------------------------------------------
+@dataclass
+class GetVersionArgs:
+    pass
+
+
+@dataclass
+class GetVersionResult:
+    major: int
+    minor: int
+
+
+@dataclass
+class GetProcessAperturesArgs:
+    pass
+
+
+@dataclass
+class Aperture:
+    gpu_id: int
+    gpuvm_base: int
+    gpuvm_limit: int
+
+
+@dataclass
+class AllocMemoryArgs:
+    gpu_id: int
+    size: int
+    flags: MemFlags
+
+
+@dataclass
+class AllocMemoryResult:
+    handle: int
+    va_addr: int
+    size: int
+
+
+@dataclass
+class MemoryHandleArgs:
+    handle: int
+
+
+@dataclass
+class MapMemoryArgs:
+    handle: int
+    gpu_ids: list[int] | None = None      # None: the GPU the memory was allocated on
+
+
+@dataclass
+class CreateQueueArgs:
+    gpu_id: int
+    queue_type: str                 # "compute" (AQL) or "copy"
+    ring_base_address: int          # GPU VA of the ring (in memory the process allocated)
+    ring_size: int                  # bytes, a power of two multiple of 64
+    read_pointer_address: int       # GPU VA of the u64 read index the device updates
+
+
+@dataclass
+class CreateQueueResult:
+    queue_id: int
+    doorbell_offset: int
+
+
+@dataclass
+class QueueArgs:
+    queue_id: int
+
+
+@dataclass
+class QueueStatusResult:
+    state: str
+    error: dict | None
+
+
+@dataclass
+class CreateEventArgs:
+    auto_reset: bool = True
+
+
+@dataclass
+class CreateEventResult:
+    event_id: int
+    mailbox_address: int            # GPU VA a signal names to have this event set on completion
+
+
+@dataclass
+class EventArgs:
+    event_id: int
+
+
+@dataclass
+class WaitEventsArgs:
+    event_ids: list[int]
+    wait_for_all: bool = False
+    timeout_ms: int | None = None
+
+
+@dataclass
+class WaitEventsResult:
+    wait_result: WaitResult
+
+
+@dataclass
+class GetClockCountersArgs:
+    gpu_id: int
+
+
+@dataclass
+class ClockCounters:
+    gpu_clock_counter: int          # simulated device nanoseconds
+    cpu_clock_counter: int
+    system_clock_counter: int
+    system_clock_freq: int
+
+
+# -- driver state --------------------------------------------------------------------------------
+@dataclass
+class BufferObject:
+    handle: int
+    gpu_id: int
+    flags: MemFlags
+    pa: int
+    size: int
+    va: int
+    mapped_gpus: set[int] = field(default_factory=set)
+
+
+@dataclass
+class QueueRecord:
+    queue_id: int
+    gpu_id: int
+    doorbell: int
+    state: str = "active"
+    error: dict | None = None
+
+
+@dataclass
+class GpuNode:
+    """Per-GPU driver state: the device, its VRAM allocator, VMIDs and doorbells."""
+    gpu: Gpu
+    vram: BuddyAllocator
+    free_vmids: list[int]
+    next_doorbell: int = 0
+    owners: dict[int, "KfdProcess"] = field(default_factory=dict)   # vmid -> process
+
+
+class DoorbellWindow:
+    """A process's mapping of one queue's doorbell: a 64-bit write rings it over PCIe."""
+
+    def __init__(self, gpu: Gpu, doorbell: int):
+        self._gpu, self.doorbell = gpu, doorbell
+
+    def write(self, value: int) -> None:
+        trace.emit(1, "doorbell", doorbell=self.doorbell, value=value, device=self._gpu.name)
+        self._gpu.ring_doorbell(self.doorbell, value)
+
+
+class KfdSystem:
+    """The loaded driver: the platform's GPUs and the host memory allocator behind GTT."""
+
+    def __init__(self, profile_names: list[str]):
+        self.platform = Platform(profile_names)
+        self.nodes = [GpuNode(g, BuddyAllocator(0, g.profile.memory_bytes, f"{g.name} VRAM"),
+                              list(range(1, MAX_VMIDS))) for g in self.platform.gpus]
+        self.gtt = BuddyAllocator(0, self.platform.sysmem.size, "system memory (GTT)")
+        self.lock = threading.RLock()
+        self._next_pid = 1
+        for node in self.nodes:
+            node.gpu.set_interrupt_handler(lambda entry, node=node: self._interrupt(node, entry))
+
+    def topology(self) -> list[dict]:
+        """What /sys/class/kfd/kfd/topology/nodes would tell: one dict of properties per GPU."""
+        return [{"gpu_id": i, **dataclasses.asdict(n.gpu.profile)} for i, n in enumerate(self.nodes)]
+
+    def open(self) -> "KfdProcess":
+        with self.lock:
+            pid = self._next_pid
+            self._next_pid += 1
+        return KfdProcess(self, pid)
+
+    def _interrupt(self, node: GpuNode, entry: Interrupt) -> None:
+        process = node.owners.get(entry.vmid)
+        if process is None:
+            return
+        if entry.source == "signal":
+            process.events.set(entry.event_id)
+        elif entry.source == "queue_error":
+            record = process.queues.get(entry.queue_id)
+            if record is not None:
+                record.state, record.error = "error", dict(entry.detail)
+            trace.emit(1, "fault", process=process.pid, queue=entry.queue_id, **entry.detail)
+            process.events.fail()
+
+
+class KfdProcess:
+    """One process's open handle on the driver."""
+
+    def __init__(self, system: KfdSystem, pid: int):
+        self.system, self.pid = system, pid
+        self.spaces: dict[int, AddressSpace] = {}
+        self.buffers: dict[int, BufferObject] = {}
+        self.queues: dict[int, QueueRecord] = {}
+        self._next_handle = 1
+        self._next_queue = 1
+        self.closed = False
+        self.ranges = VirtualRanges()
+        # The event page: host memory any GPU of the process may write event ids into.
+        self._event_page_pa = system.gtt.alloc(EVENT_SLOTS * 8)
+        self.events = EventTable(self.ranges.reserve(EVENT_SLOTS * 8), EVENT_SLOTS)
+
+    # -- dispatch of numbered commands ---------------------------------------------------------
+    def ioctl(self, cmd: Ioctl, args):
+        if self.closed:
+            raise DriverError("the driver handle is closed")
+        handler = getattr(self, "_" + Ioctl(cmd).name.lower())
+        with self.system.lock:
+            with trace.span(1, Ioctl(cmd).name, **_summary(args)) as extra:
+                result = handler(args)
+                if result is not None:
+                    extra.update(_summary(result))
+                return result
+
+    def _node(self, gpu_id: int) -> GpuNode:
+        if not 0 <= gpu_id < len(self.system.nodes):
+            raise DriverError(f"no GPU with id {gpu_id}")
+        return self.system.nodes[gpu_id]
+
+    def _space(self, gpu_id: int) -> AddressSpace:
+        """The process's address space on a GPU, created (with a VMID) on first use."""
+        space = self.spaces.get(gpu_id)
+        if space is None:
+            node = self._node(gpu_id)
+            if not node.free_vmids:
+                raise DriverError(f"{node.gpu.name}: all {MAX_VMIDS - 1} VMIDs are in use by other processes")
+            vmid = node.free_vmids.pop(0)
+            space = AddressSpace(node.gpu, node.vram, vmid)
+            node.owners[vmid] = self
+            self.spaces[gpu_id] = space
+            space.map(self.events.mailbox_base_va, self._event_page_pa, EVENT_SLOTS * 8, PTE_SYSTEM | PTE_WRITABLE)
+        return space
+
+    def _get_version(self, args: GetVersionArgs) -> GetVersionResult:
+        return GetVersionResult(*KFD_VERSION)
+
+    def _get_process_apertures(self, args: GetProcessAperturesArgs) -> list[Aperture]:
+        return [Aperture(i, GPUVM_BASE, GPUVM_LIMIT) for i in range(len(self.system.nodes))]
+
+    def _get_clock_counters(self, args: GetClockCountersArgs) -> ClockCounters:
+        gpu = self._node(args.gpu_id).gpu
+        now = time.monotonic_ns()
+        return ClockCounters(int(gpu.clock.now_ns), now, now, 10**9)
+
+    # -- memory ----------------------------------------------------------------------------
+    def _alloc_memory_of_gpu(self, args: AllocMemoryArgs) -> AllocMemoryResult:
+        flags = MemFlags(args.flags)
+        if bool(flags & MemFlags.VRAM) == bool(flags & MemFlags.GTT):
+            raise DriverError("ALLOC_MEMORY_OF_GPU needs exactly one of VRAM and GTT")
+        node = self._node(args.gpu_id)
+        self._space(args.gpu_id)
+        size = -(-args.size // PAGE_BYTES) * PAGE_BYTES
+        allocator = node.vram if flags & MemFlags.VRAM else self.system.gtt
+        try:
+            pa = allocator.alloc(size)
+        except OutOfMemoryError as e:
+            raise DriverOutOfMemory(str(e)) from None
+        va = self.ranges.reserve(size)
+        handle = self._next_handle
+        self._next_handle += 1
+        self.buffers[handle] = BufferObject(handle, args.gpu_id, flags, pa, size, va)
+        return AllocMemoryResult(handle, va, size)
+
+    def _buffer(self, handle: int) -> BufferObject:
+        bo = self.buffers.get(handle)
+        if bo is None:
+            raise DriverError(f"memory handle {handle} does not exist (already freed?)")
+        return bo
+
+    def _map_memory_to_gpu(self, args: MapMemoryArgs) -> None:
+        bo = self._buffer(args.handle)
+        gpu_ids = [bo.gpu_id] if args.gpu_ids is None else args.gpu_ids
+        if bo.flags & MemFlags.VRAM and set(gpu_ids) - {bo.gpu_id}:
+            raise DriverError("VRAM can only be mapped to the GPU it lives on (peer access is not modelled)")
+        flags = (PTE_WRITABLE if bo.flags & MemFlags.WRITABLE else 0) | \
+                (PTE_EXECUTABLE if bo.flags & MemFlags.EXECUTABLE else 0) | \
+                (PTE_SYSTEM if bo.flags & MemFlags.GTT else 0)
+        for gpu_id in gpu_ids:
+            if gpu_id not in bo.mapped_gpus:
+                self._space(gpu_id).map(bo.va, bo.pa, bo.size, flags)
+                bo.mapped_gpus.add(gpu_id)
+
+    def _unmap_memory_from_gpu(self, args: MapMemoryArgs) -> None:
+        bo = self._buffer(args.handle)
+        for gpu_id in sorted(bo.mapped_gpus if args.gpu_ids is None else set(args.gpu_ids) & bo.mapped_gpus):
+            self.spaces[gpu_id].unmap(bo.va, bo.size)
+            bo.mapped_gpus.discard(gpu_id)
+
+    def _free_memory_of_gpu(self, args: MemoryHandleArgs) -> None:
+        bo = self._buffer(args.handle)
+        self._unmap_memory_from_gpu(MapMemoryArgs(args.handle, None))
+        node = self._node(bo.gpu_id)
+        if bo.flags & MemFlags.VRAM:
+            node.vram.free_block(bo.pa)
+            node.gpu.vram.release(bo.pa, bo.size)
+        else:
+            self.system.gtt.free_block(bo.pa)
+            self.system.platform.sysmem.release(bo.pa, bo.size)
+        self.ranges.release(bo.va, bo.size)
+        del self.buffers[args.handle]
+
+    def mmap(self, handle: int) -> np.ndarray:
+        """Map a GTT buffer into the process's CPU view: a uint8 array over its host pages."""
+        bo = self._buffer(handle)
+        if not bo.flags & MemFlags.GTT:
+            raise DriverError("only GTT (host) memory can be mapped for the CPU; copy VRAM with the copy engine")
+        return self.system.platform.sysmem.view(bo.pa, bo.size)
+
+    def mmap_doorbell(self, queue_id: int) -> DoorbellWindow:
+        record = self.queues.get(queue_id)
+        if record is None:
+            raise DriverError(f"queue {queue_id} does not exist")
+        return DoorbellWindow(self._node(record.gpu_id).gpu, record.doorbell)
+
+    # -- queues ------------------------------------------------------------------------------
+    def _create_queue(self, args: CreateQueueArgs) -> CreateQueueResult:
+        node = self._node(args.gpu_id)
+        space = self._space(args.gpu_id)
+        packets = args.ring_size // 64
+        if args.ring_size % 64 or packets & (packets - 1) or packets < 1:
+            raise DriverError(f"ring size {args.ring_size} is not a power-of-two number of 64-byte packets")
+        if args.queue_type not in ("compute", "copy"):
+            raise DriverError(f"unknown queue type {args.queue_type!r}")
+        queue_id = self._next_queue
+        self._next_queue += 1
+        doorbell = node.next_doorbell
+        node.next_doorbell += 1
+        node.gpu.map_queue(HardwareQueue(queue_id=(self.pid << 16) | queue_id, vmid=space.vmid,
+                                         kind=args.queue_type, ring_va=args.ring_base_address,
+                                         ring_packets=packets, read_index_va=args.read_pointer_address,
+                                         doorbell=doorbell))
+        self.queues[(self.pid << 16) | queue_id] = QueueRecord((self.pid << 16) | queue_id, args.gpu_id, doorbell)
+        return CreateQueueResult((self.pid << 16) | queue_id, doorbell)
+
+    def _destroy_queue(self, args: QueueArgs) -> None:
+        record = self.queues.pop(args.queue_id, None)
+        if record is None:
+            raise DriverError(f"queue {args.queue_id} does not exist")
+        self._node(record.gpu_id).gpu.unmap_queue(args.queue_id)
+
+    def _queue_status(self, args: QueueArgs) -> QueueStatusResult:
+        record = self.queues.get(args.queue_id)
+        if record is None:
+            raise DriverError(f"queue {args.queue_id} does not exist")
+        return QueueStatusResult(record.state, record.error)
+
+    # -- events ------------------------------------------------------------------------------
+    def _create_event(self, args: CreateEventArgs) -> CreateEventResult:
+        event = self.events.create(args.auto_reset)
+        return CreateEventResult(event.event_id, event.mailbox_va)
+
+    def _destroy_event(self, args: EventArgs) -> None:
+        self.events.destroy(args.event_id)
+
+    def _set_event(self, args: EventArgs) -> None:
+        self.events.set(args.event_id)
+
+    def _reset_event(self, args: EventArgs) -> None:
+        self.events.reset(args.event_id)
+
+    def _wait_events(self, args: WaitEventsArgs) -> WaitEventsResult:
+        timeout = None if args.timeout_ms is None else args.timeout_ms / 1000
+        # Waiting must not hold the driver lock, or the interrupt that ends the wait could not run.
+        self.system.lock.release()
+        try:
+            return WaitEventsResult(self.events.wait(args.event_ids, args.wait_for_all, timeout))
+        finally:
+            self.system.lock.acquire()
+
+    def close(self) -> None:
+        """Release everything the process holds, as closing /dev/kfd does."""
+        if self.closed:
+            return
+        with self.system.lock:
+            for queue_id in list(self.queues):
+                self._destroy_queue(QueueArgs(queue_id))
+            for handle in list(self.buffers):
+                self._free_memory_of_gpu(MemoryHandleArgs(handle))
+            for gpu_id, space in self.spaces.items():
+                node = self._node(gpu_id)
+                space.destroy()
+                node.owners.pop(space.vmid, None)
+                node.free_vmids.append(space.vmid)
+            self.spaces.clear()
+            self.system.gtt.free_block(self._event_page_pa)
+            self.system.platform.sysmem.release(self._event_page_pa, EVENT_SLOTS * 8)
+            self.closed = True
+
+
+def _summary(obj) -> dict:
+    if isinstance(obj, list):
+        return {"items": len(obj)}
+    if dataclasses.is_dataclass(obj):
+        return {k: (v.name if isinstance(v, WaitResult) else str(v) if isinstance(v, MemFlags) else v)
+                for k, v in dataclasses.asdict(obj).items()}
+    return {}
+
+
+_system: KfdSystem | None = None
+_system_lock = threading.Lock()
+
+
+def system() -> KfdSystem:
+    """The loaded driver, created on first use with the GPUs named in $LAPIS_GPUS."""
+    global _system
+    with _system_lock:
+        if _system is None:
+            names = [n.strip() for n in os.environ.get("LAPIS_GPUS", DEFAULT_GPUS).split(",") if n.strip()]
+            _system = KfdSystem(names)
+        return _system
+
+
+def open() -> KfdProcess:  # noqa: A001 - the name mirrors open("/dev/kfd")
+    return system().open()

@@ -1,0 +1,252 @@
+"""Layer 0: the command processor: the packet processor behind every user-mode queue.
+
+The driver maps a queue (a `HardwareQueue` descriptor: ring address and size, where the
+read index lives, its doorbell, its VMID). When the doorbell is written, the command
+processor fetches packets from the ring through the MMU, in order, until it meets a slot
+whose header is still INVALID; it runs each packet, decrements the completion signal
+(posting an interrupt when the signal asks for one), resets the header to INVALID and
+advances the read index in memory, as the HSA packet processor does.
+
+Kernel dispatch: reads the kernel descriptor at kernel_object, fetches and decodes the
+code (decoded programs are cached by their bytes), copies the kernel arguments into
+constant bank 0, places blocks on compute units by occupancy and runs them on the SIMT
+core. A malformed packet or a faulting kernel puts only its own queue into the error
+state and posts a queue-error interrupt; other queues go on.
+
+Here the processor runs when its doorbell is written (on the writer's thread), so a
+dispatch has completed by the time the doorbell write returns; software must still wait
+on the completion signal, as it would with a processor that runs on its own.
+"""
+
+import struct
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lapis import abi, trace
+from lapis.hardware.mmu import MemoryFault
+from lapis.hardware.perf import LaunchResourceError, model_time, occupancy
+from lapis.hardware.simt import Dispatch, KernelFault
+from lapis.isa import INSTRUCTION_BYTES, IsaError, decode_program, disassemble
+
+
+@dataclass
+class HardwareQueue:
+    queue_id: int
+    vmid: int
+    kind: str                 # "compute" (AQL) or "copy"
+    ring_va: int
+    ring_packets: int         # power of two
+    read_index_va: int        # u64 the processor advances
+    doorbell: int
+    read_index: int = 0
+    state: str = "active"     # "active", "error"
+    waiting: bool = False     # stopped at a barrier packet whose dependencies are not met
+
+
+@dataclass
+class Interrupt:
+    """An entry the device posts to the host's interrupt handler (like an IH ring entry)."""
+    source: str                     # "signal" or "queue_error"
+    vmid: int
+    queue_id: int | None = None
+    event_id: int | None = None
+    detail: dict = field(default_factory=dict)
+
+
+class PacketError(Exception):
+    """A packet the processor cannot run; its queue goes into the error state."""
+
+
+class CommandProcessor:
+    def __init__(self, gpu):
+        self.gpu = gpu
+        self.queues: dict[int, HardwareQueue] = {}
+        self.by_doorbell: dict[int, HardwareQueue] = {}
+        self.programs: dict[bytes, list] = {}
+        self.last_dispatch: dict | None = None
+        self._lock = threading.RLock()
+
+    def map_queue(self, queue: HardwareQueue) -> None:
+        if queue.ring_packets & (queue.ring_packets - 1) or queue.ring_packets < 1:
+            raise ValueError(f"queue size {queue.ring_packets} is not a power of two")
+        with self._lock:
+            self.queues[queue.queue_id] = queue
+            self.by_doorbell[queue.doorbell] = queue
+
+    def unmap_queue(self, queue_id: int) -> None:
+        with self._lock:
+            queue = self.queues.pop(queue_id, None)
+            if queue is not None:
+                self.by_doorbell.pop(queue.doorbell, None)
+
+    def doorbell(self, doorbell: int, value: int) -> None:
+        with self._lock:
+            queue = self.by_doorbell.get(doorbell)
+            if queue is None:
+                return              # a write to an unmapped doorbell is dropped, as on hardware
+            self._drain(queue)
+            self._retry_waiting()
+
+    def _retry_waiting(self) -> None:
+        for queue in list(self.queues.values()):
+            if queue.waiting and queue.state == "active":
+                self._drain(queue)
+
+    def _drain(self, q: HardwareQueue) -> None:
+        gpu = self.gpu
+        while q.state == "active":
+            slot_va = q.ring_va + (q.read_index & (q.ring_packets - 1)) * abi.PACKET_BYTES
+            try:
+                packet = gpu.read_virtual(q.vmid, slot_va, abi.PACKET_BYTES, f"packet fetch, queue {q.queue_id}")
+            except MemoryFault as e:
+                self._queue_error(q, f"cannot fetch packet: {e}", {"address": e.va})
+                return
+            header = struct.unpack_from("<H", packet)[0]
+            kind = header & 0xFF
+            if kind == abi.PACKET_TYPE_INVALID:
+                q.waiting = False
+                return
+            try:
+                done = self._run_packet(q, kind, packet)
+            except PacketError as e:
+                self._queue_error(q, str(e), getattr(e, "detail", {}))
+                return
+            if not done:
+                q.waiting = True
+                return
+            q.waiting = False
+            gpu.write_virtual(q.vmid, slot_va, struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID)),
+                              "packet header reset")
+            q.read_index += 1
+            gpu.write_virtual(q.vmid, q.read_index_va, struct.pack("<Q", q.read_index), "read index update")
+
+    def _queue_error(self, q: HardwareQueue, reason: str, detail: dict) -> None:
+        q.state = "error"
+        trace.emit(0, "queue_error", device=self.gpu.name, queue=q.queue_id, reason=reason, **detail)
+        self.gpu.post_interrupt(Interrupt("queue_error", q.vmid, q.queue_id, detail={"reason": reason, **detail}))
+
+    def _run_packet(self, q: HardwareQueue, kind: int, packet: bytes) -> bool:
+        if kind == abi.PACKET_TYPE_KERNEL_DISPATCH and q.kind == "compute":
+            p = abi.KernelDispatchPacket.unpack(packet)
+            self._dispatch(q, p)
+            self._complete(q, p.completion_signal)
+        elif kind in (abi.PACKET_TYPE_BARRIER_AND, abi.PACKET_TYPE_BARRIER_OR):
+            p = abi.BarrierPacket.unpack(packet)
+            deps = [s for s in (p.dep_signal0, p.dep_signal1, p.dep_signal2, p.dep_signal3, p.dep_signal4) if s]
+            met = [self._signal_value(q, s) == 0 for s in deps]
+            ready = all(met) if kind == abi.PACKET_TYPE_BARRIER_AND else (any(met) or not deps)
+            if not ready:
+                return False
+            self._complete(q, p.completion_signal)
+        elif kind == abi.PACKET_TYPE_VENDOR_SPECIFIC:
+            p = abi.CopyPacket.unpack(packet)
+            if p.format != abi.VENDOR_FORMAT_LINEAR_COPY:
+                raise PacketError(f"unknown vendor packet format {p.format}")
+            try:
+                self.gpu.copy_engine.copy(q.vmid, p.src, p.dst, p.size)
+            except MemoryFault as e:
+                err = PacketError(f"copy faulted: {e}")
+                err.detail = {"address": e.va}
+                raise err from None
+            self._complete(q, p.completion_signal)
+        else:
+            name = abi.PACKET_TYPE_NAMES.get(kind, f"type {kind}")
+            raise PacketError(f"packet {name} is not supported on a {q.kind} queue")
+        return True
+
+    def _signal_value(self, q: HardwareQueue, handle: int) -> int:
+        try:
+            raw = self.gpu.read_virtual(q.vmid, handle + abi.SIGNAL_VALUE_OFFSET, 8, "signal read")
+        except MemoryFault as e:
+            raise PacketError(f"dependency signal {handle:#x} is not mapped") from e
+        return struct.unpack("<q", raw)[0]
+
+    def _complete(self, q: HardwareQueue, handle: int) -> None:
+        """Decrement the completion signal; post an interrupt if the signal has an event."""
+        if not handle:
+            return
+        gpu = self.gpu
+        try:
+            obj = abi.SignalObject.unpack(gpu.read_virtual(q.vmid, handle, abi.SIGNAL_BYTES, "signal read"))
+            gpu.write_virtual(q.vmid, handle + abi.SIGNAL_VALUE_OFFSET, struct.pack("<q", obj.value - 1),
+                              "signal decrement (atomic)")
+            if obj.event_mailbox_ptr:
+                gpu.write_virtual(q.vmid, obj.event_mailbox_ptr, struct.pack("<Q", obj.event_id), "event mailbox")
+        except MemoryFault as e:
+            raise PacketError(f"completion signal {handle:#x} is not mapped: {e}") from None
+        if obj.event_mailbox_ptr:
+            gpu.post_interrupt(Interrupt("signal", q.vmid, q.queue_id, event_id=obj.event_id))
+
+    def _program(self, code: bytes, kernel_object: int):
+        program = self.programs.get(code)
+        if program is None:
+            try:
+                program = decode_program(code)
+            except IsaError as e:
+                err = PacketError(f"kernel at {kernel_object:#x} holds an invalid instruction: {e}")
+                err.detail = {"kernel_object": kernel_object}
+                raise err from None
+            self.programs[code] = program
+        return program
+
+    def _dispatch(self, q: HardwareQueue, p: abi.KernelDispatchPacket) -> None:
+        gpu, profile = self.gpu, self.gpu.profile
+        block = (p.workgroup_size_x, p.workgroup_size_y, p.workgroup_size_z)
+        size = (p.grid_size_x, p.grid_size_y, p.grid_size_z)
+        if not 1 <= p.setup & 3 <= 3:
+            raise PacketError(f"dispatch packet has {p.setup & 3} dimensions; expected 1 to 3")
+        if min(block) < 1 or min(size) < 1 or any(g % b for g, b in zip(size, block, strict=True)):
+            raise PacketError(f"dispatch grid {size} is not a whole number of workgroups {block}")
+        grid = tuple(g // b for g, b in zip(size, block, strict=True))
+        try:
+            kd = abi.KernelDescriptor.unpack(gpu.read_virtual(q.vmid, p.kernel_object, abi.KERNEL_DESCRIPTOR_BYTES,
+                                                              "kernel descriptor fetch"))
+            if kd.code_size <= 0 or kd.code_size % INSTRUCTION_BYTES or not 0 < kd.registers:
+                raise PacketError(f"kernel_object {p.kernel_object:#x} does not point at a kernel descriptor")
+            entry = p.kernel_object + kd.kernel_code_entry_byte_offset
+            code = gpu.read_virtual(q.vmid, entry, kd.code_size, "instruction fetch", execute=True)
+            kernargs = (gpu.read_virtual(q.vmid, p.kernarg_address, kd.kernarg_size, "kernel argument fetch")
+                        if kd.kernarg_size else b"")
+        except MemoryFault as e:
+            err = PacketError(f"dispatch cannot read its kernel: {e}")
+            err.detail = {"address": e.va, "kernel_object": p.kernel_object}
+            raise err from None
+        if kd.kernarg_size > abi.MAX_KERNARG_BYTES:
+            raise PacketError(f"kernel arguments of {kd.kernarg_size} bytes exceed {abi.MAX_KERNARG_BYTES}")
+        program = self._program(code, p.kernel_object)
+        cbank = np.zeros(abi.CBANK_BYTES // 4, np.uint32)
+        cbank[abi.CBANK_BLOCK_DIM // 4:abi.CBANK_BLOCK_DIM // 4 + 3] = block
+        cbank[abi.CBANK_GRID_DIM // 4:abi.CBANK_GRID_DIM // 4 + 3] = grid
+        cbank[abi.CBANK_WARP_SIZE // 4] = profile.warp_size
+        args = np.frombuffer(kernargs + b"\0" * (-len(kernargs) % 4), np.uint32)
+        cbank[abi.KERNARG_CBANK_OFFSET // 4:abi.KERNARG_CBANK_OFFSET // 4 + len(args)] = args
+        shared = max(kd.group_segment_fixed_size, p.group_segment_size)
+        tpb = block[0] * block[1] * block[2]
+        try:
+            occ = occupancy(profile, tpb, kd.registers, shared)
+        except LaunchResourceError as e:
+            raise PacketError(str(e)) from None
+        d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps)
+        try:
+            counters = gpu.simt.run(d, occ.resident_blocks)
+        except KernelFault as e:
+            err = PacketError(f"kernel faulted: {e}")
+            err.detail = {"kernel_object": p.kernel_object, "pc": e.pc, "instruction": e.instruction,
+                          "address": e.address, "fault": e.reason}
+            raise err from None
+        timing = model_time(profile, counters, occ)
+        start, end = gpu.clock.advance(timing.total_ns)
+        self.last_dispatch = {"counters": counters, "timing": timing, "occupancy": occ}
+        if trace.enabled():
+            trace.emit(0, "kernel", sim_start_ns=start, sim_end_ns=end, device=gpu.name, profile=profile.name,
+                       kernel_object=p.kernel_object, grid=grid, block=block, registers=kd.registers,
+                       shared_bytes=shared, warp_size=profile.warp_size,
+                       warp_instructions=counters.total_warp_instructions,
+                       thread_instructions=counters.total_thread_instructions, flops=counters.flops,
+                       global_bytes=counters.global_bytes, dram_bytes=counters.global_sectors * 32,
+                       blocks=counters.blocks, waves=counters.waves,
+                       blocks_per_unit=occ.blocks_per_unit, occupancy_limiter=occ.limiter,
+                       time_ns=timing.total_ns, limiter=timing.limiter,
+                       disassembly=disassemble(program[:8], indent=""))

@@ -1,0 +1,112 @@
+"""Layer 0: one simulated GPU and the platform (host memory plus GPUs on PCIe) it sits in.
+
+`Gpu` is what the driver sees of the device: a register interface for the control plane
+(page-table roots per VMID, TLB invalidation, queue descriptors), doorbells, a window onto
+VRAM through the PCIe BAR, and an interrupt line. Inside, it holds the memories, the MMU,
+the command processor, the copy engine and the SIMT compute units. Every crossing between
+host and device goes through its `PcieLink`.
+"""
+
+import os
+
+from lapis.hardware.command_processor import CommandProcessor, HardwareQueue, Interrupt
+from lapis.hardware.copy_engine import CopyEngine
+from lapis.hardware.memory import PhysicalMemory
+from lapis.hardware.mmu import Mmu
+from lapis.hardware.pcie import TO_DEVICE, TO_HOST, DeviceClock, PcieLink
+from lapis.hardware.profiles import DeviceProfile, GiB, get_profile
+from lapis.hardware.simt import SimtCore
+
+DEFAULT_WATCHDOG_STEPS = 1_000_000
+HOST_MEMORY_BYTES = 512 * GiB
+
+
+class Gpu:
+    def __init__(self, index: int, profile: DeviceProfile, sysmem: PhysicalMemory):
+        self.index = index
+        self.profile = profile
+        self.sysmem = sysmem
+        self.clock = DeviceClock()
+        self.pcie = PcieLink(profile.pcie_bandwidth, profile.pcie_latency_ns, self.clock, self.name)
+        self.vram = PhysicalMemory(profile.memory_bytes, f"{self.name} VRAM")
+        self.mmu = Mmu(self.vram)
+        self.simt = SimtCore(profile.warp_size, self.mmu, self.vram, sysmem)
+        self.cp = CommandProcessor(self)
+        self.copy_engine = CopyEngine(self)
+        self.watchdog_steps = int(os.environ.get("LAPIS_WATCHDOG_STEPS", DEFAULT_WATCHDOG_STEPS))
+        self._interrupt_handler = None
+
+    @property
+    def name(self) -> str:
+        return f"gpu{self.index}:{self.profile.name}"
+
+    # -- register interface used by the driver (each write is an MMIO write over PCIe) --------
+    def _mmio(self, what: str, nbytes: int = 8) -> None:
+        self.pcie.transfer(TO_DEVICE, nbytes, what)
+
+    def set_interrupt_handler(self, handler) -> None:
+        self._interrupt_handler = handler
+
+    def set_page_table_root(self, vmid: int, root_pa: int | None) -> None:
+        self._mmio(f"VM_CONTEXT{vmid}_PAGE_TABLE_BASE")
+        self.mmu.set_root(vmid, root_pa)
+
+    def invalidate_tlb(self, vmid: int) -> None:
+        self._mmio(f"VM_INVALIDATE_ENG0 vmid {vmid}", 4)
+        self.mmu.invalidate(vmid)
+
+    def map_queue(self, queue: HardwareQueue) -> None:
+        self._mmio(f"HQD_MAP queue {queue.queue_id}", 64)
+        self.cp.map_queue(queue)
+
+    def unmap_queue(self, queue_id: int) -> None:
+        self._mmio(f"HQD_UNMAP queue {queue_id}", 4)
+        self.cp.unmap_queue(queue_id)
+
+    def ring_doorbell(self, doorbell: int, value: int) -> None:
+        """A 64-bit write to the doorbell aperture of BAR2: wakes the queue's packet processor."""
+        self._mmio(f"doorbell {doorbell} = {value}")
+        self.cp.doorbell(doorbell, value)
+
+    def bar_write(self, pa: int, data: bytes) -> None:
+        """Host write into VRAM through the BAR (how the driver writes page tables)."""
+        self.pcie.transfer(TO_DEVICE, len(data), "BAR write to VRAM")
+        self.vram.write(pa, data)
+
+    def bar_read(self, pa: int, size: int) -> bytes:
+        self.pcie.transfer(TO_HOST, size, "BAR read of VRAM")
+        return self.vram.read(pa, size)
+
+    # -- device side ----------------------------------------------------------------------------
+    def memory(self, system: bool) -> PhysicalMemory:
+        return self.sysmem if system else self.vram
+
+    def read_virtual(self, vmid: int, va: int, size: int, what: str, execute: bool = False) -> bytes:
+        """A device-initiated read through the MMU (a packet, a descriptor, code, kernel arguments)."""
+        chunks = []
+        for system, pa, length in self.mmu.translate_range(vmid, va, size, write=False, execute=execute):
+            if system:
+                self.pcie.transfer(TO_DEVICE, length, what)
+            chunks.append(self.memory(system).read(pa, length))
+        return b"".join(chunks)
+
+    def write_virtual(self, vmid: int, va: int, data: bytes, what: str) -> None:
+        offset = 0
+        for system, pa, length in self.mmu.translate_range(vmid, va, len(data), write=True):
+            if system:
+                self.pcie.transfer(TO_HOST, length, what)
+            self.memory(system).write(pa, data[offset:offset + length])
+            offset += length
+
+    def post_interrupt(self, entry: Interrupt) -> None:
+        self.pcie.transfer(TO_HOST, 4, f"MSI interrupt ({entry.source})")
+        if self._interrupt_handler is not None:
+            self._interrupt_handler(entry)
+
+
+class Platform:
+    """The simulated machine: host system memory and the GPUs on its PCIe bus."""
+
+    def __init__(self, profile_names: list[str], host_memory_bytes: int = HOST_MEMORY_BYTES):
+        self.sysmem = PhysicalMemory(host_memory_bytes, "system memory")
+        self.gpus = [Gpu(i, get_profile(name), self.sysmem) for i, name in enumerate(profile_names)]

@@ -1,0 +1,189 @@
+"""Layer 0: the GPU memory-management unit: page-table format, page walks and a TLB.
+
+Every access the device makes (a lane's load or store, a packet fetch, a copy) names a GPU
+virtual address in the address space of a VMID. The MMU walks that VMID's page table, which
+lives in VRAM where the driver wrote it, and yields the physical address and whether it is
+in VRAM or in host system memory (reached over PCIe).
+
+Format (x86-64-like): 48-bit virtual addresses, 4 KiB pages, four levels of 512 eight-byte
+entries, each table exactly one page. Entry bits: 0 valid, 1 system (host memory, leaf
+only), 2 writable, 3 executable, 12-51 physical address of the page or next-level table.
+
+The TLB holds runs: spans of virtual pages that map to contiguous physical pages with the
+same flags, so an instruction whose lanes all fall in one buffer is translated with one
+min/max check and one addition, whatever its number of lanes. The driver must call
+`invalidate` after it changes a mapping, as a real driver flushes the TLB.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lapis.hardware.memory import PAGE_BYTES, PhysicalMemory
+
+PAGE_SHIFT = 12
+LEVELS = 4
+ENTRIES = 512
+VA_BITS = 48
+PTE_VALID, PTE_SYSTEM, PTE_WRITABLE, PTE_EXECUTABLE = 1, 2, 4, 8
+ADDRESS_MASK = ((1 << 52) - 1) & ~(PAGE_BYTES - 1)
+MAX_VMIDS = 16
+_TLB_RUNS = 64
+
+
+def level_index(va: int, level: int) -> int:
+    """Index into the level-`level` table (3 = root) for a virtual address."""
+    return (va >> (PAGE_SHIFT + 9 * level)) & (ENTRIES - 1)
+
+
+def make_entry(pa: int, flags: int) -> int:
+    return (pa & ADDRESS_MASK) | flags | PTE_VALID
+
+
+class MemoryFault(Exception):
+    """A device access the page table does not allow."""
+
+    def __init__(self, va: int, write: bool, reason: str):
+        super().__init__(f"{'write to' if write else 'read from'} {va:#x}: {reason}")
+        self.va, self.write, self.reason = va, write, reason
+
+
+@dataclass
+class Run:
+    va_start: int          # inclusive, page aligned
+    va_end: int            # exclusive
+    pa_start: int
+    flags: int
+
+    @property
+    def system(self) -> bool:
+        return bool(self.flags & PTE_SYSTEM)
+
+
+class Mmu:
+    def __init__(self, vram: PhysicalMemory):
+        self.vram = vram
+        self.roots: dict[int, int] = {}          # vmid -> physical address of its root table
+        self.tlb: dict[int, list[Run]] = {}
+        self.walks = 0
+
+    def set_root(self, vmid: int, root_pa: int | None) -> None:
+        if root_pa is None:
+            self.roots.pop(vmid, None)
+        else:
+            self.roots[vmid] = root_pa
+        self.invalidate(vmid)
+
+    def invalidate(self, vmid: int) -> None:
+        self.tlb.pop(vmid, None)
+
+    # -- walks --------------------------------------------------------------------------------
+    def _walk(self, vmid: int, vpns: np.ndarray) -> np.ndarray:
+        """Leaf entries for an array of virtual page numbers (0 where unmapped)."""
+        self.walks += len(vpns)
+        root = self.roots.get(vmid)
+        if root is None:
+            return np.zeros(len(vpns), np.uint64)
+        table = np.full(len(vpns), root, np.uint64)
+        entry = np.zeros(len(vpns), np.uint64)
+        valid = np.ones(len(vpns), bool)
+        for level in range(LEVELS - 1, -1, -1):
+            index = (vpns >> np.uint64(9 * level)) & np.uint64(ENTRIES - 1)
+            slot = (table + index * np.uint64(8)) >> np.uint64(3)
+            entry = np.where(valid, self.vram.u64[np.where(valid, slot, 0).astype(np.int64)], 0).astype(np.uint64)
+            valid &= (entry & np.uint64(PTE_VALID)) != 0
+            table = entry & np.uint64(ADDRESS_MASK)
+        return np.where(valid, entry, 0).astype(np.uint64)
+
+    def _fill(self, vmid: int, vpns: np.ndarray, entries: np.ndarray) -> None:
+        """Insert runs of consecutive valid pages into the TLB."""
+        runs = self.tlb.setdefault(vmid, [])
+        pas = entries & np.uint64(ADDRESS_MASK)
+        flags = entries & np.uint64(PAGE_BYTES - 1)
+        breaks = np.flatnonzero((np.diff(vpns.astype(np.int64)) != 1) | (np.diff(pas.astype(np.int64)) != PAGE_BYTES)
+                                | (np.diff(flags.astype(np.int64)) != 0)) + 1
+        for chunk in np.split(np.arange(len(vpns)), breaks):
+            first, last = chunk[0], chunk[-1]
+            if not entries[first] & np.uint64(PTE_VALID):
+                continue
+            runs.insert(0, Run(int(vpns[first]) << PAGE_SHIFT, (int(vpns[last]) + 1) << PAGE_SHIFT,
+                               int(pas[first]), int(flags[first])))
+        del runs[_TLB_RUNS:]
+
+    def _lookup_run(self, vmid: int, lo: int, hi: int) -> Run | None:
+        for run in self.tlb.get(vmid, ()):
+            if run.va_start <= lo and hi < run.va_end:
+                return run
+        return None
+
+    # -- translation --------------------------------------------------------------------------
+    def translate(self, vmid: int, va: np.ndarray, nbytes: int, write: bool
+                  ) -> tuple[np.ndarray, np.ndarray | bool]:
+        """Physical addresses for the byte addresses `va` (each accessing `nbytes`).
+
+        Returns (pa, system): `system` is a bool when every lane is in the same aperture,
+        else a per-lane mask. Raises MemoryFault for the first lane that may not access."""
+        lo, hi = int(va.min()), int(va.max()) + nbytes - 1
+        run = self._lookup_run(vmid, lo, hi)
+        if run is None:
+            vpn_lo, vpn_hi = lo >> PAGE_SHIFT, hi >> PAGE_SHIFT
+            if vpn_hi - vpn_lo < 4096:
+                vpns = np.arange(vpn_lo, vpn_hi + 1, dtype=np.uint64)
+            else:
+                vpns = np.unique(np.concatenate([va >> np.uint64(PAGE_SHIFT),
+                                                 (va + np.uint64(nbytes - 1)) >> np.uint64(PAGE_SHIFT)]))
+            entries = self._walk(vmid, vpns)
+            self._fill(vmid, vpns, entries)
+            run = self._lookup_run(vmid, lo, hi)
+        if run is not None:
+            if write and not run.flags & PTE_WRITABLE:
+                raise MemoryFault(lo, write, "page is read-only")
+            return va - np.uint64(run.va_start) + np.uint64(run.pa_start), run.system
+        return self._translate_pages(vmid, va, nbytes, write)
+
+    def _translate_pages(self, vmid: int, va: np.ndarray, nbytes: int, write: bool):
+        """Slow path: lanes spread over several runs, or some unmapped."""
+        for edge in (va, va + np.uint64(nbytes - 1)):
+            vpn = edge >> np.uint64(PAGE_SHIFT)
+            uniq, inverse = np.unique(vpn, return_inverse=True)
+            entries = self._walk(vmid, uniq)
+            bad = (entries & np.uint64(PTE_VALID)) == 0
+            if write:
+                bad |= (entries & np.uint64(PTE_WRITABLE)) == 0
+            if bad.any():
+                lane = int(np.flatnonzero(bad[inverse])[0])
+                mapped = bool(entries[inverse[lane]] & np.uint64(PTE_VALID))
+                raise MemoryFault(int(edge[lane]), write, "page is read-only" if mapped else "address is not mapped")
+        vpn = va >> np.uint64(PAGE_SHIFT)
+        uniq, inverse = np.unique(vpn, return_inverse=True)
+        entries = self._walk(vmid, uniq)[inverse]
+        pa = (entries & np.uint64(ADDRESS_MASK)) + (va & np.uint64(PAGE_BYTES - 1))
+        system = (entries & np.uint64(PTE_SYSTEM)) != 0
+        return pa, bool(system[0]) if system.all() or not system.any() else system
+
+    def translate_range(self, vmid: int, va: int, size: int, write: bool, execute: bool = False
+                        ) -> list[tuple[bool, int, int]]:
+        """(system, pa, length) pieces covering [va, va+size), for the front end and copy engine."""
+        if size <= 0:
+            return []
+        vpns = np.arange(va >> PAGE_SHIFT, ((va + size - 1) >> PAGE_SHIFT) + 1, dtype=np.uint64)
+        entries = self._walk(vmid, vpns)
+        needed = PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
+        bad = (entries & np.uint64(needed)) != needed
+        if bad.any():
+            first = np.flatnonzero(bad)[0]
+            page = int(vpns[first]) << PAGE_SHIFT
+            entry = int(entries[first])
+            reason = ("address is not mapped" if not entry & PTE_VALID else
+                      "page is read-only" if write else "page is not executable")
+            raise MemoryFault(max(page, va), write, reason)
+        pas = (entries & np.uint64(ADDRESS_MASK)).astype(np.int64)
+        system = (entries & np.uint64(PTE_SYSTEM)) != 0
+        breaks = np.flatnonzero((np.diff(pas) != PAGE_BYTES) | (np.diff(system) != 0)) + 1
+        pieces = []
+        for chunk in np.split(np.arange(len(vpns)), breaks):
+            first, last = int(chunk[0]), int(chunk[-1])
+            start = max(va, int(vpns[first]) << PAGE_SHIFT)
+            end = min(va + size, (int(vpns[last]) + 1) << PAGE_SHIFT)
+            pieces.append((bool(system[first]), int(pas[first]) + (start & (PAGE_BYTES - 1)), end - start))
+        return pieces

@@ -1,0 +1,55 @@
+"""Layer 3, `lapis.hip`: the HIP spelling of the programming interface, for AMD-profile GPUs.
+
+One implementation with `lapis.cuda` (as HIP mirrors the CUDA runtime name for name); this
+namespace lists the AMD-like devices (the mi300x profile, wavefront 64). Kernels use the
+same language: `@hip.jit`, `hip.grid(1)`, `hip.shared.array(...)`.
+"""
+
+from lapis.cuda import (
+    CompileError,
+    CudaError,
+    DeviceNDArray,
+    KernelFault,
+    LaunchError,
+    blockDim,
+    blockIdx,
+    boolean,
+    float16,
+    float32,
+    float64,
+    grid,
+    gridDim,
+    gridsize,
+    int32,
+    int64,
+    laneid,
+    local,
+    shared,
+    syncthreads,
+    threadIdx,
+    uint32,
+    warpsize,
+)
+from lapis.cuda.api import Api
+
+HipError = CudaError
+_api = Api("hip", "amd")
+jit = _api.jit
+to_device = _api.to_device
+device_array = _api.device_array
+device_array_like = _api.device_array_like
+synchronize = _api.synchronize
+select_device = _api.select_device
+get_current_device = _api.get_current_device
+is_available = _api.is_available
+device_count = _api.device_count
+current_context = _api.current_context
+default_stream = _api.default_stream
+
+__all__ = [
+    "CompileError", "CudaError", "DeviceNDArray", "HipError", "KernelFault", "LaunchError", "blockDim", "blockIdx",
+    "boolean", "device_array", "device_array_like", "current_context", "default_stream", "device_count", "float16",
+    "float32", "float64", "get_current_device", "grid", "gridDim", "gridsize", "int32", "int64", "is_available",
+    "jit", "laneid", "local", "select_device", "shared", "synchronize", "syncthreads", "threadIdx", "uint32",
+    "warpsize"
+]

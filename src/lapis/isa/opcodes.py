@@ -1,0 +1,130 @@
+"""The opcode table of the lapis ISA: the one place every instruction is defined.
+
+Shared specification (imports no layer): the compiler (Layer 3) encodes with it and the
+simulated GPU (Layer 0) decodes and executes with it, as ptxas and the silicon share
+NVIDIA's instruction set. Each row gives the mnemonic, the opcode number, the operands in
+the order they print, the modifier groups (each a list of choices, encoded as a small
+field), the pipe that executes it, its latency class and a one-line semantics. The
+hardware keeps one implementation per row; a test checks that none is missing.
+
+Operand slots (their bit positions are in `encoding.py`):
+  Rd  destination register        Ra, Rc  source registers
+  B   register, 32-bit immediate or constant-bank operand c[bank][offset]
+  Pd  destination predicate       Ps, Pq  source predicates (may be negated: !P0)
+  SR  special register (in B)     T  branch target (relative, in B)
+  MG  global address [Ra.64+imm]  MS  shared address [Ra+imm]   C  constant operand only
+"""
+
+from dataclasses import dataclass
+
+# Latency classes: fixed-latency pipes have a known result delay the scheduler encodes as
+# stall cycles; variable-latency ones (memory, special function unit) use scoreboard barriers.
+FIXED, VARIABLE = "fixed", "variable"
+
+
+@dataclass(frozen=True)
+class Opcode:
+    mnemonic: str
+    code: int
+    operands: tuple[str, ...]
+    modifiers: tuple[tuple[str, tuple[str, ...]], ...]
+    pipe: str
+    latency: int
+    latency_class: str
+    semantics: str
+    b_kinds: str = "ric"          # which forms operand B may take: r(egister) i(mmediate) c(onstant)
+    b_float: bool = False         # print an immediate B as a float
+    negatable: str = ""           # which of a, b, c accept a negation flag
+
+    def modifier_choices(self, group: str) -> tuple[str, ...]:
+        for name, choices in self.modifiers:
+            if name == group:
+                return choices
+        raise KeyError(group)
+
+
+CMP = ("F", "LT", "EQ", "LE", "GT", "NE", "GE", "T")
+BOOL_OP = ("AND", "OR", "XOR")
+WIDTH64 = ("", "64")
+MEM_WIDTH = ("", "U8", "S8", "U16", "S16", "64", "128")   # "" is 32 bits
+
+_ROWS = [
+    # control
+    Opcode("NOP", 0x000, (), (), "CBU", 1, FIXED, "no operation"),
+    Opcode("EXIT", 0x001, (), (), "CBU", 1, FIXED, "active lanes finish"),
+    Opcode("BRA", 0x002, ("T",), (), "CBU", 1, FIXED, "active lanes whose guard holds jump to T", "i"),
+    Opcode("BAR", 0x003, ("B",), (("op", ("SYNC",)),), "CBU", 1, FIXED,
+           "wait until every live thread of the block arrives (barrier number B)", "i"),
+    # moves and special registers
+    Opcode("S2R", 0x010, ("Rd", "SR"), (), "ALU", 20, VARIABLE, "d = special register", "i"),
+    Opcode("MOV", 0x011, ("Rd", "B"), (), "ALU", 4, FIXED, "d = b"),
+    Opcode("LDC", 0x012, ("Rd", "C"), (("w", WIDTH64),), "LSU", 12, VARIABLE,
+           "d = constant bank word (pair with .64)", "c"),
+    Opcode("SEL", 0x013, ("Rd", "Ra", "B", "Ps"), (), "ALU", 4, FIXED, "d = ps ? a : b"),
+    # integer
+    Opcode("IADD", 0x020, ("Rd", "Ra", "B"), (("w", WIDTH64),), "ALU", 4, FIXED, "d = a + b", negatable="ab"),
+    Opcode("IMUL", 0x021, ("Rd", "Ra", "B"), (("w", WIDTH64),), "FMA", 4, FIXED, "d = low bits of a * b"),
+    Opcode("IMAD", 0x022, ("Rd", "Ra", "B", "Rc"), (("w", ("", "64", "WIDE")),), "FMA", 4, FIXED,
+           "d = a * b + c (.WIDE: 32x32 signed product added to a 64-bit c)", negatable="c"),
+    Opcode("SHL", 0x023, ("Rd", "Ra", "B"), (("w", WIDTH64),), "ALU", 4, FIXED, "d = a << b"),
+    Opcode("SHR", 0x024, ("Rd", "Ra", "B"), (("t", ("S32", "U32")), ("w", WIDTH64)), "ALU", 4, FIXED,
+           "d = a >> b, arithmetic for .S32, logical for .U32"),
+    Opcode("LOP", 0x025, ("Rd", "Ra", "B"), (("op", ("AND", "OR", "XOR")), ("w", WIDTH64)), "ALU", 4, FIXED,
+           "d = a op b, bitwise"),
+    Opcode("IMNMX", 0x026, ("Rd", "Ra", "B"), (("op", ("MIN", "MAX")), ("t", ("S32", "U32", "S64", "U64"))),
+           "ALU", 4, FIXED, "d = min or max of a and b"),
+    Opcode("ISETP", 0x027, ("Pd", "Ra", "B", "Ps"), (("cmp", CMP), ("t", ("S32", "U32", "S64", "U64")),
+                                                    ("bop", BOOL_OP)), "ALU", 4, FIXED,
+           "pd = (a cmp b) bop ps"),
+    Opcode("I2I", 0x028, ("Rd", "B"), (("to", ("S64", "S32")), ("fr", ("S32", "U32", "S64"))), "ALU", 4, FIXED,
+           "d = b converted between integer widths (sign- or zero-extend, truncate)"),
+    # float32
+    Opcode("FADD", 0x030, ("Rd", "Ra", "B"), (), "FMA", 4, FIXED, "d = a + b", b_float=True, negatable="ab"),
+    Opcode("FMUL", 0x031, ("Rd", "Ra", "B"), (), "FMA", 4, FIXED, "d = a * b", b_float=True, negatable="ab"),
+    Opcode("FFMA", 0x032, ("Rd", "Ra", "B", "Rc"), (), "FMA", 4, FIXED, "d = a * b + c",
+           b_float=True, negatable="abc"),
+    Opcode("FMNMX", 0x033, ("Rd", "Ra", "B"), (("op", ("MIN", "MAX")),), "ALU", 4, FIXED,
+           "d = min or max of a and b (a NaN operand loses)", b_float=True, negatable="ab"),
+    Opcode("FSETP", 0x034, ("Pd", "Ra", "B", "Ps"), (("cmp", CMP), ("bop", BOOL_OP)), "ALU", 4, FIXED,
+           "pd = (a cmp b) bop ps; NE is true for NaN, the other comparisons false", b_float=True),
+    # float64 (register pairs)
+    Opcode("DADD", 0x038, ("Rd", "Ra", "B"), (), "FP64", 8, FIXED, "d = a + b", "rc", negatable="ab"),
+    Opcode("DMUL", 0x039, ("Rd", "Ra", "B"), (), "FP64", 8, FIXED, "d = a * b", "rc", negatable="ab"),
+    Opcode("DFMA", 0x03A, ("Rd", "Ra", "B", "Rc"), (), "FP64", 8, FIXED, "d = a * b + c", "rc", negatable="abc"),
+    Opcode("DSETP", 0x03B, ("Pd", "Ra", "B", "Ps"), (("cmp", CMP), ("bop", BOOL_OP)), "FP64", 8, FIXED,
+           "pd = (a cmp b) bop ps; NE is true for NaN, the other comparisons false", "rc"),
+    # conversions and the special function unit
+    Opcode("I2F", 0x040, ("Rd", "B"), (("to", ("F32", "F64")), ("fr", ("S32", "U32", "S64"))), "ALU", 6,
+           FIXED, "d = float(b)"),
+    Opcode("F2I", 0x041, ("Rd", "B"), (("to", ("S32", "S64")), ("fr", ("F32", "F64")),
+                                       ("rnd", ("TRUNC", "FLOOR", "CEIL", "RN"))), "ALU", 6, FIXED,
+           "d = int(b), rounded as the modifier says"),
+    Opcode("F2F", 0x042, ("Rd", "B"), (("to", ("F32", "F64")), ("fr", ("F32", "F64"))), "ALU", 6, FIXED,
+           "d = b converted between float widths"),
+    Opcode("FRND", 0x043, ("Rd", "B"), (("rnd", ("RN", "FLOOR", "CEIL", "TRUNC")), ("w", ("F32", "F64"))), "ALU", 6,
+           FIXED, "d = b rounded to an integral value, kept as a float", b_float=True),
+    Opcode("MUFU", 0x050, ("Rd", "B"), (("fn", ("RCP", "RSQ", "SQRT", "EX2", "LG2", "SIN", "COS")),),
+           "SFU", 16, VARIABLE, "d = fn(b), float32", b_float=True),
+    # predicates
+    Opcode("PLOP", 0x060, ("Pd", "Ps", "Pq"), (("op", BOOL_OP),), "ALU", 4, FIXED, "pd = ps op pq"),
+    # memory
+    Opcode("LDG", 0x070, ("Rd", "MG"), (("e", ("E",)), ("w", MEM_WIDTH)), "LSU", 400, VARIABLE,
+           "d = global memory at a.64 + imm", "i"),
+    Opcode("STG", 0x071, ("MG", "Rc"), (("e", ("E",)), ("w", MEM_WIDTH)), "LSU", 1, VARIABLE,
+           "global memory at a.64 + imm = c", "i"),
+    Opcode("LDS", 0x072, ("Rd", "MS"), (("w", MEM_WIDTH),), "LSU", 24, VARIABLE,
+           "d = shared memory at a + imm", "i"),
+    Opcode("STS", 0x073, ("MS", "Rc"), (("w", MEM_WIDTH),), "LSU", 1, VARIABLE,
+           "shared memory at a + imm = c", "i"),
+]
+
+OPCODES: dict[str, Opcode] = {row.mnemonic: row for row in _ROWS}
+BY_CODE: dict[int, Opcode] = {row.code: row for row in _ROWS}
+
+SPECIAL_REGISTERS = ("SR_TID.X", "SR_TID.Y", "SR_TID.Z", "SR_CTAID.X", "SR_CTAID.Y", "SR_CTAID.Z",
+                     "SR_LANEID", "SR_CLOCKLO")
+
+RZ = 255        # reads as zero, writes are discarded
+PT = 7          # predicate that is always true
+NUM_REGISTERS = 255
+NUM_PREDICATES = 7

@@ -1,0 +1,153 @@
+"""Layer 2, `lapis.runtime`: the system runtime (ROCr / the CUDA driver API of the stack).
+
+Owns: agents and their memory pools, user-mode AQL queues and the packets in them,
+signals, asynchronous copies through the copy engine, and loading code objects into
+executables. It reaches the device only through the driver (`lapis.driver`).
+
+    rt = runtime.init()
+    gpu = rt.gpu_agents[0]
+    queue = rt.create_queue(gpu)
+    done = rt.create_signal(1)
+    queue.submit(abi.KernelDispatchPacket(header=..., completion_signal=done.handle, ...))
+    done.wait(Condition.EQ, 0)
+"""
+
+import threading
+
+import numpy as np
+
+from lapis import abi, driver, trace
+from lapis.runtime.agent import Agent
+from lapis.runtime.code_object import CodeObject, CodeObjectError, Executable, KernelCode, KernelSymbol
+from lapis.runtime.memory import Buffer, MemoryPool, OutOfMemory
+from lapis.runtime.memory import RuntimeError_ as RuntimeError  # noqa: A004
+from lapis.runtime.queue import AqlQueue, QueueError, QueueFull, describe_packet
+from lapis.runtime.signal import Condition, Signal, SignalDestroyed, SignalPool
+
+
+class Runtime:
+    """One process's view of the runtime: its driver handle, agents, pools, signals and queues."""
+
+    def __init__(self):
+        self.kfd = driver.open()
+        self.cpu_agent = Agent("cpu", "cpu")
+        self.gpu_agents = [Agent(f"gpu{n['gpu_id']}:{n['name']}", "gpu", n["gpu_id"], n)
+                           for n in driver.system().topology()]
+        self._pools = {(a.gpu_id, kind): MemoryPool(self, a, kind)
+                       for a in self.gpu_agents for kind in ("device", "host", "kernarg")}
+        self._signals: SignalPool | None = None
+        self._copy: dict[int, tuple[AqlQueue, Buffer | None]] = {}
+        self._lock = threading.RLock()
+
+    @property
+    def agents(self) -> list[Agent]:
+        return [self.cpu_agent, *self.gpu_agents]
+
+    def device_pool(self, agent: Agent) -> MemoryPool:
+        return self._pools[(agent.gpu_id, "device")]
+
+    def host_pool(self, agent: Agent) -> MemoryPool:
+        return self._pools[(agent.gpu_id, "host")]
+
+    def kernarg_pool(self, agent: Agent) -> MemoryPool:
+        return self._pools[(agent.gpu_id, "kernarg")]
+
+    def host_pool_any(self) -> MemoryPool:
+        return self.host_pool(self.gpu_agents[0])
+
+    # -- signals and queues -------------------------------------------------------------------
+    def create_signal(self, initial: int, interrupt: bool = True) -> Signal:
+        with self._lock:
+            if self._signals is None:
+                self._signals = SignalPool(self)
+        return self._signals.create(initial, interrupt)
+
+    def create_queue(self, agent: Agent, packets: int = 256, kind: str = "compute") -> AqlQueue:
+        return AqlQueue(self, agent, packets, kind)
+
+    # -- copies through the copy engine -------------------------------------------------------
+    def _copy_queue(self, agent: Agent, staging_bytes: int) -> tuple[AqlQueue, Buffer]:
+        with self._lock:
+            queue, staging = self._copy.get(agent.gpu_id, (None, None))
+            if queue is None:
+                queue = self.create_queue(agent, 64, "copy")
+            if staging is None or staging.size < staging_bytes:
+                if staging is not None:
+                    staging.free()
+                staging = self.host_pool(agent).allocate(max(staging_bytes, 1 << 20))
+            self._copy[agent.gpu_id] = (queue, staging)
+            return queue, staging
+
+    def async_copy(self, agent: Agent, dst: int, src: int, size: int, completion: Signal) -> None:
+        """Queue a copy of `size` bytes between GPU addresses on the agent's copy engine."""
+        queue, _ = self._copy_queue(agent, 0)
+        queue.submit(abi.CopyPacket(header=abi.make_header(abi.PACKET_TYPE_VENDOR_SPECIFIC), src=src, dst=dst,
+                                    size=size, completion_signal=completion.handle))
+
+    def _copy_and_wait(self, agent: Agent, dst: int, src: int, size: int) -> None:
+        done = self.create_signal(1)
+        try:
+            self.async_copy(agent, dst, src, size, done)
+            if done.wait(Condition.EQ, 0) != 0:
+                queue, _ = self._copy_queue(agent, 0)
+                queue.check()
+                raise QueueError(f"copy of {size} bytes from {src:#x} to {dst:#x} failed")
+        finally:
+            done.destroy()
+
+    def copy_to_device(self, agent: Agent, dst: int, data: bytes | np.ndarray) -> None:
+        """Copy host bytes to a GPU address: through a pinned staging buffer, as for pageable memory."""
+        buf = np.frombuffer(data, np.uint8) if isinstance(data, bytes | bytearray) else \
+            np.ascontiguousarray(data).view(np.uint8).ravel()
+        with self._lock:
+            _, staging = self._copy_queue(agent, buf.size)
+            staging.host[:buf.size] = buf
+            with trace.span(2, "memory_copy", kind="host_to_device", agent=agent.name, dst=dst, bytes=buf.size):
+                self._copy_and_wait(agent, dst, staging.va, buf.size)
+
+    def copy_to_host(self, agent: Agent, src: int, size: int) -> np.ndarray:
+        with self._lock:
+            _, staging = self._copy_queue(agent, size)
+            with trace.span(2, "memory_copy", kind="device_to_host", agent=agent.name, src=src, bytes=size):
+                self._copy_and_wait(agent, staging.va, src, size)
+            return staging.host[:size].copy()
+
+    def copy_on_device(self, agent: Agent, dst: int, src: int, size: int) -> None:
+        with trace.span(2, "memory_copy", kind="device_to_device", agent=agent.name, src=src, dst=dst, bytes=size):
+            self._copy_and_wait(agent, dst, src, size)
+
+    def clock_ns(self, agent: Agent) -> int:
+        return self.kfd.ioctl(driver.Ioctl.GET_CLOCK_COUNTERS, driver.GetClockCountersArgs(agent.gpu_id)) \
+            .gpu_clock_counter
+
+    def shutdown(self) -> None:
+        for queue, _ in self._copy.values():
+            queue.destroy()
+        self._copy.clear()
+        self.kfd.close()
+
+
+_default: Runtime | None = None
+_default_lock = threading.Lock()
+
+
+def init() -> Runtime:
+    """The process's runtime, opened on first call (hsa_init)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Runtime()
+        return _default
+
+
+def shutdown() -> None:
+    global _default
+    with _default_lock:
+        if _default is not None:
+            _default.shutdown()
+            _default = None
+
+
+__all__ = ["AqlQueue", "Agent", "Buffer", "CodeObject", "CodeObjectError", "Condition", "Executable", "KernelCode",
+           "KernelSymbol", "MemoryPool", "OutOfMemory", "QueueError", "QueueFull", "Runtime", "RuntimeError",
+           "Signal", "SignalDestroyed", "describe_packet", "init", "shutdown"]

@@ -1,0 +1,115 @@
+"""Layer 2: user-mode AQL queues: a ring of 64-byte packets in host memory plus a doorbell.
+
+Submission follows the HSA protocol: reserve a packet index (the 64-bit write index only
+grows), wait until the slot is free (index - read index < size), write the packet body
+with the header still INVALID, publish the header last, then ring the doorbell with the
+index. The device's packet processor reads the ring, runs packets in order, resets each
+header to INVALID and advances the read index, which it writes back into host memory.
+"""
+
+import struct
+import threading
+import time
+
+from lapis import abi, driver, trace
+
+
+class QueueError(RuntimeError):
+    """The queue stopped on an error (a malformed packet or a faulting kernel)."""
+
+    def __init__(self, message: str, detail: dict | None = None):
+        super().__init__(message)
+        self.detail = detail or {}
+
+
+class QueueFull(QueueError):
+    pass
+
+
+def describe_packet(raw: bytes) -> dict:
+    """The decoded fields of a packet, by its type."""
+    header = struct.unpack_from("<H", raw)[0]
+    kind = header & 0xFF
+    layout = {abi.PACKET_TYPE_KERNEL_DISPATCH: abi.KernelDispatchPacket, abi.PACKET_TYPE_BARRIER_AND: abi.BarrierPacket,
+              abi.PACKET_TYPE_BARRIER_OR: abi.BarrierPacket,
+              abi.PACKET_TYPE_VENDOR_SPECIFIC: abi.CopyPacket}.get(kind)
+    fields = layout.unpack(raw).as_dict() if layout else {"header": header}
+    fields["header"] = {"type": abi.PACKET_TYPE_NAMES.get(kind, kind),
+                        **{k: v for k, v in abi.header_fields(header).items() if k != "type"}}
+    return fields
+
+
+class AqlQueue:
+    def __init__(self, runtime, agent, packets: int = 256, kind: str = "compute"):
+        if packets < 1 or packets & (packets - 1):
+            raise ValueError(f"queue size must be a power of two, got {packets}")
+        self.runtime, self.agent, self.size, self.kind = runtime, agent, packets, kind
+        host = runtime.host_pool(agent)
+        self.ring = host.allocate(packets * abi.PACKET_BYTES)
+        self.indices = host.allocate(64)          # write index u64 @0, read index u64 @8
+        invalid = struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID))
+        for slot in range(packets):
+            self.ring.host[slot * abi.PACKET_BYTES:slot * abi.PACKET_BYTES + 2] = memoryview(invalid)
+        r = runtime.kfd.ioctl(driver.Ioctl.CREATE_QUEUE, driver.CreateQueueArgs(
+            agent.gpu_id, kind, self.ring.va, packets * abi.PACKET_BYTES, self.indices.va + 8))
+        self.queue_id = r.queue_id
+        self.doorbell = runtime.kfd.mmap_doorbell(r.queue_id)
+        self._lock = threading.Lock()
+        self.destroyed = False
+
+    @property
+    def write_index(self) -> int:
+        return struct.unpack_from("<Q", self.indices.host, 0)[0]
+
+    @property
+    def read_index(self) -> int:
+        return struct.unpack_from("<Q", self.indices.host, 8)[0]
+
+    def status(self) -> tuple[str, dict | None]:
+        r = self.runtime.kfd.ioctl(driver.Ioctl.QUEUE_STATUS, driver.QueueArgs(self.queue_id))
+        return r.state, r.error
+
+    def check(self) -> None:
+        state, error = self.status()
+        if state != "active":
+            raise QueueError(f"queue {self.queue_id} on {self.agent.name} is in the {state} state: "
+                             f"{(error or {}).get('reason', 'unknown error')}", error)
+
+    def reserve(self, timeout_s: float = 5.0) -> int:
+        """Reserve the next packet index, waiting for a free slot."""
+        if self.destroyed:
+            raise QueueError(f"queue {self.queue_id} was destroyed")
+        with self._lock:
+            index = self.write_index
+            struct.pack_into("<Q", self.indices.host, 0, index + 1)
+        deadline = time.monotonic() + timeout_s
+        while index - self.read_index >= self.size:
+            self.check()
+            if time.monotonic() > deadline:
+                raise QueueFull(f"queue {self.queue_id} is full: packet {index} waited {timeout_s}s for a slot")
+            time.sleep(0.0005)
+        return index
+
+    def submit(self, packet, index: int | None = None) -> int:
+        """Write a packet (an abi layout whose header is set) into its slot and ring the doorbell."""
+        if index is None:
+            index = self.reserve()
+        raw = packet.pack()
+        slot = index & (self.size - 1)
+        view = self.ring.host[slot * abi.PACKET_BYTES:(slot + 1) * abi.PACKET_BYTES]
+        view[2:] = memoryview(raw[2:])          # body first, header still INVALID
+        view[:2] = memoryview(raw[:2])          # publish: the header is written last
+        if trace.enabled():
+            trace.emit(2, "packet", queue=self.queue_id, agent=self.agent.name, index=index, slot=slot,
+                       ring_va=self.ring.va, slot_va=self.ring.va + slot * abi.PACKET_BYTES, bytes_hex=raw.hex(),
+                       fields=describe_packet(raw))
+        self.doorbell.write(index)
+        return index
+
+    def destroy(self) -> None:
+        if self.destroyed:
+            return
+        self.destroyed = True
+        self.runtime.kfd.ioctl(driver.Ioctl.DESTROY_QUEUE, driver.QueueArgs(self.queue_id))
+        self.ring.free()
+        self.indices.free()

@@ -1,0 +1,110 @@
+"""lapis.trace: the event recorder every layer reports to (cross-cutting; imports no layer).
+
+    with lapis.trace() as t:
+        C = lapis.matmul(A, B)
+    for e in t.events: print(e.layer, e.name, e.args)
+
+Each layer calls `emit` (an instant) or `span` (a stretch of host wall time) with its layer
+number, an event name and the real values of the call. Layer 0 adds simulated device times
+(`sim_start_ns`, `sim_end_ns`). When no trace is open, both return at once.
+"""
+
+import sys
+import time
+import types
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+LAYER_NAMES = {5: "framework", 4: "libraries", 3: "programming interface", 2: "runtime", 1: "driver",
+               0: "hardware"}
+
+
+@dataclass
+class Event:
+    layer: int
+    name: str
+    args: dict
+    wall_start: float
+    wall_end: float
+    sim_start_ns: float | None = None
+    sim_end_ns: float | None = None
+    seq: int = 0
+
+    @property
+    def wall_ms(self) -> float:
+        return (self.wall_end - self.wall_start) * 1e3
+
+
+@dataclass
+class Trace:
+    """A recording: events in the order they started."""
+    events: list[Event] = field(default_factory=list)
+    _counter: int = 0
+
+    def __enter__(self) -> "Trace":
+        _active.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _active.remove(self)
+        self.events.sort(key=lambda e: e.seq)
+
+    def _add(self, event: Event) -> None:
+        self._counter += 1
+        event.seq = self._counter
+        self.events.append(event)
+
+    def select(self, layer: int | None = None, name: str | None = None) -> list[Event]:
+        return [e for e in self.events if (layer is None or e.layer == layer) and (name is None or e.name == name)]
+
+    def first(self, layer: int, name: str) -> Event:
+        found = self.select(layer, name)
+        if not found:
+            raise LookupError(f"no layer-{layer} event named {name!r} in this trace")
+        return found[0]
+
+
+_active: list[Trace] = []
+
+
+def enabled() -> bool:
+    return bool(_active)
+
+
+def emit(layer: int, name: str, sim_start_ns: float | None = None, sim_end_ns: float | None = None,
+         **args) -> None:
+    """Record an instant event in every open trace."""
+    if not _active:
+        return
+    now = time.perf_counter()
+    for t in _active:
+        t._add(Event(layer, name, dict(args), now, now, sim_start_ns, sim_end_ns))
+
+
+@contextmanager
+def span(layer: int, name: str, **args):
+    """Record the host wall time of a block; the block may add arguments to the yielded dict."""
+    if not _active:
+        yield {}
+        return
+    events = [Event(layer, name, dict(args), time.perf_counter(), 0.0) for _ in _active]
+    for t, e in zip(_active, events, strict=True):
+        t._add(e)
+    extra: dict = {}
+    try:
+        yield extra
+    finally:
+        end = time.perf_counter()
+        for e in events:
+            e.wall_end = end
+            e.args.update(extra)
+
+
+class _CallableModule(types.ModuleType):
+    """Lets `lapis.trace()` open a trace while `lapis.trace.emit` stays a module function."""
+
+    def __call__(self) -> Trace:
+        return Trace()
+
+
+sys.modules[__name__].__class__ = _CallableModule
