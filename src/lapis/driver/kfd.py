@@ -480,7 +480,7 @@ def _summary(obj) -> dict:
     if isinstance(obj, list):
         return {"items": len(obj)}
     if dataclasses.is_dataclass(obj):
-        return {k: (v.name if isinstance(v, WaitResult) else str(v) if isinstance(v, MemFlags) else v)
+        return {k: (v.name if isinstance(v, WaitResult | MemFlags) else v)
                 for k, v in dataclasses.asdict(obj).items()}
     return {}
 

@@ -112,6 +112,7 @@ class CommandProcessor:
                 done = self._run_packet(q, kind, packet)
             except PacketError as e:
                 self._queue_error(q, str(e), getattr(e, "detail", {}))
+                self._fail_signal(q, struct.unpack_from("<Q", packet, 56)[0])
                 return
             if not done:
                 q.waiting = True
@@ -163,21 +164,29 @@ class CommandProcessor:
             raise PacketError(f"dependency signal {handle:#x} is not mapped") from e
         return struct.unpack("<q", raw)[0]
 
-    def _complete(self, q: HardwareQueue, handle: int) -> None:
-        """Decrement the completion signal; post an interrupt if the signal has an event."""
+    def _complete(self, q: HardwareQueue, handle: int, failed: bool = False) -> None:
+        """Decrement the completion signal (or, for a failed packet, make it -1); post an
+        interrupt if the signal has an event."""
         if not handle:
             return
         gpu = self.gpu
         try:
             obj = abi.SignalObject.unpack(gpu.read_virtual(q.vmid, handle, abi.SIGNAL_BYTES, "signal read"))
-            gpu.write_virtual(q.vmid, handle + abi.SIGNAL_VALUE_OFFSET, struct.pack("<q", obj.value - 1),
-                              "signal decrement (atomic)")
+            value = -1 if failed else obj.value - 1
+            gpu.write_virtual(q.vmid, handle + abi.SIGNAL_VALUE_OFFSET, struct.pack("<q", value),
+                              "signal store (failure)" if failed else "signal decrement (atomic)")
             if obj.event_mailbox_ptr:
                 gpu.write_virtual(q.vmid, obj.event_mailbox_ptr, struct.pack("<Q", obj.event_id), "event mailbox")
         except MemoryFault as e:
             raise PacketError(f"completion signal {handle:#x} is not mapped: {e}") from None
         if obj.event_mailbox_ptr:
             gpu.post_interrupt(Interrupt("signal", q.vmid, q.queue_id, event_id=obj.event_id))
+
+    def _fail_signal(self, q: HardwareQueue, handle: int) -> None:
+        try:
+            self._complete(q, handle, failed=True)
+        except PacketError:
+            pass          # the signal itself is unreachable: the queue error is all there is to report
 
     def _program(self, code: bytes, kernel_object: int):
         program = self.programs.get(code)

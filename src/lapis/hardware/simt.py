@@ -101,6 +101,14 @@ class Wave:
                       np.zeros(L, U32), np.zeros(L, U32), np.zeros(L, U32),
                       (t % core.warp_size).astype(U32), np.zeros(L, U32)]
         self.ops = [self._compile(pc, inst) for pc, inst in enumerate(d.program)]
+        # Shared-memory address registers: their per-lane word indices are cached until the
+        # register is written again (`bumps[pc]` lists the tracked rows instruction pc writes).
+        tracked = {self._row(i.ra) for i in d.program if i.op in ("LDS", "STS") and i.ra != RZ}
+        self.version = [0] * (d.registers + 2)
+        self.bumps = [tuple(self._row(i.rd + k) for k in range(4) if i.rd + k < d.registers
+                            and self._row(i.rd + k) in tracked) if "Rd" in i.opcode.operands and i.rd != RZ else ()
+                      for i in d.program]
+        self.addr_cache: dict[int, tuple] = {}
 
     def start(self, first_block: int) -> None:
         """Reset the state for blocks first_block .. first_block + nblocks - 1."""
@@ -113,6 +121,7 @@ class Wave:
         self.sregs[4][:] = b // gx % gy
         self.sregs[5][:] = b // (gx * gy)
         self.exited = np.zeros(self.lanes, bool)
+        self.addr_cache.clear()
 
     # -- operand access ------------------------------------------------------------------------
     def _row(self, r: int) -> int:
@@ -353,14 +362,15 @@ class Wave:
             b = -b
         na, nb, nc = "a" in inst.neg, "b" in inst.neg and not isinstance(b, np.generic), "c" in inst.neg
         tmp = np.empty(self.lanes, F32)
+        combine = np.subtract if nc else np.add
 
         def op(mask):
             np.multiply(-a if na else a, -b if nb else b, out=tmp)
-            if nc:
-                np.subtract(tmp, c, out=tmp)
+            if mask is None:
+                combine(tmp, c, out=d)
             else:
-                np.add(tmp, c, out=tmp)
-            self._write(d, tmp, mask)
+                combine(tmp, c, out=tmp)
+                np.copyto(d, tmp, where=mask)
         return op
 
     def _op_FMNMX(self, inst, pc):
@@ -570,6 +580,27 @@ class Wave:
         base = self.smem_base if mask is None else self.smem_base[mask]
         return base + ((a.astype(I64) + off) >> 2)
 
+    def _shared_words(self, row: int) -> tuple:
+        """(version, per-lane word index into the wave's shared memory, min, max, 4-byte aligned) of R[row]."""
+        entry = self.addr_cache.get(row)
+        if entry is None or entry[0] != self.version[row]:
+            a = self.R[row]
+            entry = (self.version[row], self.smem_base + (a >> U32(2)).astype(I64), int(a.min()), int(a.max()),
+                     not (a & U32(3)).any())
+            self.addr_cache[row] = entry
+        return entry
+
+    def _shared_fast(self, inst, nbytes: int):
+        """The word index array and first word for an unmasked 4-byte access, or None to take the slow path."""
+        off = inst.b.bits - (1 << 32) if inst.b.bits & 0x80000000 else inst.b.bits
+        if inst.ra == RZ or nbytes != 4 or off % 4:
+            return None
+        _, words, lo, hi, aligned = self._shared_words(self._row(inst.ra))
+        if not aligned or lo + off < 0 or hi + off + nbytes > self.d.shared_bytes:
+            return None
+        self.core.counters.shared_bytes += self.lanes * nbytes
+        return words, off >> 2
+
     def _op_LDS(self, inst, pc):
         nbytes = _MEM_BYTES[inst.mod("w")]
         if nbytes < 4:
@@ -577,6 +608,11 @@ class Wave:
         dsts = [self.R[self._dst(inst.rd + i if inst.rd != RZ else RZ)] for i in range(nbytes // 4)]
 
         def op(mask):
+            if mask is None:
+                fast = self._shared_fast(inst, nbytes)
+                if fast is not None:
+                    np.take(self.smem[fast[1]:], fast[0], out=dsts[0], mode="clip")   # bounds checked above
+                    return
             idx = self._shared_index(pc, inst, mask, nbytes)
             if idx is None:
                 return
@@ -595,6 +631,11 @@ class Wave:
         srcs = [self.R[self._row(inst.rc + i if inst.rc != RZ else RZ)] for i in range(nbytes // 4)]
 
         def op(mask):
+            if mask is None:
+                fast = self._shared_fast(inst, nbytes)
+                if fast is not None:
+                    np.put(self.smem[fast[1]:], fast[0], srcs[0], mode="clip")
+                    return
             idx = self._shared_index(pc, inst, mask, nbytes)
             if idx is None:
                 return
@@ -619,7 +660,7 @@ class Wave:
 class SimtCore:
     """Runs dispatches: splits the grid into waves of resident blocks and executes each."""
 
-    MAX_LANES = 1 << 18        # cap on lanes simulated together, to bound host memory
+    MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
 
     def __init__(self, warp_size: int, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory):
         self.warp_size = warp_size
@@ -663,6 +704,7 @@ class SimtCore:
 
     def _run_wave(self, wave: Wave, kinds: list[str], targets: list[int]) -> None:
         c, ops, program = self.counters, wave.ops, wave.d.program
+        bumps, version = wave.bumps, wave.version
         budget = wave.d.watchdog_steps
         groups: dict[int, np.ndarray | None] = {0: None}
         steps = 0
@@ -680,6 +722,8 @@ class SimtCore:
                 kind = kinds[pc]
                 if not kind:
                     ops[pc](mask)
+                    for r in bumps[pc]:
+                        version[r] += 1
                     pc += 1
                 elif kind == "BRA":
                     inst = program[pc]

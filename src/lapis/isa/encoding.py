@@ -18,7 +18,7 @@ stray bit is reported instead of silently ignored.
 """
 
 from lapis.isa.instruction import Const, Control, Imm, Instruction, IsaError, Reg
-from lapis.isa.opcodes import BY_CODE, OPCODES, PT, RZ, Opcode
+from lapis.isa.opcodes import BY_CODE, OPCODES, PT, RZ, SPECIAL_REGISTERS, Opcode
 
 INSTRUCTION_BYTES = 16
 _B_REG, _B_IMM, _B_CONST = 0, 1, 2
@@ -101,6 +101,10 @@ def _check(inst: Instruction, op: Opcode) -> None:
         raise bad(f"constant c[{b.bank:#x}][{b.offset:#x}] out of range")
     if set(inst.neg) - set(op.negatable) or len(set(inst.neg)) != len(inst.neg):
         raise bad(f"cannot negate operand(s) {inst.neg!r}")
+    if "SR" in op.operands and not (isinstance(b, Imm) and b.bits < len(SPECIAL_REGISTERS)):
+        raise bad(f"special register {b} does not exist")
+    if "b" in inst.neg and isinstance(b, Imm):
+        raise bad("an immediate operand B is not negated; encode the negative value instead")
     defaults = {"rd": inst.rd == RZ, "ra": inst.ra == RZ, "rc": inst.rc == RZ, "b": b == Reg(RZ),
                 "pd": inst.pd == PT, "ps": inst.ps == PT and not inst.ps_neg,
                 "pq": inst.pq == PT and not inst.pq_neg}

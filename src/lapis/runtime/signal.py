@@ -12,7 +12,7 @@ import threading
 import time
 from enum import Enum
 
-from lapis import abi, driver
+from lapis import abi, driver, trace
 
 
 class Condition(Enum):
@@ -74,6 +74,7 @@ class Signal:
         while True:
             value = self.load()
             if _holds(cond, value, target) or value < 0:
+                trace.emit(2, "signal_wait", signal=self.handle, condition=cond.name, target=target, value=value)
                 return value
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:

@@ -1,0 +1,207 @@
+"""The `lapis` command (cross-cutting: it may import any layer).
+
+    lapis demo [--device cuda|hip] [--size N]
+
+runs the seed program inside `lapis.trace()` and prints its trip through the six layers,
+top to bottom, with the real values of the run.
+"""
+
+import argparse
+import sys
+import textwrap
+import time
+
+import numpy as np
+from rich.console import Console
+from rich.markup import escape
+
+SEED_PROGRAM = """\
+import lapis
+device = lapis.device('{device}')
+A = lapis.randn({n}, {n}, device=device)
+B = lapis.randn({n}, {n}, device=device)
+C = lapis.matmul(A, B)
+print(f"Calculation complete. Result shape: {{C.shape}}")"""
+
+LAYERS = {5: ("framework", "PyTorch", "PyTorch"), 4: ("libraries", "cuBLAS", "rocBLAS"),
+          3: ("programming interface", "CUDA runtime, numba.cuda", "HIP"),
+          2: ("runtime", "CUDA driver API", "ROCr (HSA runtime)"), 1: ("driver", "nvidia.ko", "amdgpu / amdkfd"),
+          0: ("hardware", "H200 silicon", "MI300X silicon")}
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def _si(n: float, unit: str) -> str:
+    """1.25e6, 'warp instructions' -> '1.25 M warp instructions'; units in capitals join: '2.15 GFLOP'."""
+    for prefix, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {prefix}{'' if unit.isupper() else ' '}{unit}"
+    return f"{n:.0f} {unit}"
+
+
+def _scalar(v) -> str:
+    return str(v.item()) if hasattr(v, "item") else str(v)
+
+
+def run_demo(device_type: str = "cuda", n: int = 1024, console: Console | None = None) -> dict:
+    """Run the seed program under a trace and print its trip; returns the figures it printed."""
+    import lapis
+
+    console = console or Console(highlight=False, soft_wrap=True)
+    program = SEED_PROGRAM.format(device=device_type, n=n)
+    out = console.print
+    out(f"[bold]lapis demo[/bold]: the seed program, traced through all six layers ({device_type}, {n}x{n})\n")
+    out(textwrap.indent(program, "    "), markup=False)
+    out()
+    scope: dict = {"print": lambda *args: out(" ".join(map(str, args)), markup=False)}   # the program's output
+    wall_start = time.perf_counter()
+    with lapis.trace() as t:
+        exec(compile(program, "<seed program>", "exec"), scope)   # noqa: S102 - the fixed program above
+    wall = time.perf_counter() - wall_start
+    A, B, C = scope["A"], scope["B"], scope["C"]
+    matmul_wall = t.first(5, "matmul").wall_ms
+
+    def section(layer: int) -> None:
+        name, cuda_name, rocm_name = LAYERS[layer]
+        out()
+        out(f"[bold cyan]Layer {layer} · {name}[/bold cyan]  [dim](CUDA world: {cuda_name}; ROCm world: "
+            f"{rocm_name})[/dim]")
+
+    def line(text: str) -> None:
+        out("  " + text)
+
+    # Layer 5
+    mm = t.first(5, "matmul").args
+    section(5)
+    line(f"lapis.matmul(A, B): A {mm['a_shape']} {mm['dtype']}, B {mm['b_shape']} {mm['dtype']} on "
+         f"{mm['device']} -> C {mm['out_shape']}")
+    for e in t.select(5, "randn"):
+        line(f"lapis.randn({', '.join(map(str, e.args['shape']))}) -> {e.args['dtype']} on {e.args['device']}")
+
+    # Layer 4
+    g = t.first(4, "sgemm").args
+    section(4)
+    line(f"sgemm(transa={g['transa']}, transb={g['transb']}, m={g['m']}, n={g['n']}, k={g['k']}, "
+         f"alpha={g['alpha']}, lda={g['lda']}, ldb={g['ldb']}, beta={g['beta']}, ldc={g['ldc']})")
+    line("row-major C = A @ B is column-major C^T = B^T A^T: the operands are swapped, as PyTorch calls cuBLAS")
+    line(f"kernel {g['kernel']}, tile {g['tile']}")
+
+    # Layer 3
+    launch = next(e.args for e in t.select(3, "launch") if e.args["kernel"] == g["kernel"])
+    section(3)
+    compiled = [e for e in t.select(3, "compile") if e.args["kernel"] == g["kernel"]]
+    if compiled:
+        c = compiled[0]
+        line(f"compiled {c.args['kernel']} (Python AST -> SSA IR -> lapis ISA) in {c.wall_ms:.0f} ms: "
+             f"{c.args['instructions']} instructions")
+    grid, block = launch["grid"], launch["block"]
+    line(f"launch {launch['kernel']}<<<({grid[0]}, {grid[1]}, {grid[2]}), ({block[0]}, {block[1]}, {block[2]})>>> "
+         f"on {launch['device']}")
+    line(f"registers per thread: {launch['registers']}, shared memory per block: {launch['shared_bytes']} bytes")
+    line("kernel arguments (" + str(launch["kernarg_bytes"]) + " bytes): " +
+         ", ".join(f"{k}={_scalar(v)}" for k, v in launch["args"].items()))
+
+    # Layer 2
+    packet = next(e.args for e in t.select(2, "packet") if e.args["fields"]["header"]["type"] == "KERNEL_DISPATCH")
+    fields = packet["fields"]
+    section(2)
+    line(f"queue {packet['queue']} on {packet['agent']}: packet index {packet['index']} -> slot {packet['slot']} "
+         f"at {packet['slot_va']:#x} (ring at {packet['ring_va']:#x})")
+    raw = bytes.fromhex(packet["bytes_hex"])
+    line("kernel-dispatch packet, 64 bytes:")
+    for off in range(0, 64, 16):
+        line(f"  @{off:02d}  " + " ".join(f"{b:02x}" for b in raw[off:off + 16]))
+    h = fields["header"]
+    line(f"header: type {h['type']}, barrier {int(h['barrier'])}, acquire scope {h['acquire_fence_scope']}, "
+         f"release scope {h['release_fence_scope']}; setup: {fields['setup']} dimension(s)")
+    line(f"workgroup {fields['workgroup_size_x']}x{fields['workgroup_size_y']}x{fields['workgroup_size_z']}, "
+         f"grid {fields['grid_size_x']}x{fields['grid_size_y']}x{fields['grid_size_z']} work-items, "
+         f"group segment {fields['group_segment_size']} bytes")
+    line(f"kernel_object {fields['kernel_object']:#x}, kernarg_address {fields['kernarg_address']:#x}, "
+         f"completion_signal {fields['completion_signal']:#x}")
+    waits = [e.args for e in t.select(2, "signal_wait") if e.args["signal"] == fields["completion_signal"]
+             and e.seq > t.first(2, "packet").seq]
+    if waits:
+        line(f"completion signal {fields['completion_signal']:#x}: created at 1, waited for "
+             f"{waits[-1]['condition']} {waits[-1]['target']}, the device decremented it to {waits[-1]['value']}")
+
+    # Layer 1
+    section(1)
+    dispatch_seq = next(e.seq for e in t.select(2, "packet") if e.args["fields"]["header"]["type"] == "KERNEL_DISPATCH")
+    bell = next(e.args for e in t.select(1, "doorbell") if e.seq > dispatch_seq)
+    line(f"doorbell {bell['doorbell']} <- {bell['value']} (a 64-bit MMIO write over PCIe to {bell['device']})")
+    allocs = t.select(1, "ALLOC_MEMORY_OF_GPU")
+    vram = [e for e in allocs if "VRAM" in e.args["flags"]]
+    gtt = [e for e in allocs if "GTT" in e.args["flags"]]
+    line(f"ALLOC_MEMORY_OF_GPU x{len(allocs)}: VRAM {_bytes(sum(e.args['size'] for e in vram))} in {len(vram)} "
+         f"buffers (matrices, code), GTT {_bytes(sum(e.args['size'] for e in gtt))} in {len(gtt)} (rings, signals, "
+         "kernel arguments, staging)")
+    line(f"MAP_MEMORY_TO_GPU x{len(t.select(1, 'MAP_MEMORY_TO_GPU'))} (page-table entries written into VRAM), "
+         f"CREATE_QUEUE x{len(t.select(1, 'CREATE_QUEUE'))}, CREATE_EVENT x{len(t.select(1, 'CREATE_EVENT'))}")
+    pcie = t.select(0, "pcie")
+    to_dev = sum(e.args["bytes"] for e in pcie if e.args["direction"] == "host->device")
+    to_host = sum(e.args["bytes"] for e in pcie if e.args["direction"] == "device->host")
+    pcie_ns = sum(e.args["modelled_ns"] for e in pcie)
+    line(f"PCIe: {_bytes(to_dev)} host->device, {_bytes(to_host)} device->host in {len(pcie)} transactions, "
+         f"modelled {pcie_ns / 1e3:.1f} us")
+
+    # Layer 0
+    k = next(e for e in t.select(0, "kernel") if e.args["grid"] == tuple(grid))
+    ka = k.args
+    section(0)
+    from lapis.hardware import get_profile  # the CLI may import any layer; the profile's peak for context
+    profile = get_profile(ka["profile"])
+    line(f"{ka['device']} ({profile.marketing_name}, warp size {ka['warp_size']}): {ka['blocks']} blocks of "
+         f"{ka['block'][0] * ka['block'][1] * ka['block'][2]} threads in {ka['waves']} wave(s), "
+         f"{ka['blocks_per_unit']} blocks per compute unit (limited by {ka['occupancy_limiter']})")
+    line(f"executed {_si(ka['warp_instructions'], 'warp instructions')} = "
+         f"{_si(ka['thread_instructions'], 'thread instructions')}, {_si(ka['flops'], 'FLOP')}, "
+         f"{_bytes(ka['global_bytes'])} of global loads and stores")
+    tflops = ka["flops"] / ka["time_ns"] / 1e3
+    line(f"simulated kernel time on {profile.name}: {ka['time_ns'] / 1e3:.1f} us (limiter: {ka['limiter']}) "
+         f"-> {tflops:.1f} TFLOP/s, {tflops / profile.fp32_tflops:.0%} of the FP32 peak")
+    line("disassembly (first lines):")
+    for text in ka["disassembly"].splitlines()[:12]:
+        out("    " + escape(text), highlight=False)
+
+    # The check and the figures
+    a, b, c = A.cpu().numpy(), B.cpu().numpy(), C.cpu().numpy()
+    t0 = time.perf_counter()
+    expected = a @ b
+    numpy_ms = (time.perf_counter() - t0) * 1e3
+    err = float(np.abs(c - expected).max())
+    rel = err / float(np.abs(expected).max())
+    ok = np.allclose(c, expected, rtol=1e-4, atol=1e-4 * np.sqrt(n))
+    out()
+    out(f"[bold]check[/bold]: C matches numpy's A @ B: {'yes' if ok else 'NO'} (max abs error {err:.2e}, "
+        f"relative {rel:.1e})")
+    out(f"[bold]wall time[/bold]: {wall:.2f} s for the program, {matmul_wall / 1e3:.2f} s in lapis.matmul "
+        f"(simulating {_si(ka['thread_instructions'] / (matmul_wall / 1e3), 'thread instructions/s')}); "
+        f"numpy's A @ B: {numpy_ms:.1f} ms")
+    return {"ok": ok, "max_error": err, "wall_s": wall, "matmul_s": matmul_wall / 1e3, "kernel_ns": ka["time_ns"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="lapis", description="lapis: the AI compute stack in Python")
+    sub = parser.add_subparsers(dest="command", required=True)
+    demo = sub.add_parser("demo", help="run the seed program and print its trip through the six layers")
+    demo.add_argument("--device", choices=["cuda", "hip"], default="cuda",
+                      help="cuda: the H200-like GPU (warp 32); hip: the MI300X-like GPU (wavefront 64)")
+    demo.add_argument("--size", type=int, default=1024, help="matrix size N for the N x N matmul (default 1024)")
+    args = parser.parse_args(argv)
+    if args.command == "demo":
+        if args.size < 1:
+            parser.error("--size must be positive")
+        result = run_demo(args.device, args.size)
+        return 0 if result["ok"] else 1
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Layer 4: sgemm with cuBLAS conventions against numpy, and its argument checks."""
+
+import numpy as np
+import pytest
+
+from lapis import cuda, hip
+from lapis.libs import blas, kernels
+
+rng = np.random.default_rng(3)
+
+
+def col_major(a: np.ndarray, ld: int | None = None) -> np.ndarray:
+    """Column-major storage of a, with leading dimension ld (padding rows if ld > rows)."""
+    rows, cols = a.shape
+    ld = ld or rows
+    buf = np.zeros((cols, ld), np.float32)
+    buf[:, :rows] = a.T
+    return buf.ravel()
+
+
+def from_col_major(buf: np.ndarray, rows: int, cols: int, ld: int) -> np.ndarray:
+    return buf.reshape(cols, ld)[:, :rows].T
+
+
+@pytest.fixture(scope="module")
+def handle():
+    return blas.create(cuda)
+
+
+@pytest.mark.parametrize("transa,transb", [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")])
+@pytest.mark.parametrize("m,n,k", [(64, 64, 16), (70, 33, 45), (1, 130, 7), (129, 65, 1)])
+def test_sgemm_matches_numpy(handle, transa, transb, m, n, k):
+    a = rng.standard_normal((k, m) if transa == "T" else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if transb == "T" else (k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    lda, ldb, ldc = a.shape[0] + 3, b.shape[0], m + 1           # padded leading dimensions too
+    dA, dB = cuda.to_device(col_major(a, lda)), cuda.to_device(col_major(b, ldb))
+    dC = cuda.to_device(col_major(c, ldc))
+    blas.sgemm(handle, transa, transb, m, n, k, 1.5, dA, lda, dB, ldb, -0.5, dC, ldc)
+    op_a = a.T if transa == "T" else a
+    op_b = b.T if transb == "T" else b
+    got = from_col_major(dC.copy_to_host(), m, n, ldc)
+    np.testing.assert_allclose(got, 1.5 * op_a @ op_b - 0.5 * c, rtol=1e-5, atol=1e-5)
+    padding = dC.copy_to_host().reshape(n, ldc)[:, m:]
+    assert np.all(padding == 0)                                   # rows between m and ldc untouched
+
+
+def test_beta_zero_ignores_nan_in_c(handle):
+    a = rng.standard_normal((16, 16)).astype(np.float32)
+    dA = cuda.to_device(col_major(a))
+    dC = cuda.to_device(np.full(256, np.nan, np.float32))
+    blas.sgemm(handle, "N", "N", 16, 16, 16, 1.0, dA, 16, dA, 16, 0.0, dC, 16)
+    np.testing.assert_allclose(from_col_major(dC.copy_to_host(), 16, 16, 16), a @ a, rtol=1e-5, atol=1e-5)
+
+
+def test_row_major_callers_swap_operands(handle):
+    A, B = rng.random((40, 24), dtype=np.float32), rng.random((24, 56), dtype=np.float32)
+    dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.device_array((40, 56), np.float32)
+    blas.sgemm(handle, "N", "N", 56, 40, 24, 1.0, dB, 56, dA, 24, 0.0, dC, 56)
+    np.testing.assert_allclose(dC.copy_to_host(), A @ B, rtol=1e-5)
+
+
+def test_sgemm_on_the_mi300x_profile():
+    h = blas.create(hip)
+    A = rng.random((65, 65), dtype=np.float32)
+    dA, dC = hip.to_device(A), hip.device_array((65, 65), np.float32)
+    blas.sgemm(h, "N", "N", 65, 65, 65, 1.0, dA, 65, dA, 65, 0.0, dC, 65)
+    np.testing.assert_allclose(dC.copy_to_host(), A @ A, rtol=1e-5)
+
+
+def test_invalid_arguments(handle):
+    d = cuda.device_array(64, np.float32)
+    with pytest.raises(blas.BlasError, match="lda=4 must be at least 8"):
+        blas.sgemm(handle, "N", "N", 8, 8, 8, 1.0, d, 4, d, 8, 0.0, d, 8)
+    with pytest.raises(blas.BlasError, match="trans must be"):
+        blas.sgemm(handle, "X", "N", 8, 8, 8, 1.0, d, 8, d, 8, 0.0, d, 8)
+    with pytest.raises(blas.BlasError, match="needs 100"):
+        blas.sgemm(handle, "N", "N", 10, 10, 10, 1.0, d, 10, d, 10, 0.0, d, 10)
+    with pytest.raises(blas.BlasError, match="float32"):
+        blas.sgemm(handle, "N", "N", 2, 2, 2, 1.0, cuda.device_array(4, np.float64), 2, d, 2, 0.0, d, 2)
+    with pytest.raises(blas.BlasError, match="device array"):
+        blas.sgemm(handle, "N", "N", 2, 2, 2, 1.0, np.zeros(4, np.float32), 2, d, 2, 0.0, d, 2)
+
+
+def test_fill_kernel():
+    d = cuda.device_array((5, 7), np.float32)
+    kernels.fill(cuda, d, 2.5)
+    assert np.all(d.copy_to_host() == 2.5)
+    i = cuda.device_array(300, np.int64)
+    kernels.fill(cuda, i, -3)
+    assert np.all(i.copy_to_host() == -3)

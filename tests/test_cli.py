@@ -1,0 +1,45 @@
+"""`lapis demo`: the trip of the seed program through the six layers, printed from the trace."""
+
+import io
+import re
+
+from rich.console import Console
+
+from lapis.cli import main, run_demo
+
+
+def demo_text(device: str, n: int) -> tuple[str, dict]:
+    buf = io.StringIO()
+    result = run_demo(device, n, Console(file=buf, width=200, highlight=False, soft_wrap=True))
+    return buf.getvalue(), result
+
+
+def test_demo_prints_every_layer_with_real_values():
+    text, result = demo_text("cuda", 128)
+    assert result["ok"] and result["max_error"] < 1e-3
+    assert "Calculation complete. Result shape: lapis.Size([128, 128])" in text
+    positions = [text.index(f"Layer {n} ·") for n in (5, 4, 3, 2, 1, 0)]
+    assert positions == sorted(positions)                                   # top to bottom
+    assert "lapis.matmul(A, B): A [128, 128] lapis.float32" in text and "cuda:0" in text
+    assert re.search(r"sgemm\(transa=N, transb=N, m=128, n=128, k=128, alpha=1.0, lda=128, ldb=128, beta=0.0, "
+                     r"ldc=128\)", text)
+    assert re.search(r"launch sgemm_kernel<<<\(2, 2, 1\), \(256, 1, 1\)>>>", text)
+    assert re.search(r"registers per thread: \d+, shared memory per block: 8192 bytes", text)
+    assert re.search(r"@00  02 [0-9a-f]{2} 02 00 00 01 01 00 01 00", text)    # dispatch packet bytes
+    assert "type KERNEL_DISPATCH" in text and "completion_signal 0x" in text
+    assert re.search(r"doorbell \d+ <- \d+", text) and "ALLOC_MEMORY_OF_GPU" in text
+    assert re.search(r"PCIe: [\d.]+ KiB host->device", text)
+    assert re.search(r"4 blocks of 256 threads in 1 wave", text) and "warp size 32" in text
+    assert re.search(r"simulated kernel time on h200: [\d.]+ us", text)
+    assert re.search(r"/\*0000\*/  \S+ .* ;\s+/\* 0x[0-9a-f]{16} \*/", text)
+    assert "check: C matches numpy's A @ B: yes" in text and "wall time:" in text
+
+
+def test_demo_on_the_amd_profile():
+    text, result = demo_text("hip", 64)
+    assert result["ok"] and "warp size 64" in text and "mi300x" in text and "hip:0" in text
+
+
+def test_cli_entry_point(capsys):
+    assert main(["demo", "--size", "32"]) == 0
+    assert "Layer 0 · hardware" in capsys.readouterr().out

@@ -1,0 +1,302 @@
+"""Layer 3: numba.cuda-style kernels compiled to the lapis ISA, run on the simulated GPU,
+checked against numpy; and the errors a kernel author sees."""
+
+import linecache
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lapis import cuda, hip
+
+rng = np.random.default_rng(7)
+
+
+@cuda.jit
+def vecadd(a, b, out, n):
+    i = cuda.grid(1)
+    if i < n:
+        out[i] = a[i] + b[i]
+
+
+@cuda.jit
+def saxpy(alpha, x, y, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = alpha * x[i] + y[i]
+
+
+def test_vector_add_with_a_partial_last_block():
+    n = 1000
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    d_out = cuda.device_array(n, np.float32)
+    vecadd[(n + 127) // 128, 128](cuda.to_device(a), cuda.to_device(b), d_out, n)
+    assert np.array_equal(d_out.copy_to_host(), a + b)
+
+
+def test_python_scalars_follow_numba_typing():
+    x, y = rng.random(300, dtype=np.float32), rng.random(300, dtype=np.float32)
+    d_out = cuda.device_array_like(x)
+    saxpy[3, 128](2.5, cuda.to_device(x), cuda.to_device(y), d_out)         # alpha: float64, as numba types it
+    assert ("float64" in saxpy.inspect_types()) and "array(float32, 1d, C)" in saxpy.inspect_types()
+    np.testing.assert_allclose(d_out.copy_to_host(), (2.5 * x.astype(np.float64) + y).astype(np.float32), rtol=1e-6)
+    saxpy[3, 128](np.float32(2.5), cuda.to_device(x), cuda.to_device(y), d_out)
+    np.testing.assert_allclose(d_out.copy_to_host(), np.float32(2.5) * x + y, rtol=1e-6)
+    assert len(saxpy.overloads) == 2
+
+
+TPB = 16
+
+
+@cuda.jit
+def fast_matmul(A, B, C):
+    sA = cuda.shared.array(shape=(TPB, TPB), dtype=cuda.float32)
+    sB = cuda.shared.array(shape=(TPB, TPB), dtype=cuda.float32)
+    x, y = cuda.grid(2)
+    tx = cuda.threadIdx.x
+    ty = cuda.threadIdx.y
+    bpg = cuda.gridDim.x
+    tmp = cuda.float32(0.0)
+    for i in range(bpg):
+        sA[ty, tx] = 0
+        sB[ty, tx] = 0
+        if y < A.shape[0] and (tx + i * TPB) < A.shape[1]:
+            sA[ty, tx] = A[y, tx + i * TPB]
+        if x < B.shape[1] and (ty + i * TPB) < B.shape[0]:
+            sB[ty, tx] = B[ty + i * TPB, x]
+        cuda.syncthreads()
+        for j in range(TPB):
+            tmp += sA[ty, j] * sB[j, tx]
+        cuda.syncthreads()
+    if y < C.shape[0] and x < C.shape[1]:
+        C[y, x] = tmp
+
+
+def test_numba_shared_memory_matmul_example():
+    n = 48
+    A, B = rng.random((n, n), dtype=np.float32), rng.random((n, n), dtype=np.float32)
+    C = cuda.device_array((n, n), np.float32)
+    fast_matmul[(n // TPB, n // TPB), (TPB, TPB)](cuda.to_device(A), cuda.to_device(B), C)
+    np.testing.assert_allclose(C.copy_to_host(), A @ B, rtol=1e-5)
+    asm = fast_matmul.inspect_asm()
+    assert "BAR.SYNC" in asm and "LDS" in asm and "STS" in asm and "FFMA" in asm
+
+
+@cuda.jit
+def control_flow(x, out):
+    i = cuda.grid(1)
+    if i >= x.size:
+        return
+    v = x[i]
+    total = 0
+    k = 0
+    while k < v:                       # a different trip count per thread
+        if k % 2 == 0:
+            k += 1
+            continue
+        total += k
+        if total > 40:
+            break
+        k += 1
+    if v < 3:
+        total = -1
+    elif v < 6:
+        total = total * 10
+    out[i] = total if v != 7 else 700
+
+
+def test_divergent_loops_break_continue_and_early_return():
+    x = rng.integers(0, 20, 200).astype(np.int32)
+    out = cuda.device_array(256, np.int64)
+    control_flow[2, 128](cuda.to_device(x), out)
+
+    def ref(v):
+        total, k = 0, 0
+        while k < v:
+            if k % 2 == 0:
+                k += 1
+                continue
+            total += k
+            if total > 40:
+                break
+            k += 1
+        if v < 3:
+            total = -1
+        elif v < 6:
+            total *= 10
+        return total if v != 7 else 700
+    assert np.array_equal(out.copy_to_host()[:200], [ref(v) for v in x])
+
+
+@cuda.jit
+def math_kernel(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        v = x[i]
+        out[i, 0] = math.sqrt(v)
+        out[i, 1] = math.exp(-v)
+        out[i, 2] = math.log(v)
+        out[i, 3] = math.sin(v) + math.cos(v)
+        out[i, 4] = v / 3.0
+        out[i, 5] = math.floor(v * 2.5) + math.ceil(-v)
+        out[i, 6] = abs(-v) + max(v, 2.0) - min(v, 1.0)
+        out[i, 7] = math.tanh(v - 1.0)
+
+
+def test_math_functions_and_division():
+    x = np.linspace(0.1, 4.0, 96).astype(np.float32)
+    out = cuda.device_array((96, 8), np.float32)
+    math_kernel[1, 96](cuda.to_device(x), out)
+    got = out.copy_to_host()
+    expect = np.stack([np.sqrt(x), np.exp(-x), np.log(x), np.sin(x) + np.cos(x), x / np.float32(3),
+                       np.floor(x * 2.5) + np.ceil(-x), x + np.maximum(x, 2) - np.minimum(x, 1), np.tanh(x - 1)], 1)
+    np.testing.assert_allclose(got, expect, rtol=2e-6, atol=2e-6)
+    # Division is a reciprocal and a Newton step: correctly rounded with a fused FFMA; the simulator
+    # rounds FFMA's product separately, which can leave the last bit off.
+    assert np.all(np.abs(got[:, 4].view(np.int32) - (x / np.float32(3)).view(np.int32)) <= 1)
+
+
+@cuda.jit
+def wide_types(a, b, out_i, out_f):
+    i = cuda.grid(1)
+    if i < a.size:
+        big = a[i] * 3000000000 + 7           # int64
+        out_i[i] = big // 4 - big % 8
+        out_f[i] = b[i] / 7.0 + float(a[i])    # float64
+
+
+def test_int64_and_float64_arithmetic():
+    a = rng.integers(-1000, 1000, 64).astype(np.int64)
+    b = rng.random(64)
+    oi, of = cuda.device_array(64, np.int64), cuda.device_array(64, np.float64)
+    wide_types[1, 64](cuda.to_device(a), cuda.to_device(b), oi, of)
+    big = a * 3000000000 + 7
+    assert np.array_equal(oi.copy_to_host(), big // 4 - big % 8)
+    np.testing.assert_allclose(of.copy_to_host(), b / 7.0 + a, rtol=1e-15)
+
+
+@cuda.jit
+def grid2d(out):
+    x, y = cuda.grid(2)
+    w, h = cuda.gridsize(2)
+    if x < out.shape[1] and y < out.shape[0]:
+        out[y, x] = y * w + x + h * 0
+
+
+def test_2d_grid_and_fortran_order():
+    out = cuda.device_array((20, 30), np.int32)
+    grid2d[(4, 3), (8, 8)](out)
+    assert np.array_equal(out.copy_to_host(), np.arange(20)[:, None] * 32 + np.arange(30))
+    f = cuda.device_array((20, 30), np.int32, order="F")
+    grid2d[(4, 3), (8, 8)](f)
+    assert np.array_equal(f.copy_to_host(), np.arange(20)[:, None] * 32 + np.arange(30))
+
+
+@cuda.jit
+def local_registers(x, out):
+    i = cuda.grid(1)
+    acc = cuda.local.array(4, cuda.float32)
+    for k in range(4):
+        acc[k] = x[i] * k
+    s = cuda.float32(0)
+    for k in range(4):
+        s += acc[k]
+    out[i] = s
+
+
+def test_local_arrays_with_constant_indices_live_in_registers():
+    x = rng.random(64, dtype=np.float32)
+    out = cuda.device_array_like(x)
+    local_registers[1, 64](cuda.to_device(x), out)
+    np.testing.assert_allclose(out.copy_to_host(), 6 * x, rtol=1e-6)
+    assert "lmem" in local_registers.resources() and "0 bytes lmem" in local_registers.resources()
+
+
+def test_same_kernel_runs_on_the_amd_profile():
+    kernel = hip.jit(vecadd.py_func)
+    a = np.arange(200, dtype=np.float32)
+    out = hip.device_array(200, np.float32)
+    kernel[4, 64](hip.to_device(a), hip.to_device(a), out, 200)
+    assert np.array_equal(out.copy_to_host(), 2 * a)
+    assert out.device.WARP_SIZE == 64 and "mi300x" in out.device.profile
+
+
+# -- hypothesis: expressions compiled and run, compared with Python evaluating the same code -------
+OPS = ["+", "-", "*"]
+
+
+@st.composite
+def expressions(draw, depth=3):
+    if depth == 0 or draw(st.booleans()):
+        return draw(st.sampled_from(["x", "y", "z", str(draw(st.integers(-9, 9)))]))
+    op = draw(st.sampled_from(OPS + ["min", "max", "cmp"]))
+    left, right = draw(expressions(depth=depth - 1)), draw(expressions(depth=depth - 1))
+    if op in ("min", "max"):
+        return f"{op}({left}, {right})"
+    if op == "cmp":
+        return f"({left} if {left} < {right} else {right} - 1)"
+    return f"({left} {op} {right})"
+
+
+@settings(max_examples=12, deadline=None)
+@given(expressions())
+def test_generated_integer_expressions_match_python(expr):
+    source = f"def gen(a, b, c, out):\n    i = cuda.grid(1)\n    x, y, z = a[i], b[i], c[i]\n    out[i] = {expr}\n"
+    filename = f"<generated {abs(hash(expr))}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)   # so inspect finds it
+    namespace = {"cuda": cuda}
+    exec(compile(source, filename, "exec"), namespace)     # noqa: S102 - test-generated kernel source
+    inputs = [rng.integers(-50, 50, 32).astype(np.int64) for _ in range(3)]
+    out = cuda.device_array(32, np.int64)
+    cuda.jit(namespace["gen"])[1, 32](*(cuda.to_device(v) for v in inputs), out)
+    expected = [eval(expr, {"min": min, "max": max}, dict(zip("xyz", map(int, vals), strict=True)))
+                for vals in zip(*inputs, strict=True)]
+    assert out.copy_to_host().tolist() == expected
+
+
+# -- errors ---------------------------------------------------------------------------------------
+def test_unsupported_construct_names_file_and_line():
+    def uses_try(out):
+        i = cuda.grid(1)
+        try:
+            out[i] = 1
+        except Exception:
+            pass
+
+    kernel = cuda.jit(uses_try)
+    with pytest.raises(cuda.CompileError) as e:
+        kernel[1, 32](cuda.device_array(32, np.int32))
+    line = uses_try.__code__.co_firstlineno + 2
+    assert f"test_compiler.py:{line}:" in str(e.value) and "'try' statement" in str(e.value)
+    assert "uses_try" in str(e.value)
+
+
+def test_host_arrays_and_bad_launches_are_clear_errors():
+    with pytest.raises(TypeError, match="host numpy array.*cuda.to_device"):
+        vecadd[1, 32](np.zeros(32, np.float32), np.zeros(32, np.float32), np.zeros(32, np.float32), 32)
+    with pytest.raises(cuda.LaunchError, match="threads per block exceeds"):
+        vecadd[1, 2048](*(cuda.device_array(4, np.float32) for _ in range(3)), 4)
+    with pytest.raises(cuda.LaunchError, match="with a configuration"):
+        vecadd(1, 2, 3, 4)
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        vecadd[1, 32](cuda.device_array(4, np.float32))
+
+
+def test_out_of_bounds_write_faults_with_kernel_instruction_and_address_then_recovers():
+    @cuda.jit
+    def scatter(out, offset):
+        i = cuda.grid(1)
+        out[i + offset] = 1.0
+
+    out = cuda.device_array(64, np.float32)
+    scatter[1, 64](out, 10_000_000)
+    with pytest.raises(cuda.KernelFault) as e:
+        cuda.synchronize()
+    err = e.value
+    assert err.kernel == "scatter" and "STG" in err.instruction and err.pc is not None
+    assert err.address == out.ptr + 4 * 10_000_000
+    assert "scatter" in str(err) and f"{err.address:#x}" in str(err) and "not mapped" in str(err)
+    scatter[1, 64](out, 0)                                   # the next launch runs
+    assert np.all(out.copy_to_host() == 1.0)

@@ -1,0 +1,73 @@
+"""Layer 5: the seed program, tensors on cpu/cuda/hip, matmul's rules and errors (torch's)."""
+
+import numpy as np
+import pytest
+
+import lapis
+
+
+def test_seed_program(capsys):
+    device = lapis.device('cuda')
+    A = lapis.randn(1024, 1024, device=device)
+    B = lapis.randn(1024, 1024, device=device)
+    C = lapis.matmul(A, B)
+    print(f"Calculation complete. Result shape: {C.shape}")
+    assert capsys.readouterr().out == "Calculation complete. Result shape: lapis.Size([1024, 1024])\n"
+    a, b, c = A.cpu().numpy(), B.cpu().numpy(), C.cpu().numpy()
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(c, expected, rtol=1e-4, atol=2e-3)
+    assert C.device == lapis.device("cuda:0") and C.dtype == lapis.float32
+
+
+def test_devices_follow_torch():
+    assert repr(lapis.device("cuda")) == "device(type='cuda')"
+    assert str(lapis.device("cuda", 0)) == "cuda:0" and lapis.device("hip:0").index == 0
+    assert lapis.device("cpu") == "cpu"
+    with pytest.raises(RuntimeError, match="Expected one of cpu, cuda, hip device type at start of device string: tpu"):
+        lapis.device("tpu")
+    with pytest.raises(RuntimeError, match="already has an index"):
+        lapis.device("cuda:0", 1)
+
+
+def test_matmul_shapes_and_1d_rules_on_gpu_and_cpu():
+    rng = np.random.default_rng(0)
+    m, k, n = (rng.random(shape, dtype=np.float32) for shape in ((5, 3), 3, (3, 4)))
+    for dev in ("cpu", "cuda", "hip"):
+        M, v, N = (lapis.tensor(x, device=dev) for x in (m, k, n))
+        out = M @ N
+        assert out.shape == lapis.Size([5, 4]) and out.device.type == dev
+        np.testing.assert_allclose(out.cpu().numpy(), m @ n, rtol=1e-5)
+        np.testing.assert_allclose((M @ v).cpu().numpy(), m @ k, rtol=1e-5)
+        np.testing.assert_allclose(lapis.matmul(v, N).cpu().numpy(), k @ n, rtol=1e-5)
+        dot = v @ v
+        assert dot.shape == lapis.Size([]) and abs(dot.item() - float(k @ k)) < 1e-5
+
+
+def test_matmul_errors_match_torch():
+    a, b = lapis.zeros(2, 3, device="cuda"), lapis.zeros(4, 5, device="cuda")
+    with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(2x3 and 4x5\)"):
+        lapis.matmul(a, b)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device.*cuda:0 and cpu"):
+        lapis.matmul(a, lapis.zeros(3, 2))
+    with pytest.raises(RuntimeError, match="same dtype"):
+        lapis.matmul(lapis.zeros(2, 2, dtype=lapis.float64), lapis.zeros(2, 2))
+    with pytest.raises(TypeError, match="can't convert cuda:0 device type tensor to numpy. Use Tensor.cpu()"):
+        a.numpy()
+
+
+def test_creation_and_moves():
+    z = lapis.zeros(3, 4, device="hip")
+    assert z.device == lapis.device("hip:0") and np.all(z.cpu().numpy() == 0)
+    o = lapis.ones((2, 2), device="cuda")
+    assert o.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+    t = lapis.tensor([[1, 2], [3, 4]])
+    assert t.dtype == lapis.int64 and t.shape == lapis.Size([2, 2])
+    f = lapis.tensor([1.5, 2.5]).to("cuda")
+    assert f.dtype == lapis.float32 and f.device.type == "cuda" and f.cpu().tolist() == [1.5, 2.5]
+    assert "device='cuda:0'" in repr(f)
+    lapis.manual_seed(5)
+    first = lapis.randn(3).tolist()
+    lapis.manual_seed(5)
+    assert lapis.randn(3).tolist() == first
+    x = lapis.tensor(np.arange(6, dtype=np.float64).reshape(2, 3))
+    assert x.dtype == lapis.float64 and lapis.from_numpy(x.numpy()).shape == (2, 3)

@@ -1,0 +1,235 @@
+"""Layer 0: the SIMT core executing assembled machine code, its faults, and the memory path."""
+
+import struct
+
+import numpy as np
+import pytest
+
+from conftest import pointers
+from lapis.hardware.simt import KernelFault
+
+# out[tid] = a[tid] + b[tid] for a grid of blocks; kernargs: a, b, out pointers at 0x160.
+VECADD = """
+    S2R R0, SR_TID.X ;
+    S2R R1, SR_CTAID.X ;
+    IMAD R0, R1, c[0x0][0x0], R0 ;
+    LDC.64 R2, c[0x0][0x160] ;
+    IMAD.WIDE R2, R0, 0x4, R2 ;
+    LDC.64 R4, c[0x0][0x168] ;
+    IMAD.WIDE R4, R0, 0x4, R4 ;
+    LDG.E R6, [R2.64] ;
+    LDG.E R7, [R4.64] ;
+    FADD R6, R6, R7 ;
+    LDC.64 R2, c[0x0][0x170] ;
+    IMAD.WIDE R2, R0, 0x4, R2 ;
+    STG.E [R2.64], R6 ;
+    EXIT ;
+"""
+
+
+def test_vector_add_and_counters(bench):
+    n = 4 * 64
+    a, b = np.arange(n, dtype=np.float32), np.full(n, 0.5, np.float32)
+    out = np.zeros(n, np.float32)
+    pa, pb, po = bench.buffer(a), bench.buffer(b), bench.buffer(out)
+    c = bench.run(VECADD, grid=(4, 1, 1), block=(64, 1, 1), args=pointers(pa, pb, po))
+    assert np.array_equal(bench.read(po, out), a + b)
+    assert c.total_thread_instructions == 14 * n
+    assert c.total_warp_instructions == 14 * n // 32
+    assert c.flops == n
+    assert c.global_bytes == 3 * 4 * n
+    assert c.global_sectors == 3 * n * 4 // 32          # fully coalesced: 4 sectors per warp per access
+
+
+def _store_r5(index_reg: str = "R0") -> str:
+    return f"""
+    LDC.64 R2, c[0x0][0x160] ;
+    IMAD.WIDE R2, {index_reg}, 0x4, R2 ;
+    STG.E [R2.64], R5 ;
+    EXIT ;
+"""
+
+
+def test_divergent_if_else_and_nested_branches(bench):
+    # r5 = (tid & 1) ? ((tid & 2) ? 30 : 10) : 20, with reconvergence before the store.
+    src = """
+        S2R R0, SR_TID.X ;
+        LOP.AND R1, R0, 0x1 ;
+        ISETP.EQ.U32.AND P0, R1, 0x0, PT ;
+        @P0 BRA else ;
+        LOP.AND R1, R0, 0x2 ;
+        ISETP.NE.U32.AND P1, R1, 0x0, PT ;
+        MOV R5, 0xa ;
+        @!P1 BRA join ;
+        MOV R5, 0x1e ;
+        BRA join ;
+    else:
+        MOV R5, 0x14 ;
+    join:
+    """ + _store_r5()
+    out = np.zeros(32, np.int32)
+    po = bench.buffer(out)
+    bench.run(src, args=pointers(po))
+    tid = np.arange(32)
+    expect = np.where(tid & 1, np.where(tid & 2, 30, 10), 20)
+    assert np.array_equal(bench.read(po, out), expect)
+
+
+def test_loop_with_a_different_trip_count_per_lane(bench):
+    # r5 = sum(range(tid)): lane t loops t times, then all lanes store together.
+    src = """
+        S2R R0, SR_TID.X ;
+        MOV R5, 0x0 ;
+        MOV R6, 0x0 ;
+    top:
+        ISETP.GE.S32.AND P0, R6, R0, PT ;
+        @P0 BRA done ;
+        IADD R5, R5, R6 ;
+        IADD R6, R6, 0x1 ;
+        BRA top ;
+    done:
+    """ + _store_r5()
+    out = np.zeros(64, np.int32)
+    po = bench.buffer(out)
+    c = bench.run(src, block=(64, 1, 1), args=pointers(po))
+    tid = np.arange(64)
+    assert np.array_equal(bench.read(po, out), tid * (tid - 1) // 2)
+    assert c.total_thread_instructions < c.total_warp_instructions * 32     # some lanes sat idle
+
+
+def test_early_exit_of_some_lanes(bench):
+    src = """
+        S2R R0, SR_TID.X ;
+        ISETP.LT.S32.AND P0, R0, 0x5, PT ;
+        @P0 EXIT ;
+        MOV R5, 0x7 ;
+    """ + _store_r5()
+    out = np.full(32, -1, np.int32)
+    po = bench.buffer(out)
+    bench.run(src, args=pointers(po))
+    assert np.array_equal(bench.read(po, out), np.where(np.arange(32) < 5, -1, 7))
+
+
+def test_shared_memory_is_per_block_and_barriers_order_it(bench):
+    # Each thread writes its block id + tid to shared, syncs, reads its neighbour's word.
+    src = """
+        S2R R0, SR_TID.X ;
+        S2R R1, SR_CTAID.X ;
+        IMAD R5, R1, 0x64, R0 ;
+        SHL R7, R0, 0x2 ;
+        STS [R7], R5 ;
+        BAR.SYNC 0x0 ;
+        IADD R8, R0, 0x1 ;
+        LOP.AND R8, R8, 0x1f ;
+        SHL R8, R8, 0x2 ;
+        LDS R5, [R8] ;
+        IMAD R0, R1, 0x20, R0 ;
+    """ + _store_r5()
+    out = np.zeros(3 * 32, np.int32)
+    po = bench.buffer(out)
+    c = bench.run(src, grid=(3, 1, 1), args=pointers(po), shared=128)
+    blk, tid = np.divmod(np.arange(96), 32)
+    assert np.array_equal(bench.read(po, out), blk * 100 + (tid + 1) % 32)
+    assert c.barriers == 3
+
+
+def test_barrier_under_divergence_faults(bench):
+    src = """
+        S2R R0, SR_TID.X ;
+        ISETP.LT.S32.AND P0, R0, 0x10, PT ;
+        @P0 BRA skip ;
+        BAR.SYNC 0x0 ;
+    skip:
+        EXIT ;
+    """
+    with pytest.raises(KernelFault, match="barrier reached under divergence") as e:
+        bench.run(src)
+    assert e.value.pc == 0x30 and "BAR.SYNC" in e.value.instruction
+
+
+def test_unmapped_access_names_instruction_and_address(bench):
+    src = """
+        LDC.64 R2, c[0x0][0x160] ;
+        LDG.E R4, [R2.64+0x40] ;
+        EXIT ;
+    """
+    with pytest.raises(KernelFault) as e:
+        bench.run(src, args=pointers(0x1234_0000))
+    assert e.value.address == 0x1234_0040
+    assert e.value.pc == 0x10 and e.value.instruction.startswith("LDG.E R4, [R2.64+0x40]")
+    assert "not mapped" in str(e.value)
+
+
+def test_misaligned_and_read_only_accesses_fault(bench):
+    data = bench.buffer(np.zeros(16, np.float32))
+    with pytest.raises(KernelFault, match="misaligned 4-byte access"):
+        bench.run("LDC.64 R2, c[0x0][0x160] ;\nLDG.E R4, [R2.64+0x2] ;\nEXIT ;", args=pointers(data))
+    with pytest.raises(KernelFault, match="outside the block's 64 bytes"):
+        bench.run("MOV R1, 0x40 ;\nLDS R2, [R1] ;\nEXIT ;", shared=64)
+
+
+def test_unmapping_flushes_the_tlb(bench):
+    data = np.arange(32, dtype=np.float32)
+    va = bench.buffer(data)
+    src = "LDC.64 R2, c[0x0][0x160] ;\nLDG.E R4, [R2.64] ;\nEXIT ;"
+    bench.run(src, args=pointers(va))
+    bench.space.unmap(va, data.nbytes)
+    with pytest.raises(KernelFault, match="not mapped"):
+        bench.run(src, args=pointers(va))
+
+
+def test_watchdog_stops_an_infinite_loop(bench):
+    with pytest.raises(KernelFault, match="watchdog"):
+        bench.run("top:\nBRA top ;", watchdog=1000)
+
+
+def test_warp_size_follows_the_profile(bench64):
+    out = np.zeros(128, np.int32)
+    po = bench64.buffer(out)
+    bench64.run("S2R R0, SR_TID.X ;\nS2R R5, SR_LANEID ;" + _store_r5(), block=(128, 1, 1), args=pointers(po))
+    assert np.array_equal(bench64.read(po, out), np.arange(128) % 64)
+
+
+def test_64_bit_and_float64_arithmetic(bench):
+    # out[tid] = (double)tid * 0.5 + 2^40 as int64 math and a DFMA.
+    src = """
+        S2R R0, SR_TID.X ;
+        I2I.S64.S32 R4, R0 ;
+        MOV R6, 0x0 ;
+        MOV R7, 0x100 ;
+        IADD.64 R4, R4, R6 ;
+        I2F.F64.S64 R8, R4 ;
+        MOV R10, 0x0 ;
+        MOV R11, 0x3fe00000 ;
+        DMUL R8, R8, R10 ;
+        LDC.64 R2, c[0x0][0x160] ;
+        IMAD.WIDE R2, R0, 0x8, R2 ;
+        STG.E.64 [R2.64], R8 ;
+        EXIT ;
+    """
+    out = np.zeros(32, np.float64)
+    po = bench.buffer(out)
+    bench.run(src, args=pointers(po))
+    assert np.array_equal(bench.read(po, out), (np.arange(32) + 2.0**40) * 0.5)
+
+
+def test_global_access_to_host_memory_crosses_pcie(bench):
+    host = bench.buffer(np.arange(32, dtype=np.float32), system=True)
+    before = bench.gpu.pcie.bytes["host->device"]
+    c = bench.run("LDC.64 R2, c[0x0][0x160] ;\nS2R R0, SR_TID.X ;\nIMAD.WIDE R2, R0, 0x4, R2 ;\nLDG.E R4, [R2.64] ;\n"
+                  "EXIT ;", args=pointers(host))
+    assert c.pcie_bytes == 128
+    assert bench.gpu.pcie.bytes["host->device"] >= before
+
+
+def test_doorbell_write_crosses_pcie(bench):
+    before = (bench.gpu.pcie.bytes["host->device"], bench.gpu.pcie.transactions)
+    bench.gpu.ring_doorbell(7, 0)     # no queue behind it: dropped, but the write still crossed the link
+    assert bench.gpu.pcie.bytes["host->device"] == before[0] + 8
+    assert bench.gpu.pcie.transactions == before[1] + 1
+
+
+def test_sparse_memory_takes_no_host_ram_for_untouched_vram(bench):
+    assert bench.gpu.vram.size == 141 * 10**9
+    bench.gpu.vram.write(100 * 10**9, struct.pack("<I", 7))
+    assert bench.gpu.vram.read(100 * 10**9, 4) == struct.pack("<I", 7)

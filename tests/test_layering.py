@@ -1,0 +1,101 @@
+"""The layer rule of DESIGN.md, checked on every import statement in the package.
+
+5 -> 4 and 3; 4 -> 3; 3 -> 2; 2 -> 1; 1 -> 0; every layer -> lapis.trace and the shared
+specifications (lapis.isa, lapis.abi), which import no layer themselves; lapis.cli may
+import anything. Imports inside a layer are free.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parent.parent / "src"
+SHARED = {"lapis.trace", "lapis.isa", "lapis.abi"}
+ALLOWED = {5: {5, 4, 3}, 4: {4, 3}, 3: {3, 2}, 2: {2, 1}, 1: {1, 0}, 0: {0}}
+PACKAGES = {"lapis.hardware": 0, "lapis.driver": 1, "lapis.runtime": 2, "lapis.cuda": 3, "lapis.hip": 3,
+            "lapis.libs": 4}
+
+
+def classify(module: str):
+    """A module's layer number, 'shared', 'cli', or None when it is not part of lapis."""
+    if module != "lapis" and not module.startswith("lapis."):
+        return None
+    for shared in SHARED:
+        if module == shared or module.startswith(shared + "."):
+            return "shared"
+    if module == "lapis.cli":
+        return "cli"
+    for package, layer in PACKAGES.items():
+        if module == package or module.startswith(package + "."):
+            return layer
+    return 5
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(SRC).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imported_modules(path: Path, source: str | None = None) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import; `from lapis import x` names lapis.x."""
+    tree = ast.parse(path.read_text() if source is None else source)
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module
+            for alias in node.names:
+                candidate = f"{module}.{alias.name}"
+                is_module = (SRC / candidate.replace(".", "/")).with_suffix(".py").exists() or \
+                    (SRC / candidate.replace(".", "/")).is_dir()
+                found.append((node.lineno, candidate if is_module else module))
+    return found
+
+
+def violations(path: Path, source: str | None = None) -> list[str]:
+    name = module_name(path)
+    mine = classify(name)
+    bad = []
+    for line, target in imported_modules(path, source):
+        theirs = classify(target)
+        if theirs is None or mine == "cli" or theirs == "shared":
+            continue
+        if mine == "shared":
+            bad.append(f"{path.relative_to(SRC)}:{line}: shared module {name} imports {target} (layer {theirs}); "
+                       "shared specifications must import no layer")
+        elif theirs == "cli" or theirs not in ALLOWED[mine]:
+            bad.append(f"{path.relative_to(SRC)}:{line}: layer {mine} module {name} imports {target} "
+                       f"(layer {theirs}); layer {mine} may import layers {sorted(ALLOWED[mine])}")
+    return bad
+
+
+FILES = sorted(SRC.rglob("*.py"))
+
+
+def test_every_module_is_classified():
+    assert FILES, "no source files found"
+    assert {classify(module_name(p)) for p in FILES} >= {0, 1, 2, 3, 4, 5, "shared", "cli"}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(SRC)))
+def test_imports_follow_the_layer_rule(path):
+    assert violations(path) == []
+
+
+def test_the_check_catches_a_violation():
+    probe = SRC / "lapis" / "libs" / "_layering_probe.py"
+    found = violations(probe, "from lapis import runtime\nimport lapis.hardware.mmu\nfrom lapis import cuda, trace\n")
+    assert len(found) == 2 and "layer 4" in found[0] and "layer 2" in found[0] and "layer 0" in found[1]
+    shared = SRC / "lapis" / "isa" / "_probe.py"
+    assert violations(shared, "from lapis.hardware import Gpu\n")

@@ -1,0 +1,213 @@
+"""Layer 2: packet layouts, the queue protocol, signals, code objects, faults and isolation."""
+
+import shutil
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+from lapis import abi, isa, runtime
+from lapis.runtime import CodeObject, CodeObjectError, Condition, Executable, KernelCode, QueueError
+
+FILL = """
+    S2R R0, SR_TID.X ;
+    S2R R1, SR_CTAID.X ;
+    IMAD R0, R1, c[0x0][0x0], R0 ;
+    LDC.64 R2, c[0x0][0x160] ;
+    IMAD.WIDE R2, R0, 0x4, R2 ;
+    MOV R4, c[0x0][0x168] ;
+    STG.E [R2.64], R4 ;
+    EXIT ;
+"""
+
+
+def code_object(name: str, source: str, kernarg_size: int = 16) -> bytes:
+    code = isa.encode_program(isa.assemble(source))
+    return CodeObject([KernelCode(name, code, abi.KernelDescriptor(kernarg_size=kernarg_size,
+                                                                   compute_pgm_rsrc1=8))]).to_bytes()
+
+
+@pytest.fixture
+def rt():
+    r = runtime.Runtime()     # a process of its own
+    yield r
+    r.shutdown()
+
+
+def load(rt, agent, name="fill", source=FILL):
+    exe = Executable(rt)
+    exe.load_code_object(agent, code_object(name, source))
+    exe.freeze()
+    return exe.get_symbol(name)
+
+
+def dispatch(rt, queue, symbol, args: bytes, threads: int, block: int = 64, signal=None):
+    karg = rt.kernarg_pool(queue.agent).allocate(64)
+    karg.host[:len(args)] = np.frombuffer(args, np.uint8)
+    signal = signal or rt.create_signal(1)
+    queue.submit(abi.KernelDispatchPacket(
+        header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH), setup=1, workgroup_size_x=block,
+        grid_size_x=threads, kernel_object=symbol.kernel_object, kernarg_address=karg.va,
+        completion_signal=signal.handle))
+    return signal
+
+
+def test_dispatch_packet_fields_sit_at_the_hsa_offsets():
+    p = abi.KernelDispatchPacket(header=0x1234, setup=3, workgroup_size_x=5, workgroup_size_y=6, workgroup_size_z=7,
+                                 grid_size_x=8, grid_size_y=9, grid_size_z=10, private_segment_size=11,
+                                 group_segment_size=12, kernel_object=13, kernarg_address=14, completion_signal=15)
+    raw = p.pack()
+    assert len(raw) == 64
+    assert struct.unpack_from("<HHHHH", raw, 0) == (0x1234, 3, 5, 6, 7)
+    assert struct.unpack_from("<IIIII", raw, 12) == (8, 9, 10, 11, 12)
+    assert struct.unpack_from("<QQ", raw, 32) == (13, 14) and struct.unpack_from("<Q", raw, 56) == (15,)
+    b = abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND), dep_signal0=21, dep_signal4=25,
+                          completion_signal=26).pack()
+    assert struct.unpack_from("<5Q", b, 8) == (21, 0, 0, 0, 25) and struct.unpack_from("<Q", b, 56) == (26,)
+    h = abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH, barrier=True, acquire=1, release=2)
+    assert h == 2 | 1 << 8 | 1 << 9 | 2 << 11
+    assert abi.header_fields(h) == {"type": 2, "barrier": True, "acquire_fence_scope": 1, "release_fence_scope": 2}
+    assert abi.KernelDescriptor(kernarg_size=40).pack()[8:12] == struct.pack("<I", 40)
+
+
+def test_doorbell_drives_execution_and_the_ring_protocol(rt, monkeypatch):
+    gpu = rt.gpu_agents[0]
+    sym = load(rt, gpu)
+    out = rt.device_pool(gpu).allocate(256 * 4)
+    queue = rt.create_queue(gpu, packets=4)
+    seen = []
+    real_write = queue.doorbell.write
+
+    def spy(value):     # what the ring holds at the moment the doorbell is written
+        slot = value & (queue.size - 1)
+        seen.append((value, bytes(queue.ring.host[slot * 64:slot * 64 + 64]), queue.read_index))
+        real_write(value)
+    monkeypatch.setattr(queue.doorbell, "write", spy)
+    for i in range(6):    # wraps around the 4-slot ring
+        sig = dispatch(rt, queue, sym, struct.pack("<Qf", out.va, float(i)), 256)
+        assert sig.wait(Condition.EQ, 0, timeout_s=5) == 0
+    assert [v for v, _, _ in seen] == list(range(6))
+    value, raw, read_before = seen[5]
+    assert raw[0] == abi.PACKET_TYPE_KERNEL_DISPATCH and read_before == 5     # published, not yet consumed
+    assert queue.read_index == queue.write_index == 6
+    assert queue.ring.host[(5 & 3) * 64] == abi.PACKET_TYPE_INVALID            # consumed: header reset
+    got = np.frombuffer(rt.copy_to_host(gpu, out.va, 1024), np.float32)
+    assert np.all(got == 5.0)
+
+
+def test_signals_wait_on_conditions_and_time_out(rt):
+    s = rt.create_signal(5)
+    assert s.wait(Condition.GTE, 5) == 5 and s.wait(Condition.NE, 0) == 5
+    assert s.subtract(2) == 5 and s.load() == 3
+    assert s.cas(3, 10) == 3 and s.exchange(1) == 10 and s.load() == 1
+    assert s.wait(Condition.EQ, 0, timeout_s=0.05) == 1                        # timed out, value unchanged
+    assert s.wait(Condition.LT, 2) == 1
+    s.destroy()
+    with pytest.raises(runtime.SignalDestroyed):
+        s.load()
+
+
+def test_barrier_and_packet_waits_for_its_dependency(rt):
+    gpu = rt.gpu_agents[0]
+    queue = rt.create_queue(gpu, packets=8)
+    dep, done = rt.create_signal(1), rt.create_signal(1)
+    queue.submit(abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND), dep_signal0=dep.handle,
+                                   completion_signal=done.handle))
+    assert done.load() == 1 and queue.read_index == 0                           # blocked on dep
+    dep.store(0)
+    queue.doorbell.write(queue.write_index - 1)                                 # the processor re-checks
+    assert done.wait(Condition.EQ, 0, timeout_s=5) == 0 and queue.read_index == 1
+
+
+def test_queue_full_is_reported(rt):
+    gpu = rt.gpu_agents[0]
+    queue = rt.create_queue(gpu, packets=2)
+    dep = rt.create_signal(1)
+    for _ in range(2):
+        queue.submit(abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND), dep_signal0=dep.handle))
+    with pytest.raises(runtime.QueueFull, match="is full"):
+        queue.reserve(timeout_s=0.05)
+
+
+def test_malformed_packet_stops_only_its_queue(rt):
+    gpu = rt.gpu_agents[0]
+    sym = load(rt, gpu)
+    bad_queue, good_queue = rt.create_queue(gpu), rt.create_queue(gpu)
+    sig = rt.create_signal(1)
+    bad_queue.submit(abi.KernelDispatchPacket(header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH), setup=0,
+                                              kernel_object=sym.kernel_object, completion_signal=sig.handle))
+    state, error = bad_queue.status()
+    assert state == "error" and "dimensions" in error["reason"]
+    with pytest.raises(QueueError, match="error state"):
+        bad_queue.check()
+    out = rt.device_pool(gpu).allocate(64 * 4)
+    ok = dispatch(rt, good_queue, sym, struct.pack("<Qf", out.va, 2.0), 64)
+    assert ok.wait(Condition.EQ, 0, timeout_s=5) == 0
+
+
+def test_fault_in_one_process_leaves_another_running(rt):
+    other = runtime.Runtime()
+    try:
+        gpu_a, gpu_b = rt.gpu_agents[0], other.gpu_agents[0]
+        rt.device_pool(gpu_a).allocate(64 << 20)           # puts `secret` above anything process B maps
+        secret = rt.device_pool(gpu_a).allocate(64 * 4)
+        rt.copy_to_device(gpu_a, secret.va, np.full(64, 42.0, np.float32))
+        # Process B writes through A's address: not mapped in B's page tables, so B faults.
+        sym_b = load(other, gpu_b)
+        qb = other.create_queue(gpu_b)
+        fault = dispatch(other, qb, sym_b, struct.pack("<Qf", secret.va, -1.0), 64)
+        assert fault.wait(Condition.EQ, 0, timeout_s=5) < 0                      # failure: negative
+        state, error = qb.status()
+        assert state == "error" and error["address"] == secret.va and "not mapped" in error["fault"]
+        assert error["instruction"].startswith("STG.E [R2.64], R4") and error["pc"] == 0x60
+        assert np.all(np.frombuffer(rt.copy_to_host(gpu_a, secret.va, 256), np.float32) == 42.0)
+        # A keeps working, and so does B on a new queue.
+        sym_a = load(rt, gpu_a)
+        done = dispatch(rt, rt.create_queue(gpu_a), sym_a, struct.pack("<Qf", secret.va, 7.0), 64)
+        assert done.wait(Condition.EQ, 0, timeout_s=5) == 0
+        assert np.all(np.frombuffer(rt.copy_to_host(gpu_a, secret.va, 256), np.float32) == 7.0)
+        mine = other.device_pool(gpu_b).allocate(64 * 4)
+        again = dispatch(other, other.create_queue(gpu_b), sym_b, struct.pack("<Qf", mine.va, 3.0), 64)
+        assert again.wait(Condition.EQ, 0, timeout_s=5) == 0
+    finally:
+        other.shutdown()
+
+
+def test_async_copy_through_the_copy_engine(rt):
+    gpu = rt.gpu_agents[0]
+    src, dst = rt.device_pool(gpu).allocate(1 << 20), rt.device_pool(gpu).allocate(1 << 20)
+    data = np.random.default_rng(1).integers(0, 255, 1 << 20, dtype=np.uint8)
+    rt.copy_to_device(gpu, src.va, data)
+    done = rt.create_signal(1)
+    rt.async_copy(gpu, dst.va, src.va, 1 << 20, done)
+    assert done.wait(Condition.EQ, 0, timeout_s=5) == 0
+    assert np.array_equal(rt.copy_to_host(gpu, dst.va, 1 << 20), data)
+
+
+def test_code_object_is_an_elf_readelf_can_read(tmp_path):
+    blob = code_object("fill", FILL)
+    co = CodeObject.from_bytes(blob)
+    assert co.kernels[0].name == "fill" and isa.assemble(FILL) == isa.decode_program(co.kernels[0].code)
+    assert co.kernels[0].descriptor.kernarg_size == 16 and co.kernels[0].descriptor.registers == 8
+    with pytest.raises(CodeObjectError, match="not an ELF"):
+        CodeObject.from_bytes(b"hello")
+    with pytest.raises(CodeObjectError, match="malformed"):
+        CodeObject.from_bytes(blob[:200])
+    if shutil.which("readelf"):
+        path = tmp_path / "fill.co"
+        path.write_bytes(blob)
+        text = subprocess.run(["readelf", "-a", "-W", str(path)], capture_output=True, text=True, check=True).stdout
+        assert ".text" in text and ".note.lapis" in text and "fill.kd" in text and "FUNC" in text
+
+
+def test_executable_symbols(rt):
+    exe = Executable(rt)
+    exe.load_code_object(rt.gpu_agents[0], code_object("fill", FILL))
+    with pytest.raises(CodeObjectError, match="freeze"):
+        exe.get_symbol("fill")
+    exe.freeze()
+    sym = exe.get_symbol("fill")
+    assert sym.kernarg_size == 16 and sym.kernel_object % 64 == 0
+    with pytest.raises(CodeObjectError, match="no kernel named 'nope'"):
+        exe.get_symbol("nope")
