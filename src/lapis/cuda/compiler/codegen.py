@@ -61,6 +61,8 @@ def _expand(m: MInst, a: dict) -> list[Instruction]:
         p, neg = _pred(a, m.ps)
         return [make("SEL", rd=d + k, ra=x + k if x != RZ else RZ, b=Reg(y + k if y != RZ else RZ), ps=p, ps_neg=neg,
                      **common) for k in (0, 1)]
+    if m.op == "MOV" and isinstance(m.b, VReg) and m.guard is None and _phys(a, m.b) == _phys(a, m.rd):
+        return []                      # a copy register allocation made redundant
     spec = OPCODES[m.op]
     mods = {name: m.mods.get(name, choices[0]) for name, choices in spec.modifiers}
     fields = dict(common)
