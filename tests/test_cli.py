@@ -27,6 +27,7 @@ def test_demo_prints_every_layer_with_real_values():
     assert re.search(r"registers per thread: \d+, shared memory per block: 8192 bytes", text)
     assert re.search(r"@00  02 [0-9a-f]{2} 02 00 00 01 01 00 01 00", text)    # dispatch packet bytes
     assert "type KERNEL_DISPATCH" in text and "completion_signal 0x" in text
+    assert re.search(r"completion signal 0x[0-9a-f]+: created at 1; .* decremented it to 0", text)
     assert re.search(r"doorbell \d+ <- \d+", text) and "ALLOC_MEMORY_OF_GPU" in text
     assert re.search(r"PCIe: [\d.]+ KiB host->device", text)
     assert re.search(r"4 blocks of 256 threads in 1 wave", text) and "warp size 32" in text

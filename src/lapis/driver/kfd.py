@@ -62,8 +62,6 @@ class Ioctl(IntEnum):
 class MemFlags(IntFlag):
     VRAM = 1 << 0
     GTT = 1 << 1
-    USERPTR = 1 << 2
-    DOORBELL = 1 << 3
     UNCACHED = 1 << 25
     COHERENT = 1 << 26
     EXECUTABLE = 1 << 30

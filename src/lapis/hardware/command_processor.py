@@ -20,6 +20,7 @@ on the completion signal, as it would with a processor that runs on its own.
 
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -238,6 +239,7 @@ class CommandProcessor:
         except LaunchResourceError as e:
             raise PacketError(str(e)) from None
         d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps)
+        wall = time.perf_counter()
         try:
             counters = gpu.simt.run(d, occ.resident_blocks)
         except KernelFault as e:
@@ -245,6 +247,7 @@ class CommandProcessor:
             err.detail = {"kernel_object": p.kernel_object, "pc": e.pc, "instruction": e.instruction,
                           "address": e.address, "fault": e.reason}
             raise err from None
+        wall = time.perf_counter() - wall
         timing = model_time(profile, counters, occ)
         start, end = gpu.clock.advance(timing.total_ns)
         self.last_dispatch = {"counters": counters, "timing": timing, "occupancy": occ}
@@ -257,5 +260,5 @@ class CommandProcessor:
                        global_bytes=counters.global_bytes, dram_bytes=counters.global_sectors * 32,
                        blocks=counters.blocks, waves=counters.waves,
                        blocks_per_unit=occ.blocks_per_unit, occupancy_limiter=occ.limiter,
-                       time_ns=timing.total_ns, limiter=timing.limiter,
+                       time_ns=timing.total_ns, limiter=timing.limiter, simulation_wall_s=wall,
                        disassembly=disassemble(program[:8], indent=""))

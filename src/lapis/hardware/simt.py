@@ -14,7 +14,7 @@ fused float32 multiply-add); denormals are kept; instruction latencies do not de
 execution here (they feed the performance model through the counters).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -49,7 +49,6 @@ class Counters:
     waves: int = 0
     blocks: int = 0
     steps: int = 0                 # scheduler steps (group-instructions), for the watchdog
-    by_pipe: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def for_program(cls, n: int) -> "Counters":
