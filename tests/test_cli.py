@@ -24,7 +24,8 @@ def test_demo_prints_every_layer_with_real_values():
     assert re.search(r"sgemm\(transa=N, transb=N, m=128, n=128, k=128, alpha=1.0, lda=128, ldb=128, beta=0.0, "
                      r"ldc=128\)", text)
     assert re.search(r"launch sgemm_kernel<<<\(2, 2, 1\), \(256, 1, 1\)>>>", text)
-    assert re.search(r"registers per thread: \d+, shared memory per block: 8192 bytes", text)
+    shared = re.search(r"registers per thread: \d+, shared memory per block: (\d+) bytes", text)
+    assert shared and int(shared.group(1)) >= 2 * 16 * 64 * 4                 # the A and B slices of a k-step
     assert re.search(r"@00  02 [0-9a-f]{2} 02 00 00 01 01 00 01 00", text)    # dispatch packet bytes
     assert "type KERNEL_DISPATCH" in text and "completion_signal 0x" in text
     assert re.search(r"completion signal 0x[0-9a-f]+: created at 1; .* decremented it to 0", text)

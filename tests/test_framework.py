@@ -71,3 +71,15 @@ def test_creation_and_moves():
     assert lapis.randn(3).tolist() == first
     x = lapis.tensor(np.arange(6, dtype=np.float64).reshape(2, 3))
     assert x.dtype == lapis.float64 and lapis.from_numpy(x.numpy()).shape == (2, 3)
+
+
+def test_moves_with_dtype_and_torch_conventions():
+    g = lapis.tensor([1.25, 2.5], device="cuda")
+    h = g.to("cpu", dtype=lapis.float64)
+    assert h.device.type == "cpu" and h.dtype == lapis.float64 and h.tolist() == [1.25, 2.5]
+    assert lapis.tensor(g).device == g.device                       # a copy stays on its device
+    assert lapis.float is lapis.float32 and lapis.int is lapis.int32 and lapis.long is lapis.int64
+    with pytest.raises(RuntimeError, match="not implemented for 'int32'"):
+        lapis.rand(3, dtype=lapis.int32)
+    with pytest.raises(NotImplementedError, match="on a GPU"):
+        g.to(dtype=lapis.float64)

@@ -16,12 +16,25 @@ every layer did: `with lapis.trace() as t: ...`.
 
 from lapis import trace
 from lapis._device import device
-from lapis._dtype import bool_, double, dtype, float16, float32, float64, half, int32, int64, long
+from lapis._dtype import (  # noqa: A004 - torch.float is float32 and torch.int is int32, as here
+    bool_,
+    double,
+    dtype,
+    float,
+    float16,
+    float32,
+    float64,
+    half,
+    int,
+    int32,
+    int64,
+    long,
+)
 from lapis._tensor import Size, Tensor, from_numpy, full, manual_seed, matmul, ones, rand, randn, tensor, zeros
 
 bool = bool_  # noqa: A001 - torch.bool
 __version__ = "0.1.0"
 
-__all__ = ["Size", "Tensor", "bool", "device", "double", "dtype", "float16", "float32", "float64", "from_numpy",
-           "full", "half", "int32", "int64", "long", "manual_seed", "matmul", "ones", "rand", "randn", "tensor",
-           "trace", "zeros"]
+__all__ = ["Size", "Tensor", "bool", "device", "double", "dtype", "float", "float16", "float32", "float64",
+           "from_numpy", "full", "half", "int", "int32", "int64", "long", "manual_seed", "matmul", "ones", "rand",
+           "randn", "tensor", "trace", "zeros"]

@@ -13,6 +13,7 @@ import numpy as np
 
 from lapis import _dtype, trace
 from lapis._device import device
+from lapis.cuda import DeviceNDArray
 from lapis.libs import blas, kernels
 
 _generator = np.random.default_rng(0)
@@ -58,17 +59,16 @@ class Tensor:
     def _from_numpy(cls, array: np.ndarray, dev: device) -> "Tensor":
         if dev.type == "cpu":
             return cls(array, dev)
-        api = dev.api
-        api.select_device(dev.index)
-        return cls(api.to_device(np.ascontiguousarray(array)), dev)
+        out = cls._empty(array.shape, _dtype.from_numpy(array.dtype), dev)
+        out._data.copy_to_device(np.ascontiguousarray(array))
+        return out
 
     @classmethod
     def _empty(cls, shape: tuple, dt: _dtype.dtype, dev: device) -> "Tensor":
         if dev.type == "cpu":
             return cls(np.empty(shape, dt.np), dev)
-        api = dev.api
-        api.select_device(dev.index)
-        return cls(api.device_array(shape, dt.np), dev)
+        context = dev.api.current_context(dev.index)      # this device's, without changing the current one
+        return cls(DeviceNDArray.allocate(context, shape, dt.np), dev)
 
     # -- properties -------------------------------------------------------------------------------
     @property
@@ -101,16 +101,20 @@ class Tensor:
         if isinstance(target, _dtype.dtype):
             target, dtype = None, target
         dev = self.device if target is None else _device_of(target)
+        cast = dtype is not None and dtype != self.dtype
+        if cast and self.device.type != "cpu" and dev.type != "cpu":
+            raise NotImplementedError("changing the dtype of a tensor on a GPU is not supported yet; "
+                                      "convert on the cpu")
         out = self
-        if dtype is not None and dtype != self.dtype:
-            if self.device.type != "cpu":
-                raise NotImplementedError("changing the dtype of a GPU tensor is not supported yet; "
-                                          "convert on the cpu")
+        if cast and self.device.type == "cpu":           # cast where the data is, on the host
             out = Tensor(self._data.astype(dtype.np), self.device)
-        if dev == out.device:
-            return out
-        with trace.span(5, "to", src=str(out.device), dst=str(dev), shape=list(out.shape), dtype=str(out.dtype)):
-            return Tensor._from_numpy(out._host(), dev)
+        if dev != out.device:
+            with trace.span(5, "to", src=str(out.device), dst=str(dev), shape=list(out.shape),
+                            dtype=str(out.dtype)):
+                out = Tensor._from_numpy(out._host(), dev)
+        if cast and out.dtype != dtype:                  # a GPU tensor arrived on the host: cast it there
+            out = Tensor(out._data.astype(dtype.np), out.device)
+        return out
 
     def _host(self) -> np.ndarray:
         return self._data if self.device.type == "cpu" else self._data.copy_to_host()
@@ -170,6 +174,8 @@ def randn(*size, dtype: _dtype.dtype | None = None, device=None) -> Tensor:
 
 def rand(*size, dtype: _dtype.dtype | None = None, device=None) -> Tensor:
     dt = _default_float(dtype)
+    if not dt.is_floating_point:
+        raise RuntimeError(f"\"check_uniform_bounds\" not implemented for '{dt.name}'")
     shape, dev = _shape(size), _device_of(device)
     return Tensor._from_numpy(_generator.random(shape).astype(dt.np), dev)
 
@@ -207,7 +213,8 @@ def _infer(data) -> _dtype.dtype:
 
 
 def tensor(data, dtype: _dtype.dtype | None = None, device=None) -> Tensor:
-    if isinstance(data, Tensor):
+    if isinstance(data, Tensor):       # a copy, on the same device unless told otherwise (as torch does)
+        device = data.device if device is None else device
         data = data._host()
     if isinstance(data, np.ndarray):
         dt = dtype or _dtype.from_numpy(data.dtype)

@@ -52,13 +52,13 @@ current_context = _api.current_context
 default_stream = _api.default_stream
 
 int32, int64, uint32 = np.int32, np.int64, np.uint32
-float32, float64, float16 = np.float32, np.float64, np.float16
+float32, float64 = np.float32, np.float64
 boolean = np.bool_
 
 __all__ = [
     "Api", "CompileError", "CudaError", "CudaSupportError", "Device", "DeviceNDArray", "KernelFault", "LaunchError",
     "Stream", "blockDim", "blockIdx", "boolean", "device_array", "device_array_like", "current_context",
-    "default_stream", "device_count", "float16", "float32", "float64", "get_current_device", "grid", "gridDim",
+    "default_stream", "device_count", "float32", "float64", "get_current_device", "grid", "gridDim",
     "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared", "synchronize",
     "syncthreads", "threadIdx", "to_device", "uint32", "warpsize"
 ]

@@ -16,7 +16,7 @@ int as int64, a Python float as float64, a numpy scalar as its dtype.
 
 import numpy as np
 
-from lapis import trace
+from lapis import abi, trace
 from lapis.cuda.compiler import CompiledKernel, compile_kernel
 from lapis.cuda.compiler import types as T
 from lapis.cuda.context import pack_kernargs
@@ -79,23 +79,31 @@ class Dispatcher:
             compiled = self.overloads[argtypes] = compile_kernel(self.py_func, argtypes)
         return compiled
 
-    def _only(self) -> CompiledKernel:
+    def _compiled(self) -> list[CompiledKernel]:
         if not self.overloads:
-            raise RuntimeError(f"kernel {self.__name__!r} has not been compiled yet (launch it once first)")
-        return next(iter(self.overloads.values()))
+            raise RuntimeError(f"kernel {self.__name__!r} has not been compiled yet: launch it once first "
+                               "(compilation is lazy, per argument types)")
+        return list(self.overloads.values())
 
     def inspect_ir(self) -> str:
-        return "\n\n".join(k.ir for k in self.overloads.values()) if self.overloads else self._only().ir
+        """The typed SSA IR of each compiled signature, after optimization."""
+        return "\n\n".join(k.ir for k in self._compiled())
 
     def inspect_asm(self) -> str:
-        return "\n\n".join(k.listing() for k in self.overloads.values()) if self.overloads else self._only()
+        """The machine code of each compiled signature, as cuobjdump lists it."""
+        return "\n\n".join(k.listing() for k in self._compiled())
 
     def inspect_types(self) -> str:
-        return "\n".join(f"{self.__name__}({', '.join(map(str, sig))})" for sig in self.overloads) or \
-            self._only().name
+        """Each compiled signature and the type the compiler gave every variable."""
+        out = []
+        for k in self._compiled():
+            out.append(f"{self.__name__}({', '.join(map(str, k.argtypes))})")
+            out += [f"    {name}: {t}" for name, t in k.variable_types.items()]
+        return "\n".join(out)
 
     def resources(self) -> str:
-        return "\n".join(k.resources() for k in self.overloads.values()) if self.overloads else self._only().name
+        """Registers, shared and local memory per signature, as ptxas -v reports them."""
+        return "\n".join(k.resources() for k in self._compiled())
 
     def launch(self, args: tuple, grid, block, stream, shared: int) -> None:
         names = [n for n in self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount]]
@@ -118,6 +126,9 @@ class Dispatcher:
             raise LaunchError(f"kernel {self.__name__!r} needs {compiled.shared_bytes + shared} bytes of shared "
                               f"memory per block; {device.name} has {device.MAX_SHARED_MEMORY_PER_BLOCK}")
         kernargs = pack_kernargs(compiled.arg_layout, list(args))
+        if len(kernargs) > abi.MAX_KERNARG_BYTES:
+            raise LaunchError(f"kernel {self.__name__!r} takes {len(kernargs)} bytes of arguments; the limit is "
+                              f"{abi.MAX_KERNARG_BYTES}")
         if trace.enabled():
             trace.emit(3, "launch", kernel=self.__name__, device=str(device), grid=grid, block=block,
                        registers=compiled.registers, shared_bytes=compiled.shared_bytes + shared,

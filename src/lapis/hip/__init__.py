@@ -14,7 +14,6 @@ from lapis.cuda import (
     blockDim,
     blockIdx,
     boolean,
-    float16,
     float32,
     float64,
     grid,
@@ -48,7 +47,7 @@ default_stream = _api.default_stream
 
 __all__ = [
     "CompileError", "CudaError", "DeviceNDArray", "HipError", "KernelFault", "LaunchError", "blockDim", "blockIdx",
-    "boolean", "device_array", "device_array_like", "current_context", "default_stream", "device_count", "float16",
+    "boolean", "device_array", "device_array_like", "current_context", "default_stream", "device_count",
     "float32", "float64", "get_current_device", "grid", "gridDim", "gridsize", "int32", "int64", "is_available",
     "jit", "laneid", "local", "select_device", "shared", "synchronize", "syncthreads", "threadIdx", "uint32",
     "warpsize"

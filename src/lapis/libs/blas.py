@@ -11,7 +11,10 @@ The sgemm kernel tiles C into 64x64 blocks computed by 256 threads; each thread 
 4x4 block of C in registers (a `cuda.local.array` the compiler keeps in registers) and
 steps through k in slices of 16, staging a 64x16 slice of op(A) and a 16x64 slice of op(B)
 in shared memory. Thread (ti, tj) owns rows ti + 16r and columns tj + 16c, so a warp's
-shared-memory reads hit consecutive words and its stores of C are coalesced.
+shared-memory reads hit consecutive words and its stores of C are coalesced. The B slice is
+loaded k-fastest (coalesced for column-major B), so its rows are padded by one word: without
+that, the 16 threads storing one column would all hit the same shared-memory bank.
+Sizes and offsets are int32: each matrix must hold fewer than 2^31 elements.
 """
 
 import numpy as np
@@ -31,7 +34,7 @@ class BlasError(ValueError):
 def sgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc):
     # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc]
     sA = shared.array((BK, BM), float32)          # sA[p, i]
-    sB = shared.array((BK, BN), float32)          # sB[p, j]
+    sB = shared.array((BK, BN + 1), float32)      # sB[p, j], padded against bank conflicts
     acc = local.array((TM, TN), float32)
     a = local.array(TM, float32)
     b = local.array(TN, float32)
@@ -135,6 +138,8 @@ def sgemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alph
         need = (cols - 1) * ld + rows if cols and rows else 0
         if need > x.size:
             raise BlasError(f"sgemm: {name} holds {x.size} elements but {rows}x{cols} with ld={ld} needs {need}")
+        if need >= 2**31:
+            raise BlasError(f"sgemm: {name} spans {need} elements; this kernel indexes with int32 (< 2^31)")
     with trace.span(4, "sgemm", transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
                     beta=beta, ldc=ldc, device=str(handle.context.device), kernel="sgemm_kernel",
                     tile=f"{BM}x{BN}x{BK}, {TM}x{TN} per thread"):

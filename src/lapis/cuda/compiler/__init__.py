@@ -9,8 +9,9 @@ student can read them (`CompiledKernel.ir`, `.listing()`, `.resources()`). With
 LAPIS_DUMP_DIR set, each stage is also written to files there.
 """
 
+import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from lapis import abi, trace
 from lapis.cuda.compiler import codegen, isel, passes, regalloc
@@ -33,6 +34,7 @@ class CompiledKernel:
     kernarg_size: int
     arg_layout: list
     code_object: bytes
+    variable_types: dict = field(default_factory=dict)
 
     def listing(self) -> str:
         return disassemble(self.instructions)
@@ -52,7 +54,7 @@ def compile_kernel(pyfunc, argtypes) -> CompiledKernel:
         ir_text = func.format()
         blocks = isel.select(func)
         machine_ir = "\n".join(f"{b.label}:\n" + "\n".join("    " + i.format() for i in b.insts) for b in blocks)
-        assignment, registers, predicates = regalloc.allocate(blocks, func.name)
+        assignment, registers, predicates = regalloc.allocate(blocks, func)
         insts = codegen.lower(blocks, assignment)
         targets = {(i + 1 + (x.b.bits - (1 << 32) if x.b.bits & 0x80000000 else x.b.bits) // INSTRUCTION_BYTES)
                    for i, x in enumerate(insts) if x.op == "BRA"}
@@ -65,12 +67,14 @@ def compile_kernel(pyfunc, argtypes) -> CompiledKernel:
                 "local_bytes": 0, "kernarg_size": func.kernarg_size}
         code_object = CodeObject([KernelCode(func.name, encode_program(insts), kd, meta)]).to_bytes()
         compiled = CompiledKernel(func.name, tuple(argtypes), ir_text, machine_ir, insts, registers, predicates,
-                                  func.shared_bytes, 0, func.kernarg_size, func.arg_layout, code_object)
+                                  func.shared_bytes, 0, func.kernarg_size, func.arg_layout, code_object,
+                                  func.variable_types)
         info.update(registers=registers, instructions=len(insts), shared_bytes=func.shared_bytes)
     dump = os.environ.get("LAPIS_DUMP_DIR")
     if dump:
         os.makedirs(dump, exist_ok=True)
-        stem = os.path.join(dump, func.name)
+        signature = hashlib.sha1(",".join(map(str, argtypes)).encode()).hexdigest()[:8]
+        stem = os.path.join(dump, f"{func.name}-{signature}")   # one set of files per argument types
         for suffix, text in ((".ir", ir_text), (".mir", machine_ir), (".sass", compiled.listing()),
                              (".resources", compiled.resources())):
             with open(stem + suffix, "w") as f:

@@ -111,7 +111,7 @@ class Frontend:
         self.argtypes = dict(zip(names, argtypes, strict=True))
         layout, size = kernarg_layout(argtypes)
         self.func = ir.Function(self.kernel, list(zip(names, argtypes, strict=True)), arg_layout=layout,
-                                kernarg_size=size)
+                                kernarg_size=size, filename=self.filename, first_line=first)
         self.arg_offsets = {n: entry["offset"] for n, entry in zip(names, layout, strict=True)}
         self.assigned = {t.id for node in ast.walk(self.fdef) for t in _targets(node) if isinstance(t, ast.Name)}
         self.var_types: dict[str, object] = dict(var_types or {})
@@ -340,6 +340,7 @@ class Frontend:
             self.current.term = ("ret",)
             self.current = None
         self.func.shared_bytes = self.shared_bytes
+        self.func.variable_types = {name: t for name, t in self.var_types.items() if name.isidentifier()}
         return self.func
 
     def statements(self, body: list) -> None:

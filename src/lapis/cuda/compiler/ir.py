@@ -73,6 +73,9 @@ class Function:
     shared_bytes: int = 0
     arg_layout: list = field(default_factory=list)
     kernarg_size: int = 0
+    filename: str = "<kernel>"
+    first_line: int = 0
+    variable_types: dict = field(default_factory=dict)     # the user's variables and their types
     _next: int = 0
 
     def new_value(self, op, type, args=(), attrs=None, block=None, line=0) -> Value:

@@ -102,7 +102,7 @@ class InstructionSelector:
         self.block: MBlock | None = None
 
     def error(self, v: ir.Value, message: str) -> CompileError:
-        return CompileError(message, "<kernel>", v.line, self.func.name)
+        return CompileError(message, self.func.filename, v.line, self.func.name)
 
     # -- registers -----------------------------------------------------------------------------
     def new(self, t) -> VReg:
@@ -562,7 +562,8 @@ class InstructionSelector:
             self.emit("FMUL", rd=prod, ra=lg, b=args[1])
             self.emit("MUFU", mods={"fn": "EX2"}, rd=r, b=prod)
         else:
-            raise CompileError(f"math.{fn} is not supported in kernels yet", kernel=self.func.name)
+            raise CompileError(f"math.{fn} is not supported in kernels yet", self.func.filename,
+                               self.func.first_line, self.func.name)
         return r
 
     # -- memory -------------------------------------------------------------------------------

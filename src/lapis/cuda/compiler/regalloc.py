@@ -64,7 +64,7 @@ def intervals(blocks: list[MBlock]) -> dict:
     return span
 
 
-def allocate(blocks: list[MBlock], kernel: str) -> tuple[dict, int, int]:
+def allocate(blocks: list[MBlock], func) -> tuple[dict, int, int]:
     """Map each virtual register to a physical index; returns (map, registers used, predicates used)."""
     span = intervals(blocks)
     assignment: dict = {}
@@ -86,7 +86,7 @@ def allocate(blocks: list[MBlock], kernel: str) -> tuple[dict, int, int]:
             index = next((i for i, f in enumerate(preds_free) if f), None)
             if index is None:
                 raise CompileError(f"kernel needs more than {NUM_PREDICATES} live predicates (too many conditions "
-                                   "live at once); simplify the conditions", kernel=kernel)
+                                   "live at once); simplify the conditions", func.filename, func.first_line, func.name)
             preds_free[index] = False
             used_preds = max(used_preds, index + 1)
         else:
@@ -96,7 +96,7 @@ def allocate(blocks: list[MBlock], kernel: str) -> tuple[dict, int, int]:
             if index is None:
                 raise CompileError(f"kernel needs more than {NUM_REGISTERS} registers live at once; spilling to "
                                    "local memory is not implemented yet (use smaller tiles or fewer locals)",
-                                   kernel=kernel)
+                                   func.filename, func.first_line, func.name)
             for k in range(step):
                 regs_free[index + k] = False
             used_regs = max(used_regs, index + step)
