@@ -300,3 +300,15 @@ def test_out_of_bounds_write_faults_with_kernel_instruction_and_address_then_rec
     assert "scatter" in str(err) and f"{err.address:#x}" in str(err) and "not mapped" in str(err)
     scatter[1, 64](out, 0)                                   # the next launch runs
     assert np.all(out.copy_to_host() == 1.0)
+
+
+def test_ieee_specials_flow_without_warnings(recwarn):
+    @cuda.jit
+    def specials(x, out):
+        i = cuda.grid(1)
+        out[i] = (x[i] / 0.0 - x[i] / 0.0) + math.sqrt(-x[i])
+
+    out = cuda.device_array(32, np.float32)
+    specials[1, 32](cuda.to_device(np.ones(32, np.float32)), out)
+    assert np.all(np.isnan(out.copy_to_host()))
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]

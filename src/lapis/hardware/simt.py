@@ -463,11 +463,7 @@ class Wave:
         fn = {"RCP": lambda x: F32(1) / x, "RSQ": lambda x: F32(1) / np.sqrt(x), "SQRT": np.sqrt,
               "EX2": np.exp2, "LG2": np.log2, "SIN": np.sin, "COS": np.cos}[inst.mod("fn")]
         d, b = self.F[self._dst(inst.rd)], self._b32(inst, self.F, F32)
-
-        def op(mask):
-            with np.errstate(all="ignore"):
-                self._write(d, np.asarray(fn(b), F32), mask)
-        return op
+        return lambda mask: self._write(d, np.asarray(fn(b), F32), mask)
 
     def _op_PLOP(self, inst, pc):
         fn = {"AND": np.logical_and, "OR": np.logical_or, "XOR": np.logical_xor}[inst.mod("op")]
@@ -681,13 +677,14 @@ class SimtCore:
         targets = [pc + 1 + ((i.b.bits - (1 << 32) if i.b.bits & 0x80000000 else i.b.bits) // INSTRUCTION_BYTES)
                    if i.op == "BRA" else 0 for i, pc in zip(d.program, range(n), strict=True)]
         waves: dict[int, Wave] = {}
-        for first in range(0, total, per_chunk):
-            nblocks = min(per_chunk, total - first)
-            if nblocks not in waves:
-                waves[nblocks] = Wave(self, d, nblocks)
-            wave = waves[nblocks]
-            wave.start(first)
-            self._run_wave(wave, kinds, targets)
+        with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
+            for first in range(0, total, per_chunk):
+                nblocks = min(per_chunk, total - first)
+                if nblocks not in waves:
+                    waves[nblocks] = Wave(self, d, nblocks)
+                wave = waves[nblocks]
+                wave.start(first)
+                self._run_wave(wave, kinds, targets)
         c.flops = sum(f * t for f, t in zip(self.flop_per_thread, c.thread_instructions, strict=True))
         return c
 
