@@ -66,7 +66,8 @@ def run_demo(device_type: str = "cuda", n: int = 1024, console: Console | None =
         A, B, C = scope["A"], scope["B"], scope["C"]
         c_host = C.cpu().numpy()     # the sync point: waits for the kernel's completion signal
     wall = time.perf_counter() - wall_start
-    matmul_wall = t.first(5, "matmul").wall_ms
+    matmul = t.first(5, "matmul")
+    matmul_wall = matmul.wall_ms
 
     def section(layer: int) -> None:
         name, cuda_name, rocm_name = LAYERS[layer]
@@ -78,7 +79,7 @@ def run_demo(device_type: str = "cuda", n: int = 1024, console: Console | None =
         out("  " + text)
 
     # Layer 5
-    mm = t.first(5, "matmul").args
+    mm = matmul.args
     section(5)
     line(f"lapis.matmul(A, B): A {mm['a_shape']} {mm['dtype']}, B {mm['b_shape']} {mm['dtype']} on "
          f"{mm['device']} -> C {mm['out_shape']}")
@@ -109,7 +110,8 @@ def run_demo(device_type: str = "cuda", n: int = 1024, console: Console | None =
          ", ".join(f"{k}={_scalar(v)}" for k, v in launch["args"].items()))
 
     # Layer 2
-    packet = next(e.args for e in t.select(2, "packet") if e.args["fields"]["header"]["type"] == "KERNEL_DISPATCH")
+    dispatch = next(e for e in t.select(2, "packet") if e.args["fields"]["header"]["type"] == "KERNEL_DISPATCH")
+    packet, dispatch_seq = dispatch.args, dispatch.seq
     fields = packet["fields"]
     section(2)
     line(f"queue {packet['queue']} on {packet['agent']}: packet index {packet['index']} -> slot {packet['slot']} "
@@ -126,8 +128,6 @@ def run_demo(device_type: str = "cuda", n: int = 1024, console: Console | None =
          f"group segment {fields['group_segment_size']} bytes")
     line(f"kernel_object {fields['kernel_object']:#x}, kernarg_address {fields['kernarg_address']:#x}, "
          f"completion_signal {fields['completion_signal']:#x}")
-    dispatch_seq = next(e.seq for e in t.select(2, "packet")
-                        if e.args["fields"]["header"]["type"] == "KERNEL_DISPATCH")
     waits = [e.args for e in t.select(2, "signal_wait") if e.args["signal"] == fields["completion_signal"]
              and e.seq > dispatch_seq]
     if waits:

@@ -158,7 +158,7 @@ class Wave:
         if isinstance(b, Const):
             value = U64(self._cword(b.offset) | self._cword(b.offset + 4) << 32)
         else:   # a 32-bit immediate, sign-extended
-            value = U64(b.bits | (0xFFFFFFFF00000000 if b.bits & 0x80000000 else 0))
+            value = U64(inst.simm & 0xFFFFFFFFFFFFFFFF)
         return lambda: value
 
     def _write_pair(self, r: int, value: np.ndarray, mask) -> None:
@@ -481,7 +481,7 @@ class Wave:
         base = self._pair(inst.ra)
         if isinstance(base, np.generic):
             base = np.full(self.lanes, base)
-        off = inst.b.bits - (1 << 32) if inst.b.bits & 0x80000000 else inst.b.bits
+        off = inst.simm
         va = base + U64(off) if off >= 0 else base - U64(-off)
         if mask is not None:
             va = va[mask]
@@ -561,7 +561,7 @@ class Wave:
 
     def _shared_index(self, pc, inst, mask, nbytes):
         addr = self.R[self._row(inst.ra)]
-        off = inst.b.bits - (1 << 32) if inst.b.bits & 0x80000000 else inst.b.bits
+        off = inst.simm
         a = addr if mask is None else addr[mask]
         if a.size == 0:
             return None
@@ -587,7 +587,7 @@ class Wave:
 
     def _shared_fast(self, inst, nbytes: int):
         """The word index array and first word for an unmasked 4-byte access, or None to take the slow path."""
-        off = inst.b.bits - (1 << 32) if inst.b.bits & 0x80000000 else inst.b.bits
+        off = inst.simm
         if inst.ra == RZ or nbytes != 4 or off % 4:
             return None
         _, words, lo, hi, aligned = self._shared_words(self._row(inst.ra))
@@ -640,7 +640,7 @@ class Wave:
 
     # Control instructions are run by the scheduler in `SimtCore.run_wave`; these only validate.
     def _op_BRA(self, inst, pc):
-        target = pc + 1 + ((inst.b.bits - (1 << 32) if inst.b.bits & 0x80000000 else inst.b.bits) // INSTRUCTION_BYTES)
+        target = inst.branch_target(pc * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
         if not 0 <= target < len(self.d.program):
             raise ValueError(f"branch target {target * INSTRUCTION_BYTES:#x} is outside the program")
         return None
@@ -674,8 +674,8 @@ class SimtCore:
         c.waves = -(-total // resident_blocks)
         c.blocks = total
         kinds = [i.op if i.op in ("BRA", "EXIT", "BAR") else "" for i in d.program]
-        targets = [pc + 1 + ((i.b.bits - (1 << 32) if i.b.bits & 0x80000000 else i.b.bits) // INSTRUCTION_BYTES)
-                   if i.op == "BRA" else 0 for i, pc in zip(d.program, range(n), strict=True)]
+        targets = [i.branch_target(pc * INSTRUCTION_BYTES) // INSTRUCTION_BYTES if i.op == "BRA" else 0
+                   for pc, i in enumerate(d.program)]
         waves: dict[int, Wave] = {}
         with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
             for first in range(0, total, per_chunk):

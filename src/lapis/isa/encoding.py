@@ -17,10 +17,9 @@ any field an opcode does not use must hold its default, so decode(encode(i)) == 
 stray bit is reported instead of silently ignored.
 """
 
-from lapis.isa.instruction import Const, Control, Imm, Instruction, IsaError, Reg
+from lapis.isa.instruction import INSTRUCTION_BYTES, Const, Control, Imm, Instruction, IsaError, Reg
 from lapis.isa.opcodes import BY_CODE, OPCODES, PT, RZ, SPECIAL_REGISTERS, Opcode
 
-INSTRUCTION_BYTES = 16
 _B_REG, _B_IMM, _B_CONST = 0, 1, 2
 _MOD_BASE, _MOD_END = 88, 104
 

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from lapis.isa.opcodes import OPCODES, PT, RZ, Opcode
 
+INSTRUCTION_BYTES = 16
+
 
 class IsaError(ValueError):
     """An instruction that the ISA cannot express or a word that is not a valid instruction."""
@@ -63,6 +65,16 @@ class Instruction:
     @property
     def opcode(self) -> Opcode:
         return OPCODES[self.op]
+
+    @property
+    def simm(self) -> int:
+        """Operand B's immediate read as a signed 32-bit number (memory offsets, branch displacements)."""
+        bits = self.b.bits
+        return bits - (1 << 32) if bits & 0x80000000 else bits
+
+    def branch_target(self, address: int) -> int:
+        """The address a BRA at `address` jumps to: its displacement counts from the next instruction."""
+        return address + INSTRUCTION_BYTES + self.simm
 
     def mod(self, group: str) -> str:
         """The chosen modifier of `group` (e.g. inst.mod('cmp') == 'LT')."""

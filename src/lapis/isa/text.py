@@ -31,10 +31,6 @@ def bits_float(bits: int) -> float:
     return struct.unpack("<f", struct.pack("<I", bits))[0]
 
 
-def _signed(bits: int) -> int:
-    return bits - (1 << 32) if bits & 0x80000000 else bits
-
-
 def _hex(value: int) -> str:
     return f"-{-value:#x}" if value < 0 else f"{value:#x}"
 
@@ -47,8 +43,7 @@ def _pred(index: int, neg: bool = False) -> str:
     return ("!" if neg else "") + ("PT" if index == PT else f"P{index}")
 
 
-def _offset(bits: int) -> str:
-    off = _signed(bits)
+def _offset(off: int) -> str:
     return "" if off == 0 else f"+{off:#x}" if off > 0 else f"-{-off:#x}"
 
 
@@ -63,7 +58,7 @@ def _operand_b(inst: Instruction) -> str:
         if np.isfinite(value):
             return np.format_float_positional(np.float32(value), unique=True, trim="-")
         return f"{b.bits:#x}"
-    return _hex(_signed(b.bits))
+    return _hex(inst.simm)
 
 
 def format_instruction(inst: Instruction, address: int = 0) -> str:
@@ -82,13 +77,13 @@ def format_instruction(inst: Instruction, address: int = 0) -> str:
         elif operand == "SR":
             parts.append(SPECIAL_REGISTERS[inst.b.bits])
         elif operand == "T":
-            parts.append(f"{address + INSTRUCTION_BYTES + _signed(inst.b.bits):#x}")
+            parts.append(f"{inst.branch_target(address):#x}")
         elif operand == "MG":
-            parts.append(f"[{_reg(inst.ra)}.64{_offset(inst.b.bits)}]")
+            parts.append(f"[{_reg(inst.ra)}.64{_offset(inst.simm)}]")
         elif operand == "MS":
             base = "" if inst.ra == RZ else _reg(inst.ra)
-            off = _offset(inst.b.bits)
-            parts.append(f"[{base}{off}]" if base else f"[{_signed(inst.b.bits):#x}]")
+            off = _offset(inst.simm)
+            parts.append(f"[{base}{off}]" if base else f"[{inst.simm:#x}]")
         elif operand == "Pd":
             parts.append(_pred(inst.pd))
         elif operand == "Ps":

@@ -56,7 +56,7 @@ def compile_kernel(pyfunc, argtypes) -> CompiledKernel:
         machine_ir = "\n".join(f"{b.label}:\n" + "\n".join("    " + i.format() for i in b.insts) for b in blocks)
         assignment, registers, predicates = regalloc.allocate(blocks, func)
         insts = codegen.lower(blocks, assignment)
-        targets = {(i + 1 + (x.b.bits - (1 << 32) if x.b.bits & 0x80000000 else x.b.bits) // INSTRUCTION_BYTES)
+        targets = {x.branch_target(i * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
                    for i, x in enumerate(insts) if x.op == "BRA"}
         insts = codegen.schedule(insts, targets)
         registers = max(registers, 1)
