@@ -42,6 +42,8 @@ def instructions(draw):
                        "c": lambda: Const(draw(st.integers(0, 31)), draw(st.integers(0, 2**16 - 1)))}[kind]()
     fields["neg"] = "".join(x for x in spec.negatable if draw(st.booleans())
                             and not (x == "b" and isinstance(fields.get("b"), Imm)))
+    fields["abs_"] = "".join(x for x in spec.absolutable if draw(st.booleans())
+                             and not (x == "b" and isinstance(fields.get("b"), Imm)))
     fields["guard"], fields["guard_neg"] = draw(preds), draw(st.booleans())
     fields["ctrl"] = Control(draw(st.integers(0, 15)), draw(st.booleans()), draw(st.integers(0, 7)),
                              draw(st.integers(0, 7)), draw(st.integers(0, 63)), draw(st.integers(0, 15)))
@@ -101,7 +103,9 @@ def test_invalid_words_are_rejected_with_a_reason():
     with pytest.raises(IsaError, match="unknown opcode"):
         isa.decode((good & ~0xFFF | 0xABC).to_bytes(16, "little"))
     with pytest.raises(IsaError, match="reserved"):
-        isa.decode((good | 1 << 127).to_bytes(16, "little"))
+        isa.decode((good | 1 << 104).to_bytes(16, "little"))
+    with pytest.raises(IsaError, match="absolute value"):
+        isa.decode((good | 1 << 127).to_bytes(16, "little"))        # IADD has no |b|
     with pytest.raises(IsaError, match="kind 3"):
         isa.decode((good | 3 << 72).to_bytes(16, "little"))
     with pytest.raises(IsaError, match=r"at /\*0040\*/"):

@@ -238,7 +238,8 @@ class CommandProcessor:
             occ = occupancy(profile, tpb, kd.registers, shared)
         except LaunchResourceError as e:
             raise PacketError(str(e)) from None
-        d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps)
+        local = max(kd.private_segment_fixed_size, p.private_segment_size)
+        d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps, local)
         wall = time.perf_counter()
         try:
             counters = gpu.simt.run(d, occ.resident_blocks)
@@ -248,17 +249,24 @@ class CommandProcessor:
                           "address": e.address, "fault": e.reason}
             raise err from None
         wall = time.perf_counter() - wall
-        timing = model_time(profile, counters, occ)
+        timing = model_time(profile, counters, occ, program)
         start, end = gpu.clock.advance(timing.total_ns)
         self.last_dispatch = {"counters": counters, "timing": timing, "occupancy": occ}
         if trace.enabled():
             trace.emit(0, "kernel", sim_start_ns=start, sim_end_ns=end, device=gpu.name, profile=profile.name,
                        kernel_object=p.kernel_object, grid=grid, block=block, registers=kd.registers,
                        shared_bytes=shared, warp_size=profile.warp_size,
-                       warp_instructions=counters.total_warp_instructions,
+                       local_bytes=local, warp_instructions=counters.total_warp_instructions,
                        thread_instructions=counters.total_thread_instructions, flops=counters.flops,
-                       global_bytes=counters.global_bytes, dram_bytes=counters.global_sectors * 32,
+                       flops_by_precision=dict(counters.flops_by_precision),
+                       warp_instructions_by_pipe=dict(counters.warp_instructions_by_pipe),
+                       global_bytes=counters.global_bytes, global_sectors=counters.global_sectors,
+                       l2_hits=counters.l2_hits, l2_misses=counters.l2_misses, dram_bytes=counters.dram_bytes,
+                       shared_wavefronts=counters.shared_wavefronts, bank_conflicts=counters.bank_conflicts,
+                       average_active_lanes=counters.average_active_lanes,
                        blocks=counters.blocks, waves=counters.waves,
                        blocks_per_unit=occ.blocks_per_unit, occupancy_limiter=occ.limiter,
-                       time_ns=timing.total_ns, limiter=timing.limiter, simulation_wall_s=wall,
+                       theoretical_occupancy=occ.theoretical, achieved_occupancy=timing.achieved_occupancy,
+                       time_ns=timing.total_ns, duration_ns=timing.duration_ns, limiter=timing.limiter,
+                       model_terms_ns=dict(timing.terms), simulation_wall_s=wall,
                        disassembly=disassemble(program[:8], indent=""))

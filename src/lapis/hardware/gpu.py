@@ -30,7 +30,7 @@ class Gpu:
         self.pcie = PcieLink(profile.pcie_bandwidth, profile.pcie_latency_ns, self.clock, self.name)
         self.vram = PhysicalMemory(profile.memory_bytes, f"{self.name} VRAM")
         self.mmu = Mmu(self.vram)
-        self.simt = SimtCore(profile.warp_size, self.mmu, self.vram, sysmem)
+        self.simt = SimtCore(profile, self.mmu, self.vram, sysmem)
         self.cp = CommandProcessor(self)
         self.copy_engine = CopyEngine(self)
         self.watchdog_steps = int(os.environ.get("LAPIS_WATCHDOG_STEPS", DEFAULT_WATCHDOG_STEPS))

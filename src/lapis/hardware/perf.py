@@ -1,26 +1,39 @@
-"""Layer 0: occupancy and the analytical performance model.
+"""Layer 0: occupancy and the analytical performance model (docs/performance-model.md derives it).
 
 Occupancy: how many blocks of a kernel fit on one compute unit at once, limited by threads,
 registers, shared memory and the block slots; the grid then runs in waves of that many
 blocks per unit.
 
-Time (a first-order roofline; each term in nanoseconds on the profile's clock):
-  issue   = warp instructions / (active units x schedulers x clock)
-  fp32    = FP32 FLOPs / (active units x FP32 lanes x 2 x clock)
-  shared  = shared-memory bytes / (active units x 128 bytes per clock)
-  memory  = 32-byte sectors x 32 / HBM bandwidth
-  kernel  = launch overhead + max(issue, fp32, shared, memory)
-The largest term names the limiter. Every global sector is charged to DRAM (there is no L2
-model yet), so memory time is an upper bound for kernels that reuse data.
+Time: the counters of a run become one time per resource, in nanoseconds; the kernel takes
+as long as its busiest resource (a roofline with one roof per resource), plus the fixed
+launch cost. With U active units at f GHz:
+
+  issue    = warp instructions / (U x schedulers x f)
+  pipe p   = warp instructions on p x warp size / (U x lanes of p x f)      (ALU, FMA, FP64, SFU, LSU)
+  matrix   = matrix FLOPs / (U x matrix FLOPs per clock x f)
+  shared   = shared-memory wavefronts (bank-conflict replays included) / (U x f)
+  l2       = (L2 sectors x 32 + local bytes) / L2 bandwidth
+  dram     = DRAM bytes / (HBM bandwidth x dram_efficiency)
+  latency  = waves x (one warp's dependency chain in cycles) / f
+
+The latency term is the occupancy-aware one: a unit interleaves the warps resident on it, so
+a wave takes at least as long as one warp's chain of dependent instructions; the more warps
+fit (the fewer waves), the better latency is hidden, as in Hong and Kim's MWP-CWP model. A
+warp's chain comes from a scoreboard walk over the program in layout order: each instruction
+issues one cycle after the previous one, or when its source registers are ready, whichever is
+later; a global load is ready after the L2 latency if it hit and the DRAM latency if it
+missed, in the proportion the run measured. Each instruction's wait is weighted by how often
+a warp executed it.
 """
 
 from dataclasses import dataclass
 
 from lapis.hardware.profiles import DeviceProfile
 from lapis.hardware.simt import Counters
+from lapis.isa import OPCODES, Instruction
+from lapis.isa.dataflow import registers
 
 REGISTER_ALLOCATION_UNIT = 256      # registers are handed to warps in chunks, as on NVIDIA GPUs
-SHARED_BYTES_PER_CLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -29,6 +42,12 @@ class Occupancy:
     limiter: str
     warps_per_unit: int
     resident_blocks: int          # on the whole device
+    max_warps_per_unit: int
+
+    @property
+    def theoretical(self) -> float:
+        """Resident warps as a fraction of the unit's warp slots."""
+        return self.warps_per_unit / self.max_warps_per_unit
 
 
 class LaunchResourceError(Exception):
@@ -56,30 +75,68 @@ def occupancy(profile: DeviceProfile, threads_per_block: int, registers: int, sh
         raise LaunchResourceError(f"too many resources requested for launch: {registers} registers x "
                                   f"{threads_per_block} threads exceeds the {profile.registers_per_unit} "
                                   "registers of a compute unit")
-    return Occupancy(blocks, limiter, blocks * warps, blocks * profile.compute_units)
+    return Occupancy(blocks, limiter, blocks * warps, blocks * profile.compute_units, profile.max_warps_per_unit)
 
 
 @dataclass(frozen=True)
 class KernelTiming:
-    issue_ns: float
-    fp32_ns: float
-    shared_ns: float
-    memory_ns: float
+    terms: dict[str, float]       # nanoseconds each resource needs
     launch_ns: float
-    total_ns: float
-    limiter: str
+    duration_ns: float            # on the device: the largest term
+    total_ns: float               # launch + duration
+    limiter: str                  # the resource of the largest term
     active_units: int
+    chain_cycles: float           # one warp's dependency chain
+    achieved_occupancy: float     # average resident warps over the run / warp slots
+
+    def fraction_of(self, rate: float, amount: float) -> float:
+        """`amount` per device duration as a fraction of a peak `rate` (e.g. FLOPs vs FLOP/s)."""
+        return amount / (self.duration_ns * 1e-9) / rate if self.duration_ns else 0.0
 
 
-def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy) -> KernelTiming:
+def _latency(profile: DeviceProfile, inst: Instruction, load_cycles: float) -> float:
+    if inst.op in ("LDG", "ATOMG"):
+        return load_cycles
+    return OPCODES[inst.op].latency
+
+
+def chain_cycles(profile: DeviceProfile, program: list[Instruction], c: Counters) -> float:
+    """Cycles one warp spends on its dependency chain (see the module docstring)."""
+    warps = max(1, c.blocks * c.warps_per_block)
+    hit = c.l2_hits / c.global_sectors if c.global_sectors else 1.0
+    load_cycles = hit * profile.l2_latency_cycles + (1 - hit) * profile.dram_latency_cycles
+    ready: dict[int, float] = {}
+    now, total = 0.0, 0.0
+    for pc, inst in enumerate(program):
+        reads, writes = registers(inst)
+        issue = max([now + 1.0] + [ready.get(r, 0.0) for r in reads])
+        total += (issue - now) * c.warp_instructions[pc] / warps
+        now = issue
+        for r in writes:
+            ready[r] = issue + _latency(profile, inst, load_cycles)
+    return total
+
+
+def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: list[Instruction]) -> KernelTiming:
     active = max(1, min(profile.compute_units, c.blocks))
     ghz = profile.clock_ghz
-    terms = {
-        "issue": c.total_warp_instructions / (active * profile.schedulers_per_unit * ghz),
-        "fp32": c.flops / (active * profile.fp32_lanes_per_unit * 2 * ghz),
-        "shared": c.shared_bytes / (active * SHARED_BYTES_PER_CLOCK * ghz),
-        "memory": c.global_sectors * 32 / profile.memory_bandwidth * 1e9,
-    }
+    per_unit_clock = active * ghz                  # unit-cycles per nanosecond
+    ws = profile.warp_size
+    lanes = {"ALU": profile.alu_lanes_per_unit, "FMA": profile.fp32_lanes_per_unit,
+             "FP64": profile.fp64_lanes_per_unit, "SFU": profile.sfu_lanes_per_unit,
+             "LSU": profile.lsu_lanes_per_unit}
+    terms = {"issue": c.total_warp_instructions / (per_unit_clock * profile.schedulers_per_unit)}
+    for pipe, width in lanes.items():
+        terms[pipe.lower()] = c.warp_instructions_by_pipe.get(pipe, 0) * ws / (per_unit_clock * width)
+    terms["matrix"] = c.flops_by_precision.get("matrix", 0) / (per_unit_clock * profile.matrix_flops_per_clock)
+    terms["shared"] = c.shared_wavefronts / per_unit_clock
+    terms["l2"] = (c.global_sectors * 32 + c.local_bytes) / profile.l2_bandwidth * 1e9
+    terms["dram"] = c.dram_bytes / (profile.memory_bandwidth * profile.dram_efficiency) * 1e9
+    chain = chain_cycles(profile, program, c)
+    terms["latency"] = c.waves * chain / ghz
     limiter = max(terms, key=terms.get)
-    return KernelTiming(terms["issue"], terms["fp32"], terms["shared"], terms["memory"], profile.kernel_launch_ns,
-                        profile.kernel_launch_ns + terms[limiter], limiter, active)
+    duration = terms[limiter]
+    resident = occ.blocks_per_unit * profile.compute_units
+    achieved = occ.theoretical * c.blocks / (max(1, c.waves) * resident)
+    return KernelTiming(terms, profile.kernel_launch_ns, duration, profile.kernel_launch_ns + duration, limiter,
+                        active, chain, achieved)

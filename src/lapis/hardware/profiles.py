@@ -1,7 +1,11 @@
 """Layer 0: device profiles, the one table of every number that describes a simulated GPU.
 
-The figures are those of DESIGN.md (H200 SXM and MI300X). The performance model, the
-occupancy calculator, the memory sizes and the PCIe link all read them from here.
+The figures are those of DESIGN.md (H200 SXM and MI300X), plus a small `teaching` profile.
+The performance model, the occupancy calculator, the memory sizes and the PCIe link all read
+them from here. Figures DESIGN.md does not give are public approximations: pipe widths per
+unit from the vendors' architecture papers (Hopper: 64 INT32, 64 FP64, 16 SFU lanes per SM),
+latencies and L2 bandwidth from published microbenchmarks of H100 and MI300X, and
+`dram_efficiency` from the measured H200 copy (4.3 of 4.8 TB/s).
 """
 
 from dataclasses import dataclass
@@ -20,11 +24,19 @@ class DeviceProfile:
     warp_size: int
     clock_ghz: float
     fp32_lanes_per_unit: int       # FP32 FMA lanes per unit per clock
+    alu_lanes_per_unit: int        # integer and logic lanes
+    fp64_lanes_per_unit: int
+    sfu_lanes_per_unit: int        # transcendental (special function) lanes
+    lsu_lanes_per_unit: int        # lanes of memory instructions issued per clock
     fp32_tflops: float             # dense peak (FMA = 2 FLOP)
     matrix_tflops: float           # FP16/BF16 dense matrix peak
     memory_bytes: int
     memory_bandwidth: float        # bytes per second
+    dram_efficiency: float         # fraction of the bandwidth a streaming access pattern sustains
+    dram_latency_cycles: int
     l2_bytes: int
+    l2_bandwidth: float            # bytes per second
+    l2_latency_cycles: int
     shared_per_unit: int           # bytes of shared memory (LDS) per unit
     shared_per_block: int
     registers_per_unit: int        # 32-bit registers
@@ -44,12 +56,24 @@ class DeviceProfile:
         """Warp instructions per second the whole device can issue."""
         return self.compute_units * self.schedulers_per_unit * self.clock_ghz * 1e9
 
+    @property
+    def matrix_flops_per_clock(self) -> float:
+        """Dense FP16/BF16 matrix FLOPs one unit retires per clock."""
+        return self.matrix_tflops * 1e12 / (self.compute_units * self.clock_ghz * 1e9)
+
+    @property
+    def max_warps_per_unit(self) -> int:
+        return self.max_threads_per_unit // self.warp_size
+
 
 H200 = DeviceProfile(
     name="h200", marketing_name="NVIDIA H200 SXM (simulated)", vendor="nvidia",
-    compute_units=132, warp_size=32, clock_ghz=1.98, fp32_lanes_per_unit=128,
+    compute_units=132, warp_size=32, clock_ghz=1.98, fp32_lanes_per_unit=128, alu_lanes_per_unit=64,
+    fp64_lanes_per_unit=64, sfu_lanes_per_unit=16, lsu_lanes_per_unit=32,
     fp32_tflops=66.9, matrix_tflops=989.0, memory_bytes=141 * GB, memory_bandwidth=4.8e12,
-    l2_bytes=50 * 2**20, shared_per_unit=228 * KiB, shared_per_block=227 * KiB,
+    dram_efficiency=0.9, dram_latency_cycles=600,
+    l2_bytes=50 * 2**20, l2_bandwidth=5.5e12, l2_latency_cycles=260,
+    shared_per_unit=228 * KiB, shared_per_block=227 * KiB,
     registers_per_unit=65536, max_registers_per_thread=255, max_threads_per_unit=2048,
     max_threads_per_block=1024, max_blocks_per_unit=32, schedulers_per_unit=4,
     pcie_bandwidth=64e9, pcie_latency_ns=1000.0, tdp_watts=700.0, kernel_launch_ns=3000.0,
@@ -58,16 +82,34 @@ H200 = DeviceProfile(
 
 MI300X = DeviceProfile(
     name="mi300x", marketing_name="AMD Instinct MI300X (simulated)", vendor="amd",
-    compute_units=304, warp_size=64, clock_ghz=2.1, fp32_lanes_per_unit=128,
+    compute_units=304, warp_size=64, clock_ghz=2.1, fp32_lanes_per_unit=128, alu_lanes_per_unit=128,
+    fp64_lanes_per_unit=64, sfu_lanes_per_unit=32, lsu_lanes_per_unit=64,
     fp32_tflops=163.4, matrix_tflops=1307.0, memory_bytes=192 * GB, memory_bandwidth=5.3e12,
-    l2_bytes=256 * 2**20, shared_per_unit=64 * KiB, shared_per_block=64 * KiB,
+    dram_efficiency=0.9, dram_latency_cycles=700,
+    l2_bytes=256 * 2**20, l2_bandwidth=17.2e12, l2_latency_cycles=400,
+    shared_per_unit=64 * KiB, shared_per_block=64 * KiB,
     registers_per_unit=131072, max_registers_per_thread=255, max_threads_per_unit=2048,
     max_threads_per_block=1024, max_blocks_per_unit=32, schedulers_per_unit=4,
     pcie_bandwidth=64e9, pcie_latency_ns=1000.0, tdp_watts=750.0, kernel_launch_ns=3000.0,
     compute_capability=(9, 4),
 )
 
-PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (H200, MI300X)}
+# Small enough to follow by hand: two units of four warps, one scheduler each, a 1 GHz clock
+# (so cycles and nanoseconds coincide) and round numbers everywhere.
+TEACHING = DeviceProfile(
+    name="teaching", marketing_name="lapis teaching GPU (2 units x 4 warps, simulated)", vendor="nvidia",
+    compute_units=2, warp_size=32, clock_ghz=1.0, fp32_lanes_per_unit=32, alu_lanes_per_unit=32,
+    fp64_lanes_per_unit=8, sfu_lanes_per_unit=8, lsu_lanes_per_unit=32,
+    fp32_tflops=0.128, matrix_tflops=2.048, memory_bytes=1 * GiB, memory_bandwidth=64e9,
+    dram_efficiency=0.9, dram_latency_cycles=400,
+    l2_bytes=1 * 2**20, l2_bandwidth=256e9, l2_latency_cycles=100, shared_per_unit=16 * KiB,
+    shared_per_block=16 * KiB, registers_per_unit=8192, max_registers_per_thread=255, max_threads_per_unit=128,
+    max_threads_per_block=128, max_blocks_per_unit=4, schedulers_per_unit=1,
+    pcie_bandwidth=16e9, pcie_latency_ns=1000.0, tdp_watts=50.0, kernel_launch_ns=1000.0,
+    compute_capability=(9, 0),
+)
+
+PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (H200, MI300X, TEACHING)}
 
 
 def get_profile(name: str) -> DeviceProfile:

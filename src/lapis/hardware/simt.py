@@ -9,21 +9,46 @@ the loop), this reconverges exactly where a mask stack would (the "thread fronti
 of Diamos et al., MICRO 2011). A barrier runs when its group holds every live lane of each
 block it touches; otherwise it is a barrier under divergence, which faults.
 
+Warp-level instructions (SHFL, VOTE, HMMA) see lanes grouped into warps of the profile's
+size; so do the counters (coalescing into 32-byte sectors, shared-memory bank conflicts,
+active lanes per warp instruction). Memory accesses also feed the L2 model (`caches.py`).
+
 Simplifications, on purpose: FFMA rounds the product and the sum separately (numpy has no
 fused float32 multiply-add); denormals are kept; instruction latencies do not delay
-execution here (they feed the performance model through the counters).
+execution here (they feed the performance model through the counters); memory is
+sequentially consistent (each instruction completes before the next), so MEMBAR orders
+nothing that is not already ordered.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from lapis.hardware import atomics
+from lapis.hardware.caches import L2Cache, shared_wavefronts
 from lapis.hardware.memory import PhysicalMemory
 from lapis.hardware.mmu import MemoryFault, Mmu
-from lapis.isa import INSTRUCTION_BYTES, PT, RZ, Const, Imm, Instruction, Reg, format_instruction
+from lapis.hardware.numerics import float_to_format, format_to_float, pack_halves, split_halves
+from lapis.hardware.profiles import DeviceProfile
+from lapis.isa import INSTRUCTION_BYTES, OPCODES, PT, RZ, Const, Imm, Instruction, Reg, format_instruction
 
 U32, I32, F32, U64, I64, F64 = np.uint32, np.int32, np.float32, np.uint64, np.int64, np.float64
 _MEM_BYTES = {"": 4, "U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
+MMA_GROUP = 32            # HMMA works on groups of 32 lanes (two per 64-wide wavefront)
+
+
+def _mma_layout():
+    """Flat matrix positions of each (lane, register, half) of the m16n8k16 fragments, as in PTX's mma."""
+    lane = np.arange(MMA_GROUP)[:, None, None]
+    g, t = lane >> 2, lane & 3
+    reg4, reg2, half = np.arange(4)[None, :, None], np.arange(2)[None, :, None], np.arange(2)[None, None, :]
+    a = (g + 8 * (reg4 & 1)) * 16 + 2 * t + 8 * (reg4 >> 1) + half            # A: 16x16, row-major
+    b = (2 * t + 8 * reg2 + half) * 8 + g                                     # B: 16(k) x 8(n)
+    cd = ((g + 8 * (reg4 >> 1)) * 8 + 2 * t + (reg4 & 1))[:, :, 0]            # C, D: 16x8 float32
+    return a.reshape(-1), b.reshape(-1), cd.reshape(-1)
+
+
+_MMA_A, _MMA_B, _MMA_CD = _mma_layout()
 
 
 class KernelFault(Exception):
@@ -40,15 +65,46 @@ class Counters:
     """What executing a kernel counted, per program counter and in total."""
     warp_instructions: list[int]
     thread_instructions: list[int]
-    flops: int = 0
-    global_bytes: int = 0          # bytes requested by global loads and stores
-    global_sectors: int = 0        # 32-byte sectors those requests touched, per warp
+    flops_by_precision: dict[str, int] = field(default_factory=dict)   # fp32, fp64, fp16 (packed), matrix
+    warp_instructions_by_pipe: dict[str, int] = field(default_factory=dict)
+    global_bytes: int = 0          # bytes requested by global loads, stores and atomics
+    global_sectors: int = 0        # 32-byte sectors those requests touched after coalescing (L2 requests)
+    l2_misses: int = 0             # sectors the L2 did not hold
+    dram_read_bytes: int = 0
+    dram_write_bytes: int = 0
+    atomic_lanes: int = 0          # lane-operations of global and shared atomics
     shared_bytes: int = 0
+    shared_wavefronts: int = 0     # shared-memory cycles spent, bank conflicts included
+    shared_ideal_wavefronts: int = 0   # the cycles a conflict-free access pattern would take
+    local_bytes: int = 0           # per-thread local memory (spills, local arrays)
     pcie_bytes: int = 0            # global accesses that landed in host memory
     barriers: int = 0
     waves: int = 0
     blocks: int = 0
+    warps_per_block: int = 0
     steps: int = 0                 # scheduler steps (group-instructions), for the watchdog
+
+    @property
+    def flops(self) -> int:
+        return sum(self.flops_by_precision.values())
+
+    @property
+    def l2_hits(self) -> int:
+        return self.global_sectors - self.l2_misses
+
+    @property
+    def dram_bytes(self) -> int:
+        return self.dram_read_bytes + self.dram_write_bytes
+
+    @property
+    def bank_conflicts(self) -> int:
+        """Shared-memory replays: wavefronts beyond the conflict-free count."""
+        return self.shared_wavefronts - self.shared_ideal_wavefronts
+
+    @property
+    def average_active_lanes(self) -> float:
+        """Active lanes per warp instruction (the warp size when nothing diverges)."""
+        return self.total_thread_instructions / max(1, self.total_warp_instructions)
 
     @classmethod
     def for_program(cls, n: int) -> "Counters":
@@ -74,6 +130,7 @@ class Dispatch:
     cbank: np.ndarray                    # constant bank 0, uint32 words
     vmid: int
     watchdog_steps: int
+    local_bytes: int = 0                 # local (private) memory per thread
 
 
 class Wave:
@@ -88,17 +145,29 @@ class Wave:
         self.F, self.S = self.R.view(F32), self.R.view(I32)
         self.P = np.zeros((8, L), bool)
         self.P[PT] = True
-        self.smem_words = -(-d.shared_bytes // 4)
-        self.smem = np.zeros(max(1, nblocks * self.smem_words), U32)
-        self.warps_per_block = -(-self.tpb // core.warp_size)
-        self.warp_aligned = self.tpb % core.warp_size == 0
-        t = np.arange(L, dtype=np.int64) % self.tpb
-        self.lane_block = np.arange(L, dtype=np.int64) // self.tpb
+        self.smem_words = -(-d.shared_bytes // 8) * 2       # 8-byte aligned per block, for 64-bit atomics
+        self.smem = np.zeros(max(2, nblocks * self.smem_words), U32)
+        self.smem8, self.smem64 = self.smem.view(np.uint8), self.smem.view(U64)
+        self.local = np.zeros(max(1, -(-d.local_bytes // 4) * L), U32)   # word w of lane l at w * lanes + l
+        self.local8 = self.local.view(np.uint8)
+        ws = core.warp_size
+        self.warps_per_block = -(-self.tpb // ws)
+        self.warp_aligned = self.tpb % ws == 0
+        self.lane_ids = np.arange(L, dtype=np.int64)
+        t = self.lane_ids % self.tpb
+        self.lane_block = self.lane_ids // self.tpb
         self.smem_base = self.lane_block * self.smem_words
+        # Warps: lane `lane_in_warp` of a warp of `warp_len` lanes whose lane 0 is lane `warp_base`.
+        self.lane_in_warp = t % ws
+        self.warp_base = self.lane_ids - self.lane_in_warp
+        self.warp_len = np.minimum(ws, self.tpb - t // ws * ws)
+        self.warp_starts = np.flatnonzero(self.lane_in_warp == 0)
+        self.lane_warp = np.cumsum(self.lane_in_warp == 0) - 1
+        self.padded_lane = self.lane_block * (self.warps_per_block * ws) + t   # position in whole warps
         bx, by, _ = d.block
         self.sregs = [(t % bx).astype(U32), (t // bx % by).astype(U32), (t // (bx * by)).astype(U32),
                       np.zeros(L, U32), np.zeros(L, U32), np.zeros(L, U32),
-                      (t % core.warp_size).astype(U32), np.zeros(L, U32)]
+                      self.lane_in_warp.astype(U32), np.zeros(L, U32), np.zeros(L, U32), (t // ws).astype(U32)]
         self.ops = [self._compile(pc, inst) for pc, inst in enumerate(d.program)]
         # Shared-memory address registers: their per-lane word indices are cached until the
         # register is written again (`bumps[pc]` lists the tracked rows instruction pc writes).
@@ -108,6 +177,7 @@ class Wave:
                             and self._row(i.rd + k) in tracked) if "Rd" in i.opcode.operands and i.rd != RZ else ()
                       for i in d.program]
         self.addr_cache: dict[int, tuple] = {}
+        self.bank_cache: dict[int, tuple] = {}
 
     def start(self, first_block: int) -> None:
         """Reset the state for blocks first_block .. first_block + nblocks - 1."""
@@ -119,6 +189,8 @@ class Wave:
         self.sregs[3][:] = b % gx
         self.sregs[4][:] = b // gx % gy
         self.sregs[5][:] = b // (gx * gy)
+        self.sregs[8][:] = b % self.core.profile.compute_units     # blocks go round-robin to the units
+        self.local.fill(0)
         self.exited = np.zeros(self.lanes, bool)
         self.addr_cache.clear()
 
@@ -194,23 +266,48 @@ class Wave:
                 fn(active)
         return guarded
 
+    @staticmethod
+    def _modifier(inst: Instruction, operand: str, dtype):
+        """The function applying operand's |x| and -x flags (absolute value first), or None."""
+        absolute, negate = operand in inst.abs_, operand in inst.neg
+        if dtype in (F32, F64):
+            if absolute:
+                return (lambda x: -np.abs(x)) if negate else np.abs
+            return np.negative if negate else None
+        return (lambda x: dtype(0) - x) if negate else None
+
+    def _operands(self, inst, view, names: str):
+        """Operand readers for the sources in `names` (of 'abc'), modifiers applied; constants folded."""
+        dtype = view.dtype.type
+        readers = []
+        for name in names:
+            if name == "b":
+                x = self._b32(inst, view, dtype)
+            else:
+                x = view[self._row(inst.ra if name == "a" else inst.rc)]
+            fn = self._modifier(inst, name, dtype)
+            if isinstance(x, np.generic):
+                value = fn(x) if fn else x
+                readers.append(lambda value=value: value)
+            elif fn:
+                readers.append(lambda x=x, fn=fn: fn(x))
+            else:
+                readers.append(lambda x=x: x)
+        return readers
+
     def _arith(self, inst, view, fn):
         d = self.R[self._dst(inst.rd)].view(view.dtype)
-        a = view[self._row(inst.ra)]
-        b = self._b32(inst, view, view.dtype)
-        neg_a, neg_b = "a" in inst.neg, "b" in inst.neg
-        if isinstance(b, np.generic) and neg_b:
-            b, neg_b = (-b if view.dtype == F32 else (np.array(0, view.dtype) - b)[()]), False
-        negate = np.negative if view.dtype == F32 else (lambda x: view.dtype.type(0) - x)
+        a, b = self._operands(inst, view, "ab")
 
         def op(mask):
-            x = negate(a) if neg_a else a
-            y = negate(b) if neg_b else b
             if mask is None:
-                fn(x, y, out=d)
+                fn(a(), b(), out=d)
             else:
-                np.copyto(d, fn(x, y), where=mask)
+                np.copyto(d, fn(a(), b()), where=mask)
         return op
+
+    def _count_flops(self, pc: int, precision: str, per_thread: int) -> None:
+        self.core.flop_kind[pc] = (precision, per_thread)
 
     def _op_NOP(self, inst, pc):
         return lambda mask: None
@@ -346,29 +443,25 @@ class Wave:
         return lambda mask: self._write(d, np.asarray(x).view(U32), mask)
 
     def _op_FADD(self, inst, pc):
-        self.core.flop_per_thread[pc] = 1
+        self._count_flops(pc, "fp32", 1)
         return self._arith(inst, self.F, np.add)
 
     def _op_FMUL(self, inst, pc):
-        self.core.flop_per_thread[pc] = 1
+        self._count_flops(pc, "fp32", 1)
         return self._arith(inst, self.F, np.multiply)
 
     def _op_FFMA(self, inst, pc):
-        self.core.flop_per_thread[pc] = 2
-        d, a, c = self.F[self._dst(inst.rd)], self.F[self._row(inst.ra)], self.F[self._row(inst.rc)]
-        b = self._b32(inst, self.F, F32)
-        if isinstance(b, np.generic) and "b" in inst.neg:
-            b = -b
-        na, nb, nc = "a" in inst.neg, "b" in inst.neg and not isinstance(b, np.generic), "c" in inst.neg
+        self._count_flops(pc, "fp32", 2)
+        d = self.F[self._dst(inst.rd)]
+        a, b, c = self._operands(inst, self.F, "abc")
         tmp = np.empty(self.lanes, F32)
-        combine = np.subtract if nc else np.add
 
         def op(mask):
-            np.multiply(-a if na else a, -b if nb else b, out=tmp)
+            np.multiply(a(), b(), out=tmp)
             if mask is None:
-                combine(tmp, c, out=d)
+                np.add(tmp, c(), out=d)
             else:
-                combine(tmp, c, out=tmp)
+                np.add(tmp, c(), out=tmp)
                 np.copyto(d, tmp, where=mask)
         return op
 
@@ -376,25 +469,24 @@ class Wave:
         return self._arith(inst, self.F, np.fmin if inst.mod("op") == "MIN" else np.fmax)
 
     def _op_FSETP(self, inst, pc):
-        a, b = self.F[self._row(inst.ra)], self._b32(inst, self.F, F32)
-        return self._setp(inst, lambda: a, lambda: b, True)
+        a, b = self._operands(inst, self.F, "ab")
+        return self._setp(inst, a, b, True)
 
-    @staticmethod
-    def _const_fn(value):
-        return lambda: value
-
-    def _f64(self, r):
-        return lambda: self._pair(r).view(F64)
-
-    def _b_f64(self, inst):
-        b = self._b64(inst)
-        return lambda: np.asarray(b()).view(F64)
+    def _f64_operands(self, inst, names: str):
+        """Readers of float64 register-pair (or constant) sources, modifiers applied."""
+        readers = []
+        for name in names:
+            raw = self._b64(inst) if name == "b" else (lambda r=inst.ra if name == "a" else inst.rc: self._pair(r))
+            fn = self._modifier(inst, name, F64)
+            readers.append(lambda raw=raw, fn=fn: fn(np.asarray(raw()).view(F64)) if fn
+                           else np.asarray(raw()).view(F64))
+        return readers
 
     def _dbin(self, inst, pc, fn, flops):
-        self.core.flop_per_thread[pc] = flops
-        a, b = self._f64(inst.ra), self._b_f64(inst)
-        na, nb = "a" in inst.neg, "b" in inst.neg
-        return lambda mask: self._write_pair(inst.rd, fn(-a() if na else a(), -b() if nb else b()).view(U64), mask)
+        if flops:
+            self._count_flops(pc, "fp64", flops)
+        a, b = self._f64_operands(inst, "ab")
+        return lambda mask: self._write_pair(inst.rd, np.broadcast_to(fn(a(), b()), self.lanes).view(U64), mask)
 
     def _op_DADD(self, inst, pc):
         return self._dbin(inst, pc, np.add, 1)
@@ -402,64 +494,114 @@ class Wave:
     def _op_DMUL(self, inst, pc):
         return self._dbin(inst, pc, np.multiply, 1)
 
+    def _op_DMNMX(self, inst, pc):
+        return self._dbin(inst, pc, np.fmin if inst.mod("op") == "MIN" else np.fmax, 0)
+
     def _op_DFMA(self, inst, pc):
-        self.core.flop_per_thread[pc] = 2
-        a, b, c = self._f64(inst.ra), self._b_f64(inst), self._f64(inst.rc)
-        sa, sb, sc = (-1.0 if x in inst.neg else 1.0 for x in "abc")
-        return lambda mask: self._write_pair(inst.rd, (sa * a() * (sb * b()) + sc * c()).view(U64), mask)
+        self._count_flops(pc, "fp64", 2)
+        a, b, c = self._f64_operands(inst, "abc")
+        return lambda mask: self._write_pair(inst.rd, np.broadcast_to(a() * b() + c(), self.lanes).view(U64), mask)
 
     def _op_DSETP(self, inst, pc):
-        return self._setp(inst, self._f64(inst.ra), self._b_f64(inst), True)
+        return self._setp(inst, *self._f64_operands(inst, "ab"), True)
 
-    def _op_I2F(self, inst, pc):
-        to, fr = inst.mod("to"), inst.mod("fr")
+    def _int_source(self, inst, fr: str):
+        """A reader of operand B as an integer array of type fr (S32, U32 or S64)."""
         if fr == "S64":
             b = self._b64(inst)
-            src = lambda: np.asarray(b()).view(I64)   # noqa: E731
-        else:
-            x = self._b32(inst, self.S if fr == "S32" else self.R, I32 if fr == "S32" else U32)
-            src = lambda: x   # noqa: E731
+            return lambda: np.asarray(b()).view(I64)
+        x = self._b32(inst, self.S if fr == "S32" else self.R, I32 if fr == "S32" else U32)
+        return lambda: x
+
+    def _float_source(self, inst, fr: str):
+        """A reader of operand B, stored in float format fr, as float64."""
+        if fr == "F64":
+            b = self._b64(inst)
+            return lambda: format_to_float(b(), "F64")
+        x = self._b32(inst, self.R, U32)
+        return lambda: format_to_float(x, fr)
+
+    def _write_format(self, inst, to: str, value, mask) -> None:
+        """Write float64 values rounded to format `to` (a pair for F64, a register otherwise)."""
+        bits = np.broadcast_to(float_to_format(value, to), self.lanes)
         if to == "F64":
-            return lambda mask: self._write_pair(inst.rd, np.broadcast_to(np.asarray(src()).astype(F64), self.lanes)
-                                                 .view(U64), mask)
-        d = self.F[self._dst(inst.rd)]
-        return lambda mask: self._write(d, np.asarray(src()).astype(F32), mask)
+            self._write_pair(inst.rd, bits, mask)
+        else:
+            self._write(self.R[self._dst(inst.rd)], bits, mask)
+
+    def _op_IABS(self, inst, pc):
+        if inst.mod("w") == "64":
+            b = self._b64(inst)
+            return lambda mask: self._write_pair(
+                inst.rd, np.broadcast_to(np.abs(np.asarray(b()).view(I64)), self.lanes).view(U64), mask)
+        d, b = self.S[self._dst(inst.rd)], self._b32(inst, self.S, I32)
+        return lambda mask: self._write(d, np.abs(b), mask)
+
+    def _op_I2F(self, inst, pc):
+        to, src = inst.mod("to"), self._int_source(inst, inst.mod("fr"))
+        if to == "F32":      # straight from the integer: one rounding, also for 64-bit values
+            d = self.F[self._dst(inst.rd)]
+            return lambda mask: self._write(d, np.asarray(src()).astype(F32), mask)
+        return lambda mask: self._write_format(inst, to, np.asarray(src()).astype(F64), mask)
 
     def _op_F2I(self, inst, pc):
-        to, fr, rnd = inst.mod("to"), inst.mod("fr"), inst.mod("rnd")
-        src = self._b_f64(inst) if fr == "F64" else self._const_fn(self._b32(inst, self.F, F32))
+        to, rnd = inst.mod("to"), inst.mod("rnd")
+        src = self._float_source(inst, inst.mod("fr"))
         round_fn = {"TRUNC": np.trunc, "FLOOR": np.floor, "CEIL": np.ceil, "RN": np.rint}[rnd]
-        dt = I64 if to == "S64" else I32
+        dt = {"S32": I32, "S64": I64, "U32": U32}[to]
         info = np.iinfo(dt)
 
         def convert():
-            x = round_fn(np.asarray(src(), F64))
+            x = round_fn(src())
             x = np.nan_to_num(x, nan=0.0, posinf=info.max, neginf=info.min)
-            return np.clip(x, info.min, info.max).astype(dt)
+            return np.broadcast_to(np.clip(x, info.min, info.max).astype(dt), self.lanes)
         if to == "S64":
-            return lambda mask: self._write_pair(inst.rd, np.broadcast_to(convert(), self.lanes).view(U64), mask)
-        d = self.S[self._dst(inst.rd)]
-        return lambda mask: self._write(d, convert(), mask)
+            return lambda mask: self._write_pair(inst.rd, convert().view(U64), mask)
+        d = self.R[self._dst(inst.rd)]
+        return lambda mask: self._write(d, convert().view(U32), mask)
 
     def _op_F2F(self, inst, pc):
-        to, fr = inst.mod("to"), inst.mod("fr")
-        src = self._b_f64(inst) if fr == "F64" else self._const_fn(self._b32(inst, self.F, F32))
-        if to == "F64":
-            return lambda mask: self._write_pair(inst.rd, np.broadcast_to(np.asarray(src(), F64), self.lanes)
-                                                 .view(U64), mask)
-        d = self.F[self._dst(inst.rd)]
-        return lambda mask: self._write(d, np.asarray(src()).astype(F32), mask)
+        to, src = inst.mod("to"), self._float_source(inst, inst.mod("fr"))
+        return lambda mask: self._write_format(inst, to, src(), mask)
 
     def _op_FRND(self, inst, pc):
         fn = {"RN": np.rint, "FLOOR": np.floor, "CEIL": np.ceil, "TRUNC": np.trunc}[inst.mod("rnd")]
         if inst.mod("w") == "F64":
-            b = self._b_f64(inst)
-            return lambda mask: self._write_pair(inst.rd, np.broadcast_to(fn(b()), (self.lanes,)).view(U64), mask)
+            b = self._float_source(inst, "F64")
+            return lambda mask: self._write_format(inst, "F64", fn(b()), mask)
         d, b = self.F[self._dst(inst.rd)], self._b32(inst, self.F, F32)
         return lambda mask: self._write(d, fn(b), mask)
 
+    def _half(self, inst, pc, fn, sources: str, flops: int):
+        """A packed half-precision instruction: fn over float64 halves, rounded once to the format."""
+        t = inst.mod("t")
+        if flops:
+            self._count_flops(pc, "fp16", flops)
+        d = self.R[self._dst(inst.rd)]
+        regs = {"a": self.R[self._row(inst.ra)], "b": self._b32(inst, self.R, U32),
+                "c": self.R[self._row(inst.rc)]}
+        srcs = [(regs[x], U32(0x80008000) if x in inst.neg else U32(0)) for x in sources]
+
+        def op(mask):
+            halves = [split_halves(x ^ sign, t) for x, sign in srcs]
+            lo = fn(*(h[0] for h in halves))
+            hi = fn(*(h[1] for h in halves))
+            self._write(d, pack_halves(lo, hi, t), mask)
+        return op
+
+    def _op_HADD2(self, inst, pc):
+        return self._half(inst, pc, np.add, "ab", 2)
+
+    def _op_HMUL2(self, inst, pc):
+        return self._half(inst, pc, np.multiply, "ab", 2)
+
+    def _op_HFMA2(self, inst, pc):
+        return self._half(inst, pc, lambda a, b, c: a * b + c, "abc", 4)
+
+    def _op_HMNMX2(self, inst, pc):
+        return self._half(inst, pc, np.fmin if inst.mod("op") == "MIN" else np.fmax, "ab", 0)
+
     def _op_MUFU(self, inst, pc):
-        self.core.flop_per_thread[pc] = 1
         fn = {"RCP": lambda x: F32(1) / x, "RSQ": lambda x: F32(1) / np.sqrt(x), "SQRT": np.sqrt,
               "EX2": np.exp2, "LG2": np.log2, "SIN": np.sin, "COS": np.cos}[inst.mod("fn")]
         d, b = self.F[self._dst(inst.rd)], self._b32(inst, self.F, F32)
@@ -476,8 +618,8 @@ class Wave:
         inst = self.d.program[pc]
         return KernelFault(reason, pc * INSTRUCTION_BYTES, format_instruction(inst, pc * INSTRUCTION_BYTES), address)
 
-    def _global_access(self, pc, inst, mask, nbytes, write):
-        """Translate the active lanes' addresses; returns (active addresses' physical form, memory, lanes)."""
+    def _global_access(self, pc, inst, mask, nbytes, write, atomic=False):
+        """Translate the active lanes' addresses and count the traffic; returns (physical addresses, memory)."""
         base = self._pair(inst.ra)
         if isinstance(base, np.generic):
             base = np.full(self.lanes, base)
@@ -495,71 +637,107 @@ class Wave:
         except MemoryFault as e:
             raise self._fault(pc, f"illegal memory access: {e.reason}" + (" (write)" if write else " (read)"),
                               e.va) from None
+        if not isinstance(system, bool):
+            raise self._fault(pc, "one instruction touched both device and host memory", int(va[0]))
         core = self.core
         c = core.counters
         c.global_bytes += va.size * nbytes
-        if mask is None and self.warp_aligned:
-            sectors = (va >> U64(5)).reshape(-1, core.warp_size)
-            c.global_sectors += int(np.count_nonzero(sectors[:, 1:] != sectors[:, :-1])) + len(sectors)
+        if atomic:
+            c.atomic_lanes += va.size
+        sector = pa.astype(U64) >> U64(5)
+        if mask is None and self.warp_aligned:      # distinct sectors of each warp (runs of equal neighbours)
+            per_warp = sector.reshape(-1, core.warp_size)
+            starts = np.ones(per_warp.shape, bool)
+            np.not_equal(per_warp[:, 1:], per_warp[:, :-1], out=starts[:, 1:])
+            touched = per_warp[starts]
         else:
-            c.global_sectors += int(np.count_nonzero(np.diff(va >> U64(5)))) + 1
-        if not isinstance(system, bool):
-            raise self._fault(pc, "one instruction touched both device and host memory", int(va[0]))
+            starts = np.ones(sector.size, bool)
+            np.not_equal(sector[1:], sector[:-1], out=starts[1:])
+            touched = sector[starts]
+        c.global_sectors += touched.size
         if system:
             c.pcie_bytes += va.size * nbytes
+        else:
+            misses = core.l2.access(touched)
+            c.l2_misses += misses
+            if write and not atomic:
+                c.dram_write_bytes += misses * 32
+            else:
+                c.dram_read_bytes += misses * 32
         return pa.astype(I64), core.sysmem if system else core.vram
+
+    @staticmethod
+    def _gather(words: np.ndarray, octets: np.ndarray, word: np.ndarray, byte: np.ndarray | None, width: str,
+                stride: int = 1) -> list[np.ndarray]:
+        """Load `width` from word arrays: register values (one per 32 bits) for the given word indices.
+
+        `byte` is the byte within the word for sub-word widths; a lane's later words sit `stride` apart.
+        """
+        nbytes = _MEM_BYTES[width]
+        if nbytes >= 4:
+            return [words[word + i * stride] if i else words[word] for i in range(nbytes // 4)]
+        at = word * 4 + byte
+        raw = octets[at].astype(U32)
+        if nbytes == 2:
+            raw |= octets[at + 1].astype(U32) << U32(8)
+        if width.startswith("S"):
+            raw = (raw.view(I32) << (32 - 8 * nbytes) >> (32 - 8 * nbytes)).view(U32)
+        return [raw]
+
+    @staticmethod
+    def _scatter(words: np.ndarray, octets: np.ndarray, word: np.ndarray, byte: np.ndarray | None, width: str,
+                 values: list[np.ndarray], stride: int = 1) -> None:
+        nbytes = _MEM_BYTES[width]
+        if nbytes >= 4:
+            for i, v in enumerate(values):
+                words[word + i * stride if i else word] = v
+            return
+        at = word * 4 + byte
+        octets[at] = (values[0] & U32(0xFF)).astype(np.uint8)
+        if nbytes == 2:
+            octets[at + 1] = (values[0] >> U32(8) & U32(0xFF)).astype(np.uint8)
+
+    def _load_rows(self, inst, width):
+        words = max(1, _MEM_BYTES[width] // 4)
+        return [self.R[self._dst(inst.rd + i if inst.rd != RZ else RZ)] for i in range(words)]
+
+    def _store_rows(self, inst, width):
+        words = max(1, _MEM_BYTES[width] // 4)
+        return [self.R[self._row(inst.rc + i if inst.rc != RZ else RZ)] for i in range(words)]
+
+    @staticmethod
+    def _put(dsts, values, mask) -> None:
+        for dst, v in zip(dsts, values, strict=True):
+            if mask is None:
+                dst[...] = v
+            else:
+                dst[mask] = v
 
     def _op_LDG(self, inst, pc):
         width = inst.mod("w")
-        nbytes = _MEM_BYTES[width]
-        words = max(1, nbytes // 4)
-        dsts = [self.R[self._dst(inst.rd + i if inst.rd != RZ else RZ)] for i in range(words)]
+        nbytes, dsts = _MEM_BYTES[width], self._load_rows(inst, width)
 
         def op(mask):
             got = self._global_access(pc, inst, mask, nbytes, False)
-            if got is None:
-                return
-            pa, mem = got
-            if nbytes < 4:
-                raw = mem.u8[pa].astype(U32)
-                if nbytes == 2:
-                    raw |= mem.u8[pa + 1].astype(U32) << U32(8)
-                if width.startswith("S"):
-                    raw = raw.view(I32) << (32 - 8 * nbytes) >> (32 - 8 * nbytes)
-                values = [raw.view(U32) if raw.dtype != U32 else raw]
-            else:
-                w = pa >> 2
-                values = [mem.u32[w + i] for i in range(words)]
-            for dst, v in zip(dsts, values, strict=True):
-                if mask is None:
-                    dst[...] = v
-                else:
-                    dst[mask] = v
+            if got is not None:
+                pa, mem = got
+                self._put(dsts, self._gather(mem.u32, mem.u8, pa >> 2, pa & 3, width), mask)
         return op
 
     def _op_STG(self, inst, pc):
         width = inst.mod("w")
-        nbytes = _MEM_BYTES[width]
-        words = max(1, nbytes // 4)
-        srcs = [self.R[self._row(inst.rc + i if inst.rc != RZ else RZ)] for i in range(words)]
+        nbytes, srcs = _MEM_BYTES[width], self._store_rows(inst, width)
 
         def op(mask):
             got = self._global_access(pc, inst, mask, nbytes, True)
-            if got is None:
-                return
-            pa, mem = got
-            values = [s if mask is None else s[mask] for s in srcs]
-            if nbytes < 4:
-                mem.u8[pa] = (values[0] & U32(0xFF)).astype(np.uint8)
-                if nbytes == 2:
-                    mem.u8[pa + 1] = (values[0] >> U32(8) & U32(0xFF)).astype(np.uint8)
-                return
-            w = pa >> 2
-            for i, v in enumerate(values):
-                mem.u32[w + i] = v
+            if got is not None:
+                pa, mem = got
+                self._scatter(mem.u32, mem.u8, pa >> 2, pa & 3, width, [s if mask is None else s[mask] for s in srcs])
         return op
 
+    # shared memory --------------------------------------------------------------------------
     def _shared_index(self, pc, inst, mask, nbytes):
+        """Word index into the wave's shared memory, and byte within the word, of each active lane."""
         addr = self.R[self._row(inst.ra)]
         off = inst.simm
         a = addr if mask is None else addr[mask]
@@ -572,8 +750,26 @@ class Wave:
         if nbytes > 1 and ((a + U32(off & 0xFFFFFFFF)) & U32(nbytes - 1)).any():
             raise self._fault(pc, f"misaligned {nbytes}-byte shared memory access", lo)
         self.core.counters.shared_bytes += a.size * nbytes
+        byte = a.astype(I64) + off
+        local_word = byte >> 2
+        self._count_banks(local_word, mask, nbytes)
         base = self.smem_base if mask is None else self.smem_base[mask]
-        return base + ((a.astype(I64) + off) >> 2)
+        return base + local_word, byte & 3
+
+    def _warp_layout(self, values: np.ndarray, mask) -> np.ndarray:
+        """Per-lane values (of the active lanes) as (warps, warp size), -1 where no active lane is."""
+        ws = self.core.warp_size
+        if mask is None and self.warp_aligned:
+            return values.reshape(-1, ws)
+        laid = np.full(self.nblocks * self.warps_per_block * ws, -1, I64)
+        laid[self.padded_lane if mask is None else self.padded_lane[mask]] = values
+        return laid.reshape(-1, ws)
+
+    def _count_banks(self, local_word: np.ndarray, mask, nbytes: int) -> None:
+        wavefronts, ideal = shared_wavefronts(self._warp_layout(local_word, mask), max(1, nbytes // 4))
+        c = self.core.counters
+        c.shared_wavefronts += wavefronts
+        c.shared_ideal_wavefronts += ideal
 
     def _shared_words(self, row: int) -> tuple:
         """(version, per-lane word index into the wave's shared memory, min, max, 4-byte aligned) of R[row]."""
@@ -585,22 +781,43 @@ class Wave:
             self.addr_cache[row] = entry
         return entry
 
+    def _banks_of(self, row: int, version: int, words: np.ndarray) -> tuple[int, int]:
+        """Bank-conflict wavefronts of an unmasked 4-byte access through address register `row`.
+
+        Shifting every lane's address by one amount permutes the banks and keeps the conflicts,
+        so a register that advanced uniformly (a pointer stepping through a tile) reuses the count.
+        """
+        cached = self.bank_cache.get(row)
+        if cached is not None and cached[0] == version:
+            return cached[2]
+        if cached is not None:
+            delta = words - cached[1]
+            if delta.min() == delta.max():
+                self.bank_cache[row] = (version, words, cached[2])
+                return cached[2]
+        counts = shared_wavefronts(self._warp_layout(words - self.smem_base, None), 1)
+        self.bank_cache[row] = (version, words, counts)
+        return counts
+
     def _shared_fast(self, inst, nbytes: int):
         """The word index array and first word for an unmasked 4-byte access, or None to take the slow path."""
         off = inst.simm
         if inst.ra == RZ or nbytes != 4 or off % 4:
             return None
-        _, words, lo, hi, aligned = self._shared_words(self._row(inst.ra))
+        row = self._row(inst.ra)
+        version, words, lo, hi, aligned = self._shared_words(row)
         if not aligned or lo + off < 0 or hi + off + nbytes > self.d.shared_bytes:
             return None
-        self.core.counters.shared_bytes += self.lanes * nbytes
+        c = self.core.counters
+        c.shared_bytes += self.lanes * nbytes
+        wavefronts, ideal = self._banks_of(row, version, words)
+        c.shared_wavefronts += wavefronts
+        c.shared_ideal_wavefronts += ideal
         return words, off >> 2
 
     def _op_LDS(self, inst, pc):
-        nbytes = _MEM_BYTES[inst.mod("w")]
-        if nbytes < 4:
-            raise ValueError("sub-word shared memory loads are not implemented")
-        dsts = [self.R[self._dst(inst.rd + i if inst.rd != RZ else RZ)] for i in range(nbytes // 4)]
+        width = inst.mod("w")
+        nbytes, dsts = _MEM_BYTES[width], self._load_rows(inst, width)
 
         def op(mask):
             if mask is None:
@@ -608,22 +825,14 @@ class Wave:
                 if fast is not None:
                     np.take(self.smem[fast[1]:], fast[0], out=dsts[0], mode="clip")   # bounds checked above
                     return
-            idx = self._shared_index(pc, inst, mask, nbytes)
-            if idx is None:
-                return
-            for i, dst in enumerate(dsts):
-                v = self.smem[idx + i] if i else self.smem[idx]
-                if mask is None:
-                    dst[...] = v
-                else:
-                    dst[mask] = v
+            at = self._shared_index(pc, inst, mask, nbytes)
+            if at is not None:
+                self._put(dsts, self._gather(self.smem, self.smem8, *at, width), mask)
         return op
 
     def _op_STS(self, inst, pc):
-        nbytes = _MEM_BYTES[inst.mod("w")]
-        if nbytes < 4:
-            raise ValueError("sub-word shared memory stores are not implemented")
-        srcs = [self.R[self._row(inst.rc + i if inst.rc != RZ else RZ)] for i in range(nbytes // 4)]
+        width = inst.mod("w")
+        nbytes, srcs = _MEM_BYTES[width], self._store_rows(inst, width)
 
         def op(mask):
             if mask is None:
@@ -631,11 +840,176 @@ class Wave:
                 if fast is not None:
                     np.put(self.smem[fast[1]:], fast[0], srcs[0], mode="clip")
                     return
-            idx = self._shared_index(pc, inst, mask, nbytes)
-            if idx is None:
-                return
-            for i, s in enumerate(srcs):
-                self.smem[idx + i] = s if mask is None else s[mask]
+            at = self._shared_index(pc, inst, mask, nbytes)
+            if at is not None:
+                self._scatter(self.smem, self.smem8, *at, width, [s if mask is None else s[mask] for s in srcs])
+        return op
+
+    # local memory: private to each thread, interleaved so a warp's same-address access is contiguous
+    def _local_index(self, pc, inst, mask, nbytes):
+        addr = self.R[self._row(inst.ra)]
+        a = (addr if mask is None else addr[mask]).astype(I64) + inst.simm
+        if a.size == 0:
+            return None
+        lo, hi = int(a.min()), int(a.max())
+        if lo < 0 or hi + nbytes > self.d.local_bytes:
+            raise self._fault(pc, f"local memory access outside the thread's {self.d.local_bytes} bytes",
+                              lo if lo < 0 else hi)
+        if nbytes > 1 and (a & (nbytes - 1)).any():
+            raise self._fault(pc, f"misaligned {nbytes}-byte local memory access", lo)
+        self.core.counters.local_bytes += a.size * nbytes
+        lanes = self.lane_ids if mask is None else self.lane_ids[mask]
+        return (a >> 2) * self.lanes + lanes, a & 3
+
+    def _op_LDL(self, inst, pc):
+        width = inst.mod("w")
+        nbytes, dsts = _MEM_BYTES[width], self._load_rows(inst, width)
+
+        def op(mask):
+            at = self._local_index(pc, inst, mask, nbytes)
+            if at is not None:
+                self._put(dsts, self._gather(self.local, self.local8, *at, width, self.lanes), mask)
+        return op
+
+    def _op_STL(self, inst, pc):
+        width = inst.mod("w")
+        nbytes, srcs = _MEM_BYTES[width], self._store_rows(inst, width)
+
+        def op(mask):
+            at = self._local_index(pc, inst, mask, nbytes)
+            if at is not None:
+                self._scatter(self.local, self.local8, *at, width, [s if mask is None else s[mask] for s in srcs],
+                              self.lanes)
+        return op
+
+    # atomics ---------------------------------------------------------------------------------
+    def _atomic(self, inst, memory: np.ndarray, index: np.ndarray, mask) -> None:
+        """Apply the instruction's atomic at `index` of `memory` for the active lanes; old values to Rd."""
+        op, t = inst.mod("op"), inst.mod("t")
+        wide = t == "U64"
+
+        def operand(r):
+            value = self._pair(r) if wide else self.R[self._row(r)]
+            value = np.broadcast_to(value, self.lanes)
+            return value if mask is None else value[mask]
+        value = operand(inst.rc)
+        new = operand(inst.rc + (2 if wide else 1)) if op == "CAS" and inst.rc != RZ else None
+        if op == "CAS" and new is None:
+            new = np.zeros_like(value)
+        old = atomics.apply(memory, index, np.ascontiguousarray(value), op, t, new)
+        if inst.rd == RZ:
+            return
+        if wide:
+            self._put([self.R[self._dst(inst.rd)], self.R[self._dst(inst.rd + 1)]],
+                      [(old & U64(0xFFFFFFFF)).astype(U32), (old >> U64(32)).astype(U32)], mask)
+        else:
+            self._put([self.R[self._dst(inst.rd)]], [old], mask)
+
+    def _op_ATOMG(self, inst, pc):
+        nbytes = 8 if inst.mod("t") == "U64" else 4
+
+        def op(mask):
+            got = self._global_access(pc, inst, mask, nbytes, True, atomic=True)
+            if got is not None:
+                pa, mem = got
+                memory = mem.u64 if nbytes == 8 else mem.u32
+                self._atomic(inst, memory, pa >> (3 if nbytes == 8 else 2), mask)
+        return op
+
+    def _op_ATOMS(self, inst, pc):
+        nbytes = 8 if inst.mod("t") == "U64" else 4
+
+        def op(mask):
+            at = self._shared_index(pc, inst, mask, nbytes)
+            if at is not None:
+                self.core.counters.atomic_lanes += at[0].size
+                if nbytes == 8:
+                    self._atomic(inst, self.smem64, at[0] >> 1, mask)
+                else:
+                    self._atomic(inst, self.smem, at[0], mask)
+        return op
+
+    def _op_MEMBAR(self, inst, pc):
+        return lambda mask: None          # memory here is sequentially consistent: nothing to order
+
+    # warp-level ------------------------------------------------------------------------------
+    def _op_SHFL(self, inst, pc):
+        mode, ws = inst.mod("mode"), self.core.warp_size
+        d, a = self.R[self._dst(inst.rd)], self.R[self._row(inst.ra)]
+        b = self._b32(inst, self.R, U32)
+        lane = self.lane_in_warp
+
+        def sources():
+            x = np.asarray(b).astype(I64)
+            src = {"IDX": x & (ws - 1), "UP": lane - x, "DOWN": lane + x, "BFLY": lane ^ x}[mode]
+            inside = (src >= 0) & (src < self.warp_len)
+            return np.where(inside, self.warp_base + src, self.lane_ids)
+        fixed = sources() if isinstance(b, np.generic) else None
+
+        def op(mask):
+            self._write(d, a[fixed if fixed is not None else sources()], mask)
+        return op
+
+    def _per_warp(self, values: np.ndarray) -> np.ndarray:
+        """Sum uint64 lane values over each warp, the result given back to every lane of the warp."""
+        ws = self.core.warp_size
+        if self.warp_aligned:
+            return np.repeat(values.reshape(-1, ws).sum(axis=1, dtype=U64), ws)
+        return np.add.reduceat(values, self.warp_starts)[self.lane_warp]
+
+    def _op_VOTE(self, inst, pc):
+        mode, ws = inst.mod("mode"), self.core.warp_size
+        p, neg = self.P[inst.ps], inst.ps_neg
+        bit = U64(1) << self.lane_in_warp.astype(U64)
+        pd = self.P[inst.pd] if inst.pd != PT else None
+        lo = self.R[self._dst(inst.rd)]
+        hi = self.R[self._dst(inst.rd + 1)] if ws > 32 and inst.rd != RZ else None
+
+        def op(mask):
+            active = np.ones(self.lanes, bool) if mask is None else mask
+            vote = (~p if neg else p) & active
+            ballot = self._per_warp(np.where(vote, bit, U64(0)))
+            if pd is not None:
+                result = ballot != 0 if mode == "ANY" else ballot == self._per_warp(np.where(active, bit, U64(0)))
+                self._write(pd, result, mask)
+            self._write(lo, (ballot & U64(0xFFFFFFFF)).astype(U32), mask)
+            if hi is not None:
+                self._write(hi, (ballot >> U64(32)).astype(U32), mask)
+        return op
+
+    def _op_HMMA(self, inst, pc):
+        t, g = inst.mod("t"), MMA_GROUP
+        if self.tpb % g:
+            raise ValueError(f"HMMA needs thread blocks of whole {g}-lane groups, not {self.tpb} threads")
+        self._count_flops(pc, "matrix", 2 * 16 * 8 * 16 // g)
+        groups = self.lanes // g
+
+        def rows(first, n):
+            if first == RZ:
+                return np.zeros((n, self.lanes), U32)
+            return np.stack([self.R[self._row(first + i)] for i in range(n)])
+        dsts = [self.R[self._dst(inst.rd + i if inst.rd != RZ else RZ)] for i in range(4)]
+
+        def fragment(regs, count, layout, size):
+            """Registers (count, lanes) of packed halves -> (groups, size) float32 matrices."""
+            halves = np.stack(split_halves(regs, t), axis=-1).astype(F32)          # (count, lanes, 2)
+            flat = np.empty((groups, size), F32)
+            flat[:, layout] = halves.transpose(1, 0, 2).reshape(groups, g * count * 2)
+            return flat
+
+        def op(mask):
+            if mask is not None:
+                per_group = mask.reshape(groups, g)
+                if (per_group.any(axis=1) != per_group.all(axis=1)).any():
+                    raise self._fault(pc, f"HMMA with some lanes of a {g}-lane group inactive (diverged)")
+            a = fragment(rows(inst.ra, 4), 4, _MMA_A, 256).reshape(groups, 16, 16)
+            b = fragment(rows(inst.b.index, 2), 2, _MMA_B, 128).reshape(groups, 16, 8)
+            c = np.empty((groups, 128), F32)
+            c[:, _MMA_CD] = rows(inst.rc, 4).view(F32).T.reshape(groups, g * 4)
+            out = (np.matmul(a, b) + c.reshape(groups, 16, 8)).reshape(groups, 128)
+            values = out[:, _MMA_CD].reshape(self.lanes, 4).T.view(U32)
+            for dst, v in zip(dsts, values, strict=True):
+                self._write(dst, v, mask)
         return op
 
     # Control instructions are run by the scheduler in `SimtCore.run_wave`; these only validate.
@@ -657,22 +1031,25 @@ class SimtCore:
 
     MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
 
-    def __init__(self, warp_size: int, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory):
-        self.warp_size = warp_size
+    def __init__(self, profile: DeviceProfile, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory):
+        self.profile = profile
+        self.warp_size = profile.warp_size
         self.mmu, self.vram, self.sysmem = mmu, vram, sysmem
+        self.l2 = L2Cache(profile.l2_bytes)
         self.counters = Counters.for_program(0)
-        self.flop_per_thread: list[int] = []
+        self.flop_kind: list[tuple[str, int] | None] = []
 
     def run(self, d: Dispatch, resident_blocks: int) -> Counters:
         """Execute every block of the grid; `resident_blocks` is how many fit on the device at once."""
         n = len(d.program)
         self.counters = c = Counters.for_program(n)
-        self.flop_per_thread = [0] * n
+        self.flop_kind = [None] * n
         total = d.grid[0] * d.grid[1] * d.grid[2]
         tpb = d.block[0] * d.block[1] * d.block[2]
         per_chunk = max(1, min(resident_blocks, self.MAX_LANES // tpb))
         c.waves = -(-total // resident_blocks)
         c.blocks = total
+        c.warps_per_block = -(-tpb // self.warp_size)
         kinds = [i.op if i.op in ("BRA", "EXIT", "BAR") else "" for i in d.program]
         targets = [i.branch_target(pc * INSTRUCTION_BYTES) // INSTRUCTION_BYTES if i.op == "BRA" else 0
                    for pc, i in enumerate(d.program)]
@@ -685,7 +1062,13 @@ class SimtCore:
                 wave = waves[nblocks]
                 wave.start(first)
                 self._run_wave(wave, kinds, targets)
-        c.flops = sum(f * t for f, t in zip(self.flop_per_thread, c.thread_instructions, strict=True))
+        for pc, inst in enumerate(d.program):
+            pipe = OPCODES[inst.op].pipe
+            c.warp_instructions_by_pipe[pipe] = c.warp_instructions_by_pipe.get(pipe, 0) + c.warp_instructions[pc]
+            if self.flop_kind[pc]:
+                precision, per_thread = self.flop_kind[pc]
+                c.flops_by_precision[precision] = (c.flops_by_precision.get(precision, 0)
+                                                   + per_thread * c.thread_instructions[pc])
         return c
 
     def _mask_stats(self, mask, wave: Wave) -> tuple[int, int]:
@@ -695,7 +1078,7 @@ class SimtCore:
         if wave.warp_aligned:
             warps = int(np.count_nonzero(mask.reshape(-1, self.warp_size).any(axis=1)))
         else:
-            warps = -(-lanes // self.warp_size)
+            warps = int(np.count_nonzero(np.logical_or.reduceat(mask, wave.warp_starts)))
         return lanes, warps
 
     def _run_wave(self, wave: Wave, kinds: list[str], targets: list[int]) -> None:

@@ -10,7 +10,7 @@ instruction addresses step by 0x10, as on NVIDIA GPUs since Volta. Field map (bi
   [85,88)  negate a, b, c         [88,104) modifiers, one small field per group in table order
   [104]    reserved (0)
   [105,109) stall  [109] yield  [110,113) write barrier  [113,116) read barrier
-  [116,122) wait mask  [122,126) operand reuse   [126,128) reserved (0)
+  [116,122) wait mask  [122,126) operand reuse   [126,128) absolute value of a, b
 
 A constant operand packs its offset in B[0,16) and its bank in B[16,21). Decoding is strict:
 any field an opcode does not use must hold its default, so decode(encode(i)) == i and a
@@ -68,6 +68,7 @@ def encode(inst: Instruction) -> bytes:
     w |= payload << 32 | kind << 72
     w |= inst.pd << 74 | inst.ps << 77 | int(inst.ps_neg) << 80 | inst.pq << 81 | int(inst.pq_neg) << 84
     w |= sum(1 << (85 + "abc".index(x)) for x in inst.neg)
+    w |= sum(1 << (126 + "ab".index(x)) for x in inst.abs_)
     for (pos, _, choices), value in zip(_LAYOUTS[op.mnemonic], inst.mods, strict=True):
         w |= choices.index(value) << pos
     c = inst.ctrl
@@ -102,8 +103,11 @@ def _check(inst: Instruction, op: Opcode) -> None:
         raise bad(f"cannot negate operand(s) {inst.neg!r}")
     if "SR" in op.operands and not (isinstance(b, Imm) and b.bits < len(SPECIAL_REGISTERS)):
         raise bad(f"special register {b} does not exist")
-    if "b" in inst.neg and isinstance(b, Imm):
-        raise bad("an immediate operand B is not negated; encode the negative value instead")
+    if set(inst.abs_) - set(op.absolutable) or len(set(inst.abs_)) != len(inst.abs_) or inst.abs_ != "".join(
+            sorted(inst.abs_)):
+        raise bad(f"cannot take the absolute value of operand(s) {inst.abs_!r}")
+    if ("b" in inst.neg or "b" in inst.abs_) and isinstance(b, Imm):
+        raise bad("an immediate operand B takes no negation or absolute value; encode the value instead")
     defaults = {"rd": inst.rd == RZ, "ra": inst.ra == RZ, "rc": inst.rc == RZ, "b": b == Reg(RZ),
                 "pd": inst.pd == PT, "ps": inst.ps == PT and not inst.ps_neg,
                 "pq": inst.pq == PT and not inst.pq_neg}
@@ -129,7 +133,7 @@ def decode(word: bytes | int, address: int | None = None) -> Instruction:
     op = BY_CODE.get(_field(w, 0, 12))
     if op is None:
         raise bad(f"unknown opcode 0x{_field(w, 0, 12):03x}")
-    if _field(w, 104, 1) or _field(w, 126, 2):
+    if _field(w, 104, 1):
         raise bad("reserved bits are set")
     kind, payload = _field(w, 72, 2), _field(w, 32, 32)
     if kind == _B_REG:
@@ -155,12 +159,13 @@ def decode(word: bytes | int, address: int | None = None) -> Instruction:
     if _field(w, _MOD_BASE + used_bits, _MOD_END - _MOD_BASE - used_bits):
         raise bad("unused modifier bits are set")
     neg = "".join(x for i, x in enumerate("abc") if _field(w, 85 + i, 1))
+    abs_ = "".join(x for i, x in enumerate("ab") if _field(w, 126 + i, 1))
     ctrl = Control(stall=_field(w, 105, 4), yield_=bool(_field(w, 109, 1)), wbar=_field(w, 110, 3),
                    rbar=_field(w, 113, 3), wait=_field(w, 116, 6), reuse=_field(w, 122, 4))
     inst = Instruction(op.mnemonic, tuple(mods), rd=_field(w, 16, 8), ra=_field(w, 24, 8), b=b,
                        rc=_field(w, 64, 8), pd=_field(w, 74, 3), ps=_field(w, 77, 3),
                        ps_neg=bool(_field(w, 80, 1)), pq=_field(w, 81, 3), pq_neg=bool(_field(w, 84, 1)),
-                       neg=neg, guard=_field(w, 12, 3), guard_neg=bool(_field(w, 15, 1)), ctrl=ctrl)
+                       neg=neg, abs_=abs_, guard=_field(w, 12, 3), guard_neg=bool(_field(w, 15, 1)), ctrl=ctrl)
     try:
         _check(inst, op)
     except IsaError as e:

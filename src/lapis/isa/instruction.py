@@ -58,6 +58,7 @@ class Instruction:
     pq: int = PT
     pq_neg: bool = False
     neg: str = ""                  # which of a, b, c are negated
+    abs_: str = ""                 # which of a, b are taken as absolute values (applied before negation)
     guard: int = PT
     guard_neg: bool = False
     ctrl: Control = field(default_factory=Control)

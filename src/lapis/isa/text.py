@@ -35,8 +35,13 @@ def _hex(value: int) -> str:
     return f"-{-value:#x}" if value < 0 else f"{value:#x}"
 
 
-def _reg(index: int, neg: bool = False) -> str:
-    return ("-" if neg else "") + ("RZ" if index == RZ else f"R{index}")
+def _reg(index: int, neg: bool = False, absolute: bool = False) -> str:
+    return _sign("RZ" if index == RZ else f"R{index}", neg, absolute)
+
+
+def _sign(text: str, neg: bool, absolute: bool) -> str:
+    """An operand with its modifiers as SASS prints them: -R2, |R2|, -|R2|."""
+    return ("-" if neg else "") + (f"|{text}|" if absolute else text)
 
 
 def _pred(index: int, neg: bool = False) -> str:
@@ -50,9 +55,9 @@ def _offset(off: int) -> str:
 def _operand_b(inst: Instruction) -> str:
     b, spec = inst.b, inst.opcode
     if isinstance(b, Reg):
-        return _reg(b.index, "b" in inst.neg)
+        return _reg(b.index, "b" in inst.neg, "b" in inst.abs_)
     if isinstance(b, Const):
-        return ("-" if "b" in inst.neg else "") + f"c[{b.bank:#x}][{b.offset:#x}]"
+        return _sign(f"c[{b.bank:#x}][{b.offset:#x}]", "b" in inst.neg, "b" in inst.abs_)
     if spec.b_float:
         value = bits_float(b.bits)
         if np.isfinite(value):
@@ -69,7 +74,7 @@ def format_instruction(inst: Instruction, address: int = 0) -> str:
         if operand == "Rd":
             parts.append(_reg(inst.rd))
         elif operand == "Ra":
-            parts.append(_reg(inst.ra, "a" in inst.neg))
+            parts.append(_reg(inst.ra, "a" in inst.neg, "a" in inst.abs_))
         elif operand == "Rc":
             parts.append(_reg(inst.rc, "c" in inst.neg))
         elif operand in ("B", "C"):
@@ -159,6 +164,14 @@ def assemble(source: str) -> list[Instruction]:
 _TOKEN_SPLIT = re.compile(r",\s*(?![^\[]*\])")
 
 
+def _unwrap(token: str) -> tuple[str, bool, bool]:
+    """Strip the sign and absolute-value bars: '-|R2|' -> ('R2', True, True)."""
+    neg = token.startswith("-") and not re.fullmatch(r"-(0x[0-9a-fA-F]+|[\d.]+(e-?\d+)?|inf)", token)
+    token = token[1:] if neg else token
+    absolute = len(token) > 2 and token[0] == token[-1] == "|"
+    return (token[1:-1] if absolute else token), neg, absolute
+
+
 def _parse_reg(token: str) -> tuple[int, bool]:
     neg = token.startswith("-")
     token = token.lstrip("-")
@@ -192,18 +205,18 @@ def _imm(value: int) -> Imm:
     return Imm(value & 0xFFFFFFFF)
 
 
-def _parse_b(token: str, b_float: bool) -> tuple[Reg | Imm | Const, bool]:
-    if m := re.fullmatch(r"(-?)c\[(0x[0-9a-fA-F]+|\d+)\]\[(0x[0-9a-fA-F]+|\d+)\]", token):
-        return Const(int(m.group(2), 0), int(m.group(3), 0)), bool(m.group(1))
-    if re.fullmatch(r"-?(R\d+|RZ)", token):
-        index, neg = _parse_reg(token)
-        return Reg(index), neg
+def _parse_b(token: str, b_float: bool) -> tuple[Reg | Imm | Const, bool, bool]:
+    inner, neg, absolute = _unwrap(token)
+    if m := re.fullmatch(r"c\[(0x[0-9a-fA-F]+|\d+)\]\[(0x[0-9a-fA-F]+|\d+)\]", inner):
+        return Const(int(m.group(1), 0), int(m.group(2), 0)), neg, absolute
+    if re.fullmatch(r"R\d+|RZ", inner):
+        return Reg(_parse_reg(inner)[0]), neg, absolute
     if b_float and not re.fullmatch(r"-?0x[0-9a-fA-F]+", token):
         try:
-            return Imm(float_bits(float(token))), False
+            return Imm(float_bits(float(token))), False, False
         except ValueError:
             raise IsaError(f"expected a float, got {token!r}") from None
-    return _imm(_parse_int(token)), False
+    return _imm(_parse_int(token)), False, False
 
 
 def _parse_address(token: str, wide: bool) -> tuple[int, Imm]:
@@ -241,17 +254,19 @@ def parse_instruction(text: str, address: int = 0, labels: dict[str, int] | None
     if len(operands) != len(spec.operands):
         raise IsaError(f"{op} takes {len(spec.operands)} operand(s) {spec.operands}, got {len(operands)}")
     fields: dict = {"guard": guard, "guard_neg": guard_neg}
-    neg = ""
+    neg = absolute = ""
     for kind, token in zip(spec.operands, operands, strict=True):
         if kind == "Rd":
             fields["rd"] = _parse_reg(token)[0]
         elif kind in ("Ra", "Rc"):
-            index, negated = _parse_reg(token)
-            fields["ra" if kind == "Ra" else "rc"] = index
+            inner, negated, bars = _unwrap(token)
+            fields["ra" if kind == "Ra" else "rc"] = _parse_reg(inner)[0]
             neg += kind[1].lower() if negated else ""
+            absolute += kind[1].lower() if bars else ""
         elif kind in ("B", "C"):
-            fields["b"], negated = _parse_b(token, spec.b_float)
+            fields["b"], negated, bars = _parse_b(token, spec.b_float)
             neg += "b" if negated else ""
+            absolute += "b" if bars else ""
         elif kind == "SR":
             if token not in SPECIAL_REGISTERS:
                 raise IsaError(f"unknown special register {token!r}")
@@ -268,6 +283,6 @@ def parse_instruction(text: str, address: int = 0, labels: dict[str, int] | None
             fields["ps"], fields["ps_neg"] = _parse_pred(token)
         elif kind == "Pq":
             fields["pq"], fields["pq_neg"] = _parse_pred(token)
-    inst = make(op, mods=mods, neg="".join(sorted(neg)), ctrl=Control(), **fields)
+    inst = make(op, mods=mods, neg="".join(sorted(neg)), abs_="".join(sorted(absolute)), ctrl=Control(), **fields)
     encode(inst)   # validates the combination
     return inst

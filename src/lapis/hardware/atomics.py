@@ -1,0 +1,116 @@
+"""Layer 0: atomic read-modify-write on a memory of words, for every active lane at once.
+
+Real GPUs perform the atomics of one warp instruction one at a time at the L2 (or in the
+shared-memory unit) in some order. lapis fixes the order: lanes that hit one address apply
+their operations in lane order, so results are deterministic and each lane gets back the
+value memory held just before its own operation. No loop runs over lanes: lanes are sorted
+by address, and
+  - integer ADD and EXCH are segmented prefix scans (one cumulative sum / one shift);
+  - 32-bit integer MIN and MAX are segmented running maxima (segment id in the high bits);
+  - float ADD sums in float64 along each address's lanes and rounds each value once to
+    float32 (a simplification: hardware rounds after every addition);
+  - CAS, float MIN/MAX and 64-bit MIN/MAX run in rounds: round r applies the r-th lane of
+    every address, so the number of numpy steps is the largest number of lanes sharing an
+    address, not the number of lanes.
+"""
+
+import numpy as np
+
+from lapis.hardware.numerics import order_key
+
+U32, I32, F32, U64, I64, F64 = np.uint32, np.int32, np.float32, np.uint64, np.int64, np.float64
+
+
+def combine(op: str, t: str, old: np.ndarray, value: np.ndarray, new: np.ndarray | None) -> np.ndarray:
+    """What memory holds after one lane's atomic: op(old, value), as raw bits of old's dtype."""
+    if op == "EXCH":
+        return value
+    if op == "CAS":
+        return np.where(old == value, new, old)
+    if t == "F32":
+        a, b = old.view(F32), value.view(F32)
+        fn = {"ADD": np.add, "MIN": np.fmin, "MAX": np.fmax}[op]
+        return fn(a, b).astype(F32).view(U32)
+    if op == "ADD":
+        return old + value
+    view = {"U32": U32, "S32": I32, "U64": U64}[t]
+    fn = np.minimum if op == "MIN" else np.maximum
+    return fn(old.view(view), value.view(view)).view(old.dtype)
+
+
+def apply(memory: np.ndarray, index: np.ndarray, value: np.ndarray, op: str, t: str,
+          new: np.ndarray | None = None) -> np.ndarray:
+    """Apply one instruction's atomics; `index` are word indices into `memory` in lane order.
+
+    Returns the old value each lane observed. `memory` is a uint32 array (uint64 for U64).
+    """
+    n = index.size
+    order = np.argsort(index, kind="stable")
+    sorted_index = index[order]
+    first = np.empty(n, bool)
+    first[:1] = True
+    np.not_equal(sorted_index[1:], sorted_index[:-1], out=first[1:])
+    if first.all():                                  # no two lanes share an address
+        old = memory[index]
+        memory[index] = combine(op, t, old, value, new)
+        return old
+    seg = np.cumsum(first) - 1                       # address number of each sorted lane
+    starts = np.flatnonzero(first)
+    ends = np.r_[starts[1:], n] - 1
+    addresses = sorted_index[starts]
+    before = memory[addresses]
+    v = value[order]
+    if op in ("ADD", "EXCH") and t != "F32":
+        if op == "ADD":
+            total = np.cumsum(v.astype(U64))
+            exclusive = total - v - (total[starts] - v[starts])[seg]
+            old_sorted = (before[seg].astype(U64) + exclusive).astype(memory.dtype)
+            memory[addresses] = old_sorted[ends] + v[ends]
+        else:
+            old_sorted = np.empty_like(v)
+            old_sorted[1:] = v[:-1]
+            old_sorted[starts] = before
+            memory[addresses] = v[ends]
+    elif op == "ADD":                                # float32
+        x = v.view(F32).astype(F64)
+        total = np.cumsum(x)
+        exclusive = total - x - (total[starts] - x[starts])[seg]
+        old_f64 = before.view(F32).astype(F64)[seg] + exclusive
+        old_sorted = old_f64.astype(F32).view(U32)
+        memory[addresses] = (old_f64[ends] + x[ends]).astype(F32).view(U32)
+    elif op in ("MIN", "MAX") and t in ("U32", "S32"):
+        sign = 1 if op == "MAX" else -1
+        span = np.int64(1) << np.int64(34)           # keys fit in 33 bits; each address gets its own range
+        keys = sign * order_key(v, t) + (np.int64(1) << np.int64(32))
+        running = np.maximum.accumulate(seg * span + keys) - seg * span
+        seed = sign * order_key(before, t) + (np.int64(1) << np.int64(32))
+        previous = np.empty_like(running)
+        previous[1:] = running[:-1]
+        previous[starts] = seed
+        best = np.maximum(previous, seed[seg])
+        old_sorted = order_value(sign * (best - (np.int64(1) << np.int64(32))), t)
+        memory[addresses] = order_value(sign * (np.maximum(running[ends], seed) - (np.int64(1) << np.int64(32))), t)
+    else:
+        return _in_rounds(memory, index, value, op, t, new, order, starts, seg)
+    old = np.empty_like(old_sorted)
+    old[order] = old_sorted
+    return old
+
+
+def order_value(key: np.ndarray, t: str) -> np.ndarray:
+    """The inverse of numerics.order_key: uint32 bits of the integers the keys stand for."""
+    return key.astype(I32).view(U32) if t == "S32" else key.astype(U32)
+
+
+def _in_rounds(memory, index, value, op, t, new, order, starts, seg) -> np.ndarray:
+    rank = np.arange(index.size) - starts[seg]       # position of each sorted lane within its address
+    by_rank = order[np.argsort(rank, kind="stable")]
+    bounds = np.r_[0, np.cumsum(np.bincount(rank))]
+    old = np.empty_like(value)
+    for r in range(len(bounds) - 1):
+        lanes = by_rank[bounds[r]:bounds[r + 1]]     # at most one lane per address
+        i = index[lanes]
+        current = memory[i]
+        old[lanes] = current
+        memory[i] = combine(op, t, current, value[lanes], None if new is None else new[lanes])
+    return old

@@ -1,0 +1,66 @@
+"""Layer 0: the memory-side facts the performance model needs: L2 hits and shared-memory banks.
+
+L2: a sector cache of the profile's L2 size in front of DRAM, physically indexed, kept
+across kernels as a real L2 is. It is direct-mapped (each 32-byte sector of physical
+memory has one slot, `sector mod slots`), a simplification of the 16-way set-associative
+caches on real GPUs that keeps each lookup one numpy gather: capacity misses come out
+right, conflict misses are somewhat overstated for unlucky strides. Stores allocate (write-
+back): a sector first written in L2 costs one DRAM write when it is eventually evicted, so
+it is counted as DRAM traffic when it is first allocated.
+
+Shared memory: 32 banks of 4-byte words. A warp's access is served in wavefronts: each
+wavefront serves at most one distinct word per bank (lanes reading the same word share it,
+a broadcast). Wide accesses are split into phases of 32 words (a half warp of 8-byte
+accesses, a quarter warp of 16-byte ones, as on NVIDIA GPUs); 64-wide AMD wavefronts are
+served 32 lanes at a time. Wavefronts beyond one per phase are bank-conflict replays.
+"""
+
+import numpy as np
+
+SECTOR_BYTES = 32
+BANKS = 32
+
+
+class L2Cache:
+    def __init__(self, nbytes: int):
+        self.slots = max(1, nbytes // SECTOR_BYTES)
+        self.tags = np.zeros(self.slots, np.uint64)     # sector number + 1; 0 is an empty slot (lazy pages)
+        self.writer = np.zeros(self.slots, np.int32)    # scratch: which request of an access last filled a slot
+
+    def access(self, sectors: np.ndarray) -> int:
+        """Look up physical sector numbers (one per sector a warp touched); returns how many missed.
+
+        Several warps of one instruction may ask for the same sector (thread blocks reading one
+        tile): it misses once. Only the last request to fill a slot counts, which sorts nothing.
+        """
+        slot = (sectors % np.uint64(self.slots)).astype(np.intp)
+        tag = sectors + np.uint64(1)
+        missed = np.flatnonzero(self.tags[slot] != tag)
+        if missed.size:
+            self.tags[slot[missed]] = tag[missed]
+            self.writer[slot[missed]] = missed
+            return int(np.count_nonzero(self.writer[slot[missed]] == missed))
+        return 0
+
+    def flush(self) -> None:
+        self.tags.fill(0)
+
+
+def shared_wavefronts(words: np.ndarray, words_per_lane: int) -> tuple[int, int]:
+    """(wavefronts, phases) for shared-memory word indices laid out as (warps, warp lanes).
+
+    `words` holds each lane's first word index, or -1 for a lane that does not take part.
+    """
+    warps, lanes = words.shape
+    if words_per_lane > 1:
+        words = np.where(words[:, :, None] >= 0, words[:, :, None] + np.arange(words_per_lane), -1)
+    phases = words.reshape(-1, BANKS)                # 32 words per phase
+    s = np.sort(phases, axis=1)
+    distinct = np.empty(s.shape, bool)
+    distinct[:, 0] = True
+    np.not_equal(s[:, 1:], s[:, :-1], out=distinct[:, 1:])
+    distinct &= s >= 0
+    row = np.arange(len(s))[:, None] * BANKS
+    per_bank = np.bincount((row + (s & (BANKS - 1)))[distinct], minlength=len(s) * BANKS).reshape(-1, BANKS)
+    degree = per_bank.max(axis=1)
+    return int(degree.sum()), int(np.count_nonzero(degree))
