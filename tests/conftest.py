@@ -9,7 +9,7 @@ from lapis import abi, isa
 from lapis.driver.address_space import AddressSpace
 from lapis.driver.buddy import BuddyAllocator
 from lapis.hardware import PTE_SYSTEM, PTE_WRITABLE, Gpu, PhysicalMemory, get_profile
-from lapis.hardware.perf import occupancy
+from lapis.hardware.perf import model_time, occupancy
 from lapis.hardware.simt import Dispatch
 
 VMID = 1
@@ -38,22 +38,57 @@ class Bench:
         self._pa[va] = (pa, system)
         return va
 
+    def reserve(self, nbytes: int) -> int:
+        """Map `nbytes` of zeroed VRAM without writing it (no host memory until touched)."""
+        pa = self.vram.alloc(nbytes)
+        va = self.next_va
+        self.next_va += (nbytes + 0x20000) // 0x10000 * 0x10000
+        self.space.map(va, pa, nbytes, PTE_WRITABLE)
+        self._pa = getattr(self, "_pa", {})
+        self._pa[va] = (pa, False)
+        return va
+
     def read(self, va: int, like: np.ndarray) -> np.ndarray:
         pa, system = self._pa[va]
         raw = (self.sysmem if system else self.gpu.vram).read(pa, like.nbytes)
         return np.frombuffer(raw, like.dtype).reshape(like.shape)
 
     def run(self, source, grid=(1, 1, 1), block=(32, 1, 1), args: bytes = b"", shared: int = 0,
-            registers: int = 32, watchdog: int = 100_000):
+            registers: int = 32, watchdog: int = 100_000, local: int = 0):
         program = isa.assemble(source) if isinstance(source, str) else source
         cbank = np.zeros(abi.CBANK_BYTES // 4, np.uint32)
         cbank[0:3], cbank[3:6] = block, grid
         cbank[abi.CBANK_WARP_SIZE // 4] = self.gpu.profile.warp_size
         words = np.frombuffer(args + bytes(-len(args) % 4), np.uint32)
         cbank[abi.KERNARG_CBANK_OFFSET // 4:abi.KERNARG_CBANK_OFFSET // 4 + len(words)] = words
-        d = Dispatch(program, tuple(block), tuple(grid), registers, shared, cbank, VMID, watchdog)
+        d = Dispatch(program, tuple(block), tuple(grid), registers, shared, cbank, VMID, watchdog, local)
         occ = occupancy(self.gpu.profile, block[0] * block[1] * block[2], registers, shared)
+        self.last = (program, occ)
         return self.gpu.simt.run(d, occ.resident_blocks)
+
+    def timing(self, counters):
+        """The performance model's verdict on the last run."""
+        program, occ = self.last
+        return model_time(self.gpu.profile, counters, occ, program)
+
+    def lanes(self, body: str, inputs: np.ndarray, n_out: int, block: int = 32, **kw) -> np.ndarray:
+        """Run `body` with each lane's row of `inputs` (uint32 words) in R8, R9, ... and return
+        each lane's R40, R41, ... (n_out words). R0 holds the global thread index."""
+        inputs = np.ascontiguousarray(inputs, np.uint32).reshape(len(inputs), -1)
+        n, n_in = inputs.shape
+        out = np.zeros((n, n_out), np.uint32)
+        src, dst = self.buffer(inputs), self.buffer(out)
+        loads = "".join(f"LDG.E R{8 + i}, [R2.64+{4 * i:#x}] ;\n" for i in range(n_in))
+        stores = "".join(f"STG.E [R4.64+{4 * i:#x}], R{40 + i} ;\n" for i in range(n_out))
+        program = f"""
+            S2R R0, SR_TID.X ; S2R R1, SR_CTAID.X ; IMAD R0, R1, c[0x0][0x0], R0 ;
+            LDC.64 R2, c[0x0][0x160] ; IMAD.WIDE R2, R0, {4 * n_in:#x}, R2 ;
+            LDC.64 R4, c[0x0][0x168] ; IMAD.WIDE R4, R0, {4 * n_out:#x}, R4 ;
+            {loads}{body}
+            {stores}EXIT ;"""
+        self.run(program.replace(" ; ", " ;\n"), grid=(n // block, 1, 1), block=(block, 1, 1),
+                 args=pointers(src, dst), registers=kw.pop("registers", 96), **kw)
+        return self.read(dst, out)
 
 
 def pointers(*values) -> bytes:
@@ -68,3 +103,8 @@ def bench():
 @pytest.fixture
 def bench64():
     return Bench("mi300x")
+
+
+@pytest.fixture
+def teaching():
+    return Bench("teaching")

@@ -23,7 +23,7 @@ warp's chain comes from a scoreboard walk over the program in layout order: each
 issues one cycle after the previous one, or when its source registers are ready, whichever is
 later; a global load is ready after the L2 latency if it hit and the DRAM latency if it
 missed, in the proportion the run measured. Each instruction's wait is weighted by how often
-a warp executed it.
+a warp executed it, and the warp retires when its last result has landed.
 """
 
 from dataclasses import dataclass
@@ -114,7 +114,7 @@ def chain_cycles(profile: DeviceProfile, program: list[Instruction], c: Counters
         now = issue
         for r in writes:
             ready[r] = issue + _latency(profile, inst, load_cycles)
-    return total
+    return total + max(0.0, max(ready.values(), default=0.0) - now)    # a warp retires when its loads land
 
 
 def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: list[Instruction]) -> KernelTiming:
