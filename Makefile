@@ -22,6 +22,7 @@ demo: $(STAMP)
 	$(BIN)/lapis demo
 
 bench: $(STAMP)
+	$(BIN)/python benchmarks/simulator.py
 	$(BIN)/python benchmarks/seed_matmul.py
 
 clean:

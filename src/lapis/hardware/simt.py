@@ -141,14 +141,14 @@ class Wave:
         self.tpb = d.block[0] * d.block[1] * d.block[2]
         self.nblocks = nblocks
         L = self.lanes = nblocks * self.tpb
-        self.R = np.zeros((d.registers + 2, L), U32)   # row `registers` reads as RZ, the last is a sink
+        # Row `registers` reads as RZ; the last row is a sink for writes to RZ.
+        self.R = core.storage("registers", (d.registers + 2, L), U32)
         self.F, self.S = self.R.view(F32), self.R.view(I32)
-        self.P = np.zeros((8, L), bool)
-        self.P[PT] = True
+        self.P = core.storage("predicates", (8, L), bool)
         self.smem_words = -(-d.shared_bytes // 8) * 2       # 8-byte aligned per block, for 64-bit atomics
-        self.smem = np.zeros(max(2, nblocks * self.smem_words), U32)
+        self.smem = core.storage("shared", (max(2, nblocks * self.smem_words),), U32)
         self.smem8, self.smem64 = self.smem.view(np.uint8), self.smem.view(U64)
-        self.local = np.zeros(max(1, -(-d.local_bytes // 4) * L), U32)   # word w of lane l at w * lanes + l
+        self.local = core.storage("local", (max(2, -(-d.local_bytes // 4) * L),), U32)   # word w of lane l: w*L + l
         self.local8 = self.local.view(np.uint8)
         ws = core.warp_size
         self.warps_per_block = -(-self.tpb // ws)
@@ -182,7 +182,8 @@ class Wave:
     def start(self, first_block: int) -> None:
         """Reset the state for blocks first_block .. first_block + nblocks - 1."""
         self.R.fill(0)
-        self.P[:PT] = False
+        self.P.fill(False)
+        self.P[PT] = True
         self.smem.fill(0)
         gx, gy, _ = self.d.grid
         b = first_block + self.lane_block
@@ -193,6 +194,7 @@ class Wave:
         self.local.fill(0)
         self.exited = np.zeros(self.lanes, bool)
         self.addr_cache.clear()
+        self.bank_cache.clear()
 
     # -- operand access ------------------------------------------------------------------------
     def _row(self, r: int) -> int:
@@ -220,8 +222,11 @@ class Wave:
         """A 64-bit register pair as a uint64 array (RZ pairs read as zero)."""
         if r == RZ:
             return U64(0)
-        lo, hi = self.R[self._row(r)], self.R[self._row(r + 1)]
-        return lo.astype(U64) | (hi.astype(U64) << U64(32))
+        out = np.empty(self.lanes, U64)
+        halves = out.view(U32).reshape(-1, 2)          # little-endian: the low word first
+        halves[:, 0] = self.R[self._row(r)]
+        halves[:, 1] = self.R[self._row(r + 1)]
+        return out
 
     def _b64(self, inst: Instruction):
         b = inst.b
@@ -234,10 +239,11 @@ class Wave:
         return lambda: value
 
     def _write_pair(self, r: int, value: np.ndarray, mask) -> None:
-        value = np.asarray(value).astype(U64, copy=False)
-        self._write(self.R[self._dst(r)], (value & U64(0xFFFFFFFF)).astype(U32), mask)
+        value = np.ascontiguousarray(np.broadcast_to(np.asarray(value).astype(U64, copy=False), self.lanes))
+        halves = value.view(U32).reshape(-1, 2)
+        self._write(self.R[self._dst(r)], halves[:, 0], mask)
         if r != RZ:
-            self._write(self.R[self._dst(r + 1)], (value >> U64(32)).astype(U32), mask)
+            self._write(self.R[self._dst(r + 1)], halves[:, 1], mask)
 
     @staticmethod
     def _write(dst: np.ndarray, value, mask) -> None:
@@ -410,12 +416,18 @@ class Wave:
         fn = {"LT": np.less, "EQ": np.equal, "LE": np.less_equal, "GT": np.greater, "NE": np.not_equal,
               "GE": np.greater_equal}.get(cmp)
 
+        plain = inst.ps == PT and not pneg and inst.mod("bop") == "AND"     # pd = a cmp b
+
         def op(mask):
             if cmp in ("F", "T"):
                 r = np.full(self.lanes, cmp == "T")
+            elif plain and mask is None:
+                fn(a_fn(), b_fn(), out=d)
+                return
             else:
                 r = fn(a_fn(), b_fn())
-            r = bop(r, ~p if pneg else p)
+            if not plain:
+                r = bop(r, ~p if pneg else p)
             self._write(d, r, mask)
         return op
 
@@ -784,19 +796,29 @@ class Wave:
     def _banks_of(self, row: int, version: int, words: np.ndarray) -> tuple[int, int]:
         """Bank-conflict wavefronts of an unmasked 4-byte access through address register `row`.
 
-        Shifting every lane's address by one amount permutes the banks and keeps the conflicts,
-        so a register that advanced uniformly (a pointer stepping through a tile) reuses the count.
+        Measured on the wave's first block and scaled to all its blocks: every block runs the
+        same code, and a shared address that depends on the block is rare (the masked and wide
+        accesses of the slow path are measured on every lane). Shifting every lane's address by
+        one amount permutes the banks and keeps the conflicts, so a register that advanced
+        uniformly (a pointer stepping through a tile) reuses the count.
         """
         cached = self.bank_cache.get(row)
         if cached is not None and cached[0] == version:
             return cached[2]
+        first = words[:self.warps_per_block * self.core.warp_size if self.warp_aligned else self.tpb]
         if cached is not None:
-            delta = words - cached[1]
+            delta = first - cached[1]
             if delta.min() == delta.max():
-                self.bank_cache[row] = (version, words, cached[2])
+                self.bank_cache[row] = (version, first, cached[2])
                 return cached[2]
-        counts = shared_wavefronts(self._warp_layout(words - self.smem_base, None), 1)
-        self.bank_cache[row] = (version, words, counts)
+        if self.warp_aligned:
+            wavefronts, ideal = shared_wavefronts(first.reshape(-1, self.core.warp_size), 1)
+        else:
+            laid = np.full(self.warps_per_block * self.core.warp_size, -1, I64)
+            laid[:self.tpb] = first
+            wavefronts, ideal = shared_wavefronts(laid.reshape(-1, self.core.warp_size), 1)
+        counts = (wavefronts * self.nblocks, ideal * self.nblocks)
+        self.bank_cache[row] = (version, first, counts)
         return counts
 
     def _shared_fast(self, inst, nbytes: int):
@@ -838,7 +860,7 @@ class Wave:
             if mask is None:
                 fast = self._shared_fast(inst, nbytes)
                 if fast is not None:
-                    np.put(self.smem[fast[1]:], fast[0], srcs[0], mode="clip")
+                    self.smem[fast[1]:][fast[0]] = srcs[0]                  # bounds checked above
                     return
             at = self._shared_index(pc, inst, mask, nbytes)
             if at is not None:
@@ -1038,6 +1060,20 @@ class SimtCore:
         self.l2 = L2Cache(profile.l2_bytes)
         self.counters = Counters.for_program(0)
         self.flop_kind: list[tuple[str, int] | None] = []
+        self._storage: dict[str, np.ndarray] = {}
+
+    def storage(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """A reusable array for wave state (the register file, shared and local memory).
+
+        Fresh host pages cost a fault each on first touch, which for a 64K-lane register file is
+        milliseconds per launch; keeping the arrays makes later launches start at once. One
+        wave runs at a time and `Wave.start` clears what it uses, so waves may share them.
+        """
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        buf = self._storage.get(name)
+        if buf is None or buf.size < nbytes:
+            buf = self._storage[name] = np.zeros(max(nbytes, 8), np.uint8)
+        return buf[:nbytes].view(dtype).reshape(shape)
 
     def run(self, d: Dispatch, resident_blocks: int) -> Counters:
         """Execute every block of the grid; `resident_blocks` is how many fit on the device at once."""
