@@ -325,7 +325,7 @@ def test_unit_and_warp_ids(teaching):
 
 def test_teaching_profile_is_small_and_round(teaching):
     p = teaching.gpu.profile
-    assert (p.compute_units, p.max_threads_per_unit // p.warp_size, p.clock_ghz) == (2, 4, 1.0)
+    assert (p.compute_units, p.max_threads_per_unit // p.warp_size, p.clock_ghz) == (2, 8, 1.0)
     assert p.fp32_tflops == pytest.approx(p.compute_units * p.fp32_lanes_per_unit * 2 * p.clock_ghz / 1e3)
 
 

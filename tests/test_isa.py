@@ -127,3 +127,12 @@ def test_assembler_errors_name_the_line():
 def test_every_opcode_has_a_hardware_implementation():
     missing = [op for op in OPCODES if not hasattr(Wave, "_op_" + op)]
     assert missing == []
+
+
+def test_the_isa_reference_page_is_generated_from_the_table():
+    from pathlib import Path
+
+    from lapis.isa.reference import markdown
+    page = Path(__file__).resolve().parent.parent / "docs" / "isa.md"
+    assert page.read_text() == markdown(), "regenerate it: python -m lapis.isa > docs/isa.md"
+    assert all(f"| `{op}` |" in page.read_text() for op in OPCODES)

@@ -94,17 +94,18 @@ MI300X = DeviceProfile(
     compute_capability=(9, 4),
 )
 
-# Small enough to follow by hand: two units of four warps, one scheduler each, a 1 GHz clock
-# (so cycles and nanoseconds coincide) and round numbers everywhere.
+# Small enough to follow by hand: two units of eight warps (one 256-thread block each, the
+# largest block the libraries launch), one scheduler each, a 1 GHz clock (so cycles and
+# nanoseconds coincide) and round numbers everywhere.
 TEACHING = DeviceProfile(
-    name="teaching", marketing_name="lapis teaching GPU (2 units x 4 warps, simulated)", vendor="nvidia",
+    name="teaching", marketing_name="lapis teaching GPU (2 units x 8 warps, simulated)", vendor="nvidia",
     compute_units=2, warp_size=32, clock_ghz=1.0, fp32_lanes_per_unit=32, alu_lanes_per_unit=32,
     fp64_lanes_per_unit=8, sfu_lanes_per_unit=8, lsu_lanes_per_unit=32,
     fp32_tflops=0.128, matrix_tflops=2.048, memory_bytes=1 * GiB, memory_bandwidth=64e9,
     dram_efficiency=0.9, dram_latency_cycles=400,
     l2_bytes=1 * 2**20, l2_bandwidth=256e9, l2_latency_cycles=100, shared_per_unit=16 * KiB,
-    shared_per_block=16 * KiB, registers_per_unit=8192, max_registers_per_thread=255, max_threads_per_unit=128,
-    max_threads_per_block=128, max_blocks_per_unit=4, schedulers_per_unit=1,
+    shared_per_block=16 * KiB, registers_per_unit=32768, max_registers_per_thread=255, max_threads_per_unit=256,
+    max_threads_per_block=256, max_blocks_per_unit=4, schedulers_per_unit=1,
     pcie_bandwidth=16e9, pcie_latency_ns=1000.0, tdp_watts=50.0, kernel_launch_ns=1000.0,
     compute_capability=(9, 0),
 )
