@@ -88,6 +88,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=["cuda", "hip"])
     parser.add_argument("--threads", type=int, default=1 << 16)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--size", type=int, default=1024, help="of the sgemm")
     args = parser.parse_args()
     api = cuda if args.device == "cuda" else hip
     n = args.threads
@@ -106,7 +107,7 @@ def main() -> None:
     report(f"memory-bound kernel (copy of {m * 4 >> 20} MiB, {m} threads)", r)
     print(f"  DRAM traffic {r['dram'] >> 20} MiB at {r['dram'] / r['time_ns']:.0f} GB/s simulated (launch included)")
 
-    size = 1024
+    size = args.size
     A = lapis.randn(size, size, device=args.device)
     B = lapis.randn(size, size, device=args.device)
     r = timed(lambda: lapis.matmul(A, B), api, args.repeat)

@@ -1,0 +1,27 @@
+"""The benchmark scripts run (at a reduced size) and the teaching profile works end to end."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(*args, env=None):
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})}, check=True).stdout
+
+
+def test_simulator_benchmark_reports_its_figures():
+    out = run("benchmarks/simulator.py", "--threads", "4096", "--size", "64", "--repeat", "1")
+    for kernel in ("ALU-bound kernel", "memory-bound kernel", "sgemm 64x64x64"):
+        assert kernel in out
+    assert out.count("warp-instructions/s of simulation") == 3
+    assert "limiter issue" in out                      # the ALU-bound kernel is bound by instruction issue
+    assert "numpy on this CPU" in out
+
+
+def test_demo_runs_on_the_teaching_profile():
+    out = run("-m", "lapis.cli", "demo", "--size", "64", env={"LAPIS_GPUS": "teaching"})
+    assert "teaching" in out and "C matches numpy's A @ B: yes" in out
