@@ -137,6 +137,7 @@ def test_malformed_packet_stops_only_its_queue(rt):
     sig = rt.create_signal(1)
     bad_queue.submit(abi.KernelDispatchPacket(header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH), setup=0,
                                               kernel_object=sym.kernel_object, completion_signal=sig.handle))
+    assert sig.wait(Condition.EQ, 0, timeout_s=5) == -1          # the failed packet's signal
     state, error = bad_queue.status()
     assert state == "error" and "dimensions" in error["reason"]
     with pytest.raises(QueueError, match="error state"):

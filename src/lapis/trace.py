@@ -10,6 +10,7 @@ number, an event name and the real values of the call. Layer 0 adds simulated de
 """
 
 import sys
+import threading
 import time
 import types
 from contextlib import contextmanager
@@ -40,6 +41,7 @@ class Trace:
     """A recording: events in the order they started."""
     events: list[Event] = field(default_factory=list)
     _counter: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __enter__(self) -> "Trace":
         _active.append(self)
@@ -50,9 +52,10 @@ class Trace:
         self.events.sort(key=lambda e: e.seq)
 
     def _add(self, event: Event) -> None:
-        self._counter += 1
-        event.seq = self._counter
-        self.events.append(event)
+        with self._lock:          # the device's command processor reports from its own thread
+            self._counter += 1
+            event.seq = self._counter
+            self.events.append(event)
 
     def select(self, layer: int | None = None, name: str | None = None) -> list[Event]:
         return [e for e in self.events if (layer is None or e.layer == layer) and (name is None or e.name == name)]
@@ -77,7 +80,7 @@ def emit(layer: int, name: str, sim_start_ns: float | None = None, sim_end_ns: f
     if not _active:
         return
     now = time.perf_counter()
-    for t in _active:
+    for t in list(_active):
         t._add(Event(layer, name, dict(args), now, now, sim_start_ns, sim_end_ns))
 
 
@@ -87,8 +90,9 @@ def span(layer: int, name: str, **args):
     if not _active:
         yield {}
         return
-    events = [Event(layer, name, dict(args), time.perf_counter(), 0.0) for _ in _active]
-    for t, e in zip(_active, events, strict=True):
+    active = list(_active)
+    events = [Event(layer, name, dict(args), time.perf_counter(), 0.0) for _ in active]
+    for t, e in zip(active, events, strict=True):
         t._add(e)
     extra: dict = {}
     try:

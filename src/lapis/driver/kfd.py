@@ -38,6 +38,7 @@ KFD_VERSION = (1, 14)
 DEFAULT_GPUS = "h200,mi300x"
 MAX_VMIDS = 16
 EVENT_SLOTS = 4096
+IDLE_TIMEOUT_S = 60.0      # how long unmapping memory waits for the process's queued work to finish
 
 
 class Ioctl(IntEnum):
@@ -370,8 +371,25 @@ class KfdProcess:
     def _unmap_memory_from_gpu(self, args: MapMemoryArgs) -> None:
         bo = self._buffer(args.handle)
         for gpu_id in sorted(bo.mapped_gpus if args.gpu_ids is None else set(args.gpu_ids) & bo.mapped_gpus):
+            self._wait_idle(gpu_id, f"unmapping memory handle {bo.handle}")
             self.spaces[gpu_id].unmap(bo.va, bo.size)
             bo.mapped_gpus.discard(gpu_id)
+
+    def _wait_idle(self, gpu_id: int, why: str) -> None:
+        """Wait until the process's queued work on a GPU has finished (as freeing a buffer object
+        waits on its fences in amdgpu): memory a queued kernel uses is never pulled from under it."""
+        cp, vmid = self._node(gpu_id).gpu.cp, self.spaces[gpu_id].vmid
+        if cp.idle(vmid):
+            return
+        self.system.lock.release()        # other processes' commands go on meanwhile
+        try:
+            idle = cp.wait_idle(vmid, IDLE_TIMEOUT_S)
+        finally:
+            self.system.lock.acquire()
+        if not idle:
+            raise DriverError(f"{why}: the memory may be in use by work still queued on "
+                              f"{self._node(gpu_id).gpu.name} that did not finish within {IDLE_TIMEOUT_S:.0f} s "
+                              "(a barrier packet waiting on a signal nobody sets?)")
 
     def _free_memory_of_gpu(self, args: MemoryHandleArgs) -> None:
         bo = self._buffer(args.handle)

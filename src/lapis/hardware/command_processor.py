@@ -13,9 +13,14 @@ constant bank 0, places blocks on compute units by occupancy and runs them on th
 core. A malformed packet or a faulting kernel puts only its own queue into the error
 state and posts a queue-error interrupt; other queues go on.
 
-Here the processor runs when its doorbell is written (on the writer's thread), so a
-dispatch has completed by the time the doorbell write returns; software must still wait
-on the completion signal, as it would with a processor that runs on its own.
+The processor runs on its own thread, as the CP firmware runs on its own microcontroller:
+a doorbell write only wakes it, and returns at once. It serves the queues round robin, one
+packet per queue per turn, so work from several queues interleaves; within a queue packets
+run strictly in order (so the barrier bit, which asks a packet to wait for the ones before
+it, always holds). A queue stopped at a barrier packet re-reads its dependency signals
+every `POLL_S`, as a packet processor polls. Anything but a packet error escaping a packet
+(a bug in the simulator) is a fatal device error: the processor stops every queue and
+posts a `fatal` interrupt, and the driver resets the device.
 """
 
 import struct
@@ -42,14 +47,16 @@ class HardwareQueue:
     read_index_va: int        # u64 the processor advances
     doorbell: int
     read_index: int = 0
-    state: str = "active"     # "active", "error"
+    state: str = "active"     # "active", "error", "destroyed", "reset"
     waiting: bool = False     # stopped at a barrier packet whose dependencies are not met
+    kicked: bool = False      # the doorbell rang (or a packet ran) since the ring was last seen empty
+    busy: bool = False        # one of its packets is executing
 
 
 @dataclass
 class Interrupt:
     """An entry the device posts to the host's interrupt handler (like an IH ring entry)."""
-    source: str                     # "signal" or "queue_error"
+    source: str                     # "signal", "queue_error" or "fatal"
     vmid: int
     queue_id: int | None = None
     event_id: int | None = None
@@ -61,71 +68,169 @@ class PacketError(Exception):
 
 
 class CommandProcessor:
+    POLL_S = 0.0005           # how often a queue stopped at a barrier packet re-reads its dependencies
+
     def __init__(self, gpu):
         self.gpu = gpu
         self.queues: dict[int, HardwareQueue] = {}
         self.by_doorbell: dict[int, HardwareQueue] = {}
         self.programs: dict[bytes, list] = {}
         self.last_dispatch: dict | None = None
-        self._lock = threading.RLock()
+        self.halted = False       # after a fatal error, until the driver resets the device
+        self._cond = threading.Condition(threading.RLock())
+        self._thread: threading.Thread | None = None
 
     def map_queue(self, queue: HardwareQueue) -> None:
         if queue.ring_packets & (queue.ring_packets - 1) or queue.ring_packets < 1:
             raise ValueError(f"queue size {queue.ring_packets} is not a power of two")
-        with self._lock:
+        with self._cond:
             self.queues[queue.queue_id] = queue
             self.by_doorbell[queue.doorbell] = queue
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=f"{self.gpu.name} command processor",
+                                                daemon=True)
+                self._thread.start()
 
     def unmap_queue(self, queue_id: int) -> None:
-        with self._lock:
+        """Stop serving a queue: the packet executing finishes, the packets left in its ring do
+        not run and their completion signals are set to -1, so no waiter hangs."""
+        with self._cond:
             queue = self.queues.pop(queue_id, None)
-            if queue is not None:
-                self.by_doorbell.pop(queue.doorbell, None)
+            if queue is None:
+                return
+            self.by_doorbell.pop(queue.doorbell, None)
+            was = queue.state
+            queue.state = "destroyed"
+            while queue.busy:
+                self._cond.wait()
+        if was == "active":
+            self._abandon(queue)
+
+    def _abandon(self, q: HardwareQueue) -> None:
+        for index in range(q.read_index, q.read_index + q.ring_packets):
+            slot_va = q.ring_va + (index & (q.ring_packets - 1)) * abi.PACKET_BYTES
+            try:
+                packet = self.gpu.read_virtual(q.vmid, slot_va, abi.PACKET_BYTES, "abandoned packet")
+            except MemoryFault:
+                return
+            if packet[0] == abi.PACKET_TYPE_INVALID:
+                return
+            self._fail_signal(q, struct.unpack_from("<Q", packet, 56)[0])
 
     def doorbell(self, doorbell: int, value: int) -> None:
-        with self._lock:
+        with self._cond:
             queue = self.by_doorbell.get(doorbell)
             if queue is None:
                 return              # a write to an unmapped doorbell is dropped, as on hardware
-            self._drain(queue)
-            self._retry_waiting()
+            queue.kicked = True
+            self._cond.notify_all()
 
-    def _retry_waiting(self) -> None:
-        for queue in list(self.queues.values()):
-            if queue.waiting and queue.state == "active":
-                self._drain(queue)
+    def idle(self, vmid: int) -> bool:
+        """Whether no queue of the address space `vmid` has a packet running or waiting to run."""
+        with self._cond:
+            return not any(q.vmid == vmid and (q.busy or (q.state == "active" and self._pending(q)))
+                           for q in self.queues.values())
 
-    def _drain(self, q: HardwareQueue) -> None:
+    def wait_idle(self, vmid: int, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while not self.idle(vmid):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._cond.wait(min(remaining, self.POLL_S * 10))
+            return True
+
+    def _pending(self, q: HardwareQueue) -> bool:
+        slot_va = q.ring_va + (q.read_index & (q.ring_packets - 1)) * abi.PACKET_BYTES
+        try:
+            return self.gpu.read_virtual(q.vmid, slot_va, 1, "packet header peek")[0] != abi.PACKET_TYPE_INVALID
+        except MemoryFault:
+            return False
+
+    # -- the processor's own thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                runnable = [q for q in self.queues.values() if q.state == "active" and (q.kicked or q.waiting)]
+                while not runnable or self.halted:
+                    self._cond.wait()
+                    runnable = [q for q in self.queues.values() if q.state == "active" and (q.kicked or q.waiting)]
+            all_blocked = True
+            for q in runnable:
+                with self._cond:
+                    if q.state != "active" or self.halted:
+                        continue
+                    q.kicked, q.busy = False, True
+                outcome = "empty"
+                try:
+                    outcome = self._step(q)
+                except Exception as e:       # noqa: BLE001 - a simulator bug must not hang every waiter
+                    self._fatal(q, e)
+                finally:
+                    with self._cond:
+                        q.busy = False
+                        if outcome == "ran":
+                            q.kicked = True
+                        self._cond.notify_all()
+                all_blocked &= outcome == "blocked"
+            if all_blocked:
+                with self._cond:
+                    self._cond.wait(self.POLL_S)
+
+    def _fatal(self, q: HardwareQueue, error: Exception) -> None:
+        with self._cond:
+            self.halted = True
+        trace.emit(0, "fatal_error", device=self.gpu.name, queue=q.queue_id, error=repr(error))
+        self.gpu.post_interrupt(Interrupt("fatal", q.vmid, q.queue_id,
+                                          detail={"reason": f"fatal device error: {error!r}"}))
+
+    def reset(self) -> None:
+        """Forget every queue and the decoded programs and run again (the driver's device reset)."""
+        with self._cond:
+            for q in self.queues.values():
+                q.state = "reset"
+            while any(q.busy for q in self.queues.values()):
+                self._cond.wait()
+            self.queues.clear()
+            self.by_doorbell.clear()
+            self.programs.clear()
+            self.halted = False
+            self._cond.notify_all()
+
+    def _step(self, q: HardwareQueue) -> str:
+        """Run the packet at the queue's read index: "ran", "empty" or "blocked" (at a barrier)."""
         gpu = self.gpu
-        while q.state == "active":
-            slot_va = q.ring_va + (q.read_index & (q.ring_packets - 1)) * abi.PACKET_BYTES
-            try:
-                packet = gpu.read_virtual(q.vmid, slot_va, abi.PACKET_BYTES, f"packet fetch, queue {q.queue_id}")
-            except MemoryFault as e:
-                self._queue_error(q, f"cannot fetch packet: {e}", {"address": e.va})
-                return
-            header = struct.unpack_from("<H", packet)[0]
-            kind = header & 0xFF
-            if kind == abi.PACKET_TYPE_INVALID:
-                q.waiting = False
-                return
-            try:
-                done = self._run_packet(q, kind, packet)
-            except PacketError as e:
-                self._queue_error(q, str(e), getattr(e, "detail", {}))
-                self._fail_signal(q, struct.unpack_from("<Q", packet, 56)[0])
-                return
-            if not done:
-                q.waiting = True
-                return
+        slot_va = q.ring_va + (q.read_index & (q.ring_packets - 1)) * abi.PACKET_BYTES
+        try:
+            packet = gpu.read_virtual(q.vmid, slot_va, abi.PACKET_BYTES, f"packet fetch, queue {q.queue_id}")
+        except MemoryFault as e:
+            self._queue_error(q, f"cannot fetch packet: {e}", {"address": e.va})
+            return "empty"
+        header = struct.unpack_from("<H", packet)[0]
+        kind = header & 0xFF
+        if kind == abi.PACKET_TYPE_INVALID:
             q.waiting = False
-            gpu.write_virtual(q.vmid, slot_va, struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID)),
-                              "packet header reset")
-            q.read_index += 1
-            gpu.write_virtual(q.vmid, q.read_index_va, struct.pack("<Q", q.read_index), "read index update")
+            return "empty"
+        try:
+            done = self._run_packet(q, kind, packet)
+        except PacketError as e:
+            self._queue_error(q, str(e), getattr(e, "detail", {}))
+            self._fail_signal(q, struct.unpack_from("<Q", packet, 56)[0])
+            return "empty"
+        if not done:
+            q.waiting = True
+            return "blocked"
+        q.waiting = False
+        gpu.write_virtual(q.vmid, slot_va, struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID)),
+                          "packet header reset")
+        q.read_index += 1
+        gpu.write_virtual(q.vmid, q.read_index_va, struct.pack("<Q", q.read_index), "read index update")
+        return "ran"
 
     def _queue_error(self, q: HardwareQueue, reason: str, detail: dict) -> None:
-        q.state = "error"
+        with self._cond:
+            q.state = "error"
         trace.emit(0, "queue_error", device=self.gpu.name, queue=q.queue_id, reason=reason, **detail)
         self.gpu.post_interrupt(Interrupt("queue_error", q.vmid, q.queue_id, detail={"reason": reason, **detail}))
 

@@ -15,6 +15,7 @@ min/max check and one addition, whatever its number of lanes. The driver must ca
 `invalidate` after it changes a mapping, as a real driver flushes the TLB.
 """
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,16 +66,21 @@ class Mmu:
         self.roots: dict[int, int] = {}          # vmid -> physical address of its root table
         self.tlb: dict[int, list[Run]] = {}
         self.walks = 0
+        # The driver changes mappings on host threads while the command processor translates on
+        # its own: a translation and an invalidation never interleave.
+        self.lock = threading.RLock()
 
     def set_root(self, vmid: int, root_pa: int | None) -> None:
-        if root_pa is None:
-            self.roots.pop(vmid, None)
-        else:
-            self.roots[vmid] = root_pa
-        self.invalidate(vmid)
+        with self.lock:
+            if root_pa is None:
+                self.roots.pop(vmid, None)
+            else:
+                self.roots[vmid] = root_pa
+            self.invalidate(vmid)
 
     def invalidate(self, vmid: int) -> None:
-        self.tlb.pop(vmid, None)
+        with self.lock:
+            self.tlb.pop(vmid, None)
 
     # -- walks --------------------------------------------------------------------------------
     def _walk(self, vmid: int, vpns: np.ndarray) -> np.ndarray:
@@ -122,6 +128,10 @@ class Mmu:
 
         Returns (pa, system): `system` is a bool when every lane is in the same aperture,
         else a per-lane mask. Raises MemoryFault for the first lane that may not access."""
+        with self.lock:
+            return self._translate(vmid, va, nbytes, write)
+
+    def _translate(self, vmid: int, va: np.ndarray, nbytes: int, write: bool):
         lo, hi = int(va.min()), int(va.max()) + nbytes - 1
         run = self._lookup_run(vmid, lo, hi)
         if run is None:
@@ -166,7 +176,8 @@ class Mmu:
         if size <= 0:
             return []
         vpns = np.arange(va >> PAGE_SHIFT, ((va + size - 1) >> PAGE_SHIFT) + 1, dtype=np.uint64)
-        entries = self._walk(vmid, vpns)
+        with self.lock:
+            entries = self._walk(vmid, vpns)
         needed = PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
         bad = (entries & np.uint64(needed)) != needed
         if bad.any():

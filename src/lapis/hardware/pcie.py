@@ -7,7 +7,8 @@ DMA. The link counts bytes in each direction and models each transaction's time 
 latency + bytes / bandwidth on the device's simulated clock.
 """
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from lapis import trace
 
@@ -18,11 +19,14 @@ TO_DEVICE, TO_HOST = "host->device", "device->host"
 class DeviceClock:
     """The simulated time of one device, in nanoseconds."""
     now_ns: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def advance(self, ns: float) -> tuple[float, float]:
-        start = self.now_ns
-        self.now_ns += ns
-        return start, self.now_ns
+        """Move time on by `ns` (host threads and the command processor both do); returns (start, end)."""
+        with self.lock:
+            start = self.now_ns
+            self.now_ns += ns
+            return start, self.now_ns
 
 
 class PcieLink:
