@@ -2,7 +2,8 @@
 
 Owns: the per-process device handle and its numbered commands, physical memory allocation
 (buddy allocators for VRAM and for the host pages behind GTT), GPU page tables and VMIDs,
-queue creation and doorbells, events and the interrupt handler. It is the only package that
+queue creation and doorbells, events and the interrupt handler, device management
+(information, telemetry, the power limit) and recovery by GPU reset. It is the only package that
 imports `lapis.hardware`; the runtime reaches the device only through it.
 """
 
@@ -19,12 +20,14 @@ from lapis.driver.kfd import (
     GetClockCountersArgs,
     GetProcessAperturesArgs,
     GetVersionArgs,
+    GpuArgs,
     Ioctl,
     KfdProcess,
     MapMemoryArgs,
     MemFlags,
     MemoryHandleArgs,
     QueueArgs,
+    SetPowerLimitArgs,
     WaitEventsArgs,
     open,
     system,
@@ -32,7 +35,7 @@ from lapis.driver.kfd import (
 
 __all__ = [
     "AllocMemoryArgs", "CreateEventArgs", "CreateQueueArgs", "DoorbellWindow", "DriverError", "DriverOutOfMemory",
-    "EventArgs", "GetClockCountersArgs", "GetProcessAperturesArgs", "GetVersionArgs", "Ioctl", "KfdProcess",
-    "MapMemoryArgs", "MemFlags", "MemoryHandleArgs", "OutOfMemoryError", "QueueArgs", "WaitEventsArgs", "WaitResult",
-    "open", "system"
+    "EventArgs", "GetClockCountersArgs", "GetProcessAperturesArgs", "GetVersionArgs", "GpuArgs", "Ioctl",
+    "KfdProcess", "MapMemoryArgs", "MemFlags", "MemoryHandleArgs", "OutOfMemoryError", "QueueArgs",
+    "SetPowerLimitArgs", "WaitEventsArgs", "WaitResult", "open", "system"
 ]

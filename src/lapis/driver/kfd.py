@@ -58,6 +58,11 @@ class Ioctl(IntEnum):
     MAP_MEMORY_TO_GPU = 0x18
     UNMAP_MEMORY_FROM_GPU = 0x19
     QUEUE_STATUS = 0x80          # lapis: a queue's state and, after a fault, what went wrong
+    # Management (what amdgpu exposes through sysfs/hwmon and nvidia-smi through NVML).
+    GET_DEVICE_INFO = 0x81
+    GET_TELEMETRY = 0x82
+    SET_POWER_LIMIT = 0x83
+    RESET_GPU = 0x84
 
 
 class MemFlags(IntFlag):
@@ -133,6 +138,7 @@ class CreateQueueArgs:
     ring_base_address: int          # GPU VA of the ring (in memory the process allocated)
     ring_size: int                  # bytes, a power of two multiple of 64
     read_pointer_address: int       # GPU VA of the u64 read index the device updates
+    error_event_id: int | None = None   # an event the driver sets when the queue stops on an error
 
 
 @dataclass
@@ -186,6 +192,53 @@ class GetClockCountersArgs:
 
 
 @dataclass
+class GpuArgs:
+    gpu_id: int
+
+
+@dataclass
+class DeviceInfo:
+    gpu_id: int
+    name: str                       # e.g. "gpu0:h200"
+    marketing_name: str
+    profile: str
+    vendor: str
+    memory_total: int
+    power_limit_min_watts: float
+    power_limit_max_watts: float
+    temperature_limit_c: float
+    resets: int
+
+
+@dataclass
+class ProcessMemory:
+    pid: int
+    memory_bytes: int               # VRAM the process holds on the GPU
+
+
+@dataclass
+class TelemetryResult:
+    gpu_id: int
+    power_watts: float
+    power_limit_watts: float
+    temperature_c: float
+    sm_clock_mhz: float
+    memory_clock_mhz: float
+    memory_used: int
+    memory_total: int
+    utilisation: float              # 0..1 over the last second
+    energy_joules: float
+    throttle_reasons: tuple[str, ...]
+    processes: list[ProcessMemory]
+
+
+@dataclass
+class SetPowerLimitArgs:
+    gpu_id: int
+    watts: float
+
+
+@dataclass
 class ClockCounters:
     gpu_clock_counter: int          # simulated device nanoseconds
     cpu_clock_counter: int
@@ -212,6 +265,7 @@ class QueueRecord:
     doorbell: int
     state: str = "active"
     error: dict | None = None
+    error_event_id: int | None = None
 
 
 @dataclass
@@ -222,6 +276,7 @@ class GpuNode:
     free_vmids: list[int]
     next_doorbell: int = 0
     owners: dict[int, "KfdProcess"] = field(default_factory=dict)   # vmid -> process
+    resets: int = 0
 
 
 class DoorbellWindow:
@@ -259,6 +314,11 @@ class KfdSystem:
         return KfdProcess(self, pid)
 
     def _interrupt(self, node: GpuNode, entry: Interrupt) -> None:
+        if entry.source == "fatal":
+            # Recover on a thread of the driver's own: the interrupt arrives on the device's.
+            threading.Thread(target=self.reset, args=(node, entry.detail.get("reason", "fatal device error")),
+                             name=f"{node.gpu.name} reset", daemon=True).start()
+            return
         process = node.owners.get(entry.vmid)
         if process is None:
             return
@@ -268,8 +328,30 @@ class KfdSystem:
             record = process.queues.get(entry.queue_id)
             if record is not None:
                 record.state, record.error = "error", dict(entry.detail)
+                if record.error_event_id is not None:
+                    process.events.set(record.error_event_id)
             trace.emit(1, "fault", process=process.pid, queue=entry.queue_id, **entry.detail)
             process.events.fail()
+
+    def reset(self, node: GpuNode, reason: str) -> None:
+        """Reset a GPU (amdgpu's GPU recovery): every queue on it stops, in every process.
+
+        The processes keep their memory and page tables; each of their queues on the GPU goes to
+        the "reset" state with the reason, its error event is set, and the packets still queued
+        complete with -1, so every waiter wakes to a clear error instead of hanging. New queues
+        may be created afterwards."""
+        with self.lock:
+            node.resets += 1
+            trace.emit(1, "gpu_reset", device=node.gpu.name, reason=reason, resets=node.resets)
+            node.gpu.reset()
+            for process in list(node.owners.values()):
+                for record in process.queues.values():
+                    if record.gpu_id == self.nodes.index(node) and record.state != "reset":
+                        record.state = "reset"
+                        record.error = {"reason": f"the GPU was reset: {reason}"}
+                        if record.error_event_id is not None:
+                            process.events.set(record.error_event_id)
+                process.events.fail()
 
 
 class KfdProcess:
@@ -324,6 +406,34 @@ class KfdProcess:
 
     def _get_process_apertures(self, args: GetProcessAperturesArgs) -> list[Aperture]:
         return [Aperture(i, GPUVM_BASE, GPUVM_LIMIT) for i in range(len(self.system.nodes))]
+
+    # -- management ----------------------------------------------------------------------------
+    def _get_device_info(self, args: GpuArgs) -> DeviceInfo:
+        node = self._node(args.gpu_id)
+        p, power = node.gpu.profile, node.gpu.power
+        return DeviceInfo(args.gpu_id, node.gpu.name, p.marketing_name, p.name, p.vendor, p.memory_bytes,
+                          power.min_power_limit, p.tdp_watts, p.temperature_limit_c, node.resets)
+
+    def _get_telemetry(self, args: GpuArgs) -> TelemetryResult:
+        node = self._node(args.gpu_id)
+        t = node.gpu.power.telemetry()
+        processes = []
+        for process in {id(p): p for p in node.owners.values()}.values():
+            held = sum(bo.size for bo in process.buffers.values()
+                       if bo.gpu_id == args.gpu_id and bo.flags & MemFlags.VRAM)
+            processes.append(ProcessMemory(process.pid, held))
+        return TelemetryResult(args.gpu_id, t.power_watts, t.power_limit_watts, t.temperature_c, t.sm_clock_mhz,
+                               t.memory_clock_mhz, node.vram.used, node.gpu.profile.memory_bytes, t.utilisation,
+                               t.energy_joules, t.throttle_reasons, sorted(processes, key=lambda m: m.pid))
+
+    def _set_power_limit(self, args: SetPowerLimitArgs) -> None:
+        try:
+            self._node(args.gpu_id).gpu.power.set_power_limit(args.watts)
+        except ValueError as e:
+            raise DriverError(str(e)) from None
+
+    def _reset_gpu(self, args: GpuArgs) -> None:
+        self.system.reset(self._node(args.gpu_id), "reset requested")
 
     def _get_clock_counters(self, args: GetClockCountersArgs) -> ClockCounters:
         gpu = self._node(args.gpu_id).gpu
@@ -434,7 +544,8 @@ class KfdProcess:
                                          kind=args.queue_type, ring_va=args.ring_base_address,
                                          ring_packets=packets, read_index_va=args.read_pointer_address,
                                          doorbell=doorbell))
-        self.queues[(self.pid << 16) | queue_id] = QueueRecord((self.pid << 16) | queue_id, args.gpu_id, doorbell)
+        self.queues[(self.pid << 16) | queue_id] = QueueRecord((self.pid << 16) | queue_id, args.gpu_id, doorbell,
+                                                               error_event_id=args.error_event_id)
         return CreateQueueResult((self.pid << 16) | queue_id, doorbell)
 
     def _destroy_queue(self, args: QueueArgs) -> None:

@@ -33,6 +33,7 @@ import numpy as np
 from lapis import abi, trace
 from lapis.hardware.mmu import MemoryFault
 from lapis.hardware.perf import LaunchResourceError, model_time, occupancy
+from lapis.hardware.power import kernel_energy_j
 from lapis.hardware.simt import Dispatch, KernelFault
 from lapis.isa import INSTRUCTION_BYTES, IsaError, decode_program, disassemble
 
@@ -186,12 +187,16 @@ class CommandProcessor:
                                           detail={"reason": f"fatal device error: {error!r}"}))
 
     def reset(self) -> None:
-        """Forget every queue and the decoded programs and run again (the driver's device reset)."""
+        """Forget every queue and the decoded programs and run again (the driver's device reset).
+        Packets still in the rings never run: their completion signals are set to -1."""
         with self._cond:
-            for q in self.queues.values():
+            queues = list(self.queues.values())
+            for q in queues:
                 q.state = "reset"
-            while any(q.busy for q in self.queues.values()):
+            while any(q.busy for q in queues):
                 self._cond.wait()
+            for q in queues:
+                self._abandon(q)
             self.queues.clear()
             self.by_doorbell.clear()
             self.programs.clear()
@@ -345,7 +350,7 @@ class CommandProcessor:
             raise PacketError(str(e)) from None
         local = max(kd.private_segment_fixed_size, p.private_segment_size)
         d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps, local)
-        wall = time.perf_counter()
+        wall, host_start = time.perf_counter(), time.monotonic()
         try:
             counters = gpu.simt.run(d, occ.resident_blocks)
         except KernelFault as e:
@@ -355,6 +360,11 @@ class CommandProcessor:
             raise err from None
         wall = time.perf_counter() - wall
         timing = model_time(profile, counters, occ, program)
+        energy = kernel_energy_j(profile, counters)
+        throttle = gpu.power.throttle(energy, timing.duration_ns)
+        if throttle.clock_ratio < 1:
+            timing = model_time(profile, counters, occ, program, throttle.clock_ratio)
+        watts = gpu.power.record(energy, timing.duration_ns, host_start, time.monotonic())
         start, end = gpu.clock.advance(timing.total_ns)
         self.last_dispatch = {"counters": counters, "timing": timing, "occupancy": occ}
         if trace.enabled():
@@ -374,4 +384,7 @@ class CommandProcessor:
                        theoretical_occupancy=occ.theoretical, achieved_occupancy=timing.achieved_occupancy,
                        time_ns=timing.total_ns, duration_ns=timing.duration_ns, limiter=timing.limiter,
                        model_terms_ns=dict(timing.terms), simulation_wall_s=wall,
+                       clock_mhz=profile.clock_ghz * 1e3 * throttle.clock_ratio, power_watts=watts,
+                       throttle_reasons=throttle.reasons, temperature_c=gpu.power.temperature,
+                       **{k: v for k, v in abi.header_fields(p.header).items() if k != "type"},
                        disassembly=disassemble(program[:8], indent=""))

@@ -14,6 +14,7 @@ from lapis.hardware.copy_engine import CopyEngine
 from lapis.hardware.memory import PhysicalMemory
 from lapis.hardware.mmu import Mmu
 from lapis.hardware.pcie import TO_DEVICE, TO_HOST, DeviceClock, PcieLink
+from lapis.hardware.power import PowerModel
 from lapis.hardware.profiles import DeviceProfile, GiB, get_profile
 from lapis.hardware.simt import SimtCore
 
@@ -33,6 +34,7 @@ class Gpu:
         self.simt = SimtCore(profile, self.mmu, self.vram, sysmem)
         self.cp = CommandProcessor(self)
         self.copy_engine = CopyEngine(self)
+        self.power = PowerModel(profile)
         self.watchdog_steps = int(os.environ.get("LAPIS_WATCHDOG_STEPS", DEFAULT_WATCHDOG_STEPS))
         self._interrupt_handler = None
 
@@ -62,6 +64,14 @@ class Gpu:
     def unmap_queue(self, queue_id: int) -> None:
         self._mmio(f"HQD_UNMAP queue {queue_id}", 4)
         self.cp.unmap_queue(queue_id)
+
+    def reset(self) -> None:
+        """A full device reset (the driver's recovery after a fatal error): the command processor
+        forgets its queues, failing the packets still in them, and caches and clocks start over."""
+        self._mmio("GRBM_SOFT_RESET", 4)
+        self.cp.reset()
+        self.simt.l2.flush()
+        self.power.reset()
 
     def ring_doorbell(self, doorbell: int, value: int) -> None:
         """A 64-bit write to the doorbell aperture of BAR2: wakes the queue's packet processor."""

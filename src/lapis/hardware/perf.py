@@ -117,9 +117,11 @@ def chain_cycles(profile: DeviceProfile, program: list[Instruction], c: Counters
     return total + max(0.0, max(ready.values(), default=0.0) - now)    # a warp retires when its loads land
 
 
-def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: list[Instruction]) -> KernelTiming:
+def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: list[Instruction],
+               clock_ratio: float = 1.0) -> KernelTiming:
+    """The kernel's time; `clock_ratio` < 1 is a throttled shader clock (memory keeps its clock)."""
     active = max(1, min(profile.compute_units, c.blocks))
-    ghz = profile.clock_ghz
+    ghz = profile.clock_ghz * clock_ratio
     per_unit_clock = active * ghz                  # unit-cycles per nanosecond
     ws = profile.warp_size
     lanes = {"ALU": profile.alu_lanes_per_unit, "FMA": profile.fp32_lanes_per_unit,

@@ -5,7 +5,10 @@ The performance model, the occupancy calculator, the memory sizes and the PCIe l
 them from here. Figures DESIGN.md does not give are public approximations: pipe widths per
 unit from the vendors' architecture papers (Hopper: 64 INT32, 64 FP64, 16 SFU lanes per SM),
 latencies and L2 bandwidth from published microbenchmarks of H100 and MI300X, and
-`dram_efficiency` from the measured H200 copy (4.3 of 4.8 TB/s).
+`dram_efficiency` from the measured H200 copy (4.3 of 4.8 TB/s). The energy figures are
+chosen so that a kernel at the FP32 or matrix peak draws close to the board power (TDP) and
+a streaming copy about half of it, as measured on such boards; the thermal figures put the
+steady state at TDP a few degrees under the slowdown temperature.
 """
 
 from dataclasses import dataclass
@@ -50,6 +53,20 @@ class DeviceProfile:
     tdp_watts: float
     kernel_launch_ns: float        # fixed front-end cost of a dispatch
     compute_capability: tuple[int, int]
+    # power and temperature (lapis.hardware.power): energy per unit of work, the thermal model
+    idle_watts: float = 90.0
+    memory_clock_mhz: float = 2619.0
+    pj_per_warp_instruction: float = 100.0
+    pj_per_fp32_flop: float = 7.0
+    pj_per_fp64_flop: float = 20.0
+    pj_per_fp16_flop: float = 3.5
+    pj_per_matrix_flop: float = 0.5
+    pj_per_l2_byte: float = 5.0
+    pj_per_dram_byte: float = 60.0
+    ambient_c: float = 30.0
+    thermal_resistance_c_per_w: float = 0.075     # steady-state rise per watt
+    thermal_time_constant_s: float = 2.0
+    temperature_limit_c: float = 87.0
 
     @property
     def peak_issue_rate(self) -> float:
@@ -91,7 +108,9 @@ MI300X = DeviceProfile(
     registers_per_unit=131072, max_registers_per_thread=255, max_threads_per_unit=2048,
     max_threads_per_block=1024, max_blocks_per_unit=32, schedulers_per_unit=4,
     pcie_bandwidth=64e9, pcie_latency_ns=1000.0, tdp_watts=750.0, kernel_launch_ns=3000.0,
-    compute_capability=(9, 4),
+    compute_capability=(9, 4), idle_watts=130.0, memory_clock_mhz=1300.0, pj_per_warp_instruction=150.0,
+    pj_per_fp32_flop=3.5, pj_per_fp64_flop=8.0, pj_per_fp16_flop=1.75, pj_per_matrix_flop=0.4, pj_per_l2_byte=4.0,
+    pj_per_dram_byte=55.0, thermal_resistance_c_per_w=0.07, temperature_limit_c=90.0,
 )
 
 # Small enough to follow by hand: two units of eight warps (one 256-thread block each, the
@@ -107,7 +126,8 @@ TEACHING = DeviceProfile(
     shared_per_block=16 * KiB, registers_per_unit=32768, max_registers_per_thread=255, max_threads_per_unit=256,
     max_threads_per_block=256, max_blocks_per_unit=4, schedulers_per_unit=1,
     pcie_bandwidth=16e9, pcie_latency_ns=1000.0, tdp_watts=50.0, kernel_launch_ns=1000.0,
-    compute_capability=(9, 0),
+    compute_capability=(9, 0), idle_watts=5.0, memory_clock_mhz=1000.0, thermal_resistance_c_per_w=1.0,
+    thermal_time_constant_s=0.5, temperature_limit_c=85.0,
 )
 
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (H200, MI300X, TEACHING)}

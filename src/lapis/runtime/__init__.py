@@ -38,6 +38,10 @@ class Runtime:
         self._signals: SignalPool | None = None
         self._copy: dict[int, tuple[AqlQueue, Buffer | None]] = {}
         self._lock = threading.RLock()
+        self._error_event: int | None = None
+        self._error_thread: threading.Thread | None = None
+        self._watched: list[AqlQueue] = []
+        self._closing = False
 
     @property
     def agents(self) -> list[Agent]:
@@ -62,8 +66,36 @@ class Runtime:
                 self._signals = SignalPool(self)
         return self._signals.create(initial, interrupt)
 
-    def create_queue(self, agent: Agent, packets: int = 256, kind: str = "compute") -> AqlQueue:
-        return AqlQueue(self, agent, packets, kind)
+    def create_queue(self, agent: Agent, packets: int = 256, kind: str = "compute",
+                     error_callback=None) -> AqlQueue:
+        queue = AqlQueue(self, agent, packets, kind, error_callback)
+        if error_callback is not None:
+            with self._lock:
+                self._watched.append(queue)
+        return queue
+
+    # -- the event thread: queue errors reach their callbacks (ROCr's async event handler) ----
+    def queue_error_event(self) -> int:
+        """The driver event every queue with an error callback names; a thread waits on it."""
+        with self._lock:
+            if self._error_event is None:
+                self._error_event = self.kfd.ioctl(driver.Ioctl.CREATE_EVENT, driver.CreateEventArgs()).event_id
+                self._error_thread = threading.Thread(target=self._watch_errors, name="runtime event thread",
+                                                      daemon=True)
+                self._error_thread.start()
+            return self._error_event
+
+    def _watch_errors(self) -> None:
+        reported: set[int] = set()
+        while not self._closing:
+            self.kfd.ioctl(driver.Ioctl.WAIT_EVENTS, driver.WaitEventsArgs([self._error_event]))
+            with self._lock:
+                watched = [q for q in self._watched if not q.destroyed and q.queue_id not in reported]
+            for queue in watched:
+                state, error = queue.status()
+                if state != "active":
+                    reported.add(queue.queue_id)
+                    queue.error_callback(queue, queue.error(state, error))
 
     # -- copies through the copy engine -------------------------------------------------------
     def _copy_queue(self, agent: Agent, staging_bytes: int) -> tuple[AqlQueue, Buffer]:
@@ -78,9 +110,16 @@ class Runtime:
             self._copy[agent.gpu_id] = (queue, staging)
             return queue, staging
 
-    def async_copy(self, agent: Agent, dst: int, src: int, size: int, completion: Signal) -> None:
-        """Queue a copy of `size` bytes between GPU addresses on the agent's copy engine."""
+    def async_copy(self, agent: Agent, dst: int, src: int, size: int, completion: Signal,
+                   deps: tuple[Signal, ...] = ()) -> None:
+        """Queue a copy of `size` bytes between GPU addresses on the agent's copy engine; it starts
+        once every signal in `deps` is 0 (hsa_amd_memory_async_copy's dependency signals)."""
         queue, _ = self._copy_queue(agent, 0)
+        for first in range(0, len(deps), 5):
+            handles = [d.handle for d in deps[first:first + 5]] + [0] * 5
+            queue.submit(abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND),
+                                           dep_signal0=handles[0], dep_signal1=handles[1], dep_signal2=handles[2],
+                                           dep_signal3=handles[3], dep_signal4=handles[4]))
         queue.submit(abi.CopyPacket(header=abi.make_header(abi.PACKET_TYPE_VENDOR_SPECIFIC), src=src, dst=dst,
                                     size=size, completion_signal=completion.handle))
 
@@ -124,6 +163,10 @@ class Runtime:
         for queue, _ in self._copy.values():
             queue.destroy()
         self._copy.clear()
+        if self._error_thread is not None:
+            self._closing = True
+            self.kfd.ioctl(driver.Ioctl.SET_EVENT, driver.EventArgs(self._error_event))
+            self._error_thread.join(timeout=5)
         self.kfd.close()
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 
 from lapis import abi, driver, trace
+from lapis.runtime.signal import Condition
 
 
 class QueueError(RuntimeError):
@@ -40,18 +41,23 @@ def describe_packet(raw: bytes) -> dict:
 
 
 class AqlQueue:
-    def __init__(self, runtime, agent, packets: int = 256, kind: str = "compute"):
+    """A user-mode queue. `error_callback(queue, QueueError)`, if given, is called once, from the
+    runtime's event thread, when the queue stops on an error (as hsa_queue_create's callback)."""
+
+    def __init__(self, runtime, agent, packets: int = 256, kind: str = "compute", error_callback=None):
         if packets < 1 or packets & (packets - 1):
             raise ValueError(f"queue size must be a power of two, got {packets}")
         self.runtime, self.agent, self.size, self.kind = runtime, agent, packets, kind
+        self.error_callback = error_callback
         host = runtime.host_pool(agent)
         self.ring = host.allocate(packets * abi.PACKET_BYTES)
         self.indices = host.allocate(64)          # write index u64 @0, read index u64 @8
         invalid = struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID))
         for slot in range(packets):
             self.ring.host[slot * abi.PACKET_BYTES:slot * abi.PACKET_BYTES + 2] = memoryview(invalid)
+        error_event = runtime.queue_error_event() if error_callback else None
         r = runtime.kfd.ioctl(driver.Ioctl.CREATE_QUEUE, driver.CreateQueueArgs(
-            agent.gpu_id, kind, self.ring.va, packets * abi.PACKET_BYTES, self.indices.va + 8))
+            agent.gpu_id, kind, self.ring.va, packets * abi.PACKET_BYTES, self.indices.va + 8, error_event))
         self.queue_id = r.queue_id
         self.doorbell = runtime.kfd.mmap_doorbell(r.queue_id)
         self._lock = threading.Lock()
@@ -72,8 +78,21 @@ class AqlQueue:
     def check(self) -> None:
         state, error = self.status()
         if state != "active":
-            raise QueueError(f"queue {self.queue_id} on {self.agent.name} is in the {state} state: "
-                             f"{(error or {}).get('reason', 'unknown error')}", error)
+            raise self.error(state, error)
+
+    def error(self, state: str, error: dict | None) -> QueueError:
+        return QueueError(f"queue {self.queue_id} on {self.agent.name} is in the {state} state: "
+                          f"{(error or {}).get('reason', 'unknown error')}", error)
+
+    def wait(self, signal, target: int = 0, timeout_s: float | None = None) -> int:
+        """Wait for a completion signal of a packet on this queue to reach `target`; raise the
+        queue's error if the packet failed (the signal went negative) or the queue stopped."""
+        value = signal.wait(Condition.LT, target + 1, timeout_s)
+        if value < 0:
+            state, error = self.status()
+            raise self.error(state, error) if state != "active" else QueueError(
+                f"a packet on queue {self.queue_id} failed (its completion signal is {value})")
+        return value
 
     def reserve(self, timeout_s: float = 5.0) -> int:
         """Reserve the next packet index, waiting for a free slot."""

@@ -1,0 +1,278 @@
+"""Layers 1 and 2 together: the asynchronous device, management, power, reset, and robustness
+under many threads, many dispatches and misuse."""
+
+import struct
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from lapis import abi, driver, runtime
+from lapis.hardware import get_profile
+from lapis.hardware.power import PowerModel
+from lapis.runtime import Condition, QueueError
+from test_runtime import dispatch, load
+
+SPIN = """
+    S2R R0, SR_TID.X ;
+    MOV R1, 0x0 ;
+    MOV R2, 0x3f800000 ;
+loop:
+    FFMA R2, R2, R2, R2 ;
+    FFMA R3, R2, R2, R2 ;
+    FFMA R4, R2, R2, R2 ;
+    FFMA R5, R2, R2, R2 ;
+    IADD R1, R1, 0x1 ;
+    ISETP.LT.S32.AND P0, R1, 0x40, PT ;
+    @P0 BRA loop ;
+    EXIT ;
+"""
+
+
+@pytest.fixture
+def rt():
+    r = runtime.Runtime()
+    yield r
+    r.shutdown()
+
+
+def barrier(queue, dep, completion=None):
+    queue.submit(abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND), dep_signal0=dep.handle,
+                                   completion_signal=completion.handle if completion else 0))
+
+
+def test_dispatch_returns_before_the_kernel_runs(rt):
+    gpu = rt.gpu_agents[0]
+    sym, queue = load(rt, gpu), rt.create_queue(gpu)
+    gate, out = rt.create_signal(1), rt.device_pool(gpu).allocate(256)
+    barrier(queue, gate)                                     # the kernel waits for the host
+    done = dispatch(rt, queue, sym, struct.pack("<Qf", out.va, 5.0), 64)
+    time.sleep(0.05)
+    assert done.load() == 1                                   # submitted, not run
+    gate.store(0)
+    assert queue.wait(done, timeout_s=5) == 0
+    assert np.all(np.frombuffer(rt.copy_to_host(gpu, out.va, 256), np.float32) == 5.0)
+
+
+def test_queue_wait_raises_and_the_error_callback_fires(rt):
+    gpu = rt.gpu_agents[0]
+    sym = load(rt, gpu)
+    errors = []
+    called = threading.Event()
+    queue = rt.create_queue(gpu, error_callback=lambda q, e: (errors.append((q, e)), called.set()))
+    bad = rt.create_signal(1)
+    queue.submit(abi.KernelDispatchPacket(header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH), setup=1,
+                                          workgroup_size_x=64, grid_size_x=100, kernel_object=sym.kernel_object,
+                                          completion_signal=bad.handle))
+    with pytest.raises(QueueError, match="not a whole number of workgroups"):
+        queue.wait(bad, timeout_s=5)
+    assert called.wait(5)
+    assert errors[0][0] is queue and "error state" in str(errors[0][1])
+
+
+def test_destroying_a_queue_with_work_in_flight_fails_its_signals(rt):
+    gpu = rt.gpu_agents[0]
+    queue = rt.create_queue(gpu)
+    never = rt.create_signal(1)
+    pending = [rt.create_signal(1) for _ in range(3)]
+    for s in pending:
+        barrier(queue, never, s)
+    queue.destroy()
+    assert [s.wait(Condition.LT, 1, timeout_s=5) for s in pending] == [-1, -1, -1]
+
+
+def test_freeing_memory_waits_for_the_kernels_that_use_it(rt):
+    gpu = rt.gpu_agents[0]
+    sym, queue = load(rt, gpu), rt.create_queue(gpu)
+    gate = rt.create_signal(1)
+    out = rt.device_pool(gpu).allocate(256)
+    barrier(queue, gate)
+    done = dispatch(rt, queue, sym, struct.pack("<Qf", out.va, 1.0), 64)
+    threading.Timer(0.1, gate.store, (0,)).start()
+    start = time.monotonic()
+    out.free()                                               # waits: the kernel still has to write it
+    assert time.monotonic() - start >= 0.05
+    assert done.load() == 0                                  # it ran to completion, no fault
+    queue.check()
+    with pytest.raises(runtime.RuntimeError, match="already freed"):
+        out.free()
+
+
+def test_waiting_on_a_destroyed_signal_is_an_error(rt):
+    s = rt.create_signal(1)
+    s.destroy()
+    with pytest.raises(runtime.SignalDestroyed):
+        s.wait(Condition.EQ, 0, timeout_s=0.1)
+    with pytest.raises(runtime.SignalDestroyed):
+        s.destroy()
+
+
+def test_async_copy_waits_for_its_dependency_signals(rt):
+    gpu = rt.gpu_agents[0]
+    src, dst = rt.device_pool(gpu).allocate(1024), rt.device_pool(gpu).allocate(1024)
+    rt.copy_to_device(gpu, src.va, np.arange(256, dtype=np.float32))
+    dep, done = rt.create_signal(1), rt.create_signal(1)
+    rt.async_copy(gpu, dst.va, src.va, 1024, done, deps=(dep,))
+    time.sleep(0.05)
+    assert done.load() == 1
+    dep.subtract(1)
+    assert done.wait(Condition.EQ, 0, timeout_s=5) == 0
+    assert np.array_equal(np.frombuffer(rt.copy_to_host(gpu, dst.va, 1024), np.float32), np.arange(256))
+
+
+def test_many_threads_submit_to_several_queues_and_nothing_is_lost(rt):
+    gpu = rt.gpu_agents[0]
+    sym = load(rt, gpu)
+    queues = [rt.create_queue(gpu, packets=64) for _ in range(3)]
+    threads, per_thread = 6, 20
+    out = rt.device_pool(gpu).allocate(threads * per_thread * 64 * 4)
+    signals: list = []
+    lock = threading.Lock()
+
+    def submit(t):
+        for i in range(per_thread):
+            n = t * per_thread + i
+            s = dispatch(rt, queues[n % len(queues)], sym, struct.pack("<Qf", out.va + n * 256, float(n)), 64)
+            with lock:
+                signals.append(s)
+    workers = [threading.Thread(target=submit, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert all(s.wait(Condition.EQ, 0, timeout_s=20) == 0 for s in signals)
+    got = np.frombuffer(rt.copy_to_host(gpu, out.va, out.size), np.float32).reshape(-1, 64)
+    assert np.array_equal(got, np.repeat(np.arange(threads * per_thread, dtype=np.float32)[:, None], 64, axis=1))
+
+
+def test_a_thousand_small_dispatches(rt):
+    gpu = rt.gpu_agents[0]
+    sym, queue = load(rt, gpu), rt.create_queue(gpu, packets=256)
+    out = rt.device_pool(gpu).allocate(64 * 4)
+    karg = rt.kernarg_pool(gpu).allocate(64)
+    karg.host[:12] = np.frombuffer(struct.pack("<Qf", out.va, 3.0), np.uint8)
+    done = rt.create_signal(1000)
+    start = time.perf_counter()
+    for _ in range(1000):
+        queue.submit(abi.KernelDispatchPacket(
+            header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH), setup=1, workgroup_size_x=64, grid_size_x=64,
+            kernel_object=sym.kernel_object, kernarg_address=karg.va, completion_signal=done.handle))
+    assert queue.wait(done, timeout_s=60) == 0               # one signal counts all 1000 down
+    elapsed = time.perf_counter() - start
+    assert queue.read_index == 1000
+    assert elapsed < 30, f"1000 dispatches took {elapsed:.1f} s"
+
+
+def test_telemetry_reports_work_memory_and_processes(rt):
+    gpu = rt.gpu_agents[0]
+    sym = load(rt, gpu, "spin", SPIN)
+    kfd = rt.kfd
+    before = kfd.ioctl(driver.Ioctl.GET_TELEMETRY, driver.GpuArgs(0))
+    queue = rt.create_queue(gpu)
+    held = rt.device_pool(gpu).allocate(8 << 20)
+    done = dispatch(rt, queue, sym, b"", 132 * 256, block=256)
+    queue.wait(done, timeout_s=30)
+    t = kfd.ioctl(driver.Ioctl.GET_TELEMETRY, driver.GpuArgs(0))
+    info = kfd.ioctl(driver.Ioctl.GET_DEVICE_INFO, driver.GpuArgs(0))
+    p = get_profile("h200")
+    assert info.name == "gpu0:h200" and info.power_limit_max_watts == p.tdp_watts
+    assert t.energy_joules > before.energy_joules
+    assert p.idle_watts < t.power_watts <= p.tdp_watts
+    assert t.temperature_c > p.ambient_c and 0 < t.utilisation <= 1
+    assert t.memory_used >= held.size
+    assert any(m.pid == kfd.pid and m.memory_bytes >= held.size for m in t.processes)
+
+
+def test_a_power_limit_throttles_the_clock_and_slows_compute_bound_kernels(rt):
+    gpu = rt.gpu_agents[0]
+    sym, queue = load(rt, gpu, "spin", SPIN), rt.create_queue(gpu)
+    kfd = rt.kfd
+
+    def run():
+        from lapis import trace
+        with trace() as t:
+            queue.wait(dispatch(rt, queue, sym, b"", 132 * 1024, block=256), timeout_s=30)
+        return t.select(0, "kernel")[-1].args
+    full = run()
+    info = kfd.ioctl(driver.Ioctl.GET_DEVICE_INFO, driver.GpuArgs(0))
+    kfd.ioctl(driver.Ioctl.SET_POWER_LIMIT, driver.SetPowerLimitArgs(0, info.power_limit_min_watts))
+    try:
+        limited = run()
+        telemetry = kfd.ioctl(driver.Ioctl.GET_TELEMETRY, driver.GpuArgs(0))
+    finally:
+        kfd.ioctl(driver.Ioctl.SET_POWER_LIMIT, driver.SetPowerLimitArgs(0, info.power_limit_max_watts))
+    assert full["throttle_reasons"] == () and full["clock_mhz"] == 1980
+    assert limited["throttle_reasons"] == ("power limit",)
+    assert limited["clock_mhz"] < full["clock_mhz"] and limited["time_ns"] > full["time_ns"]
+    assert limited["power_watts"] <= info.power_limit_min_watts * 1.01
+    assert telemetry.sm_clock_mhz == pytest.approx(limited["clock_mhz"])
+    with pytest.raises(driver.DriverError, match="outside"):
+        kfd.ioctl(driver.Ioctl.SET_POWER_LIMIT, driver.SetPowerLimitArgs(0, 10_000))
+
+
+def test_heat_throttles_at_the_temperature_limit_and_idle_cools(monkeypatch):
+    p = get_profile("h200")
+    now = [1000.0]
+    monkeypatch.setattr("lapis.hardware.power.time.monotonic", lambda: now[0])
+    model = PowerModel(p)
+    energy_per_second = (p.tdp_watts - p.idle_watts) * 1.0           # a kernel at TDP
+    for _ in range(20):                                               # 20 s of simulated time at TDP
+        assert model.throttle(energy_per_second, 1e9).reasons == ()
+        model.record(energy_per_second, 1e9, now[0], now[0])
+    assert model.temperature == pytest.approx(p.ambient_c + p.tdp_watts * p.thermal_resistance_c_per_w, abs=0.1)
+    model.profile = p.__class__(**{**p.__dict__, "temperature_limit_c": 60.0})   # a hotter room, in effect
+    hot = model.throttle(energy_per_second, 1e9)
+    assert hot.reasons == ("temperature limit",) and hot.clock_ratio < 1
+    now[0] += 60                                                      # a minute idle
+    assert model.telemetry().temperature_c < 60 and model.throttle(1e-3, 1e9).reasons == ()
+
+
+def test_reset_stops_every_queue_on_the_gpu_and_wakes_the_waiters(rt):
+    other = runtime.Runtime()
+    try:
+        gpu_a, gpu_b = rt.gpu_agents[0], other.gpu_agents[0]
+        qa, qb = rt.create_queue(gpu_a), other.create_queue(gpu_b)
+        never_a, never_b = rt.create_signal(1), other.create_signal(1)
+        wa, wb = rt.create_signal(1), other.create_signal(1)
+        barrier(qa, never_a, wa)
+        barrier(qb, never_b, wb)
+        rt.kfd.ioctl(driver.Ioctl.RESET_GPU, driver.GpuArgs(0))
+        with pytest.raises(QueueError, match="reset"):
+            qa.wait(wa, timeout_s=5)
+        assert wb.wait(Condition.LT, 1, timeout_s=5) == -1
+        assert qb.status()[0] == "reset"
+        # New queues work after the reset; memory survived it.
+        sym = load(rt, gpu_a)
+        out = rt.device_pool(gpu_a).allocate(256)
+        q = rt.create_queue(gpu_a)
+        assert q.wait(dispatch(rt, q, sym, struct.pack("<Qf", out.va, 9.0), 64), timeout_s=5) == 0
+        assert rt.kfd.ioctl(driver.Ioctl.GET_DEVICE_INFO, driver.GpuArgs(0)).resets >= 1
+    finally:
+        other.shutdown()
+
+
+def test_a_fatal_device_error_resets_the_gpu_instead_of_hanging(rt, monkeypatch):
+    gpu = rt.gpu_agents[0]
+    sym, queue = load(rt, gpu), rt.create_queue(gpu)
+    resets = rt.kfd.ioctl(driver.Ioctl.GET_DEVICE_INFO, driver.GpuArgs(0)).resets
+    cp = driver.system().nodes[0].gpu.cp
+
+    def broken(*args):
+        raise RuntimeError("simulated firmware crash")
+    monkeypatch.setattr(cp, "_run_packet", broken)
+    out = rt.device_pool(gpu).allocate(256)
+    done = dispatch(rt, queue, sym, struct.pack("<Qf", out.va, 1.0), 64)
+    with pytest.raises(QueueError, match="fatal device error.*simulated firmware crash"):
+        queue.wait(done, timeout_s=10)
+    monkeypatch.undo()
+    assert rt.kfd.ioctl(driver.Ioctl.GET_DEVICE_INFO, driver.GpuArgs(0)).resets == resets + 1
+    q = rt.create_queue(gpu)
+    assert q.wait(dispatch(rt, q, sym, struct.pack("<Qf", out.va, 2.0), 64), timeout_s=5) == 0
+
+
+def test_agents_report_hsa_style_information(rt):
+    gpu = rt.gpu_agents[0]
+    info = gpu.info()
+    assert info["wavefront_size"] == 32 and info["compute_unit_count"] == 132
+    assert info["product_name"].startswith("NVIDIA H200") and rt.cpu_agent.info()["device"] == "cpu"
