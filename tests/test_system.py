@@ -276,3 +276,49 @@ def test_agents_report_hsa_style_information(rt):
     info = gpu.info()
     assert info["wavefront_size"] == 32 and info["compute_unit_count"] == 132
     assert info["product_name"].startswith("NVIDIA H200") and rt.cpu_agent.info()["device"] == "cpu"
+
+
+def test_barrier_or_packet_waits_for_any_dependency(rt):
+    gpu = rt.gpu_agents[0]
+    queue = rt.create_queue(gpu)
+    a, b, done = rt.create_signal(1), rt.create_signal(1), rt.create_signal(1)
+    queue.submit(abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_OR), dep_signal0=a.handle,
+                                   dep_signal1=b.handle, completion_signal=done.handle))
+    time.sleep(0.02)
+    assert done.load() == 1
+    b.store(0)
+    assert queue.wait(done, timeout_s=5) == 0
+
+
+def test_waiting_sleeps_instead_of_spinning(rt):
+    s = rt.create_signal(1)
+    cpu, wall = time.process_time(), time.monotonic()
+    assert s.wait(Condition.EQ, 0, timeout_s=0.3) == 1          # times out
+    assert time.monotonic() - wall >= 0.29
+    assert time.process_time() - cpu < 0.1                       # slept in the driver, did not spin
+
+
+def test_a_faulting_process_does_not_disturb_another_running_at_the_same_time(rt):
+    other = runtime.Runtime()
+    try:
+        gpu_a, gpu_b = rt.gpu_agents[0], other.gpu_agents[0]
+        sym_a, sym_b = load(rt, gpu_a), load(other, gpu_b)
+        qa, qb = rt.create_queue(gpu_a), other.create_queue(gpu_b)
+        rt.device_pool(gpu_a).allocate(64 << 20)       # addresses are per process: put `out` above all of B's
+        out = rt.device_pool(gpu_a).allocate(40 * 256)
+        signals = []
+
+        def work():
+            for n in range(40):
+                signals.append(dispatch(rt, qa, sym_a, struct.pack("<Qf", out.va + n * 256, float(n)), 64))
+        worker = threading.Thread(target=work)
+        worker.start()
+        bad = dispatch(other, qb, sym_b, struct.pack("<Qf", out.va, -1.0), 64)   # A's address, unmapped in B
+        worker.join()
+        with pytest.raises(QueueError, match="not mapped"):
+            qb.wait(bad, timeout_s=10)
+        assert all(qa.wait(s, timeout_s=20) == 0 for s in signals)
+        got = np.frombuffer(rt.copy_to_host(gpu_a, out.va, out.size), np.float32).reshape(40, 64)
+        assert np.array_equal(got[:, 0], np.arange(40, dtype=np.float32)) and (got == got[:, :1]).all()
+    finally:
+        other.shutdown()
