@@ -22,15 +22,28 @@ import numpy as np
 from lapis.cuda.api import Api
 from lapis.cuda.compiler import CompileError
 from lapis.cuda.compiler.intrinsics import (
+    all_sync,
+    any_sync,
+    atomic,
+    ballot_sync,
     blockDim,
     blockIdx,
+    const,
     grid,
     gridDim,
     gridsize,
     laneid,
     local,
     shared,
+    shfl_down_sync,
+    shfl_sync,
+    shfl_up_sync,
+    shfl_xor_sync,
     syncthreads,
+    syncwarp,
+    threadfence,
+    threadfence_block,
+    threadfence_system,
     threadIdx,
     warpsize,
 )
@@ -52,10 +65,12 @@ current_context = _api.current_context
 default_stream = _api.default_stream
 
 int32, int64, uint32 = np.int32, np.int64, np.uint32
-float32, float64 = np.float32, np.float64
+float16, float32, float64 = np.float16, np.float32, np.float64
 boolean = np.bool_
 
 __all__ = [
+    "all_sync", "any_sync", "atomic", "ballot_sync", "const", "float16", "shfl_down_sync", "shfl_sync",
+    "shfl_up_sync", "shfl_xor_sync", "syncwarp", "threadfence", "threadfence_block", "threadfence_system",
     "Api", "CompileError", "CudaError", "CudaSupportError", "Device", "DeviceNDArray", "KernelFault", "LaunchError",
     "Stream", "blockDim", "blockIdx", "boolean", "device_array", "device_array_like", "current_context",
     "default_stream", "device_count", "float32", "float64", "get_current_device", "grid", "gridDim",

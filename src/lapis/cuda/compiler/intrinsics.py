@@ -40,9 +40,30 @@ gridsize = Intrinsic("cuda.gridsize", "cuda.gridsize(ndim): the number of thread
 syncthreads = Intrinsic("cuda.syncthreads", "barrier for every thread of the block")
 shared = _Namespace("cuda.shared", array=Intrinsic("cuda.shared.array", "cuda.shared.array(shape, dtype)"))
 local = _Namespace("cuda.local", array=Intrinsic("cuda.local.array", "cuda.local.array(shape, dtype)"))
+const = _Namespace("cuda.const", array_like=Intrinsic(
+    "cuda.const.array_like", "cuda.const.array_like(ary): a constant copy of a global numpy array, baked in"))
 laneid = Intrinsic("cuda.laneid", "the thread's lane within its warp")
 warpsize = Intrinsic("cuda.warpsize", "the warp size of the device")
+syncwarp = Intrinsic("cuda.syncwarp", "cuda.syncwarp(mask=ALL): converge the lanes of the warp")
+threadfence = Intrinsic("cuda.threadfence", "order this thread's memory accesses for the whole device")
+threadfence_block = Intrinsic("cuda.threadfence_block", "order this thread's memory accesses for its block")
+threadfence_system = Intrinsic("cuda.threadfence_system", "order this thread's memory accesses for the system")
+atomic = _Namespace("cuda.atomic", **{name: Intrinsic(f"cuda.atomic.{name}", f"cuda.atomic.{name}(array, index, "
+                                                      "value): atomically update array[index]; returns the old value")
+                                      for name in ("add", "sub", "max", "min", "exch", "inc", "dec")},
+                    cas=Intrinsic("cuda.atomic.cas", "cuda.atomic.cas(array, index, old, value): compare and swap; "
+                                  "returns the value array[index] held"))
+shfl_sync = Intrinsic("cuda.shfl_sync", "cuda.shfl_sync(mask, value, src_lane): value of lane src_lane")
+shfl_up_sync = Intrinsic("cuda.shfl_up_sync", "cuda.shfl_up_sync(mask, value, delta): value of lane - delta")
+shfl_down_sync = Intrinsic("cuda.shfl_down_sync", "cuda.shfl_down_sync(mask, value, delta): value of lane + delta")
+shfl_xor_sync = Intrinsic("cuda.shfl_xor_sync", "cuda.shfl_xor_sync(mask, value, lane_mask): value of lane ^ mask")
+all_sync = Intrinsic("cuda.all_sync", "cuda.all_sync(mask, predicate): whether it holds on every active lane")
+any_sync = Intrinsic("cuda.any_sync", "cuda.any_sync(mask, predicate): whether it holds on some active lane")
+ballot_sync = Intrinsic("cuda.ballot_sync", "cuda.ballot_sync(mask, predicate): a bit per lane where it holds")
 
 ALL = {"threadIdx": threadIdx, "blockIdx": blockIdx, "blockDim": blockDim, "gridDim": gridDim, "grid": grid,
-       "gridsize": gridsize, "syncthreads": syncthreads, "shared": shared, "local": local, "laneid": laneid,
-       "warpsize": warpsize}
+       "gridsize": gridsize, "syncthreads": syncthreads, "shared": shared, "local": local, "const": const,
+       "laneid": laneid, "warpsize": warpsize, "syncwarp": syncwarp, "threadfence": threadfence,
+       "threadfence_block": threadfence_block, "threadfence_system": threadfence_system, "atomic": atomic,
+       "shfl_sync": shfl_sync, "shfl_up_sync": shfl_up_sync, "shfl_down_sync": shfl_down_sync,
+       "shfl_xor_sync": shfl_xor_sync, "all_sync": all_sync, "any_sync": any_sync, "ballot_sync": ballot_sync}
