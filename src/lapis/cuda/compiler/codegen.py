@@ -11,6 +11,7 @@ first reader waits on.
 
 from lapis.cuda.compiler.isel import Imm64, MBlock, MInst, VReg
 from lapis.isa import INSTRUCTION_BYTES, OPCODES, PT, RZ, Control, Imm, Instruction, Reg, make
+from lapis.isa.dataflow import PRED_BASE, registers
 from lapis.isa.opcodes import VARIABLE
 
 
@@ -56,6 +57,17 @@ def _expand(m: MInst, a: dict) -> list[Instruction]:
         if d == s + 1:       # overlapping pairs: copy the high half first
             halves.reverse()
         return [make("MOV", rd=x, b=Reg(y), **common) for x, y in halves if x != y]
+    if m.op == "PAIR":                 # a register pair from two 32-bit registers
+        d, lo, hi = _phys(a, m.rd), _phys(a, m.ra), _phys(a, m.b)
+        if (lo, hi) == (d + 1, d):      # the halves are swapped in place: three XORs
+            return [make("LOP", mods={"op": "XOR"}, rd=x, ra=x, b=Reg(y), **common)
+                    for x, y in ((d, d + 1), (d + 1, d), (d, d + 1))]
+        moves = [(d, lo), (d + 1, hi)] if hi != d else [(d + 1, hi), (d, lo)]
+        return [make("MOV", rd=x, b=Reg(y), **common) for x, y in moves if x != y]
+    if m.op == "SHFL64":               # a 64-bit value is shuffled as two halves
+        d, s = _phys(a, m.rd), _phys(a, m.ra)
+        b = Reg(_phys(a, m.b)) if isinstance(m.b, VReg) else m.b
+        return [make("SHFL", mods={"mode": m.mods["mode"]}, rd=d + k, ra=s + k, b=b, **common) for k in (0, 1)]
     if m.op == "SEL64":
         d, x, y = _phys(a, m.rd), _phys(a, m.ra), _phys(a, m.b)
         p, neg = _pred(a, m.ps)
@@ -88,20 +100,11 @@ def _expand(m: MInst, a: dict) -> list[Instruction]:
 
 def _regs(inst: Instruction, role: str) -> set[int]:
     """Registers an instruction writes ("def") or reads ("use"); pairs count both halves."""
-    op = inst.opcode
-    wide = any(m in ("64", "WIDE", "S64", "U64", "F64") for m in inst.mods) or op.mnemonic.startswith("D")
-    out = set()
-    if role == "def":
-        if "Rd" in op.operands and inst.rd != RZ:
-            n = 4 if inst.mods and "128" in inst.mods else 2 if wide and op.mnemonic not in ("ISETP", "DSETP") else 1
-            if op.mnemonic in ("I2I", "F2I", "I2F", "F2F", "FRND"):
-                n = 2 if inst.mod("to" if op.mnemonic != "FRND" else "w") in ("S64", "F64") else 1
-            out |= set(range(inst.rd, inst.rd + n))
-        return out
-    for r in (inst.ra, inst.rc, inst.b.index if isinstance(inst.b, Reg) else RZ):
-        if r != RZ:
-            out |= {r, r + 1} if wide else {r}
-    return out
+    reads, writes = registers(inst)
+    regs = set(writes if role == "def" else reads)
+    if inst.op == "VOTE" and inst.rd != RZ:
+        regs.add(inst.rd + 1)                 # the ballot's high half, on 64-wide devices
+    return {r for r in regs if r < PRED_BASE}
 
 
 def schedule(insts: list[Instruction], branch_targets: set[int]) -> list[Instruction]:

@@ -475,11 +475,22 @@ class Frontend:
         if node.orelse:
             raise self.error("unsupported construct: for ... else")
         it = node.iter
-        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
-                and self.lookup("range") is range):
-            raise self.error("a kernel 'for' loop must iterate over range(...)")
         if not isinstance(node.target, ast.Name):
             raise self.error("the loop variable of a kernel 'for' must be a plain name")
+        if isinstance(it, ast.Tuple) and not _has_jumps(node.body):
+            for item in self.expr(it):              # a tuple display: unrolled, as numba's literal_unroll
+                if self.current is None:
+                    return
+                if isinstance(item, Const):         # a constant stays one, as in an unrolled range
+                    self.static.pop(node.target.id, None)
+                    self.static[node.target.id] = item
+                else:
+                    self.assign_name(node.target.id, item)
+                self.statements(node.body)
+            return
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                and self.lookup("range") is range):
+            raise self.error("a kernel 'for' loop must iterate over range(...) or a tuple display")
         bounds = [self.expr(a) for a in it.args]
         if not 1 <= len(bounds) <= 3 or it.keywords:
             raise self.error("range() takes 1 to 3 positional arguments")
@@ -847,6 +858,22 @@ class Frontend:
         if fn is K.syncthreads:
             self.emit("barrier", None)
             return Const(0, T.WEAK_INT)
+        if fn in _FENCES:
+            self.emit("fence", None, scope=_FENCES[fn])
+            return Const(0, T.WEAK_INT)
+        if fn is K.syncwarp:
+            return Const(0, T.WEAK_INT)       # lanes at one PC already execute together (see the docs)
+        if fn in _ATOMICS:
+            return self.atomic(_ATOMICS[fn], args)
+        if fn in _SHUFFLES:
+            return self.shuffle(_SHUFFLES[fn], args)
+        if fn in (K.all_sync, K.any_sync, K.ballot_sync):
+            if len(args) != 2:
+                raise self.error(f"{fn.name}(mask, predicate) takes two arguments")
+            pred = self.materialize(self.to_bool(args[1]), T.boolean)
+            if fn is K.ballot_sync:
+                return self.emit("ballot", T.uint32, [pred])
+            return self.emit("vote", T.boolean, [pred], mode="ALL" if fn is K.all_sync else "ANY")
         if fn is K.grid or fn is K.gridsize:
             if len(args) != 1 or not isinstance(args[0], Const) or args[0].value not in (1, 2, 3):
                 raise self.error(f"{fn.name}(ndim) takes a constant 1, 2 or 3")
@@ -879,6 +906,38 @@ class Frontend:
         if fn in _MATH:
             return self.math(_MATH[fn], args)
         raise self.error(f"call to {_describe(fn)} is not supported in kernels")
+
+    def atomic(self, op: str, args: list):
+        """cuda.atomic.<op>(array, index, value[, value]): the old value of array[index]."""
+        count = 4 if op == "cas" else 3
+        if len(args) != count:
+            raise self.error(f"cuda.atomic.{op} takes {count} arguments: array, index, "
+                             + ("old, value" if op == "cas" else "value"))
+        ref, index = args[0], args[1]
+        if not isinstance(ref, ArrayRef) or ref.type.space not in ("global", "shared"):
+            raise self.error(f"cuda.atomic.{op} needs a global or shared array, not {_describe(ref)}")
+        t = ref.type.dtype
+        allowed = {"add": ("int32", "uint32", "float32", "int64", "uint64"), "sub": ("int32", "uint32", "float32",
+                   "int64", "uint64"), "max": ("int32", "uint32", "float32", "uint64"),
+                   "min": ("int32", "uint32", "float32", "uint64"), "exch": ("int32", "uint32", "float32",
+                   "int64", "uint64"), "cas": ("int32", "uint32")}[op]
+        if t.name not in allowed:
+            raise self.error(f"cuda.atomic.{op} on {t} arrays is not supported (supported: {', '.join(allowed)})")
+        values = [self.materialize(self.cast(v, t), t) for v in args[2:]]
+        if op == "sub":
+            op, values = "add", [self.materialize(self.neg(values[0]), t)]
+        return self.emit("atomic", t, [self.address(ref, index), *values], op=op, space=ref.type.space)
+
+    def shuffle(self, mode: str, args: list):
+        if len(args) != 3:
+            raise self.error("shuffles take (mask, value, lane or delta)")
+        value, lane = args[1], args[2]
+        t = self.typeof(value)
+        t = T.float64 if t == T.WEAK_FLOAT else T.int64 if t == T.WEAK_INT else t
+        if t == T.boolean:
+            raise self.error("shuffle a bool as an integer (int(flag)) and compare after")
+        return self.emit("shfl", t, [self.materialize(value, t), self.materialize(self.cast(lane, T.int32), T.int32)],
+                         mode=mode)
 
     def math(self, name: str, args: list):
         arity = 2 if name in ("pow", "atan2") else 1
@@ -986,6 +1045,9 @@ _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "fdiv", ast
            ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor", ast.LShift: "shl", ast.RShift: "shr",
            ast.Pow: "pow"}
 _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+_FENCES = {K.threadfence: "GPU", K.threadfence_block: "CTA", K.threadfence_system: "SYS"}
+_ATOMICS = {getattr(K.atomic, name): name for name in ("add", "sub", "max", "min", "exch", "cas")}
+_SHUFFLES = {K.shfl_sync: "IDX", K.shfl_up_sync: "UP", K.shfl_down_sync: "DOWN", K.shfl_xor_sync: "BFLY"}
 _MATH = {math.sqrt: "sqrt", math.exp: "exp", math.log: "log", math.sin: "sin", math.cos: "cos", math.fabs: "fabs",
          math.floor: "floor", math.ceil: "ceil", math.trunc: "trunc", math.tanh: "tanh", math.pow: "pow",
          math.exp2: "exp2", math.log2: "log2"}

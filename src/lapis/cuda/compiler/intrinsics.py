@@ -50,7 +50,7 @@ threadfence_block = Intrinsic("cuda.threadfence_block", "order this thread's mem
 threadfence_system = Intrinsic("cuda.threadfence_system", "order this thread's memory accesses for the system")
 atomic = _Namespace("cuda.atomic", **{name: Intrinsic(f"cuda.atomic.{name}", f"cuda.atomic.{name}(array, index, "
                                                       "value): atomically update array[index]; returns the old value")
-                                      for name in ("add", "sub", "max", "min", "exch", "inc", "dec")},
+                                      for name in ("add", "sub", "max", "min", "exch")},
                     cas=Intrinsic("cuda.atomic.cas", "cuda.atomic.cas(array, index, old, value): compare and swap; "
                                   "returns the value array[index] held"))
 shfl_sync = Intrinsic("cuda.shfl_sync", "cuda.shfl_sync(mask, value, src_lane): value of lane src_lane")

@@ -10,7 +10,9 @@ Ops (args are Values; attrs hold constants):
   add sub mul fdiv div mod min max and or xor shl shr  (binary, same-typed)
   neg  not  cmp(op)  select(cond, a, b)  cast  math(fn)
   gaddr(ptr, index, scale) -> 64-bit address     load(addr, space)   store(addr, value, space)
-  barrier   phi
+  barrier   phi   fence(scope)
+  atomic(addr, value[, value], op, space) -> old value    shfl(value, lane, mode)
+  vote(pred, mode) -> bool    ballot(pred) -> uint32
 Terminators: ("br", block) ("cbr", cond, then_block, else_block) ("ret",)
 """
 

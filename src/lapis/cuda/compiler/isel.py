@@ -640,12 +640,46 @@ class InstructionSelector:
     def op_barrier(self, v):
         self.emit("BAR", mods={"op": "SYNC"}, b=Imm(0))
 
+    def op_fence(self, v):
+        self.emit("MEMBAR", mods={"scope": v.attrs["scope"]})
+
+    def op_atomic(self, v):
+        addr, *values = v.args
+        t, op = v.type, v.attrs["op"].upper()
+        kind = {"int32": "S32", "uint32": "U32", "float32": "F32"}.get(t.name, "U64")
+        base, offset = self.address(addr)
+        data = self.reg(values[0])
+        if op == "CAS":                      # compare and new value travel in a register pair
+            data = self.new(T.int64)
+            self.emit("PAIR", rd=data, ra=self.reg(values[0]), b=self.reg(values[1]))
+        r = self.new(t)
+        self.emit("ATOMG" if v.attrs["space"] == "global" else "ATOMS", mods={"op": op, "t": kind}, rd=r, ra=base,
+                  b=Imm(offset & 0xFFFFFFFF), rc=data)
+        return r
+
+    def op_shfl(self, v):
+        value, lane = v.args
+        r = self.new(v.type)
+        op = "SHFL64" if v.type.bits == 64 else "SHFL"
+        self.emit(op, mods={"mode": v.attrs["mode"]}, rd=r, ra=self.reg(value), b=self.operand_b(lane))
+        return r
+
+    def op_vote(self, v):
+        r = self.new(T.boolean)
+        self.emit("VOTE", mods={"mode": v.attrs["mode"]}, rd=RZ32, pd=r, ps=(self.reg(v.args[0]), False))
+        return r
+
+    def op_ballot(self, v):
+        r = VReg(self._bump(), 2)            # a 64-wide device writes the ballot's high half too
+        self.emit("VOTE", mods={"mode": "ANY"}, rd=r, pd=None, ps=(self.reg(v.args[0]), False))
+        return r
+
 
 def float_bits64(value: float) -> int:
     return struct.unpack("<Q", struct.pack("<d", value))[0]
 
 
-SIDE_EFFECTS = {"STG", "STS", "BAR", "BRA", "EXIT"}
+SIDE_EFFECTS = {"STG", "STS", "STL", "BAR", "BRA", "EXIT", "ATOMG", "ATOMS", "MEMBAR"}
 
 
 def remove_dead(blocks: list[MBlock]) -> None:

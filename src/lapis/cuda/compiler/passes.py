@@ -12,7 +12,7 @@ built the IR.
 
 from lapis.cuda.compiler import ir
 
-EFFECTS = {"store", "barrier"}
+EFFECTS = {"store", "barrier", "atomic", "fence"}
 
 
 def _rewrite(func: ir.Function, repl: dict) -> None:
