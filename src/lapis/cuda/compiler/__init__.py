@@ -61,13 +61,14 @@ def compile_kernel(pyfunc, argtypes) -> CompiledKernel:
         insts = codegen.schedule(insts, targets)
         registers = max(registers, 1)
         kd = abi.KernelDescriptor(group_segment_fixed_size=func.shared_bytes, kernarg_size=func.kernarg_size,
+                                  private_segment_fixed_size=func.local_bytes,
                                   compute_pgm_rsrc1=registers | (1 if any(i.op == "BAR" for i in insts) else 0) << 8)
         meta = {"args": [{"name": n, **entry} for (n, _), entry in zip(func.params, func.arg_layout, strict=True)],
                 "registers": registers, "predicates": predicates, "shared_bytes": func.shared_bytes,
-                "local_bytes": 0, "kernarg_size": func.kernarg_size}
+                "local_bytes": func.local_bytes, "kernarg_size": func.kernarg_size}
         code_object = CodeObject([KernelCode(func.name, encode_program(insts), kd, meta)]).to_bytes()
         compiled = CompiledKernel(func.name, tuple(argtypes), ir_text, machine_ir, insts, registers, predicates,
-                                  func.shared_bytes, 0, func.kernarg_size, func.arg_layout, code_object,
+                                  func.shared_bytes, func.local_bytes, func.kernarg_size, func.arg_layout, code_object,
                                   func.variable_types)
         info.update(registers=registers, instructions=len(insts), shared_bytes=func.shared_bytes)
     dump = os.environ.get("LAPIS_DUMP_DIR")

@@ -89,7 +89,7 @@ def kernarg_layout(argtypes: list) -> tuple[list[dict], int]:
 
 
 class Frontend:
-    def __init__(self, pyfunc, argtypes: list, var_types: dict | None = None):
+    def __init__(self, pyfunc, argtypes: list, var_types: dict | None = None, hints: dict | None = None):
         self.pyfunc = pyfunc
         self.kernel = pyfunc.__name__
         try:
@@ -124,6 +124,13 @@ class Frontend:
         self.sregs: dict[str, ir.Value] = {}
         self.counter = 0
         self.shared_bytes = 0
+        self.local_bytes = 0
+        # What an earlier attempt learned (the walk restarts when it learns something): which local
+        # arrays are indexed at run time (they live in local memory, not registers), and where the
+        # dynamic shared array starts (after every static one).
+        self.hints = hints if hints is not None else {}
+        self.hints.setdefault("memory_locals", set())
+        self.dynamic_shared = False
         self.entry = self.new_block("entry")
         self.place(self.entry)
         self.seal(self.entry)
@@ -339,7 +346,11 @@ class Frontend:
         if self.current is not None:
             self.current.term = ("ret",)
             self.current = None
+        if self.dynamic_shared and self.hints.get("dynamic_shared_base") != self.shared_bytes:
+            self.hints["dynamic_shared_base"] = self.shared_bytes
+            raise _Retype("dynamic shared memory")
         self.func.shared_bytes = self.shared_bytes
+        self.func.local_bytes = self.local_bytes
         self.func.variable_types = {name: t for name, t in self.var_types.items() if name.isidentifier()}
         return self.func
 
@@ -784,7 +795,7 @@ class Frontend:
             raise self.error(f"{_describe(base)} cannot be indexed")
         if base.type.space == "local":
             return self.read(self.local_slot(base, index), self.current)
-        return self.emit("load", base.type.dtype, [self.address(base, index)], space=base.type.space)
+        return self.emit("load", base.type.dtype, [self.address(base, index)], space=_SPACE[base.type.space])
 
     def assign_subscript(self, base, index, value) -> None:
         if not isinstance(base, ArrayRef):
@@ -797,7 +808,7 @@ class Frontend:
             self.write(slot, self.current, self.materialize(self.cast(value, t), t))
             return
         addr = self.address(base, index)
-        self.emit("store", None, [addr, self.materialize(self.cast(value, t), t)], space=base.type.space)
+        self.emit("store", None, [addr, self.materialize(self.cast(value, t), t)], space=_SPACE[base.type.space])
 
     def indices(self, ref: ArrayRef, index) -> list:
         items = list(index) if isinstance(index, tuple) else [index]
@@ -813,9 +824,8 @@ class Frontend:
     def local_slot(self, ref: ArrayRef, index) -> str:
         items = self.indices(ref, index)
         if not all(isinstance(x, Const) for x in items):
-            raise self.error(f"local array {ref.name!r} is indexed with a value known only at run time; lapis keeps "
-                             "local arrays in registers, so index them with constants (loops over a constant "
-                             f"range of at most {UNROLL_LIMIT} trips are unrolled)")
+            self.hints["memory_locals"].add(ref.name)     # indexed at run time: restart with it in memory
+            raise _Retype(ref.name)
         flat = 0
         for x, size in zip(items, ref.type.shape, strict=True):
             if not 0 <= x.value < size:
@@ -835,7 +845,7 @@ class Frontend:
         for x, stride in zip(items, self.strides(ref), strict=True):
             flat = self.binop("add", flat, self.binop("mul", x, stride))
         itemsize = ref.type.dtype.itemsize
-        if ref.type.space == "shared":
+        if ref.type.space in ("shared", "local_memory"):
             flat = self.cast(flat, T.int32)
             byte = self.binop("add", self.binop("mul", flat, Const(itemsize, T.WEAK_INT)),
                               Const(ref.base, T.WEAK_INT))
@@ -974,18 +984,30 @@ class Frontend:
             raise self.error(f"{fn.name} needs a shape and a dtype")
         shape = self.expr(shape_node)
         shape = shape if isinstance(shape, tuple) else (shape,)
-        if not all(isinstance(s, Const) and isinstance(s.value, int) and s.value > 0 for s in shape):
-            raise self.error(f"the shape of {fn.name} must be positive integer constants")
         dtype = _dtype_of(self.expr(dtype_node))
         if dtype is None:
             raise self.error(f"{fn.name}: unsupported dtype")
-        dims = tuple(s.value for s in shape)
         self.counter += 1
+        if fn is K.shared.array and len(shape) == 1 and isinstance(shape[0], Const) and shape[0].value == 0:
+            # Dynamic shared memory: sized at launch (kernel[grid, block, stream, nbytes]), after the static.
+            self.dynamic_shared = True
+            base = -(-self.hints.get("dynamic_shared_base", 0) // 16) * 16
+            return ArrayRef(f"shared{self.counter}", T.ArrayType(dtype, 1, "C", "shared", (2**31 - 1,)), base=base)
+        if not all(isinstance(s, Const) and isinstance(s.value, int) and s.value > 0 for s in shape):
+            raise self.error(f"the shape of {fn.name} must be positive integer constants (or 0 for dynamic "
+                             "shared memory)")
+        dims = tuple(s.value for s in shape)
+        size = int(np.prod(dims)) * dtype.itemsize
         if fn is K.shared.array:
             base = -(-self.shared_bytes // 16) * 16
-            self.shared_bytes = base + int(np.prod(dims)) * dtype.itemsize
+            self.shared_bytes = base + size
             return ArrayRef(f"shared{self.counter}", T.ArrayType(dtype, len(dims), "C", "shared", dims), base=base)
-        return ArrayRef(f"local{self.counter}", T.ArrayType(dtype, len(dims), "C", "local", dims))
+        name = f"local{self.counter}"
+        if name in self.hints["memory_locals"]:      # indexed at run time: in the thread's local memory
+            base = -(-self.local_bytes // 8) * 8
+            self.local_bytes = base + size
+            return ArrayRef(name, T.ArrayType(dtype, len(dims), "C", "local_memory", dims), base=base)
+        return ArrayRef(name, T.ArrayType(dtype, len(dims), "C", "local", dims))
 
 
 def _targets(node):
@@ -1045,6 +1067,7 @@ _BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "fdiv", ast
            ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor", ast.LShift: "shl", ast.RShift: "shr",
            ast.Pow: "pow"}
 _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+_SPACE = {"global": "global", "shared": "shared", "local_memory": "local"}
 _FENCES = {K.threadfence: "GPU", K.threadfence_block: "CTA", K.threadfence_system: "SYS"}
 _ATOMICS = {getattr(K.atomic, name): name for name in ("add", "sub", "max", "min", "exch", "cas")}
 _SHUFFLES = {K.shfl_sync: "IDX", K.shfl_up_sync: "UP", K.shfl_down_sync: "DOWN", K.shfl_xor_sync: "BFLY"}
@@ -1056,8 +1079,9 @@ _MATH = {math.sqrt: "sqrt", math.exp: "exp", math.log: "log", math.sin: "sin", m
 def build_ir(pyfunc, argtypes: list) -> ir.Function:
     """The typed SSA IR of a kernel for the given argument types."""
     var_types: dict = {}
+    hints: dict = {}
     for _ in range(MAX_RETYPES):
-        frontend = Frontend(pyfunc, argtypes, var_types)
+        frontend = Frontend(pyfunc, argtypes, var_types, hints)
         try:
             return frontend.build()
         except _Retype:

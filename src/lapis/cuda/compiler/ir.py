@@ -73,6 +73,7 @@ class Function:
     params: list            # (name, type) in order
     blocks: list[Block] = field(default_factory=list)
     shared_bytes: int = 0
+    local_bytes: int = 0
     arg_layout: list = field(default_factory=list)
     kernarg_size: int = 0
     filename: str = "<kernel>"

@@ -613,8 +613,9 @@ class InstructionSelector:
             self.emit("LDG", mods={"e": "E", "w": width}, rd=dst, ra=base, b=Imm(offset & 0xFFFFFFFF))
         else:
             if t == T.boolean:
-                raise self.error(v, "bool arrays in shared memory are not supported yet")
-            self.emit("LDS", mods={"w": width}, rd=dst, ra=base, b=Imm(offset & 0xFFFFFFFF))
+                raise self.error(v, f"bool arrays in {space} memory are not supported yet")
+            self.emit("LDS" if space == "shared" else "LDL", mods={"w": width}, rd=dst, ra=base,
+                      b=Imm(offset & 0xFFFFFFFF))
         if t == T.boolean:
             self.emit("ISETP", mods={"cmp": "NE", "t": "U32"}, pd=r, ra=dst, b=Imm(0), ps=(None, False))
         return r
@@ -634,8 +635,9 @@ class InstructionSelector:
             self.emit("STG", mods={"e": "E", "w": width}, ra=base, b=Imm(offset & 0xFFFFFFFF), rc=src)
         else:
             if t == T.boolean:
-                raise self.error(v, "bool arrays in shared memory are not supported yet")
-            self.emit("STS", mods={"w": width}, ra=base, b=Imm(offset & 0xFFFFFFFF), rc=src)
+                raise self.error(v, f"bool arrays in {space} memory are not supported yet")
+            self.emit("STS" if space == "shared" else "STL", mods={"w": width}, ra=base,
+                      b=Imm(offset & 0xFFFFFFFF), rc=src)
 
     def op_barrier(self, v):
         self.emit("BAR", mods={"op": "SYNC"}, b=Imm(0))
