@@ -10,6 +10,7 @@ import threading
 import numpy as np
 
 from lapis import runtime, trace
+from lapis.cuda.compiler.device_function import DeviceFunction
 from lapis.cuda.context import Context, Device, Stream
 from lapis.cuda.devicearray import DeviceNDArray
 from lapis.cuda.dispatcher import Dispatcher
@@ -95,9 +96,7 @@ class Api:
 
     # -- kernels ------------------------------------------------------------------------------
     def jit(self, func=None, *, device: bool = False, **options):
-        if device:
-            raise NotImplementedError("device functions (@jit(device=True)) are not supported yet")
-
+        """@jit (a kernel) or @jit(device=True) (a function kernels call, inlined)."""
         def wrap(f):
-            return Dispatcher(f, self)
+            return DeviceFunction(f) if device else Dispatcher(f, self)
         return wrap(func) if callable(func) else wrap

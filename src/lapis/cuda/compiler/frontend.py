@@ -15,6 +15,7 @@ Errors name the file and line of the offending construct.
 """
 
 import ast
+import copy
 import inspect
 import math
 import operator
@@ -27,6 +28,7 @@ from lapis import abi
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
+from lapis.cuda.compiler.device_function import DeviceFunction
 
 UNROLL_LIMIT = 32
 MAX_RETYPES = 16
@@ -131,6 +133,7 @@ class Frontend:
         self.hints = hints if hints is not None else {}
         self.hints.setdefault("memory_locals", set())
         self.dynamic_shared = False
+        self.inlining: list[tuple[DeviceFunction, str, ir.Block, int]] = []   # (callee, prefix, exit, loop depth)
         self.entry = self.new_block("entry")
         self.place(self.entry)
         self.seal(self.entry)
@@ -374,7 +377,14 @@ class Frontend:
         self.expr(node.value)
 
     def stmt_Return(self, node) -> None:
-        if node.value is not None and not (isinstance(node.value, ast.Constant) and node.value.value is None):
+        has_value = node.value is not None and not (isinstance(node.value, ast.Constant) and node.value.value is None)
+        if self.inlining:                      # in an inlined device function: the result, then its end
+            _, prefix, exit_, _ = self.inlining[-1]
+            if has_value:
+                self.assign_name(prefix + "$return", self.expr(node.value))
+            self.jump(exit_)
+            return
+        if has_value:
             raise self.error("a kernel cannot return a value; write results into an array argument")
         self.current.term = ("ret",)
         self.current = None
@@ -472,15 +482,17 @@ class Frontend:
             self.place(exit_)
         self.seal(exit_)
 
+    def _innermost_loop(self, what: str) -> tuple[ir.Block, ir.Block]:
+        depth = self.inlining[-1][3] if self.inlining else 0      # a device function's loops are its own
+        if len(self.loops) <= depth:
+            raise self.error(f"'{what}' outside a loop")
+        return self.loops[-1]
+
     def stmt_Break(self, node) -> None:
-        if not self.loops:
-            raise self.error("'break' outside a loop")
-        self.jump(self.loops[-1][1])
+        self.jump(self._innermost_loop("break")[1])
 
     def stmt_Continue(self, node) -> None:
-        if not self.loops:
-            raise self.error("'continue' outside a loop")
-        self.jump(self.loops[-1][0])
+        self.jump(self._innermost_loop("continue")[0])
 
     def stmt_For(self, node) -> None:
         if node.orelse:
@@ -873,6 +885,8 @@ class Frontend:
             return Const(0, T.WEAK_INT)
         if fn is K.syncwarp:
             return Const(0, T.WEAK_INT)       # lanes at one PC already execute together (see the docs)
+        if isinstance(fn, DeviceFunction):
+            return self.inline(fn, args)
         if fn in _ATOMICS:
             return self.atomic(_ATOMICS[fn], args)
         if fn in _SHUFFLES:
@@ -916,6 +930,43 @@ class Frontend:
         if fn in _MATH:
             return self.math(_MATH[fn], args)
         raise self.error(f"call to {_describe(fn)} is not supported in kernels")
+
+    def inline(self, fn: DeviceFunction, args: list):
+        """Compile a device function's body here, its parameters bound to `args`."""
+        if any(f is fn for f, *_ in self.inlining):
+            raise self.error(f"device function {fn.__name__!r} calls itself; recursion is not supported")
+        try:
+            fdef, filename, first = fn.parsed()
+        except (OSError, TypeError) as e:
+            raise self.error(f"cannot read the source of device function {fn.__name__!r}: {e}") from None
+        params = [a.arg for a in fdef.args.args]
+        if len(params) != len(args) or fdef.args.vararg or fdef.args.kwonlyargs:
+            raise self.error(f"device function {fn.__name__!r} takes {len(params)} arguments, got {len(args)}")
+        self.counter += 1
+        prefix = f"{fn.__name__}#{self.counter}."
+        names = set(params) | {t.id for n in ast.walk(fdef) for t in _targets(n) if isinstance(t, ast.Name)}
+        body = [_Renamer(names, prefix).visit(stmt) for stmt in copy.deepcopy(fdef.body)]
+        for name, value in zip(params, args, strict=True):
+            self.assign_name(prefix + name, value)
+        exit_ = self.new_block("return")
+        saved = (self.filename, self.first_line, self.line, self.globals)
+        self.filename, self.first_line = filename, first
+        self.globals = dict(fn.py_func.__globals__)
+        self.inlining.append((fn, prefix, exit_, len(self.loops)))
+        try:
+            self.statements(body)
+        finally:
+            self.inlining.pop()
+            self.filename, self.first_line, self.line, self.globals = saved
+        self.jump(exit_)
+        self.place(exit_)
+        self.seal(exit_)
+        if not exit_.preds:
+            raise self.error(f"device function {fn.__name__!r} never returns")
+        result = prefix + "$return"
+        if result in self.var_types:
+            return self.read(result, exit_)
+        return Const(0, T.WEAK_INT)
 
     def atomic(self, op: str, args: list):
         """cuda.atomic.<op>(array, index, value[, value]): the old value of array[index]."""
@@ -1008,6 +1059,18 @@ class Frontend:
             self.local_bytes = base + size
             return ArrayRef(name, T.ArrayType(dtype, len(dims), "C", "local_memory", dims), base=base)
         return ArrayRef(name, T.ArrayType(dtype, len(dims), "C", "local", dims))
+
+
+class _Renamer(ast.NodeTransformer):
+    """Gives an inlined function's own names a prefix, so they cannot meet the caller's."""
+
+    def __init__(self, names: set[str], prefix: str):
+        self.names, self.prefix = names, prefix
+
+    def visit_Name(self, node):
+        if node.id in self.names:
+            node.id = self.prefix + node.id
+        return node
 
 
 def _targets(node):
