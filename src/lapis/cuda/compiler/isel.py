@@ -469,11 +469,71 @@ class InstructionSelector:
         self.emit("DFMA", rd=out, ra=e, b=r2, rc=q)
         return out
 
-    def _pow2(self, v, b: ir.Value) -> int:
+    @staticmethod
+    def _pow2(b: ir.Value) -> int | None:
         if b.op != "const" or b.attrs["value"] <= 0 or b.attrs["value"] & (b.attrs["value"] - 1):
-            raise self.error(v, "integer // and % are supported by positive power-of-two constants only "
-                                "(general integer division is not in the lapis ISA yet)")
+            return None
         return b.attrs["value"]
+
+    def _divmod(self, v) -> tuple[VReg, VReg]:
+        """Python's floor division and modulo of integers, which the ISA has no instruction for.
+
+        The quotient is estimated in float64 (exact operands for 32-bit integers, and for 64-bit
+        ones below 2^53), floored, and corrected by one step each way, so the remainder ends up
+        with the divisor's sign as Python defines it. A zero divisor gives an unspecified value,
+        as on a GPU, not an exception."""
+        a, b = v.args
+        t = v.type
+        wide = T.int64 if t.bits == 64 or t.kind == "uint" else T.int32      # uint32 goes through int64
+        ra, rb = self.reg(a), self.reg(b)
+        if wide != t:
+            ra, rb = self._widen(ra, t), self._widen(rb, t)
+        m64 = {"w": "64"} if wide.bits == 64 else {}
+        cls = "S64" if wide.bits == 64 else "S32"
+        fa, fb, fq, q, r, prod = (self.new(x) for x in (T.float64, T.float64, T.float64, wide, wide, wide))
+        self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fa, b=ra)
+        self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fb, b=rb)
+        quotient = self._fdiv64(fa, fb)
+        self.emit("FRND", mods={"rnd": "FLOOR", "w": "F64"}, rd=fq, b=quotient)
+        self.emit("F2I", mods={"to": cls, "fr": "F64", "rnd": "TRUNC"}, rd=q, b=fq)
+        self.emit("IMUL", mods=m64, rd=prod, ra=q, b=rb)
+        self.emit("IADD", mods=m64, rd=r, ra=ra, b=prod, neg="b")
+        for step in (-1, 1):               # the estimate may be one off either way
+            p, bpos, x, y = (self.new(T.boolean) for _ in range(4))
+            q2, r2 = self.new(wide), self.new(wide)
+            self.emit("ISETP", mods={"cmp": "GT", "t": cls}, pd=bpos, ra=rb, b=Imm(0), ps=(None, False))
+            if step < 0:                   # remainder on the wrong side of zero: q -= 1, r += b
+                self.emit("ISETP", mods={"cmp": "LT", "t": cls}, pd=x, ra=r, b=Imm(0), ps=(None, False))
+                self.emit("ISETP", mods={"cmp": "GT", "t": cls}, pd=y, ra=r, b=Imm(0), ps=(None, False))
+            else:                          # remainder as large as the divisor: q += 1, r -= b
+                self.emit("ISETP", mods={"cmp": "GE", "t": cls}, pd=x, ra=r, b=rb, ps=(None, False))
+                self.emit("ISETP", mods={"cmp": "LE", "t": cls}, pd=y, ra=r, b=rb, ps=(None, False))
+            self.emit("ISETP", mods={"cmp": "NE", "t": cls}, pd=p, ra=rb, b=Imm(0), ps=(None, False))
+            both = self.new(T.boolean)
+            self.emit("PLOP", mods={"op": "AND"}, pd=x, ps=(x, False), pq=(bpos, False))    # divisor > 0
+            self.emit("PLOP", mods={"op": "AND"}, pd=y, ps=(y, False), pq=(bpos, True))     # divisor < 0
+            self.emit("PLOP", mods={"op": "OR"}, pd=both, ps=(x, False), pq=(y, False))
+            self.emit("PLOP", mods={"op": "AND"}, pd=both, ps=(both, False), pq=(p, False))
+            self.emit("IADD", mods=m64, rd=q2, ra=q, b=Imm(step & 0xFFFFFFFF))
+            self.emit("IADD", mods=m64, rd=r2, ra=r, b=rb, neg="" if step < 0 else "b")
+            sel = "SEL64" if wide.bits == 64 else "SEL"
+            nq, nr = self.new(wide), self.new(wide)
+            self.emit(sel, rd=nq, ra=q2, b=q, ps=(both, False))
+            self.emit(sel, rd=nr, ra=r2, b=r, ps=(both, False))
+            q, r = nq, nr
+        if wide != t:
+            q, r = self._narrow(q), self._narrow(r)
+        return q, r
+
+    def _widen(self, x: VReg, t) -> VReg:
+        r = self.new(T.int64)
+        self.emit("I2I", mods={"to": "S64", "fr": "U32" if t.kind == "uint" else "S32"}, rd=r, b=x)
+        return r
+
+    def _narrow(self, x: VReg) -> VReg:
+        r = self.new(T.int32)
+        self.emit("I2I", mods={"to": "S32", "fr": "S64"}, rd=r, b=x)
+        return r
 
     def op_div(self, v):
         a, b = v.args
@@ -483,7 +543,9 @@ class InstructionSelector:
             r = self.new(t)
             self.emit("FRND", mods={"rnd": "FLOOR", "w": f"F{t.bits}"}, rd=r, b=q)
             return r
-        n = self._pow2(v, b)
+        n = self._pow2(b)
+        if n is None:
+            return self._divmod(v)[0]
         r = self.new(t)
         mods = {"t": "U32" if t.kind == "uint" else "S32"}
         if t.bits == 64:
@@ -500,7 +562,9 @@ class InstructionSelector:
             op, b_op = ("FFMA", self.operand_b(b)) if t.bits == 32 else ("DFMA", self.reg(b))
             self.emit(op, rd=r, ra=floor, b=b_op, rc=self.reg(a), neg="a")     # a - floor(a/b)*b
             return r
-        n = self._pow2(v, b)
+        n = self._pow2(b)
+        if n is None:
+            return self._divmod(v)[1]
         r = self.new(t)
         self.emit("LOP", mods={"op": "AND", **({"w": "64"} if t.bits == 64 else {})}, rd=r, ra=self.reg(a),
                   b=Imm(n - 1))
