@@ -95,7 +95,7 @@ def _expand(m: MInst, a: dict) -> list[Instruction]:
         fields["b"] = Reg(_phys(a, m.b)) if isinstance(m.b, VReg) else m.b
     if m.op == "BRA":
         fields["b"] = Imm(0)
-    return [make(m.op, mods=mods, neg=m.neg, **fields)]
+    return [make(m.op, mods=mods, neg=m.neg, abs_=m.abs_, **fields)]
 
 
 def _regs(inst: Instruction, role: str) -> set[int]:

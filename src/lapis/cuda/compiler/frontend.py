@@ -929,6 +929,21 @@ class Frontend:
             return self.cast(x, dtype)
         if fn in _MATH:
             return self.math(_MATH[fn], args)
+        if fn in (math.isnan, math.isinf, math.isfinite):
+            (x,) = args
+            if isinstance(x, Const):
+                return Const(fn(x.value), T.boolean)
+            t = self.typeof(x)
+            if t.kind != "float":
+                return Const(fn is math.isfinite, T.boolean)
+            x = self.materialize(x, t)
+            nan = self.compare("ne", x, x)
+            if fn is math.isnan:
+                return nan
+            inf = self.compare("eq", self.emit("math", t, [x], fn="fabs"), Const(math.inf, T.WEAK_FLOAT))
+            if fn is math.isinf:
+                return inf
+            return self.to_bool(self.emit("not", T.boolean, [self.emit("or", T.boolean, [nan, inf])]))
         raise self.error(f"call to {_describe(fn)} is not supported in kernels")
 
     def inline(self, fn: DeviceFunction, args: list):
@@ -1001,18 +1016,20 @@ class Frontend:
                          mode=mode)
 
     def math(self, name: str, args: list):
-        arity = 2 if name in ("pow", "atan2") else 1
+        arity = 2 if name in ("pow", "atan2", "hypot") else 1
         if len(args) != arity:
             raise self.error(f"math.{name} takes {arity} argument(s)")
         if name == "pow":
             return self.power(*args)
-        (x,) = args
-        t = self.typeof(x)
-        if isinstance(x, Const):
-            return Const(getattr(math, name)(x.value), T.WEAK_FLOAT if isinstance(t, T.Weak) else
+        t = T.WEAK_FLOAT
+        for a in args:
+            t = T.unify(t, self.typeof(a))
+        if all(isinstance(a, Const) for a in args):
+            return Const(getattr(math, name)(*(a.value for a in args)), T.WEAK_FLOAT if isinstance(t, T.Weak) else
                          (t if t.kind == "float" else T.float64))
+        t = T.concrete(t)
         t = t if t.kind == "float" else T.float64
-        return self.emit("math", t, [self.materialize(x, t)], fn=name)
+        return self.emit("math", t, [self.materialize(a, t) for a in args], fn=name)
 
     def grid(self, absolute: bool, ndim: int):
         out = []
@@ -1136,7 +1153,8 @@ _ATOMICS = {getattr(K.atomic, name): name for name in ("add", "sub", "max", "min
 _SHUFFLES = {K.shfl_sync: "IDX", K.shfl_up_sync: "UP", K.shfl_down_sync: "DOWN", K.shfl_xor_sync: "BFLY"}
 _MATH = {math.sqrt: "sqrt", math.exp: "exp", math.log: "log", math.sin: "sin", math.cos: "cos", math.fabs: "fabs",
          math.floor: "floor", math.ceil: "ceil", math.trunc: "trunc", math.tanh: "tanh", math.pow: "pow",
-         math.exp2: "exp2", math.log2: "log2"}
+         math.exp2: "exp2", math.log2: "log2", math.log10: "log10", math.log1p: "log1p", math.expm1: "expm1",
+         math.sinh: "sinh", math.cosh: "cosh", math.erf: "erf", math.erfc: "erfc", math.hypot: "hypot"}
 
 
 def build_ir(pyfunc, argtypes: list) -> ir.Function:

@@ -59,6 +59,7 @@ class MInst:
     ps: tuple | None = None          # (VReg, negated)
     pq: tuple | None = None
     neg: str = ""
+    abs_: str = ""
     guard: tuple | None = None
     target: str | None = None        # branch target block
 
@@ -620,6 +621,32 @@ class InstructionSelector:
             one = self.new(f32)
             self.emit("MOV", rd=one, b=self.imm(f32, 1.0))
             self.emit("FFMA", rd=r, ra=inv, b=self.imm(f32, -2.0), rc=one)
+        elif fn in ("log10", "log1p"):
+            t, u = self.new(f32), self.new(f32)
+            src = x
+            if fn == "log1p":
+                self.emit("FADD", rd=u, ra=x, b=self.imm(f32, 1.0))
+                src = u
+            self.emit("MUFU", mods={"fn": "LG2"}, rd=t, b=src)
+            self.emit("FMUL", rd=r, ra=t, b=self.imm(f32, math.log10(2) if fn == "log10" else LN2))
+        elif fn in ("expm1", "sinh", "cosh"):
+            t, e = self.new(f32), self.new(f32)
+            self.emit("FMUL", rd=t, ra=x, b=self.imm(f32, LOG2E))
+            self.emit("MUFU", mods={"fn": "EX2"}, rd=e, b=t)
+            if fn == "expm1":
+                self.emit("FADD", rd=r, ra=e, b=self.imm(f32, -1.0))
+            else:                                # (e^x -+ e^-x) / 2
+                inv, half = self.new(f32), self.new(f32)
+                self.emit("MUFU", mods={"fn": "RCP"}, rd=inv, b=e)
+                self.emit("FMUL", rd=half, ra=inv, b=self.imm(f32, -0.5 if fn == "sinh" else 0.5))
+                self.emit("FFMA", rd=r, ra=e, b=self.imm(f32, 0.5), rc=half)
+        elif fn in ("erf", "erfc"):
+            r = self._erf(x, fn == "erfc")
+        elif fn == "hypot":
+            sq, sum_ = self.new(f32), self.new(f32)
+            self.emit("FMUL", rd=sq, ra=x, b=x)
+            self.emit("FFMA", rd=sum_, ra=args[1], b=args[1], rc=sq)
+            self.emit("MUFU", mods={"fn": "SQRT"}, rd=r, b=sum_)
         elif fn == "pow":                        # exp2(y * log2(x))
             lg, prod = self.new(f32), self.new(f32)
             self.emit("MUFU", mods={"fn": "LG2"}, rd=lg, b=x)
@@ -628,6 +655,40 @@ class InstructionSelector:
         else:
             raise CompileError(f"math.{fn} is not supported in kernels yet", self.func.filename,
                                self.func.first_line, self.func.name)
+        return r
+
+    def _erf(self, x: VReg, complement: bool) -> VReg:
+        """erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7):
+        erf|x| = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-x^2),  t = 1 / (1 + p|x|)."""
+        f32 = T.float32
+        coef = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+        ax, d, t, x2, e, ex, poly, tail, pos, one = (self.new(f32) for _ in range(10))
+        self.emit("FADD", rd=ax, ra=x, b=RZ32, abs_="a")
+        self.emit("MOV", rd=one, b=self.imm(f32, 1.0))
+        self.emit("FFMA", rd=d, ra=ax, b=self.imm(f32, 0.3275911), rc=one)
+        self.emit("MUFU", mods={"fn": "RCP"}, rd=t, b=d)
+        self.emit("MOV", rd=poly, b=self.imm(f32, coef[0]))
+        for c in coef[1:]:
+            nxt, cr = self.new(f32), self.new(f32)
+            self.emit("MOV", rd=cr, b=self.imm(f32, c))
+            self.emit("FFMA", rd=nxt, ra=poly, b=t, rc=cr)
+            poly = nxt
+        self.emit("FMUL", rd=x2, ra=x, b=x)
+        self.emit("FMUL", rd=ex, ra=x2, b=self.imm(f32, -LOG2E))
+        self.emit("MUFU", mods={"fn": "EX2"}, rd=e, b=ex)
+        self.emit("FMUL", rd=tail, ra=poly, b=t)              # erfc|x| = tail * exp(-x^2)
+        erfc_abs = self.new(f32)
+        self.emit("FMUL", rd=erfc_abs, ra=tail, b=e)
+        self.emit("FADD", rd=pos, ra=one, b=erfc_abs, neg="b")  # erf|x|
+        neg, p, r = self.new(T.boolean), self.new(f32), self.new(f32)
+        self.emit("FSETP", mods={"cmp": "LT"}, pd=neg, ra=x, b=self.imm(f32, 0.0), ps=(None, False))
+        if complement:                           # erfc(x) = erfc|x| for x >= 0, 2 - erfc|x| below
+            self.emit("FADD", rd=p, ra=erfc_abs, b=self.imm(f32, -2.0))
+            self.emit("FMUL", rd=p, ra=p, b=self.imm(f32, -1.0))
+            self.emit("SEL", rd=r, ra=p, b=erfc_abs, ps=(neg, False))
+        else:
+            self.emit("FMUL", rd=p, ra=pos, b=self.imm(f32, -1.0))
+            self.emit("SEL", rd=r, ra=p, b=pos, ps=(neg, False))
         return r
 
     # -- memory -------------------------------------------------------------------------------
