@@ -1,6 +1,8 @@
 """Shared fixtures: a bare simulated GPU with a mapped address space, for hardware-level tests."""
 
+import os
 import struct
+import tempfile
 
 import numpy as np
 import pytest
@@ -13,6 +15,9 @@ from lapis.hardware.perf import model_time, occupancy
 from lapis.hardware.simt import Dispatch
 
 VMID = 1
+
+# The suite compiles into a cache of its own: nothing from an earlier run (or the user's) is reused.
+os.environ["LAPIS_CACHE_DIR"] = tempfile.mkdtemp(prefix="lapis-test-cache-")
 
 
 class Bench:

@@ -6,7 +6,8 @@
 
 `compile_kernel(pyfunc, argtypes)` runs every stage and keeps what each produced, so a
 student can read them (`CompiledKernel.ir`, `.listing()`, `.resources()`). With
-LAPIS_DUMP_DIR set, each stage is also written to files there.
+LAPIS_DUMP_DIR set, each stage is also written to files there. Results are kept in an
+on-disk cache (`cache.py`), so a second run of a program reuses them.
 """
 
 import hashlib
@@ -14,7 +15,7 @@ import os
 from dataclasses import dataclass, field
 
 from lapis import abi, trace
-from lapis.cuda.compiler import codegen, isel, passes, regalloc
+from lapis.cuda.compiler import cache, codegen, isel, passes, regalloc
 from lapis.cuda.compiler.frontend import CompileError, build_ir, kernarg_layout
 from lapis.isa import INSTRUCTION_BYTES, disassemble, encode_program
 from lapis.runtime import CodeObject, KernelCode
@@ -48,29 +49,47 @@ class CompiledKernel:
 
 
 def compile_kernel(pyfunc, argtypes) -> CompiledKernel:
+    """Compile a kernel for argument types, or take it from the on-disk cache (see cache.py)."""
+    try:
+        cache_key = cache.key(pyfunc, argtypes)
+    except (OSError, TypeError):            # no source on disk (an interactive session): compile
+        cache_key = None
+    if os.environ.get("LAPIS_DUMP_DIR"):
+        cache_key = None                    # asked for every stage's output: run every stage
     with trace.span(3, "compile", kernel=pyfunc.__name__, argtypes=[str(t) for t in argtypes]) as info:
-        func = build_ir(pyfunc, list(argtypes))
-        passes.optimize(func)
-        ir_text = func.format()
-        blocks = isel.select(func)
-        machine_ir = "\n".join(f"{b.label}:\n" + "\n".join("    " + i.format() for i in b.insts) for b in blocks)
-        assignment, registers, predicates = regalloc.allocate(blocks, func)
-        insts = codegen.lower(blocks, assignment)
-        targets = {x.branch_target(i * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
-                   for i, x in enumerate(insts) if x.op == "BRA"}
-        insts = codegen.schedule(insts, targets)
-        registers = max(registers, 1)
-        kd = abi.KernelDescriptor(group_segment_fixed_size=func.shared_bytes, kernarg_size=func.kernarg_size,
-                                  private_segment_fixed_size=func.local_bytes,
-                                  compute_pgm_rsrc1=registers | (1 if any(i.op == "BAR" for i in insts) else 0) << 8)
-        meta = {"args": [{"name": n, **entry} for (n, _), entry in zip(func.params, func.arg_layout, strict=True)],
-                "registers": registers, "predicates": predicates, "shared_bytes": func.shared_bytes,
-                "local_bytes": func.local_bytes, "kernarg_size": func.kernarg_size}
-        code_object = CodeObject([KernelCode(func.name, encode_program(insts), kd, meta)]).to_bytes()
-        compiled = CompiledKernel(func.name, tuple(argtypes), ir_text, machine_ir, insts, registers, predicates,
-                                  func.shared_bytes, func.local_bytes, func.kernarg_size, func.arg_layout, code_object,
-                                  func.variable_types)
-        info.update(registers=registers, instructions=len(insts), shared_bytes=func.shared_bytes)
+        compiled = cache.load(cache_key) if cache_key else None
+        info.update(cached=compiled is not None)
+        if compiled is None:
+            compiled = _compile(pyfunc, argtypes, info)
+            if cache_key:
+                cache.store(cache_key, compiled)
+    return compiled
+
+
+def _compile(pyfunc, argtypes, info: dict) -> CompiledKernel:
+    """Every stage, from source to code object (the dump directory gets each stage's output)."""
+    func = build_ir(pyfunc, list(argtypes))
+    passes.optimize(func)
+    ir_text = func.format()
+    blocks = isel.select(func)
+    machine_ir = "\n".join(f"{b.label}:\n" + "\n".join("    " + i.format() for i in b.insts) for b in blocks)
+    assignment, registers, predicates = regalloc.allocate(blocks, func)
+    insts = codegen.lower(blocks, assignment)
+    targets = {x.branch_target(i * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
+               for i, x in enumerate(insts) if x.op == "BRA"}
+    insts = codegen.schedule(insts, targets)
+    registers = max(registers, 1)
+    kd = abi.KernelDescriptor(group_segment_fixed_size=func.shared_bytes, kernarg_size=func.kernarg_size,
+                              private_segment_fixed_size=func.local_bytes,
+                              compute_pgm_rsrc1=registers | (1 if any(i.op == "BAR" for i in insts) else 0) << 8)
+    meta = {"args": [{"name": n, **entry} for (n, _), entry in zip(func.params, func.arg_layout, strict=True)],
+            "registers": registers, "predicates": predicates, "shared_bytes": func.shared_bytes,
+            "local_bytes": func.local_bytes, "kernarg_size": func.kernarg_size}
+    code_object = CodeObject([KernelCode(func.name, encode_program(insts), kd, meta)]).to_bytes()
+    compiled = CompiledKernel(func.name, tuple(argtypes), ir_text, machine_ir, insts, registers, predicates,
+                              func.shared_bytes, func.local_bytes, func.kernarg_size, func.arg_layout, code_object,
+                              func.variable_types)
+    info.update(registers=registers, instructions=len(insts), shared_bytes=func.shared_bytes)
     dump = os.environ.get("LAPIS_DUMP_DIR")
     if dump:
         os.makedirs(dump, exist_ok=True)

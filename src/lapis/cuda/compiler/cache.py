@@ -1,0 +1,111 @@
+"""Layer 3: the on-disk compile cache, so a second run of a program does not recompile.
+
+A compiled kernel is stored under a key hashed from everything its code depends on:
+  - the source of the kernel and of every device function it reaches;
+  - the values of the module constants and closure variables those sources name (tile
+    sizes, for instance);
+  - the argument types;
+  - the compiler itself (the source of `lapis.cuda.compiler` and of the ISA it emits), so a
+    changed compiler never reuses old code.
+
+The directory is $LAPIS_CACHE_DIR, else ~/.cache/lapis/kernels; LAPIS_CACHE_DIR=off turns
+the cache off. Entries are pickles written atomically (to a temporary file, then renamed),
+as numba's cache does; a corrupt or unreadable entry is treated as a miss.
+"""
+
+import ast
+import hashlib
+import inspect
+import os
+import pickle
+import tempfile
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+from lapis.cuda.compiler.device_function import DeviceFunction
+
+_COMPILER_HASH: str | None = None
+
+
+def directory() -> Path | None:
+    configured = os.environ.get("LAPIS_CACHE_DIR")
+    if configured is not None and configured.strip().lower() in ("", "off", "0", "none"):
+        return None
+    return Path(configured) if configured else Path.home() / ".cache" / "lapis" / "kernels"
+
+
+def _compiler_hash() -> str:
+    global _COMPILER_HASH
+    if _COMPILER_HASH is None:
+        here = Path(__file__).resolve().parent
+        h = hashlib.sha256()
+        for path in sorted([*here.glob("*.py"), *(here.parent.parent / "isa").glob("*.py")]):
+            h.update(path.name.encode() + path.read_bytes())
+        _COMPILER_HASH = h.hexdigest()
+    return _COMPILER_HASH
+
+
+def _names(func) -> dict:
+    """The globals and closure variables a function can see."""
+    names = dict(func.__globals__)
+    if func.__closure__:
+        names.update(zip(func.__code__.co_freevars, (c.cell_contents for c in func.__closure__), strict=True))
+    return names
+
+
+def _constant(value) -> str | None:
+    if isinstance(value, bool | int | float | str | np.generic | np.dtype) or value is None:
+        return repr(value)
+    if isinstance(value, type) and issubclass(value, np.generic):
+        return value.__name__
+    if isinstance(value, tuple) and all(_constant(v) is not None for v in value):
+        return repr(value)
+    return None
+
+
+def key(pyfunc, argtypes) -> str:
+    h = hashlib.sha256(_compiler_hash().encode())
+    h.update(repr([str(t) for t in argtypes]).encode())
+    seen, todo = set(), [pyfunc]
+    while todo:
+        func = todo.pop()
+        if func in seen:
+            continue
+        seen.add(func)
+        source = inspect.getsource(func)
+        h.update(source.encode())
+        visible = _names(func)
+        for name in sorted({n.id for n in ast.walk(ast.parse(textwrap.dedent(source)))
+                            if isinstance(n, ast.Name)}):
+            value = visible.get(name)
+            if isinstance(value, DeviceFunction):
+                todo.append(value.py_func)
+            elif (text := _constant(value)) is not None:
+                h.update(f"{name}={text};".encode())
+    return h.hexdigest()
+
+
+def load(cache_key: str):
+    root = directory()
+    if root is None:
+        return None
+    try:
+        with open(root / f"{cache_key}.pkl", "rb") as f:
+            return pickle.load(f)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        return None
+
+
+def store(cache_key: str, compiled) -> None:
+    root = directory()
+    if root is None:
+        return
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, delete=False, suffix=".tmp") as f:
+            pickle.dump(compiled, f)
+        os.replace(f.name, root / f"{cache_key}.pkl")
+    except OSError:
+        pass             # a read-only home or a full disk costs a recompile next time, nothing more
