@@ -1,0 +1,406 @@
+"""Layer 3: a suite of numba.cuda-style kernels, compiled and run, against numpy references."""
+
+import math
+
+import numpy as np
+import pytest
+
+from lapis import cuda, trace
+
+rng = np.random.default_rng(11)
+
+
+@cuda.jit
+def saxpy(a, x, y, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + y[i]
+
+
+def test_saxpy():
+    n = 1000
+    x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
+    out = cuda.device_array(n, np.float32)
+    saxpy[(n + 255) // 256, 256](np.float32(2.5), cuda.to_device(x), cuda.to_device(y), out)
+    assert np.allclose(out.copy_to_host(), 2.5 * x + y, rtol=1e-6)
+
+
+@cuda.jit
+def sum_shared_tree(x, partial):
+    s = cuda.shared.array(256, np.float32)
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    s[t] = x[i] if i < x.size else 0.0
+    cuda.syncthreads()
+    stride = 128
+    while stride > 0:
+        if t < stride:
+            s[t] += s[t + stride]
+        cuda.syncthreads()
+        stride //= 2
+    if t == 0:
+        partial[cuda.blockIdx.x] = s[0]
+
+
+@cuda.jit
+def sum_warp_shuffle(x, out):
+    i = cuda.grid(1)
+    v = x[i] if i < x.size else 0.0
+    offset = 16
+    while offset > 0:
+        v += cuda.shfl_down_sync(0xFFFFFFFF, v, offset)
+        offset //= 2
+    if cuda.laneid == 0:
+        cuda.atomic.add(out, 0, v)
+
+
+@cuda.jit
+def sum_atomics(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        cuda.atomic.add(out, 0, x[i])
+
+
+def test_reductions_three_ways():
+    n = 5000
+    x = rng.random(n).astype(np.float32)
+    d_x = cuda.to_device(x)
+    blocks = (n + 255) // 256
+    partial = cuda.device_array(blocks, np.float32)
+    sum_shared_tree[blocks, 256](d_x, partial)
+    shuffled, atomic = cuda.to_device(np.zeros(1, np.float32)), cuda.to_device(np.zeros(1, np.float32))
+    sum_warp_shuffle[blocks, 256](d_x, shuffled)
+    sum_atomics[blocks, 256](d_x, atomic)
+    expected = x.astype(np.float64).sum()
+    assert partial.copy_to_host().sum() == pytest.approx(expected, rel=1e-5)
+    assert shuffled.copy_to_host()[0] == pytest.approx(expected, rel=1e-5)
+    assert atomic.copy_to_host()[0] == pytest.approx(expected, rel=1e-5)
+
+
+@cuda.jit
+def inclusive_scan(x, out):
+    s = cuda.shared.array(512, np.int32)             # two buffers of 256: read one, write the other
+    t = cuda.threadIdx.x
+    s[t] = x[t]
+    cuda.syncthreads()
+    src = 0
+    offset = 1
+    while offset < 256:
+        dst = 256 - src
+        v = s[src + t]
+        if t >= offset:
+            v += s[src + t - offset]
+        s[dst + t] = v
+        cuda.syncthreads()
+        src = dst
+        offset *= 2
+    out[t] = s[src + t]
+
+
+def test_prefix_scan():
+    x = rng.integers(0, 100, 256).astype(np.int32)
+    out = cuda.device_array(256, np.int32)
+    inclusive_scan[1, 256](cuda.to_device(x), out)
+    assert np.array_equal(out.copy_to_host(), np.cumsum(x))
+
+
+TILE = 16
+
+
+@cuda.jit
+def transpose(a, out):
+    tile = cuda.shared.array((TILE, TILE + 1), np.float32)       # +1: no bank conflicts on the column read
+    x, y = cuda.grid(2)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    if y < a.shape[0] and x < a.shape[1]:
+        tile[ty, tx] = a[y, x]
+    cuda.syncthreads()
+    ox = cuda.blockIdx.y * TILE + tx
+    oy = cuda.blockIdx.x * TILE + ty
+    if oy < out.shape[0] and ox < out.shape[1]:
+        out[oy, ox] = tile[tx, ty]
+
+
+def test_transpose_through_shared_memory_on_a_2d_grid():
+    a = rng.standard_normal((40, 70)).astype(np.float32)
+    out = cuda.device_array((70, 40), np.float32)
+    transpose[((70 + 15) // 16, (40 + 15) // 16), (16, 16)](cuda.to_device(a), out)
+    assert np.array_equal(out.copy_to_host(), a.T)
+
+
+@cuda.jit
+def histogram(data, bins):
+    local = cuda.shared.array(16, np.int32)
+    t = cuda.threadIdx.x
+    if t < 16:
+        local[t] = 0
+    cuda.syncthreads()
+    i = cuda.grid(1)
+    if i < data.size:
+        cuda.atomic.add(local, data[i] % 16, 1)
+    cuda.syncthreads()
+    if t < 16:
+        cuda.atomic.add(bins, t, local[t])
+
+
+def test_histogram_with_shared_and_global_atomics():
+    data = rng.integers(0, 1000, 3000).astype(np.int32)
+    bins = cuda.to_device(np.zeros(16, np.int32))
+    histogram[12, 256](cuda.to_device(data), bins)
+    assert np.array_equal(bins.copy_to_host(), np.bincount(data % 16, minlength=16))
+
+
+@cuda.jit
+def tiled_matmul(a, b, c):
+    sa = cuda.shared.array((TILE, TILE), np.float32)
+    sb = cuda.shared.array((TILE, TILE), np.float32)
+    col, row = cuda.grid(2)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    acc = 0.0
+    for k0 in range(0, a.shape[1], TILE):
+        sa[ty, tx] = a[row, k0 + tx] if row < a.shape[0] and k0 + tx < a.shape[1] else 0.0
+        sb[ty, tx] = b[k0 + ty, col] if k0 + ty < b.shape[0] and col < b.shape[1] else 0.0
+        cuda.syncthreads()
+        for k in range(TILE):
+            acc += sa[ty, k] * sb[k, tx]
+        cuda.syncthreads()
+    if row < c.shape[0] and col < c.shape[1]:
+        c[row, col] = acc
+
+
+def test_tiled_matmul_and_its_compile_cache():
+    a = rng.standard_normal((50, 37)).astype(np.float32)
+    b = rng.standard_normal((37, 45)).astype(np.float32)
+    c = cuda.device_array((50, 45), np.float32)
+    with trace() as t:
+        tiled_matmul[(3, 4), (16, 16)](cuda.to_device(a), cuda.to_device(b), c)
+        cuda.synchronize()
+    assert np.allclose(c.copy_to_host(), a @ b, rtol=1e-4, atol=1e-4)
+    assert not t.first(3, "compile").args["cached"]
+    again = cuda.jit(tiled_matmul.py_func)                        # a fresh dispatcher, as in a new process
+    with trace() as t:
+        again[(3, 4), (16, 16)](cuda.to_device(a), cuda.to_device(b), c)
+    assert t.first(3, "compile").args["cached"]
+
+
+@cuda.jit
+def softmax_rows(x, out):
+    row = cuda.blockIdx.x
+    t = cuda.threadIdx.x
+    s = cuda.shared.array(128, np.float32)
+    n = x.shape[1]
+    m = -math.inf
+    for j in range(t, n, 128):
+        m = max(m, x[row, j])
+    s[t] = m
+    cuda.syncthreads()
+    stride = 64
+    while stride > 0:
+        if t < stride:
+            s[t] = max(s[t], s[t + stride])
+        cuda.syncthreads()
+        stride //= 2
+    m = s[0]
+    cuda.syncthreads()
+    total = 0.0
+    for j in range(t, n, 128):
+        total += math.exp(x[row, j] - m)
+    s[t] = total
+    cuda.syncthreads()
+    stride = 64
+    while stride > 0:
+        if t < stride:
+            s[t] += s[t + stride]
+        cuda.syncthreads()
+        stride //= 2
+    for j in range(t, n, 128):
+        out[row, j] = math.exp(x[row, j] - m) / s[0]
+
+
+def test_softmax_rows():
+    x = (rng.standard_normal((6, 300)) * 4).astype(np.float32)
+    out = cuda.device_array_like(x)
+    softmax_rows[6, 128](cuda.to_device(x), out)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    assert np.allclose(out.copy_to_host(), e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+@cuda.jit
+def stencil(x, out):
+    halo = cuda.shared.array(0, np.float32)            # dynamic: blockDim.x + 2 elements
+    t = cuda.threadIdx.x
+    i = cuda.grid(1)
+    n = x.size
+    halo[t + 1] = x[i] if i < n else 0.0
+    if t == 0:
+        halo[0] = x[i - 1] if i > 0 else 0.0
+    if t == cuda.blockDim.x - 1:
+        halo[t + 2] = x[i + 1] if i + 1 < n else 0.0
+    cuda.syncthreads()
+    if i < n:
+        out[i] = 0.25 * halo[t] + 0.5 * halo[t + 1] + 0.25 * halo[t + 2]
+
+
+def test_stencil_with_dynamic_shared_memory():
+    x = rng.standard_normal(1000).astype(np.float32)
+    out = cuda.device_array_like(x)
+    stencil[4, 256, 0, (256 + 2) * 4](cuda.to_device(x), out)
+    padded = np.concatenate([[0], x, [0]])
+    assert np.allclose(out.copy_to_host(), 0.25 * padded[:-2] + 0.5 * padded[1:-1] + 0.25 * padded[2:], atol=1e-6)
+
+
+@cuda.jit
+def index_3d(out):
+    x, y, z = cuda.grid(3)
+    nx, ny, nz = cuda.gridsize(3)
+    if x < out.shape[2] and y < out.shape[1] and z < out.shape[0]:
+        out[z, y, x] = x + 10 * y + 100 * z + 1000 * (nx * ny * nz > 0)
+
+
+def test_3d_grids():
+    out = cuda.device_array((3, 5, 7), np.int32)
+    index_3d[(2, 2, 3), (4, 4, 1)](out)
+    z, y, x = np.indices((3, 5, 7))
+    assert np.array_equal(out.copy_to_host(), x + 10 * y + 100 * z + 1000)
+
+
+@cuda.jit(device=True)
+def collatz_steps(n):
+    steps = 0
+    while n != 1:
+        if n % 2 == 0:
+            n = n // 2
+        else:
+            n = 3 * n + 1
+        steps += 1
+    return steps
+
+
+@cuda.jit
+def collatz(start, out):
+    i = cuda.grid(1)
+    if i < start.size:
+        out[i] = collatz_steps(start[i])
+
+
+def test_divergence_heavy_loops_in_a_device_function():
+    start = rng.integers(1, 3000, 500).astype(np.int64)
+    out = cuda.device_array(500, np.int64)
+    collatz[2, 256](cuda.to_device(start), out)
+
+    def steps(n):
+        k = 0
+        while n != 1:
+            n = n // 2 if n % 2 == 0 else 3 * n + 1
+            k += 1
+        return k
+    assert list(out.copy_to_host()) == [steps(int(n)) for n in start]
+
+
+@cuda.jit
+def sort_small_rows(x, out):
+    i = cuda.grid(1)
+    buf = cuda.local.array(8, np.float32)
+    if i < x.shape[0]:
+        n = x.shape[1]
+        for k in range(n):
+            buf[k] = x[i, k]
+        for a in range(1, n):                         # insertion sort: run-time indices, local memory
+            v = buf[a]
+            b = a - 1
+            while b >= 0 and buf[b] > v:
+                buf[b + 1] = buf[b]
+                b -= 1
+            buf[b + 1] = v
+        for k in range(n):
+            out[i, k] = buf[k]
+
+
+def test_local_arrays_indexed_at_run_time_live_in_local_memory():
+    x = rng.standard_normal((64, 8)).astype(np.float32)
+    out = cuda.device_array_like(x)
+    sort_small_rows[1, 64](cuda.to_device(x), out)
+    assert np.array_equal(out.copy_to_host(), np.sort(x, axis=1))
+    assert "32 bytes lmem" in sort_small_rows.resources()
+
+
+@cuda.jit
+def int_division(a, b, q, r):
+    i = cuda.grid(1)
+    if i < a.size:
+        q[i] = a[i] // b[i]
+        r[i] = a[i] % b[i]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32])
+def test_integer_division_follows_python(dtype):
+    lo = 0 if dtype == np.uint32 else -2**31
+    a = rng.integers(lo, 2**31 - 1, 600).astype(dtype)
+    b = rng.integers(1, 5000, 600).astype(dtype)
+    if dtype != np.uint32:
+        b[::2] *= -1
+    q, r = cuda.device_array_like(a), cuda.device_array_like(a)
+    int_division[3, 256](cuda.to_device(a), cuda.to_device(b), q, r)
+    assert np.array_equal(q.copy_to_host(), a // b) and np.array_equal(r.copy_to_host(), a % b)
+
+
+@cuda.jit
+def votes_and_ballots(x, out):
+    i = cuda.grid(1)
+    positive = x[i] > 0
+    out[i, 0] = cuda.ballot_sync(0xFFFFFFFF, positive)
+    out[i, 1] = cuda.any_sync(0xFFFFFFFF, positive)
+    out[i, 2] = cuda.all_sync(0xFFFFFFFF, positive)
+    out[i, 3] = cuda.shfl_sync(0xFFFFFFFF, x[i], 5)
+    out[i, 4] = cuda.shfl_up_sync(0xFFFFFFFF, x[i], 1)
+
+
+def test_warp_votes_and_shuffles():
+    x = rng.integers(-3, 10, 64).astype(np.int32)
+    x[32:] = np.abs(x[32:]) + 1                           # the second warp is all positive
+    out = cuda.device_array((64, 5), np.int64)
+    votes_and_ballots[1, 64](cuda.to_device(x), out)
+    got = out.copy_to_host()
+    for w in range(2):
+        lanes = x[32 * w:32 * w + 32]
+        rows = got[32 * w:32 * w + 32]
+        assert (rows[:, 0] == sum(1 << k for k in range(32) if lanes[k] > 0)).all()
+        assert (rows[:, 1] == (lanes > 0).any()).all() and (rows[:, 2] == (lanes > 0).all()).all()
+        assert (rows[:, 3] == lanes[5]).all()
+        assert list(rows[:, 4]) == [lanes[0], *lanes[:31]]
+
+
+@cuda.jit
+def special_math(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        v = x[i]
+        out[i, 0] = math.erf(v)
+        out[i, 1] = math.tanh(v)
+        out[i, 2] = math.hypot(v, 1.5)
+        out[i, 3] = math.log10(abs(v) + 1)
+
+
+def test_math_functions():
+    x = np.linspace(-3, 3, 100).astype(np.float32)
+    out = cuda.device_array((100, 4), np.float32)
+    special_math[1, 128](cuda.to_device(x), out)
+    got = out.copy_to_host()
+    erf = np.array([math.erf(v) for v in x.astype(np.float64)])
+    assert np.allclose(got[:, 0], erf, atol=3e-7)
+    assert np.allclose(got[:, 1], np.tanh(x), atol=1e-6)
+    assert np.allclose(got[:, 2], np.hypot(x, 1.5), rtol=1e-6)
+    assert np.allclose(got[:, 3], np.log10(np.abs(x) + 1), rtol=1e-6, atol=1e-7)
+
+
+def test_device_function_errors_name_the_file_and_line():
+    @cuda.jit(device=True)
+    def bad(x):
+        return x.nope
+
+    @cuda.jit
+    def uses_bad(out):
+        out[0] = bad(1.0)
+
+    with pytest.raises(cuda.CompileError, match=r"test_kernels.py:\d+: .*has no attribute 'nope'"):
+        uses_bad[1, 1](cuda.device_array(1, np.float32))
