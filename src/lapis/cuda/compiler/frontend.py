@@ -134,6 +134,7 @@ class Frontend:
         self.hints.setdefault("memory_locals", set())
         self.dynamic_shared = False
         self.inlining: list[tuple[DeviceFunction, str, ir.Block, int]] = []   # (callee, prefix, exit, loop depth)
+        self.returned_tuples: dict[str, int] = {}    # inlined call -> how many values its returns give
         self.entry = self.new_block("entry")
         self.place(self.entry)
         self.seal(self.entry)
@@ -381,7 +382,15 @@ class Frontend:
         if self.inlining:                      # in an inlined device function: the result, then its end
             _, prefix, exit_, _ = self.inlining[-1]
             if has_value:
-                self.assign_name(prefix + "$return", self.expr(node.value))
+                value = self.expr(node.value)
+                if isinstance(value, tuple):         # a tuple result: one variable per element
+                    arity = self.returned_tuples.setdefault(prefix, len(value))
+                    if arity != len(value):
+                        raise self.error("every return of a device function must give the same number of values")
+                    for k, item in enumerate(value):
+                        self.assign_name(f"{prefix}$return.{k}", item)
+                else:
+                    self.assign_name(prefix + "$return", value)
             self.jump(exit_)
             return
         if has_value:
@@ -978,6 +987,8 @@ class Frontend:
         self.seal(exit_)
         if not exit_.preds:
             raise self.error(f"device function {fn.__name__!r} never returns")
+        if prefix in self.returned_tuples:
+            return tuple(self.read(f"{prefix}$return.{k}", exit_) for k in range(self.returned_tuples[prefix]))
         result = prefix + "$return"
         if result in self.var_types:
             return self.read(result, exit_)
