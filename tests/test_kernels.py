@@ -404,3 +404,27 @@ def test_device_function_errors_name_the_file_and_line():
 
     with pytest.raises(cuda.CompileError, match=r"test_kernels.py:\d+: .*has no attribute 'nope'"):
         uses_bad[1, 1](cuda.device_array(1, np.float32))
+
+
+@cuda.jit
+def loop_work(x, out, scale, n):
+    i = cuda.grid(1)
+    acc = 0.0
+    for k in range(n):
+        w = scale * 3.0 + 1.0                          # invariant: computed once, before the loop
+        acc += x[(k * 4 + i) % x.size] * w              # k * 4: an induction variable stepping by 4
+    out[i] = acc
+
+
+def test_invariant_code_leaves_loops_and_multiplies_become_adds():
+    x = rng.standard_normal(64).astype(np.float32)
+    out = cuda.device_array(16, np.float32)
+    loop_work[1, 16](cuda.to_device(x), out, np.float32(0.5), 10)
+    idx = (np.arange(10)[None, :] * 4 + np.arange(16)[:, None]) % 64
+    assert np.allclose(out.copy_to_host(), (x[idx] * 2.5).sum(axis=1), rtol=1e-5)
+    ir_text = loop_work.inspect_ir()
+    loop = ir_text[ir_text.index("\nfor"):ir_text.index("\nendfor")]
+    before = ir_text[:ir_text.index("\nfor")]
+    multiplies = [line for line in loop.splitlines() if "= mul" in line]
+    assert len(multiplies) == 1 and "float32 = mul" in multiplies[0]      # only x[...] * w is left
+    assert "float32 = mul" in before and "float32 = add" in before        # w, before the loop

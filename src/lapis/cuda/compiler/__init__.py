@@ -60,13 +60,15 @@ def compile_kernel(pyfunc, argtypes) -> CompiledKernel:
         compiled = cache.load(cache_key) if cache_key else None
         info.update(cached=compiled is not None)
         if compiled is None:
-            compiled = _compile(pyfunc, argtypes, info)
+            compiled = _compile(pyfunc, argtypes)
             if cache_key:
                 cache.store(cache_key, compiled)
+        info.update(registers=compiled.registers, instructions=len(compiled.instructions),
+                    shared_bytes=compiled.shared_bytes, local_bytes=compiled.local_bytes)
     return compiled
 
 
-def _compile(pyfunc, argtypes, info: dict) -> CompiledKernel:
+def _compile(pyfunc, argtypes) -> CompiledKernel:
     """Every stage, from source to code object (the dump directory gets each stage's output)."""
     func = build_ir(pyfunc, list(argtypes))
     passes.optimize(func)
@@ -89,7 +91,6 @@ def _compile(pyfunc, argtypes, info: dict) -> CompiledKernel:
     compiled = CompiledKernel(func.name, tuple(argtypes), ir_text, machine_ir, insts, registers, predicates,
                               func.shared_bytes, func.local_bytes, func.kernarg_size, func.arg_layout, code_object,
                               func.variable_types)
-    info.update(registers=registers, instructions=len(insts), shared_bytes=func.shared_bytes)
     dump = os.environ.get("LAPIS_DUMP_DIR")
     if dump:
         os.makedirs(dump, exist_ok=True)

@@ -17,7 +17,7 @@ import math
 import struct
 from dataclasses import dataclass, field
 
-from lapis.cuda.compiler import ir
+from lapis.cuda.compiler import ir, passes
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.frontend import CompileError
 from lapis.isa import Const, Imm, float_bits
@@ -97,6 +97,7 @@ class InstructionSelector:
         self.next_vreg = 0
         self.vmap: dict[ir.Value, VReg] = {}
         self.const_regs: dict[tuple, VReg] = {}
+        self.const_home: dict[str, MBlock] = {}
         self.addr_cache: dict[tuple, VReg] = {}
         self.uses = func.uses()
         self.fused: set[ir.Value] = set()
@@ -118,13 +119,19 @@ class InstructionSelector:
         return inst
 
     def reg(self, v: ir.Value) -> VReg:
-        """v in a register (materializing constants into the current block)."""
+        """v in a register (materializing constants before the loops they are used in)."""
         if v.op == "const":
-            key = (self.block.label, v.type, repr(v.attrs["value"]))
+            home = self.const_home.get(self.block.label, self.block)
+            key = (home.label, v.type, repr(v.attrs["value"]))
             r = self.const_regs.get(key)
             if r is None:
                 r = self.const_regs[key] = self.new(v.type)
-                self.load_const(r, v.type, v.attrs["value"])
+                current, self.block = self.block, home
+                tail = [i for i in home.insts[::-1] if i.op in ("BRA", "EXIT")] if home is not current else []
+                del home.insts[len(home.insts) - len(tail):]
+                self.load_const(r, v.type, v.attrs["value"])         # before the preheader's jump
+                home.insts.extend(tail[::-1])
+                self.block = current
             return r
         if v not in self.vmap:
             raise self.error(v, f"internal: {v.name} ({v.op}) used before it was selected")
@@ -158,6 +165,11 @@ class InstructionSelector:
     # -- driver ------------------------------------------------------------------------------
     def run(self) -> list[MBlock]:
         blocks = [MBlock(b.name, succs=[s.name for s in b.succs]) for b in self.func.blocks]
+        by_name = {b.label: b for b in blocks}
+        self.const_home = {}                  # a loop's blocks load constants in its outermost preheader
+        for _, body, preheader in passes.loops(self.func):      # innermost first: outer loops win
+            for b in body:
+                self.const_home[b.name] = by_name[preheader.name]
         for b in self.func.blocks:
             for phi in b.phis:
                 self.vmap[phi] = self.new(phi.type)

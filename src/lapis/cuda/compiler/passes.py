@@ -3,6 +3,10 @@
   remove_trivial_phis   a phi whose inputs are all one value (or itself) is that value
   dominator_cse         a pure operation repeated in a block its first copy dominates is
                         replaced by that copy (global value numbering over the dominator tree)
+  hoist_invariants      loop-invariant code motion: a pure operation whose operands are all
+                        defined outside a loop moves to the loop's preheader
+  reduce_strength       i * c, for an induction variable i stepping by a constant, becomes a
+                        second induction variable stepping by step * c (a multiply becomes an add)
   eliminate_dead_code   drop values nothing uses (stores and barriers stay)
   split_critical_edges  give every phi copy a block of its own to live in
 
@@ -11,6 +15,7 @@ built the IR.
 """
 
 from lapis.cuda.compiler import ir
+from lapis.cuda.compiler import types as T
 
 EFFECTS = {"store", "barrier", "atomic", "fence"}
 
@@ -121,6 +126,81 @@ def dominator_cse(func: ir.Function) -> None:
     _rewrite(func, repl)
 
 
+def loops(func: ir.Function) -> list[tuple[ir.Block, set, ir.Block]]:
+    """Natural loops, innermost first: (header, body blocks, preheader), for loops entered from one
+    block that jumps only to the header (the frontend builds every loop that way)."""
+    idom = dominators(func)
+
+    def dominates(a, b):
+        while b is not None and b is not a:
+            b = idom.get(b)
+        return b is a
+    found = []
+    for latch in func.blocks:
+        for header in latch.succs:
+            if latch not in idom or not dominates(header, latch):
+                continue
+            body, work = {header, latch}, [latch]
+            while work:
+                for p in work.pop().preds:
+                    if p not in body:
+                        body.add(p)
+                        work.append(p)
+            outside = [p for p in header.preds if p not in body]
+            if len(outside) == 1 and outside[0].succs == [header]:
+                found.append((header, body, outside[0]))
+    return sorted(found, key=lambda loop: len(loop[1]))
+
+
+def hoist_invariants(func: ir.Function) -> None:
+    for _, body, preheader in loops(func):          # innermost first, so code can climb out of nests
+        inside = {v for b in body for v in b.phis + b.instrs if v.op != "const"}
+        for b in [b for b in func.blocks if b in body]:         # layout order: definitions come first
+            for v in list(b.instrs):
+                # Conditions stay: predicates are few (7), and recomputing one costs a single ISETP.
+                if v.op in ir.PURE and v.op != "const" and v.type != T.boolean and \
+                        not any(a in inside for a in v.args):
+                    for a in v.args:                 # constants it reads come along (they dominate nothing)
+                        if a.op == "const" and a.block in body:
+                            a.block.instrs.remove(a)
+                            preheader.instrs.append(a)
+                            a.block = preheader
+                    b.instrs.remove(v)
+                    preheader.instrs.append(v)
+                    v.block = preheader
+                    inside.discard(v)
+
+
+def reduce_strength(func: ir.Function) -> None:
+    for header, body, preheader in loops(func):
+        for phi in list(header.phis):
+            if phi.type.kind not in ("int", "uint") or len(phi.args) != 2:
+                continue
+            init_pos = 0 if header.preds[0] is preheader else 1
+            init, update = phi.args[init_pos], phi.args[1 - init_pos]
+            if not (update.op == "add" and update.args[0] is phi and update.args[1].op == "const"):
+                continue
+            step = update.args[1].attrs["value"]
+            for b in body:
+                for v in list(b.instrs):
+                    if not (v.op == "mul" and v.args[0] is phi and v.args[1].op == "const" and v.type == phi.type):
+                        continue
+                    scale = func.new_value("const", phi.type, attrs=dict(v.args[1].attrs), block=preheader)
+                    start = func.new_value("mul", phi.type, [init, scale], block=preheader, line=v.line)
+                    preheader.instrs += [scale, start]
+                    delta = func.new_value("const", phi.type, attrs={"value": step * scale.attrs["value"]},
+                                           block=update.block)
+                    reduced = func.new_value("phi", phi.type, block=header, line=v.line)
+                    advanced = func.new_value("add", phi.type, [reduced, delta], block=update.block, line=v.line)
+                    reduced.args = [None, None]
+                    reduced.args[init_pos], reduced.args[1 - init_pos] = start, advanced
+                    header.phis.append(reduced)
+                    at = update.block.instrs.index(update)
+                    update.block.instrs[at + 1:at + 1] = [delta, advanced]
+                    _rewrite(func, {v: reduced})
+                    b.instrs.remove(v)
+
+
 def eliminate_dead_code(func: ir.Function) -> None:
     while True:
         uses = func.uses()
@@ -158,6 +238,9 @@ def split_critical_edges(func: ir.Function) -> None:
 
 def optimize(func: ir.Function) -> ir.Function:
     remove_trivial_phis(func)
+    dominator_cse(func)
+    hoist_invariants(func)
+    reduce_strength(func)
     dominator_cse(func)
     eliminate_dead_code(func)
     split_critical_edges(func)
