@@ -428,3 +428,30 @@ def test_invariant_code_leaves_loops_and_multiplies_become_adds():
     multiplies = [line for line in loop.splitlines() if "= mul" in line]
     assert len(multiplies) == 1 and "float32 = mul" in multiplies[0]      # only x[...] * w is left
     assert "float32 = mul" in before and "float32 = add" in before        # w, before the loop
+
+
+@cuda.jit
+def register_pressure(x, out):
+    i = cuda.grid(1)
+    buf = cuda.local.array(300, np.float32)          # constant indices: 300 values in registers at once
+    for a in range(20):
+        for b in range(15):
+            buf[a * 15 + b] = x[i] * (a * 15 + b) + 1.0
+    acc = 0.0
+    for a in range(20):
+        for b in range(15):
+            acc = acc * 0.5 + buf[299 - (a * 15 + b)]
+    out[i] = acc
+
+
+def test_more_live_values_than_registers_spill_to_local_memory():
+    x = rng.random(64).astype(np.float32)
+    out = cuda.device_array_like(x)
+    register_pressure[1, 64](cuda.to_device(x), out)
+    buf = x[:, None] * np.arange(300, dtype=np.float32)[None, :] + np.float32(1.0)
+    acc = np.zeros(64)
+    for k in range(300):
+        acc = acc * 0.5 + buf[:, 299 - k]
+    assert np.allclose(out.copy_to_host(), acc, rtol=1e-5)
+    report = register_pressure.resources()
+    assert "Used 25" in report and "bytes of spill slots" in report and " 0 bytes of spill" not in report

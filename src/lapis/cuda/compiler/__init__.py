@@ -36,6 +36,7 @@ class CompiledKernel:
     arg_layout: list
     code_object: bytes
     variable_types: dict = field(default_factory=dict)
+    spill_bytes: int = 0
 
     def listing(self) -> str:
         return disassemble(self.instructions)
@@ -45,7 +46,8 @@ class CompiledKernel:
         return (f"ptxas info    : Compiling entry function '{self.name}' for 'lapis-isa'\n"
                 f"ptxas info    : Used {self.registers} registers, {self.predicates} predicates, "
                 f"{self.shared_bytes} bytes smem, {self.local_bytes} bytes lmem, {self.kernarg_size} bytes cmem[0] "
-                f"(kernel arguments), {len(self.instructions) * INSTRUCTION_BYTES} bytes of code")
+                f"(kernel arguments), {len(self.instructions) * INSTRUCTION_BYTES} bytes of code\n"
+                f"ptxas info    : {self.spill_bytes} bytes of spill slots in local memory")
 
 
 def compile_kernel(pyfunc, argtypes) -> CompiledKernel:
@@ -75,22 +77,23 @@ def _compile(pyfunc, argtypes) -> CompiledKernel:
     ir_text = func.format()
     blocks = isel.select(func)
     machine_ir = "\n".join(f"{b.label}:\n" + "\n".join("    " + i.format() for i in b.insts) for b in blocks)
-    assignment, registers, predicates = regalloc.allocate(blocks, func)
+    assignment, registers, predicates, spill_bytes = regalloc.allocate(blocks, func)
+    local_bytes = func.local_bytes + spill_bytes
     insts = codegen.lower(blocks, assignment)
     targets = {x.branch_target(i * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
                for i, x in enumerate(insts) if x.op == "BRA"}
     insts = codegen.schedule(insts, targets)
     registers = max(registers, 1)
     kd = abi.KernelDescriptor(group_segment_fixed_size=func.shared_bytes, kernarg_size=func.kernarg_size,
-                              private_segment_fixed_size=func.local_bytes,
+                              private_segment_fixed_size=local_bytes,
                               compute_pgm_rsrc1=registers | (1 if any(i.op == "BAR" for i in insts) else 0) << 8)
     meta = {"args": [{"name": n, **entry} for (n, _), entry in zip(func.params, func.arg_layout, strict=True)],
             "registers": registers, "predicates": predicates, "shared_bytes": func.shared_bytes,
-            "local_bytes": func.local_bytes, "kernarg_size": func.kernarg_size}
+            "local_bytes": local_bytes, "spill_bytes": spill_bytes, "kernarg_size": func.kernarg_size}
     code_object = CodeObject([KernelCode(func.name, encode_program(insts), kd, meta)]).to_bytes()
     compiled = CompiledKernel(func.name, tuple(argtypes), ir_text, machine_ir, insts, registers, predicates,
-                              func.shared_bytes, func.local_bytes, func.kernarg_size, func.arg_layout, code_object,
-                              func.variable_types)
+                              func.shared_bytes, local_bytes, func.kernarg_size, func.arg_layout, code_object,
+                              func.variable_types, spill_bytes)
     dump = os.environ.get("LAPIS_DUMP_DIR")
     if dump:
         os.makedirs(dump, exist_ok=True)

@@ -8,13 +8,23 @@ even-aligned pair for 64-bit values; predicates come from their own file of seve
 register whose interval ends at an instruction may be the destination of that same
 instruction: the hardware reads every source before it writes.
 
-Spilling to local memory is not implemented yet: a kernel that needs more than 255
-registers (or 7 predicates) live at once gets a clear error.
+When more than 255 registers would be live at once, the value live the longest is spilled
+to local memory: it gets a slot in the thread's local segment, each definition is followed
+by a store (STL) to the slot and each use preceded by a load (LDL) into a fresh register
+that lives for one instruction, and allocation runs again. Predicates are not spilled: a
+kernel with more than 7 conditions live at once gets a clear error.
 """
 
 from lapis.cuda.compiler.frontend import CompileError
-from lapis.cuda.compiler.isel import MBlock
-from lapis.isa import NUM_PREDICATES, NUM_REGISTERS
+from lapis.cuda.compiler.isel import MBlock, MInst, VReg
+from lapis.isa import NUM_PREDICATES, NUM_REGISTERS, Imm
+
+MAX_SPILL_ROUNDS = 512
+
+
+class _OutOfRegisters(Exception):
+    def __init__(self, victim: VReg):
+        self.victim = victim
 
 
 def liveness(blocks: list[MBlock]) -> tuple[dict, dict, dict]:
@@ -64,11 +74,55 @@ def intervals(blocks: list[MBlock]) -> dict:
     return span
 
 
-def allocate(blocks: list[MBlock], func) -> tuple[dict, int, int]:
-    """Map each virtual register to a physical index; returns (map, registers used, predicates used)."""
+def allocate(blocks: list[MBlock], func, registers: int = NUM_REGISTERS) -> tuple[dict, int, int, int]:
+    """Map each virtual register to a physical index, spilling as needed.
+
+    Returns (map, registers used, predicates used, spill bytes); the spill slots start at
+    `func.local_bytes` (after the local arrays kept in memory)."""
+    slots: dict[int, int] = {}
+    reloads: set[int] = set()                # registers made by spilling: never spilled again
+    for _ in range(MAX_SPILL_ROUNDS):
+        try:
+            assignment, used, preds = _linear_scan(blocks, func, registers, reloads)
+            return assignment, used, preds, -(-sum(4 * w for w in slots.values()) // 8) * 8
+        except _OutOfRegisters as e:
+            offset = func.local_bytes + sum(4 * w for w in slots.values())
+            offset = -(-offset // (4 * e.victim.width)) * 4 * e.victim.width
+            slots[e.victim.id] = e.victim.width
+            _spill(blocks, e.victim, offset, reloads)
+    raise CompileError(f"register allocation did not converge after {MAX_SPILL_ROUNDS} spills",
+                       func.filename, func.first_line, func.name)
+
+
+def _spill(blocks: list[MBlock], victim: VReg, offset: int, reloads: set[int]) -> None:
+    """Rewrite every definition of `victim` to be followed by a store, every use preceded by a load."""
+    next_id = max(r.id for b in blocks for i in b.insts for r in (*i.uses(), *i.defs())) + 1
+    width = {"w": "64"} if victim.width == 2 else {}
+    for b in blocks:
+        out = []
+        for inst in b.insts:
+            if victim in inst.uses():
+                tmp = VReg(next_id, victim.width)
+                next_id += 1
+                reloads.add(tmp.id)
+                out.append(MInst("LDL", mods=dict(width), rd=tmp, ra=VReg(-1), b=Imm(offset)))
+                for field in ("ra", "b", "rc"):
+                    if getattr(inst, field) is victim:
+                        setattr(inst, field, tmp)
+            out.append(inst)
+            if victim in inst.defs():
+                tmp = VReg(next_id, victim.width)
+                next_id += 1
+                reloads.add(tmp.id)
+                inst.rd = tmp
+                out.append(MInst("STL", mods=dict(width), ra=VReg(-1), b=Imm(offset), rc=tmp, guard=inst.guard))
+        b.insts = out
+
+
+def _linear_scan(blocks: list[MBlock], func, registers: int, reloads: set[int]) -> tuple[dict, int, int]:
     span = intervals(blocks)
     assignment: dict = {}
-    regs_free = [True] * NUM_REGISTERS
+    regs_free = [True] * registers
     preds_free = [True] * NUM_PREDICATES
     active: list = []
     used_regs = used_preds = 0
@@ -91,12 +145,16 @@ def allocate(blocks: list[MBlock], func) -> tuple[dict, int, int]:
             used_preds = max(used_preds, index + 1)
         else:
             step = vreg.width
-            index = next((i for i in range(0, NUM_REGISTERS - step + 1, step)
+            index = next((i for i in range(0, registers - step + 1, step)
                           if all(regs_free[i:i + step])), None)
-            if index is None:
-                raise CompileError(f"kernel needs more than {NUM_REGISTERS} registers live at once; spilling to "
-                                   "local memory is not implemented yet (use smaller tiles or fewer locals)",
-                                   func.filename, func.first_line, func.name)
+            if index is None:                    # spill what lives longest (not a spill's own reload)
+                candidates = [(e, v) for v, e in active if not v.pred and v.id not in reloads]
+                if vreg.id not in reloads:
+                    candidates.append((end, vreg))
+                if not candidates:
+                    raise CompileError(f"kernel needs more than {registers} registers at one instruction",
+                                       func.filename, func.first_line, func.name)
+                raise _OutOfRegisters(max(candidates, key=lambda c: (c[0], c[1].id))[1])
             for k in range(step):
                 regs_free[index + k] = False
             used_regs = max(used_regs, index + step)
