@@ -455,3 +455,31 @@ def test_more_live_values_than_registers_spill_to_local_memory():
     assert np.allclose(out.copy_to_host(), acc, rtol=1e-5)
     report = register_pressure.resources()
     assert "Used 25" in report and "bytes of spill slots" in report and " 0 bytes of spill" not in report
+
+
+@cuda.jit
+def half_arithmetic(a, b, out, mixed):
+    i = cuda.grid(1)
+    if i < a.size:
+        x, y = a[i], b[i]
+        out[i, 0] = x + y
+        out[i, 1] = x * y - y
+        out[i, 2] = x / y
+        out[i, 3] = max(x, y)
+        out[i, 4] = math.sqrt(abs(x))
+        mixed[i] = x * 2.0 + 1.0 if x < y else x          # half stays half; stored as float32
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+def test_float16_and_bfloat16_round_like_the_format(dtype):
+    import ml_dtypes
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    a, b = (rng.random(100) * 4 + 0.5).astype(dt), (rng.random(100) * 4 + 0.5).astype(dt)
+    out, mixed = cuda.device_array((100, 5), dt), cuda.device_array(100, np.float32)
+    half_arithmetic[1, 128](cuda.to_device(a), cuda.to_device(b), out, mixed)
+    x, y = a.astype(np.float32), b.astype(np.float32)
+    expected = [x + y, (x * y).astype(dt).astype(np.float32) - y, x / y, np.maximum(x, y), np.sqrt(x)]
+    got = out.copy_to_host()
+    for k, e in enumerate(expected):
+        assert np.array_equal(got[:, k].view(np.uint16), e.astype(dt).view(np.uint16)), k
+    assert np.array_equal(mixed.copy_to_host(), np.where(x < y, (x * 2 + 1).astype(dt).astype(np.float32), x))

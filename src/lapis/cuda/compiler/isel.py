@@ -17,6 +17,8 @@ import math
 import struct
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from lapis.cuda.compiler import ir, passes
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.frontend import CompileError
@@ -148,13 +150,15 @@ class InstructionSelector:
 
     @staticmethod
     def imm(t, value) -> Imm:
+        if t.kind == "float" and t.bits == 16:           # the half's bits, in the low half
+            return Imm(int(np.asarray(value, t.dtype).view(np.uint16)))
         return Imm(float_bits(value) if t.kind == "float" else int(value) & 0xFFFFFFFF)
 
     def operand_b(self, v: ir.Value):
         """v as operand B: an immediate when it is a constant that fits, else a register."""
         if v.op == "const":
             t, value = v.type, v.attrs["value"]
-            if t.bits == 32:
+            if t.bits in (16, 32):
                 return self.imm(t, value)
             if t.kind in ("int", "uint") and -2**31 <= value < 2**31:
                 return Imm(value & 0xFFFFFFFF)      # 64-bit integer ops sign-extend a 32-bit immediate
@@ -430,18 +434,18 @@ class InstructionSelector:
             else:
                 self.emit("I2I", mods={"to": "S32", "fr": "S64"}, rd=r, b=a)
         elif sk == dk == "float":
-            self.emit("F2F", mods={"to": f"F{dst.bits}", "fr": f"F{src.bits}"}, rd=r, b=a)
+            self.emit("F2F", mods={"to": dst.isa_format, "fr": src.isa_format}, rd=r, b=a)
         elif dk == "float":
-            self.emit("I2F", mods={"to": f"F{dst.bits}", "fr": _int_class(src) if src.bits == 32 else "S64"},
+            self.emit("I2F", mods={"to": dst.isa_format, "fr": _int_class(src) if src.bits == 32 else "S64"},
                       rd=r, b=a)
         else:
             if dst.bits == 64 or dst.kind == "uint":
                 wide = r if dst.bits == 64 else self.new(T.int64)
-                self.emit("F2I", mods={"to": "S64", "fr": f"F{src.bits}", "rnd": "TRUNC"}, rd=wide, b=a)
+                self.emit("F2I", mods={"to": "S64", "fr": src.isa_format, "rnd": "TRUNC"}, rd=wide, b=a)
                 if wide is not r:
                     self.emit("I2I", mods={"to": "S32", "fr": "S64"}, rd=r, b=wide)
             else:
-                self.emit("F2I", mods={"to": "S32", "fr": f"F{src.bits}", "rnd": "TRUNC"}, rd=r, b=a)
+                self.emit("F2I", mods={"to": "S32", "fr": src.isa_format, "rnd": "TRUNC"}, rd=r, b=a)
         return r
 
     # -- division -----------------------------------------------------------------------------
@@ -743,7 +747,7 @@ class InstructionSelector:
         space = v.attrs["space"]
         base, offset = self.address(v.args[0])
         t = v.type
-        width = {1: "U8", 8: "64"}.get(t.itemsize, "")
+        width = {1: "U8", 2: "U16", 8: "64"}.get(t.itemsize, "")
         r = self.new(t)
         dst = self.new(T.int32) if t == T.boolean else r
         if space == "global":
@@ -762,7 +766,7 @@ class InstructionSelector:
         space = v.attrs["space"]
         base, offset = self.address(addr)
         t = value.type
-        width = {1: "U8", 8: "64"}.get(t.itemsize, "")
+        width = {1: "U8", 2: "U16", 8: "64"}.get(t.itemsize, "")
         src = self.reg(value)
         if t == T.boolean:
             data = self.new(T.int32)

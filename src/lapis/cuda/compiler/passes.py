@@ -8,6 +8,7 @@
   reduce_strength       i * c, for an induction variable i stepping by a constant, becomes a
                         second induction variable stepping by step * c (a multiply becomes an add)
   eliminate_dead_code   drop values nothing uses (stores and barriers stay)
+  legalize_halves       float16/bfloat16 arithmetic becomes float32 arithmetic between casts
   split_critical_edges  give every phi copy a block of its own to live in
 
 Constant folding, local CSE and small-loop unrolling already happened while the frontend
@@ -201,6 +202,32 @@ def reduce_strength(func: ir.Function) -> None:
                     b.instrs.remove(v)
 
 
+_HALF_ARITHMETIC = {"add", "sub", "mul", "fdiv", "div", "mod", "min", "max", "neg", "math"}
+
+
+def legalize_halves(func: ir.Function) -> None:
+    """Compute half-precision operations in float32 and round back: one F2F each way."""
+    for b in func.blocks:
+        out = []
+        for v in b.instrs:
+            halves_in = [a for a in v.args if getattr(a.type, "half", False)]
+            if v.op in _HALF_ARITHMETIC and v.type.half or v.op == "cmp" and halves_in:
+                args = []
+                for a in v.args:
+                    if getattr(a.type, "half", False):
+                        a = func.new_value("cast", T.float32, [a], block=b, line=v.line)
+                        out.append(a)
+                    args.append(a)
+                if v.op == "cmp":
+                    v.args = args
+                else:                       # v becomes the rounding back, so its users keep it
+                    wide = func.new_value(v.op, T.float32, args, dict(v.attrs), block=b, line=v.line)
+                    out.append(wide)
+                    v.op, v.args, v.attrs = "cast", [wide], {}
+            out.append(v)
+        b.instrs = out
+
+
 def eliminate_dead_code(func: ir.Function) -> None:
     while True:
         uses = func.uses()
@@ -243,5 +270,6 @@ def optimize(func: ir.Function) -> ir.Function:
     reduce_strength(func)
     dominator_cse(func)
     eliminate_dead_code(func)
+    legalize_halves(func)
     split_critical_edges(func)
     return func

@@ -1,6 +1,9 @@
 """Layer 3 compiler: the types of the kernel language and numba's rules for combining them.
 
-Scalars are int32, int64, uint32, float32, float64 and bool. Kernel arguments follow numba:
+Scalars are int32, int64, uint32, float16, bfloat16, float32, float64 and bool. The half
+types are storage and arithmetic types (float16 + float16 is float16), computed in float32
+and rounded back (`passes.legalize_halves`), which for +, -, *, / and sqrt gives the
+correctly rounded half result. Kernel arguments follow numba:
 a Python int is int64, a Python float is float64, a device array is an array of its dtype
 with its number of dimensions and layout ("C", "F" or "A"). Arithmetic follows numba
 (int32 + int64 -> int64, any int + float32 -> float64, int / int -> float64). One
@@ -11,6 +14,7 @@ assigned only literals is int64 or float64, as in numba.
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 
 
@@ -22,7 +26,19 @@ class Scalar:
 
     @property
     def dtype(self) -> np.dtype:
+        if self.name == "bfloat16":
+            return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(np.bool_) if self.kind == "bool" else np.dtype(self.name)
+
+    @property
+    def half(self) -> bool:
+        """A 16-bit float, kept in the low half of a 32-bit register."""
+        return self.kind == "float" and self.bits == 16
+
+    @property
+    def isa_format(self) -> str:
+        """The name the ISA's conversions use for this float format."""
+        return {"float16": "F16", "bfloat16": "BF16", "float32": "F32", "float64": "F64"}[self.name]
 
     @property
     def itemsize(self) -> int:
@@ -49,11 +65,13 @@ class Weak:
 int32 = Scalar("int32", "int", 32)
 int64 = Scalar("int64", "int", 64)
 uint32 = Scalar("uint32", "uint", 32)
+float16 = Scalar("float16", "float", 16)
+bfloat16 = Scalar("bfloat16", "float", 16)
 float32 = Scalar("float32", "float", 32)
 float64 = Scalar("float64", "float", 64)
 boolean = Scalar("bool", "bool", 1)
 WEAK_INT, WEAK_FLOAT = Weak("int"), Weak("float")
-SCALARS = {t.name: t for t in (int32, int64, uint32, float32, float64, boolean)}
+SCALARS = {t.name: t for t in (int32, int64, uint32, float16, bfloat16, float32, float64, boolean)}
 
 
 @dataclass(frozen=True)
@@ -120,7 +138,9 @@ def unify(a, b):
         return a
     if a.kind == "float" or b.kind == "float":
         if a.kind == "float" and b.kind == "float":
-            return float64
+            if a.bits == b.bits:             # float16 meets bfloat16
+                return float32
+            return a if a.bits > b.bits else b
         f = a if a.kind == "float" else b
         i = b if f is a else a
         return float32 if f == float32 and i.bits <= 16 else float64
