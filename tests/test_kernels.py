@@ -483,3 +483,27 @@ def test_float16_and_bfloat16_round_like_the_format(dtype):
     for k, e in enumerate(expected):
         assert np.array_equal(got[:, k].view(np.uint16), e.astype(dt).view(np.uint16)), k
     assert np.array_equal(mixed.copy_to_host(), np.where(x < y, (x * 2 + 1).astype(dt).astype(np.float32), x))
+
+
+COEFFICIENTS = np.array([0.25, 0.5, 0.25], np.float32)
+OFFSETS = np.arange(12, dtype=np.int32).reshape(3, 4) * 10
+
+
+@cuda.jit
+def smooth_with_constants(x, out):
+    c = cuda.const.array_like(COEFFICIENTS)
+    table = cuda.const.array_like(OFFSETS)
+    i = cuda.grid(1)
+    if 0 < i < x.size - 1:
+        out[i] = c[0] * x[i - 1] + c[1] * x[i] + c[2] * x[i + 1] + table[i % 3, i % 4]
+
+
+def test_constant_arrays_are_baked_in_and_copied_once():
+    x = rng.random(50).astype(np.float32)
+    out = cuda.to_device(np.zeros(50, np.float32))
+    for _ in range(2):
+        smooth_with_constants[1, 64](cuda.to_device(x), out)
+    i = np.arange(1, 49)
+    expected = 0.25 * x[i - 1] + 0.5 * x[i] + 0.25 * x[i + 1] + OFFSETS[i % 3, i % 4]
+    assert np.allclose(out.copy_to_host()[1:49], expected)
+    assert len(smooth_with_constants._const_copies) == 2          # one device copy per array, reused

@@ -56,6 +56,7 @@ class Dispatcher:
         self.__doc__ = pyfunc.__doc__
         self.api = api
         self.overloads: dict[tuple, CompiledKernel] = {}
+        self._const_copies: dict[tuple, DeviceNDArray] = {}     # (context, data) -> its copy on the device
 
     def __repr__(self) -> str:
         return f"<lapis kernel {self.__name__}>"
@@ -125,7 +126,8 @@ class Dispatcher:
         if compiled.shared_bytes + shared > device.MAX_SHARED_MEMORY_PER_BLOCK:
             raise LaunchError(f"kernel {self.__name__!r} needs {compiled.shared_bytes + shared} bytes of shared "
                               f"memory per block; {device.name} has {device.MAX_SHARED_MEMORY_PER_BLOCK}")
-        kernargs = pack_kernargs(compiled.arg_layout, list(args))
+        hidden = [self._const_copy(context, data) for data in compiled.const_arrays]
+        kernargs = pack_kernargs(compiled.arg_layout, list(args) + hidden)
         if len(kernargs) > abi.MAX_KERNARG_BYTES:
             raise LaunchError(f"kernel {self.__name__!r} takes {len(kernargs)} bytes of arguments; the limit is "
                               f"{abi.MAX_KERNARG_BYTES}")
@@ -137,6 +139,16 @@ class Dispatcher:
                        kernarg_bytes=len(kernargs), kernarg_hex=kernargs.hex(),
                        instructions=len(compiled.instructions))
         context.launch(compiled, kernargs, grid, block, shared)
+
+
+    def _const_copy(self, context, data: np.ndarray) -> DeviceNDArray:
+        """A cuda.const.array_like array on the device: copied once per context, then reused."""
+        key = (id(context), id(data))
+        copy = self._const_copies.get(key)
+        if copy is None:
+            copy = self._const_copies[key] = DeviceNDArray.allocate(context, data.shape, data.dtype, "C")
+            copy.copy_to_device(data)
+        return copy
 
 
 class LaunchConfiguration:

@@ -37,6 +37,7 @@ class CompiledKernel:
     code_object: bytes
     variable_types: dict = field(default_factory=dict)
     spill_bytes: int = 0
+    const_arrays: list = field(default_factory=list)    # hidden arguments after the kernel's own
 
     def listing(self) -> str:
         return disassemble(self.instructions)
@@ -87,13 +88,14 @@ def _compile(pyfunc, argtypes) -> CompiledKernel:
     kd = abi.KernelDescriptor(group_segment_fixed_size=func.shared_bytes, kernarg_size=func.kernarg_size,
                               private_segment_fixed_size=local_bytes,
                               compute_pgm_rsrc1=registers | (1 if any(i.op == "BAR" for i in insts) else 0) << 8)
-    meta = {"args": [{"name": n, **entry} for (n, _), entry in zip(func.params, func.arg_layout, strict=True)],
+    named = [{"name": n, **entry} for (n, _), entry in zip(func.params, func.arg_layout, strict=False)]
+    meta = {"args": named + func.arg_layout[len(func.params):],
             "registers": registers, "predicates": predicates, "shared_bytes": func.shared_bytes,
             "local_bytes": local_bytes, "spill_bytes": spill_bytes, "kernarg_size": func.kernarg_size}
     code_object = CodeObject([KernelCode(func.name, encode_program(insts), kd, meta)]).to_bytes()
     compiled = CompiledKernel(func.name, tuple(argtypes), ir_text, machine_ir, insts, registers, predicates,
                               func.shared_bytes, local_bytes, func.kernarg_size, func.arg_layout, code_object,
-                              func.variable_types, spill_bytes)
+                              func.variable_types, spill_bytes, func.const_arrays)
     dump = os.environ.get("LAPIS_DUMP_DIR")
     if dump:
         os.makedirs(dump, exist_ok=True)

@@ -58,6 +58,8 @@ def _names(func) -> dict:
 def _constant(value) -> str | None:
     if isinstance(value, bool | int | float | str | np.generic | np.dtype) or value is None:
         return repr(value)
+    if isinstance(value, np.ndarray):       # cuda.const.array_like data is baked into the code
+        return f"{value.dtype}{value.shape}:" + hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
     if isinstance(value, type) and issubclass(value, np.generic):
         return value.__name__
     if isinstance(value, tuple) and all(_constant(v) is not None for v in value):

@@ -885,6 +885,8 @@ class Frontend:
             raise self.error("keyword arguments are not supported in kernel calls")
         if fn is K.shared.array or fn is K.local.array:
             return self.array_alloc(fn, node)
+        if fn is K.const.array_like:
+            return self.const_array(node)
         args = [self.expr(a) for a in node.args]
         if fn is K.syncthreads:
             self.emit("barrier", None)
@@ -954,6 +956,34 @@ class Frontend:
                 return inf
             return self.to_bool(self.emit("not", T.boolean, [self.emit("or", T.boolean, [nan, inf])]))
         raise self.error(f"call to {_describe(fn)} is not supported in kernels")
+
+    def const_array(self, node):
+        """cuda.const.array_like(ary): the contents of a global numpy array, fixed at compile time.
+
+        The data travels with the compiled kernel; the dispatcher copies it to the device once per
+        context and passes its address as a hidden argument after the kernel's own."""
+        if len(node.args) != 1 or node.keywords:
+            raise self.error("cuda.const.array_like(ary) takes one array")
+        ary = self.expr(node.args[0])
+        if not isinstance(ary, np.ndarray):
+            raise self.error(f"cuda.const.array_like needs a numpy array known when the kernel compiles, not "
+                             f"{_describe(ary)}")
+        data = np.ascontiguousarray(ary)
+        for index, known in enumerate(self.func.const_arrays):
+            if known is data or (known.dtype == data.dtype and known.shape == data.shape
+                                 and np.array_equal(known, data)):
+                break
+        else:
+            index = len(self.func.const_arrays)
+            self.func.const_arrays.append(data)
+            t = T.ArrayType(T.scalar_of(data.dtype), data.ndim, "C")
+            layout, _ = kernarg_layout([t])
+            offset = -(-self.func.kernarg_size // 8) * 8
+            self.func.arg_layout.append({**layout[0], "offset": offset, "name": f"$const{index}"})
+            self.func.kernarg_size = -(-(offset + layout[0]["size"]) // 8) * 8
+        entry = next(e for e in self.func.arg_layout if e.get("name") == f"$const{index}")
+        return ArrayRef(f"$const{index}", T.ArrayType(T.scalar_of(data.dtype), data.ndim, "C", "global",
+                                                      data.shape), param_offset=entry["offset"])
 
     def inline(self, fn: DeviceFunction, args: list):
         """Compile a device function's body here, its parameters bound to `args`."""

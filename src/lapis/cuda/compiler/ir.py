@@ -79,6 +79,7 @@ class Function:
     filename: str = "<kernel>"
     first_line: int = 0
     variable_types: dict = field(default_factory=dict)     # the user's variables and their types
+    const_arrays: list = field(default_factory=list)       # cuda.const.array_like data, hidden arguments
     _next: int = 0
 
     def new_value(self, op, type, args=(), attrs=None, block=None, line=0) -> Value:
