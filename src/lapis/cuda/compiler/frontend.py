@@ -969,11 +969,9 @@ class Frontend:
             raise self.error(f"cuda.const.array_like needs a numpy array known when the kernel compiles, not "
                              f"{_describe(ary)}")
         data = np.ascontiguousarray(ary)
-        for index, known in enumerate(self.func.const_arrays):
-            if known is data or (known.dtype == data.dtype and known.shape == data.shape
-                                 and np.array_equal(known, data)):
-                break
-        else:
+        index = next((k for k, known in enumerate(self.func.const_arrays) if known.dtype == data.dtype
+                      and known.shape == data.shape and np.array_equal(known, data)), None)
+        if index is None:
             index = len(self.func.const_arrays)
             self.func.const_arrays.append(data)
             t = T.ArrayType(T.scalar_of(data.dtype), data.ndim, "C")
