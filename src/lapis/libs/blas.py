@@ -21,14 +21,15 @@ import numpy as np
 
 from lapis import trace
 from lapis.cuda import DeviceNDArray, Stream, blockIdx, float32, local, shared, syncthreads, threadIdx
+from lapis.libs.blas_level1 import BlasError, Level1, asum, axpy, copy, dot, iamax, nrm2, scal, swap
 
 BM, BN, BK = 64, 64, 16
 TM, TN = 4, 4
 THREADS = (BM // TM) * (BN // TN)
 
 
-class BlasError(ValueError):
-    """Invalid arguments (cuBLAS would return CUBLAS_STATUS_INVALID_VALUE)."""
+__all__ = ["BlasError", "Handle", "asum", "axpy", "copy", "create", "dot", "iamax", "nrm2", "scal",
+           "sgemm", "swap"]
 
 
 def sgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc):
@@ -91,6 +92,7 @@ class Handle:
         self.api = api
         self.device = device
         self.kernel = api.jit(sgemm_kernel)
+        self.level1 = Level1(api)
 
     @property
     def context(self):

@@ -754,12 +754,14 @@ class Frontend:
                 return self.shape(base)
             if attr == "ndim":
                 return Const(base.type.ndim, T.WEAK_INT)
+            if attr == "dtype":
+                return base.type.dtype
             if attr == "size":
                 size = Const(1, T.WEAK_INT)
                 for s in self.shape(base):
                     size = self.binop("mul", size, s)
                 return size
-            raise self.error(f"arrays in kernels have .shape, .ndim and .size, not .{attr}")
+            raise self.error(f"arrays in kernels have .shape, .ndim, .size and .dtype, not .{attr}")
         if base is K.laneid or base is K.warpsize:
             raise self.error(f"{base.name} has no attributes")
         if isinstance(base, Const | ir.Value | tuple):
