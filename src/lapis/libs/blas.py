@@ -3,37 +3,44 @@
     handle = blas.create(cuda)                  # cublasCreate: bound to a device of an API
     blas.sgemm(handle, "N", "N", m, n, k, 1.0, A, lda, B, ldb, 0.0, C, ldc)
 
+Routines: gemm (float32, float16 or bfloat16 in and out, float32 accumulation), sgemm,
+gemm_strided_batched, gemm_batched, gemv, and the level-1 routines of `blas_level1.py`.
+
 Matrices are device arrays read as flat column-major storage with leading dimensions, as
 cuBLAS reads device pointers. Row-major callers (the framework) swap the operands:
 row-major C = A B is column-major C^T = B^T A^T.
 
-The sgemm kernel tiles C into 64x64 blocks computed by 256 threads; each thread keeps a
-4x4 block of C in registers (a `cuda.local.array` the compiler keeps in registers) and
+The gemm kernel tiles C into 64x64 blocks (grid z runs through a strided batch) computed by
+256 threads; each thread keeps a 4x4 block of C in registers (a `cuda.local.array` the compiler keeps in registers) and
 steps through k in slices of 16, staging a 64x16 slice of op(A) and a 16x64 slice of op(B)
 in shared memory. Thread (ti, tj) owns rows ti + 16r and columns tj + 16c, so a warp's
 shared-memory reads hit consecutive words and its stores of C are coalesced. The B slice is
 loaded k-fastest (coalesced for column-major B), so its rows are padded by one word: without
 that, the 16 threads storing one column would all hit the same shared-memory bank.
-Sizes and offsets are int32: each matrix must hold fewer than 2^31 elements.
+Half-precision inputs are widened to float32 as they are staged, so float16 and bfloat16
+gemm runs on the FP32 pipes (the HMMA matrix path is not used yet). Sizes and offsets are
+int32: each matrix must hold fewer than 2^31 elements.
 """
 
 import numpy as np
 
-from lapis import trace
+from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, Stream, blockIdx, float32, local, shared, syncthreads, threadIdx
-from lapis.libs.blas_level1 import BlasError, Level1, asum, axpy, copy, dot, iamax, nrm2, scal, swap
+from lapis.libs.blas_level1 import BlasError, Level1, asum, at, axpy, check_vector, copy, dot, iamax, nrm2, scal, swap
 
 BM, BN, BK = 64, 64, 16
 TM, TN = 4, 4
 THREADS = (BM // TM) * (BN // TN)
 
 
-__all__ = ["BlasError", "Handle", "asum", "axpy", "copy", "create", "dot", "iamax", "nrm2", "scal",
-           "sgemm", "swap"]
+__all__ = ["BlasError", "Handle", "asum", "axpy", "copy", "create", "dot", "gemm", "gemm_batched",
+           "gemm_strided_batched", "gemv", "iamax", "nrm2", "scal", "sgemm", "swap"]
 
 
-def sgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc):
-    # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc]
+def gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c):
+    # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc];
+    # matrix number blockIdx.z of a strided batch starts stride_a, stride_b, stride_c elements further.
+    # Half-precision inputs are widened to float32 as they enter shared memory (fp32 accumulation).
     sA = shared.array((BK, BM), float32)          # sA[p, i]
     sB = shared.array((BK, BN + 1), float32)      # sB[p, j], padded against bank conflicts
     acc = local.array((TM, TN), float32)
@@ -44,6 +51,9 @@ def sgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc):
     tj = tx // (BM // TM)
     i0 = blockIdx.x * BM
     j0 = blockIdx.y * BN
+    za = blockIdx.z * stride_a
+    zb = blockIdx.z * stride_b
+    zc = blockIdx.z * stride_c
     for r in range(TM):
         for c in range(TN):
             acc[r, c] = float32(0.0)
@@ -54,7 +64,7 @@ def sgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc):
             pp = e // BM
             v = float32(0.0)
             if i0 + ii < m and p0 + pp < k:
-                v = A[(i0 + ii) * a_si + (p0 + pp) * a_sp]
+                v = float32(A[za + (i0 + ii) * a_si + (p0 + pp) * a_sp])
             sA[pp, ii] = v
         for step in range(BK * BN // THREADS):    # and of the op(B) slice
             e = tx + step * THREADS
@@ -62,7 +72,7 @@ def sgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc):
             jj = e // BK
             v = float32(0.0)
             if p0 + pp < k and j0 + jj < n:
-                v = B[(p0 + pp) * b_sp + (j0 + jj) * b_sj]
+                v = float32(B[zb + (p0 + pp) * b_sp + (j0 + jj) * b_sj])
             sB[pp, jj] = v
         syncthreads()
         for pp in range(BK):
@@ -80,9 +90,9 @@ def sgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc):
             j = j0 + tj + c * (BN // TN)
             if i < m and j < n:
                 if beta == float32(0.0):
-                    C[i + j * ldc] = alpha * acc[r, c]
+                    C[zc + i + j * ldc] = alpha * acc[r, c]
                 else:
-                    C[i + j * ldc] = alpha * acc[r, c] + beta * C[i + j * ldc]
+                    C[zc + i + j * ldc] = alpha * acc[r, c] + beta * float32(C[zc + i + j * ldc])
 
 
 class Handle:
@@ -91,7 +101,8 @@ class Handle:
     def __init__(self, api, device: int = 0):
         self.api = api
         self.device = device
-        self.kernel = api.jit(sgemm_kernel)
+        self.kernel = api.jit(gemm_kernel)
+        self.gemv_kernel = api.jit(gemv_kernel)
         self.level1 = Level1(api)
 
     @property
@@ -107,14 +118,17 @@ def create(api, device: int = 0) -> Handle:
     return Handle(api, device)
 
 
-def _flat(x: DeviceNDArray, name: str) -> DeviceNDArray:
+GEMM_DTYPES = (np.float32, np.float16, "bfloat16")
+
+
+def _flat(x: DeviceNDArray, name: str, routine: str = "sgemm") -> DeviceNDArray:
     if not isinstance(x, DeviceNDArray):
         raise BlasError(f"{name} must be a device array, not {type(x).__name__}")
-    if x.dtype != np.float32:
-        raise BlasError(f"sgemm: {name} must hold float32, not {x.dtype}")
+    if x.dtype.name not in ("float32", "float16", "bfloat16"):
+        raise BlasError(f"{routine}: {name} must hold float32, float16 or bfloat16, not {x.dtype}")
     if not (x.is_c_contiguous() or x.is_f_contiguous()):
-        raise BlasError(f"sgemm: {name} must be contiguous storage")
-    return DeviceNDArray((x.size,), (4,), np.float32, x.context, x.memory, x.ptr)
+        raise BlasError(f"{routine}: {name} must be contiguous storage")
+    return DeviceNDArray((x.size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
 
 
 def _op(trans: str) -> bool:
@@ -124,32 +138,103 @@ def _op(trans: str) -> bool:
     return t != "N"
 
 
-def sgemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DeviceNDArray,
-          lda: int, B: DeviceNDArray, ldb: int, beta: float, C: DeviceNDArray, ldc: int) -> None:
-    """C = alpha op(A) op(B) + beta C, column-major, float32 (cublasSgemm)."""
+def _check_matrix(routine: str, name: str, x: DeviceNDArray, rows: int, cols: int, ld: int, count: int = 1,
+                  stride: int = 0) -> None:
+    if ld < max(1, rows):
+        raise BlasError(f"{routine}: ld{name.lower()}={ld} must be at least {max(1, rows)}")
+    need = (cols - 1) * ld + rows if cols and rows else 0
+    need = need + (count - 1) * stride if need else 0
+    if need > x.size:
+        raise BlasError(f"{routine}: {name} holds {x.size} elements but {count} x {rows}x{cols} with ld={ld}"
+                        + (f" and batch stride {stride}" if count > 1 else "") + f" needs {need}")
+    if need >= 2**31:
+        raise BlasError(f"{routine}: {name} spans {need} elements; this kernel indexes with int32 (< 2^31)")
+
+
+def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float,
+                         A: DeviceNDArray, lda: int, stride_a: int, B: DeviceNDArray, ldb: int, stride_b: int,
+                         beta: float, C: DeviceNDArray, ldc: int, stride_c: int, batch: int,
+                         routine: str = "gemm_strided_batched") -> None:
+    """C_z = alpha op(A_z) op(B_z) + beta C_z for z < batch, column-major, A_z at A + z * stride_a
+    (cublasGemmStridedBatchedEx): float32, float16 or bfloat16 inputs and outputs, float32 accumulation."""
     ta, tb = _op(transa), _op(transb)
-    if min(m, n, k) < 0:
-        raise BlasError(f"sgemm: m, n and k must be non-negative (got {m}, {n}, {k})")
-    rows_a, rows_b = (k if ta else m), (n if tb else k)
-    for name, ld, rows in (("lda", lda, rows_a), ("ldb", ldb, rows_b), ("ldc", ldc, m)):
-        if ld < max(1, rows):
-            raise BlasError(f"sgemm: {name}={ld} must be at least {max(1, rows)}")
-    fa, fb, fc = _flat(A, "A"), _flat(B, "B"), _flat(C, "C")
-    for name, x, ld, cols in (("A", fa, lda, m if ta else k), ("B", fb, ldb, k if tb else n), ("C", fc, ldc, n)):
-        rows = {"A": rows_a, "B": rows_b, "C": m}[name]
-        need = (cols - 1) * ld + rows if cols and rows else 0
-        if need > x.size:
-            raise BlasError(f"sgemm: {name} holds {x.size} elements but {rows}x{cols} with ld={ld} needs {need}")
-        if need >= 2**31:
-            raise BlasError(f"sgemm: {name} spans {need} elements; this kernel indexes with int32 (< 2^31)")
-    with trace.span(4, "sgemm", transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
-                    beta=beta, ldc=ldc, device=str(handle.context.device), kernel="sgemm_kernel",
-                    tile=f"{BM}x{BN}x{BK}, {TM}x{TN} per thread"):
-        if m == 0 or n == 0:
+    if min(m, n, k, batch) < 0:
+        raise BlasError(f"{routine}: m, n, k and the batch must be non-negative (got {m}, {n}, {k}, {batch})")
+    fa, fb, fc = _flat(A, "A", routine), _flat(B, "B", routine), _flat(C, "C", routine)
+    if fa.dtype != fb.dtype:
+        raise BlasError(f"{routine}: A and B must share a dtype, got {fa.dtype} and {fb.dtype}")
+    _check_matrix(routine, "A", fa, k if ta else m, m if ta else k, lda, batch, stride_a)
+    _check_matrix(routine, "B", fb, n if tb else k, k if tb else n, ldb, batch, stride_b)
+    _check_matrix(routine, "C", fc, m, n, ldc, batch, stride_c)
+    with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
+                    beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
+                    kernel="gemm_kernel", tile=f"{BM}x{BN}x{BK}, {TM}x{TN} per thread"):
+        if m == 0 or n == 0 or batch == 0:
             return
         a_si, a_sp = (lda, 1) if ta else (1, lda)
         b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
-        grid_dim = (-(-m // BM), -(-n // BN))
+        grid_dim = (-(-m // BM), -(-n // BN), batch)
         handle.kernel[grid_dim, THREADS, handle.stream](
             np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
-            np.int32(b_sp), np.int32(b_sj), np.float32(beta), fc, np.int32(ldc))
+            np.int32(b_sp), np.int32(b_sj), np.float32(beta), fc, np.int32(ldc), np.int32(stride_a),
+            np.int32(stride_b), np.int32(stride_c))
+
+
+def gemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DeviceNDArray,
+         lda: int, B: DeviceNDArray, ldb: int, beta: float, C: DeviceNDArray, ldc: int) -> None:
+    """C = alpha op(A) op(B) + beta C, column-major (cublasGemmEx): float32, float16 or bfloat16."""
+    gemm_strided_batched(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
+                         routine="gemm")
+
+
+def sgemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DeviceNDArray,
+          lda: int, B: DeviceNDArray, ldb: int, beta: float, C: DeviceNDArray, ldc: int) -> None:
+    """C = alpha op(A) op(B) + beta C, column-major, float32 (cublasSgemm)."""
+    for name, x in (("A", A), ("B", B), ("C", C)):
+        if isinstance(x, DeviceNDArray) and x.dtype != np.float32:
+            raise BlasError(f"sgemm: {name} must hold float32, not {x.dtype} (gemm takes half types)")
+    gemm_strided_batched(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
+                         routine="sgemm")
+
+
+def gemm_batched(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float, As: list,
+                 lda: int, Bs: list, ldb: int, beta: float, Cs: list, ldc: int) -> None:
+    """C[z] = alpha op(A[z]) op(B[z]) + beta C[z] for lists of matrices (cublasGemmBatchedEx). Kernels
+    take no arrays of pointers here, so each matrix of the batch is its own launch on the stream."""
+    if not len(As) == len(Bs) == len(Cs):
+        raise BlasError(f"gemm_batched: the batch lists differ in length ({len(As)}, {len(Bs)}, {len(Cs)})")
+    for A, B, C in zip(As, Bs, Cs, strict=True):
+        gemm(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)
+
+
+def gemv_kernel(rows, cols, alpha, A, a_sr, a_sc, x, incx, beta, y, incy):
+    # y[i] = alpha * sum_j op(A)[i, j] x[j] + beta y[i], one thread per row of op(A)
+    i = cuda.grid(1)
+    if i < rows:
+        acc = float32(0.0)
+        for j in range(cols):
+            acc += float32(A[i * a_sr + j * a_sc]) * float32(x[at(j, cols, incx)])
+        yi = at(i, rows, incy)
+        if beta == float32(0.0):
+            y[yi] = alpha * acc
+        else:
+            y[yi] = alpha * acc + beta * float32(y[yi])
+
+
+def gemv(handle: Handle, trans: str, m: int, n: int, alpha: float, A: DeviceNDArray, lda: int, x, incx: int,
+         beta: float, y, incy: int) -> None:
+    """y = alpha op(A) x + beta y, A m x n column-major (cublasSgemv)."""
+    t = _op(trans)
+    if min(m, n) < 0:
+        raise BlasError(f"gemv: m and n must be non-negative (got {m}, {n})")
+    fa = _flat(A, "A", "gemv")
+    _check_matrix("gemv", "A", fa, m, n, lda)
+    rows, cols = (n, m) if t else (m, n)
+    fx, fy = check_vector(x, "x", cols, incx), check_vector(y, "y", rows, incy)
+    with trace.span(4, "gemv", trans=trans, m=m, n=n, alpha=alpha, lda=lda, incx=incx, beta=beta, incy=incy):
+        if rows == 0:
+            return
+        a_sr, a_sc = (lda, 1) if t else (1, lda)
+        handle.gemv_kernel[-(-rows // 256), 256, handle.stream](
+            np.int32(rows), np.int32(cols), np.float32(alpha), fa, np.int32(a_sr), np.int32(a_sc), fx,
+            np.int32(incx), np.float32(beta), fy, np.int32(incy))

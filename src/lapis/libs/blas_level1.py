@@ -123,7 +123,7 @@ def iamax_kernel(n, x, incx, positions, indirect, best_value, best_index):
         best_index[blockIdx.x] = si[0]
 
 
-def _vector(x, name: str, n: int, inc: int) -> DeviceNDArray:
+def check_vector(x, name: str, n: int, inc: int) -> DeviceNDArray:
     if not isinstance(x, DeviceNDArray):
         raise BlasError(f"{name} must be a device array, not {type(x).__name__}")
     if x.dtype not in (np.float32, np.float64):
@@ -164,7 +164,7 @@ class Level1:
 
 def axpy(handle, n: int, alpha: float, x, incx: int, y, incy: int) -> None:
     """y = alpha x + y (cublasSaxpy / cublasDaxpy)."""
-    fx, fy = _vector(x, "x", n, incx), _vector(y, "y", n, incy)
+    fx, fy = check_vector(x, "x", n, incx), check_vector(y, "y", n, incy)
     dtype = _check(n, fx, fy)
     with trace.span(4, "axpy", n=n, alpha=alpha, incx=incx, incy=incy, dtype=str(np.dtype(dtype))):
         if n:
@@ -174,7 +174,7 @@ def axpy(handle, n: int, alpha: float, x, incx: int, y, incy: int) -> None:
 
 def scal(handle, n: int, alpha: float, x, incx: int) -> None:
     """x = alpha x (cublasSscal)."""
-    fx = _vector(x, "x", n, incx)
+    fx = check_vector(x, "x", n, incx)
     dtype = _check(n, fx)
     with trace.span(4, "scal", n=n, alpha=alpha, incx=incx):
         if n:
@@ -182,7 +182,7 @@ def scal(handle, n: int, alpha: float, x, incx: int) -> None:
 
 
 def _copy_swap(handle, n, x, incx, y, incy, swap: bool) -> None:
-    fx, fy = _vector(x, "x", n, incx), _vector(y, "y", n, incy)
+    fx, fy = check_vector(x, "x", n, incx), check_vector(y, "y", n, incy)
     _check(n, fx, fy)
     with trace.span(4, "swap" if swap else "copy", n=n, incx=incx, incy=incy):
         if n:
@@ -201,8 +201,8 @@ def swap(handle, n: int, x, incx: int, y, incy: int) -> None:
 
 
 def _reduce(handle, name: str, op: int, n: int, x, incx: int, y=None, incy: int = 1) -> float:
-    fx = _vector(x, "x", n, incx)
-    fy = _vector(y, "y", n, incy) if y is not None else fx
+    fx = check_vector(x, "x", n, incx)
+    fy = check_vector(y, "y", n, incy) if y is not None else fx
     dtype = _check(n, fx, fy)
     with trace.span(4, name, n=n, incx=incx):
         if n == 0:
@@ -235,7 +235,7 @@ def asum(handle, n: int, x, incx: int) -> float:
 
 def iamax(handle, n: int, x, incx: int) -> int:
     """The 1-based index of the first element of largest |x_i| (cublasIsamax); 0 when n is 0."""
-    fx = _vector(x, "x", n, incx)
+    fx = check_vector(x, "x", n, incx)
     dtype = _check(n, fx)
     with trace.span(4, "iamax", n=n, incx=incx):
         if n == 0:
