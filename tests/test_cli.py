@@ -23,7 +23,7 @@ def test_demo_prints_every_layer_with_real_values():
     assert "lapis.matmul(A, B): A [128, 128] lapis.float32" in text and "cuda:0" in text
     assert re.search(r"sgemm\(transa=N, transb=N, m=128, n=128, k=128, alpha=1.0, lda=128, ldb=128, beta=0.0, "
                      r"ldc=128\)", text)
-    assert re.search(r"launch sgemm_kernel<<<\(2, 2, 1\), \(256, 1, 1\)>>>", text)
+    assert re.search(r"launch gemm_kernel<<<\(2, 2, 1\), \(256, 1, 1\)>>>", text)
     shared = re.search(r"registers per thread: \d+, shared memory per block: (\d+) bytes", text)
     assert shared and int(shared.group(1)) >= 2 * 16 * 64 * 4                 # the A and B slices of a k-step
     assert re.search(r"@00  02 [0-9a-f]{2} 02 00 00 01 01 00 01 00", text)    # dispatch packet bytes

@@ -116,21 +116,27 @@ class CopyPacket(_Layout):
 for _cls in (KernelDispatchPacket, BarrierPacket, CopyPacket):
     assert struct.calcsize(_cls.FORMAT) == PACKET_BYTES, _cls
 
-# Signal object: kind i64 @0, value i64 @8, event mailbox address u64 @16, event id u32 @24.
+# Signal object (amd_signal_t): kind i64 @0, value i64 @8, event mailbox address u64 @16, event id
+# u32 @24, start_ts u64 @32, end_ts u64 @40 (device clock, ns, written by the command processor when
+# the packet the signal completes began and ended).
 SIGNAL_BYTES = 64
 SIGNAL_VALUE_OFFSET = 8
 SIGNAL_MAILBOX_OFFSET = 16
 SIGNAL_EVENT_ID_OFFSET = 24
+SIGNAL_START_TS_OFFSET = 32
+SIGNAL_END_TS_OFFSET = 40
 SIGNAL_KIND_USER = 1
 
 
 @dataclass
 class SignalObject(_Layout):
-    FORMAT = "<qqQI36x"
+    FORMAT = "<qqQI4xQQ16x"
     kind: int = SIGNAL_KIND_USER
     value: int = 0
     event_mailbox_ptr: int = 0
     event_id: int = 0
+    start_ts: int = 0
+    end_ts: int = 0
 
 
 assert struct.calcsize(SignalObject.FORMAT) == SIGNAL_BYTES

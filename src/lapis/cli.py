@@ -4,6 +4,12 @@
 
 runs the seed program inside `lapis.trace()` and prints its trip through the six layers,
 top to bottom, with the real values of the run.
+
+    lapis hipify FILE [-o OUT | --inplace]
+
+rewrites a program's CUDA spellings (`lapis.cuda`, `cudaMalloc`, ...) into HIP's, as
+hipify-perl does; the converted program goes to stdout (or OUT, or FILE itself) and the
+statistics to stderr.
 """
 
 import argparse
@@ -100,8 +106,9 @@ def run_demo(device_type: str = "cuda", n: int = 1024, console: Console | None =
     compiled = [e for e in t.select(3, "compile") if e.args["kernel"] == g["kernel"]]
     if compiled:
         ev = compiled[0]
-        line(f"compiled {ev.args['kernel']} (Python AST -> SSA IR -> lapis ISA) in {ev.wall_ms:.0f} ms: "
-             f"{ev.args['instructions']} instructions")
+        how = ("loaded from the on-disk compile cache" if ev.args.get("cached")
+               else "compiled (Python AST -> SSA IR -> lapis ISA)")
+        line(f"{ev.args['kernel']} {how} in {ev.wall_ms:.0f} ms: {ev.args['instructions']} instructions")
     grid, block = launch["grid"], launch["block"]
     line(f"launch {launch['kernel']}<<<({grid[0]}, {grid[1]}, {grid[2]}), ({block[0]}, {block[1]}, {block[2]})>>> "
          f"on {launch['device']}")
@@ -203,13 +210,52 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--device", choices=["cuda", "hip"], default="cuda",
                       help="cuda: the H200-like GPU (warp 32); hip: the MI300X-like GPU (wavefront 64)")
     demo.add_argument("--size", type=int, default=1024, help="matrix size N for the N x N matmul (default 1024)")
+    hip = sub.add_parser("hipify", help="rewrite a program's CUDA spellings into HIP's, as hipify-perl does",
+                         description="Rewrite a Python program that uses lapis.cuda into one that uses lapis.hip: "
+                         "imports, cuda.X, and the runtime API (cudaMalloc -> hipMalloc, cudaSuccess -> hipSuccess, "
+                         "...). Strings and comments are left alone, so framework device strings such as "
+                         "lapis.device('cuda') stay, as in PyTorch's ROCm build. Statistics go to stderr.")
+    hip.add_argument("file", help="the Python program to convert")
+    where = hip.add_mutually_exclusive_group()
+    where.add_argument("-o", "--output", metavar="OUT", help="write the converted program to OUT (default: stdout)")
+    where.add_argument("--inplace", action="store_true", help="overwrite FILE with the converted program")
     args = parser.parse_args(argv)
     if args.command == "demo":
         if args.size < 1:
             parser.error("--size must be positive")
         result = run_demo(args.device, args.size)
         return 0 if result["ok"] else 1
+    if args.command == "hipify":
+        return run_hipify(args.file, args.output, args.inplace)
     return 2
+
+
+def run_hipify(path: str, output: str | None = None, inplace: bool = False) -> int:
+    """`lapis hipify`: convert a file; the program to stdout or a file, the statistics to stderr."""
+    import tokenize
+
+    from lapis.cuda.hipify import hipify
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        result = hipify(source, path)
+    except OSError as e:
+        print(f"lapis hipify: cannot read {path}: {e.strerror}", file=sys.stderr)
+        return 1
+    except (tokenize.TokenError, SyntaxError) as e:
+        print(f"lapis hipify: {path} is not a Python program it can read: {e}", file=sys.stderr)
+        return 1
+    target = path if inplace else output
+    if target is None:
+        sys.stdout.write(result.source)
+    else:
+        with open(target, "w", encoding="utf-8") as f:
+            f.write(result.source)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(result.statistics(path), file=sys.stderr)
+    return 0
 
 
 if __name__ == "__main__":

@@ -15,6 +15,9 @@ the runtime (`lapis.runtime`). `lapis.hip` is the same implementation for AMD-pr
     d_out = cuda.device_array_like(a)
     add[(n + 255) // 256, 256](cuda.to_device(a), cuda.to_device(b), d_out)
     out = d_out.copy_to_host()
+
+The CUDA runtime API's names are here too (`cuda.cudaMalloc`, `cuda.cudaMemcpy`, ...), in
+cuda-python's convention: `err, ptr = cuda.cudaMalloc(nbytes)` (see `runtime_api`).
 """
 
 import numpy as np
@@ -47,9 +50,17 @@ from lapis.cuda.compiler.intrinsics import (
     threadIdx,
     warpsize,
 )
-from lapis.cuda.context import Device, Stream
+from lapis.cuda.context import Device, Event, Stream
 from lapis.cuda.devicearray import DeviceNDArray
-from lapis.cuda.errors import CudaError, CudaSupportError, KernelFault, LaunchError
+from lapis.cuda.errors import (
+    CudaError,
+    CudaSupportError,
+    InvalidHandleError,
+    KernelFault,
+    LaunchError,
+    OutOfMemoryError,
+)
+from lapis.cuda.runtime_api import DevicePointer, RuntimeApi
 
 _api = Api("cuda", "nvidia")
 jit = _api.jit
@@ -63,6 +74,12 @@ is_available = _api.is_available
 device_count = _api.device_count
 current_context = _api.current_context
 default_stream = _api.default_stream
+stream = _api.stream
+event = _api.event
+event_elapsed_time = _api.event_elapsed_time
+pinned_array = _api.pinned_array
+_runtime_api = RuntimeApi(_api, "cuda")
+globals().update(_runtime_api.namespace())      # cudaMalloc, cudaSuccess, ...: names from runtime_api's table
 
 int32, int64, uint32 = np.int32, np.int64, np.uint32
 float16, float32, float64 = np.float16, np.float32, np.float64
@@ -75,5 +92,7 @@ __all__ = [
     "Stream", "blockDim", "blockIdx", "boolean", "device_array", "device_array_like", "current_context",
     "default_stream", "device_count", "float32", "float64", "get_current_device", "grid", "gridDim",
     "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared", "synchronize",
-    "syncthreads", "threadIdx", "to_device", "uint32", "warpsize"
+    "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
+    "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
+    "pinned_array", "stream", *_runtime_api.namespace(),
 ]

@@ -11,7 +11,7 @@ import numpy as np
 
 from lapis import runtime, trace
 from lapis.cuda.compiler.device_function import DeviceFunction
-from lapis.cuda.context import Context, Device, Stream
+from lapis.cuda.context import Context, Device, Event, Stream
 from lapis.cuda.devicearray import DeviceNDArray
 from lapis.cuda.dispatcher import Dispatcher
 from lapis.cuda.errors import CudaSupportError
@@ -61,6 +61,25 @@ class Api:
     def default_stream(self) -> Stream:
         return Stream(self.context())
 
+    def stream(self) -> Stream:
+        """A new stream on the current device, with its own queue (numba's cuda.stream())."""
+        return self.context().create_stream()
+
+    def event(self, timing: bool = True) -> Event:
+        return Event(self, timing)
+
+    def event_elapsed_time(self, start: Event, end: Event) -> float:
+        """Milliseconds of device time between two recorded events."""
+        return start.elapsed_time(end)
+
+    def owner_of(self, address: int):
+        """(context, Allocation) of a device address this API handed out, or None."""
+        for ctx in list(self._contexts.values()):
+            allocation = ctx.find_allocation(address)
+            if allocation is not None:
+                return ctx, allocation
+        return None
+
     def context_for(self, args, stream) -> Context:
         """The context a launch runs in: its stream's, else its first device array's, else the current one."""
         if isinstance(stream, Stream):
@@ -86,8 +105,13 @@ class Api:
             ary = np.ascontiguousarray(ary)
         d = to if to is not None else self.device_array_like(ary)
         if copy:
-            d.copy_to_device(ary)
+            d.copy_to_device(ary, stream)
         return d
+
+    def pinned_array(self, shape, dtype=np.float64, order: str = "C") -> np.ndarray:
+        """A numpy array in pinned host memory of the current device: copies between it and that
+        device go straight through the copy engine, without the staging buffer."""
+        return self.context().pinned_array(shape, dtype, order)
 
     def synchronize(self) -> None:
         with trace.span(3, "device_synchronize", api=self.name):

@@ -1,30 +1,69 @@
 """Layer 3: a device context (CUDA's primary context): one GPU agent and what the API keeps for it.
 
-It holds the runtime agent, a compute queue (the default stream's), the loaded code
-objects, a kernarg arena, and the launches in flight. Launches are asynchronous: a launch
-writes its packet and returns; `synchronize()` (and every copy back to the host) waits for
-the completion signals. A kernel fault is reported there as a KernelFault naming the
-kernel, instruction and address; the context then replaces its stopped queue, so the next
-launch runs.
+It holds the runtime agent, the streams (each with an AQL queue of its own; the default
+stream's is made with the context), the loaded code objects, a kernarg arena the streams
+share, the work in flight on each stream, and the device memory handed out. Launches are
+asynchronous: a launch writes its packet and returns; synchronizing (a stream, an event,
+the whole context, or a copy) waits for completion signals. A kernel fault is reported
+there as a KernelFault naming the kernel, instruction and address; the context then
+replaces that stream's stopped queue, so the next launch on it runs.
 """
 
 import struct
 import threading
+import weakref
+from collections import namedtuple
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
+
 from lapis import abi, runtime, trace
-from lapis.cuda.errors import CudaError, KernelFault
+from lapis.cuda.errors import CudaError, InvalidHandleError, KernelFault, OutOfMemoryError
 
 KERNARG_SLOT = abi.MAX_KERNARG_BYTES
 KERNARG_SLOTS = 256
+QUEUE_PACKETS = 1024
+
+MemoryInfo = namedtuple("MemoryInfo", ["free", "total"])
 
 
-@dataclass
-class Launch:
-    kernel: str
+@dataclass(eq=False)
+class Work:
+    """A packet on a stream's queue that the host has not yet seen complete: a kernel launch, or
+    the barrier packet of an event record (`kernel` None)."""
     signal: runtime.Signal
-    kernarg_slot: int
-    executable: runtime.Executable
+    kernel: str | None = None
+    kernarg_slot: int | None = None
+    executable: runtime.Executable | None = None
+    status: str = "queued"          # then "done", or "failed" (it faulted, or never ran behind a fault)
+    end_ns: int | None = None       # an event record's: the device clock when the device reached it
+
+
+class StreamState:
+    """What a context keeps for one stream: its AQL queue and its work not yet seen complete."""
+
+    def __init__(self, queue: runtime.AqlQueue, default: bool):
+        self.queue, self.default = queue, default
+        self.pending: list[Work] = []
+        self.released = False       # destroyed or collected: the queue goes once nothing is pending
+
+
+class PinnedHostMemory:
+    """Page-locked host memory (a buffer from the runtime's host pool, mapped for the GPU), exposed
+    to numpy through the array interface. Every numpy view of it keeps it alive; the buffer goes
+    back to the pool when the last is collected. Copies between it and the device need no staging."""
+
+    def __init__(self, context: "Context", nbytes: int):
+        try:
+            self.buffer = context.rt.host_pool(context.agent).allocate(max(nbytes, 1))
+        except runtime.OutOfMemory as e:
+            raise OutOfMemoryError(f"cannot allocate {nbytes} bytes of pinned host memory: {e}") from None
+        self.agent, self.va = context.agent, self.buffer.va
+        view = self.buffer.host[:max(nbytes, 1)]
+        self.__array_interface__ = view.__array_interface__
+        self.ptr = self.__array_interface__["data"][0]
+        weakref.finalize(self, context.free, self.buffer)
 
 
 class Device:
@@ -54,33 +93,113 @@ class Context:
         self.device = device
         self.agent = device.agent
         self.rt = runtime.init()
-        self.queue = self.rt.create_queue(self.agent, 1024)
+        self.default_state = StreamState(self.rt.create_queue(self.agent, QUEUE_PACKETS), default=True)
+        self.streams: list[StreamState] = [self.default_state]
+        self.stopped_queues: list[runtime.AqlQueue] = []    # replaced after a fault, destroyed once idle
         self.kernargs = self.rt.kernarg_pool(self.agent).allocate(KERNARG_SLOT * KERNARG_SLOTS)
         self.free_slots = list(range(KERNARG_SLOTS - 1, -1, -1))
         self.loaded: dict[int, tuple[object, runtime.Executable]] = {}
-        self.in_flight: list[Launch] = []
+        self.allocations: dict[int, weakref.ref] = {}       # by address; `Allocation`s register themselves
+        self.deferred_frees: list[runtime.Buffer] = []      # collected memory, freed once no stream is busy
         self.lock = threading.RLock()
 
     # -- memory -------------------------------------------------------------------------------
     def allocate(self, size: int):
+        with self.lock:
+            self._reap()
         try:
             return self.rt.device_pool(self.agent).allocate(size)
         except runtime.OutOfMemory as e:
-            raise CudaError(f"out of memory on {self.device}: {e}") from None
+            if not self.deferred_frees:
+                raise OutOfMemoryError(f"out of memory on {self.device}: {e}") from None
+        self.synchronize()          # memory of collected arrays is waiting to be freed: free it, then retry
+        try:
+            return self.rt.device_pool(self.agent).allocate(size)
+        except runtime.OutOfMemory as e:
+            raise OutOfMemoryError(f"out of memory on {self.device}: {e}") from None
 
     def free(self, buffer) -> None:
-        try:
-            if not buffer.freed:
-                buffer.free()
-        except Exception:    # noqa: BLE001 - at interpreter exit the driver may already be gone
-            pass
+        """Give back the memory of a collected array. The garbage collector runs finalizers on whatever
+        thread it interrupts, the device's own included, and the driver frees only once the GPU is idle,
+        which on that thread would never come: so the buffer waits in `deferred_frees` until the program
+        next synchronizes or allocates with no stream busy (`_reap`)."""
+        self.deferred_frees.append(buffer)
 
-    def copy_to_device(self, dst: int, data) -> None:
-        self.synchronize()
-        self.rt.copy_to_device(self.agent, dst, data)
+    def free_now(self, buffer) -> None:
+        """Free at once, after the device's work (cudaFree synchronizes too); a fault that surfaces
+        while waiting is raised after the memory is freed."""
+        with self.lock:
+            try:
+                self.synchronize()
+            finally:
+                if not buffer.freed:
+                    buffer.free()
 
-    def copy_to_host(self, src: int, size: int):
-        return self.rt.copy_to_host(self.agent, src, size)
+    def find_allocation(self, address: int):
+        """The live `Allocation` holding a device address, or None."""
+        for ref in list(self.allocations.values()):
+            allocation = ref()
+            if allocation is not None and allocation.va <= address < allocation.va + allocation.size:
+                return allocation
+        return None
+
+    def get_memory_info(self) -> MemoryInfo:
+        """(free, total) bytes of the device's memory, as numba's Context.get_memory_info and cudaMemGetInfo."""
+        return MemoryInfo(*self.rt.memory_info(self.agent))
+
+    def pinned_array(self, shape, dtype, order: str = "C") -> np.ndarray:
+        """An uninitialised numpy array in pinned host memory (numba's cuda.pinned_array)."""
+        shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return np.asarray(PinnedHostMemory(self, nbytes))[:nbytes].view(dtype).reshape(shape, order=order)
+
+    def _pinned_va(self, ary: np.ndarray) -> int | None:
+        """The GPU address of a flat contiguous array in pinned memory this GPU reaches, else None."""
+        owner = ary
+        while isinstance(owner, np.ndarray):
+            owner = owner.base
+        if not (isinstance(owner, PinnedHostMemory) and owner.agent is self.agent and ary.ndim == 1
+                and ary.flags.c_contiguous):
+            return None
+        return owner.va + (ary.__array_interface__["data"][0] - owner.ptr)
+
+    def before_copy(self, stream) -> None:
+        """Order a copy after the work it must follow. Copies are synchronous, so a copy on a stream
+        waits for that stream (and, as the legacy default stream demands, the default stream, or for
+        the default stream every stream); a later launch on it then follows the finished copy."""
+        with self.lock:
+            state = self.stream_state(stream)
+            self._order_before(state)
+            self._drain(state)
+            self._reap()
+
+    def copy_to_device(self, dst: int, data: np.ndarray, stream=None) -> None:
+        """Copy a flat host array to a device address, after the stream's earlier work."""
+        self.before_copy(stream)
+        src = self._pinned_va(data)
+        if src is None:
+            self.rt.copy_to_device(self.agent, dst, data)
+        else:
+            self.rt.copy_on_device(self.agent, dst, src, data.nbytes, kind="host_to_device")
+
+    def copy_to_host(self, src: int, size: int, stream=None, into: np.ndarray | None = None) -> np.ndarray:
+        """Copy device bytes to the host, after the stream's earlier work: into `into` (a flat uint8
+        array; straight from the copy engine if it is pinned) or a new array."""
+        self.before_copy(stream)
+        dst = None if into is None else self._pinned_va(into)
+        if dst is not None:
+            self.rt.copy_on_device(self.agent, dst, src, size, kind="device_to_host")
+            return into
+        raw = self.rt.copy_to_host(self.agent, src, size)
+        if into is None:
+            return raw
+        into[:] = raw
+        return into
+
+    def copy_on_device(self, dst: int, src: int, size: int, stream=None) -> None:
+        self.before_copy(stream)
+        self.rt.copy_on_device(self.agent, dst, src, size)
 
     # -- code ---------------------------------------------------------------------------------
     def load(self, compiled) -> runtime.KernelSymbol:
@@ -93,9 +212,73 @@ class Context:
             entry = self.loaded[id(compiled)] = (compiled, exe)
         return entry[1].get_symbol(compiled.name)
 
-    def launch(self, compiled, kernargs: bytes, grid: tuple, block: tuple, dynamic_shared: int) -> None:
+    # -- streams ------------------------------------------------------------------------------
+    def create_stream(self) -> "Stream":
+        """A new stream with its own queue; the queue goes when the stream is destroyed or collected
+        and its work is done."""
+        state = StreamState(self.rt.create_queue(self.agent, QUEUE_PACKETS), default=False)
         with self.lock:
+            self.streams.append(state)
+        stream = Stream(self, state)
+        # Only a flag: a finalizer may run inside any call that holds the lock, mid-way through it.
+        weakref.finalize(stream, setattr, state, "released", True)
+        return stream
+
+    def destroy_stream(self, stream) -> None:
+        """Release a stream (cudaStreamDestroy): its queued work still runs, then its queue goes."""
+        with self.lock:
+            state = self.stream_state(stream)
+            if state.default:
+                raise InvalidHandleError(f"the default stream of {self.device} cannot be destroyed")
+            state.released = True
             self.raise_completed_faults()
+            self._reap()
+
+    def stream_state(self, stream) -> StreamState:
+        """The state behind a launch's or copy's `stream` argument: a Stream of this context, or
+        0/None for the default stream."""
+        if stream is None or (isinstance(stream, int) and not isinstance(stream, bool) and stream == 0):
+            return self.default_state
+        if not isinstance(stream, Stream):
+            raise TypeError(f"a stream must be a Stream or 0 (the default stream), not {type(stream).__name__}")
+        if stream.context is not self:
+            raise InvalidHandleError(f"{stream!r} belongs to {stream.context.device}, not {self.device}")
+        if stream.state.released:
+            raise InvalidHandleError(f"{stream!r} was destroyed")
+        return stream.state
+
+    def _order_before(self, state: StreamState) -> None:
+        """Work about to go on `state` follows what CUDA's legacy default stream demands: on the
+        default stream, every other stream's earlier work; on another stream, the default stream's.
+        The host waits for that work, where CUDA would have the device wait."""
+        for other in [s for s in self.streams if s is not state] if state.default else [self.default_state]:
+            self._drain(other)
+
+    def _reap(self) -> None:
+        """Destroy the queues of released streams and those stopped by a fault, and free collected
+        memory, once no stream has work in flight: the driver frees memory (a queue's ring too) only
+        when the GPU is idle for this process, so doing it earlier would make the host wait for every
+        stream. Launches never reap, so they never wait for that."""
+        if any(s.pending for s in self.streams):
+            return
+        for state in [s for s in self.streams if s.released]:
+            self.streams.remove(state)
+            self.stopped_queues.append(state.queue)
+        while self.stopped_queues:
+            self.stopped_queues.pop().destroy()
+        while self.deferred_frees:
+            buffer = self.deferred_frees.pop()
+            if not buffer.freed:
+                buffer.free()
+
+    # -- launches and event records -----------------------------------------------------------
+    def launch(self, compiled, kernargs: bytes, grid: tuple, block: tuple, dynamic_shared: int,
+               stream=None) -> None:
+        """Queue a kernel on `stream` (a Stream of this context; None or 0: the default stream)."""
+        with self.lock:
+            state = self.stream_state(stream)
+            self.raise_completed_faults()
+            self._order_before(state)
             symbol = self.load(compiled)
             if not self.free_slots:
                 self.synchronize()
@@ -110,62 +293,212 @@ class Context:
                 grid_size_x=grid[0] * block[0], grid_size_y=grid[1] * block[1], grid_size_z=grid[2] * block[2],
                 group_segment_size=symbol.group_segment_size + dynamic_shared, kernel_object=symbol.kernel_object,
                 kernarg_address=va, completion_signal=signal.handle)
-            self.in_flight.append(Launch(compiled.name, signal, slot, self.loaded[id(compiled)][1]))
-            self.queue.submit(packet)
+            state.pending.append(Work(signal, compiled.name, slot, self.loaded[id(compiled)][1]))
+            state.queue.submit(packet)
+
+    def record_event(self, stream) -> tuple[StreamState, Work]:
+        """Queue an event's marker on `stream`: a barrier-AND packet with no dependencies, whose
+        completion signal the device stamps with its clock when it gets there."""
+        with self.lock:
+            state = self.stream_state(stream)
+            self.raise_completed_faults()
+            self._order_before(state)
+            work = Work(self.rt.create_signal(1))
+            state.pending.append(work)
+            state.queue.submit(abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND, barrier=True),
+                                                 completion_signal=work.signal.handle))
+            return state, work
 
     # -- completion ---------------------------------------------------------------------------
-    def _retire(self, launch: Launch, value: int) -> None:
-        self.in_flight.remove(launch)
-        launch.signal.destroy()
-        self.free_slots.append(launch.kernarg_slot)
+    def _retire(self, state: StreamState, work: Work, value: int) -> None:
+        state.pending.remove(work)
+        if work.kernel is None and value == 0:
+            work.end_ns = work.signal.timestamps()[1]
+        work.signal.destroy()
+        if work.kernarg_slot is not None:
+            self.free_slots.append(work.kernarg_slot)
+        work.status = "done" if value == 0 else "failed"
         if value < 0:
-            self._raise_fault(launch)
+            self._raise_fault(state, work)
 
     def raise_completed_faults(self) -> None:
-        """Report a fault from a launch that already finished (errors surface at the next call)."""
-        for launch in list(self.in_flight):
-            value = launch.signal.load()
-            if value <= 0:
-                self._retire(launch, value)
+        """Retire the work every stream has finished, reporting a fault from it (errors surface at
+        the next call)."""
+        with self.lock:
+            for state in list(self.streams):
+                while state.pending and (value := state.pending[0].signal.load()) <= 0:
+                    self._retire(state, state.pending[0], value)
+
+    def _drain(self, state: StreamState, upto: Work | None = None) -> None:
+        """Wait for a stream's work in order, up to and including `upto` (all of it if None)."""
+        while state.pending and (upto is None or upto.status == "queued"):
+            work = state.pending[0]
+            self._retire(state, work, work.signal.wait(runtime.Condition.LT, 1))
 
     def synchronize(self) -> None:
+        """Wait for every stream's work."""
         with self.lock:
-            with trace.span(3, "synchronize", device=str(self.device), launches=len(self.in_flight)):
-                while self.in_flight:
-                    launch = self.in_flight[0]
-                    self._retire(launch, launch.signal.wait(runtime.Condition.LT, 1))
+            with trace.span(3, "synchronize", device=str(self.device),
+                            launches=sum(len(s.pending) for s in self.streams)):
+                for state in list(self.streams):
+                    self._drain(state)
+            self._reap()
 
-    def _raise_fault(self, launch: Launch) -> None:
-        _, detail = self.queue.status()
+    def synchronize_stream(self, stream) -> None:
+        """Wait for one stream's work only."""
+        with self.lock:
+            state = self.stream_state(stream)
+            with trace.span(3, "stream_synchronize", device=str(self.device), queue=state.queue.queue_id,
+                            launches=len(state.pending)):
+                self._drain(state)
+            self._reap()
+
+    def stream_done(self, stream) -> bool:
+        """Whether a stream has finished all its work (cudaStreamQuery), without waiting."""
+        with self.lock:
+            state = self.stream_state(stream)
+            self.raise_completed_faults()
+            return not state.pending
+
+    def wait_for(self, state: StreamState, work: Work) -> None:
+        """Wait until the device has passed `work` on its stream."""
+        with self.lock:
+            self._drain(state, upto=work)
+            self._reap()
+
+    def _raise_fault(self, state: StreamState, work: Work) -> None:
+        _, detail = state.queue.status()
         detail = detail or {}
-        for other in list(self.in_flight):      # later packets on the stopped queue never run
-            self.in_flight.remove(other)
+        for other in list(state.pending):      # later packets on the stopped queue never run
+            state.pending.remove(other)
+            other.status = "failed"
             other.signal.destroy()
-            self.free_slots.append(other.kernarg_slot)
-        self.queue.destroy()
-        self.queue = self.rt.create_queue(self.agent, 1024)
+            if other.kernarg_slot is not None:
+                self.free_slots.append(other.kernarg_slot)
+        self.stopped_queues.append(state.queue)
+        state.queue = self.rt.create_queue(self.agent, QUEUE_PACKETS)
         reason = detail.get("fault") or detail.get("reason", "the kernel failed")
         where = ""
         if detail.get("instruction"):
             where = f" at instruction /*{detail['pc']:04x}*/ {detail['instruction']}"
         address = detail.get("address")
-        raise KernelFault(f"kernel {launch.kernel!r} faulted on {self.device}: {reason}"
+        what = f"kernel {work.kernel!r}" if work.kernel else "an event record"
+        raise KernelFault(f"{what} faulted on {self.device}: {reason}"
                           + (f" at address {address:#x}" if address is not None else "") + where,
-                          launch.kernel, detail.get("pc"), detail.get("instruction"), address)
+                          work.kernel or "", detail.get("pc"), detail.get("instruction"), address)
 
 
 class Stream:
-    """A stream: launches and copies on it run in order. Each context has one, its default
-    stream (the legacy default stream of CUDA); its queue's barrier bit keeps the order."""
+    """A stream: launches, copies and event records on it happen in order. `Stream(context)` is the
+    context's default stream (CUDA's legacy default stream); `cuda.stream()` makes another, with an
+    AQL queue of its own, so its launches may interleave with other streams' on the device."""
 
-    def __init__(self, context: Context):
+    def __init__(self, context: Context, state: StreamState | None = None):
+        self.context = context
+        self.state = context.default_state if state is None else state
+
+    @property
+    def queue(self) -> runtime.AqlQueue:
+        """The runtime queue the stream's packets go to (a new one after a kernel faulted on it)."""
+        return self.state.queue
+
+    def synchronize(self) -> None:
+        self.context.synchronize_stream(self)
+
+    def query(self) -> bool:
+        """Whether the stream has finished all its work."""
+        return self.context.stream_done(self)
+
+    @contextmanager
+    def auto_synchronize(self):
+        """`with stream.auto_synchronize():` synchronizes the stream when the block ends."""
+        yield self
+        self.synchronize()
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Stream) and other.state is self.state
+
+    def __hash__(self) -> int:
+        return id(self.state)
+
+    def __repr__(self) -> str:
+        if self.state.default:
+            return f"<Stream default on {self.context.device}>"
+        return f"<Stream queue {self.state.queue.queue_id} on {self.context.device}>"
+
+
+class Event:
+    """A point in a stream (numba's cuda.event, cudaEvent_t). `record` queues a barrier packet on the
+    stream; the device stamps its completion signal with the device clock when it gets there, so
+    `elapsed_time` is exact simulated device time, in milliseconds as CUDA reports it."""
+
+    def __init__(self, api, timing: bool = True):
+        self.api, self.timing = api, timing
+        self.context: Context | None = None
+        self._state: StreamState | None = None
+        self._work: Work | None = None
+        self.destroyed = False
+
+    def _check_alive(self) -> None:
+        if self.destroyed:
+            raise InvalidHandleError(f"{self!r} was destroyed")
+
+    def record(self, stream=0) -> None:
+        self._check_alive()
+        context = self.api.context_for((), stream)
+        self._state, self._work = context.record_event(stream)
         self.context = context
 
     def synchronize(self) -> None:
-        self.context.synchronize()
+        """Wait until the device has reached the event (at once if it was never recorded)."""
+        self._check_alive()
+        if self._work is None:
+            return
+        self.context.wait_for(self._state, self._work)
+        self._check_reached()
+
+    def query(self) -> bool:
+        """Whether the device has reached the event (True if it was never recorded), without waiting."""
+        self._check_alive()
+        if self._work is None:
+            return True
+        self.context.raise_completed_faults()
+        self._check_reached()
+        return self._work.status == "done"
+
+    def _check_reached(self) -> None:
+        if self._work.status == "failed":
+            raise CudaError(f"{self!r} never completed: a kernel before it on its stream faulted")
+
+    def wait(self, stream=0) -> None:
+        """Make later work on `stream` wait for this event. The host waits for the event (so
+        nothing queued afterwards can pass it), where CUDA would make the device wait."""
+        self._check_alive()
+        self.api.context_for((), stream).stream_state(stream)
+        self.synchronize()
+
+    def elapsed_time(self, end: "Event") -> float:
+        """Milliseconds of device time from this event to `end`, waiting for both."""
+        for event in (self, end):
+            event._check_alive()
+            if not event.timing:
+                raise CudaError(f"{event!r} was created with timing=False; it records no time")
+            if event._work is None:
+                raise InvalidHandleError(f"{event!r} has not been recorded")
+        if self.context is not end.context:
+            raise InvalidHandleError(f"events on different devices ({self.context.device}, {end.context.device}) "
+                                     "have no common clock")
+        self.synchronize()
+        end.synchronize()
+        return (end._work.end_ns - self._work.end_ns) / 1e6
+
+    def destroy(self) -> None:
+        """Forget the event (cudaEventDestroy); a marker still queued completes harmlessly."""
+        self.destroyed = True
 
     def __repr__(self) -> str:
-        return f"<Stream default on {self.context.device}>"
+        where = f" on {self.context.device}" if self.context else ""
+        return f"<Event {id(self):#x}{where}>"
 
 
 def pack_kernargs(layout: list[dict], values: list) -> bytes:

@@ -13,12 +13,32 @@ from lapis import trace
 
 
 class Allocation:
-    """Device memory shared by the arrays that view it; freed when the last of them goes."""
-    __slots__ = ("__weakref__", "va", "size")
+    """Device memory shared by the arrays that view it; given back when the last of them goes (see
+    `Context.free`), or at `free()` (cudaFree: views left over then point at freed memory, as in
+    C). Its context knows it by address while it lives, so a raw device address leads back to it."""
+    __slots__ = ("__weakref__", "va", "size", "_release")
 
     def __init__(self, context, buffer):
         self.va, self.size = buffer.va, buffer.size
-        weakref.finalize(self, context.free, buffer)
+        context.allocations[self.va] = weakref.ref(self)
+        self._release = weakref.finalize(self, _collected, context, buffer)
+
+    def free(self) -> None:
+        """Free now, after the device's queued work."""
+        info = self._release.detach()
+        if info is not None:
+            _, _, (context, buffer), _ = info
+            context.allocations.pop(buffer.va, None)
+            context.free_now(buffer)
+
+    @property
+    def freed(self) -> bool:
+        return not self._release.alive
+
+
+def _collected(context, buffer) -> None:
+    context.allocations.pop(buffer.va, None)
+    context.free(buffer)
 
 
 class DeviceNDArray:
@@ -72,12 +92,24 @@ class DeviceNDArray:
             raise ValueError(f"{what} of a non-contiguous device array is not supported")
 
     def copy_to_host(self, ary: np.ndarray | None = None, stream=0) -> np.ndarray:
-        """Wait for the device's queued work, then copy the array into host memory."""
+        """Copy the array into host memory (into `ary` if given), once the work it must follow is
+        done: with the default stream, every stream's; with a stream, that stream's. The copy has
+        finished when this returns, with or without a stream."""
         self._check_contiguous("copy_to_host")
-        self.context.synchronize()
         order = "C" if self.is_c_contiguous() else "F"
+        # Into a matching `ary` the bytes land in place: straight from the copy engine if it is pinned.
+        into = None
+        if ary is not None and ary.shape == self.shape and ary.dtype == self.dtype and \
+                (ary.flags.c_contiguous if order == "C" else ary.flags.f_contiguous):
+            into = ary.reshape(-1, order=order).view(np.uint8)
         with trace.span(3, "memcpy", kind="DtoH", bytes=self.nbytes, src=self.ptr, device=str(self.device)):
-            raw = self.context.copy_to_host(self.ptr, self.nbytes) if self.nbytes else np.zeros(0, np.uint8)
+            if self.nbytes:
+                raw = self.context.copy_to_host(self.ptr, self.nbytes, stream, into)
+            else:
+                self.context.before_copy(stream)
+                raw = np.zeros(0, np.uint8)
+        if into is not None:
+            return ary
         out = raw.view(self.dtype).reshape(self.shape, order=order)
         if ary is None:
             return out
@@ -85,6 +117,7 @@ class DeviceNDArray:
         return ary
 
     def copy_to_device(self, ary, stream=0) -> None:
+        """Copy a host array into this one, after the stream's earlier work (see `copy_to_host`)."""
         data = np.asarray(ary, dtype=self.dtype)
         if data.shape != self.shape:
             raise ValueError(f"cannot copy an array of shape {data.shape} into a device array of shape {self.shape}")
@@ -92,7 +125,7 @@ class DeviceNDArray:
         order = "C" if self.is_c_contiguous() else "F"
         with trace.span(3, "memcpy", kind="HtoD", bytes=self.nbytes, dst=self.ptr, device=str(self.device)):
             if self.nbytes:
-                self.context.copy_to_device(self.ptr, np.asarray(data, order=order).ravel(order=order))
+                self.context.copy_to_device(self.ptr, np.asarray(data, order=order).ravel(order=order), stream)
 
     def __repr__(self) -> str:
         return f"<DeviceNDArray shape={self.shape} dtype={self.dtype} on {self.device} at {self.ptr:#x}>"

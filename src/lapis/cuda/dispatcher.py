@@ -138,7 +138,7 @@ class Dispatcher:
                              for n, a in zip(names, args, strict=True)},
                        kernarg_bytes=len(kernargs), kernarg_hex=kernargs.hex(),
                        instructions=len(compiled.instructions))
-        context.launch(compiled, kernargs, grid, block, shared)
+        context.launch(compiled, kernargs, grid, block, shared, stream=stream)
 
 
     def _const_copy(self, context, data: np.ndarray) -> DeviceNDArray:

@@ -9,6 +9,15 @@ class CudaSupportError(CudaError):
     """No device of the requested kind is present."""
 
 
+class OutOfMemoryError(CudaError, MemoryError):
+    """The device has no room for an allocation (like cudaErrorMemoryAllocation)."""
+
+
+class InvalidHandleError(CudaError):
+    """A stream or event that was destroyed, or that belongs to another device (like
+    cudaErrorInvalidResourceHandle)."""
+
+
 class LaunchError(CudaError):
     """A launch configuration the device cannot run (like cudaErrorInvalidConfiguration)."""
 

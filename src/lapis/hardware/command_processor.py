@@ -242,8 +242,8 @@ class CommandProcessor:
     def _run_packet(self, q: HardwareQueue, kind: int, packet: bytes) -> bool:
         if kind == abi.PACKET_TYPE_KERNEL_DISPATCH and q.kind == "compute":
             p = abi.KernelDispatchPacket.unpack(packet)
-            self._dispatch(q, p)
-            self._complete(q, p.completion_signal)
+            start = self._dispatch(q, p)
+            self._complete(q, p.completion_signal, start_ns=start)
         elif kind in (abi.PACKET_TYPE_BARRIER_AND, abi.PACKET_TYPE_BARRIER_OR):
             p = abi.BarrierPacket.unpack(packet)
             deps = [s for s in (p.dep_signal0, p.dep_signal1, p.dep_signal2, p.dep_signal3, p.dep_signal4) if s]
@@ -256,13 +256,14 @@ class CommandProcessor:
             p = abi.CopyPacket.unpack(packet)
             if p.format != abi.VENDOR_FORMAT_LINEAR_COPY:
                 raise PacketError(f"unknown vendor packet format {p.format}")
+            start = self.gpu.clock.now_ns
             try:
                 self.gpu.copy_engine.copy(q.vmid, p.src, p.dst, p.size)
             except MemoryFault as e:
                 err = PacketError(f"copy faulted: {e}")
                 err.detail = {"address": e.va}
                 raise err from None
-            self._complete(q, p.completion_signal)
+            self._complete(q, p.completion_signal, start_ns=start)
         else:
             name = abi.PACKET_TYPE_NAMES.get(kind, f"type {kind}")
             raise PacketError(f"packet {name} is not supported on a {q.kind} queue")
@@ -275,16 +276,22 @@ class CommandProcessor:
             raise PacketError(f"dependency signal {handle:#x} is not mapped") from e
         return struct.unpack("<q", raw)[0]
 
-    def _complete(self, q: HardwareQueue, handle: int, failed: bool = False) -> None:
-        """Decrement the completion signal (or, for a failed packet, make it -1); post an
-        interrupt if the signal has an event."""
+    def _complete(self, q: HardwareQueue, handle: int, failed: bool = False, start_ns: float | None = None) -> None:
+        """Decrement the completion signal (or, for a failed packet, make it -1) and stamp it with
+        the device clock: `start_ns` (when the packet began; now if not given) and now, as the CP
+        writes amd_signal_t's start_ts and end_ts. Post an interrupt if the signal has an event."""
         if not handle:
             return
         gpu = self.gpu
+        end_ns = gpu.clock.now_ns
+        start_ns = end_ns if start_ns is None else start_ns
         try:
             obj = abi.SignalObject.unpack(gpu.read_virtual(q.vmid, handle, abi.SIGNAL_BYTES, "signal read"))
             value = -1 if failed else obj.value - 1
-            gpu.write_virtual(q.vmid, handle + abi.SIGNAL_VALUE_OFFSET, struct.pack("<q", value),
+            # One burst from the value to end_ts (the mailbox and event id rewritten unchanged): one PCIe
+            # transaction, and a host that sees the new value also sees the timestamps.
+            tail = struct.pack("<qQI4xQQ", value, obj.event_mailbox_ptr, obj.event_id, int(start_ns), int(end_ns))
+            gpu.write_virtual(q.vmid, handle + abi.SIGNAL_VALUE_OFFSET, tail,
                               "signal store (failure)" if failed else "signal decrement (atomic)")
             if obj.event_mailbox_ptr:
                 gpu.write_virtual(q.vmid, obj.event_mailbox_ptr, struct.pack("<Q", obj.event_id), "event mailbox")
@@ -311,7 +318,8 @@ class CommandProcessor:
             self.programs[code] = program
         return program
 
-    def _dispatch(self, q: HardwareQueue, p: abi.KernelDispatchPacket) -> None:
+    def _dispatch(self, q: HardwareQueue, p: abi.KernelDispatchPacket) -> float:
+        """Run a kernel; returns the device time it started."""
         gpu, profile = self.gpu, self.gpu.profile
         block = (p.workgroup_size_x, p.workgroup_size_y, p.workgroup_size_z)
         size = (p.grid_size_x, p.grid_size_y, p.grid_size_z)
@@ -388,3 +396,4 @@ class CommandProcessor:
                        throttle_reasons=throttle.reasons, temperature_c=gpu.power.temperature,
                        **{k: v for k, v in abi.header_fields(p.header).items() if k != "type"},
                        disassembly=disassemble(program[:8], indent=""))
+        return start

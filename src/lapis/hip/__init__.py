@@ -2,15 +2,24 @@
 
 One implementation with `lapis.cuda` (as HIP mirrors the CUDA runtime name for name); this
 namespace lists the AMD-like devices (the mi300x profile, wavefront 64). Kernels use the
-same language: `@hip.jit`, `hip.grid(1)`, `hip.shared.array(...)`.
+same language: `@hip.jit`, `hip.grid(1)`, `hip.shared.array(...)`. The HIP runtime API's
+names (`hip.hipMalloc`, `hip.hipMemcpy`, `hip.hipLaunchKernelGGL`, ...) are generated from
+the CUDA ones by one table (`lapis.cuda.runtime_api.HIPIFY_TABLE`).
 """
 
 from lapis.cuda import (
     CompileError,
     CudaError,
+    CudaSupportError,
+    Device,
     DeviceNDArray,
+    DevicePointer,
+    Event,
+    InvalidHandleError,
     KernelFault,
     LaunchError,
+    OutOfMemoryError,
+    Stream,
     all_sync,
     any_sync,
     atomic,
@@ -44,6 +53,7 @@ from lapis.cuda import (
     warpsize,
 )
 from lapis.cuda.api import Api
+from lapis.cuda.runtime_api import RuntimeApi
 
 HipError = CudaError
 _api = Api("hip", "amd")
@@ -58,6 +68,12 @@ is_available = _api.is_available
 device_count = _api.device_count
 current_context = _api.current_context
 default_stream = _api.default_stream
+stream = _api.stream
+event = _api.event
+event_elapsed_time = _api.event_elapsed_time
+pinned_array = _api.pinned_array
+_runtime_api = RuntimeApi(_api, "hip")
+globals().update(_runtime_api.namespace())      # hipMalloc, hipSuccess, ...: the CUDA names through one table
 
 __all__ = [
     "all_sync", "any_sync", "atomic", "ballot_sync", "const", "float16", "shfl_down_sync", "shfl_sync",
@@ -66,5 +82,7 @@ __all__ = [
     "boolean", "device_array", "device_array_like", "current_context", "default_stream", "device_count",
     "float32", "float64", "get_current_device", "grid", "gridDim", "gridsize", "int32", "int64", "is_available",
     "jit", "laneid", "local", "select_device", "shared", "synchronize", "syncthreads", "threadIdx", "uint32",
-    "warpsize"
+    "warpsize",
+    "CudaSupportError", "Device", "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "Stream",
+    "event", "event_elapsed_time", "pinned_array", "stream", *_runtime_api.namespace(),
 ]

@@ -151,9 +151,18 @@ class Runtime:
                 self._copy_and_wait(agent, staging.va, src, size)
             return staging.host[:size].copy()
 
-    def copy_on_device(self, agent: Agent, dst: int, src: int, size: int) -> None:
-        with trace.span(2, "memory_copy", kind="device_to_device", agent=agent.name, src=src, dst=dst, bytes=size):
+    def copy_on_device(self, agent: Agent, dst: int, src: int, size: int, kind: str = "device_to_device") -> None:
+        """Copy between GPU addresses, waiting for it. Either side may be host memory mapped for the GPU
+        (pinned memory): the copy engine reaches it over PCIe, with no staging; `kind` names the
+        direction in the trace."""
+        with trace.span(2, "memory_copy", kind=kind, agent=agent.name, src=src, dst=dst, bytes=size):
             self._copy_and_wait(agent, dst, src, size)
+
+    def memory_info(self, agent: Agent) -> tuple[int, int]:
+        """(free, total) bytes of the GPU's memory, every process's allocations counted (what
+        HSA_AMD_AGENT_INFO_MEMORY_AVAIL and cuMemGetInfo report)."""
+        t = self.kfd.ioctl(driver.Ioctl.GET_TELEMETRY, driver.GpuArgs(agent.gpu_id))
+        return t.memory_total - t.memory_used, t.memory_total
 
     def clock_ns(self, agent: Agent) -> int:
         return self.kfd.ioctl(driver.Ioctl.GET_CLOCK_COUNTERS, driver.GetClockCountersArgs(agent.gpu_id)) \

@@ -2,7 +2,9 @@
 
 A signal handle is the GPU address of its signal object (`lapis.abi.SignalObject`). The
 device completes a packet by decrementing the value; a failed packet leaves it negative.
-A signal created with an event has its object name the driver event's mailbox, so the
+When it completes a packet, the device also writes the packet's start and end times on its
+clock into the signal object (`timestamps()`), as the CP writes amd_signal_t's start_ts and
+end_ts. A signal created with an event has its object name the driver event's mailbox, so the
 device posts an interrupt when it changes the value and a waiting thread sleeps in the
 driver (WAIT_EVENTS) until then, instead of spinning.
 """
@@ -45,6 +47,12 @@ class Signal:
 
     def load(self) -> int:
         return struct.unpack_from("<q", self._view(), self._offset + abi.SIGNAL_VALUE_OFFSET)[0]
+
+    def timestamps(self) -> tuple[int, int]:
+        """(start_ts, end_ts): the device clock, in ns, when the packet this signal completed began and
+        ended, as the command processor wrote them (hsa_amd_profiling_get_dispatch_time reads these).
+        Meaningful once the signal has been completed; both are 0 before."""
+        return struct.unpack_from("<QQ", self._view(), self._offset + abi.SIGNAL_START_TS_OFFSET)
 
     def store(self, value: int) -> None:
         struct.pack_into("<q", self._view(), self._offset + abi.SIGNAL_VALUE_OFFSET, value)
