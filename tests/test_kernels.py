@@ -507,3 +507,15 @@ def test_constant_arrays_are_baked_in_and_copied_once():
     expected = 0.25 * x[i - 1] + 0.5 * x[i] + 0.25 * x[i + 1] + OFFSETS[i % 3, i % 4]
     assert np.allclose(out.copy_to_host()[1:49], expected)
     assert len(smooth_with_constants._const_copies) == 2          # one device copy per array, reused
+
+
+@cuda.jit
+def two_half_scalars(out, a, b):
+    out[0] = a
+    out[1] = b
+
+
+def test_half_precision_scalar_arguments():
+    out = cuda.device_array(2, np.float16)
+    two_half_scalars[1, 1](out, np.float16(1.5), np.float16(-2.25))
+    assert list(out.copy_to_host()) == [1.5, -2.25]

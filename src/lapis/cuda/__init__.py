@@ -20,6 +20,7 @@ The CUDA runtime API's names are here too (`cuda.cudaMalloc`, `cuda.cudaMemcpy`,
 cuda-python's convention: `err, ptr = cuda.cudaMalloc(nbytes)` (see `runtime_api`).
 """
 
+import ml_dtypes
 import numpy as np
 
 from lapis.cuda.api import Api
@@ -83,10 +84,11 @@ globals().update(_runtime_api.namespace())      # cudaMalloc, cudaSuccess, ...: 
 
 int32, int64, uint32 = np.int32, np.int64, np.uint32
 float16, float32, float64 = np.float16, np.float32, np.float64
+bfloat16 = ml_dtypes.bfloat16
 boolean = np.bool_
 
 __all__ = [
-    "all_sync", "any_sync", "atomic", "ballot_sync", "const", "float16", "shfl_down_sync", "shfl_sync",
+    "all_sync", "any_sync", "atomic", "ballot_sync", "bfloat16", "const", "float16", "shfl_down_sync", "shfl_sync",
     "shfl_up_sync", "shfl_xor_sync", "syncwarp", "threadfence", "threadfence_block", "threadfence_system",
     "Api", "CompileError", "CudaError", "CudaSupportError", "Device", "DeviceNDArray", "KernelFault", "LaunchError",
     "Stream", "blockDim", "blockIdx", "boolean", "device_array", "device_array_like", "current_context",

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lapis import abi, runtime, trace
+from lapis.cuda.compiler import types as T
 from lapis.cuda.errors import CudaError, InvalidHandleError, KernelFault, OutOfMemoryError
 
 KERNARG_SLOT = abi.MAX_KERNARG_BYTES
@@ -512,6 +513,10 @@ def pack_kernargs(layout: list[dict], values: list) -> bytes:
             strides = [s // itemsize for s in value.strides]
             struct.pack_into(f"<Q{value.ndim}q{value.ndim}q", out, off, value.ptr, *value.shape, *strides)
         else:
+            if entry["dtype"] in ("float16", "bfloat16"):    # a half: its 16 bits
+                bits = np.asarray(value, T.scalar_of(entry["dtype"]).dtype).view(np.uint16)
+                struct.pack_into("<H", out, off, int(bits))
+                continue
             fmt = {"int32": "<i", "uint32": "<I", "int64": "<q", "float32": "<f", "float64": "<d", "bool": "<I"}
             v = value.item() if hasattr(value, "item") else value
             struct.pack_into(fmt[entry["dtype"]], out, off, int(v) if entry["dtype"] == "bool" else v)

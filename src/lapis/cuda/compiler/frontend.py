@@ -83,7 +83,7 @@ def kernarg_layout(argtypes: list) -> tuple[list[dict], int]:
                            "layout": t.layout, "size": 8 + 16 * t.ndim})
             offset += 8 + 16 * t.ndim
         else:
-            size = 4 if t.kind == "bool" else t.itemsize
+            size = 4 if t.kind == "bool" or t.bits == 16 else t.itemsize     # a half sits in a word's low bits
             offset = -(-offset // size) * size
             layout.append({"kind": "scalar", "offset": offset, "dtype": t.name, "size": size})
             offset += size
