@@ -519,3 +519,24 @@ def test_half_precision_scalar_arguments():
     out = cuda.device_array(2, np.float16)
     two_half_scalars[1, 1](out, np.float16(1.5), np.float16(-2.25))
     assert list(out.copy_to_host()) == [1.5, -2.25]
+
+
+@cuda.jit
+def double_2d(a, out):
+    i, j = cuda.grid(2)
+    if i < a.shape[0] and j < a.shape[1]:
+        out[i, j] = a[i, j] * 2
+
+
+def test_slices_and_fortran_order_device_arrays():
+    x = np.arange(60, dtype=np.float32).reshape(6, 10)
+    view = cuda.to_device(x)[1:5, ::3]                       # a view: strides (40, 12) bytes, no copy
+    assert view.shape == (4, 4) and view.layout == "A"
+    out = cuda.device_array(view.shape, np.float32)
+    double_2d[(1, 1), (8, 8)](view, out)
+    assert np.array_equal(out.copy_to_host(), x[1:5, ::3] * 2)
+    fortran = cuda.to_device(np.asfortranarray(x))
+    out = cuda.device_array(x.shape, np.float32)
+    double_2d[(1, 2), (8, 8)](fortran, out)
+    assert fortran.layout == "F" and np.array_equal(out.copy_to_host(), x * 2)
+    assert np.array_equal(cuda.to_device(x)[-1].copy_to_host(), x[-1])

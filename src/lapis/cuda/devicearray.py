@@ -127,6 +127,33 @@ class DeviceNDArray:
             if self.nbytes:
                 self.context.copy_to_device(self.ptr, np.asarray(data, order=order).ravel(order=order), stream)
 
+    def __getitem__(self, index) -> "DeviceNDArray":
+        """A view, as numpy's basic indexing makes one: integers drop a dimension, slices keep it
+        with a new start, stop and step. No data moves; the view shares the allocation."""
+        items = index if isinstance(index, tuple) else (index,)
+        if any(i is Ellipsis for i in items):
+            at = items.index(Ellipsis)
+            items = items[:at] + (slice(None),) * (self.ndim - len(items) + 1) + items[at + 1:]
+        if len(items) > self.ndim:
+            raise IndexError(f"too many indices for a {self.ndim}-d device array")
+        items = items + (slice(None),) * (self.ndim - len(items))
+        ptr, shape, strides = self.ptr, [], []
+        for item, size, stride in zip(items, self.shape, self.strides, strict=True):
+            if isinstance(item, slice):
+                start, stop, step = item.indices(size)
+                shape.append(len(range(start, stop, step)))
+                strides.append(stride * step)
+                ptr += start * stride
+            elif isinstance(item, int | np.integer):
+                i = int(item) + (size if item < 0 else 0)
+                if not 0 <= i < size:
+                    raise IndexError(f"index {int(item)} is out of bounds for a dimension of size {size}")
+                ptr += i * stride
+            else:
+                raise IndexError(f"device arrays take integers and slices, not {type(item).__name__} "
+                                 "(fancy indexing would copy; do it on the host)")
+        return DeviceNDArray(tuple(shape), tuple(strides), self.dtype, self.context, self.memory, ptr)
+
     def __repr__(self) -> str:
         return f"<DeviceNDArray shape={self.shape} dtype={self.dtype} on {self.device} at {self.ptr:#x}>"
 
