@@ -150,3 +150,95 @@ def test_bad_arguments(handle):
         dnn.activation_forward(handle, "relu", dnn.TensorDescriptor((1, 1, 2, 2)), dev([1, 2]), dev([1, 2]))
     with pytest.raises(dnn.DnnError, match="does not fit"):
         dnn.pooling_output(dnn.TensorDescriptor((1, 1, 2, 2)), (3, 3), (1, 1), (0, 0))
+
+
+def batch_norm_ref(x, gamma, beta, eps):
+    mu = x.mean(axis=(0, 2, 3), keepdims=True)
+    var = x.var(axis=(0, 2, 3), keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * gamma[None, :, None, None] + beta[None, :, None, None]
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_batch_norm_training_inference_and_backward(handle, layout):
+    dims, eps = (3, 4, 5, 6), 1e-5
+    x = rng.standard_normal(dims).astype(np.float32) * 2 + 1
+    gamma, beta = rng.standard_normal(4).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    dy = rng.standard_normal(dims).astype(np.float32)
+    desc = dnn.TensorDescriptor(dims, layout)
+
+    def to_layout(a):
+        return a.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else a
+
+    def from_layout(a):
+        return a.reshape(3, 5, 6, 4).transpose(0, 3, 1, 2) if layout == "NHWC" else a.reshape(dims)
+    run_mean, run_var = dev(np.zeros(4)), dev(np.ones(4))
+    y, mean, rstd = cuda.device_array(x.size, np.float32), cuda.device_array(4, np.float32), \
+        cuda.device_array(4, np.float32)
+    dnn.batch_norm_forward(handle, desc, dev(to_layout(x)), dev(gamma), dev(beta), run_mean, run_var, eps, y, mean,
+                           rstd)
+    assert np.allclose(from_layout(y.copy_to_host()), batch_norm_ref(x.astype(np.float64), gamma, beta, eps),
+                       atol=1e-4)
+    assert np.allclose(run_mean.copy_to_host(), 0.1 * x.mean(axis=(0, 2, 3)), atol=1e-5)
+    assert np.allclose(run_var.copy_to_host(), 0.9 + 0.1 * x.var(axis=(0, 2, 3), ddof=1), atol=1e-4)
+    dx, dg, db = cuda.device_array(x.size, np.float32), cuda.device_array(4, np.float32), \
+        cuda.device_array(4, np.float32)
+    dnn.batch_norm_backward(handle, desc, dev(to_layout(x)), dev(to_layout(dy)), dev(gamma), mean, rstd, dx, dg, db)
+    assert np.allclose(from_layout(dx.copy_to_host()),
+                       numeric_grad(lambda v: batch_norm_ref(v, gamma, beta, eps), x, dy), atol=3e-3)
+    assert np.allclose(db.copy_to_host(), dy.sum(axis=(0, 2, 3)), atol=1e-4)
+    inference = cuda.device_array(x.size, np.float32)
+    dnn.batch_norm_forward(handle, desc, dev(to_layout(x)), dev(gamma), dev(beta), run_mean, run_var, eps,
+                           inference, training=False)
+    rm, rv = run_mean.copy_to_host(), run_var.copy_to_host()
+    expected = (x - rm[None, :, None, None]) / np.sqrt(rv[None, :, None, None] + eps) * gamma[None, :, None, None] \
+        + beta[None, :, None, None]
+    assert np.allclose(from_layout(inference.copy_to_host()), expected, atol=1e-4)
+
+
+def conv_ref(x, w, pad, stride, dil, groups):
+    n, c, h, wd = x.shape
+    k, cg, r, s = w.shape
+    p = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) // stride[0] + 1
+    q = (wd + 2 * pad[1] - dil[1] * (s - 1) - 1) // stride[1] + 1
+    xp = np.zeros((n, c, h + 2 * pad[0], wd + 2 * pad[1]))
+    xp[:, :, pad[0]:pad[0] + h, pad[1]:pad[1] + wd] = x
+    y = np.zeros((n, k, p, q))
+    kg = k // groups
+    for o in range(k):
+        grp = o // kg
+        for rr in range(r):
+            for ss in range(s):
+                patch = xp[:, grp * cg:(grp + 1) * cg, rr * dil[0]:rr * dil[0] + stride[0] * (p - 1) + 1:stride[0],
+                           ss * dil[1]:ss * dil[1] + stride[1] * (q - 1) + 1:stride[1]]
+                y[:, o] += np.einsum("nchw,c->nhw", patch, w[o, :, rr, ss])
+    return y
+
+
+CONVS = [((2, 3, 9, 8), (4, 3, 3, 3), dnn.ConvolutionDescriptor()),
+         ((1, 4, 10, 10), (6, 2, 3, 2), dnn.ConvolutionDescriptor((1, 2), (2, 1), (2, 1), 2)),
+         ((2, 2, 5, 7), (3, 2, 1, 1), dnn.ConvolutionDescriptor((0, 0), (1, 2)))]
+
+
+@pytest.mark.parametrize("x_dims,w_dims,conv", CONVS)
+def test_convolution_forward_both_algorithms_and_backward(handle, x_dims, w_dims, conv):
+    x = rng.standard_normal(x_dims).astype(np.float32)
+    w = rng.standard_normal(w_dims).astype(np.float32)
+    desc = dnn.TensorDescriptor(x_dims)
+    out = dnn.convolution_output(desc, w_dims, conv)
+    ref = conv_ref(x.astype(np.float64), w, conv.padding, conv.stride, conv.dilation, conv.groups)
+    assert out.dims == ref.shape
+    y = cuda.device_array(out.size, np.float32)
+    ranking = dnn.find_convolution_forward_algorithm(handle, desc, dev(x), w_dims, dev(w), conv, y)
+    assert sorted(a for a, _ in ranking) == sorted(dnn.CONV_FORWARD_ALGORITHMS)
+    assert all(ms > 0 for _, ms in ranking) and ranking[0][1] <= ranking[1][1]
+    for algorithm in dnn.CONV_FORWARD_ALGORITHMS:
+        dnn.convolution_forward(handle, desc, dev(x), w_dims, dev(w), conv, y, algorithm)
+        assert np.allclose(y.copy_to_host().reshape(ref.shape), ref, atol=1e-4), algorithm
+    dy = rng.standard_normal(ref.shape).astype(np.float32)
+    dx, dw = cuda.device_array(x.size, np.float32), cuda.device_array(w.size, np.float32)
+    dnn.convolution_backward_data(handle, desc, w_dims, dev(w), conv, dev(dy), dx)
+    dnn.convolution_backward_filter(handle, desc, dev(x), w_dims, conv, dev(dy), dw)
+    f_x = lambda v: conv_ref(v, w, conv.padding, conv.stride, conv.dilation, conv.groups)   # noqa: E731
+    f_w = lambda v: conv_ref(x, v, conv.padding, conv.stride, conv.dilation, conv.groups)   # noqa: E731
+    assert np.allclose(dx.copy_to_host().reshape(x_dims), numeric_grad(f_x, x, dy), atol=3e-3)
+    assert np.allclose(dw.copy_to_host().reshape(w_dims), numeric_grad(f_w, w, dy), atol=3e-3)

@@ -16,7 +16,12 @@ layer norm) give each row to one block of 128 threads, which reduce through shar
 fixed order, so results are deterministic. Dropout draws its mask from a counter-based hash of
 (seed, element index): the same seed gives the same mask on any device and launch shape.
 
-Not here yet: convolutions, batch norm and fused attention (the rest of the Layer 4 issue).
+Batch norm reduces each channel in one block. Convolutions (NCHW, KCRS filters, padding,
+stride, dilation, groups) come in two forward algorithms, "direct" (a thread per output) and
+"implicit_gemm" (the GEMM of filters x unfolded input, tiled through shared memory without
+materializing the unfolding), chosen by `find_convolution_forward_algorithm`, which runs each
+on the problem and ranks them by simulated device time, as cudnnFindConvolutionForwardAlgorithm
+does; backward-data and backward-filter are direct. Not here yet: fused attention.
 """
 
 import math
@@ -270,6 +275,192 @@ def dropout_kernel(n, p, seed, backward, x, mask, y):
         i += cuda.gridsize(1)
 
 
+# -- batch norm --------------------------------------------------------------------------------------
+def batch_norm_forward_kernel(n, c, hw, sx, training, eps, momentum, x, gamma, beta, running_mean, running_var,
+                              y, mean, rstd):
+    # One block per channel: statistics over N, H, W (training) or the running ones (inference).
+    s = shared.array(128, np.float32)
+    ch, t = blockIdx.x, threadIdx.x
+    count = n * hw
+    if training:
+        acc = 0.0
+        for e in range(t, count, 128):
+            acc += x[e // hw * sx[0] + ch * sx[1] + e % hw * sx[2]]
+        mu = block_reduce(s, t, acc, False) / count
+        acc = 0.0
+        for e in range(t, count, 128):
+            d = x[e // hw * sx[0] + ch * sx[1] + e % hw * sx[2]] - mu
+            acc += d * d
+        var = block_reduce(s, t, acc, False) / count
+        if t == 0:
+            mean[ch] = mu
+            rstd[ch] = 1.0 / math.sqrt(var + eps)
+            unbiased = var * count / max(count - 1, 1)
+            running_mean[ch] = (1.0 - momentum) * running_mean[ch] + momentum * mu
+            running_var[ch] = (1.0 - momentum) * running_var[ch] + momentum * unbiased
+    else:
+        mu = running_mean[ch]
+        var = running_var[ch]
+    r = 1.0 / math.sqrt(var + eps)
+    for e in range(t, count, 128):
+        at = e // hw * sx[0] + ch * sx[1] + e % hw * sx[2]
+        y[at] = (x[at] - mu) * r * gamma[ch] + beta[ch]
+
+
+def batch_norm_backward_kernel(n, c, hw, sx, x, dy, gamma, mean, rstd, dx, dgamma, dbeta):
+    s = shared.array(128, np.float32)
+    ch, t = blockIdx.x, threadIdx.x
+    count = n * hw
+    mu, r = mean[ch], rstd[ch]
+    a = 0.0
+    b = 0.0
+    for e in range(t, count, 128):
+        at = e // hw * sx[0] + ch * sx[1] + e % hw * sx[2]
+        a += dy[at]
+        b += dy[at] * (x[at] - mu) * r
+    a = block_reduce(s, t, a, False)
+    b = block_reduce(s, t, b, False)
+    if t == 0:
+        dbeta[ch] = a
+        dgamma[ch] = b
+    g = gamma[ch] * r / count
+    for e in range(t, count, 128):
+        at = e // hw * sx[0] + ch * sx[1] + e % hw * sx[2]
+        dx[at] = g * (count * dy[at] - a - (x[at] - mu) * r * b)
+
+
+# -- convolution -------------------------------------------------------------------------------------
+# geometry g: n, c, h, w, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups (int64[16])
+def conv_direct_kernel(g, x, w, y):
+    i = cuda.grid(1)
+    n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
+    if i < n * k * p * q:
+        oq = i % q
+        op = i // q % p
+        ok = i // (q * p) % k
+        b = i // (q * p * k)
+        cg = c // g[15]
+        first = ok // (k // g[15]) * cg
+        acc = 0.0
+        for cc in range(cg):
+            for rr in range(r):
+                iy = op * g[11] - g[9] + rr * g[13]
+                if 0 <= iy < h:
+                    for ss in range(s):
+                        ix = oq * g[12] - g[10] + ss * g[14]
+                        if 0 <= ix < wd:
+                            acc += x[((b * c + first + cc) * h + iy) * wd + ix] * w[((ok * cg + cc) * r + rr) * s + ss]
+        y[i] = acc
+
+
+def conv_implicit_gemm_kernel(g, x, w, y):
+    # Y[k, (b, p, q)] = sum over (cc, rr, ss) of W[k, (cc, rr, ss)] * X_unfolded[(cc, rr, ss), (b, p, q)],
+    # tiled 32 x 32 with slices of 8 through shared memory; the unfolded X is never stored.
+    sw = shared.array((8, 32), np.float32)
+    sx = shared.array((8, 33), np.float32)
+    n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
+    groups = g[15]
+    kg, cg = k // groups, c // groups
+    group = blockIdx.z
+    depth = cg * r * s
+    columns = n * p * q
+    tx, ty = threadIdx.x, threadIdx.y                   # a 16 x 16 block; each thread 2 x 2 outputs
+    row0 = blockIdx.y * 32
+    col0 = blockIdx.x * 32
+    acc00 = 0.0
+    acc01 = 0.0
+    acc10 = 0.0
+    acc11 = 0.0
+    lid = ty * 16 + tx
+    for d0 in range(0, depth, 8):
+        e = lid                                        # 256 threads stage 8 x 32 of each operand
+        dd = e // 32
+        m = e % 32
+        if row0 + m < kg and d0 + dd < depth:
+            sw[dd, m] = w[(group * kg + row0 + m) * depth + d0 + dd]
+        else:
+            sw[dd, m] = 0.0
+        col = col0 + m
+        v = 0.0
+        if col < columns and d0 + dd < depth:
+            cc = (d0 + dd) // (r * s)
+            rr = (d0 + dd) // s % r
+            ss = (d0 + dd) % s
+            oq = col % q
+            op = col // q % p
+            b = col // (q * p)
+            iy = op * g[11] - g[9] + rr * g[13]
+            ix = oq * g[12] - g[10] + ss * g[14]
+            if 0 <= iy < h and 0 <= ix < wd:
+                v = x[((b * c + group * cg + cc) * h + iy) * wd + ix]
+        sx[dd, m] = v
+        syncthreads()
+        for dd in range(8):
+            a0 = sw[dd, ty]
+            a1 = sw[dd, ty + 16]
+            b0 = sx[dd, tx]
+            b1 = sx[dd, tx + 16]
+            acc00 += a0 * b0
+            acc01 += a0 * b1
+            acc10 += a1 * b0
+            acc11 += a1 * b1
+        syncthreads()
+    for i, j, v in ((0, 0, acc00), (0, 16, acc01), (16, 0, acc10), (16, 16, acc11)):
+        row, col = row0 + ty + i, col0 + tx + j
+        if row < kg and col < columns:
+            oq = col % q
+            op = col // q % p
+            b = col // (q * p)
+            y[((b * k + group * kg + row) * p + op) * q + oq] = v
+
+
+def conv_backward_data_kernel(g, dy, w, dx):
+    i = cuda.grid(1)
+    n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
+    if i < n * c * h * wd:
+        ix = i % wd
+        iy = i // wd % h
+        ch = i // (wd * h) % c
+        b = i // (wd * h * c)
+        cg = c // g[15]
+        kg = k // g[15]
+        group = ch // cg
+        acc = 0.0
+        for kk in range(kg):
+            ok = group * kg + kk
+            for rr in range(r):
+                ty = iy + g[9] - rr * g[13]
+                if ty >= 0 and ty % g[11] == 0 and ty // g[11] < p:
+                    for ss in range(s):
+                        tx = ix + g[10] - ss * g[14]
+                        if tx >= 0 and tx % g[12] == 0 and tx // g[12] < q:
+                            acc += dy[((b * k + ok) * p + ty // g[11]) * q + tx // g[12]] * \
+                                w[((ok * cg + ch % cg) * r + rr) * s + ss]
+        dx[i] = acc
+
+
+def conv_backward_filter_kernel(g, x, dy, dw):
+    i = cuda.grid(1)
+    n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
+    cg = c // g[15]
+    if i < k * cg * r * s:
+        ss = i % s
+        rr = i // s % r
+        cc = i // (s * r) % cg
+        ok = i // (s * r * cg)
+        ch = ok // (k // g[15]) * cg + cc
+        acc = 0.0
+        for b in range(n):
+            for op in range(p):
+                iy = op * g[11] - g[9] + rr * g[13]
+                if 0 <= iy < h:
+                    for oq in range(q):
+                        ix = oq * g[12] - g[10] + ss * g[14]
+                        if 0 <= ix < wd:
+                            acc += x[((b * c + ch) * h + iy) * wd + ix] * dy[((b * k + ok) * p + op) * q + oq]
+        dw[i] = acc
+
+
 # -- the API -----------------------------------------------------------------------------------------
 class Handle:
     """A cuDNN-style handle: the API and device its routines launch on, and its kernels."""
@@ -279,7 +470,8 @@ class Handle:
         self.kernels = {f.__name__: api.jit(f) for f in (
             activation_kernel, softmax_forward_kernel, softmax_backward_kernel, layer_norm_forward_kernel,
             layer_norm_backward_kernel, layer_norm_params_backward_kernel, pooling_forward_kernel,
-            pooling_backward_kernel, dropout_kernel)}
+            pooling_backward_kernel, dropout_kernel, batch_norm_forward_kernel, batch_norm_backward_kernel,
+            conv_direct_kernel, conv_implicit_gemm_kernel, conv_backward_data_kernel, conv_backward_filter_kernel)}
 
     @property
     def stream(self):
@@ -445,3 +637,134 @@ def dropout_backward(handle: Handle, p: float, dy, mask, dx) -> None:
         if dy.size:
             handle.kernels["dropout_kernel"][_blocks(dy.size), THREADS, handle.stream](
                 np.int64(dy.size), np.float32(p), np.int64(0), True, fdy, fm, fdx)
+
+
+def _channel_strides(handle, desc: TensorDescriptor):
+    """Element strides of (n, c, h*w): an NHWC tensor's H and W fold into one index with stride C."""
+    sn, sc, _, sw = desc.strides()
+    return handle.api.to_device(np.array([sn, sc, sw], np.int64))
+
+
+def batch_norm_forward(handle: Handle, desc: TensorDescriptor, x, gamma, beta, running_mean, running_var, eps: float,
+                       y, mean=None, rstd=None, training: bool = True, momentum: float = 0.1) -> None:
+    """Batch norm over N, H, W per channel (cudnnBatchNormalizationForwardTraining / Inference). Training
+    saves mean and rstd for the backward pass and updates the running statistics (unbiased variance) by
+    `momentum`, as torch.nn.BatchNorm2d does."""
+    n, c, h, w = desc.dims
+    fx, fy = _flat(x, "x", desc.size), _flat(y, "y", desc.size)
+    params = [_flat(a, name, c) for a, name in ((gamma, "gamma"), (beta, "beta"), (running_mean, "running_mean"),
+                                                 (running_var, "running_var"))]
+    if training and (mean is None or rstd is None):
+        raise DnnError("training batch norm needs mean and rstd arrays to save the statistics in")
+    saved = [_flat(mean, "mean", c), _flat(rstd, "rstd", c)] if training else params[2:]
+    with trace.span(4, "batch_norm_forward", dims=desc.dims, training=training, eps=eps):
+        if c and desc.size:
+            handle.kernels["batch_norm_forward_kernel"][c, ROW_THREADS, handle.stream](
+                np.int64(n), np.int64(c), np.int64(h * w), _channel_strides(handle, desc), training,
+                np.float32(eps), np.float32(momentum), fx, *params, fy, *saved)
+
+
+def batch_norm_backward(handle: Handle, desc: TensorDescriptor, x, dy, gamma, mean, rstd, dx, dgamma,
+                        dbeta) -> None:
+    """dx, dgamma, dbeta of training batch norm from its saved mean and rstd (cudnnBatchNormalizationBackward)."""
+    n, c, h, w = desc.dims
+    arrays = [_flat(x, "x", desc.size), _flat(dy, "dy", desc.size), _flat(gamma, "gamma", c),
+              _flat(mean, "mean", c), _flat(rstd, "rstd", c), _flat(dx, "dx", desc.size), _flat(dgamma, "dgamma", c),
+              _flat(dbeta, "dbeta", c)]
+    with trace.span(4, "batch_norm_backward", dims=desc.dims):
+        if c and desc.size:
+            handle.kernels["batch_norm_backward_kernel"][c, ROW_THREADS, handle.stream](
+                np.int64(n), np.int64(c), np.int64(h * w), _channel_strides(handle, desc), *arrays)
+
+
+@dataclass(frozen=True)
+class ConvolutionDescriptor:
+    """Padding, stride and dilation per spatial dimension, and the group count (cudnnConvolutionDescriptor)."""
+    padding: tuple[int, int] = (0, 0)
+    stride: tuple[int, int] = (1, 1)
+    dilation: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+
+CONV_FORWARD_ALGORITHMS = ("implicit_gemm", "direct")
+
+
+def convolution_output(x: TensorDescriptor, filter_dims, conv: ConvolutionDescriptor) -> TensorDescriptor:
+    """The output descriptor (cudnnGetConvolution2dForwardOutputDim); filter_dims are (K, C/groups, R, S)."""
+    n, c, h, w = x.dims
+    k, cg, r, s = filter_dims
+    if x.layout != "NCHW":
+        raise DnnError("convolutions take NCHW tensors")
+    if conv.groups < 1 or c % conv.groups or k % conv.groups or cg != c // conv.groups:
+        raise DnnError(f"filter {filter_dims} does not match {c} input channels in {conv.groups} group(s)")
+    if min(conv.stride + conv.dilation) < 1 or min(conv.padding) < 0:
+        raise DnnError(f"bad convolution {conv}")
+    p = (h + 2 * conv.padding[0] - conv.dilation[0] * (r - 1) - 1) // conv.stride[0] + 1
+    q = (w + 2 * conv.padding[1] - conv.dilation[1] * (s - 1) - 1) // conv.stride[1] + 1
+    if p < 1 or q < 1:
+        raise DnnError(f"a {r}x{s} filter does not fit a {h}x{w} input with {conv}")
+    return TensorDescriptor((n, k, p, q))
+
+
+def _conv_geometry(handle, x: TensorDescriptor, filter_dims, conv):
+    out = convolution_output(x, filter_dims, conv)
+    n, c, h, w = x.dims
+    k, _, r, s = filter_dims
+    g = [n, c, h, w, k, r, s, out.dims[2], out.dims[3], *conv.padding, *conv.stride, *conv.dilation, conv.groups]
+    return out, handle.api.to_device(np.array(g, np.int64))
+
+
+def convolution_forward(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, w, conv: ConvolutionDescriptor,
+                        y, algorithm: str = "implicit_gemm") -> None:
+    """y = conv(x, w) (cudnnConvolutionForward), with the chosen algorithm."""
+    if algorithm not in CONV_FORWARD_ALGORITHMS:
+        raise DnnError(f"algorithm must be one of {CONV_FORWARD_ALGORITHMS}, not {algorithm!r}")
+    out, geometry = _conv_geometry(handle, x_desc, filter_dims, conv)
+    fx, fw, fy = _flat(x, "x", x_desc.size), _flat(w, "w", int(np.prod(filter_dims))), _flat(y, "y", out.size)
+    with trace.span(4, "convolution_forward", x=x_desc.dims, filter=tuple(filter_dims), algorithm=algorithm,
+                    padding=conv.padding, stride=conv.stride, dilation=conv.dilation, groups=conv.groups):
+        if not out.size:
+            return
+        if algorithm == "direct":
+            handle.kernels["conv_direct_kernel"][-(-out.size // THREADS), THREADS, handle.stream](geometry, fx, fw, fy)
+        else:
+            n, k, p, q = out.dims
+            grid = (-(-(n * p * q) // 32), -(-(k // conv.groups) // 32), conv.groups)
+            handle.kernels["conv_implicit_gemm_kernel"][grid, (16, 16), handle.stream](geometry, fx, fw, fy)
+
+
+def find_convolution_forward_algorithm(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, w,
+                                       conv: ConvolutionDescriptor, y) -> list[tuple[str, float]]:
+    """Run every forward algorithm on this problem and rank them by simulated device time in ms
+    (cudnnFindConvolutionForwardAlgorithm); y holds the last one's result."""
+    timings = []
+    for algorithm in CONV_FORWARD_ALGORITHMS:
+        convolution_forward(handle, x_desc, x, filter_dims, w, conv, y, algorithm)     # compile and warm up
+        start, end = handle.api.event(), handle.api.event()
+        start.record(handle.stream)
+        convolution_forward(handle, x_desc, x, filter_dims, w, conv, y, algorithm)
+        end.record(handle.stream)
+        end.synchronize()
+        timings.append((algorithm, start.elapsed_time(end)))
+    return sorted(timings, key=lambda t: t[1])
+
+
+def convolution_backward_data(handle: Handle, x_desc: TensorDescriptor, filter_dims, w, conv, dy, dx) -> None:
+    """dx from dy and the filters (cudnnConvolutionBackwardData)."""
+    out, geometry = _conv_geometry(handle, x_desc, filter_dims, conv)
+    fw, fdy, fdx = _flat(w, "w", int(np.prod(filter_dims))), _flat(dy, "dy", out.size), _flat(dx, "dx", x_desc.size)
+    with trace.span(4, "convolution_backward_data", x=x_desc.dims, filter=tuple(filter_dims)):
+        if x_desc.size:
+            handle.kernels["conv_backward_data_kernel"][-(-x_desc.size // THREADS), THREADS, handle.stream](
+                geometry, fdy, fw, fdx)
+
+
+def convolution_backward_filter(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, conv, dy, dw) -> None:
+    """dw from x and dy (cudnnConvolutionBackwardFilter)."""
+    out, geometry = _conv_geometry(handle, x_desc, filter_dims, conv)
+    size = int(np.prod(filter_dims))
+    fx, fdy, fdw = _flat(x, "x", x_desc.size), _flat(dy, "dy", out.size), _flat(dw, "dw", size)
+    with trace.span(4, "convolution_backward_filter", x=x_desc.dims, filter=tuple(filter_dims)):
+        if size:
+            handle.kernels["conv_backward_filter_kernel"][-(-size // THREADS), THREADS, handle.stream](
+                geometry, fx, fdy, fdw)

@@ -419,6 +419,17 @@ class Frontend:
             return
         self.assign(node.target, self.expr(node.value))
 
+    def bind_static(self, target, value) -> None:
+        """Assign, keeping constants constant (an unrolled loop's variable), unpacking tuples."""
+        if isinstance(target, ast.Tuple | ast.List) and isinstance(value, tuple) and len(value) == len(target.elts):
+            for t, v in zip(target.elts, value, strict=True):
+                self.bind_static(t, v)
+        elif isinstance(target, ast.Name) and isinstance(value, Const):
+            self.static.pop(target.id, None)
+            self.static[target.id] = value
+        else:
+            self.assign(target, value)
+
     def assign(self, target, value) -> None:
         if isinstance(target, ast.Name):
             self.assign_name(target.id, value)
@@ -507,19 +518,15 @@ class Frontend:
         if node.orelse:
             raise self.error("unsupported construct: for ... else")
         it = node.iter
-        if not isinstance(node.target, ast.Name):
-            raise self.error("the loop variable of a kernel 'for' must be a plain name")
         if isinstance(it, ast.Tuple) and not _has_jumps(node.body):
             for item in self.expr(it):              # a tuple display: unrolled, as numba's literal_unroll
                 if self.current is None:
                     return
-                if isinstance(item, Const):         # a constant stays one, as in an unrolled range
-                    self.static.pop(node.target.id, None)
-                    self.static[node.target.id] = item
-                else:
-                    self.assign_name(node.target.id, item)
+                self.bind_static(node.target, item)
                 self.statements(node.body)
             return
+        if not isinstance(node.target, ast.Name):
+            raise self.error("the loop variable of a kernel 'for' over a range must be a plain name")
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
                 and self.lookup("range") is range):
             raise self.error("a kernel 'for' loop must iterate over range(...) or a tuple display")
