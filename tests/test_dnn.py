@@ -242,3 +242,44 @@ def test_convolution_forward_both_algorithms_and_backward(handle, x_dims, w_dims
     f_w = lambda v: conv_ref(x, v, conv.padding, conv.stride, conv.dilation, conv.groups)   # noqa: E731
     assert np.allclose(dx.copy_to_host().reshape(x_dims), numeric_grad(f_x, x, dy), atol=3e-3)
     assert np.allclose(dw.copy_to_host().reshape(w_dims), numeric_grad(f_w, w, dy), atol=3e-3)
+
+
+def attention_ref(q, k, v, causal):
+    d = q.shape[-1]
+    s = q @ k.transpose(0, 2, 1) / np.sqrt(d)
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[1:], bool))[None], s, -np.inf)
+    return softmax(s) @ v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("t,d", [(5, 8), (70, 16)])
+def test_fused_attention_forward_and_backward(handle, causal, t, d):
+    bh = 3
+    q, k, v = (rng.standard_normal((bh, t, d)).astype(np.float32) for _ in range(3))
+    do = rng.standard_normal((bh, t, d)).astype(np.float32)
+    o, lse = cuda.device_array((bh, t, d), np.float32), cuda.device_array((bh, t), np.float32)
+    dq, dk, dv = (cuda.device_array((bh, t, d), np.float32) for _ in range(3))
+    dev_q, dev_k, dev_v = dev(q), dev(k), dev(v)
+    dnn.attention_forward(handle, dev_q, dev_k, dev_v, o, lse, causal=causal)
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    assert np.allclose(o.copy_to_host(), attention_ref(q64, k64, v64, causal), atol=1e-5)
+    dnn.attention_backward(handle, dev_q, dev_k, dev_v, o, dev(do), lse, dq, dk, dv, causal=causal)
+    scale = 1 / np.sqrt(d)                                # the analytic gradients, for every size
+    s = q64 @ k64.transpose(0, 2, 1) * scale
+    if causal:
+        s = np.where(np.tril(np.ones(s.shape[1:], bool))[None], s, -np.inf)
+    p = softmax(s)
+    dp = do @ v64.transpose(0, 2, 1)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    assert np.allclose(dv.copy_to_host(), p.transpose(0, 2, 1) @ do, atol=1e-4)
+    assert np.allclose(dq.copy_to_host(), ds @ k64 * scale, atol=1e-4)
+    assert np.allclose(dk.copy_to_host(), ds.transpose(0, 2, 1) @ q64 * scale, atol=1e-4)
+    if t > 10:
+        return                                            # finite differences on the small case only
+    assert np.allclose(dq.copy_to_host(), numeric_grad(lambda a: attention_ref(a, k64, v64, causal), q, do),
+                       atol=2e-3)
+    assert np.allclose(dk.copy_to_host(), numeric_grad(lambda a: attention_ref(q64, a, v64, causal), k, do),
+                       atol=2e-3)
+    assert np.allclose(dv.copy_to_host(), numeric_grad(lambda a: attention_ref(q64, k64, a, causal), v, do),
+                       atol=2e-3)

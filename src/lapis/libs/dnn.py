@@ -21,7 +21,10 @@ stride, dilation, groups) come in two forward algorithms, "direct" (a thread per
 "implicit_gemm" (the GEMM of filters x unfolded input, tiled through shared memory without
 materializing the unfolding), chosen by `find_convolution_forward_algorithm`, which runs each
 on the problem and ranks them by simulated device time, as cudnnFindConvolutionForwardAlgorithm
-does; backward-data and backward-filter are direct. Not here yet: fused attention.
+does; backward-data and backward-filter are direct. Scaled dot-product attention is fused in
+the flash-attention style: each thread owns a query row and walks the keys in tiles staged in
+shared memory, keeping a running maximum and sum (online softmax), so the T x T score matrix is
+never stored; the backward pass recomputes the probabilities from the saved log-sum-exp.
 """
 
 import math
@@ -461,6 +464,107 @@ def conv_backward_filter_kernel(g, x, dy, dw):
         dw[i] = acc
 
 
+# -- attention ---------------------------------------------------------------------------------------
+KEY_TILE, QUERY_TILE, MAX_HEAD_DIM = 32, 64, 64
+
+
+def attention_forward_kernel(t_q, t_k, d, scale, causal, q, k, v, o, lse):
+    # q, o: (BH, Tq, D); k, v: (BH, Tk, D); lse: (BH, Tq). Block: QUERY_TILE rows of one head.
+    sk = shared.array((32, 64), np.float32)
+    sv = shared.array((32, 64), np.float32)
+    acc = cuda.local.array(64, np.float32)
+    qi = cuda.local.array(64, np.float32)
+    bh, t = blockIdx.y, threadIdx.x
+    i = blockIdx.x * 64 + t
+    live = i < t_q
+    for c in range(d):
+        qi[c] = q[(bh * t_q + i) * d + c] * scale if live else 0.0
+        acc[c] = 0.0
+    m = -math.inf
+    total = 0.0
+    for k0 in range(0, t_k, 32):
+        for e in range(t, 32 * d, 64):                      # the block stages 32 keys and values
+            jj = e // d
+            c = e % d
+            if k0 + jj < t_k:
+                sk[jj, c] = k[(bh * t_k + k0 + jj) * d + c]
+                sv[jj, c] = v[(bh * t_k + k0 + jj) * d + c]
+        syncthreads()
+        for jj in range(32):
+            j = k0 + jj
+            if live and j < t_k and (not causal or j <= i):
+                score = 0.0
+                for c in range(d):
+                    score += qi[c] * sk[jj, c]
+                new_max = max(m, score)
+                correction = math.exp(m - new_max)
+                weight = math.exp(score - new_max)
+                total = total * correction + weight
+                for c in range(d):
+                    acc[c] = acc[c] * correction + weight * sv[jj, c]
+                m = new_max
+        syncthreads()
+    if live:
+        for c in range(d):
+            o[(bh * t_q + i) * d + c] = acc[c] / total
+        lse[bh * t_q + i] = m + math.log(total)
+
+
+def attention_delta_kernel(rows, d, o, do, delta):
+    # delta_i = sum_c dO[i, c] * O[i, c]
+    i = cuda.grid(1)
+    if i < rows:
+        acc = 0.0
+        for c in range(d):
+            acc += do[i * d + c] * o[i * d + c]
+        delta[i] = acc
+
+
+def attention_dq_kernel(bh_count, t_q, t_k, d, scale, causal, q, k, v, do, lse, delta, dq):
+    # One thread per query row: dq_i = scale * sum_j p_ij (dO_i . v_j - delta_i) k_j
+    row = cuda.grid(1)
+    if row < bh_count * t_q:
+        bh = row // t_q
+        i = row % t_q
+        for c in range(d):
+            dq[row * d + c] = 0.0
+        for j in range(t_k):
+            if not causal or j <= i:
+                score = 0.0
+                dp = 0.0
+                for c in range(d):
+                    score += q[row * d + c] * k[(bh * t_k + j) * d + c]
+                    dp += do[row * d + c] * v[(bh * t_k + j) * d + c]
+                p = math.exp(score * scale - lse[row])
+                ds = p * (dp - delta[row]) * scale
+                for c in range(d):
+                    dq[row * d + c] += ds * k[(bh * t_k + j) * d + c]
+
+
+def attention_dkv_kernel(bh_count, t_q, t_k, d, scale, causal, q, k, v, do, lse, delta, dk, dv):
+    # One thread per key row: dv_j = sum_i p_ij dO_i;  dk_j = scale * sum_i p_ij (dO_i . v_j - delta_i) q_i
+    row = cuda.grid(1)
+    if row < bh_count * t_k:
+        bh = row // t_k
+        j = row % t_k
+        for c in range(d):
+            dk[row * d + c] = 0.0
+            dv[row * d + c] = 0.0
+        for i in range(t_q):
+            if not causal or j <= i:
+                qrow = bh * t_q + i
+                score = 0.0
+                dp = 0.0
+                for c in range(d):
+                    score += q[qrow * d + c] * k[row * d + c]
+                    dp += do[qrow * d + c] * v[row * d + c]
+                p = math.exp(score * scale - lse[qrow])
+                ds = p * (dp - delta[qrow]) * scale
+                for c in range(d):
+                    dv[row * d + c] += p * do[qrow * d + c]
+                    dk[row * d + c] += ds * q[qrow * d + c]
+
+
 # -- the API -----------------------------------------------------------------------------------------
 class Handle:
     """A cuDNN-style handle: the API and device its routines launch on, and its kernels."""
@@ -471,7 +575,8 @@ class Handle:
             activation_kernel, softmax_forward_kernel, softmax_backward_kernel, layer_norm_forward_kernel,
             layer_norm_backward_kernel, layer_norm_params_backward_kernel, pooling_forward_kernel,
             pooling_backward_kernel, dropout_kernel, batch_norm_forward_kernel, batch_norm_backward_kernel,
-            conv_direct_kernel, conv_implicit_gemm_kernel, conv_backward_data_kernel, conv_backward_filter_kernel)}
+            conv_direct_kernel, conv_implicit_gemm_kernel, conv_backward_data_kernel, conv_backward_filter_kernel,
+            attention_forward_kernel, attention_delta_kernel, attention_dq_kernel, attention_dkv_kernel)}
 
     @property
     def stream(self):
@@ -768,3 +873,48 @@ def convolution_backward_filter(handle: Handle, x_desc: TensorDescriptor, x, fil
         if size:
             handle.kernels["conv_backward_filter_kernel"][-(-size // THREADS), THREADS, handle.stream](
                 geometry, fx, fdy, fdw)
+
+
+def _attention_shapes(q, k, v) -> tuple[int, int, int, int]:
+    for name, a in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(a, DeviceNDArray) or a.ndim != 3:
+            raise DnnError(f"{name} must be a 3-D device array (batch x heads, tokens, head dim)")
+    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+        raise DnnError(f"q {q.shape}, k {k.shape} and v {v.shape} do not match")
+    bh, t_q, d = q.shape
+    if not 0 < d <= MAX_HEAD_DIM:
+        raise DnnError(f"head dimension {d} is outside 1..{MAX_HEAD_DIM}")
+    return bh, t_q, k.shape[1], d
+
+
+def attention_forward(handle: Handle, q, k, v, o, lse, scale: float | None = None, causal: bool = False) -> None:
+    """o = softmax(q k^T * scale (+ causal mask)) v per (batch x head), fused; lse (bh, Tq) is saved
+    for the backward pass (cudnn's fused flash attention, FlashAttention's forward)."""
+    bh, t_q, t_k, d = _attention_shapes(q, k, v)
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    args = [_flat(q, "q"), _flat(k, "k"), _flat(v, "v"), _flat(o, "o", q.size), _flat(lse, "lse", bh * t_q)]
+    with trace.span(4, "attention_forward", batch_heads=bh, t_q=t_q, t_k=t_k, head_dim=d, causal=causal):
+        if bh and t_q and t_k:
+            handle.kernels["attention_forward_kernel"][(-(-t_q // QUERY_TILE), bh), QUERY_TILE, handle.stream](
+                np.int64(t_q), np.int64(t_k), np.int64(d), np.float32(scale), causal, *args)
+
+
+def attention_backward(handle: Handle, q, k, v, o, do, lse, dq, dk, dv, scale: float | None = None,
+                       causal: bool = False) -> None:
+    """dq, dk, dv from the forward's o and lse, recomputing the probabilities (FlashAttention's backward)."""
+    bh, t_q, t_k, d = _attention_shapes(q, k, v)
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    fq, fk, fv = _flat(q, "q"), _flat(k, "k"), _flat(v, "v")
+    fo, fdo, flse = _flat(o, "o", q.size), _flat(do, "do", q.size), _flat(lse, "lse", bh * t_q)
+    fdq, fdk, fdv = _flat(dq, "dq", q.size), _flat(dk, "dk", k.size), _flat(dv, "dv", v.size)
+    delta = handle.api.device_array(bh * t_q, np.float32)
+    geometry = (np.int64(bh), np.int64(t_q), np.int64(t_k), np.int64(d), np.float32(scale), causal)
+    with trace.span(4, "attention_backward", batch_heads=bh, t_q=t_q, t_k=t_k, head_dim=d, causal=causal):
+        if bh and t_q and t_k:
+            rows = bh * t_q
+            handle.kernels["attention_delta_kernel"][-(-rows // THREADS), THREADS, handle.stream](
+                np.int64(rows), np.int64(d), fo, fdo, delta)
+            handle.kernels["attention_dq_kernel"][-(-rows // THREADS), THREADS, handle.stream](
+                *geometry, fq, fk, fv, fdo, flse, delta, fdq)
+            handle.kernels["attention_dkv_kernel"][-(-(bh * t_k) // THREADS), THREADS, handle.stream](
+                *geometry, fq, fk, fv, fdo, flse, delta, fdk, fdv)
