@@ -4,9 +4,9 @@ L2: a sector cache of the profile's L2 size in front of DRAM, physically indexed
 across kernels as a real L2 is. It is direct-mapped (each 32-byte sector of physical
 memory has one slot, `sector mod slots`), a simplification of the 16-way set-associative
 caches on real GPUs that keeps each lookup one numpy gather: capacity misses come out
-right, conflict misses are somewhat overstated for unlucky strides. Stores allocate (write-
-back): a sector first written in L2 costs one DRAM write when it is eventually evicted, so
-it is counted as DRAM traffic when it is first allocated.
+right, conflict misses are somewhat overstated for unlucky strides. The L2 is write-back:
+a sector that becomes dirty (a store to it, hit or miss) costs one DRAM write when it is
+eventually evicted, so that write is counted when the sector turns dirty.
 
 Shared memory: 32 banks of 4-byte words. A warp's access is served in wavefronts: each
 wavefront serves at most one distinct word per bank (lanes reading the same word share it,
@@ -26,9 +26,11 @@ class L2Cache:
         self.slots = max(1, nbytes // SECTOR_BYTES)
         self.tags = np.zeros(self.slots, np.uint64)     # sector number + 1; 0 is an empty slot (lazy pages)
         self.writer = np.zeros(self.slots, np.int32)    # scratch: which request of an access last filled a slot
+        self.dirty = np.zeros(self.slots, bool)
 
-    def access(self, sectors: np.ndarray) -> int:
-        """Look up physical sector numbers (one per sector a warp touched); returns how many missed.
+    def access(self, sectors: np.ndarray, write: bool = False) -> tuple[int, int]:
+        """Look up physical sector numbers (one per sector a warp touched); returns (sectors that
+        missed, sectors this access made dirty).
 
         Several warps of one instruction may ask for the same sector (thread blocks reading one
         tile): it misses once. Only the last request to fill a slot counts, which sorts nothing.
@@ -36,14 +38,22 @@ class L2Cache:
         slot = (sectors % np.uint64(self.slots)).astype(np.intp)
         tag = sectors + np.uint64(1)
         missed = np.flatnonzero(self.tags[slot] != tag)
+        misses = 0
         if missed.size:
             self.tags[slot[missed]] = tag[missed]
+            self.dirty[slot[missed]] = False
             self.writer[slot[missed]] = missed
-            return int(np.count_nonzero(self.writer[slot[missed]] == missed))
-        return 0
+            misses = int(np.count_nonzero(self.writer[slot[missed]] == missed))
+        if not write:
+            return misses, 0
+        touched = np.unique(slot) if slot.size > 1 and not (slot[1:] > slot[:-1]).all() else slot
+        dirtied = int(np.count_nonzero(~self.dirty[touched]))
+        self.dirty[touched] = True
+        return misses, dirtied
 
     def flush(self) -> None:
         self.tags.fill(0)
+        self.dirty.fill(False)
 
 
 def shared_wavefronts(words: np.ndarray, words_per_lane: int) -> tuple[int, int]:

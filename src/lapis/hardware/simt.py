@@ -670,12 +670,11 @@ class Wave:
         if system:
             c.pcie_bytes += va.size * nbytes
         else:
-            misses = core.l2.access(touched)
+            misses, dirtied = core.l2.access(touched, write)
             c.l2_misses += misses
-            if write and not atomic:
-                c.dram_write_bytes += misses * 32
-            else:
+            if not write or atomic:              # a store overwrites whole words: nothing to fetch
                 c.dram_read_bytes += misses * 32
+            c.dram_write_bytes += dirtied * 32
         return pa.astype(I64), core.sysmem if system else core.vram
 
     @staticmethod
