@@ -22,77 +22,105 @@ gemm runs on the FP32 pipes (the HMMA matrix path is not used yet). Sizes and of
 int32: each matrix must hold fewer than 2^31 elements.
 """
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, Stream, blockIdx, float32, local, shared, syncthreads, threadIdx
 from lapis.libs.blas_level1 import BlasError, Level1, asum, at, axpy, check_vector, copy, dot, iamax, nrm2, scal, swap
 
-BM, BN, BK = 64, 64, 16
-TM, TN = 4, 4
-THREADS = (BM // TM) * (BN // TN)
+
+@dataclass(frozen=True)
+class GemmTiles:
+    """A gemm kernel's tiling: a bm x bn tile of C per block, k in slices of bk, tm x tn per thread."""
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def __str__(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk}, {self.tm}x{self.tn} per thread"
 
 
-__all__ = ["BlasError", "Handle", "asum", "axpy", "copy", "create", "dot", "gemm", "gemm_batched",
-           "gemm_strided_batched", "gemv", "iamax", "nrm2", "scal", "sgemm", "swap"]
+TILE_CANDIDATES = (GemmTiles(64, 64, 16, 4, 4), GemmTiles(128, 128, 8, 8, 8), GemmTiles(128, 64, 8, 8, 4),
+                   GemmTiles(64, 128, 8, 4, 8))
+DEFAULT_TILES = TILE_CANDIDATES[0]
+TUNE_ABOVE = 1 << 27          # multiply-adds above which a gemm's tiles are chosen by the autotuner
+PROBE_K = 64                  # the depth the autotuner runs candidates at
 
 
-def gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c):
-    # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc];
-    # matrix number blockIdx.z of a strided batch starts stride_a, stride_b, stride_c elements further.
-    # Half-precision inputs are widened to float32 as they enter shared memory (fp32 accumulation).
-    sA = shared.array((BK, BM), float32)          # sA[p, i]
-    sB = shared.array((BK, BN + 1), float32)      # sB[p, j], padded against bank conflicts
-    acc = local.array((TM, TN), float32)
-    a = local.array(TM, float32)
-    b = local.array(TN, float32)
-    tx = threadIdx.x
-    ti = tx % (BM // TM)
-    tj = tx // (BM // TM)
-    i0 = blockIdx.x * BM
-    j0 = blockIdx.y * BN
-    za = blockIdx.z * stride_a
-    zb = blockIdx.z * stride_b
-    zc = blockIdx.z * stride_c
-    for r in range(TM):
-        for c in range(TN):
-            acc[r, c] = float32(0.0)
-    for p0 in range(0, k, BK):
-        for step in range(BM * BK // THREADS):    # this thread's share of the op(A) slice
-            e = tx + step * THREADS
-            ii = e % BM
-            pp = e // BM
-            v = float32(0.0)
-            if i0 + ii < m and p0 + pp < k:
-                v = float32(A[za + (i0 + ii) * a_si + (p0 + pp) * a_sp])
-            sA[pp, ii] = v
-        for step in range(BK * BN // THREADS):    # and of the op(B) slice
-            e = tx + step * THREADS
-            pp = e % BK
-            jj = e // BK
-            v = float32(0.0)
-            if p0 + pp < k and j0 + jj < n:
-                v = float32(B[zb + (p0 + pp) * b_sp + (j0 + jj) * b_sj])
-            sB[pp, jj] = v
-        syncthreads()
-        for pp in range(BK):
-            for r in range(TM):
-                a[r] = sA[pp, ti + r * (BM // TM)]
+__all__ = ["BlasError", "GemmTiles", "Handle", "asum", "axpy", "choose_tiles", "copy", "create", "dot", "gemm",
+           "gemm_batched", "gemm_strided_batched", "gemv", "iamax", "nrm2", "scal", "sgemm", "swap"]
+
+
+def make_gemm_kernel(tiles: GemmTiles):
+    """The gemm kernel for one tiling; the tile sizes are compile-time constants (closure variables)."""
+    BM, BN, BK, TM, TN = tiles.bm, tiles.bn, tiles.bk, tiles.tm, tiles.tn
+    THREADS = tiles.threads
+
+    def gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c):
+        # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc];
+        # matrix number blockIdx.z of a strided batch starts stride_a, stride_b, stride_c elements further.
+        # Half-precision inputs are widened to float32 as they enter shared memory (fp32 accumulation).
+        sA = shared.array((BK, BM), float32)          # sA[p, i]
+        sB = shared.array((BK, BN + 1), float32)      # sB[p, j], padded against bank conflicts
+        acc = local.array((TM, TN), float32)
+        a = local.array(TM, float32)
+        b = local.array(TN, float32)
+        tx = threadIdx.x
+        ti = tx % (BM // TM)
+        tj = tx // (BM // TM)
+        i0 = blockIdx.x * BM
+        j0 = blockIdx.y * BN
+        za = blockIdx.z * stride_a
+        zb = blockIdx.z * stride_b
+        zc = blockIdx.z * stride_c
+        for r in range(TM):
             for c in range(TN):
-                b[c] = sB[pp, tj + c * (BN // TN)]
-            for r in range(TM):
+                acc[r, c] = float32(0.0)
+        for p0 in range(0, k, BK):
+            for step in range(BM * BK // THREADS):    # this thread's share of the op(A) slice
+                e = tx + step * THREADS
+                ii = e % BM
+                pp = e // BM
+                v = float32(0.0)
+                if i0 + ii < m and p0 + pp < k:
+                    v = float32(A[za + (i0 + ii) * a_si + (p0 + pp) * a_sp])
+                sA[pp, ii] = v
+            for step in range(BK * BN // THREADS):    # and of the op(B) slice
+                e = tx + step * THREADS
+                pp = e % BK
+                jj = e // BK
+                v = float32(0.0)
+                if p0 + pp < k and j0 + jj < n:
+                    v = float32(B[zb + (p0 + pp) * b_sp + (j0 + jj) * b_sj])
+                sB[pp, jj] = v
+            syncthreads()
+            for pp in range(BK):
+                for r in range(TM):
+                    a[r] = sA[pp, ti + r * (BM // TM)]
                 for c in range(TN):
-                    acc[r, c] += a[r] * b[c]
-        syncthreads()
-    for r in range(TM):
-        for c in range(TN):
-            i = i0 + ti + r * (BM // TM)
-            j = j0 + tj + c * (BN // TN)
-            if i < m and j < n:
-                if beta == float32(0.0):
-                    C[zc + i + j * ldc] = alpha * acc[r, c]
-                else:
-                    C[zc + i + j * ldc] = alpha * acc[r, c] + beta * float32(C[zc + i + j * ldc])
+                    b[c] = sB[pp, tj + c * (BN // TN)]
+                for r in range(TM):
+                    for c in range(TN):
+                        acc[r, c] += a[r] * b[c]
+            syncthreads()
+        for r in range(TM):
+            for c in range(TN):
+                i = i0 + ti + r * (BM // TM)
+                j = j0 + tj + c * (BN // TN)
+                if i < m and j < n:
+                    if beta == float32(0.0):
+                        C[zc + i + j * ldc] = alpha * acc[r, c]
+                    else:
+                        C[zc + i + j * ldc] = alpha * acc[r, c] + beta * float32(C[zc + i + j * ldc])
+    return gemm_kernel
 
 
 class Handle:
@@ -101,13 +129,20 @@ class Handle:
     def __init__(self, api, device: int = 0):
         self.api = api
         self.device = device
-        self.kernel = api.jit(gemm_kernel)
+        self.kernels: dict[GemmTiles, object] = {}
+        self.tiles: dict[tuple, GemmTiles] = {}        # the autotuner's choices, by profile and shape
         self.gemv_kernel = api.jit(gemv_kernel)
         self.level1 = Level1(api)
 
     @property
     def context(self):
         return self.api.current_context(self.device)
+
+    def gemm_kernel(self, tiles: GemmTiles):
+        kernel = self.kernels.get(tiles)
+        if kernel is None:
+            kernel = self.kernels[tiles] = self.api.jit(make_gemm_kernel(tiles))
+        return kernel
 
     @property
     def stream(self):
@@ -166,18 +201,56 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
     _check_matrix(routine, "A", fa, k if ta else m, m if ta else k, lda, batch, stride_a)
     _check_matrix(routine, "B", fb, n if tb else k, k if tb else n, ldb, batch, stride_b)
     _check_matrix(routine, "C", fc, m, n, ldc, batch, stride_c)
+    tiles = choose_tiles(handle, m, n, k, fa.dtype)
     with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
                     beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
-                    kernel="gemm_kernel", tile=f"{BM}x{BN}x{BK}, {TM}x{TN} per thread"):
+                    kernel="gemm_kernel", tile=str(tiles)):
         if m == 0 or n == 0 or batch == 0:
             return
-        a_si, a_sp = (lda, 1) if ta else (1, lda)
-        b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
-        grid_dim = (-(-m // BM), -(-n // BN), batch)
-        handle.kernel[grid_dim, THREADS, handle.stream](
-            np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
-            np.int32(b_sp), np.int32(b_sj), np.float32(beta), fc, np.int32(ldc), np.int32(stride_a),
-            np.int32(stride_b), np.int32(stride_c))
+        _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
+                     stride_c, batch)
+
+
+def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
+                 stride_c, batch) -> None:
+    a_si, a_sp = (lda, 1) if ta else (1, lda)
+    b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
+    grid_dim = (-(-m // tiles.bm), -(-n // tiles.bn), batch)
+    handle.gemm_kernel(tiles)[grid_dim, tiles.threads, handle.stream](
+        np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
+        np.int32(b_sp), np.int32(b_sj), np.float32(beta), fc, np.int32(ldc), np.int32(stride_a),
+        np.int32(stride_b), np.int32(stride_c))
+
+
+def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
+    """The tiling for a gemm: below TUNE_ABOVE multiply-adds, the default; above, the candidate the
+    Layer 0 performance model predicts fastest (cuBLAS's heuristics, made an autotuner).
+
+    Each candidate runs once on this m x n with a depth of PROBE_K on scratch operands, and the
+    kernel's simulated time (from the kernel trace event) ranks it; the choice is kept per device
+    profile, shape and dtype, so later calls of the same shape skip the probing."""
+    if m * n * k <= TUNE_ABOVE:
+        return DEFAULT_TILES
+    profile = handle.context.device.profile
+    key = (profile, m, n, -(-k // 256), np.dtype(dtype).name)
+    chosen = handle.tiles.get(key)
+    if chosen is not None:
+        return chosen
+    depth = min(k, PROBE_K)
+    a, b = handle.api.device_array(m * depth, dtype), handle.api.device_array(depth * n, dtype)
+    c = handle.api.device_array(m * n, dtype)
+    timings = []
+    with trace.span(4, "gemm_autotune", m=m, n=n, k=k, profile=profile, candidates=len(TILE_CANDIDATES)) as info:
+        for tiles in TILE_CANDIDATES:
+            with trace() as probe:
+                _launch_gemm(handle, tiles, False, False, m, n, depth, 1.0, a, m, 0, b, depth, 0, 0.0, c, m, 0, 1)
+                handle.context.synchronize()
+            kernel = probe.select(0, "kernel")[-1].args
+            timings.append((kernel["duration_ns"], str(tiles), tiles))
+        chosen = handle.tiles[key] = min(timings, key=lambda t: t[0])[2]
+        info.update(ranking=[(name, round(ns)) for ns, name, _ in sorted(timings, key=lambda t: t[0])],
+                    chosen=str(chosen))
+    return chosen
 
 
 def gemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DeviceNDArray,
