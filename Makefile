@@ -23,6 +23,7 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/simulator.py
+	$(BIN)/python benchmarks/libs.py
 	$(BIN)/python benchmarks/seed_matmul.py
 
 clean:

@@ -22,6 +22,12 @@ def test_simulator_benchmark_reports_its_figures():
     assert "numpy on this CPU" in out
 
 
+def test_library_benchmark_reports_fractions_of_peak():
+    out = run("benchmarks/libs.py", "--gemm-size", "64", "--axpy-size", "4096")
+    assert "axpy n=4096" in out and "float32 gemm 64^3" in out and "bfloat16 gemm 64^3" in out
+    assert out.count("% of peak") == 3
+
+
 def test_demo_runs_on_the_teaching_profile():
     out = run("-m", "lapis.cli", "demo", "--size", "64", env={"LAPIS_GPUS": "teaching"})
     assert "teaching" in out and "C matches numpy's A @ B: yes" in out

@@ -1,0 +1,73 @@
+"""The Layer 4 libraries against the issue's targets, in the performance model's predicted time.
+
+    python benchmarks/libs.py [--device cuda|hip] [--gemm-size N] [--axpy-size N]
+
+For each routine: the simulated kernel time on the device profile, the achieved fraction of the
+relevant peak (FP32 FLOP/s for float32 gemm, matrix FLOP/s for bf16 gemm, HBM bandwidth for
+axpy) and the simulator's wall time. Targets on h200: float32 gemm 4096^3 at least 70% of the
+FP32 peak, bf16 gemm at least 60% of the matrix peak, axpy at least 80% of HBM bandwidth.
+The default gemm size is 1024 so the script finishes in seconds; pass --gemm-size 4096 for
+the target's size (about four minutes of simulation).
+"""
+
+import argparse
+import time
+
+import ml_dtypes
+import numpy as np
+
+from lapis import cuda, hip, trace
+from lapis.libs import blas
+
+
+def kernel_events(run) -> tuple[list, float]:
+    with trace() as t:
+        start = time.perf_counter()
+        run()
+        wall = time.perf_counter() - start
+    return [e.args for e in t.select(0, "kernel")], wall
+
+
+def report(name: str, kernels: list, wall: float, amount: float, peak: float, unit: str) -> None:
+    ns = sum(k["duration_ns"] for k in kernels)
+    limiters = ", ".join(sorted({k["limiter"] for k in kernels}))
+    print(f"{name}: {ns / 1e3:.1f} us simulated, {amount / (ns * 1e-9) / 1e12:.2f} T{unit}/s = "
+          f"{amount / (ns * 1e-9) / peak:.0%} of peak (limiter {limiters}); {wall:.2f} s of wall time")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", choices=["cuda", "hip"])
+    parser.add_argument("--gemm-size", type=int, default=1024)
+    parser.add_argument("--axpy-size", type=int, default=1 << 24)
+    args = parser.parse_args()
+    api = cuda if args.device == "cuda" else hip
+    device = api.get_current_device()
+    props = api.current_context().agent.properties
+    handle = blas.create(api)
+    print(f"{device.name}: FP32 peak {props['fp32_tflops']} TFLOP/s, matrix peak {props['matrix_tflops']} TFLOP/s, "
+          f"HBM {props['memory_bandwidth'] / 1e12:.1f} TB/s")
+
+    n = args.axpy_size
+    x, y = api.device_array(n, np.float32), api.device_array(n, np.float32)
+    blas.axpy(handle, 1024, 1.0, x, 1, y, 1)                      # compile first
+    api.synchronize()
+    kernels, wall = kernel_events(lambda: (blas.axpy(handle, n, 2.0, x, 1, y, 1), api.synchronize()))
+    report(f"axpy n={n}", kernels, wall, sum(k["dram_bytes"] for k in kernels), props["memory_bandwidth"], "B")
+
+    s = args.gemm_size
+    for dtype, peak, label in ((np.float32, props["fp32_tflops"], "float32"),
+                               (ml_dtypes.bfloat16, props["matrix_tflops"], "bfloat16")):
+        operands = [api.device_array(s * s, dtype) for _ in range(3)]
+
+        def product(a=operands[0], b=operands[1], c=operands[2]):
+            blas.gemm(handle, "N", "N", s, s, s, 1.0, a, s, b, s, 0.0, c, s)
+            api.synchronize()
+        product()                                                   # compile, and tune the tiles
+        kernels, wall = kernel_events(product)
+        tiles = blas.choose_tiles(handle, s, s, s, np.dtype(dtype))
+        report(f"{label} gemm {s}^3 (tiles {tiles})", kernels, wall, 2.0 * s ** 3, peak * 1e12, "FLOP")
+
+
+if __name__ == "__main__":
+    main()
