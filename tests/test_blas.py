@@ -89,3 +89,20 @@ def test_fill_kernel():
     i = cuda.device_array(300, np.int64)
     kernels.fill(cuda, i, -3)
     assert np.all(i.copy_to_host() == -3)
+
+
+def test_the_autotuner_ranks_tilings_by_predicted_time_and_remembers(handle):
+    from lapis import trace
+    m = n = 512
+    k = 1024                                            # above TUNE_ABOVE multiply-adds
+    with trace() as t:
+        chosen = blas.choose_tiles(handle, m, n, k, np.float32)
+    event = t.first(4, "gemm_autotune").args
+    assert len(event["ranking"]) == len(blas.TILE_CANDIDATES) and event["chosen"] == str(chosen)
+    times = [ns for _, ns in event["ranking"]]
+    assert times == sorted(times) and chosen in blas.TILE_CANDIDATES
+    fresh = blas.create(cuda)                           # a new handle (a new process) reads the stored choice
+    with trace() as t:
+        assert blas.choose_tiles(fresh, m, n, k, np.float32) == chosen
+    assert not t.select(4, "gemm_autotune")
+    assert blas.choose_tiles(handle, 64, 64, 64, np.float32) == blas.DEFAULT_TILES      # small: no tuning

@@ -22,12 +22,16 @@ gemm runs on the FP32 pipes (the HMMA matrix path is not used yet). Sizes and of
 int32: each matrix must hold fewer than 2^31 elements.
 """
 
+import hashlib
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, Stream, blockIdx, float32, local, shared, syncthreads, threadIdx
+from lapis.cuda.compiler import cache
 from lapis.libs.blas_level1 import BlasError, Level1, asum, at, axpy, check_vector, copy, dot, iamax, nrm2, scal, swap
 
 
@@ -233,8 +237,9 @@ def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
         return DEFAULT_TILES
     profile = handle.context.device.profile
     key = (profile, m, n, -(-k // 256), np.dtype(dtype).name)
-    chosen = handle.tiles.get(key)
+    chosen = handle.tiles.get(key) or _stored_choice(key)
     if chosen is not None:
+        handle.tiles[key] = chosen
         return chosen
     depth = min(k, PROBE_K)
     a, b = handle.api.device_array(m * depth, dtype), handle.api.device_array(depth * n, dtype)
@@ -250,7 +255,40 @@ def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
         chosen = handle.tiles[key] = min(timings, key=lambda t: t[0])[2]
         info.update(ranking=[(name, round(ns)) for ns, name, _ in sorted(timings, key=lambda t: t[0])],
                     chosen=str(chosen))
+    _store_choice(key, chosen)
     return chosen
+
+
+def _tuning_file():
+    """Where the autotuner keeps its choices between runs: beside the compile cache, named by a hash of
+    this module and the compiler, so a changed kernel or compiler tunes afresh."""
+    root = cache.directory()
+    if root is None:
+        return None
+    digest = hashlib.sha256(Path(__file__).read_bytes() + cache.compiler_hash().encode()).hexdigest()[:16]
+    return root / f"gemm-tiles-{digest}.json"
+
+
+def _stored_choice(key) -> GemmTiles | None:
+    path = _tuning_file()
+    try:
+        entry = json.loads(path.read_text()).get(repr(key)) if path else None
+    except (OSError, ValueError):
+        return None
+    return GemmTiles(*entry) if entry else None
+
+
+def _store_choice(key, tiles: GemmTiles) -> None:
+    path = _tuning_file()
+    if path is None:
+        return
+    try:
+        choices = json.loads(path.read_text()) if path.exists() else {}
+        choices[repr(key)] = [tiles.bm, tiles.bn, tiles.bk, tiles.tm, tiles.tn]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(choices, indent=1))
+    except (OSError, ValueError):
+        pass              # an unwritable cache costs a re-tune next run, nothing more
 
 
 def gemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DeviceNDArray,

@@ -36,7 +36,7 @@ def directory() -> Path | None:
     return Path(configured) if configured else Path.home() / ".cache" / "lapis" / "kernels"
 
 
-def _compiler_hash() -> str:
+def compiler_hash() -> str:
     global _COMPILER_HASH
     if _COMPILER_HASH is None:
         here = Path(__file__).resolve().parent
@@ -68,7 +68,7 @@ def _constant(value) -> str | None:
 
 
 def key(pyfunc, argtypes) -> str:
-    h = hashlib.sha256(_compiler_hash().encode())
+    h = hashlib.sha256(compiler_hash().encode())
     h.update(repr([str(t) for t in argtypes]).encode())
     seen, todo = set(), [pyfunc]
     while todo:
