@@ -15,8 +15,8 @@ The gemm kernel tiles C into 64x64 blocks (grid z runs through a strided batch) 
 steps through k in slices of 16, staging a 64x16 slice of op(A) and a 16x64 slice of op(B)
 in shared memory. Thread (ti, tj) owns rows ti + 16r and columns tj + 16c, so a warp's
 shared-memory reads hit consecutive words and its stores of C are coalesced. The B slice is
-loaded k-fastest (coalesced for column-major B), so its rows are padded by one word: without
-that, the 16 threads storing one column would all hit the same shared-memory bank.
+loaded k-fastest (coalesced for column-major B), so its rows are padded by 32 // BK words: without
+that, the threads storing one column would all hit the same shared-memory bank.
 Half-precision inputs are widened to float32 as they are staged, so float16 and bfloat16
 gemm runs on the FP32 pipes (the HMMA matrix path is not used yet). Sizes and offsets are
 int32: each matrix must hold fewer than 2^31 elements.
@@ -67,13 +67,16 @@ def make_gemm_kernel(tiles: GemmTiles):
     """The gemm kernel for one tiling; the tile sizes are compile-time constants (closure variables)."""
     BM, BN, BK, TM, TN = tiles.bm, tiles.bn, tiles.bk, tiles.tm, tiles.tn
     THREADS = tiles.threads
+    # A warp stores the B slice k-fastest: 32 // BK consecutive j of BK k each. Rows padded to a width
+    # of 32 // BK (mod 32) put all 32 stores in different banks.
+    PAD = max(1, 32 // BK)
 
     def gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c):
         # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc];
         # matrix number blockIdx.z of a strided batch starts stride_a, stride_b, stride_c elements further.
         # Half-precision inputs are widened to float32 as they enter shared memory (fp32 accumulation).
         sA = shared.array((BK, BM), float32)          # sA[p, i]
-        sB = shared.array((BK, BN + 1), float32)      # sB[p, j], padded against bank conflicts
+        sB = shared.array((BK, BN + PAD), float32)    # sB[p, j], padded against bank conflicts
         acc = local.array((TM, TN), float32)
         a = local.array(TM, float32)
         b = local.array(TN, float32)
