@@ -106,3 +106,42 @@ def test_the_autotuner_ranks_tilings_by_predicted_time_and_remembers(handle):
         assert blas.choose_tiles(fresh, m, n, k, np.float32) == chosen
     assert not t.select(4, "gemm_autotune")
     assert blas.choose_tiles(handle, 64, 64, 64, np.float32) == blas.DEFAULT_TILES      # small: no tuning
+
+
+@pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
+@pytest.mark.parametrize("m,n,k", [(70, 150, 64), (1, 9, 32)])
+def test_half_gemm_on_the_matrix_unit(handle, dtype, m, n, k):
+    import ml_dtypes
+
+    from lapis import trace
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    a = rng.standard_normal((m, k)).astype(dt)              # op(A) = A^T: A is k x m column-major, k-contiguous
+    b = rng.standard_normal((k, n)).astype(dt)              # op(B) = B: k x n column-major, k-contiguous
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    dC = cuda.to_device(col_major(c))
+    with trace() as t:
+        blas.gemm(handle, "T", "N", m, n, k, 2.0, cuda.to_device(a.ravel()), k, cuda.to_device(b.T.copy().ravel()), k,
+                  0.5, dC, m)
+        got = from_col_major(dC.copy_to_host(), m, n, m)
+    assert t.first(4, "gemm").args["kernel"] == "mma_gemm_kernel"
+    assert any("HMMA" in e.args["disassembly"] or e.args["flops_by_precision"].get("matrix")
+               for e in t.select(0, "kernel"))
+    expected = 2.0 * (a.astype(np.float32) @ b.astype(np.float32)) + 0.5 * c
+    assert np.allclose(got, expected, rtol=1e-3, atol=1e-3)
+
+
+def test_the_matrix_unit_kernel_with_spilled_fragments(handle):
+    """Four 16-row tiles per warp need more than 255 registers: fragment quads spill to local memory."""
+    import ml_dtypes
+    kernel = cuda.jit(blas.make_mma_gemm_kernel(cuda.bfloat16, 4))
+    m, n, k = 130, 20, 32
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    words = [cuda.to_device(x.view(np.uint32).ravel()) for x in (a, b.T.copy())]
+    dC = cuda.to_device(np.zeros(m * n, np.float32))
+    kernel[(-(-m // 128), 1, 1), 128](np.int32(m), np.int32(n), np.int32(k), np.float32(1.0), words[0],
+                                       np.int32(k // 2), np.int32(0), words[1], np.int32(k // 2), np.int32(0),
+                                       np.float32(0.0), dC, np.int32(m), np.int32(0))
+    assert np.allclose(from_col_major(dC.copy_to_host(), m, n, m), a.astype(np.float32) @ b.astype(np.float32),
+                       atol=1e-3)
+    assert "bytes of spill slots" in kernel.resources() and " 0 bytes of spill" not in kernel.resources()

@@ -540,3 +540,46 @@ def test_slices_and_fortran_order_device_arrays():
     double_2d[(1, 2), (8, 8)](fortran, out)
     assert fortran.layout == "F" and np.array_equal(out.copy_to_host(), x * 2)
     assert np.array_equal(cuda.to_device(x)[-1].copy_to_host(), x[-1])
+
+
+@cuda.jit
+def one_mma(a_words, b_words, out):
+    sa = cuda.shared.array(128, np.uint32)
+    sb = cuda.shared.array(64, np.uint32)
+    lane = cuda.threadIdx.x
+    for r in range(4):
+        sa[lane * 4 + r] = a_words[lane * 4 + r]
+    for r in range(2):
+        sb[lane * 2 + r] = b_words[lane * 2 + r]
+    cuda.syncthreads()
+    a = cuda.mma.load(sa, lane * 4, 4)                 # one 128-bit shared load: this lane's A fragment
+    b = cuda.mma.load(sb, lane * 2, 2)
+    c = cuda.mma.mma_sync(a, b, cuda.mma.zeros(), cuda.bfloat16)
+    c = cuda.mma.mma_sync(a, b, c, cuda.bfloat16)         # twice: D = 2 A B
+    for r in range(4):
+        out[lane * 4 + r] = cuda.mma.get(c, r)
+
+
+def test_matrix_fragments_and_hmma_from_the_kernel_language():
+    import ml_dtypes
+    a = rng.standard_normal((16, 16)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((16, 8)).astype(ml_dtypes.bfloat16)
+    ab, bb = a.view(np.uint16).astype(np.uint32), b.view(np.uint16).astype(np.uint32)
+    aw, bw = np.zeros((32, 4), np.uint32), np.zeros((32, 2), np.uint32)
+    for lane in range(32):                                  # PTX's mma.m16n8k16 fragment layout
+        g, t = lane // 4, lane % 4
+        for i in range(4):
+            row, col = g + 8 * (i % 2), 2 * t + 8 * (i // 2)
+            aw[lane, i] = ab[row, col] | ab[row, col + 1] << 16
+        for j in range(2):
+            bw[lane, j] = bb[2 * t + 8 * j, g] | bb[2 * t + 8 * j + 1, g] << 16
+    out = cuda.device_array(128, np.float32)
+    one_mma[1, 32](cuda.to_device(aw.ravel()), cuda.to_device(bw.ravel()), out)
+    d = out.copy_to_host().reshape(32, 4)
+    got = np.zeros((16, 8), np.float32)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for i in range(4):
+            got[g + 8 * (i // 2), 2 * t + i % 2] = d[lane, i]
+    assert np.allclose(got, 2 * (a.astype(np.float32) @ b.astype(np.float32)), atol=1e-4)
+    assert one_mma.inspect_asm().count("HMMA.16816.BF16") == 2 and "LDS.128" in one_mma.inspect_asm()

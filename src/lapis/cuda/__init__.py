@@ -38,6 +38,7 @@ from lapis.cuda.compiler.intrinsics import (
     gridsize,
     laneid,
     local,
+    mma,
     shared,
     shfl_down_sync,
     shfl_sync,
@@ -88,7 +89,8 @@ bfloat16 = ml_dtypes.bfloat16
 boolean = np.bool_
 
 __all__ = [
-    "all_sync", "any_sync", "atomic", "ballot_sync", "bfloat16", "const", "float16", "shfl_down_sync", "shfl_sync",
+    "all_sync", "any_sync", "atomic", "ballot_sync", "mma", "bfloat16", "const", "float16", "shfl_down_sync",
+    "shfl_sync",
     "shfl_up_sync", "shfl_xor_sync", "syncwarp", "threadfence", "threadfence_block", "threadfence_system",
     "Api", "CompileError", "CudaError", "CudaSupportError", "Device", "DeviceNDArray", "KernelFault", "LaunchError",
     "Stream", "blockDim", "blockIdx", "boolean", "device_array", "device_array_like", "current_context",

@@ -39,6 +39,7 @@ from lapis.cuda import (
     int64,
     laneid,
     local,
+    mma,
     shared,
     shfl_down_sync,
     shfl_sync,
@@ -77,7 +78,8 @@ _runtime_api = RuntimeApi(_api, "hip")
 globals().update(_runtime_api.namespace())      # hipMalloc, hipSuccess, ...: the CUDA names through one table
 
 __all__ = [
-    "all_sync", "any_sync", "atomic", "ballot_sync", "bfloat16", "const", "float16", "shfl_down_sync", "shfl_sync",
+    "all_sync", "any_sync", "atomic", "ballot_sync", "mma", "bfloat16", "const", "float16", "shfl_down_sync",
+    "shfl_sync",
     "shfl_up_sync", "shfl_xor_sync", "syncwarp", "threadfence", "threadfence_block", "threadfence_system",
     "CompileError", "CudaError", "DeviceNDArray", "HipError", "KernelFault", "LaunchError", "blockDim", "blockIdx",
     "boolean", "device_array", "device_array_like", "current_context", "default_stream", "device_count",

@@ -57,6 +57,15 @@ def _expand(m: MInst, a: dict) -> list[Instruction]:
         if d == s + 1:       # overlapping pairs: copy the high half first
             halves.reverse()
         return [make("MOV", rd=x, b=Reg(y), **common) for x, y in halves if x != y]
+    if m.op == "MOV128":               # a fragment quad, copied high register first when they overlap
+        d, s = _phys(a, m.rd), _phys(a, m.ra)
+        order = range(3, -1, -1) if s < d else range(4)
+        return [make("MOV", rd=d + k, b=Reg(s + k), **common) for k in order if d != s]
+    if m.op == "VZERO":
+        d = _phys(a, m.rd)
+        return [make("MOV", rd=d + k, b=Reg(RZ), **common) for k in range(m.rd.width)]
+    if m.op == "VGET":                 # register i of a fragment
+        return [make("MOV", rd=_phys(a, m.rd), b=Reg(_phys(a, m.ra) + m.b.bits), **common)]
     if m.op == "PAIR":                 # a register pair from two 32-bit registers
         d, lo, hi = _phys(a, m.rd), _phys(a, m.ra), _phys(a, m.b)
         if (lo, hi) == (d + 1, d):      # the halves are swapped in place: three XORs

@@ -205,7 +205,10 @@ class Frontend:
     def zero(self, t) -> ir.Value:
         key = ("const", t, "0")
         if key not in self.cse:
-            v = self.func.new_value("const", t, attrs={"value": _np_value(0, t)}, block=self.entry)
+            if t.kind == "vector":
+                v = self.func.new_value("vzero", t, block=self.entry)
+            else:
+                v = self.func.new_value("const", t, attrs={"value": _np_value(0, t)}, block=self.entry)
             self.entry.instrs.insert(0, v)
             self.cse[key] = v
         return self.cse[key]
@@ -244,6 +247,8 @@ class Frontend:
             return Const(_np_value(x.value, t), t)
         if x.type == t:
             return x
+        if t.kind == "vector" or x.type.kind == "vector":
+            raise self.error(f"a {x.type} cannot become a {t}")
         if x.type == T.boolean and t != T.boolean:
             return self.emit("select", t, [x, self.materialize(Const(1, t)), self.materialize(Const(0, t))])
         if t == T.boolean:
@@ -907,6 +912,8 @@ class Frontend:
             return Const(0, T.WEAK_INT)       # lanes at one PC already execute together (see the docs)
         if isinstance(fn, DeviceFunction):
             return self.inline(fn, args)
+        if fn in (K.mma.load, K.mma.zeros, K.mma.mma_sync, K.mma.get):
+            return self.matrix(fn, args)
         if fn in _ATOMICS:
             return self.atomic(_ATOMICS[fn], args)
         if fn in _SHUFFLES:
@@ -1031,6 +1038,35 @@ class Frontend:
             return self.read(result, exit_)
         return Const(0, T.WEAK_INT)
 
+    def matrix(self, fn, args: list):
+        """The cuda.mma fragment intrinsics (see intrinsics.py)."""
+        if fn is K.mma.zeros:
+            return self.emit("vzero", T.f32x4, [])
+        if fn is K.mma.get:
+            frag, index = args
+            if not isinstance(frag, ir.Value) or frag.type.kind != "vector" or not isinstance(index, Const):
+                raise self.error("cuda.mma.get(fragment, i) takes a fragment and a constant index")
+            words = frag.type.bits // 32
+            if not 0 <= index.value < words:
+                raise self.error(f"fragment index {index.value} is outside 0..{words - 1}")
+            return self.emit("vget", T.float32 if frag.type == T.f32x4 else T.uint32, [frag], index=index.value)
+        if fn is K.mma.load:
+            ref, index, count = args
+            if not (isinstance(ref, ArrayRef) and ref.type.space == "shared" and ref.type.dtype == T.uint32):
+                raise self.error("cuda.mma.load reads a shared array of uint32 words")
+            if not (isinstance(count, Const) and count.value in (2, 4)):
+                raise self.error("cuda.mma.load takes a constant count of 2 or 4 words")
+            return self.emit("vload", T.u32x2 if count.value == 2 else T.u32x4, [self.address(ref, index)],
+                             space="shared")
+        a, b, c, dtype = args
+        kind = {T.float16: "F16", T.bfloat16: "BF16"}.get(_dtype_of(dtype))
+        if kind is None:
+            raise self.error("cuda.mma.mma_sync's dtype is cuda.float16 or cuda.bfloat16")
+        for name, x, t in (("a", a, T.u32x4), ("b", b, T.u32x2), ("c", c, T.f32x4)):
+            if not isinstance(x, ir.Value) or x.type != t:
+                raise self.error(f"cuda.mma.mma_sync: {name} must be a {t} fragment, not {_describe(x)}")
+        return self.emit("mma", T.f32x4, [a, b, c], kind=kind)
+
     def atomic(self, op: str, args: list):
         """cuda.atomic.<op>(array, index, value[, value]): the old value of array[index]."""
         count = 4 if op == "cas" else 3
@@ -1119,6 +1155,9 @@ class Frontend:
             self.shared_bytes = base + size
             return ArrayRef(f"shared{self.counter}", T.ArrayType(dtype, len(dims), "C", "shared", dims), base=base)
         name = f"local{self.counter}"
+        if name in self.hints["memory_locals"] and dtype.kind == "vector":
+            raise self.error(f"a local array of {dtype} fragments must be indexed with constants (it lives in "
+                             "registers)")
         if name in self.hints["memory_locals"]:      # indexed at run time: in the thread's local memory
             base = -(-self.local_bytes // 8) * 8
             self.local_bytes = base + size

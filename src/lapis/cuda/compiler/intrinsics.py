@@ -5,6 +5,9 @@ identity and turns them into instructions (special registers, barriers, shared m
 """
 
 
+from lapis.cuda.compiler import types as T
+
+
 class Intrinsic:
     def __init__(self, name: str, doc: str = ""):
         self.name = name
@@ -61,9 +64,22 @@ all_sync = Intrinsic("cuda.all_sync", "cuda.all_sync(mask, predicate): whether i
 any_sync = Intrinsic("cuda.any_sync", "cuda.any_sync(mask, predicate): whether it holds on some active lane")
 ballot_sync = Intrinsic("cuda.ballot_sync", "cuda.ballot_sync(mask, predicate): a bit per lane where it holds")
 
+mma = _Namespace(
+    "cuda.mma",
+    load=Intrinsic("cuda.mma.load", "cuda.mma.load(shared_uint32_array, index, count): count (2 or 4) consecutive "
+                   "words as one fragment (a 64- or 128-bit shared load); index must be a multiple of count"),
+    zeros=Intrinsic("cuda.mma.zeros", "cuda.mma.zeros(): a float32 accumulator fragment of four zeros"),
+    mma_sync=Intrinsic("cuda.mma.mma_sync", "cuda.mma.mma_sync(a, b, c, dtype): D = A B + C for the warp's "
+                       "16x8x16 tile (HMMA); a: four words of packed A halves, b: two of B, c: four float32; "
+                       "dtype is cuda.float16 or cuda.bfloat16"),
+    get=Intrinsic("cuda.mma.get", "cuda.mma.get(fragment, i): register i of a fragment (i a constant)"),
+    u32x2=T.u32x2, u32x4=T.u32x4, f32x4=T.f32x4,          # fragment types, for local.array(n, cuda.mma.f32x4)
+)
+
 ALL = {"threadIdx": threadIdx, "blockIdx": blockIdx, "blockDim": blockDim, "gridDim": gridDim, "grid": grid,
        "gridsize": gridsize, "syncthreads": syncthreads, "shared": shared, "local": local, "const": const,
        "laneid": laneid, "warpsize": warpsize, "syncwarp": syncwarp, "threadfence": threadfence,
        "threadfence_block": threadfence_block, "threadfence_system": threadfence_system, "atomic": atomic,
        "shfl_sync": shfl_sync, "shfl_up_sync": shfl_up_sync, "shfl_down_sync": shfl_down_sync,
-       "shfl_xor_sync": shfl_xor_sync, "all_sync": all_sync, "any_sync": any_sync, "ballot_sync": ballot_sync}
+       "shfl_xor_sync": shfl_xor_sync, "all_sync": all_sync, "any_sync": any_sync, "ballot_sync": ballot_sync,
+       "mma": mma}

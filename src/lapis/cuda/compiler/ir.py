@@ -13,6 +13,7 @@ Ops (args are Values; attrs hold constants):
   barrier   phi   fence(scope)
   atomic(addr, value[, value], op, space) -> old value    shfl(value, lane, mode)
   vote(pred, mode) -> bool    ballot(pred) -> uint32
+  vload(addr, space) -> fragment    vzero -> fragment    mma(a, b, c, kind) -> f32x4    vget(v, index)
 Terminators: ("br", block) ("cbr", cond, then_block, else_block) ("ret",)
 """
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from lapis.cuda.compiler import types as T
 
 PURE = {"const", "param", "sreg", "dim", "add", "sub", "mul", "fdiv", "div", "mod", "min", "max", "and", "or", "xor",
-        "shl", "shr", "neg", "not", "cmp", "select", "cast", "math", "gaddr", "saddr", "fma"}
+        "shl", "shr", "neg", "not", "cmp", "select", "cast", "math", "gaddr", "saddr", "fma", "vzero", "vget", "mma"}
 ADDRESS = T.Scalar("ptr64", "uint", 64)      # a 64-bit global address
 
 

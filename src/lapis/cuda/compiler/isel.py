@@ -113,6 +113,8 @@ class InstructionSelector:
         self.next_vreg += 1
         if t == T.boolean:
             return VReg(self.next_vreg, 1, True)
+        if t.kind == "vector":                       # a fragment: an aligned pair or quad
+            return VReg(self.next_vreg, t.bits // 32)
         return VReg(self.next_vreg, 2 if t.bits == 64 else 1)
 
     def emit(self, op: str, **kw) -> MInst:
@@ -211,6 +213,8 @@ class InstructionSelector:
     def copy(self, dst: VReg, src) -> None:
         if dst.pred:
             self.emit("PLOP", mods={"op": "AND"}, pd=dst, ps=(src, False), pq=(None, False))
+        elif dst.width == 4:
+            self.emit("MOV128", rd=dst, ra=src)
         elif dst.width == 2:
             self.emit("MOV64", rd=dst, ra=src)
         else:
@@ -782,6 +786,28 @@ class InstructionSelector:
 
     def op_barrier(self, v):
         self.emit("BAR", mods={"op": "SYNC"}, b=Imm(0))
+
+    def op_vload(self, v):
+        base, offset = self.address(v.args[0])
+        r = self.new(v.type)
+        self.emit("LDS", mods={"w": "64" if r.width == 2 else "128"}, rd=r, ra=base, b=Imm(offset & 0xFFFFFFFF))
+        return r
+
+    def op_vzero(self, v):
+        r = self.new(v.type)
+        self.emit("VZERO", rd=r)
+        return r
+
+    def op_vget(self, v):
+        r = self.new(v.type)
+        self.emit("VGET", rd=r, ra=self.reg(v.args[0]), b=Imm(v.attrs["index"]))
+        return r
+
+    def op_mma(self, v):
+        a, b, c = (self.reg(x) for x in v.args)
+        r = self.new(v.type)
+        self.emit("HMMA", mods={"shape": "16816", "t": v.attrs["kind"]}, rd=r, ra=a, b=b, rc=c)
+        return r
 
     def op_fence(self, v):
         self.emit("MEMBAR", mods={"scope": v.attrs["scope"]})

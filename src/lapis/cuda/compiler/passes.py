@@ -4,7 +4,8 @@
   dominator_cse         a pure operation repeated in a block its first copy dominates is
                         replaced by that copy (global value numbering over the dominator tree)
   hoist_invariants      loop-invariant code motion: a pure operation whose operands are all
-                        defined outside a loop moves to the loop's preheader
+                        defined outside a loop moves to the loop's preheader (at most HOIST_BUDGET
+                        per loop, as each hoisted value holds a register through the loop)
   reduce_strength       i * c, for an induction variable i stepping by a constant, becomes a
                         second induction variable stepping by step * c (a multiply becomes an add)
   eliminate_dead_code   drop values nothing uses (stores and barriers stay)
@@ -153,14 +154,19 @@ def loops(func: ir.Function) -> list[tuple[ir.Block, set, ir.Block]]:
     return sorted(found, key=lambda loop: len(loop[1]))
 
 
+HOIST_BUDGET = 96      # values hoisted out of one loop at most: each stays live across the whole loop
+
+
 def hoist_invariants(func: ir.Function) -> None:
     for _, body, preheader in loops(func):          # innermost first, so code can climb out of nests
         inside = {v for b in body for v in b.phis + b.instrs if v.op != "const"}
+        budget = HOIST_BUDGET
         for b in [b for b in func.blocks if b in body]:         # layout order: definitions come first
             for v in list(b.instrs):
                 # Conditions stay: predicates are few (7), and recomputing one costs a single ISETP.
-                if v.op in ir.PURE and v.op != "const" and v.type != T.boolean and \
+                if budget and v.op in ir.PURE and v.op != "const" and v.type != T.boolean and \
                         not any(a in inside for a in v.args):
+                    budget -= 1
                     for a in v.args:                 # constants it reads come along (they dominate nothing)
                         if a.op == "const" and a.block in body:
                             a.block.instrs.remove(a)

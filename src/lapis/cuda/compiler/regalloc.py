@@ -79,16 +79,16 @@ def allocate(blocks: list[MBlock], func, registers: int = NUM_REGISTERS) -> tupl
 
     Returns (map, registers used, predicates used, spill bytes); the spill slots start at
     `func.local_bytes` (after the local arrays kept in memory)."""
-    slots: dict[int, int] = {}
+    end = func.local_bytes                  # where the spill slots (after the local arrays) end so far
     reloads: set[int] = set()                # registers made by spilling: never spilled again
     for _ in range(MAX_SPILL_ROUNDS):
         try:
             assignment, used, preds = _linear_scan(blocks, func, registers, reloads)
-            return assignment, used, preds, -(-sum(4 * w for w in slots.values()) // 8) * 8
+            return assignment, used, preds, -(-(end - func.local_bytes) // 16) * 16
         except _OutOfRegisters as e:
-            offset = func.local_bytes + sum(4 * w for w in slots.values())
-            offset = -(-offset // (4 * e.victim.width)) * 4 * e.victim.width
-            slots[e.victim.id] = e.victim.width
+            size = 4 * e.victim.width           # a pair or quad slot is aligned to its own size
+            offset = -(-end // size) * size
+            end = offset + size
             _spill(blocks, e.victim, offset, reloads)
     raise CompileError(f"register allocation did not converge after {MAX_SPILL_ROUNDS} spills",
                        func.filename, func.first_line, func.name)
@@ -97,7 +97,7 @@ def allocate(blocks: list[MBlock], func, registers: int = NUM_REGISTERS) -> tupl
 def _spill(blocks: list[MBlock], victim: VReg, offset: int, reloads: set[int]) -> None:
     """Rewrite every definition of `victim` to be followed by a store, every use preceded by a load."""
     next_id = max(r.id for b in blocks for i in b.insts for r in (*i.uses(), *i.defs())) + 1
-    width = {"w": "64"} if victim.width == 2 else {}
+    width = {2: {"w": "64"}, 4: {"w": "128"}}.get(victim.width, {})
     for b in blocks:
         out = []
         for inst in b.insts:

@@ -26,6 +26,8 @@ class Scalar:
 
     @property
     def dtype(self) -> np.dtype:
+        if self.kind == "vector":
+            raise TypeError(f"{self.name} is a register fragment, not an array element type")
         if self.name == "bfloat16":
             return np.dtype(ml_dtypes.bfloat16)
         return np.dtype(np.bool_) if self.kind == "bool" else np.dtype(self.name)
@@ -71,6 +73,11 @@ float32 = Scalar("float32", "float", 32)
 float64 = Scalar("float64", "float", 64)
 boolean = Scalar("bool", "bool", 1)
 WEAK_INT, WEAK_FLOAT = Weak("int"), Weak("float")
+# Matrix-instruction fragments: several 32-bit registers held together (an even pair or an aligned quad).
+u32x2 = Scalar("u32x2", "vector", 64)
+u32x4 = Scalar("u32x4", "vector", 128)
+f32x4 = Scalar("f32x4", "vector", 128)
+FRAGMENTS = {t.name: t for t in (u32x2, u32x4, f32x4)}
 SCALARS = {t.name: t for t in (int32, int64, uint32, float16, bfloat16, float32, float64, boolean)}
 
 
