@@ -1,6 +1,8 @@
-"""Layer 4, `lapis.libs`: math libraries of tuned kernels (cuBLAS / rocBLAS of the stack).
+"""Layer 4, `lapis.libs`: math libraries of tuned kernels (cuBLAS, cuDNN, cuSPARSE, cuSOLVER of the stack).
 
-Owns: `blas` (gemm with cuBLAS conventions) and `kernels` (the elementwise kernels the
-framework needs, as ATen ships them outside the vendor libraries). Every routine is a
+Owns: `blas` (gemm family, gemv and level 1, with cuBLAS conventions and an autotuner),
+`dnn` (cuDNN-style forward and backward primitives), `sparse` (CSR/COO products),
+`solver` (LU, Cholesky, QR) and `kernels` (the elementwise kernels the framework needs, as
+ATen ships them outside the vendor libraries). Every routine is a
 kernel written in the lapis kernel language and launched through `lapis.cuda`/`lapis.hip`.
 """
