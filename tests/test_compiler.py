@@ -257,6 +257,36 @@ def test_generated_integer_expressions_match_python(expr):
 
 
 # -- errors ---------------------------------------------------------------------------------------
+def make_scaler(op):
+    def scale(x):
+        i = cuda.grid(1)
+        if op == "double":
+            x[i] = x[i] * 2
+        elif op != "negate":
+            x[i] = 0
+        else:
+            x[i] = -x[i]
+    return cuda.jit(scale)
+
+
+def test_string_constants_choose_code_at_compile_time():
+    host = np.arange(32, dtype=np.float32)
+    for op, want in (("double", host * 2), ("negate", -host), ("zero", 0 * host)):
+        x = cuda.to_device(host)
+        kernel = make_scaler(op)
+        kernel[1, 32](x)
+        assert np.array_equal(x.copy_to_host(), want)
+        assert ("LDG" in kernel.inspect_asm()) == (op != "zero")     # the other branches were never emitted
+
+    @cuda.jit
+    def orders_strings(x):
+        if "a" < "b":
+            x[0] = 1
+
+    with pytest.raises(cuda.CompileError, match="compare them with == or !="):
+        orders_strings[1, 1](cuda.device_array(1, np.float32))
+
+
 def test_unsupported_construct_names_file_and_line():
     def uses_try(out):
         i = cuda.grid(1)

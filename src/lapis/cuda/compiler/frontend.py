@@ -603,6 +603,8 @@ class Frontend:
             return Const(v, T.WEAK_INT)
         if isinstance(v, float):
             return Const(v, T.WEAK_FLOAT)
+        if isinstance(v, str):                      # a compile-time value, as a closure's op name
+            return v
         raise self.error(f"unsupported constant {v!r} (kernels compute with numbers only)")
 
     def expr_Tuple(self, node):
@@ -691,10 +693,18 @@ class Frontend:
             if name is None:
                 raise self.error(f"unsupported comparison {type(op).__name__}")
             right = self.expr(right_node)
-            c = self.compare(name, left, right)
+            c = self.compare_strings(name, left, right) if isinstance(left, str) or isinstance(right, str) \
+                else self.compare(name, left, right)
             result = c if result is None else self.logical("and", result, c)
             left = right
         return result
+
+    def compare_strings(self, name: str, left, right) -> Const:
+        """Strings exist only at compile time (a kernel made per operation names it by a string
+        constant), so comparing two of them decides a branch before any code is emitted."""
+        if not (isinstance(left, str) and isinstance(right, str)) or name not in ("eq", "ne"):
+            raise self.error("strings are compile-time constants: compare them with == or != to another string")
+        return Const((left == right) == (name == "eq"), T.boolean)
 
     def logical(self, op: str, a, b):
         a, b = self.to_bool(a), self.to_bool(b)
