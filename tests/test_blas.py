@@ -131,15 +131,15 @@ def test_half_gemm_on_the_matrix_unit(handle, dtype, m, n, k):
 
 
 def test_the_matrix_unit_kernel_with_spilled_fragments(handle):
-    """Four 16-row tiles per warp need more than 255 registers: fragment quads spill to local memory."""
+    """Eight 16-row tiles per warp need more than 255 registers: fragment quads spill to local memory."""
     import ml_dtypes
-    kernel = cuda.jit(blas.make_mma_gemm_kernel(cuda.bfloat16, 4))
+    kernel = cuda.jit(blas.make_mma_gemm_kernel(cuda.bfloat16, 8))
     m, n, k = 130, 20, 32
     a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
     words = [cuda.to_device(x.view(np.uint32).ravel()) for x in (a, b.T.copy())]
     dC = cuda.to_device(np.zeros(m * n, np.float32))
-    kernel[(-(-m // 128), 1, 1), 128](np.int32(m), np.int32(n), np.int32(k), np.float32(1.0), words[0],
+    kernel[(-(-m // 256), 1, 1), 128](np.int32(m), np.int32(n), np.int32(k), np.float32(1.0), words[0],
                                        np.int32(k // 2), np.int32(0), words[1], np.int32(k // 2), np.int32(0),
                                        np.float32(0.0), dC, np.int32(m), np.int32(0))
     assert np.allclose(from_col_major(dC.copy_to_host(), m, n, m), a.astype(np.float32) @ b.astype(np.float32),

@@ -177,7 +177,7 @@ class Wave:
                             and self._row(i.rd + k) in tracked) if "Rd" in i.opcode.operands and i.rd != RZ else ()
                       for i in d.program]
         self.addr_cache: dict[int, tuple] = {}
-        self.bank_cache: dict[int, tuple] = {}
+        self.bank_cache: dict[tuple, tuple] = {}
 
     def start(self, first_block: int) -> None:
         """Reset the state for blocks first_block .. first_block + nblocks - 1."""
@@ -783,55 +783,57 @@ class Wave:
         c.shared_ideal_wavefronts += ideal
 
     def _shared_words(self, row: int) -> tuple:
-        """(version, per-lane word index into the wave's shared memory, min, max, 4-byte aligned) of R[row]."""
+        """(version, per-lane word index into the wave's shared memory, min, max, low four address bits of
+        any lane) of R[row]."""
         entry = self.addr_cache.get(row)
         if entry is None or entry[0] != self.version[row]:
             a = self.R[row]
             entry = (self.version[row], self.smem_base + (a >> U32(2)).astype(I64), int(a.min()), int(a.max()),
-                     not (a & U32(3)).any())
+                     int(np.bitwise_or.reduce(a & U32(15))))
             self.addr_cache[row] = entry
         return entry
 
-    def _banks_of(self, row: int, version: int, words: np.ndarray) -> tuple[int, int]:
-        """Bank-conflict wavefronts of an unmasked 4-byte access through address register `row`.
+    def _banks_of(self, row: int, version: int, words: np.ndarray, per_lane: int) -> tuple[int, int]:
+        """Bank-conflict wavefronts of an unmasked access of `per_lane` words through address register `row`.
 
         Measured on the wave's first block and scaled to all its blocks: every block runs the
-        same code, and a shared address that depends on the block is rare (the masked and wide
-        accesses of the slow path are measured on every lane). Shifting every lane's address by
+        same code, and a shared address that depends on the block is rare (the masked accesses of
+        the slow path are measured on every lane). Shifting every lane's address by
         one amount permutes the banks and keeps the conflicts, so a register that advanced
         uniformly (a pointer stepping through a tile) reuses the count.
         """
-        cached = self.bank_cache.get(row)
+        cached = self.bank_cache.get((row, per_lane))
         if cached is not None and cached[0] == version:
             return cached[2]
         first = words[:self.warps_per_block * self.core.warp_size if self.warp_aligned else self.tpb]
         if cached is not None:
             delta = first - cached[1]
-            if delta.min() == delta.max():
-                self.bank_cache[row] = (version, first, cached[2])
+            if delta.min() == delta.max() and delta[0] % per_lane == 0:
+                self.bank_cache[(row, per_lane)] = (version, first, cached[2])
                 return cached[2]
         if self.warp_aligned:
-            wavefronts, ideal = shared_wavefronts(first.reshape(-1, self.core.warp_size), 1)
+            wavefronts, ideal = shared_wavefronts(first.reshape(-1, self.core.warp_size), per_lane)
         else:
             laid = np.full(self.warps_per_block * self.core.warp_size, -1, I64)
             laid[:self.tpb] = first
-            wavefronts, ideal = shared_wavefronts(laid.reshape(-1, self.core.warp_size), 1)
+            wavefronts, ideal = shared_wavefronts(laid.reshape(-1, self.core.warp_size), per_lane)
         counts = (wavefronts * self.nblocks, ideal * self.nblocks)
-        self.bank_cache[row] = (version, first, counts)
+        self.bank_cache[(row, per_lane)] = (version, first, counts)
         return counts
 
     def _shared_fast(self, inst, nbytes: int):
-        """The word index array and first word for an unmasked 4-byte access, or None to take the slow path."""
+        """The word index array and first word for an unmasked, aligned access of 4, 8 or 16 bytes, or
+        None to take the slow path."""
         off = inst.simm
-        if inst.ra == RZ or nbytes != 4 or off % 4:
+        if inst.ra == RZ or nbytes < 4 or off % nbytes:
             return None
         row = self._row(inst.ra)
-        version, words, lo, hi, aligned = self._shared_words(row)
-        if not aligned or lo + off < 0 or hi + off + nbytes > self.d.shared_bytes:
+        version, words, lo, hi, low_bits = self._shared_words(row)
+        if low_bits & (nbytes - 1) or lo + off < 0 or hi + off + nbytes > self.d.shared_bytes:
             return None
         c = self.core.counters
         c.shared_bytes += self.lanes * nbytes
-        wavefronts, ideal = self._banks_of(row, version, words)
+        wavefronts, ideal = self._banks_of(row, version, words, nbytes // 4)
         c.shared_wavefronts += wavefronts
         c.shared_ideal_wavefronts += ideal
         return words, off >> 2
@@ -843,8 +845,9 @@ class Wave:
         def op(mask):
             if mask is None:
                 fast = self._shared_fast(inst, nbytes)
-                if fast is not None:
-                    np.take(self.smem[fast[1]:], fast[0], out=dsts[0], mode="clip")   # bounds checked above
+                if fast is not None:                                        # bounds checked above
+                    for k, dst in enumerate(dsts):
+                        np.take(self.smem[fast[1] + k:], fast[0], out=dst, mode="clip")
                     return
             at = self._shared_index(pc, inst, mask, nbytes)
             if at is not None:
@@ -858,8 +861,9 @@ class Wave:
         def op(mask):
             if mask is None:
                 fast = self._shared_fast(inst, nbytes)
-                if fast is not None:
-                    self.smem[fast[1]:][fast[0]] = srcs[0]                  # bounds checked above
+                if fast is not None:                                        # bounds checked above
+                    for k, src in enumerate(srcs):
+                        self.smem[fast[1] + k:][fast[0]] = src
                     return
             at = self._shared_index(pc, inst, mask, nbytes)
             if at is not None:

@@ -68,21 +68,27 @@ def make_gemm_kernel(tiles: GemmTiles):
     BM, BN, BK, TM, TN = tiles.bm, tiles.bn, tiles.bk, tiles.tm, tiles.tn
     THREADS = tiles.threads
     # A warp stores the B slice k-fastest: 32 // BK consecutive j of BK k each. Rows padded to a width
-    # of 32 // BK (mod 32) put all 32 stores in different banks.
-    PAD = max(1, 32 // BK)
+    # of 32 // BK (mod 32) put all 32 stores in different banks; at least 4, so rows stay 16-byte aligned.
+    PAD = max(4, 32 // BK)
+    SB_ROW = BN + PAD
+    # A thread's rows of C are TM // 4 runs of four, BM // (TM // 4) apart (columns likewise), so each run
+    # of a staged slice is one 128-bit shared load (an f32x4 fragment).
+    RUNS_M, RUNS_N = TM // 4, TN // 4
+    GAP_M, GAP_N = BM // RUNS_M, BN // RUNS_N
+    A_STEPS, B_STEPS = BM * BK // THREADS, BK * BN // THREADS
 
     def gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c):
         # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc];
         # matrix number blockIdx.z of a strided batch starts stride_a, stride_b, stride_c elements further.
         # Half-precision inputs are widened to float32 as they enter shared memory (fp32 accumulation).
-        sA = shared.array((BK, BM), float32)          # sA[p, i]
-        sB = shared.array((BK, BN + PAD), float32)    # sB[p, j], padded against bank conflicts
+        sA = shared.array(BK * BM, float32)           # sA[p * BM + i]
+        sB = shared.array(BK * SB_ROW, float32)       # sB[p * SB_ROW + j], padded against bank conflicts
         acc = local.array((TM, TN), float32)
         a = local.array(TM, float32)
         b = local.array(TN, float32)
         tx = threadIdx.x
-        ti = tx % (BM // TM)
-        tj = tx // (BM // TM)
+        ti = tx % (BM // TM) * 4
+        tj = tx // (BM // TM) * 4
         i0 = blockIdx.x * BM
         j0 = blockIdx.y * BN
         za = blockIdx.z * stride_a
@@ -91,37 +97,66 @@ def make_gemm_kernel(tiles: GemmTiles):
         for r in range(TM):
             for c in range(TN):
                 acc[r, c] = float32(0.0)
-        for p0 in range(0, k, BK):
-            for step in range(BM * BK // THREADS):    # this thread's share of the op(A) slice
-                e = tx + step * THREADS
-                ii = e % BM
-                pp = e // BM
-                v = float32(0.0)
-                if i0 + ii < m and p0 + pp < k:
-                    v = float32(A[za + (i0 + ii) * a_si + (p0 + pp) * a_sp])
-                sA[pp, ii] = v
-            for step in range(BK * BN // THREADS):    # and of the op(B) slice
-                e = tx + step * THREADS
-                pp = e % BK
-                jj = e // BK
-                v = float32(0.0)
-                if p0 + pp < k and j0 + jj < n:
-                    v = float32(B[zb + (p0 + pp) * b_sp + (j0 + jj) * b_sj])
-                sB[pp, jj] = v
-            syncthreads()
-            for pp in range(BK):
-                for r in range(TM):
-                    a[r] = sA[pp, ti + r * (BM // TM)]
-                for c in range(TN):
-                    b[c] = sB[pp, tj + c * (BN // TN)]
-                for r in range(TM):
-                    for c in range(TN):
-                        acc[r, c] += a[r] * b[c]
-            syncthreads()
+        # This thread stages elements e = tx + step * THREADS of each slice; their offsets in A and B
+        # at p = 0 are fixed, so slice p1 adds p1 times one stride. Blocks whose tile lies inside C
+        # stage whole slices without bounds tests (every block but the edges).
+        a_off = local.array(A_STEPS, np.int32)
+        b_off = local.array(B_STEPS, np.int32)
+        for step in range(A_STEPS):
+            e = tx + step * THREADS
+            a_off[step] = za + (i0 + e % BM) * a_si + e // BM * a_sp
+        for step in range(B_STEPS):
+            e = tx + step * THREADS
+            b_off[step] = zb + e % BK * b_sp + (j0 + e // BK) * b_sj
+        inside = i0 + BM <= m and j0 + BN <= n
+        va = local.array(A_STEPS, float32)
+        vb = local.array(B_STEPS, float32)
+        # Trip p1 stores the slice loaded in the trip before (p1 - BK) to shared memory, loads slice p1 from
+        # global memory into registers, then computes on the stored slice: the loads are in flight while the
+        # FFMAs run (register prefetch), instead of stalling the stores behind them.
+        for p1 in range(0, k + BK, BK):
+            if p1 > 0:
+                for step in range(A_STEPS):
+                    e = tx + step * THREADS
+                    sA[e // BM * BM + e % BM] = va[step]
+                for step in range(B_STEPS):
+                    e = tx + step * THREADS
+                    sB[e % BK * SB_ROW + e // BK] = vb[step]
+                syncthreads()
+            if inside and p1 + BK <= k:
+                for step in range(A_STEPS):
+                    va[step] = float32(A[a_off[step] + p1 * a_sp])
+                for step in range(B_STEPS):
+                    vb[step] = float32(B[b_off[step] + p1 * b_sp])
+            elif p1 < k:
+                for step in range(A_STEPS):
+                    e = tx + step * THREADS
+                    va[step] = float32(0.0)
+                    if i0 + e % BM < m and p1 + e // BM < k:
+                        va[step] = float32(A[a_off[step] + p1 * a_sp])
+                for step in range(B_STEPS):
+                    e = tx + step * THREADS
+                    vb[step] = float32(0.0)
+                    if p1 + e % BK < k and j0 + e // BK < n:
+                        vb[step] = float32(B[b_off[step] + p1 * b_sp])
+            if p1 > 0:
+                for pp in range(BK):
+                    for h in range(RUNS_M):
+                        run = cuda.mma.load(sA, pp * BM + ti + h * GAP_M, 4)
+                        for q in range(4):
+                            a[h * 4 + q] = cuda.mma.get(run, q)
+                    for h in range(RUNS_N):
+                        run = cuda.mma.load(sB, pp * SB_ROW + tj + h * GAP_N, 4)
+                        for q in range(4):
+                            b[h * 4 + q] = cuda.mma.get(run, q)
+                    for r in range(TM):
+                        for c in range(TN):
+                            acc[r, c] += a[r] * b[c]
+                syncthreads()
         for r in range(TM):
             for c in range(TN):
-                i = i0 + ti + r * (BM // TM)
-                j = j0 + tj + c * (BN // TN)
+                i = i0 + ti + r // 4 * GAP_M + r % 4
+                j = j0 + tj + c // 4 * GAP_N + c % 4
                 if i < m and j < n:
                     if beta == float32(0.0):
                         C[zc + i + j * ldc] = alpha * acc[r, c]
@@ -148,7 +183,7 @@ def make_mma_gemm_kernel(kind, m_tiles: int = MMA_M_TILES):
         # A[q + i * lda2], op(B)[2q:2q+2, j] = B[q + j * ldb2]. Four warps in a 2 x 2 grid, each MT x 8
         # HMMA tiles of 16x8. Staged slices are stored in fragment order, so each lane's fragment is one
         # 128-bit (A) or 64-bit (B) shared load.
-        sA = shared.array(2048, np.uint32)         # [m16 tile][k16 step][lane][4 words]
+        sA = shared.array(ROWS * 16, np.uint32)    # [m16 tile][k16 step][lane][4 words]
         sB = shared.array(2048, np.uint32)         # [n8 tile][k16 step][lane][2 words]
         acc = local.array(MT * 8, cuda.mma.f32x4)  # [m16 tile of the warp * 8 + n8 tile of the warp]
         af = local.array(MT, cuda.mma.u32x4)
@@ -161,8 +196,9 @@ def make_mma_gemm_kernel(kind, m_tiles: int = MMA_M_TILES):
         za = blockIdx.z * stride_a2
         zb = blockIdx.z * stride_b2
         zc = blockIdx.z * stride_c
-        for x in range(MT * 8):
-            acc[x] = cuda.mma.zeros()
+        for mt in range(MT):
+            for nt in range(8):
+                acc[mt * 8 + nt] = cuda.mma.zeros()
         # Thread tid stages words q = tid % 16 of rows (columns) tid // 16 + 8 step; in fragment order that
         # is a fixed base plus a step-dependent constant, so staging costs a load, a store and a test.
         q = tid % 16

@@ -9,7 +9,7 @@ count makes the next dependent instruction wait its latency; a variable-latency 
 first reader waits on.
 """
 
-from lapis.cuda.compiler.isel import Imm64, MBlock, MInst, VReg
+from lapis.cuda.compiler.isel import Imm64, MBlock, MInst, Part, VReg
 from lapis.isa import INSTRUCTION_BYTES, OPCODES, PT, RZ, Control, Imm, Instruction, Reg, make
 from lapis.isa.dataflow import PRED_BASE, registers
 from lapis.isa.opcodes import VARIABLE
@@ -18,6 +18,8 @@ from lapis.isa.opcodes import VARIABLE
 def _phys(assignment: dict, r) -> int:
     if r is None:
         return RZ
+    if isinstance(r, Part):
+        return assignment[r.whole] + r.index
     return RZ if r.id < 0 else assignment[r]
 
 
@@ -64,8 +66,6 @@ def _expand(m: MInst, a: dict) -> list[Instruction]:
     if m.op == "VZERO":
         d = _phys(a, m.rd)
         return [make("MOV", rd=d + k, b=Reg(RZ), **common) for k in range(m.rd.width)]
-    if m.op == "VGET":                 # register i of a fragment
-        return [make("MOV", rd=_phys(a, m.rd), b=Reg(_phys(a, m.ra) + m.b.bits), **common)]
     if m.op == "PAIR":                 # a register pair from two 32-bit registers
         d, lo, hi = _phys(a, m.rd), _phys(a, m.ra), _phys(a, m.b)
         if (lo, hi) == (d + 1, d):      # the halves are swapped in place: three XORs

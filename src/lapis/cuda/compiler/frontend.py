@@ -1062,12 +1062,15 @@ class Frontend:
             return self.emit("vget", T.float32 if frag.type == T.f32x4 else T.uint32, [frag], index=index.value)
         if fn is K.mma.load:
             ref, index, count = args
-            if not (isinstance(ref, ArrayRef) and ref.type.space == "shared" and ref.type.dtype == T.uint32):
-                raise self.error("cuda.mma.load reads a shared array of uint32 words")
+            if not (isinstance(ref, ArrayRef) and ref.type.space == "shared"
+                    and ref.type.dtype in (T.uint32, T.float32)):
+                raise self.error("cuda.mma.load reads a shared array of uint32 or float32 words")
             if not (isinstance(count, Const) and count.value in (2, 4)):
                 raise self.error("cuda.mma.load takes a constant count of 2 or 4 words")
-            return self.emit("vload", T.u32x2 if count.value == 2 else T.u32x4, [self.address(ref, index)],
-                             space="shared")
+            if ref.type.dtype == T.float32 and count.value != 4:
+                raise self.error("cuda.mma.load reads float32 words four at a time (an f32x4 fragment)")
+            t = T.f32x4 if ref.type.dtype == T.float32 else T.u32x2 if count.value == 2 else T.u32x4
+            return self.emit("vload", t, [self.address(ref, index)], space="shared")
         a, b, c, dtype = args
         kind = {T.float16: "F16", T.bfloat16: "BF16"}.get(_dtype_of(dtype))
         if kind is None:

@@ -66,8 +66,9 @@ ballot_sync = Intrinsic("cuda.ballot_sync", "cuda.ballot_sync(mask, predicate): 
 
 mma = _Namespace(
     "cuda.mma",
-    load=Intrinsic("cuda.mma.load", "cuda.mma.load(shared_uint32_array, index, count): count (2 or 4) consecutive "
-                   "words as one fragment (a 64- or 128-bit shared load); index must be a multiple of count"),
+    load=Intrinsic("cuda.mma.load", "cuda.mma.load(shared_array, index, count): count (2 or 4) consecutive "
+                   "uint32 words, or 4 float32 words, as one fragment (a 64- or 128-bit shared load); index must be "
+                   "a multiple of count"),
     zeros=Intrinsic("cuda.mma.zeros", "cuda.mma.zeros(): a float32 accumulator fragment of four zeros"),
     mma_sync=Intrinsic("cuda.mma.mma_sync", "cuda.mma.mma_sync(a, b, c, dtype): D = A B + C for the warp's "
                        "16x8x16 tile (HMMA); a: four words of packed A halves, b: two of B, c: four float32; "

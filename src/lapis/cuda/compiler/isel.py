@@ -49,6 +49,19 @@ class Imm64:
     value: int
 
 
+class Part(VReg):
+    """Register `index` of a pair or quad read in place, as an operand (a fragment's element):
+    liveness sees the whole, and the operand becomes the whole's register plus index."""
+    __slots__ = ("whole", "index")
+
+    def __init__(self, whole: VReg, index: int):
+        super().__init__(whole.id, 1)
+        self.whole, self.index = whole, index
+
+    def __repr__(self) -> str:
+        return f"{self.whole}[{self.index}]"
+
+
 @dataclass
 class MInst:
     op: str
@@ -69,7 +82,7 @@ class MInst:
         return [r for r in (self.rd, self.pd) if isinstance(r, VReg) and r.id >= 0]
 
     def uses(self) -> list[VReg]:
-        out = [r for r in (self.ra, self.b, self.rc) if isinstance(r, VReg)]
+        out = [r.whole if isinstance(r, Part) else r for r in (self.ra, self.b, self.rc) if isinstance(r, VReg)]
         out += [p[0] for p in (self.ps, self.pq, self.guard) if p is not None and isinstance(p[0], VReg)]
         return [r for r in out if r.id >= 0]
 
@@ -799,9 +812,7 @@ class InstructionSelector:
         return r
 
     def op_vget(self, v):
-        r = self.new(v.type)
-        self.emit("VGET", rd=r, ra=self.reg(v.args[0]), b=Imm(v.attrs["index"]))
-        return r
+        return Part(self.reg(v.args[0]), v.attrs["index"])
 
     def op_mma(self, v):
         a, b, c = (self.reg(x) for x in v.args)

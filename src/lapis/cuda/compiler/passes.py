@@ -57,15 +57,15 @@ def remove_trivial_phis(func: ir.Function) -> None:
 def dominators(func: ir.Function) -> dict[ir.Block, ir.Block | None]:
     """Immediate dominator of each reachable block (Cooper, Harvey and Kennedy's iteration)."""
     entry = func.blocks[0]
-    order, seen = [], set()
-
-    def visit(b):                      # postorder by DFS
-        seen.add(b)
-        for s in b.succs:
-            if s not in seen:
-                visit(s)
-        order.append(b)
-    visit(entry)
+    order, seen, stack = [], {entry}, [(entry, iter(entry.succs))]
+    while stack:                       # postorder by DFS, with a stack: kernels can have thousands of blocks
+        b, succs = stack[-1]
+        s = next((s for s in succs if s not in seen), None)
+        if s is None:
+            order.append(stack.pop()[0])
+        else:
+            seen.add(s)
+            stack.append((s, iter(s.succs)))
     rpo = order[::-1]
     index = {b: i for i, b in enumerate(rpo)}
     idom: dict = {entry: entry}

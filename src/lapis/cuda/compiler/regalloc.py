@@ -8,6 +8,11 @@ even-aligned pair for 64-bit values; predicates come from their own file of seve
 register whose interval ends at an instruction may be the destination of that same
 instruction: the hardware reads every source before it writes.
 
+Before the scan, copies are coalesced (Chaitin's rule): a copy `d = s` whose two registers
+are never live at each other's definitions gets one register for both, and the copy goes.
+This is what makes a loop's phi copies vanish: the accumulator a loop carries is written by
+the last update of each trip straight into the register the next trip reads.
+
 When more than 255 registers would be live at once, the value live the longest is spilled
 to local memory: it gets a slot in the thread's local segment, each definition is followed
 by a store (STL) to the slot and each use preceded by a load (LDL) into a fresh register
@@ -16,10 +21,12 @@ kernel with more than 7 conditions live at once gets a clear error.
 """
 
 from lapis.cuda.compiler.frontend import CompileError
-from lapis.cuda.compiler.isel import MBlock, MInst, VReg
+from lapis.cuda.compiler.isel import MBlock, MInst, Part, VReg
 from lapis.isa import NUM_PREDICATES, NUM_REGISTERS, Imm
 
 MAX_SPILL_ROUNDS = 512
+COALESCE_ROUNDS = 8
+COPIES = {"MOV": "b", "MOV64": "ra", "MOV128": "ra"}         # copy opcode -> the field holding its source
 
 
 class _OutOfRegisters(Exception):
@@ -74,11 +81,83 @@ def intervals(blocks: list[MBlock]) -> dict:
     return span
 
 
+def _copy_source(inst: MInst):
+    source = getattr(inst, COPIES[inst.op]) if inst.op in COPIES and inst.guard is None else None
+    if type(source) is VReg and source.id >= 0 and source.width == inst.rd.width and source is not inst.rd:
+        return source
+    return None
+
+
+def _pairs(blocks: list[MBlock], live_out: dict) -> tuple[list, set]:
+    """Candidate (destination, source) pairs for one register: every copy, and every unguarded
+    instruction whose source of the same width dies there (an accumulator's update), with the pairs
+    found to interfere: one is live where the other is defined (a copy's own source excepted)."""
+    copies, updates, partners, interfering = [], [], {}, set()
+    for b in blocks:
+        live = set(live_out[b.label])
+        for inst in reversed(b.insts):
+            src = _copy_source(inst)
+            if src is not None:
+                copies.append((inst.rd, src))
+            elif inst.guard is None and isinstance(inst.rd, VReg) and not inst.rd.pred:
+                updates += [(inst.rd, s) for s in {id(r): r for r in (inst.ra, inst.b, inst.rc)}.values()
+                          if type(s) is VReg and s.id >= 0 and s.width == inst.rd.width and s is not inst.rd
+                          and s not in live]
+            live.difference_update(inst.defs())
+            live.update(inst.uses())
+    pairs = copies + updates                    # copies first: merging those deletes instructions
+    for d, s in pairs:
+        partners.setdefault(d, set()).add(s)
+        partners.setdefault(s, set()).add(d)
+    for b in blocks:
+        live = set(live_out[b.label])
+        for inst in reversed(b.insts):
+            src = _copy_source(inst)
+            for x in inst.defs():
+                for p in partners.get(x, ()):
+                    if p in live and p is not src:
+                        interfering.add(frozenset((x, p)))
+            live.difference_update(inst.defs())
+            live.update(inst.uses())
+    return pairs, interfering
+
+
+def coalesce(blocks: list[MBlock]) -> int:
+    """Give a copy's destination and source, or an instruction's result and a source that dies there,
+    one register where they never interfere (Chaitin's rule); returns how many pairs merged. Each
+    round merges disjoint pairs, then liveness is recomputed for the next."""
+    merged = 0
+    for _ in range(COALESCE_ROUNDS):
+        _, live_out, _ = liveness(blocks)
+        pairs, interfering = _pairs(blocks, live_out)
+        rename, taken = {}, set()
+        for d, src in pairs:
+            if d in taken or src in taken or frozenset((d, src)) in interfering:
+                continue
+            taken |= {d, src}
+            rename[d] = src
+        if not rename:
+            break
+        for b in blocks:
+            for inst in b.insts:
+                for name in ("rd", "ra", "b", "rc"):
+                    r = getattr(inst, name)
+                    if isinstance(r, Part) and r.whole in rename:
+                        setattr(inst, name, Part(rename[r.whole], r.index))
+                    elif isinstance(r, VReg) and r in rename:
+                        setattr(inst, name, rename[r])
+            b.insts = [i for i in b.insts if not (i.op in COPIES and i.guard is None
+                                                  and getattr(i, COPIES[i.op]) is i.rd)]
+        merged += len(rename)
+    return merged
+
+
 def allocate(blocks: list[MBlock], func, registers: int = NUM_REGISTERS) -> tuple[dict, int, int, int]:
     """Map each virtual register to a physical index, spilling as needed.
 
     Returns (map, registers used, predicates used, spill bytes); the spill slots start at
     `func.local_bytes` (after the local arrays kept in memory)."""
+    coalesce(blocks)
     end = func.local_bytes                  # where the spill slots (after the local arrays) end so far
     reloads: set[int] = set()                # registers made by spilling: never spilled again
     for _ in range(MAX_SPILL_ROUNDS):
@@ -107,8 +186,11 @@ def _spill(blocks: list[MBlock], victim: VReg, offset: int, reloads: set[int]) -
                 reloads.add(tmp.id)
                 out.append(MInst("LDL", mods=dict(width), rd=tmp, ra=VReg(-1), b=Imm(offset)))
                 for field in ("ra", "b", "rc"):
-                    if getattr(inst, field) is victim:
+                    r = getattr(inst, field)
+                    if r is victim:
                         setattr(inst, field, tmp)
+                    elif isinstance(r, Part) and r.whole is victim:
+                        setattr(inst, field, Part(tmp, r.index))
             out.append(inst)
             if victim in inst.defs():
                 tmp = VReg(next_id, victim.width)
