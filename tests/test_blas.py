@@ -139,7 +139,7 @@ def test_the_matrix_unit_kernel_with_spilled_fragments(handle):
     b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
     words = [cuda.to_device(x.view(np.uint32).ravel()) for x in (a, b.T.copy())]
     dC = cuda.to_device(np.zeros(m * n, np.float32))
-    kernel[(-(-m // 256), 1, 1), 128](np.int32(m), np.int32(n), np.int32(k), np.float32(1.0), words[0],
+    kernel[(-(-m // 256), 1, 1), 256](np.int32(m), np.int32(n), np.int32(k), np.float32(1.0), words[0],
                                        np.int32(k // 2), np.int32(0), words[1], np.int32(k // 2), np.int32(0),
                                        np.float32(0.0), dC, np.int32(m), np.int32(0))
     assert np.allclose(from_col_major(dC.copy_to_host(), m, n, m), a.astype(np.float32) @ b.astype(np.float32),

@@ -165,6 +165,24 @@ def test_uncoalesced_access_moves_8x_the_bytes_and_runs_several_times_slower(ben
     assert strided_t.duration_ns >= 4 * clean_t.duration_ns
 
 
+def test_a_warp_is_charged_its_distinct_sectors_whatever_the_lane_order(bench):
+    # lane l of a warp reads word (l % 4) * 8 + l // 4: the warp's 32 words in four sectors, but
+    # neighbouring lanes in different ones (as a warp storing a column-major tile by rows does)
+    shuffled = TID + """
+        LOP.AND R6, R0, 0x3 ;
+        SHR.S32 R7, R0, 0x2 ;
+        IMAD R8, R6, 0x8, R7 ;
+        LDC.64 R2, c[0x0][0x160] ;
+        IMAD.WIDE R2, R8, 0x4, R2 ;
+        LDG.E R9, [R2.64] ;
+        EXIT ;"""
+    threads = 1 << 14
+    src = bench.reserve(threads * 4 + 128)
+    in_order = bench.run(strided_load_kernel(4), grid=(threads // 256, 1, 1), block=(256, 1, 1), args=pointers(src))
+    mixed = bench.run(shuffled, grid=(threads // 256, 1, 1), block=(256, 1, 1), args=pointers(src))
+    assert in_order.global_sectors == mixed.global_sectors == threads // 8
+
+
 def test_divergence_occupancy_and_pipe_counters(bench):
     src = """
         S2R R0, SR_TID.X ;

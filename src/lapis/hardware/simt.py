@@ -34,6 +34,7 @@ from lapis.isa import INSTRUCTION_BYTES, OPCODES, PT, RZ, Const, Imm, Instructio
 
 U32, I32, F32, U64, I64, F64 = np.uint32, np.int32, np.float32, np.uint64, np.int64, np.float64
 _MEM_BYTES = {"": 4, "U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
+SECTOR_BITS = 40          # a physical sector number fits in 40 bits (32 TiB), below the warp number
 MMA_GROUP = 32            # HMMA works on groups of 32 lanes (two per 64-wide wavefront)
 
 
@@ -169,15 +170,19 @@ class Wave:
                       np.zeros(L, U32), np.zeros(L, U32), np.zeros(L, U32),
                       self.lane_in_warp.astype(U32), np.zeros(L, U32), np.zeros(L, U32), (t // ws).astype(U32)]
         self.ops = [self._compile(pc, inst) for pc, inst in enumerate(d.program)]
-        # Shared-memory address registers: their per-lane word indices are cached until the
-        # register is written again (`bumps[pc]` lists the tracked rows instruction pc writes).
+        # Shared-memory address registers and HMMA operands: their per-lane word indices and decoded
+        # fragments are cached until the register is written again (`bumps[pc]` lists the tracked rows
+        # instruction pc writes), so a fragment used by several HMMAs is unpacked once.
         tracked = {self._row(i.ra) for i in d.program if i.op in ("LDS", "STS") and i.ra != RZ}
+        tracked |= {self._row(first + k) for i in d.program if i.op == "HMMA"
+                    for first, n in ((i.ra, 4), (i.b.index, 2)) if first != RZ for k in range(n)}
         self.version = [0] * (d.registers + 2)
         self.bumps = [tuple(self._row(i.rd + k) for k in range(4) if i.rd + k < d.registers
                             and self._row(i.rd + k) in tracked) if "Rd" in i.opcode.operands and i.rd != RZ else ()
                       for i in d.program]
         self.addr_cache: dict[int, tuple] = {}
         self.bank_cache: dict[tuple, tuple] = {}
+        self.fragment_cache: dict[tuple, tuple] = {}
 
     def start(self, first_block: int) -> None:
         """Reset the state for blocks first_block .. first_block + nblocks - 1."""
@@ -195,6 +200,7 @@ class Wave:
         self.exited = np.zeros(self.lanes, bool)
         self.addr_cache.clear()
         self.bank_cache.clear()
+        self.fragment_cache.clear()
 
     # -- operand access ------------------------------------------------------------------------
     def _row(self, r: int) -> int:
@@ -657,15 +663,15 @@ class Wave:
         if atomic:
             c.atomic_lanes += va.size
         sector = pa.astype(U64) >> U64(5)
-        if mask is None and self.warp_aligned:      # distinct sectors of each warp (runs of equal neighbours)
-            per_warp = sector.reshape(-1, core.warp_size)
-            starts = np.ones(per_warp.shape, bool)
-            np.not_equal(per_warp[:, 1:], per_warp[:, :-1], out=starts[:, 1:])
-            touched = per_warp[starts]
-        else:
-            starts = np.ones(sector.size, bool)
-            np.not_equal(sector[1:], sector[:-1], out=starts[1:])
-            touched = sector[starts]
+        # The distinct sectors of each warp: (warp, sector) keys, sorted only when lanes do not already
+        # ask in address order (a warp whose lanes run down columns), then one per run of equal keys.
+        warp = self.padded_lane if mask is None else self.padded_lane[mask]
+        key = (warp // core.warp_size).astype(U64) << U64(SECTOR_BITS) | sector
+        if (key[1:] < key[:-1]).any():
+            key = np.sort(key)
+        starts = np.ones(key.size, bool)
+        np.not_equal(key[1:], key[:-1], out=starts[1:])
+        touched = key[starts] & U64((1 << SECTOR_BITS) - 1)
         c.global_sectors += touched.size
         if system:
             c.pcie_bytes += va.size * nbytes
@@ -1022,13 +1028,24 @@ class Wave:
             flat[:, layout] = halves.transpose(1, 0, 2).reshape(groups, g * count * 2)
             return flat
 
+        def decoded(first, count, layout, size, shape):
+            if first == RZ:
+                return fragment(rows(first, count), count, layout, size).reshape(shape)
+            versions = tuple(self.version[self._row(first + i)] for i in range(count))
+            hit = self.fragment_cache.get((first, count, t))
+            if hit is not None and hit[0] == versions:
+                return hit[1]
+            value = fragment(rows(first, count), count, layout, size).reshape(shape)
+            self.fragment_cache[(first, count, t)] = (versions, value)
+            return value
+
         def op(mask):
             if mask is not None:
                 per_group = mask.reshape(groups, g)
                 if (per_group.any(axis=1) != per_group.all(axis=1)).any():
                     raise self._fault(pc, f"HMMA with some lanes of a {g}-lane group inactive (diverged)")
-            a = fragment(rows(inst.ra, 4), 4, _MMA_A, 256).reshape(groups, 16, 16)
-            b = fragment(rows(inst.b.index, 2), 2, _MMA_B, 128).reshape(groups, 16, 8)
+            a = decoded(inst.ra, 4, _MMA_A, 256, (groups, 16, 16))
+            b = decoded(inst.b.index, 2, _MMA_B, 128, (groups, 16, 8))
             c = np.empty((groups, 128), F32)
             c[:, _MMA_CD] = rows(inst.rc, 4).view(F32).T.reshape(groups, g * 4)
             out = (np.matmul(a, b) + c.reshape(groups, 16, 8)).reshape(groups, 128)

@@ -165,77 +165,102 @@ def make_gemm_kernel(tiles: GemmTiles):
     return gemm_kernel
 
 
-MMA_M_TILES, MMA_DEPTH = 2, 32      # the matrix-unit gemm: 64x128 tiles of C, k in slices of 32 halves
-MMA_ROWS, MMA_COLS = 32 * MMA_M_TILES, 128
+MMA_M_TILES, MMA_N_TILES, MMA_DEPTH = 4, 8, 32   # the matrix-unit gemm: per warp 4 x 8 HMMA tiles of 16x8
+MMA_THREADS = 256                                # eight warps, two down and four across
+MMA_ROWS, MMA_COLS = 2 * 16 * MMA_M_TILES, 4 * 8 * MMA_N_TILES
+MMA_SHARED_BYTES = (MMA_ROWS + MMA_COLS) * 16 * 4  # one slice of each operand, 16 words deep
 
 
 def make_mma_gemm_kernel(kind, m_tiles: int = MMA_M_TILES):
-    """The matrix-unit gemm kernel for one half type (cuda.float16 or cuda.bfloat16), each warp computing
-    m_tiles x 8 tiles of 16x8 (so a block computes 32 m_tiles x 128 of C)."""
+    """The matrix-unit gemm kernel for one half type (cuda.float16 or cuda.bfloat16): eight warps in a
+    2 x 4 grid, each computing m_tiles x 8 HMMA tiles of 16x8, so a block computes 32 m_tiles x 256 of C."""
     KIND = kind
-    MT = m_tiles
-    ROWS = 32 * MT
-    A_STEPS = ROWS * 16 // 128
+    MT, NT = m_tiles, MMA_N_TILES
+    ROWS, COLS = 32 * MT, 32 * NT
+    A_STEPS, B_STEPS = ROWS // 16, COLS // 16       # a step stages 16 rows (columns) x 16 words
 
     def mma_gemm_kernel(m, n, k, alpha, A, lda2, stride_a2, B, ldb2, stride_b2, beta, C, ldc, stride_c):
         # C = alpha op(A) op(B) + beta C with half inputs on the matrix unit (HMMA), for op(A) = A^T and
         # op(B) = B, both k-contiguous, read as uint32 words of two halves: op(A)[i, 2q:2q+2] =
-        # A[q + i * lda2], op(B)[2q:2q+2, j] = B[q + j * ldb2]. Four warps in a 2 x 2 grid, each MT x 8
-        # HMMA tiles of 16x8. Staged slices are stored in fragment order, so each lane's fragment is one
-        # 128-bit (A) or 64-bit (B) shared load.
+        # A[q + i * lda2], op(B)[2q:2q+2, j] = B[q + j * ldb2]. k advances in slices of 16 words (32
+        # halves, two HMMA k-steps). Staged slices are stored in fragment order, so each lane's fragment
+        # is one 128-bit (A) or 64-bit (B) shared load.
         sA = shared.array(ROWS * 16, np.uint32)    # [m16 tile][k16 step][lane][4 words]
-        sB = shared.array(2048, np.uint32)         # [n8 tile][k16 step][lane][2 words]
-        acc = local.array(MT * 8, cuda.mma.f32x4)  # [m16 tile of the warp * 8 + n8 tile of the warp]
+        sB = shared.array(COLS * 16, np.uint32)    # [n8 tile][k16 step][lane][2 words]
+        acc = local.array(MT * NT, cuda.mma.f32x4)  # [m16 tile of the warp * NT + n8 tile of the warp]
         af = local.array(MT, cuda.mma.u32x4)
+        bf = local.array(NT, cuda.mma.u32x2)
+        va = local.array(A_STEPS, np.uint32)
+        vb = local.array(B_STEPS, np.uint32)
         tid = threadIdx.x
         lane = tid % 32
-        wm = tid // 32 % 2
-        wn = tid // 64
+        w = tid // 32
+        wm = w % 2
+        wn = w // 2
         i0 = blockIdx.x * ROWS
-        j0 = blockIdx.y * 128
+        j0 = blockIdx.y * COLS
         za = blockIdx.z * stride_a2
         zb = blockIdx.z * stride_b2
         zc = blockIdx.z * stride_c
         for mt in range(MT):
-            for nt in range(8):
-                acc[mt * 8 + nt] = cuda.mma.zeros()
-        # Thread tid stages words q = tid % 16 of rows (columns) tid // 16 + 8 step; in fragment order that
-        # is a fixed base plus a step-dependent constant, so staging costs a load, a store and a test.
-        q = tid % 16
-        r0 = tid // 16
-        a_base = ((q // 8) * 32 + r0 * 4 + q % 4) * 4 + 2 * (q % 8 // 4)
-        b_base = ((q // 8) * 32 + r0 * 4 + q % 4) * 2 + q % 8 // 4
-        a_src = za + q + (i0 + r0) * lda2
-        b_src = zb + q + (j0 + r0) * ldb2
-        for k0 in range(0, k // 2, 16):
-            for step in range(A_STEPS):            # ROWS rows x 16 words of op(A)
-                word = np.uint32(0)
-                if i0 + r0 + 8 * step < m:
-                    word = A[a_src + k0 + 8 * step * lda2]
-                sA[a_base + step // 2 * 256 + step % 2] = word
-            for step in range(16):                 # and 16 words x 128 columns of op(B)
-                word = np.uint32(0)
-                if j0 + r0 + 8 * step < n:
-                    word = B[b_src + k0 + 8 * step * ldb2]
-                sB[b_base + step * 128] = word
-            syncthreads()
-            for ks in range(2):
-                for mt in range(MT):
-                    af[mt] = cuda.mma.load(sA, (((wm * MT + mt) * 2 + ks) * 32 + lane) * 4, 4)
-                for nt in range(8):
-                    b = cuda.mma.load(sB, (((wn * 8 + nt) * 2 + ks) * 32 + lane) * 2, 2)
+            for nt in range(NT):
+                acc[mt * NT + nt] = cuda.mma.zeros()
+        # Staging: this thread moves word q of row (column) r of each 16-row (16-column) step. A warp takes
+        # q = 0..7 of four rows, whose fragment-order slots fall in 32 different banks, so its stores are
+        # conflict-free; its loads read 32 contiguous bytes of each of the four rows.
+        q = lane % 8 + 8 * (w % 2)
+        ra = lane // 8 % 2 + 2 * (w // 2 % 4) + 8 * (lane // 16)       # row within the 16: g + 8 * upper half
+        cb = lane // 8 + 4 * (w // 2 % 2) + 8 * (w // 4)               # column within the 16
+        a_slot = (q // 8) * 128 + (ra % 8 * 4 + q % 4) * 4 + 2 * (q % 8 // 4) + ra // 8
+        b_slot = (cb // 8) * 128 + (q // 8) * 64 + (cb % 8 * 4 + q % 4) * 2 + q % 8 // 4
+        a_src = za + q + (i0 + ra) * lda2
+        b_src = zb + q + (j0 + cb) * ldb2
+        inside = i0 + ROWS <= m and j0 + COLS <= n
+        a_frag = wm * MT * 256 + lane * 4              # this lane's fragments: a register base plus constants
+        b_frag = wn * NT * 128 + lane * 2
+        # Trip k1 stores the slice loaded in the trip before to shared memory, loads slice k1 into
+        # registers, then runs the HMMAs of the stored slice while those loads are in flight.
+        for k1 in range(0, k // 2 + 16, 16):
+            if k1 > 0:
+                for step in range(A_STEPS):
+                    sA[a_slot + step * 256] = va[step]
+                for step in range(B_STEPS):
+                    sB[b_slot + step * 256] = vb[step]
+                syncthreads()
+            if k1 < k // 2:
+                if inside:
+                    for step in range(A_STEPS):
+                        va[step] = A[a_src + k1 + 16 * step * lda2]
+                    for step in range(B_STEPS):
+                        vb[step] = B[b_src + k1 + 16 * step * ldb2]
+                else:
+                    for step in range(A_STEPS):
+                        va[step] = np.uint32(0)
+                        if i0 + ra + 16 * step < m:
+                            va[step] = A[a_src + k1 + 16 * step * lda2]
+                    for step in range(B_STEPS):
+                        vb[step] = np.uint32(0)
+                        if j0 + cb + 16 * step < n:
+                            vb[step] = B[b_src + k1 + 16 * step * ldb2]
+            if k1 > 0:
+                for ks in range(2):
                     for mt in range(MT):
-                        acc[mt * 8 + nt] = cuda.mma.mma_sync(af[mt], b, acc[mt * 8 + nt], KIND)
-            syncthreads()
+                        af[mt] = cuda.mma.load(sA, a_frag + (mt * 2 + ks) * 128, 4)
+                    for nt in range(NT):                   # every fragment first: no HMMA waits on a load
+                        bf[nt] = cuda.mma.load(sB, b_frag + (nt * 2 + ks) * 64, 2)
+                    for nt in range(NT):
+                        for mt in range(MT):
+                            acc[mt * NT + nt] = cuda.mma.mma_sync(af[mt], bf[nt], acc[mt * NT + nt], KIND)
+                syncthreads()
         g = lane // 4
         t = lane % 4
         for mt in range(MT):
-            for nt in range(8):
+            for nt in range(NT):
                 for r in range(4):
                     i = i0 + (wm * MT + mt) * 16 + g + 8 * (r // 2)
-                    j = j0 + (wn * 8 + nt) * 8 + 2 * t + r % 2
+                    j = j0 + (wn * NT + nt) * 8 + 2 * t + r % 2
                     if i < m and j < n:
-                        v = cuda.mma.get(acc[mt * 8 + nt], r)
+                        v = cuda.mma.get(acc[mt * NT + nt], r)
                         if beta == float32(0.0):
                             C[zc + i + j * ldc] = alpha * v
                         else:
@@ -322,13 +347,14 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
     _check_matrix(routine, "A", fa, k if ta else m, m if ta else k, lda, batch, stride_a)
     _check_matrix(routine, "B", fb, n if tb else k, k if tb else n, ldb, batch, stride_b)
     _check_matrix(routine, "C", fc, m, n, ldc, batch, stride_c)
-    if _matrix_unit_fits(ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b):
+    if _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b):
         with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
                         beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
                         kernel="mma_gemm_kernel", tile=f"{MMA_ROWS}x{MMA_COLS}x{MMA_DEPTH} on the matrix unit"):
             if m and n and batch:
                 words = [DeviceNDArray((x.size // 2,), (4,), np.uint32, x.context, x.memory, x.ptr) for x in (fa, fb)]
-                handle.mma_kernels[fa.dtype.name][(-(-m // MMA_ROWS), -(-n // MMA_COLS), batch), 128, handle.stream](
+                handle.mma_kernels[fa.dtype.name][(-(-m // MMA_ROWS), -(-n // MMA_COLS), batch), MMA_THREADS,
+                                                  handle.stream](
                     np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), words[0], np.int32(lda // 2),
                     np.int32(stride_a // 2), words[1], np.int32(ldb // 2), np.int32(stride_b // 2),
                     np.float32(beta), fc, np.int32(ldc), np.int32(stride_c))
@@ -343,11 +369,13 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
                      stride_c, batch)
 
 
-def _matrix_unit_fits(ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b) -> bool:
+def _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b) -> bool:
     """Whether the HMMA kernel takes this gemm: half inputs, both operands k-contiguous (op(A) = A^T,
-    op(B) = B), k a multiple of the 32-deep slices, and every operand 4-byte aligned so its halves
-    pair up into words."""
+    op(B) = B), k a multiple of the 32-deep slices, every operand 4-byte aligned so its halves pair up
+    into words, and a device whose blocks have the shared memory the kernel stages in."""
+    shared = handle.context.device.MAX_SHARED_MEMORY_PER_BLOCK
     return (fa.dtype.name in ("float16", "bfloat16") and ta and not tb and k > 0 and k % MMA_DEPTH == 0
+            and shared >= MMA_SHARED_BYTES
             and all(v % 2 == 0 for v in (lda, ldb, stride_a, stride_b)) and fa.ptr % 4 == 0 and fb.ptr % 4 == 0)
 
 
