@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from lapis import cuda, hip
+from lapis import cuda, hip, trace
 from lapis.libs import blas, kernels
 
 rng = np.random.default_rng(3)
@@ -28,7 +28,7 @@ def handle():
 
 
 @pytest.mark.parametrize("transa,transb", [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")])
-@pytest.mark.parametrize("m,n,k", [(64, 64, 16), (70, 33, 45), (1, 130, 7), (129, 65, 1)])
+@pytest.mark.parametrize("m,n,k", [(64, 64, 16), (70, 33, 45), (1, 130, 7), (129, 65, 1), (17, 1000, 3)])
 def test_sgemm_matches_numpy(handle, transa, transb, m, n, k):
     a = rng.standard_normal((k, m) if transa == "T" else (m, k)).astype(np.float32)
     b = rng.standard_normal((n, k) if transb == "T" else (k, n)).astype(np.float32)
@@ -43,6 +43,18 @@ def test_sgemm_matches_numpy(handle, transa, transb, m, n, k):
     np.testing.assert_allclose(got, 1.5 * op_a @ op_b - 0.5 * c, rtol=1e-5, atol=1e-5)
     padding = dC.copy_to_host().reshape(n, ldc)[:, m:]
     assert np.all(padding == 0)                                   # rows between m and ldc untouched
+
+
+@pytest.mark.parametrize("tiles", blas.TILE_CANDIDATES, ids=str)
+def test_every_tiling_computes_inner_and_edge_tiles(handle, tiles):
+    # 300 x 140 holds whole tiles (staged without bounds tests) and partial ones; k = 37 ends mid-slice
+    m, n, k = 300, 140, 37
+    a = rng.standard_normal((k, m)).astype(np.float32)              # transa = "T"
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    dC = cuda.device_array(m * n, np.float32)
+    blas._launch_gemm(handle, tiles, True, False, m, n, k, 1.0, cuda.to_device(col_major(a)), k, 0,
+                      cuda.to_device(col_major(b)), k, 0, 0.0, dC, m, 0, 1)
+    np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a.T @ b, rtol=1e-4, atol=1e-4)
 
 
 def test_beta_zero_ignores_nan_in_c(handle):
@@ -92,7 +104,6 @@ def test_fill_kernel():
 
 
 def test_the_autotuner_ranks_tilings_by_predicted_time_and_remembers(handle):
-    from lapis import trace
     m = n = 512
     k = 1024                                            # above TUNE_ABOVE multiply-adds
     with trace() as t:
@@ -109,7 +120,7 @@ def test_the_autotuner_ranks_tilings_by_predicted_time_and_remembers(handle):
 
 
 @pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
-@pytest.mark.parametrize("m,n,k", [(70, 150, 64), (1, 9, 32)])
+@pytest.mark.parametrize("m,n,k", [(70, 150, 64), (1, 9, 32), (130, 260, 64)])
 def test_half_gemm_on_the_matrix_unit(handle, dtype, m, n, k):
     import ml_dtypes
 
@@ -131,17 +142,39 @@ def test_half_gemm_on_the_matrix_unit(handle, dtype, m, n, k):
 
 
 def test_the_matrix_unit_kernel_with_spilled_fragments(handle):
-    """Eight 16-row tiles per warp need more than 255 registers: fragment quads spill to local memory."""
+    """Six 16-row tiles per warp need more than 255 registers: fragment quads spill to local memory."""
     import ml_dtypes
-    kernel = cuda.jit(blas.make_mma_gemm_kernel(cuda.bfloat16, 8))
+    kernel = cuda.jit(blas.make_mma_gemm_kernel(cuda.bfloat16, 6))
     m, n, k = 130, 20, 32
     a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
     words = [cuda.to_device(x.view(np.uint32).ravel()) for x in (a, b.T.copy())]
     dC = cuda.to_device(np.zeros(m * n, np.float32))
-    kernel[(-(-m // 256), 1, 1), 256](np.int32(m), np.int32(n), np.int32(k), np.float32(1.0), words[0],
+    kernel[(-(-m // 192), 1, 1), 256](np.int32(m), np.int32(n), np.int32(k), np.float32(1.0), words[0],
                                        np.int32(k // 2), np.int32(0), words[1], np.int32(k // 2), np.int32(0),
                                        np.float32(0.0), dC, np.int32(m), np.int32(0))
     assert np.allclose(from_col_major(dC.copy_to_host(), m, n, m), a.astype(np.float32) @ b.astype(np.float32),
                        atol=1e-3)
     assert "bytes of spill slots" in kernel.resources() and " 0 bytes of spill" not in kernel.resources()
+
+
+def test_a_handle_launches_on_the_stream_it_is_given():
+    handle = blas.create(cuda)
+    x, y = cuda.to_device(np.ones(1000, np.float32)), cuda.to_device(np.zeros(1000, np.float32))
+    blas.scal(handle, 1000, 1.0, x, 1)                 # loads the code objects first (a copy of its own)
+    blas.axpy(handle, 1000, 0.0, x, 1, y, 1)
+    stream = cuda.stream()
+    handle.set_stream(stream)
+    assert handle.get_stream() is stream
+    with trace() as t:
+        blas.axpy(handle, 1000, 3.0, x, 1, y, 1)
+        stream.synchronize()
+    assert {e.args["queue"] for e in t.select(2, "packet")} == {stream.queue.queue_id}
+    assert np.all(y.copy_to_host() == 3)
+    handle.set_stream(None)
+    with trace() as t:
+        blas.scal(handle, 1000, 2.0, y, 1)
+        cuda.synchronize()
+    assert stream.queue.queue_id not in {e.args["queue"] for e in t.select(2, "packet")}
+    with pytest.raises(TypeError, match="takes a stream"):
+        handle.set_stream("stream 1")

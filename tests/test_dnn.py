@@ -220,28 +220,103 @@ CONVS = [((2, 3, 9, 8), (4, 3, 3, 3), dnn.ConvolutionDescriptor()),
 
 
 @pytest.mark.parametrize("x_dims,w_dims,conv", CONVS)
-def test_convolution_forward_both_algorithms_and_backward(handle, x_dims, w_dims, conv):
+def test_convolutions_every_algorithm_in_every_direction(handle, x_dims, w_dims, conv):
     x = rng.standard_normal(x_dims).astype(np.float32)
     w = rng.standard_normal(w_dims).astype(np.float32)
     desc = dnn.TensorDescriptor(x_dims)
     out = dnn.convolution_output(desc, w_dims, conv)
     ref = conv_ref(x.astype(np.float64), w, conv.padding, conv.stride, conv.dilation, conv.groups)
     assert out.dims == ref.shape
-    y = cuda.device_array(out.size, np.float32)
-    ranking = dnn.find_convolution_forward_algorithm(handle, desc, dev(x), w_dims, dev(w), conv, y)
-    assert sorted(a for a, _ in ranking) == sorted(dnn.CONV_FORWARD_ALGORITHMS)
-    assert all(ms > 0 for _, ms in ranking) and ranking[0][1] <= ranking[1][1]
-    for algorithm in dnn.CONV_FORWARD_ALGORITHMS:
-        dnn.convolution_forward(handle, desc, dev(x), w_dims, dev(w), conv, y, algorithm)
-        assert np.allclose(y.copy_to_host().reshape(ref.shape), ref, atol=1e-4), algorithm
     dy = rng.standard_normal(ref.shape).astype(np.float32)
-    dx, dw = cuda.device_array(x.size, np.float32), cuda.device_array(w.size, np.float32)
-    dnn.convolution_backward_data(handle, desc, w_dims, dev(w), conv, dev(dy), dx)
-    dnn.convolution_backward_filter(handle, desc, dev(x), w_dims, conv, dev(dy), dw)
     f_x = lambda v: conv_ref(v, w, conv.padding, conv.stride, conv.dilation, conv.groups)   # noqa: E731
     f_w = lambda v: conv_ref(x, v, conv.padding, conv.stride, conv.dilation, conv.groups)   # noqa: E731
-    assert np.allclose(dx.copy_to_host().reshape(x_dims), numeric_grad(f_x, x, dy), atol=3e-3)
-    assert np.allclose(dw.copy_to_host().reshape(w_dims), numeric_grad(f_w, w, dy), atol=3e-3)
+    want_dx, want_dw = numeric_grad(f_x, x, dy), numeric_grad(f_w, w, dy)
+    y = cuda.device_array(out.size, np.float32)
+    dx, dw = cuda.device_array(x.size, np.float32), cuda.device_array(w.size, np.float32)
+    need = dnn.convolution_workspace_size(desc, w_dims, conv, "gemm")
+    assert need == 4 * x.size * w_dims[2] * w_dims[3] * out.dims[2] * out.dims[3] // (x_dims[2] * x_dims[3])
+    workspace = cuda.device_array(need, np.uint8)
+    for algorithm in dnn.CONV_ALGORITHMS:
+        dnn.convolution_forward(handle, desc, dev(x), w_dims, dev(w), conv, y, algorithm, workspace)
+        assert np.allclose(y.copy_to_host().reshape(ref.shape), ref, atol=1e-4), algorithm
+        dnn.convolution_backward_data(handle, desc, w_dims, dev(w), conv, dev(dy), dx, algorithm, workspace)
+        assert np.allclose(dx.copy_to_host().reshape(x_dims), want_dx, atol=3e-3), algorithm
+        dnn.convolution_backward_filter(handle, desc, dev(x), w_dims, conv, dev(dy), dw, algorithm, workspace)
+        assert np.allclose(dw.copy_to_host().reshape(w_dims), want_dw, atol=3e-3), algorithm
+
+
+@pytest.mark.parametrize("x_layout,w_layout", [("NHWC", "NHWC"), ("NHWC", "NCHW"), ("NCHW", "NHWC")])
+def test_convolutions_of_nhwc_tensors_and_krsc_filters(handle, x_layout, w_layout):
+    x_dims, w_dims, conv = CONVS[1]                     # groups, stride, dilation and padding
+    x = rng.standard_normal(x_dims).astype(np.float32)
+    w = rng.standard_normal(w_dims).astype(np.float32)
+    desc, filt = dnn.TensorDescriptor(x_dims, x_layout), dnn.FilterDescriptor(w_dims, w_layout)
+    ref = conv_ref(x.astype(np.float64), w, conv.padding, conv.stride, conv.dilation, conv.groups)
+    dy = rng.standard_normal(ref.shape).astype(np.float32)
+    f_x = lambda v: conv_ref(v, w, conv.padding, conv.stride, conv.dilation, conv.groups)   # noqa: E731
+    f_w = lambda v: conv_ref(x, v, conv.padding, conv.stride, conv.dilation, conv.groups)   # noqa: E731
+    want_dx, want_dw = numeric_grad(f_x, x, dy), numeric_grad(f_w, w, dy)
+
+    def lay(a, layout):                                 # NCHW (KCRS) -> the layout's order, and back
+        return a.transpose(0, 2, 3, 1).copy() if layout == "NHWC" else a
+
+    def unlay(a, layout, dims):
+        return a.reshape(dims[0], dims[2], dims[3], dims[1]).transpose(0, 3, 1, 2) if layout == "NHWC" else \
+            a.reshape(dims)
+    out = dnn.convolution_output(desc, filt, conv)
+    assert out.layout == x_layout and out.dims == ref.shape
+    y, dx, dw = (cuda.device_array(n, np.float32) for n in (out.size, x.size, w.size))
+    for algorithm in ("implicit_gemm", "direct"):
+        dnn.convolution_forward(handle, desc, dev(lay(x, x_layout)), filt, dev(lay(w, w_layout)), conv, y, algorithm)
+        assert np.allclose(unlay(y.copy_to_host(), x_layout, ref.shape), ref, atol=1e-4), algorithm
+        dnn.convolution_backward_data(handle, desc, filt, dev(lay(w, w_layout)), conv, dev(lay(dy, x_layout)), dx,
+                                      algorithm)
+        assert np.allclose(unlay(dx.copy_to_host(), x_layout, x_dims), want_dx, atol=3e-3), algorithm
+        dnn.convolution_backward_filter(handle, desc, dev(lay(x, x_layout)), filt, conv, dev(lay(dy, x_layout)), dw,
+                                        algorithm)
+        assert np.allclose(unlay(dw.copy_to_host(), w_layout, w_dims), want_dw, atol=3e-3), algorithm
+    with pytest.raises(dnn.DnnError, match="NCHW tensors and KCRS filters"):
+        dnn.convolution_forward(handle, desc, dev(lay(x, x_layout)), filt, dev(lay(w, w_layout)), conv, y, "gemm",
+                                cuda.device_array(1 << 20, np.uint8))
+    ranking = dnn.find_convolution_forward_algorithm(handle, desc, dev(lay(x, x_layout)), filt,
+                                                     dev(lay(w, w_layout)), conv, y)
+    assert sorted(a for a, _ in ranking) == ["direct", "implicit_gemm"]     # gemm is not supported here
+
+
+def test_find_steps_rank_the_algorithms_and_get_remembers_the_winner():
+    handle = dnn.create(cuda)
+    x_dims, w_dims, conv = CONVS[0]
+    desc = dnn.TensorDescriptor(x_dims)
+    out = dnn.convolution_output(desc, w_dims, conv)
+    x, w, dy = dev(rng.standard_normal(x_dims)), dev(rng.standard_normal(w_dims)), dev(rng.standard_normal(out.dims))
+    assert dnn.get_convolution_algorithm(handle, "forward", desc, w_dims, conv) == "implicit_gemm"
+    y, dx, dw = (cuda.device_array(size, np.float32) for size in (out.size, desc.size, int(np.prod(w_dims))))
+    for direction, ranking in (
+            ("forward", dnn.find_convolution_forward_algorithm(handle, desc, x, w_dims, w, conv, y)),
+            ("backward_data", dnn.find_convolution_backward_data_algorithm(handle, desc, w_dims, w, conv, dy, dx)),
+            ("backward_filter", dnn.find_convolution_backward_filter_algorithm(handle, desc, x, w_dims, conv, dy,
+                                                                               dw))):
+        assert sorted(a for a, _ in ranking) == sorted(dnn.CONV_ALGORITHMS)
+        times = [ms for _, ms in ranking]
+        assert all(ms > 0 for ms in times) and times == sorted(times)
+        assert dnn.get_convolution_algorithm(handle, direction, desc, w_dims, conv) == ranking[0][0]
+
+
+def test_a_missing_or_small_workspace_is_refused_before_launch(handle):
+    x_dims, w_dims, conv = CONVS[0]
+    desc = dnn.TensorDescriptor(x_dims)
+    out = dnn.convolution_output(desc, w_dims, conv)
+    y = cuda.to_device(np.full(out.size, 7, np.float32))
+    x, w = dev(rng.standard_normal(x_dims)), dev(rng.standard_normal(w_dims))
+    need = dnn.convolution_workspace_size(desc, w_dims, conv, "gemm")
+    assert dnn.convolution_workspace_size(desc, w_dims, conv, "implicit_gemm") == 0
+    with pytest.raises(dnn.DnnError, match=f"needs a workspace of {need} bytes, got none"):
+        dnn.convolution_forward(handle, desc, x, w_dims, w, conv, y, "gemm")
+    with pytest.raises(dnn.DnnError, match=f"needs a workspace of {need} bytes, got {need - 4}"):
+        dnn.convolution_forward(handle, desc, x, w_dims, w, conv, y, "gemm", cuda.device_array(need - 4, np.uint8))
+    with pytest.raises(dnn.DnnError, match="algorithm must be one of"):
+        dnn.convolution_backward_data(handle, desc, w_dims, w, conv, y, x, "winograd")
+    assert np.all(y.copy_to_host() == 7)
 
 
 def attention_ref(q, k, v, causal):

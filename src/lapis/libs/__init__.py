@@ -3,6 +3,7 @@
 Owns: `blas` (gemm family, gemv and level 1, with cuBLAS conventions and an autotuner),
 `dnn` (cuDNN-style forward and backward primitives), `sparse` (CSR/COO products),
 `solver` (LU, Cholesky, QR) and `kernels` (the elementwise kernels the framework needs, as
-ATen ships them outside the vendor libraries). Every routine is a
+ATen ships them outside the vendor libraries); `handle` is what their handles share (an API, a
+device and a stream). Every routine is a
 kernel written in the lapis kernel language and launched through `lapis.cuda`/`lapis.hip`.
 """

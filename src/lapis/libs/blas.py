@@ -10,16 +10,18 @@ Matrices are device arrays read as flat column-major storage with leading dimens
 cuBLAS reads device pointers. Row-major callers (the framework) swap the operands:
 row-major C = A B is column-major C^T = B^T A^T.
 
-The gemm kernel tiles C into 64x64 blocks (grid z runs through a strided batch) computed by
-256 threads; each thread keeps a 4x4 block of C in registers (a `cuda.local.array` the compiler keeps in registers) and
-steps through k in slices of 16, staging a 64x16 slice of op(A) and a 16x64 slice of op(B)
-in shared memory. Thread (ti, tj) owns rows ti + 16r and columns tj + 16c, so a warp's
-shared-memory reads hit consecutive words and its stores of C are coalesced. The B slice is
-loaded k-fastest (coalesced for column-major B), so its rows are padded by 32 // BK words: without
-that, the threads storing one column would all hit the same shared-memory bank.
-Half-precision inputs are widened to float32 as they are staged, so float16 and bfloat16
-gemm runs on the FP32 pipes (the HMMA matrix path is not used yet). Sizes and offsets are
-int32: each matrix must hold fewer than 2^31 elements.
+The float32-pipe gemm kernel tiles C into bm x bn blocks (the autotuner picks among
+`TILE_CANDIDATES` by predicted time) computed by 256 threads, each keeping a tm x tn block of C in
+registers (a `cuda.local.array` the compiler keeps in registers) in runs of four rows and four
+columns, so every k-step reads its slices of op(A) and op(B) with 128-bit shared loads. k is walked
+in slices of bk staged in shared memory; the next slice is loaded into registers while the current
+one is computed (register prefetch), and only blocks on the edge of C test bounds. The B slice is
+loaded k-fastest (coalesced for column-major B), so its rows are padded against bank conflicts.
+Half-precision inputs are widened to float32 as they are staged.
+
+Half inputs with both operands k-contiguous (op(A) = A^T, op(B) = B) take the matrix-unit
+kernel: HMMA.16816 with float32 accumulation, 128x256 blocks of eight warps, 64x64 per warp.
+Sizes and offsets are int32: each matrix must hold fewer than 2^31 elements.
 """
 
 import hashlib
@@ -30,9 +32,10 @@ from pathlib import Path
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, Stream, blockIdx, float32, local, shared, syncthreads, threadIdx
+from lapis.cuda import DeviceNDArray, blockIdx, float32, local, shared, syncthreads, threadIdx
 from lapis.cuda.compiler import cache
 from lapis.libs.blas_level1 import BlasError, Level1, asum, at, axpy, check_vector, copy, dot, iamax, nrm2, scal, swap
+from lapis.libs.handle import LibraryHandle
 
 
 @dataclass(frozen=True)
@@ -268,31 +271,22 @@ def make_mma_gemm_kernel(kind, m_tiles: int = MMA_M_TILES):
     return mma_gemm_kernel
 
 
-class Handle:
-    """A cuBLAS-style handle: the API (lapis.cuda or lapis.hip) and device its routines run on."""
+class Handle(LibraryHandle):
+    """A cuBLAS-style handle: the API (lapis.cuda or lapis.hip), device and stream its routines run on."""
 
     def __init__(self, api, device: int = 0):
-        self.api = api
-        self.device = device
+        super().__init__(api, device)
         self.kernels: dict[GemmTiles, object] = {}
         self.tiles: dict[tuple, GemmTiles] = {}        # the autotuner's choices, by profile and shape
         self.gemv_kernel = api.jit(gemv_kernel)
         self.mma_kernels = {np.dtype(t).name: api.jit(make_mma_gemm_kernel(t)) for t in (cuda.float16, cuda.bfloat16)}
         self.level1 = Level1(api)
 
-    @property
-    def context(self):
-        return self.api.current_context(self.device)
-
     def gemm_kernel(self, tiles: GemmTiles):
         kernel = self.kernels.get(tiles)
         if kernel is None:
             kernel = self.kernels[tiles] = self.api.jit(make_gemm_kernel(tiles))
         return kernel
-
-    @property
-    def stream(self):
-        return Stream(self.context)
 
 
 def create(api, device: int = 0) -> Handle:

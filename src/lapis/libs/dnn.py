@@ -17,14 +17,18 @@ fixed order, so results are deterministic. Dropout draws its mask from a counter
 (seed, element index): the same seed gives the same mask on any device and launch shape.
 
 Batch norm reduces each channel in one block. Convolutions (NCHW, KCRS filters, padding,
-stride, dilation, groups) come in two forward algorithms, "direct" (a thread per output) and
-"implicit_gemm" (the GEMM of filters x unfolded input, tiled through shared memory without
-materializing the unfolding), chosen by `find_convolution_forward_algorithm`, which runs each
-on the problem and ranks them by simulated device time, as cudnnFindConvolutionForwardAlgorithm
-does; backward-data and backward-filter are direct. Scaled dot-product attention is fused in
-the flash-attention style: each thread owns a query row and walks the keys in tiles staged in
-shared memory, keeping a running maximum and sum (online softmax), so the T x T score matrix is
-never stored; the backward pass recomputes the probabilities from the saved log-sum-exp.
+stride, dilation, groups) come in three algorithms in each direction (forward, backward-data,
+backward-filter): "implicit_gemm" (the direction's GEMM, tiled through shared memory, its unfolded
+operand gathered as it is staged and never stored), "gemm" (the unfolded input or gradient
+materialized in a caller's workspace, multiplied with the BLAS gemm and its tuned tiles, as cuDNN's
+ALGO_GEMM does) and "direct" (a thread per output). `find_convolution_*_algorithm` runs each on
+the problem and ranks them by simulated device time, as cudnnFindConvolution*Algorithm does, and
+`get_convolution_algorithm` returns the winner for that profile and shape afterwards.
+
+Scaled dot-product attention is fused in the flash-attention style: each thread owns a query
+row and walks the keys in tiles staged in shared memory, keeping a running maximum and sum
+(online softmax), so the T x T score matrix is never stored; the backward pass recomputes the
+probabilities from the saved log-sum-exp.
 """
 
 import math
@@ -33,7 +37,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, Stream, blockIdx, shared, syncthreads, threadIdx
+from lapis.cuda import DeviceNDArray, blockIdx, shared, syncthreads, threadIdx
+from lapis.libs import blas
+from lapis.libs.handle import LibraryHandle
 
 THREADS = 256
 ROW_THREADS = 128
@@ -333,7 +339,9 @@ def batch_norm_backward_kernel(n, c, hw, sx, x, dy, gamma, mean, rstd, dx, dgamm
 
 
 # -- convolution -------------------------------------------------------------------------------------
-# geometry g: n, c, h, w, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups (int64[16])
+# geometry g (int64[28]): n, c, h, w, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
+# then the element strides of x (n, c, h, w), of y (n, k, p, q) and of the filters (k, c, r, s), so one
+# kernel reads NCHW or NHWC tensors and KCRS or KRSC filters.
 def conv_direct_kernel(g, x, w, y):
     i = cuda.grid(1)
     n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
@@ -352,69 +360,150 @@ def conv_direct_kernel(g, x, w, y):
                     for ss in range(s):
                         ix = oq * g[12] - g[10] + ss * g[14]
                         if 0 <= ix < wd:
-                            acc += x[((b * c + first + cc) * h + iy) * wd + ix] * w[((ok * cg + cc) * r + rr) * s + ss]
-        y[i] = acc
+                            acc += x[b * g[16] + (first + cc) * g[17] + iy * g[18] + ix * g[19]] * \
+                                w[ok * g[24] + cc * g[25] + rr * g[26] + ss * g[27]]
+        y[b * g[20] + ok * g[21] + op * g[22] + oq * g[23]] = acc
 
 
-def conv_implicit_gemm_kernel(g, x, w, y):
-    # Y[k, (b, p, q)] = sum over (cc, rr, ss) of W[k, (cc, rr, ss)] * X_unfolded[(cc, rr, ss), (b, p, q)],
-    # tiled 32 x 32 with slices of 8 through shared memory; the unfolded X is never stored.
-    sw = shared.array((8, 32), np.float32)
-    sx = shared.array((8, 33), np.float32)
-    n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
-    groups = g[15]
-    kg, cg = k // groups, c // groups
-    group = blockIdx.z
-    depth = cg * r * s
-    columns = n * p * q
-    tx, ty = threadIdx.x, threadIdx.y                   # a 16 x 16 block; each thread 2 x 2 outputs
-    row0 = blockIdx.y * 32
-    col0 = blockIdx.x * 32
-    acc00 = 0.0
-    acc01 = 0.0
-    acc10 = 0.0
-    acc11 = 0.0
-    lid = ty * 16 + tx
-    for d0 in range(0, depth, 8):
-        e = lid                                        # 256 threads stage 8 x 32 of each operand
-        dd = e // 32
-        m = e % 32
-        if row0 + m < kg and d0 + dd < depth:
-            sw[dd, m] = w[(group * kg + row0 + m) * depth + d0 + dd]
+CONV_DIRECTIONS = ("forward", "backward_data", "backward_filter")
+
+
+def make_conv_gemm_kernel(direction: str):
+    """The implicit-GEMM kernel of one convolution direction: a rows x columns product over `depth`,
+    tiled 32 x 32 in slices of 8 through shared memory, whose operands are gathered from the tensors
+    as they are staged (the unfolded matrix is never stored):
+
+        forward          y[k, (b, p, q)]   = w[k, (c, r, s)]  x_unfolded[(c, r, s), (b, p, q)]
+        backward_data    dx[c, (b, h, w)]  = w^T[c, (k, r, s)] dy_unfolded[(k, r, s), (b, h, w)]
+        backward_filter  dw[k, (c, r, s)]  = dy[k, (b, p, q)] x_unfolded^T[(b, p, q), (c, r, s)]
+
+    per group (grid z). The direction is a closure constant, so each compiles to its own code."""
+    MODE = direction
+
+    def conv_gemm_kernel(g, a_src, b_src, out):
+        # forward: a_src = w, b_src = x, out = y; backward_data: w, dy, dx; backward_filter: dy, x, dw
+        sa = shared.array((8, 32), np.float32)
+        sb = shared.array((8, 33), np.float32)
+        n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
+        kg, cg = k // g[15], c // g[15]
+        group = blockIdx.z
+        if MODE == "forward":
+            rows, columns, depth = kg, n * p * q, cg * r * s
+        elif MODE == "backward_data":
+            rows, columns, depth = cg, n * h * wd, kg * r * s
         else:
-            sw[dd, m] = 0.0
-        col = col0 + m
+            rows, columns, depth = kg, cg * r * s, n * p * q
+        tx, ty = threadIdx.x, threadIdx.y                  # a 16 x 16 block; each thread 2 x 2 outputs
+        row0 = blockIdx.y * 32
+        col0 = blockIdx.x * 32
+        acc00 = 0.0
+        acc01 = 0.0
+        acc10 = 0.0
+        acc11 = 0.0
+        lid = ty * 16 + tx
+        dd = lid // 32                                     # 256 threads stage 8 x 32 of each operand
+        m = lid % 32
+        for d0 in range(0, depth, 8):
+            d = d0 + dd
+            av = 0.0
+            if row0 + m < rows and d < depth:
+                row = row0 + m
+                if MODE == "forward":                      # w[k, (cc, rr, ss)]
+                    av = a_src[(group * kg + row) * g[24] + d // (r * s) * g[25] + d // s % r * g[26]
+                               + d % s * g[27]]
+                elif MODE == "backward_data":              # w[(kk, rr, ss), c]
+                    av = a_src[(group * kg + d // (r * s)) * g[24] + row * g[25] + d // s % r * g[26]
+                               + d % s * g[27]]
+                else:                                      # dy[k, (b, op, oq)]
+                    av = a_src[d // (p * q) * g[20] + (group * kg + row) * g[21] + d // q % p * g[22]
+                               + d % q * g[23]]
+            sa[dd, m] = av
+            col = col0 + m
+            bv = 0.0
+            if col < columns and d < depth:
+                if MODE == "forward":                      # d = (cc, rr, ss), col = (b, op, oq)
+                    iy = col // q % p * g[11] - g[9] + d // s % r * g[13]
+                    ix = col % q * g[12] - g[10] + d % s * g[14]
+                    if 0 <= iy < h and 0 <= ix < wd:
+                        bv = b_src[col // (q * p) * g[16] + (group * cg + d // (r * s)) * g[17] + iy * g[18]
+                                   + ix * g[19]]
+                elif MODE == "backward_data":              # d = (kk, rr, ss), col = (b, iy, ix)
+                    oy = col // wd % h + g[9] - d // s % r * g[13]
+                    ox = col % wd + g[10] - d % s * g[14]
+                    if oy >= 0 and ox >= 0 and oy % g[11] == 0 and ox % g[12] == 0 and oy // g[11] < p \
+                            and ox // g[12] < q:
+                        bv = b_src[col // (wd * h) * g[20] + (group * kg + d // (r * s)) * g[21]
+                                   + oy // g[11] * g[22] + ox // g[12] * g[23]]
+                else:                                      # d = (b, op, oq), col = (cc, rr, ss)
+                    iy = d // q % p * g[11] - g[9] + col // s % r * g[13]
+                    ix = d % q * g[12] - g[10] + col % s * g[14]
+                    if 0 <= iy < h and 0 <= ix < wd:
+                        bv = b_src[d // (q * p) * g[16] + (group * cg + col // (r * s)) * g[17] + iy * g[18]
+                                   + ix * g[19]]
+            sb[dd, m] = bv
+            syncthreads()
+            for step in range(8):
+                a0 = sa[step, ty]
+                a1 = sa[step, ty + 16]
+                b0 = sb[step, tx]
+                b1 = sb[step, tx + 16]
+                acc00 += a0 * b0
+                acc01 += a0 * b1
+                acc10 += a1 * b0
+                acc11 += a1 * b1
+            syncthreads()
+        for i, j, v in ((0, 0, acc00), (0, 16, acc01), (16, 0, acc10), (16, 16, acc11)):
+            row, col = row0 + ty + i, col0 + tx + j
+            if row < rows and col < columns:
+                if MODE == "forward":
+                    out[col // (q * p) * g[20] + (group * kg + row) * g[21] + col // q % p * g[22]
+                        + col % q * g[23]] = v
+                elif MODE == "backward_data":
+                    out[col // (wd * h) * g[16] + (group * cg + row) * g[17] + col // wd % h * g[18]
+                        + col % wd * g[19]] = v
+                else:
+                    out[(group * kg + row) * g[24] + col // (r * s) * g[25] + col // s % r * g[26]
+                        + col % s * g[27]] = v
+    return conv_gemm_kernel
+
+
+def conv_im2col_kernel(g, x, col):
+    # col[b, ch, rr, ss, op, oq] = x[b, ch, op * stride - pad + rr * dil, ...] or 0: the unfolded input,
+    # per image and group a (cg * r * s) x (p * q) matrix, that the "gemm" algorithm multiplies with BLAS
+    i = cuda.grid(1)
+    n, c, h, wd, r, s, p, q = g[0], g[1], g[2], g[3], g[5], g[6], g[7], g[8]
+    if i < n * c * r * s * p * q:
+        oq = i % q
+        op = i // q % p
+        ss = i // (q * p) % s
+        rr = i // (q * p * s) % r
+        bc = i // (q * p * s * r)                          # b * c + ch
+        iy = op * g[11] - g[9] + rr * g[13]
+        ix = oq * g[12] - g[10] + ss * g[14]
         v = 0.0
-        if col < columns and d0 + dd < depth:
-            cc = (d0 + dd) // (r * s)
-            rr = (d0 + dd) // s % r
-            ss = (d0 + dd) % s
-            oq = col % q
-            op = col // q % p
-            b = col // (q * p)
-            iy = op * g[11] - g[9] + rr * g[13]
-            ix = oq * g[12] - g[10] + ss * g[14]
-            if 0 <= iy < h and 0 <= ix < wd:
-                v = x[((b * c + group * cg + cc) * h + iy) * wd + ix]
-        sx[dd, m] = v
-        syncthreads()
-        for dd in range(8):
-            a0 = sw[dd, ty]
-            a1 = sw[dd, ty + 16]
-            b0 = sx[dd, tx]
-            b1 = sx[dd, tx + 16]
-            acc00 += a0 * b0
-            acc01 += a0 * b1
-            acc10 += a1 * b0
-            acc11 += a1 * b1
-        syncthreads()
-    for i, j, v in ((0, 0, acc00), (0, 16, acc01), (16, 0, acc10), (16, 16, acc11)):
-        row, col = row0 + ty + i, col0 + tx + j
-        if row < kg and col < columns:
-            oq = col % q
-            op = col // q % p
-            b = col // (q * p)
-            y[((b * k + group * kg + row) * p + op) * q + oq] = v
+        if 0 <= iy < h and 0 <= ix < wd:
+            v = x[bc // c * g[16] + bc % c * g[17] + iy * g[18] + ix * g[19]]
+        col[i] = v
+
+
+def conv_col2im_kernel(g, col, dx):
+    # dx[b, ch, iy, ix] = sum of the unfolded gradient's entries that came from (iy, ix): a gather, so
+    # each element is summed by one thread in a fixed order
+    i = cuda.grid(1)
+    n, c, h, wd, r, s, p, q = g[0], g[1], g[2], g[3], g[5], g[6], g[7], g[8]
+    if i < n * c * h * wd:
+        ix = i % wd
+        iy = i // wd % h
+        bc = i // (wd * h)
+        acc = 0.0
+        for rr in range(r):
+            oy = iy + g[9] - rr * g[13]
+            if oy >= 0 and oy % g[11] == 0 and oy // g[11] < p:
+                for ss in range(s):
+                    ox = ix + g[10] - ss * g[14]
+                    if ox >= 0 and ox % g[12] == 0 and ox // g[12] < q:
+                        acc += col[(((bc * r + rr) * s + ss) * p + oy // g[11]) * q + ox // g[12]]
+        dx[bc // c * g[16] + bc % c * g[17] + iy * g[18] + ix * g[19]] = acc
 
 
 def conv_backward_data_kernel(g, dy, w, dx):
@@ -437,9 +526,9 @@ def conv_backward_data_kernel(g, dy, w, dx):
                     for ss in range(s):
                         tx = ix + g[10] - ss * g[14]
                         if tx >= 0 and tx % g[12] == 0 and tx // g[12] < q:
-                            acc += dy[((b * k + ok) * p + ty // g[11]) * q + tx // g[12]] * \
-                                w[((ok * cg + ch % cg) * r + rr) * s + ss]
-        dx[i] = acc
+                            acc += dy[b * g[20] + ok * g[21] + ty // g[11] * g[22] + tx // g[12] * g[23]] * \
+                                w[ok * g[24] + ch % cg * g[25] + rr * g[26] + ss * g[27]]
+        dx[b * g[16] + ch * g[17] + iy * g[18] + ix * g[19]] = acc
 
 
 def conv_backward_filter_kernel(g, x, dy, dw):
@@ -460,8 +549,9 @@ def conv_backward_filter_kernel(g, x, dy, dw):
                     for oq in range(q):
                         ix = oq * g[12] - g[10] + ss * g[14]
                         if 0 <= ix < wd:
-                            acc += x[((b * c + ch) * h + iy) * wd + ix] * dy[((b * k + ok) * p + op) * q + oq]
-        dw[i] = acc
+                            acc += x[b * g[16] + ch * g[17] + iy * g[18] + ix * g[19]] * \
+                                dy[b * g[20] + ok * g[21] + op * g[22] + oq * g[23]]
+        dw[ok * g[24] + cc * g[25] + rr * g[26] + ss * g[27]] = acc
 
 
 # -- attention ---------------------------------------------------------------------------------------
@@ -566,21 +656,25 @@ def attention_dkv_kernel(bh_count, t_q, t_k, d, scale, causal, q, k, v, do, lse,
 
 
 # -- the API -----------------------------------------------------------------------------------------
-class Handle:
-    """A cuDNN-style handle: the API and device its routines launch on, and its kernels."""
+class Handle(LibraryHandle):
+    """A cuDNN-style handle: the API, device and stream its routines launch on, and its kernels."""
 
     def __init__(self, api, device: int = 0):
-        self.api, self.device = api, device
+        super().__init__(api, device)
         self.kernels = {f.__name__: api.jit(f) for f in (
             activation_kernel, softmax_forward_kernel, softmax_backward_kernel, layer_norm_forward_kernel,
             layer_norm_backward_kernel, layer_norm_params_backward_kernel, pooling_forward_kernel,
             pooling_backward_kernel, dropout_kernel, batch_norm_forward_kernel, batch_norm_backward_kernel,
-            conv_direct_kernel, conv_implicit_gemm_kernel, conv_backward_data_kernel, conv_backward_filter_kernel,
-            attention_forward_kernel, attention_delta_kernel, attention_dq_kernel, attention_dkv_kernel)}
+            conv_direct_kernel, conv_backward_data_kernel, conv_backward_filter_kernel, conv_im2col_kernel,
+            conv_col2im_kernel, attention_forward_kernel, attention_delta_kernel, attention_dq_kernel,
+            attention_dkv_kernel)}
+        self.kernels.update({"conv_gemm_" + d: api.jit(make_conv_gemm_kernel(d)) for d in CONV_DIRECTIONS})
+        self.blas = blas.create(api, device)          # the "gemm" convolutions multiply with cuBLAS's twin
+        self.algorithms: dict[tuple, str] = {}        # what find steps chose, by direction, profile and shape
 
-    @property
-    def stream(self):
-        return Stream(self.api.current_context(self.device))
+    def set_stream(self, stream) -> None:
+        super().set_stream(stream)
+        self.blas.set_stream(stream)                   # the "gemm" convolutions' products follow it
 
 
 def create(api, device: int = 0) -> Handle:
@@ -791,15 +885,48 @@ class ConvolutionDescriptor:
     groups: int = 1
 
 
-CONV_FORWARD_ALGORITHMS = ("implicit_gemm", "direct")
+@dataclass(frozen=True)
+class FilterDescriptor:
+    """Filters (K, C/groups, R, S) and their memory format (cudnnSetFilter4dDescriptor): "NCHW" is KCRS,
+    "NHWC" is KRSC. Routines also take a plain (K, C/groups, R, S) tuple, meaning KCRS. It reads as
+    its dimensions (`k, cg, r, s = filt`)."""
+    dims: tuple[int, int, int, int]
+    layout: str = "NCHW"
+
+    def __post_init__(self):
+        if len(self.dims) != 4 or min(self.dims) < 1:
+            raise DnnError(f"a filter descriptor takes four positive dimensions (K, C/groups, R, S), not {self.dims}")
+        if self.layout not in ("NCHW", "NHWC"):
+            raise DnnError(f"layout must be NCHW (KCRS) or NHWC (KRSC), not {self.layout!r}")
+
+    def __iter__(self):
+        return iter(self.dims)
+
+    def __getitem__(self, i):
+        return self.dims[i]
+
+    def __len__(self) -> int:
+        return 4
+
+    def strides(self) -> tuple[int, int, int, int]:
+        """Element strides of K, C, R, S."""
+        _, cg, r, s = self.dims
+        return (cg * r * s, r * s, s, 1) if self.layout == "NCHW" else (r * s * cg, 1, s * cg, cg)
+
+
+def _filter(f) -> FilterDescriptor:
+    return f if isinstance(f, FilterDescriptor) else FilterDescriptor(tuple(int(d) for d in f))
+
+
+CONV_ALGORITHMS = ("implicit_gemm", "gemm", "direct")     # the same three in every direction
+CONV_FORWARD_ALGORITHMS = CONV_BACKWARD_DATA_ALGORITHMS = CONV_BACKWARD_FILTER_ALGORITHMS = CONV_ALGORITHMS
 
 
 def convolution_output(x: TensorDescriptor, filter_dims, conv: ConvolutionDescriptor) -> TensorDescriptor:
-    """The output descriptor (cudnnGetConvolution2dForwardOutputDim); filter_dims are (K, C/groups, R, S)."""
+    """The output descriptor, in x's layout (cudnnGetConvolution2dForwardOutputDim); filter_dims are
+    (K, C/groups, R, S) or a FilterDescriptor."""
     n, c, h, w = x.dims
-    k, cg, r, s = filter_dims
-    if x.layout != "NCHW":
-        raise DnnError("convolutions take NCHW tensors")
+    k, cg, r, s = _filter(filter_dims)
     if conv.groups < 1 or c % conv.groups or k % conv.groups or cg != c // conv.groups:
         raise DnnError(f"filter {filter_dims} does not match {c} input channels in {conv.groups} group(s)")
     if min(conv.stride + conv.dilation) < 1 or min(conv.padding) < 0:
@@ -808,71 +935,223 @@ def convolution_output(x: TensorDescriptor, filter_dims, conv: ConvolutionDescri
     q = (w + 2 * conv.padding[1] - conv.dilation[1] * (s - 1) - 1) // conv.stride[1] + 1
     if p < 1 or q < 1:
         raise DnnError(f"a {r}x{s} filter does not fit a {h}x{w} input with {conv}")
-    return TensorDescriptor((n, k, p, q))
+    return TensorDescriptor((n, k, p, q), x.layout)
 
 
 def _conv_geometry(handle, x: TensorDescriptor, filter_dims, conv):
     out = convolution_output(x, filter_dims, conv)
     n, c, h, w = x.dims
     k, _, r, s = filter_dims
-    g = [n, c, h, w, k, r, s, out.dims[2], out.dims[3], *conv.padding, *conv.stride, *conv.dilation, conv.groups]
+    g = [n, c, h, w, k, r, s, out.dims[2], out.dims[3], *conv.padding, *conv.stride, *conv.dilation, conv.groups,
+         *x.strides(), *out.strides(), *_filter(filter_dims).strides()]
     return out, handle.api.to_device(np.array(g, np.int64))
 
 
+def convolution_workspace_size(x_desc: TensorDescriptor, filter_dims, conv: ConvolutionDescriptor,
+                               algorithm: str) -> int:
+    """Bytes of workspace an algorithm needs, in any direction (cudnnGetConvolutionForwardWorkspaceSize
+    and its backward twins): the unfolded input or gradient, n x (C R S) x (P Q) float32, for "gemm";
+    nothing for the others."""
+    _check_algorithm(algorithm, x_desc, filter_dims)
+    out = convolution_output(x_desc, filter_dims, conv)
+    n, c, _, _ = x_desc.dims
+    return 4 * n * c * filter_dims[2] * filter_dims[3] * out.dims[2] * out.dims[3] if algorithm == "gemm" else 0
+
+
+def _check_algorithm(algorithm: str, x_desc: TensorDescriptor | None = None, filter_dims=None) -> None:
+    if algorithm not in CONV_ALGORITHMS:
+        raise DnnError(f"algorithm must be one of {CONV_ALGORITHMS}, not {algorithm!r}")
+    if x_desc is not None and not _supported(algorithm, x_desc, filter_dims):
+        raise DnnError("the 'gemm' algorithm multiplies NCHW tensors and KCRS filters with BLAS; "
+                       "use 'implicit_gemm' or 'direct' for NHWC (CUDNN_STATUS_NOT_SUPPORTED)")
+
+
+def _supported(algorithm: str, x_desc: TensorDescriptor, filter_dims) -> bool:
+    return algorithm != "gemm" or (x_desc.layout == "NCHW" and _filter(filter_dims).layout == "NCHW")
+
+
+def _workspace(x_desc, filter_dims, conv, algorithm, workspace) -> DeviceNDArray | None:
+    """The workspace as a flat float32 array, or a DnnError (before any launch) when it is missing or small."""
+    need = convolution_workspace_size(x_desc, filter_dims, conv, algorithm)
+    if not need:
+        return None
+    have = workspace.nbytes if isinstance(workspace, DeviceNDArray) else 0
+    if have < need:
+        raise DnnError(f"algorithm {algorithm!r} needs a workspace of {need} bytes, got "
+                       f"{have if workspace is not None else 'none'}; convolution_workspace_size says how much")
+    if not workspace.is_c_contiguous() or workspace.ptr % 4:
+        raise DnnError("the workspace must be a contiguous, 4-byte aligned device array")
+    return DeviceNDArray((need // 4,), (4,), np.float32, workspace.context, workspace.memory, workspace.ptr)
+
+
+def _conv_launch(handle, direction, geometry, out_desc, x_desc, filter_dims, conv, a_src, b_src, out) -> None:
+    """The implicit-GEMM kernel of a direction over its (rows, columns) grid, one group per grid z."""
+    n, c, h, w = x_desc.dims
+    k, cg, r, s = filter_dims
+    p, q = out_desc.dims[2:]
+    kg = k // conv.groups
+    rows, columns = {"forward": (kg, n * p * q), "backward_data": (cg, n * h * w),
+                     "backward_filter": (kg, cg * r * s)}[direction]
+    grid = (-(-columns // 32), -(-rows // 32), conv.groups)
+    handle.kernels["conv_gemm_" + direction][grid, (16, 16), handle.stream](geometry, a_src, b_src, out)
+
+
+def _unfold(handle, geometry, x_desc, filter_dims, out_desc, fx, col) -> None:
+    total = x_desc.dims[0] * x_desc.dims[1] * filter_dims[2] * filter_dims[3] * out_desc.dims[2] * out_desc.dims[3]
+    handle.kernels["conv_im2col_kernel"][-(-total // THREADS), THREADS, handle.stream](geometry, fx, col)
+
+
+def _group_gemms(handle, x_desc, filter_dims, conv, out_desc):
+    """(groups, kg, crs, pq, column-block stride of a group in the unfolded matrix, per image stride)."""
+    n, c, _, _ = x_desc.dims
+    k, cg, r, s = filter_dims
+    pq = out_desc.dims[2] * out_desc.dims[3]
+    crs = cg * r * s
+    return conv.groups, k // conv.groups, crs, pq, crs * pq, c * r * s * pq
+
+
 def convolution_forward(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, w, conv: ConvolutionDescriptor,
-                        y, algorithm: str = "implicit_gemm") -> None:
-    """y = conv(x, w) (cudnnConvolutionForward), with the chosen algorithm."""
-    if algorithm not in CONV_FORWARD_ALGORITHMS:
-        raise DnnError(f"algorithm must be one of {CONV_FORWARD_ALGORITHMS}, not {algorithm!r}")
+                        y, algorithm: str = "implicit_gemm", workspace=None) -> None:
+    """y = conv(x, w) (cudnnConvolutionForward) with the chosen algorithm; "gemm" unfolds x into the
+    workspace and multiplies with BLAS (cuDNN's CUDNN_CONVOLUTION_FWD_ALGO_GEMM)."""
+    _check_algorithm(algorithm, x_desc, filter_dims)
     out, geometry = _conv_geometry(handle, x_desc, filter_dims, conv)
     fx, fw, fy = _flat(x, "x", x_desc.size), _flat(w, "w", int(np.prod(filter_dims))), _flat(y, "y", out.size)
+    col = _workspace(x_desc, filter_dims, conv, algorithm, workspace)
     with trace.span(4, "convolution_forward", x=x_desc.dims, filter=tuple(filter_dims), algorithm=algorithm,
                     padding=conv.padding, stride=conv.stride, dilation=conv.dilation, groups=conv.groups):
         if not out.size:
             return
         if algorithm == "direct":
             handle.kernels["conv_direct_kernel"][-(-out.size // THREADS), THREADS, handle.stream](geometry, fx, fw, fy)
+        elif algorithm == "implicit_gemm":
+            _conv_launch(handle, "forward", geometry, out, x_desc, filter_dims, conv, fw, fx, fy)
         else:
-            n, k, p, q = out.dims
-            grid = (-(-(n * p * q) // 32), -(-(k // conv.groups) // 32), conv.groups)
-            handle.kernels["conv_implicit_gemm_kernel"][grid, (16, 16), handle.stream](geometry, fx, fw, fy)
+            # per image b and group: y (kg x pq) = w_group (kg x crs) col (crs x pq), all row-major, which
+            # column-major BLAS computes as y^T = col^T w_group^T: m = pq, n = kg, k = crs
+            _unfold(handle, geometry, x_desc, filter_dims, out, fx, col)
+            groups, kg, crs, pq, group_cols, image_cols = _group_gemms(handle, x_desc, filter_dims, conv, out)
+            for grp in range(groups):
+                blas.gemm_strided_batched(handle.blas, "N", "N", pq, kg, crs, 1.0, col[grp * group_cols:], pq,
+                                          image_cols, fw[grp * kg * crs:], crs, 0, 0.0, fy[grp * kg * pq:], pq,
+                                          filter_dims[0] * pq, x_desc.dims[0])
 
 
-def find_convolution_forward_algorithm(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, w,
-                                       conv: ConvolutionDescriptor, y) -> list[tuple[str, float]]:
-    """Run every forward algorithm on this problem and rank them by simulated device time in ms
-    (cudnnFindConvolutionForwardAlgorithm); y holds the last one's result."""
-    timings = []
-    for algorithm in CONV_FORWARD_ALGORITHMS:
-        convolution_forward(handle, x_desc, x, filter_dims, w, conv, y, algorithm)     # compile and warm up
-        start, end = handle.api.event(), handle.api.event()
-        start.record(handle.stream)
-        convolution_forward(handle, x_desc, x, filter_dims, w, conv, y, algorithm)
-        end.record(handle.stream)
-        end.synchronize()
-        timings.append((algorithm, start.elapsed_time(end)))
-    return sorted(timings, key=lambda t: t[1])
-
-
-def convolution_backward_data(handle: Handle, x_desc: TensorDescriptor, filter_dims, w, conv, dy, dx) -> None:
-    """dx from dy and the filters (cudnnConvolutionBackwardData)."""
+def convolution_backward_data(handle: Handle, x_desc: TensorDescriptor, filter_dims, w, conv, dy, dx,
+                              algorithm: str = "implicit_gemm", workspace=None) -> None:
+    """dx from dy and the filters (cudnnConvolutionBackwardData); "gemm" forms the unfolded gradient
+    w^T dy in the workspace with BLAS, then folds it back (col2im)."""
+    _check_algorithm(algorithm, x_desc, filter_dims)
     out, geometry = _conv_geometry(handle, x_desc, filter_dims, conv)
     fw, fdy, fdx = _flat(w, "w", int(np.prod(filter_dims))), _flat(dy, "dy", out.size), _flat(dx, "dx", x_desc.size)
-    with trace.span(4, "convolution_backward_data", x=x_desc.dims, filter=tuple(filter_dims)):
-        if x_desc.size:
+    col = _workspace(x_desc, filter_dims, conv, algorithm, workspace)
+    with trace.span(4, "convolution_backward_data", x=x_desc.dims, filter=tuple(filter_dims), algorithm=algorithm):
+        if not x_desc.size:
+            return
+        if algorithm == "direct":
             handle.kernels["conv_backward_data_kernel"][-(-x_desc.size // THREADS), THREADS, handle.stream](
                 geometry, fdy, fw, fdx)
+        elif algorithm == "implicit_gemm":
+            _conv_launch(handle, "backward_data", geometry, out, x_desc, filter_dims, conv, fw, fdy, fdx)
+        else:
+            # per image and group: dcol (crs x pq) = w_group^T (crs x kg) dy (kg x pq), row-major; in
+            # column-major BLAS dcol^T = dy^T w_group: m = pq, n = crs, k = kg, w read transposed
+            groups, kg, crs, pq, group_cols, image_cols = _group_gemms(handle, x_desc, filter_dims, conv, out)
+            for grp in range(groups):
+                blas.gemm_strided_batched(handle.blas, "N", "T", pq, crs, kg, 1.0, fdy[grp * kg * pq:], pq,
+                                          filter_dims[0] * pq, fw[grp * kg * crs:], crs, 0, 0.0,
+                                          col[grp * group_cols:], pq, image_cols, x_desc.dims[0])
+            handle.kernels["conv_col2im_kernel"][-(-x_desc.size // THREADS), THREADS, handle.stream](
+                geometry, col, fdx)
 
 
-def convolution_backward_filter(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, conv, dy, dw) -> None:
-    """dw from x and dy (cudnnConvolutionBackwardFilter)."""
+def convolution_backward_filter(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, conv, dy, dw,
+                                algorithm: str = "implicit_gemm", workspace=None) -> None:
+    """dw from x and dy (cudnnConvolutionBackwardFilter); "gemm" unfolds x into the workspace and sums
+    dy col^T over the images with BLAS (beta = 1 after the first)."""
+    _check_algorithm(algorithm, x_desc, filter_dims)
     out, geometry = _conv_geometry(handle, x_desc, filter_dims, conv)
     size = int(np.prod(filter_dims))
     fx, fdy, fdw = _flat(x, "x", x_desc.size), _flat(dy, "dy", out.size), _flat(dw, "dw", size)
-    with trace.span(4, "convolution_backward_filter", x=x_desc.dims, filter=tuple(filter_dims)):
-        if size:
+    col = _workspace(x_desc, filter_dims, conv, algorithm, workspace)
+    with trace.span(4, "convolution_backward_filter", x=x_desc.dims, filter=tuple(filter_dims), algorithm=algorithm):
+        if not size:
+            return
+        if algorithm == "direct":
             handle.kernels["conv_backward_filter_kernel"][-(-size // THREADS), THREADS, handle.stream](
                 geometry, fx, fdy, fdw)
+        elif algorithm == "implicit_gemm":
+            _conv_launch(handle, "backward_filter", geometry, out, x_desc, filter_dims, conv, fdy, fx, fdw)
+        else:
+            # per group: dw (kg x crs) = sum over images of dy (kg x pq) col^T (pq x crs), row-major; in
+            # column-major BLAS dw^T = col dy^T: m = crs, n = kg, k = pq, col read transposed
+            _unfold(handle, geometry, x_desc, filter_dims, out, fx, col)
+            groups, kg, crs, pq, group_cols, image_cols = _group_gemms(handle, x_desc, filter_dims, conv, out)
+            for grp in range(groups):
+                for b in range(x_desc.dims[0]):
+                    blas.gemm(handle.blas, "T", "N", crs, kg, pq, 1.0, col[b * image_cols + grp * group_cols:], pq,
+                              fdy[(b * filter_dims[0] + grp * kg) * pq:], pq, 1.0 if b else 0.0,
+                              fdw[grp * kg * crs:], crs)
+
+
+def _find(handle, direction, run, x_desc, filter_dims, conv, workspace) -> list[tuple[str, float]]:
+    """Run each algorithm twice (compile, then time) and rank them by simulated device time in ms; the
+    winner is remembered for `get_convolution_algorithm`."""
+    algorithms = [a for a in CONV_ALGORITHMS if _supported(a, x_desc, filter_dims)]
+    need = max(convolution_workspace_size(x_desc, filter_dims, conv, a) for a in algorithms)
+    if need and (workspace is None or workspace.nbytes < need):
+        workspace = handle.api.device_array(need, np.uint8)
+    timings = []
+    for algorithm in algorithms:
+        run(algorithm, workspace)
+        start, end = handle.api.event(), handle.api.event()
+        start.record(handle.stream)
+        run(algorithm, workspace)
+        end.record(handle.stream)
+        end.synchronize()
+        timings.append((algorithm, start.elapsed_time(end)))
+    timings.sort(key=lambda t: t[1])
+    handle.algorithms[_problem(handle, direction, x_desc, filter_dims, conv)] = timings[0][0]
+    return timings
+
+
+def _problem(handle, direction, x_desc, filter_dims, conv) -> tuple:
+    return direction, handle.context.device.profile, x_desc, _filter(filter_dims), conv
+
+
+def find_convolution_forward_algorithm(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, w,
+                                       conv: ConvolutionDescriptor, y, workspace=None) -> list[tuple[str, float]]:
+    """Run every forward algorithm on this problem and rank them by simulated device time in ms
+    (cudnnFindConvolutionForwardAlgorithm); y holds the last one's result. A workspace is allocated
+    when none as large as "gemm" needs is given."""
+    def run(algorithm, ws):
+        convolution_forward(handle, x_desc, x, filter_dims, w, conv, y, algorithm, ws)
+    return _find(handle, "forward", run, x_desc, filter_dims, conv, workspace)
+
+
+def find_convolution_backward_data_algorithm(handle: Handle, x_desc: TensorDescriptor, filter_dims, w, conv, dy,
+                                             dx, workspace=None) -> list[tuple[str, float]]:
+    """cudnnFindConvolutionBackwardDataAlgorithm: every algorithm, ranked by simulated device time in ms."""
+    def run(algorithm, ws):
+        convolution_backward_data(handle, x_desc, filter_dims, w, conv, dy, dx, algorithm, ws)
+    return _find(handle, "backward_data", run, x_desc, filter_dims, conv, workspace)
+
+
+def find_convolution_backward_filter_algorithm(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, conv, dy,
+                                               dw, workspace=None) -> list[tuple[str, float]]:
+    """cudnnFindConvolutionBackwardFilterAlgorithm: every algorithm, ranked by simulated device time in ms."""
+    def run(algorithm, ws):
+        convolution_backward_filter(handle, x_desc, x, filter_dims, conv, dy, dw, algorithm, ws)
+    return _find(handle, "backward_filter", run, x_desc, filter_dims, conv, workspace)
+
+
+def get_convolution_algorithm(handle: Handle, direction: str, x_desc: TensorDescriptor, filter_dims,
+                              conv: ConvolutionDescriptor) -> str:
+    """The algorithm for a problem without running anything (cudnnGetConvolution*Algorithm): the one a
+    find step chose for this profile and shape on this handle, else "implicit_gemm" (no workspace)."""
+    if direction not in CONV_DIRECTIONS:
+        raise DnnError(f"direction must be one of {CONV_DIRECTIONS}, not {direction!r}")
+    return handle.algorithms.get(_problem(handle, direction, x_desc, filter_dims, conv), "implicit_gemm")
 
 
 def _attention_shapes(q, k, v) -> tuple[int, int, int, int]:

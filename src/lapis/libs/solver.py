@@ -23,7 +23,8 @@ import math
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, Stream, shared, syncthreads, threadIdx
+from lapis.cuda import DeviceNDArray, shared, syncthreads, threadIdx
+from lapis.libs.handle import LibraryHandle
 
 THREADS = 256
 
@@ -223,19 +224,15 @@ def householder_apply_kernel(m, n, j, a, lda, tau):
             a[i + k * lda] = a[i + k * lda] - w * a[i + j * lda]
 
 
-class Handle:
-    """A cuSOLVER-style handle: the API and device its routines launch on, and its kernels."""
+class Handle(LibraryHandle):
+    """A cuSOLVER-style handle: the API, device and stream its routines launch on, and its kernels."""
 
     def __init__(self, api, device: int = 0):
-        self.api, self.device = api, device
+        super().__init__(api, device)
         self.kernels = {f.__name__: api.jit(f) for f in (lu_pivot_kernel, lu_scale_kernel, lu_update_kernel,
                                                          lu_solve_kernel,
                                                          cholesky_column_kernel, cholesky_solve_kernel,
                                                          householder_kernel, householder_apply_kernel)}
-
-    @property
-    def stream(self):
-        return Stream(self.api.current_context(self.device))
 
 
 def create(api, device: int = 0) -> Handle:

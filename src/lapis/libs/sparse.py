@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, Stream
+from lapis.cuda import DeviceNDArray
+from lapis.libs.handle import LibraryHandle
 
 THREADS = 256
 
@@ -122,18 +123,14 @@ def coo_to_csr_kernel(rows, nnz, row, indptr):
         indptr[r] = lo
 
 
-class Handle:
-    """A cuSPARSE-style handle: the API and device its routines launch on, and its kernels."""
+class Handle(LibraryHandle):
+    """A cuSPARSE-style handle: the API, device and stream its routines launch on, and its kernels."""
 
     def __init__(self, api, device: int = 0):
-        self.api, self.device = api, device
+        super().__init__(api, device)
         self.kernels = {f.__name__: api.jit(f) for f in (csr_spmv_kernel, csr_spmm_kernel, scale_kernel,
                                                          coo_spmv_kernel, coo_spmm_kernel, csr_to_coo_kernel,
                                                          coo_to_csr_kernel)}
-
-    @property
-    def stream(self):
-        return Stream(self.api.current_context(self.device))
 
 
 def create(api, device: int = 0) -> Handle:

@@ -1,0 +1,40 @@
+"""Layer 4: what every library handle holds: an API (lapis.cuda or lapis.hip), a device and a stream.
+
+    handle = blas.create(cuda)            # cublasCreate, cudnnCreate, ...: bound to device 0
+    handle.set_stream(cuda.stream())      # cublasSetStream, cudnnSetStream: later routines launch there
+    handle.get_stream()
+
+A handle starts on the context's default stream. Routines launch their kernels on `handle.stream`,
+so work on another stream may overlap them, and ordering against the caller's own launches is the
+caller's business, as with the vendor libraries.
+"""
+
+from lapis.cuda import Stream
+
+
+class LibraryHandle:
+    def __init__(self, api, device: int = 0):
+        self.api, self.device = api, device
+        self._stream: Stream | None = None
+
+    @property
+    def context(self):
+        return self.api.current_context(self.device)
+
+    @property
+    def stream(self) -> Stream:
+        return self._stream if self._stream is not None else Stream(self.context)
+
+    def set_stream(self, stream: Stream | None) -> None:
+        """Launch later routines on `stream` (None or 0: the default stream again)."""
+        if stream is None or stream == 0:
+            self._stream = None
+            return
+        if not isinstance(stream, Stream):
+            raise TypeError(f"set_stream takes a stream of this API, not {type(stream).__name__}")
+        if stream.context is not self.context:
+            raise ValueError(f"the stream belongs to {stream.context.device}, the handle to {self.context.device}")
+        self._stream = stream
+
+    def get_stream(self) -> Stream:
+        return self.stream
