@@ -322,3 +322,16 @@ def test_a_faulting_process_does_not_disturb_another_running_at_the_same_time(rt
         assert np.array_equal(got[:, 0], np.arange(40, dtype=np.float32)) and (got == got[:, :1]).all()
     finally:
         other.shutdown()
+
+
+def test_a_cuda_context_idle_through_a_reset_keeps_working():
+    from lapis import cuda
+    from lapis.libs import kernels
+    ctx = cuda.current_context()
+    y = cuda.to_device(np.zeros(8, np.float32))
+    kernels.fill(cuda, y, 1.0)
+    cuda.synchronize()
+    ctx.rt.kfd.ioctl(driver.Ioctl.RESET_GPU, driver.GpuArgs(ctx.agent.gpu_id))
+    z = cuda.to_device(np.zeros(8, np.float32))     # the runtime's copy queue is made anew
+    kernels.fill(cuda, z, 3.0)                      # and the default stream's queue
+    assert np.all(z.copy_to_host() == 3) and np.all(y.copy_to_host() == 1)

@@ -14,9 +14,33 @@ The layers below are packages of their own: `lapis.libs` (4), `lapis.cuda` / `la
 every layer did: `with lapis.trace() as t: ...`.
 """
 
-from lapis import trace
+from lapis import autograd, trace
+from lapis._creation import (
+    arange,
+    as_tensor,
+    cat,
+    empty,
+    empty_like,
+    eye,
+    from_numpy,
+    full,
+    full_like,
+    linspace,
+    ones,
+    ones_like,
+    rand,
+    rand_like,
+    randint,
+    randn,
+    randn_like,
+    stack,
+    tensor,
+    zeros,
+    zeros_like,
+)
 from lapis._device import device
 from lapis._dtype import (  # noqa: A004 - torch.float is float32 and torch.int is int32, as here
+    bfloat16,
     bool_,
     double,
     dtype,
@@ -24,17 +48,66 @@ from lapis._dtype import (  # noqa: A004 - torch.float is float32 and torch.int 
     float16,
     float32,
     float64,
+    get_default_dtype,
     half,
     int,
     int32,
     int64,
     long,
+    promote_types,
+    set_default_dtype,
 )
-from lapis._tensor import Size, Tensor, from_numpy, full, manual_seed, matmul, ones, rand, randn, tensor, zeros
+from lapis._methods import (  # noqa: A004 - torch's names
+    add,
+    argmax,
+    argmin,
+    clamp,
+    div,
+    log_softmax,
+    logsumexp,
+    max,
+    maximum,
+    mean,
+    min,
+    minimum,
+    mul,
+    pow,
+    prod,
+    softmax,
+    std,
+    sub,
+    sum,
+    var,
+)
+from lapis._ops import broadcast_shapes, matmul, where
+from lapis._tensor import Size, Tensor, manual_seed
+from lapis.autograd import enable_grad, no_grad
 
 bool = bool_  # noqa: A001 - torch.bool
 __version__ = "0.1.0"
 
-__all__ = ["Size", "Tensor", "bool", "device", "double", "dtype", "float", "float16", "float32", "float64",
-           "from_numpy", "full", "half", "int", "int32", "int64", "long", "manual_seed", "matmul", "ones", "rand",
-           "randn", "tensor", "trace", "zeros"]
+
+def _unary(op):
+    def f(x):
+        return getattr(x, op)()
+    f.__name__ = op
+    return f
+
+
+exp, log, sqrt, rsqrt, tanh, sigmoid, sin, cos, abs, neg, relu = (  # noqa: A001
+    _unary(op) for op in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "abs", "neg", "relu"))
+
+
+def result_type(a, b):
+    from lapis._dtype import result_type as _result_type
+    return _result_type([a, b])
+
+
+__all__ = ["Size", "Tensor", "abs", "add", "arange", "argmax", "argmin", "as_tensor", "autograd", "bfloat16", "bool",
+           "broadcast_shapes", "cat", "clamp", "cos", "device", "div", "double", "dtype", "empty", "empty_like",
+           "enable_grad", "exp", "eye", "float", "float16", "float32", "float64", "from_numpy", "full", "full_like",
+           "get_default_dtype", "half", "int", "int32", "int64", "linspace", "log", "log_softmax", "logsumexp",
+           "long", "manual_seed", "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "no_grad",
+           "ones", "ones_like", "pow", "prod", "promote_types", "rand", "rand_like", "randint", "randn",
+           "randn_like", "relu", "result_type", "rsqrt", "set_default_dtype", "sigmoid", "sin", "softmax", "sqrt",
+           "stack", "std", "sub", "sum", "tanh", "tensor", "trace", "var", "where", "zeros", "zeros_like"]

@@ -1,23 +1,24 @@
-"""Layer 5: `Tensor`, its creation functions and `matmul`, with PyTorch's names and semantics.
+"""Layer 5: `Tensor`, with PyTorch's names and semantics: storage, views, dtypes and devices.
 
-A tensor on `cpu` holds a numpy array. A tensor on `cuda`/`hip` holds a device array
-(Layer 3) and every operation on it runs as kernels on the simulated GPU: `matmul` calls
-the BLAS library (Layer 4) the way PyTorch calls cuBLAS, `zeros` a fill kernel. Moving a
-tensor between host and device is an explicit copy (`.to()`, `.cpu()`, `.cuda()`).
+A tensor is a view of a storage: a flat numpy array on `cpu`, a flat device array (Layer 3) on a
+GPU, read through a shape, element strides and an offset. Views (`view`, `permute`, `expand`,
+slicing, ...) make a new tensor over the same storage and cost nothing; `contiguous()` and
+`clone()` copy, explicitly. Ops go through `_backend` (numpy on `cpu`, `lapis.libs` kernels on a
+GPU) and, where differentiable, through `lapis.autograd` Functions (`_ops`).
 
-Simplification for now: `randn` and `tensor(...)` on a GPU create the values on the host
-and copy them over (PyTorch generates random numbers on the device).
+Simplifications: random numbers are drawn on the host (numpy's generator, seeded by
+`manual_seed`) and copied to the device; PyTorch generates them on the device.
 """
+
+import builtins
 
 import numpy as np
 
-from lapis import _dtype, trace
+from lapis import _backend, _dtype, autograd
 from lapis._device import device
 from lapis.cuda import DeviceNDArray
-from lapis.libs import blas, kernels
 
-_generator = np.random.default_rng(0)
-_blas_handles: dict = {}
+_generator = [np.random.default_rng(0)]
 
 
 class Size(tuple):
@@ -30,9 +31,16 @@ class Size(tuple):
         return int(np.prod(self, dtype=np.int64))
 
 
+class _Storage:
+    """A tensor's memory: a flat array and a version counter that in-place ops bump (autograd checks it)."""
+    __slots__ = ("array", "version")
+
+    def __init__(self, array):
+        self.array, self.version = array, 0
+
+
 def manual_seed(seed: int) -> None:
-    global _generator
-    _generator = np.random.default_rng(seed)
+    _generator[0] = np.random.default_rng(seed)
 
 
 def _device_of(d) -> device:
@@ -44,91 +52,173 @@ def _device_of(d) -> device:
 def _shape(size: tuple) -> tuple:
     if len(size) == 1 and isinstance(size[0], tuple | list | Size):
         size = tuple(size[0])
-    if not all(isinstance(s, int | np.integer) and s >= 0 for s in size):
+    if not all(isinstance(s, builtins.int | np.integer) and s >= 0 for s in size):
         raise TypeError(f"size must be non-negative integers, got {size}")
-    return tuple(int(s) for s in size)
+    return tuple(builtins.int(s) for s in size)
+
+
+def _contiguous_strides(shape: tuple) -> tuple:
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(strides))
 
 
 class Tensor:
-    def __init__(self, data, dev: device):
-        self._data = data            # numpy.ndarray on cpu, DeviceNDArray on a GPU
+    def __init__(self, storage: _Storage, shape: tuple, strides: tuple, offset: builtins.int, dev: device):
+        self._storage, self._shape, self._strides, self._offset = storage, tuple(shape), tuple(strides), offset
         self.device = dev
+        self.requires_grad = False
+        self.grad: Tensor | None = None
+        self.grad_fn = None
+        self._retains_grad = False
 
-    # -- construction helpers -------------------------------------------------------------------
-    @classmethod
-    def _from_numpy(cls, array: np.ndarray, dev: device) -> "Tensor":
-        if dev.type == "cpu":
-            return cls(array, dev)
-        out = cls._empty(array.shape, _dtype.from_numpy(array.dtype), dev)
-        out._data.copy_to_device(np.ascontiguousarray(array))
-        return out
-
+    # -- storage and views --------------------------------------------------------------------------
     @classmethod
     def _empty(cls, shape: tuple, dt: _dtype.dtype, dev: device) -> "Tensor":
+        n = builtins.max(builtins.int(np.prod(shape, dtype=np.int64)), 1)
         if dev.type == "cpu":
-            return cls(np.empty(shape, dt.np), dev)
-        context = dev.api.current_context(dev.index)      # this device's, without changing the current one
-        return cls(DeviceNDArray.allocate(context, shape, dt.np), dev)
+            flat = np.empty(n, dt.np)
+        else:
+            context = dev.api.current_context(dev.index)    # this device's, without changing the current one
+            flat = DeviceNDArray.allocate(context, (n,), dt.np)
+        return cls(_Storage(flat), shape, _contiguous_strides(shape), 0, dev)
+
+    @classmethod
+    def _from_numpy(cls, array: np.ndarray, dev: device) -> "Tensor":
+        array = np.ascontiguousarray(array)
+        if dev.type == "cpu":
+            flat = array.reshape(-1) if array.size else np.empty(1, array.dtype)
+            return cls(_Storage(flat), array.shape, _contiguous_strides(array.shape), 0, dev)
+        out = cls._empty(array.shape, _dtype.from_numpy(array.dtype), dev)
+        if array.size:
+            out._storage.array[:array.size].copy_to_device(array.reshape(-1))
+        return out
+
+    @property
+    def _data(self):
+        """The strided array the backend reads and writes: a numpy view on cpu, a DeviceNDArray view on a GPU."""
+        flat = self._storage.array
+        item = flat.dtype.itemsize
+        if isinstance(flat, np.ndarray):
+            return np.lib.stride_tricks.as_strided(flat[self._offset:], self._shape,
+                                                   tuple(s * item for s in self._strides))
+        return DeviceNDArray(self._shape, tuple(s * item for s in self._strides), flat.dtype, flat.context,
+                             flat.memory, flat.ptr + self._offset * item)
+
+    def _view(self, shape, strides, offset) -> "Tensor":
+        return Tensor(self._storage, shape, strides, offset, self.device)
 
     # -- properties -------------------------------------------------------------------------------
     @property
     def shape(self) -> Size:
-        return Size(self._data.shape)
+        return Size(self._shape)
 
-    def size(self, dim: int | None = None):
-        return self.shape if dim is None else self.shape[dim]
+    def size(self, dim: builtins.int | None = None):
+        return self.shape if dim is None else self._shape[_dim(dim, self.ndim)]
+
+    def stride(self, dim: builtins.int | None = None):
+        return self._strides if dim is None else self._strides[_dim(dim, self.ndim)]
+
+    def storage_offset(self) -> builtins.int:
+        return self._offset
+
+    def is_contiguous(self) -> bool:
+        return all(st == c for st, c, n in zip(self._strides, _contiguous_strides(self._shape), self._shape,
+                                                strict=True) if n != 1)
 
     @property
     def dtype(self) -> _dtype.dtype:
-        return _dtype.from_numpy(self._data.dtype)
+        return _dtype.from_numpy(self._storage.array.dtype)
 
     @property
-    def ndim(self) -> int:
-        return len(self._data.shape)
+    def ndim(self) -> builtins.int:
+        return len(self._shape)
 
-    def dim(self) -> int:
+    def dim(self) -> builtins.int:
         return self.ndim
 
-    def numel(self) -> int:
+    def numel(self) -> builtins.int:
         return self.shape.numel()
+
+    def element_size(self) -> builtins.int:
+        return self.dtype.itemsize
 
     @property
     def is_cuda(self) -> bool:
         return self.device.type != "cpu"
 
-    # -- moving -----------------------------------------------------------------------------------
-    def to(self, target=None, dtype: _dtype.dtype | None = None) -> "Tensor":
-        if isinstance(target, _dtype.dtype):
-            target, dtype = None, target
-        dev = self.device if target is None else _device_of(target)
-        cast = dtype is not None and dtype != self.dtype
-        if cast and self.device.type != "cpu" and dev.type != "cpu":
-            raise NotImplementedError("changing the dtype of a tensor on a GPU is not supported yet; "
-                                      "convert on the cpu")
-        out = self
-        if cast and self.device.type == "cpu":           # cast where the data is, on the host
-            out = Tensor(self._data.astype(dtype.np), self.device)
-        if dev != out.device:
-            with trace.span(5, "to", src=str(out.device), dst=str(dev), shape=list(out.shape),
-                            dtype=str(out.dtype)):
-                out = Tensor._from_numpy(out._host(), dev)
-        if cast and out.dtype != dtype:                  # a GPU tensor arrived on the host: cast it there
-            out = Tensor(out._data.astype(dtype.np), out.device)
-        return out
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    # -- autograd -----------------------------------------------------------------------------------
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if requires_grad and not self.dtype.is_floating_point:
+            raise RuntimeError("only Tensors of floating point dtype can require gradients")
+        if not self.is_leaf:
+            raise RuntimeError("you can only change requires_grad flags of leaf variables.")
+        self.requires_grad = requires_grad
+        return self
+
+    def retain_grad(self) -> None:
+        self._retains_grad = True
+
+    def detach(self) -> "Tensor":
+        return self._view(self._shape, self._strides, self._offset)
+
+    def backward(self, gradient=None, retain_graph: bool = False, create_graph: bool = False) -> None:
+        autograd.backward([self], [gradient] if gradient is not None else None, retain_graph, create_graph)
+
+    # -- moving and converting -----------------------------------------------------------------------
+    def to(self, *args, dtype: _dtype.dtype | None = None, device=None, copy: bool = False) -> "Tensor":
+        for a in args:
+            if isinstance(a, _dtype.dtype):
+                dtype = a
+            elif isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            else:
+                device = a
+        from lapis import _ops
+        return _ops.To.apply(self, _device_of(device) if device is not None else self.device, dtype or self.dtype,
+                             copy)
 
     def _host(self) -> np.ndarray:
-        return self._data if self.device.type == "cpu" else self._data.copy_to_host()
+        data = self._data
+        return np.array(data) if isinstance(data, np.ndarray) else \
+            _contiguous(self)._data.copy_to_host()
 
     def cpu(self) -> "Tensor":
         return self.to("cpu")
 
-    def cuda(self, index: int = 0) -> "Tensor":
-        return self.to(device("cuda", index))
+    def cuda(self, index: builtins.int = 0) -> "Tensor":
+        return self.to(globals()["device"]("cuda", index))
+
+    def float(self) -> "Tensor":
+        return self.to(_dtype.float32)
+
+    def double(self) -> "Tensor":
+        return self.to(_dtype.float64)
+
+    def half(self) -> "Tensor":
+        return self.to(_dtype.float16)
+
+    def long(self) -> "Tensor":
+        return self.to(_dtype.int64)
+
+    def int(self) -> "Tensor":
+        return self.to(_dtype.int32)
+
+    def bool(self) -> "Tensor":
+        return self.to(_dtype.bool_)
 
     def numpy(self) -> np.ndarray:
         if self.device.type != "cpu":
             raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy "
                             "the tensor to host memory first.")
+        if self.requires_grad:
+            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
         return self._data
 
     def item(self):
@@ -140,129 +230,58 @@ class Tensor:
         return self._host().tolist()
 
     def __repr__(self) -> str:
-        body = np.array2string(self._host(), separator=", ", prefix="tensor(")
+        host = self._host()
+        body = np.array2string(host.astype(np.float32) if self.dtype is _dtype.bfloat16 else host, separator=", ",
+                               prefix="tensor(")
         extras = "" if self.device.type == "cpu" else f", device='{self.device}'"
-        if self.dtype not in (_dtype.float32, _dtype.int64, _dtype.bool_):
+        if self.dtype not in (_dtype.get_default_dtype(), _dtype.int64, _dtype.bool_):
             extras += f", dtype={self.dtype!r}"
+        if self.grad_fn is not None:
+            extras += f", grad_fn=<{self.grad_fn.name()}>"
+        elif self.requires_grad:
+            extras += ", requires_grad=True"
         return f"tensor({body}{extras})"
 
-    def __len__(self) -> int:
+    def __len__(self) -> builtins.int:
         if not self.ndim:
             raise TypeError("len() of a 0-d tensor")
-        return self.shape[0]
+        return self._shape[0]
 
-    def __matmul__(self, other: "Tensor") -> "Tensor":
-        return matmul(self, other)
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
+        return builtins.bool(self.item())
 
-    def matmul(self, other: "Tensor") -> "Tensor":
-        return matmul(self, other)
+    def __float__(self) -> builtins.float:
+        return builtins.float(self.item())
 
+    def __int__(self) -> builtins.int:
+        return builtins.int(self.item())
 
-# -- creation ------------------------------------------------------------------------------------
-def _default_float(dtype) -> _dtype.dtype:
-    return _dtype.float32 if dtype is None else dtype
+    def __index__(self) -> builtins.int:
+        if self.dtype.category != 1 or self.numel() != 1:
+            raise TypeError("only integer tensors of a single element can be converted to an index")
+        return builtins.int(self.item())
 
-
-def randn(*size, dtype: _dtype.dtype | None = None, device=None) -> Tensor:
-    dt = _default_float(dtype)
-    if not dt.is_floating_point:
-        raise RuntimeError(f"\"normal_kernel\" not implemented for '{dt.name}'")
-    shape, dev = _shape(size), _device_of(device)
-    with trace.span(5, "randn", shape=list(shape), dtype=str(dt), device=str(dev)):
-        return Tensor._from_numpy(_generator.standard_normal(shape, dtype=np.float64).astype(dt.np), dev)
+    __hash__ = object.__hash__
 
 
-def rand(*size, dtype: _dtype.dtype | None = None, device=None) -> Tensor:
-    dt = _default_float(dtype)
-    if not dt.is_floating_point:
-        raise RuntimeError(f"\"check_uniform_bounds\" not implemented for '{dt.name}'")
-    shape, dev = _shape(size), _device_of(device)
-    return Tensor._from_numpy(_generator.random(shape).astype(dt.np), dev)
+def _dim(d: builtins.int, ndim: builtins.int) -> builtins.int:
+    n = builtins.max(ndim, 1)
+    if not -n <= d < n:
+        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})")
+    return d % n
 
 
-def full(size, fill_value, dtype: _dtype.dtype | None = None, device=None) -> Tensor:
-    if dtype is None:
-        dtype = _dtype.bool_ if isinstance(fill_value, bool) else \
-            _dtype.int64 if isinstance(fill_value, int) else _dtype.float32
-    shape, dev = _shape((size,) if isinstance(size, int) else tuple(size)), _device_of(device)
-    with trace.span(5, "full", shape=list(shape), dtype=str(dtype), device=str(dev), value=fill_value):
-        if dev.type == "cpu":
-            return Tensor(np.full(shape, fill_value, dtype.np), dev)
-        out = Tensor._empty(shape, dtype, dev)
-        kernels.fill(dev.api, out._data, fill_value)
-        return out
+def _contiguous(t: Tensor) -> Tensor:
+    """t itself if contiguous, else a contiguous copy (no autograd: for the backend's use)."""
+    if t.is_contiguous():
+        return t
+    out = Tensor._empty(t._shape, t.dtype, t.device)
+    _backend.unary("copy", t._data, out._data)
+    return out
 
 
-def zeros(*size, dtype: _dtype.dtype | None = None, device=None) -> Tensor:
-    return full(_shape(size), 0, dtype=_default_float(dtype), device=device)
-
-
-def ones(*size, dtype: _dtype.dtype | None = None, device=None) -> Tensor:
-    return full(_shape(size), 1, dtype=_default_float(dtype), device=device)
-
-
-def _infer(data) -> _dtype.dtype:
-    flat = np.asarray(data)
-    if flat.dtype == np.bool_:
-        return _dtype.bool_
-    if flat.dtype.kind in "iu":
-        return _dtype.int64
-    if flat.dtype.kind == "f":
-        return _dtype.float32
-    raise TypeError(f"cannot make a tensor from {type(data).__name__} data of dtype {flat.dtype}")
-
-
-def tensor(data, dtype: _dtype.dtype | None = None, device=None) -> Tensor:
-    if isinstance(data, Tensor):       # a copy, on the same device unless told otherwise (as torch does)
-        device = data.device if device is None else device
-        data = data._host()
-    if isinstance(data, np.ndarray):
-        dt = dtype or _dtype.from_numpy(data.dtype)
-    else:
-        dt = dtype or _infer(data)
-    return Tensor._from_numpy(np.array(data, dtype=dt.np), _device_of(device))
-
-
-def from_numpy(array: np.ndarray) -> Tensor:
-    _dtype.from_numpy(array.dtype)
-    return Tensor(array, device("cpu"))
-
-
-# -- matmul ----------------------------------------------------------------------------------------
-def _blas(dev: device) -> blas.Handle:
-    handle = _blas_handles.get(dev)
-    if handle is None:
-        handle = _blas_handles[dev] = blas.create(dev.api, dev.index)
-    return handle
-
-
-def matmul(a: Tensor, b: Tensor) -> Tensor:
-    """Matrix product with torch.matmul's rules for 1-D and 2-D operands."""
-    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
-        raise TypeError(f"matmul(): arguments must be Tensors, not {type(a).__name__} and {type(b).__name__}")
-    if a.device != b.device:
-        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
-                           f"{a.device} and {b.device}!")
-    if a.dtype != b.dtype:
-        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}")
-    if a.ndim == 0 or b.ndim == 0:
-        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
-    if a.ndim > 2 or b.ndim > 2:
-        raise NotImplementedError("batched matmul (operands with more than 2 dimensions) is not supported yet")
-    m, k = (1, a.shape[0]) if a.ndim == 1 else a.shape
-    k2, n = (b.shape[0], 1) if b.ndim == 1 else b.shape
-    if k != k2:
-        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {k2}x{n})")
-    out_shape = tuple(([m] if a.ndim == 2 else []) + ([n] if b.ndim == 2 else []))
-    with trace.span(5, "matmul", a_shape=list(a.shape), b_shape=list(b.shape), out_shape=list(out_shape),
-                    dtype=str(a.dtype), device=str(a.device)):
-        if a.device.type == "cpu":
-            return Tensor(np.matmul(a._data, b._data), a.device)
-        if a.dtype != _dtype.float32:
-            raise NotImplementedError(f"matmul on {a.device} supports float32 for now, not {a.dtype.name}")
-        c = Tensor._empty(out_shape, a.dtype, a.device)
-        # Row-major C (m x n) = A B is column-major C^T = B^T A^T: cuBLAS sees (n x m) = (n x k)(k x m).
-        blas.sgemm(_blas(a.device), "N", "N", n, m, k, 1.0, b._data, max(n, 1), a._data, max(k, 1), 0.0,
-                   c._data, max(n, 1))
-        return c
-
+def ones_like(t: Tensor, dtype=None, device=None) -> Tensor:
+    from lapis._creation import full
+    return full(t.shape, 1, dtype=dtype or t.dtype, device=device or t.device)

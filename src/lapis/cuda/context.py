@@ -279,6 +279,7 @@ class Context:
         with self.lock:
             state = self.stream_state(stream)
             self.raise_completed_faults()
+            self._revive(state)
             self._order_before(state)
             symbol = self.load(compiled)
             if not self.free_slots:
@@ -303,12 +304,20 @@ class Context:
         with self.lock:
             state = self.stream_state(stream)
             self.raise_completed_faults()
+            self._revive(state)
             self._order_before(state)
             work = Work(self.rt.create_signal(1))
             state.pending.append(work)
             state.queue.submit(abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND, barrier=True),
                                                  completion_signal=work.signal.handle))
             return state, work
+
+    def _revive(self, state: StreamState) -> None:
+        """A queue stopped with nothing of ours pending (a GPU reset while the stream was idle; pending
+        work would have surfaced as a fault above) gets a fresh queue, so the stream keeps working."""
+        if not state.pending and state.queue.status()[0] != "active":
+            self.stopped_queues.append(state.queue)
+            state.queue = self.rt.create_queue(self.agent, QUEUE_PACKETS)
 
     # -- completion ---------------------------------------------------------------------------
     def _retire(self, state: StreamState, work: Work, value: int) -> None:

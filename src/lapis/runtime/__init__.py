@@ -101,6 +101,9 @@ class Runtime:
     def _copy_queue(self, agent: Agent, staging_bytes: int) -> tuple[AqlQueue, Buffer]:
         with self._lock:
             queue, staging = self._copy.get(agent.gpu_id, (None, None))
+            if queue is not None and queue.status()[0] != "active":   # stopped by a reset or an error
+                queue.destroy()
+                queue = None
             if queue is None:
                 queue = self.create_queue(agent, 64, "copy")
             if staging is None or staging.size < staging_bytes:

@@ -1,0 +1,200 @@
+"""Layer 5: creating tensors (torch.tensor, zeros, arange, randn, ...) and joining them (cat, stack)."""
+
+import builtins
+
+import numpy as np
+
+from lapis import _backend, _dtype, trace
+from lapis._ops import _check_devices, _new
+from lapis._tensor import Tensor, _device_of, _dim, _generator, _shape
+from lapis.autograd import Function
+
+
+def _float(dtype) -> _dtype.dtype:
+    return _dtype.get_default_dtype() if dtype is None else dtype
+
+
+def _finish(t: Tensor, requires_grad: bool) -> Tensor:
+    return t.requires_grad_() if requires_grad else t
+
+
+def full(size, fill_value, dtype: _dtype.dtype | None = None, device=None, requires_grad: bool = False) -> Tensor:
+    dtype = dtype or _dtype.scalar_dtype(fill_value)
+    shape, dev = _shape((size,) if isinstance(size, builtins.int) else tuple(size)), _device_of(device)
+    with trace.span(5, "full", shape=list(shape), dtype=str(dtype), device=str(dev), value=fill_value):
+        out = _new(shape, dtype, dev)
+        if out.numel():
+            _backend.fill(out._data, fill_value)
+    return _finish(out, requires_grad)
+
+
+def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return full(_shape(size), 0, dtype=_float(dtype), device=device, requires_grad=requires_grad)
+
+
+def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return full(_shape(size), 1, dtype=_float(dtype), device=device, requires_grad=requires_grad)
+
+
+def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    return _finish(_new(_shape(size), _float(dtype), _device_of(device)), requires_grad)
+
+
+def _like(fn, t: Tensor, dtype, device, requires_grad, *args):
+    return fn(t.shape, *args, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def zeros_like(t, dtype=None, device=None, requires_grad=False):
+    return _like(full, t, dtype, device, requires_grad, 0)
+
+
+def ones_like(t, dtype=None, device=None, requires_grad=False):
+    return _like(full, t, dtype, device, requires_grad, 1)
+
+
+def full_like(t, fill_value, dtype=None, device=None, requires_grad=False):
+    return _like(full, t, dtype, device, requires_grad, fill_value)
+
+
+def empty_like(t, dtype=None, device=None, requires_grad=False):
+    return empty(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def _infer(data) -> _dtype.dtype:
+    flat = np.asarray(data)
+    if flat.dtype == np.bool_:
+        return _dtype.bool_
+    if flat.dtype.kind in "iu":
+        return _dtype.int64
+    if flat.dtype.kind == "f":
+        return _dtype.get_default_dtype()
+    raise TypeError(f"cannot make a tensor from {type(data).__name__} data of dtype {flat.dtype}")
+
+
+def tensor(data, dtype: _dtype.dtype | None = None, device=None, requires_grad: bool = False) -> Tensor:
+    if isinstance(data, Tensor):       # a copy, on the same device unless told otherwise (as torch does)
+        device = data.device if device is None else device
+        dtype = dtype or data.dtype
+        data = data._host()
+    elif isinstance(data, list | tuple) and any(isinstance(x, Tensor) for x in np.ravel(np.array(data, object))):
+        data = [x.item() if isinstance(x, Tensor) else x for x in data]
+    dt = dtype or (_dtype.from_numpy(data.dtype) if isinstance(data, np.ndarray) else _infer(data))
+    return _finish(Tensor._from_numpy(np.array(data, dtype=dt.np), _device_of(device)), requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None) -> Tensor:
+    if isinstance(data, Tensor):
+        return data.to(device or data.device, dtype or data.dtype)
+    if isinstance(data, np.ndarray) and device in (None, "cpu") and dtype in (None, _dtype.from_numpy(data.dtype)):
+        return from_numpy(data)
+    return tensor(data, dtype=dtype, device=device)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A cpu tensor sharing the array's memory (the array must be contiguous, as a view of a storage)."""
+    _dtype.from_numpy(array.dtype)
+    if not array.flags.c_contiguous:
+        raise ValueError("from_numpy takes a C-contiguous array here (lapis tensors view flat storage)")
+    return Tensor._from_numpy(array, _device_of("cpu"))
+
+
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    if end is None:
+        start, end = 0, start
+    if dtype is None:
+        dtype = _dtype.int64 if all(isinstance(v, builtins.int) for v in (start, end, step)) else \
+            _dtype.get_default_dtype()
+    values = np.arange(start, end, step, dtype=np.float64 if dtype.is_floating_point else np.int64)
+    return _finish(Tensor._from_numpy(values.astype(dtype.np), _device_of(device)), requires_grad)
+
+
+def linspace(start, end, steps: builtins.int, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    values = np.linspace(start, end, steps, dtype=np.float64).astype(_float(dtype).np)
+    return _finish(Tensor._from_numpy(values, _device_of(device)), requires_grad)
+
+
+def eye(n: builtins.int, m: builtins.int | None = None, dtype=None, device=None, requires_grad=False) -> Tensor:
+    return _finish(Tensor._from_numpy(np.eye(n, m, dtype=_float(dtype).np), _device_of(device)), requires_grad)
+
+
+def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
+    dt = _float(dtype)
+    if not dt.is_floating_point:
+        raise RuntimeError(f"\"normal_kernel\" not implemented for '{dt.name}'")
+    shape, dev = _shape(size), _device_of(device)
+    rng = generator or _generator[0]
+    with trace.span(5, "randn", shape=list(shape), dtype=str(dt), device=str(dev)):
+        return _finish(Tensor._from_numpy(rng.standard_normal(shape).astype(dt.np), dev), requires_grad)
+
+
+def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
+    dt = _float(dtype)
+    if not dt.is_floating_point:
+        raise RuntimeError(f"\"check_uniform_bounds\" not implemented for '{dt.name}'")
+    rng = generator or _generator[0]
+    return _finish(Tensor._from_numpy(rng.random(_shape(size)).astype(dt.np), _device_of(device)), requires_grad)
+
+
+def randint(low, high=None, size=(), dtype=None, device=None, generator=None) -> Tensor:
+    if high is None:
+        low, high = 0, low
+    rng = generator or _generator[0]
+    values = rng.integers(low, high, size=_shape(size if isinstance(size, tuple) else (size,)))
+    return Tensor._from_numpy(values.astype((dtype or _dtype.int64).np), _device_of(device))
+
+
+def randn_like(t, dtype=None, device=None, requires_grad=False):
+    return randn(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def rand_like(t, dtype=None, device=None, requires_grad=False):
+    return rand(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+class Cat(Function):
+    @staticmethod
+    def forward(ctx, dim: builtins.int, *tensors):
+        if not tensors:
+            raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+        dev = _check_devices(*tensors)
+        ref = next((t for t in tensors if t.ndim), tensors[0])
+        if ref.ndim == 0:
+            raise RuntimeError("zero-dimensional tensor cannot be concatenated")
+        d = _dim(dim, ref.ndim)
+        dt = _dtype.result_type([t for t in tensors])
+        for t in tensors:
+            if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape, strict=True))
+                                         if i != d):
+                raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected size "
+                                   f"{list(ref.shape)} but got size {list(t.shape)} for a tensor in the list.")
+        shape = list(ref.shape)
+        shape[d] = builtins.sum(t.shape[d] for t in tensors)
+        out = _new(shape, dt, dev)
+        at = 0
+        for t in tensors:
+            n = t.shape[d]
+            if n:
+                _backend.unary("copy", t._data, out.narrow(d, at, n)._data)
+            at += n
+        ctx.d, ctx.sizes = d, [t.shape[d] for t in tensors]
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        grads, at = [], 0
+        for n in ctx.sizes:
+            grads.append(g.narrow(ctx.d, at, n))
+            at += n
+        return (None, *grads)
+
+
+def cat(tensors, dim: builtins.int = 0) -> Tensor:
+    return Cat.apply(dim, *tensors)
+
+
+def stack(tensors, dim: builtins.int = 0) -> Tensor:
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    d = _dim(dim, tensors[0].ndim + 1)
+    return cat([t.unsqueeze(d) for t in tensors], d)

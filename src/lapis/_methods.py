@@ -1,0 +1,293 @@
+"""Layer 5: Tensor's operator and method surface (torch.Tensor's), wired to the ops in `_ops`.
+
+Kept apart from `_tensor.py` so the class holds storage, views and autograd state, and this file
+reads as the list of what a tensor can do. In-place ops write into the tensor's storage and bump
+its version (autograd refuses a gradient that would read an overwritten saved tensor).
+"""
+
+import builtins
+from collections import namedtuple
+
+from lapis import _backend, _dtype, _ops
+from lapis._creation import full
+from lapis._tensor import Size, Tensor, _dim
+from lapis.autograd import is_grad_enabled
+
+return_types = namedtuple("return_types", ["values", "indices"])
+
+
+def _r(f):
+    """The reflected operator: 2 - x is sub(2, x)."""
+    return lambda self, other: f(other, self)
+
+
+def add(a, b, alpha=1):
+    return _ops.Add.apply(a, b, alpha)
+
+
+def sub(a, b):
+    return _ops.Sub.apply(a, b)
+
+
+def mul(a, b):
+    return _ops.Mul.apply(a, b)
+
+
+def div(a, b):
+    return _ops.Div.apply(a, b)
+
+
+def pow(a, b):  # noqa: A001 - torch.pow
+    return _ops.Pow.apply(a, b)
+
+
+def maximum(a, b):
+    return _ops.Maximum.apply(a, b, "maximum")
+
+
+def minimum(a, b):
+    return _ops.Maximum.apply(a, b, "minimum")
+
+
+def clamp(x, min=None, max=None):  # noqa: A002 - torch's argument names
+    out = x
+    if min is not None:
+        out = _ops.where(out < min, _ops.Mul.apply(out, 0) + min, out)
+    if max is not None:
+        out = _ops.where(out > max, _ops.Mul.apply(out, 0) + max, out)
+    return out
+
+
+def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001 - torch.sum
+    return _ops.Sum.apply(x, dim, keepdim, dtype)
+
+
+def mean(x, dim=None, keepdim=False, dtype=None):
+    if not (dtype or x.dtype).is_floating_point:
+        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                           f"complex dtype. Got: {x.dtype.name.capitalize()}")
+    dims = _ops._dims(dim, x.ndim)
+    count = 1
+    for d in dims:
+        count *= x.shape[d]
+    return sum(x if dtype is None else x.to(dtype), dim, keepdim) / count
+
+
+def var(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    dims = _ops._dims(dim, x.ndim)
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    c = (1 if unbiased else 0) if correction is None else correction
+    centred = x - mean(x, dims, keepdim=True)
+    return sum(centred * centred, dims, keepdim) / builtins.max(n - c, 0)
+
+
+def std(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    return var(x, dim, unbiased, keepdim, correction).sqrt()
+
+
+def prod(x, dim=None, keepdim=False):
+    return _ops.Prod.apply(x, dim, keepdim)
+
+
+def _extreme(op):
+    def extreme(x, dim=None, keepdim=False):
+        if isinstance(dim, Tensor):                 # torch.max(a, b) is maximum
+            return (maximum if op == "max" else minimum)(x, dim)
+        if dim is None:
+            return _ops.MaxAll.apply(x, op)
+        values, indices = _ops.MaxMin.apply(x, dim, keepdim, op)
+        return return_types(values, indices)
+    return extreme
+
+
+max = _extreme("max")  # noqa: A001 - torch.max
+min = _extreme("min")  # noqa: A001 - torch.min
+
+
+def argmax(x, dim=None, keepdim=False):
+    if dim is None:
+        return _ops._reduce("argmax", x.reshape(-1), [0], False, x.dtype)
+    return _ops._reduce("argmax", x, [_dim(dim, x.ndim)], keepdim, x.dtype)
+
+
+def argmin(x, dim=None, keepdim=False):
+    if dim is None:
+        return _ops._reduce("argmin", x.reshape(-1), [0], False, x.dtype)
+    return _ops._reduce("argmin", x, [_dim(dim, x.ndim)], keepdim, x.dtype)
+
+
+def logsumexp(x, dim, keepdim=False):
+    m = max(x, dim, keepdim=True).values.detach()
+    out = (x - m).exp().sum(dim, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(dim)
+
+
+def softmax(x, dim, dtype=None):
+    x = x if dtype is None else x.to(dtype)
+    e = (x - max(x, dim, keepdim=True).values.detach()).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def log_softmax(x, dim, dtype=None):
+    x = x if dtype is None else x.to(dtype)
+    return x - logsumexp(x, dim, keepdim=True)
+
+
+# -- views -------------------------------------------------------------------------------------------
+def view(x, *shape):
+    if len(shape) == 1 and isinstance(shape[0], _dtype.dtype):
+        raise NotImplementedError("view(dtype) is not supported")
+    return _ops.View.apply(x, _ops._infer_shape(shape, x.numel()), False)
+
+
+def reshape(x, *shape):
+    return _ops.View.apply(x, _ops._infer_shape(shape, x.numel()), True)
+
+
+def permute(x, *dims):
+    dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], tuple | list) else dims
+    return _ops.Permute.apply(x, dims)
+
+
+def transpose(x, dim0, dim1):
+    dims = list(range(x.ndim))
+    d0, d1 = _dim(dim0, x.ndim), _dim(dim1, x.ndim)
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return _ops.Permute.apply(x, tuple(dims))
+
+
+def t(x):
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return transpose(x, 0, 1) if x.ndim == 2 else x
+
+
+def unsqueeze(x, dim):
+    d = _dim(dim, x.ndim + 1)
+    return reshape(x, *x.shape[:d], 1, *x.shape[d:])
+
+
+def squeeze(x, dim=None):
+    if dim is None:
+        return reshape(x, *[n for n in x.shape if n != 1])
+    dims = _ops._dims(dim, x.ndim)
+    return reshape(x, *[n for i, n in enumerate(x.shape) if not (i in dims and n == 1)])
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return reshape(x, 1)
+    s, e = _dim(start_dim, x.ndim), _dim(end_dim, x.ndim)
+    return reshape(x, *x.shape[:s], -1, *x.shape[e + 1:])
+
+
+def expand(x, *shape):
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list | Size) else shape
+    return _ops.Expand.apply(x, shape)
+
+
+def narrow(x, dim, start, length):
+    d = _dim(dim, x.ndim)
+    if not 0 <= start <= x.shape[d] - length or length < 0:
+        raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size ({x.shape[d]}).")
+    return _ops.Index.apply(x, (slice(None),) * d + (slice(start, start + length),))
+
+
+def getitem(x, index):
+    index = index if isinstance(index, tuple) else (index,)
+    for i in index:
+        if isinstance(i, Tensor | list):
+            raise NotImplementedError("indexing with tensors or lists (advanced indexing) is not supported yet")
+    return _ops.Index.apply(x, index)
+
+
+def contiguous(x):
+    return x if x.is_contiguous() else clone(x)
+
+
+def clone(x):
+    return _ops.To.apply(x, x.device, x.dtype, True)
+
+
+# -- in place ----------------------------------------------------------------------------------------
+def _check_inplace(x) -> None:
+    if x.requires_grad and x.is_leaf and is_grad_enabled():
+        raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
+    if x.grad_fn is not None and is_grad_enabled():
+        raise NotImplementedError("in-place ops on tensors that are part of a graph are not supported yet")
+
+
+def _write(x, value) -> Tensor:
+    """x[...] = value (a tensor broadcast to x's shape, cast to x's dtype), in x's storage."""
+    _check_inplace(x)
+    src = value if isinstance(value, Tensor) else full((), value, dtype=x.dtype, device=x.device)
+    src = src.detach().to(x.device, x.dtype)
+    _ops.broadcast_shapes(src.shape, x.shape)
+    _backend.unary("copy", src.expand(x.shape)._data if src.ndim <= x.ndim else src._data, x._data)
+    x._storage.version += 1
+    return x
+
+
+def setitem(x, index, value) -> None:
+    from lapis.autograd import no_grad
+    with no_grad():
+        target = getitem(x.detach(), index)
+    if x.requires_grad and is_grad_enabled():
+        _check_inplace(x)
+    _write(target, value)
+    x._storage.version = target._storage.version
+
+
+def _inplace(fn):
+    def op(x, other, *args):
+        from lapis.autograd import no_grad
+        _check_inplace(x)
+        with no_grad():
+            result = fn(x.detach(), other, *args)
+        if result.dtype.category > x.dtype.category:
+            raise RuntimeError(f"result type {result.dtype.name.capitalize()} can't be cast to the desired output "
+                               f"type {x.dtype.name.capitalize()}")
+        return _write(x, result)
+    return op
+
+
+def zero_(x):
+    return _write(x, 0)
+
+
+def fill_(x, value):
+    return _write(x, value)
+
+
+def copy_(x, src):
+    return _write(x, src)
+
+
+# -- the surface -------------------------------------------------------------------------------------
+_METHODS = {
+    "__add__": add, "__radd__": _r(add), "__sub__": sub, "__rsub__": _r(sub), "__mul__": mul, "__rmul__": _r(mul),
+    "__truediv__": div, "__rtruediv__": _r(div), "__pow__": pow, "__rpow__": _r(pow),
+    "__neg__": lambda x: _ops.unary("neg", x), "__abs__": lambda x: _ops.unary("abs", x),
+    "__matmul__": _ops.matmul, "__rmatmul__": _r(_ops.matmul),
+    "__eq__": lambda a, b: _ops.compare("eq", a, b), "__ne__": lambda a, b: _ops.compare("ne", a, b),
+    "__lt__": lambda a, b: _ops.compare("lt", a, b), "__le__": lambda a, b: _ops.compare("le", a, b),
+    "__gt__": lambda a, b: _ops.compare("gt", a, b), "__ge__": lambda a, b: _ops.compare("ge", a, b),
+    "__getitem__": getitem, "__setitem__": setitem,
+    "add": add, "sub": sub, "mul": mul, "div": div, "pow": pow, "maximum": maximum, "minimum": minimum,
+    "clamp": clamp, "matmul": _ops.matmul, "mm": _ops.matmul, "bmm": _ops.matmul,
+    "sum": sum, "mean": mean, "var": var, "std": std, "prod": prod, "max": max, "min": min, "argmax": argmax,
+    "argmin": argmin, "logsumexp": logsumexp, "softmax": softmax, "log_softmax": log_softmax,
+    "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t, "unsqueeze": unsqueeze,
+    "squeeze": squeeze, "flatten": flatten, "expand": expand, "expand_as": lambda x, o: expand(x, o.shape),
+    "narrow": narrow, "contiguous": contiguous, "clone": clone,
+    "add_": _inplace(add), "sub_": _inplace(sub), "mul_": _inplace(mul), "div_": _inplace(div), "zero_": zero_,
+    "fill_": fill_, "copy_": copy_,
+}
+for _name in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "abs", "neg", "relu"):
+    _METHODS[_name] = (lambda op: lambda x: _ops.unary(op, x))(_name)
+for _name, _f in _METHODS.items():
+    setattr(Tensor, _name, _f)
+Tensor.T = property(lambda x: permute(x, *reversed(range(x.ndim))))
+Tensor.mT = property(lambda x: transpose(x, -2, -1))

@@ -1,0 +1,593 @@
+"""Layer 5: the framework's ops, each a `lapis.autograd.Function` with forward and backward side by side.
+
+Elementwise ops broadcast with numpy's rules and compute in torch's promoted dtype (operands are
+cast first, so an int32 tensor times 2.5 computes in float32); reductions run one dimension at a
+time; views share storage. Gradients of broadcast operands are summed back to their shapes
+(`_unbroadcast`).
+"""
+
+import builtins
+import math
+
+import numpy as np
+
+from lapis import _backend, _dtype, trace
+from lapis._device import device
+from lapis._tensor import Size, Tensor, _contiguous, _contiguous_strides, _dim
+from lapis.autograd import Function
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+def _check_devices(*tensors) -> device:
+    devs = []                       # in operand order; a 0-d cpu tensor may join any device, as in torch
+    for t in tensors:
+        if isinstance(t, Tensor) and (t.ndim or t.device.type != "cpu") and t.device not in devs:
+            devs.append(t.device)
+    if len(devs) > 1:
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"{devs[0]} and {devs[1]}!")
+    if devs:
+        return devs[0]
+    return next((t.device for t in tensors if isinstance(t, Tensor)), device("cpu"))
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    ndim = builtins.max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, n in enumerate(s):
+            k = ndim - len(s) + i
+            if n != 1 and out[k] not in (1, n):
+                raise RuntimeError(f"The size of tensor a ({out[k]}) must match the size of tensor b ({n}) at "
+                                   f"non-singleton dimension {k}")
+            if n != 1:
+                out[k] = n
+    return tuple(out)
+
+
+def _operand(x, dt: _dtype.dtype, dev: device):
+    """A backend array of x in dtype dt on dev: a cast copy when the dtype differs, a 0-d array for a number."""
+    if isinstance(x, Tensor):
+        if x.device != dev:                # a 0-d cpu tensor meets a GPU tensor: move it, as torch does
+            x = x.to(dev)
+        return x._data if x.dtype is dt else x.to(dt)._data
+    value = np.array(x, dt.np)
+    if dev.type == "cpu":
+        return value
+    return Tensor._from_numpy(value.reshape(1), dev)._view((), (), 0)._data
+
+
+def _unbroadcast(grad: Tensor, shape: tuple) -> Tensor:
+    """Sum grad over the dimensions broadcasting added or stretched, back to `shape`."""
+    if tuple(grad.shape) == tuple(shape):
+        return grad
+    lead = grad.ndim - len(shape)
+    dims = list(range(lead)) + [lead + i for i, n in enumerate(shape) if n == 1 and grad.shape[lead + i] != 1]
+    return grad.sum(dim=dims, keepdim=True).reshape(shape) if dims else grad.reshape(shape)
+
+
+def _new(shape, dt: _dtype.dtype, dev: device) -> Tensor:
+    return Tensor._empty(tuple(shape), dt, dev)
+
+
+# -- moving and casting -----------------------------------------------------------------------------
+class To(Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, dev: device, dt: _dtype.dtype, copy: bool):
+        ctx.src = (x.device, x.dtype)
+        if dev == x.device and dt is x.dtype and not copy:
+            return x.detach()
+        with trace.span(5, "to", src=str(x.device), dst=str(dev), dtype=str(dt), shape=list(x.shape)):
+            if dev == x.device:                                    # a cast (or copy) where the data is
+                out = _new(x.shape, dt, dev)
+                _backend.unary("copy", x._data, out._data)
+                return out
+            host = x._host()
+            return Tensor._from_numpy(host.astype(dt.np) if host.dtype != dt.np else host, dev)
+
+    @staticmethod
+    def backward(ctx, g):
+        dev, dt = ctx.src
+        return g.to(dev, dt), None, None, None
+
+
+# -- elementwise ------------------------------------------------------------------------------------
+def _elementwise(op: str, a, b, out_dtype=None, compute=None):
+    dev = _check_devices(a, b)
+    dt = compute or _dtype.result_type([a, b])
+    shape = broadcast_shapes(a.shape if isinstance(a, Tensor) else (), b.shape if isinstance(b, Tensor) else ())
+    out = _new(shape, out_dtype or dt, dev)
+    _backend.binary(op, _operand(a, dt, dev), _operand(b, dt, dev), out._data)
+    return out
+
+
+def _shape_of(x) -> tuple:
+    return tuple(x.shape) if isinstance(x, Tensor) else ()
+
+
+class Add(Function):
+    @staticmethod
+    def forward(ctx, a, b, alpha=1):
+        ctx.shapes = _shape_of(a), _shape_of(b)
+        ctx.alpha = alpha
+        return _elementwise("add", a, b if alpha == 1 else b * alpha)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _unbroadcast(g, ctx.shapes[0]), _unbroadcast(g * ctx.alpha if ctx.alpha != 1 else g, ctx.shapes[1])
+
+
+class Sub(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.shapes = _shape_of(a), _shape_of(b)
+        return _elementwise("sub", a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _unbroadcast(g, ctx.shapes[0]), _unbroadcast(-g, ctx.shapes[1])
+
+
+class Mul(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a if isinstance(a, Tensor) else None, b if isinstance(b, Tensor) else None)
+        ctx.scalars = a, b
+        return _elementwise("mul", a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        a = ctx.scalars[0] if a is None else a
+        b = ctx.scalars[1] if b is None else b
+        return (_unbroadcast(g * b, _shape_of(a)) if ctx.needs_input_grad[0] else None,
+                _unbroadcast(g * a, _shape_of(b)) if ctx.needs_input_grad[1] else None)
+
+
+class Div(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a if isinstance(a, Tensor) else None, b if isinstance(b, Tensor) else None)
+        ctx.scalars = a, b
+        dt = _dtype.result_type([a, b])
+        return _elementwise("div", a, b, compute=dt if dt.is_floating_point else _dtype.get_default_dtype())
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        a = ctx.scalars[0] if a is None else a
+        b = ctx.scalars[1] if b is None else b
+        return (_unbroadcast(g / b, _shape_of(a)) if ctx.needs_input_grad[0] else None,
+                _unbroadcast(-g * a / (b * b), _shape_of(b)) if ctx.needs_input_grad[1] else None)
+
+
+class Pow(Function):
+    @staticmethod
+    def forward(ctx, a, b):
+        out = _elementwise("pow", a, b)
+        ctx.save_for_backward(a if isinstance(a, Tensor) else None, b if isinstance(b, Tensor) else None, out)
+        ctx.scalars = a, b
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b, out = ctx.saved_tensors
+        a = ctx.scalars[0] if a is None else a
+        b = ctx.scalars[1] if b is None else b
+        ga = _unbroadcast(g * b * a ** (b - 1), _shape_of(a)) if ctx.needs_input_grad[0] else None
+        gb = _unbroadcast(g * out * log(a), _shape_of(b)) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
+class Maximum(Function):
+    @staticmethod
+    def forward(ctx, a, b, op="maximum"):
+        ctx.save_for_backward(a, b)
+        ctx.op = op
+        return _elementwise(op, a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        pick_a = (a > b) if ctx.op == "maximum" else (a < b)
+        tie = (a == b).to(g.dtype) * 0.5                       # torch splits the gradient at ties
+        wa = pick_a.to(g.dtype) + tie
+        return _unbroadcast(g * wa, a.shape), _unbroadcast(g * (1 - wa), b.shape)
+
+
+def compare(op: str, a, b) -> Tensor:
+    return _elementwise(op, a, b, out_dtype=_dtype.bool_)
+
+
+_UNARY_GRAD = {
+    "neg": lambda x, y, g: -g,
+    "abs": lambda x, y, g: g * sign(x),
+    "exp": lambda x, y, g: g * y,
+    "log": lambda x, y, g: g / x,
+    "sqrt": lambda x, y, g: g / (2 * y),
+    "rsqrt": lambda x, y, g: g * -0.5 * y * y * y,
+    "tanh": lambda x, y, g: g * (1 - y * y),
+    "sigmoid": lambda x, y, g: g * y * (1 - y),
+    "sin": lambda x, y, g: g * cos(x),
+    "cos": lambda x, y, g: -g * sin(x),
+    "relu": lambda x, y, g: g * (x > 0).to(g.dtype),
+}
+_FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos")
+
+
+class Unary(Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, op: str):
+        dt = x.dtype if x.dtype.is_floating_point or op not in _FLOAT_ONLY else _dtype.get_default_dtype()
+        out = _new(x.shape, dt, x.device)
+        _backend.unary(op, _operand(x, dt, x.device), out._data)
+        ctx.op = op
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return _UNARY_GRAD[ctx.op](x, y, g), None
+
+
+def unary(op: str, x: Tensor) -> Tensor:
+    return Unary.apply(x, op)
+
+
+def exp(x):
+    return unary("exp", x)
+
+
+def log(x):
+    return unary("log", x) if isinstance(x, Tensor) else math.log(x)
+
+
+def sin(x):
+    return unary("sin", x)
+
+
+def cos(x):
+    return unary("cos", x)
+
+
+def sign(x: Tensor) -> Tensor:
+    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
+
+
+class Where(Function):
+    @staticmethod
+    def forward(ctx, cond: Tensor, a, b):
+        dev = _check_devices(cond, a, b)
+        dt = _dtype.result_type([a, b])
+        shape = broadcast_shapes(cond.shape, _shape_of(a), _shape_of(b))
+        out = _new(shape, dt, dev)
+        _backend.where(_operand(cond, _dtype.bool_, dev), _operand(a, dt, dev), _operand(b, dt, dev), out._data)
+        ctx.save_for_backward(cond)
+        ctx.shapes = _shape_of(a), _shape_of(b)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (cond,) = ctx.saved_tensors
+        zero = g * 0
+        return (None, _unbroadcast(where(cond, g, zero), ctx.shapes[0]),
+                _unbroadcast(where(cond, zero, g), ctx.shapes[1]))
+
+
+def where(cond, a, b) -> Tensor:
+    return Where.apply(cond, a, b)
+
+
+# -- reductions -------------------------------------------------------------------------------------
+def _dims(dim, ndim: int) -> list:
+    if dim is None:
+        return list(range(ndim))
+    dims = [dim] if isinstance(dim, builtins.int) else list(dim)
+    return sorted({_dim(d, ndim) for d in dims})
+
+
+def _reduce(op: str, x: Tensor, dims: list, keepdim: bool, out_dtype: _dtype.dtype) -> Tensor:
+    """Reduce x over `dims`, one dimension at a time (highest first), in out_dtype."""
+    cur = _contiguous(x if x.dtype is out_dtype or op.startswith("arg") else x.to(out_dtype))
+    if x.ndim == 0:
+        cur = cur.reshape(1)
+        dims = [0]
+    for d in sorted(dims, reverse=True):
+        shape = cur._shape[:d] + cur._shape[d + 1:]
+        if cur._shape[d] == 0:
+            if op in ("max", "min", "argmax", "argmin"):
+                raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size.")
+            out = _new(shape, out_dtype, x.device)
+            _backend.fill(out._data, 0 if op == "sum" else 1)
+        else:
+            out = _new(shape, _dtype.int64 if op.startswith("arg") else out_dtype, x.device)
+            _backend.reduce(op, cur._data, d, out._data)
+        cur = out
+    if keepdim:
+        kept = [1 if i in dims else n for i, n in enumerate(x.shape)]
+        cur = cur.reshape(kept)
+    return cur
+
+
+class Sum(Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, dim=None, keepdim=False, dtype=None):
+        dims = _dims(dim, x.ndim)
+        ctx.shape, ctx.dims, ctx.keepdim = x.shape, dims, keepdim
+        out_dtype = dtype or (x.dtype if x.dtype.is_floating_point else _dtype.int64)
+        return _reduce("sum", x, dims, keepdim, out_dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        if not ctx.keepdim and ctx.shape:
+            g = g.reshape([1 if i in ctx.dims else n for i, n in enumerate(ctx.shape)])
+        return g.expand(ctx.shape), None, None, None
+
+
+class Prod(Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, dim=None, keepdim=False):
+        dims = _dims(dim, x.ndim)
+        out = _reduce("prod", x, dims, keepdim, x.dtype if x.dtype.is_floating_point else _dtype.int64)
+        ctx.save_for_backward(x, out)
+        ctx.dims, ctx.keepdim = dims, keepdim
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, out = ctx.saved_tensors
+        if not ctx.keepdim and x.ndim:
+            kept = [1 if i in ctx.dims else n for i, n in enumerate(x.shape)]
+            g, out = g.reshape(kept), out.reshape(kept)
+        return g * out / x, None, None
+
+
+class MaxMin(Function):
+    """max/min along one dimension: values and the index of the first extreme (torch.return_types.max)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, dim, keepdim, op):
+        d = _dim(dim, x.ndim)
+        values = _reduce(op, x, [d], keepdim, x.dtype)
+        indices = _reduce("arg" + op, x, [d], keepdim, x.dtype)
+        ctx.shape, ctx.dim, ctx.keepdim = x.shape, d, keepdim
+        ctx.save_for_backward(indices)
+        return values, indices
+
+    @staticmethod
+    def backward(ctx, g, *_):
+        (indices,) = ctx.saved_tensors
+        if not ctx.keepdim and ctx.shape:
+            g, indices = g.unsqueeze(ctx.dim), indices.unsqueeze(ctx.dim)
+        positions = arange_like(ctx.shape[ctx.dim], g.device).reshape(
+            [-1 if i == ctx.dim else 1 for i in range(len(ctx.shape))])
+        return where(positions == indices, g, g * 0).expand(ctx.shape) if ctx.shape else g, None, None, None
+
+
+class MaxAll(Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, op):
+        if x.numel() == 0:
+            raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                               "reduction dim with the 'dim' argument.")
+        out = _reduce(op, x, list(range(x.ndim)), False, x.dtype)
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, out = ctx.saved_tensors
+        hit = (x == out).to(g.dtype)
+        return g * hit / hit.sum(), None                         # torch spreads the gradient over ties
+
+
+def arange_like(n: int, dev: device) -> Tensor:
+    return Tensor._from_numpy(np.arange(n, dtype=np.int64), dev)
+
+
+# -- views ------------------------------------------------------------------------------------------
+def _infer_shape(shape, numel: int) -> tuple:
+    shape = list(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list | Size) else list(shape)
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+    if -1 in shape:
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+        shape[shape.index(-1)] = numel // known
+    if int(np.prod(shape, dtype=np.int64)) != numel:
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+def _view_strides(x: Tensor, shape: tuple):
+    """Strides that read x's elements in order as `shape`, or None when no view can (then reshape copies).
+    x's non-unit dimensions are merged into chunks that are contiguous with each other; each new
+    dimension, innermost first, must fall inside one chunk."""
+    if x.is_contiguous():
+        return _contiguous_strides(shape)
+    chunks = []                                    # (elements, innermost stride), outermost first
+    for n, st in zip(x._shape, x._strides, strict=True):
+        if n == 1:
+            continue
+        if chunks and chunks[-1][1] == n * st:
+            chunks[-1] = (chunks[-1][0] * n, st)
+        else:
+            chunks.append((n, st))
+    out, ci = [], len(chunks) - 1
+    left, stride = chunks[ci] if chunks else (1, 1)
+    for n in reversed(shape):
+        if n != 1:
+            while left == 1 and ci > 0:
+                ci -= 1
+                left, stride = chunks[ci]
+            if left % n:
+                return None
+        out.append(stride)
+        if n != 1:
+            stride *= n
+            left //= n
+    return tuple(reversed(out))
+
+
+class View(Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, shape: tuple, copy_ok: bool):
+        ctx.shape = x.shape
+        strides = _view_strides(x, shape)
+        if strides is None:
+            if not copy_ok:
+                raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
+                                   "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
+            x = _contiguous(x)
+            strides = _contiguous_strides(shape)
+        return x._view(shape, strides, x._offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.reshape(ctx.shape), None, None
+
+
+class Permute(Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, dims: tuple):
+        dims = tuple(_dim(d, x.ndim) for d in dims)
+        if sorted(dims) != list(range(x.ndim)):
+            raise RuntimeError(f"permute(): dims {list(dims)} is not a permutation of the {x.ndim} dimensions")
+        ctx.inverse = tuple(int(i) for i in np.argsort(dims))
+        return x._view(tuple(x._shape[d] for d in dims), tuple(x._strides[d] for d in dims), x._offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.permute(ctx.inverse), None
+
+
+class Expand(Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, shape: tuple):
+        lead = len(shape) - x.ndim
+        if lead < 0:
+            raise RuntimeError(f"expand: the number of sizes provided ({len(shape)}) must be greater or equal to the "
+                               f"number of dimensions in the tensor ({x.ndim})")
+        out_shape, strides = [], []
+        for i, n in enumerate(shape):
+            have = x._shape[i - lead] if i >= lead else 1
+            stride = x._strides[i - lead] if i >= lead else 0
+            want = have if n == -1 else n
+            if have != want:
+                if have != 1:
+                    raise RuntimeError(f"The expanded size of the tensor ({want}) must match the existing size "
+                                       f"({have}) at non-singleton dimension {i}.  Target sizes: {list(shape)}.  "
+                                       f"Tensor sizes: {list(x.shape)}")
+                stride = 0
+            out_shape.append(want)
+            strides.append(stride)
+        ctx.shape = x.shape
+        return x._view(tuple(out_shape), tuple(strides), x._offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        return _unbroadcast(g, tuple(ctx.shape)), None
+
+
+class Index(Function):
+    """Basic indexing: integers, slices (positive steps), None and Ellipsis; a view."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, index: tuple):
+        items = list(index)
+        if sum(i is Ellipsis for i in items) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        consumed = sum(1 for i in items if i is not None and i is not Ellipsis)
+        if consumed > x.ndim:
+            raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+        if Ellipsis in items:
+            at = items.index(Ellipsis)
+            items[at:at + 1] = [slice(None)] * (x.ndim - consumed)
+        items += [slice(None)] * (x.ndim - sum(1 for i in items if i is not None))
+        shape, strides, offset, d = [], [], x._offset, 0
+        for item in items:
+            if item is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            n, st = x._shape[d], x._strides[d]
+            if isinstance(item, slice):
+                start, stop, step = item.indices(n)
+                if step <= 0:
+                    raise ValueError("step must be greater than zero")
+                shape.append(len(range(start, stop, step)))
+                strides.append(st * step)
+                offset += start * st if shape[-1] else 0
+            else:
+                i = builtins.int(item)
+                if not -n <= i < n:
+                    raise IndexError(f"index {i} is out of bounds for dimension {d} with size {n}")
+                offset += (i % n) * st
+            d += 1
+        ctx.shape, ctx.index = x.shape, index
+        return x._view(tuple(shape), tuple(strides), offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        from lapis._creation import zeros
+        out = zeros(ctx.shape, dtype=g.dtype, device=g.device)
+        out[ctx.index] = g
+        return out, None
+
+
+# -- matmul -----------------------------------------------------------------------------------------
+def _mm(a: Tensor, b: Tensor) -> Tensor:
+    """(m, k) @ (k, n) on contiguous copies, in the operands' dtype."""
+    out = _new((a.shape[0], b.shape[1]), a.dtype, a.device)
+    _backend.matmul(_contiguous(a)._data, _contiguous(b)._data, out._data)
+    return out
+
+
+class MatMul(Function):
+    """2-D @ 2-D; matmul() reduces 1-D and batched operands to this (a batch is a loop of launches)."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor):
+        ctx.save_for_backward(a, b)
+        return _mm(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return (g @ b.t() if ctx.needs_input_grad[0] else None, a.t() @ g if ctx.needs_input_grad[1] else None)
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """torch.matmul: 1-D operands gain and lose a dimension; batch dimensions broadcast."""
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError(f"matmul(): arguments must be Tensors, not {type(a).__name__} and {type(b).__name__}")
+    _check_devices(a, b)
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}")
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(1) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        m, k = a2.shape[-2:]
+        k2, n = b2.shape[-2:]
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {k2}x{n})")
+    with trace.span(5, "matmul", a_shape=list(a.shape), b_shape=list(b.shape), dtype=str(a.dtype),
+                    device=str(a.device)) as info:
+        if a2.ndim == 2 and b2.ndim == 2:
+            out = MatMul.apply(a2, b2)
+        else:
+            batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+            ae = a2.expand(*batch, *a2.shape[-2:])
+            be = b2.expand(*batch, *b2.shape[-2:])
+            rows = [MatMul.apply(ae[idx], be[idx]) for idx in np.ndindex(*batch)]
+            from lapis._creation import stack
+            out = stack(rows).reshape(*batch, a2.shape[-2], b2.shape[-1])
+        if a.ndim == 1:
+            out = out.squeeze(-2)
+        if b.ndim == 1:
+            out = out.squeeze(-1)
+        info.update(out_shape=list(out.shape))
+    return out

@@ -1,0 +1,176 @@
+"""Layer 5: tensor ops and their gradients against PyTorch on the CPU, on `cpu` and on `cuda`.
+
+`same(fn, *arrays)` runs one lambda on lapis tensors and on torch tensors made from the same
+numpy arrays, and compares values, shapes, dtypes and (for float inputs) the gradients of the
+sum of the output times a fixed random weight.
+"""
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import lapis
+
+rng = np.random.default_rng(5)
+DEVICES = ["cpu", "cuda"]
+
+
+def same(fn, *arrays, device="cpu", grad=True, atol=1e-5):
+    ours = [lapis.tensor(a, device=device) for a in arrays]
+    theirs = [torch.tensor(a) for a in arrays]
+    differentiable = grad and all(a.dtype.kind == "f" for a in arrays)
+    if differentiable:
+        for o, t in zip(ours, theirs, strict=True):
+            o.requires_grad_()
+            t.requires_grad_()
+    got, want = fn(lapis, ours), fn(torch, theirs)
+    assert tuple(got.shape) == tuple(want.shape)
+    assert got.dtype.name == str(want.dtype).removeprefix("torch.")
+    assert got.device.type == device
+    np.testing.assert_allclose(got.cpu().detach().numpy().astype(np.float64),
+                               want.detach().numpy().astype(np.float64), rtol=1e-5, atol=atol)
+    if differentiable and want.requires_grad:
+        weight = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+        (got * lapis.tensor(weight, device=device)).sum().backward()
+        (want * torch.tensor(weight)).sum().backward()
+        for o, t in zip(ours, theirs, strict=True):
+            expected = t.grad.numpy() if t.grad is not None else np.zeros(t.shape)
+            np.testing.assert_allclose(o.grad.cpu().numpy(), expected, rtol=1e-4, atol=1e-4)
+
+
+def f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,fn", [
+    ("add", lambda m, x: x[0] + x[1]), ("sub", lambda m, x: x[0] - x[1]), ("mul", lambda m, x: x[0] * x[1]),
+    ("div", lambda m, x: x[0] / (x[1].abs() + 1)), ("maximum", lambda m, x: m.maximum(x[0], x[1])),
+    ("where", lambda m, x: m.where(x[0] > x[1], x[0], x[1] * 2)), ("pow", lambda m, x: (x[0].abs() + 1) ** x[1]),
+])
+def test_binary_ops_broadcast_with_gradients(device, name, fn):
+    same(fn, f32(3, 1, 4), f32(5, 1), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("op", ["exp", "tanh", "sigmoid", "relu", "sin", "cos", "abs", "neg"])
+def test_unary_ops_with_gradients(device, op):
+    same(lambda m, x: getattr(x[0], op)(), f32(4, 6), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_log_sqrt_rsqrt_on_positive_values(device):
+    x = rng.uniform(0.5, 2, (7,)).astype(np.float32)
+    for op in ("log", "sqrt", "rsqrt"):
+        same(lambda m, t, op=op: getattr(t[0], op)(), x, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,fn", [
+    ("sum", lambda m, x: x[0].sum()), ("sum_dims", lambda m, x: x[0].sum((0, 2), keepdim=True)),
+    ("mean", lambda m, x: x[0].mean(1)), ("max_dim", lambda m, x: x[0].max(1).values),
+    ("min_dim", lambda m, x: x[0].min(-1, keepdim=True)[0]), ("argmax", lambda m, x: x[0].argmax(2)),
+    ("prod", lambda m, x: x[0].prod(0)), ("var", lambda m, x: x[0].var(1)), ("std", lambda m, x: x[0].std()),
+    ("logsumexp", lambda m, x: m.logsumexp(x[0], 1)), ("softmax", lambda m, x: m.softmax(x[0], -1)),
+    ("log_softmax", lambda m, x: m.log_softmax(x[0], 0)), ("max_all", lambda m, x: x[0].max()),
+])
+def test_reductions_with_gradients(device, name, fn):
+    same(fn, f32(3, 4, 5), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,fn", [
+    ("permute", lambda m, x: x[0].permute(2, 0, 1) * 1), ("transpose", lambda m, x: x[0].transpose(0, 2).exp()),
+    ("view_of_slice", lambda m, x: x[0][1:, ::2].reshape(-1) + 1), ("expand", lambda m, x: x[0][:, :1].expand(3, 4, 5)),
+    ("unsqueeze_squeeze", lambda m, x: x[0].unsqueeze(1).squeeze(1).flatten(1)),
+    ("index", lambda m, x: x[0][2, ..., None, 1]), ("narrow", lambda m, x: x[0].narrow(1, 1, 2).contiguous()),
+    ("t_matmul", lambda m, x: x[0][0].t() @ x[0][1]), ("cat", lambda m, x: m.cat([x[0], x[0] * 2], 1)),
+    ("stack", lambda m, x: m.stack([x[0][0], x[0][1]], 2)),
+])
+def test_views_and_joins_with_gradients(device, name, fn):
+    same(fn, f32(3, 4, 5), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_matmul_rules_and_gradients(device):
+    same(lambda m, x: x[0] @ x[1], f32(5, 3), f32(3, 4), device=device)
+    same(lambda m, x: x[0] @ x[1], f32(3), f32(3, 4), device=device)
+    same(lambda m, x: x[0] @ x[1], f32(2, 5, 3), f32(3, 4), device=device)
+    same(lambda m, x: m.matmul(x[0], x[1]), f32(2, 1, 5, 3), f32(3, 3, 2), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_type_promotion_follows_torch(device):
+    i32 = np.arange(6, dtype=np.int32).reshape(2, 3)
+    same(lambda m, x: x[0] * 2.5, i32, device=device)
+    same(lambda m, x: x[0] + 2, i32, device=device)
+    same(lambda m, x: x[0] / 2, i32, device=device)
+    same(lambda m, x: x[0] + x[1], i32, np.ones(3, np.float64), device=device)
+    same(lambda m, x: (x[0] > 2).sum(), i32, device=device)
+    half = np.ones(3, np.float16)
+    same(lambda m, x: x[0] * 2.5, half, device=device, grad=False)
+
+
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.integers(1, 4), min_size=1, max_size=3), st.lists(st.booleans(), min_size=3, max_size=3),
+       st.booleans())
+def test_broadcasting_over_generated_shapes(shape, ones, transposed):
+    other = [1 if o else n for n, o in zip(shape, ones, strict=False)]
+    a = f32(*shape)
+    fn = (lambda m, x: x[0].t() * x[1].t() if x[0].ndim == 2 else x[0] * x[1]) if transposed else \
+        (lambda m, x: x[0] * x[1] + x[0])
+    same(fn, a, f32(*other), device="cuda")
+
+
+def test_autograd_engine():
+    x = lapis.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * x
+    y.retain_grad()
+    z = (y * x).sum()
+    z.backward()
+    assert x.grad.tolist() == [3.0, 12.0, 27.0] and y.grad.tolist() == [1.0, 2.0, 3.0]
+    z2 = (x * 2).sum()
+    z2.backward()                                             # gradients accumulate in leaves
+    assert x.grad.tolist() == [5.0, 14.0, 29.0]
+    (gx,) = lapis.autograd.grad((x ** 3).sum(), x)
+    assert gx.tolist() == [3.0, 12.0, 27.0]
+    with lapis.no_grad():
+        assert not (x * 2).requires_grad
+    w = x.detach()
+    assert not w.requires_grad and w.is_leaf
+    loss = (x * x).sum()
+    loss.backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        loss.backward()
+
+
+def test_in_place_ops_bump_versions_and_autograd_notices():
+    a = lapis.tensor([1.0, 2.0], requires_grad=True)
+    b = a * 1
+    c = b * b                                  # saves b
+    with lapis.no_grad():
+        b.mul_(3)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        c.sum().backward()
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        a.add_(1)
+    t = lapis.zeros(2, 3, device="cuda")
+    t[0] = lapis.tensor([1.0, 2.0, 3.0], device="cuda")
+    t[1, 1:].fill_(7)
+    t.add_(1)
+    assert t.tolist() == [[2.0, 3.0, 4.0], [1.0, 8.0, 8.0]]
+
+
+def test_errors_match_torch():
+    a, b = lapis.zeros(2, 3, device="cuda"), lapis.zeros(4, 3, device="cuda")
+    with pytest.raises(RuntimeError, match=r"size of tensor a \(2\) must match the size of tensor b \(4\)"):
+        a + b
+    with pytest.raises(RuntimeError, match="same device"):
+        a + lapis.zeros(2, 3)
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        a.t().view(6)
+    assert a.t().reshape(6).shape == (6,)
+    with pytest.raises(RuntimeError, match="only Tensors of floating point dtype can require gradients"):
+        lapis.zeros(2, dtype=lapis.int64).requires_grad_()
