@@ -287,6 +287,43 @@ def test_string_constants_choose_code_at_compile_time():
         orders_strings[1, 1](cuda.device_array(1, np.float32))
 
 
+def make_scale(factor):
+    FACTOR = factor
+
+    def scale(v):
+        return v * FACTOR
+    return cuda.jit(scale, device=True)
+
+
+def test_device_functions_made_by_a_factory_see_their_closure():
+    double, triple = make_scale(2.0), make_scale(3.0)
+
+    @cuda.jit
+    def both(x):
+        i = cuda.grid(1)
+        x[i] = double(x[i]) + triple(x[i])
+
+    x = cuda.to_device(np.arange(32, dtype=np.float32))
+    both[1, 32](x)
+    assert np.array_equal(x.copy_to_host(), 5 * np.arange(32, dtype=np.float32))
+
+
+def make_combination(fa, fb, fc):
+    def combine(x):
+        i = cuda.grid(1)
+        x[i] = fa(x[i]) * 100 + fb(x[i]) * 10 + fc(x[i])
+    return cuda.jit(combine)
+
+
+def test_the_compile_cache_tells_apart_which_device_function_each_name_means():
+    # same kernel source and names, the same set of device functions, bound differently: two entries
+    double, triple = make_scale(2.0), make_scale(3.0)
+    for fa, fb, fc, want in ((double, triple, triple, 233.0), (triple, double, triple, 323.0)):
+        x = cuda.to_device(np.ones(32, np.float32))
+        make_combination(fa, fb, fc)[1, 32](x)
+        assert np.all(x.copy_to_host() == want)
+
+
 def test_unsupported_construct_names_file_and_line():
     def uses_try(out):
         i = cuda.grid(1)

@@ -188,13 +188,13 @@ def test_a_kernel_fault_on_a_stream_is_reported_and_the_stream_runs_again(stream
     s = cuda.stream()
     gate = Gate(s)                                    # so the fault cannot surface before the record
     after = cuda.event()
-    scatter[1, 64, s](out, 10_000_000)
+    scatter[1, 64, s](out, 1_000_000_000)             # 4 GB away: past every allocation, cached ones too
     after.record(s)                                   # queued behind the fault: it never completes
     gate.open()
     with pytest.raises(cuda.KernelFault) as e:
         s.synchronize()
     assert e.value.kernel == "scatter" and "STG" in e.value.instruction
-    assert e.value.address == out.ptr + 4 * 10_000_000 and f"{e.value.address:#x}" in str(e.value)
+    assert e.value.address == out.ptr + 4 * 1_000_000_000 and f"{e.value.address:#x}" in str(e.value)
     with pytest.raises(cuda.CudaError, match="never completed"):
         after.synchronize()
     scatter[1, 64, s](out, 0)
@@ -608,3 +608,27 @@ def test_lapis_hipify_converts_a_program_that_then_runs_on_the_amd_gpu(tmp_path,
     with pytest.raises(SystemExit):
         main(["hipify", "--help"])
     assert "usage: lapis hipify" in capsys.readouterr().out
+
+
+def test_the_memory_pool_caches_blocks_by_size_class():
+    import gc
+    cuda.synchronize()
+    cuda.empty_cache()
+    base_alloc, base_reserved = cuda.memory_allocated(), cuda.memory_reserved()
+    a = cuda.device_array(1000, np.float32)                    # 4000 bytes -> the 4096-byte class
+    assert cuda.memory_allocated() - base_alloc == 4096
+    assert cuda.memory_reserved() - base_reserved == 4096
+    hits = cuda.memory_stats()["cache_hits"]
+    del a
+    gc.collect()
+    assert cuda.memory_allocated() == base_alloc                 # back in the cache, still reserved
+    assert cuda.memory_reserved() - base_reserved == 4096
+    b = cuda.device_array(900, np.float32)                       # 3600 bytes: the same class, reused
+    assert cuda.memory_stats()["cache_hits"] == hits + 1 and cuda.memory_reserved() - base_reserved == 4096
+    b.copy_to_device(np.arange(900, dtype=np.float32))
+    assert np.array_equal(b.copy_to_host(), np.arange(900, dtype=np.float32))
+    del b
+    gc.collect()
+    cuda.empty_cache()
+    assert cuda.memory_reserved() == base_reserved               # the cached block went back to the driver
+    assert "memory pool of cuda:0" in cuda.memory_summary()

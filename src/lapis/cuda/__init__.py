@@ -80,6 +80,9 @@ stream = _api.stream
 event = _api.event
 event_elapsed_time = _api.event_elapsed_time
 pinned_array = _api.pinned_array
+memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_allocated
+memory_reserved, memory_stats, memory_summary = _api.memory_reserved, _api.memory_stats, _api.memory_summary
+empty_cache = _api.empty_cache
 _runtime_api = RuntimeApi(_api, "cuda")
 globals().update(_runtime_api.namespace())      # cudaMalloc, cudaSuccess, ...: names from runtime_api's table
 
@@ -98,5 +101,6 @@ __all__ = [
     "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared", "synchronize",
     "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
-    "pinned_array", "stream", *_runtime_api.namespace(),
+    "pinned_array", "stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
+    "memory_summary", "empty_cache", *_runtime_api.namespace(),
 ]

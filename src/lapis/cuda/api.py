@@ -118,6 +118,33 @@ class Api:
             for ctx in list(self._contexts.values()):
                 ctx.synchronize()
 
+    # -- the memory pool (torch.cuda's memory_* names) ----------------------------------------
+    def _pool(self, device):
+        index = device if isinstance(device, int) else self._current if device is None else device.index
+        return self.context(index).pool
+
+    def memory_allocated(self, device=None) -> int:
+        """Bytes of device memory in arrays that are alive (in size classes, as PyTorch counts)."""
+        return self._pool(device).stats["allocated_bytes"]
+
+    def max_memory_allocated(self, device=None) -> int:
+        return self._pool(device).stats["peak_allocated_bytes"]
+
+    def memory_reserved(self, device=None) -> int:
+        """Bytes the pool holds from the driver: in use plus cached."""
+        return self._pool(device).stats["reserved_bytes"]
+
+    def memory_stats(self, device=None) -> dict:
+        return dict(self._pool(device).stats)
+
+    def memory_summary(self, device=None) -> str:
+        return self._pool(device).summary()
+
+    def empty_cache(self) -> None:
+        """Give the cached blocks of every device's pool back to the driver."""
+        for ctx in list(self._contexts.values()):
+            ctx.pool.empty_cache()
+
     # -- kernels ------------------------------------------------------------------------------
     def jit(self, func=None, *, device: bool = False, **options):
         """@jit (a kernel) or @jit(device=True) (a function kernels call, inlined)."""

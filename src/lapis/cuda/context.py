@@ -21,6 +21,7 @@ import numpy as np
 from lapis import abi, runtime, trace
 from lapis.cuda.compiler import types as T
 from lapis.cuda.errors import CudaError, InvalidHandleError, KernelFault, OutOfMemoryError
+from lapis.cuda.memory_pool import MemoryPool
 
 KERNARG_SLOT = abi.MAX_KERNARG_BYTES
 KERNARG_SLOTS = 256
@@ -101,39 +102,31 @@ class Context:
         self.free_slots = list(range(KERNARG_SLOTS - 1, -1, -1))
         self.loaded: dict[int, tuple[object, runtime.Executable]] = {}
         self.allocations: dict[int, weakref.ref] = {}       # by address; `Allocation`s register themselves
-        self.deferred_frees: list[runtime.Buffer] = []      # collected memory, freed once no stream is busy
+        self.pool = MemoryPool(self)                        # device memory, cached by size class
         self.lock = threading.RLock()
 
     # -- memory -------------------------------------------------------------------------------
     def allocate(self, size: int):
-        with self.lock:
-            self._reap()
+        """Device memory from the context's stream-ordered pool (cached blocks first)."""
         try:
-            return self.rt.device_pool(self.agent).allocate(size)
-        except runtime.OutOfMemory as e:
-            if not self.deferred_frees:
-                raise OutOfMemoryError(f"out of memory on {self.device}: {e}") from None
-        self.synchronize()          # memory of collected arrays is waiting to be freed: free it, then retry
-        try:
-            return self.rt.device_pool(self.agent).allocate(size)
+            return self.pool.allocate(size)
         except runtime.OutOfMemory as e:
             raise OutOfMemoryError(f"out of memory on {self.device}: {e}") from None
 
     def free(self, buffer) -> None:
-        """Give back the memory of a collected array. The garbage collector runs finalizers on whatever
-        thread it interrupts, the device's own included, and the driver frees only once the GPU is idle,
-        which on that thread would never come: so the buffer waits in `deferred_frees` until the program
-        next synchronizes or allocates with no stream busy (`_reap`)."""
-        self.deferred_frees.append(buffer)
+        """Give back the memory of a collected array: into the pool's cache, with no driver call (the
+        garbage collector runs this on whatever thread it interrupts, the device's own included)."""
+        self.pool.release(buffer)
 
     def free_now(self, buffer) -> None:
-        """Free at once, after the device's work (cudaFree synchronizes too); a fault that surfaces
-        while waiting is raised after the memory is freed."""
+        """Free to the driver at once, after the device's work (cudaFree synchronizes too); a fault that
+        surfaces while waiting is raised after the memory is freed."""
         with self.lock:
             try:
                 self.synchronize()
             finally:
                 if not buffer.freed:
+                    self.pool.forget(buffer)
                     buffer.free()
 
     def find_allocation(self, address: int):
@@ -256,10 +249,9 @@ class Context:
             self._drain(other)
 
     def _reap(self) -> None:
-        """Destroy the queues of released streams and those stopped by a fault, and free collected
-        memory, once no stream has work in flight: the driver frees memory (a queue's ring too) only
-        when the GPU is idle for this process, so doing it earlier would make the host wait for every
-        stream. Launches never reap, so they never wait for that."""
+        """Destroy the queues of released streams and those stopped by a fault once no stream has work
+        in flight: the driver frees a queue's ring only when the GPU is idle for this process, so doing
+        it earlier would make the host wait for every stream. Launches never reap, so they never wait."""
         if any(s.pending for s in self.streams):
             return
         for state in [s for s in self.streams if s.released]:
@@ -267,10 +259,6 @@ class Context:
             self.stopped_queues.append(state.queue)
         while self.stopped_queues:
             self.stopped_queues.pop().destroy()
-        while self.deferred_frees:
-            buffer = self.deferred_frees.pop()
-            if not buffer.freed:
-                buffer.free()
 
     # -- launches and event records -----------------------------------------------------------
     def launch(self, compiled, kernargs: bytes, grid: tuple, block: tuple, dynamic_shared: int,

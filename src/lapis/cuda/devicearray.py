@@ -18,8 +18,9 @@ class Allocation:
     C). Its context knows it by address while it lives, so a raw device address leads back to it."""
     __slots__ = ("__weakref__", "va", "size", "_release")
 
-    def __init__(self, context, buffer):
-        self.va, self.size = buffer.va, buffer.size
+    def __init__(self, context, buffer, size: int | None = None):
+        self.va = buffer.va
+        self.size = buffer.size if size is None else size      # what was asked for (the pool's block may be larger)
         context.allocations[self.va] = weakref.ref(self)
         self._release = weakref.finalize(self, _collected, context, buffer)
 
@@ -55,8 +56,8 @@ class DeviceNDArray:
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
         dtype = np.dtype(dtype)
         strides = _contiguous_strides(shape, dtype.itemsize, order)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return cls(shape, strides, dtype, context, Allocation(context, context.allocate(max(nbytes, 1))))
+        nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
+        return cls(shape, strides, dtype, context, Allocation(context, context.allocate(nbytes), nbytes))
 
     @property
     def ndim(self) -> int:

@@ -277,7 +277,7 @@ class RuntimeApi:
         if size == 0:
             return DevicePointer(0)
         context = self.api.context()
-        allocation = Allocation(context, context.allocate(size))
+        allocation = Allocation(context, context.allocate(size), size)
         with self._lock:
             self._malloced[allocation.va] = allocation
         return DevicePointer(allocation.va, allocation, context)

@@ -74,6 +74,9 @@ stream = _api.stream
 event = _api.event
 event_elapsed_time = _api.event_elapsed_time
 pinned_array = _api.pinned_array
+memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_allocated
+memory_reserved, memory_stats, memory_summary = _api.memory_reserved, _api.memory_stats, _api.memory_summary
+empty_cache = _api.empty_cache
 _runtime_api = RuntimeApi(_api, "hip")
 globals().update(_runtime_api.namespace())      # hipMalloc, hipSuccess, ...: the CUDA names through one table
 
@@ -87,5 +90,6 @@ __all__ = [
     "jit", "laneid", "local", "select_device", "shared", "synchronize", "syncthreads", "threadIdx", "uint32",
     "warpsize",
     "CudaSupportError", "Device", "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "Stream",
-    "event", "event_elapsed_time", "pinned_array", "stream", *_runtime_api.namespace(),
+    "event", "event_elapsed_time", "pinned_array", "stream", "memory_allocated", "max_memory_allocated",
+    "memory_reserved", "memory_stats", "memory_summary", "empty_cache", *_runtime_api.namespace(),
 ]

@@ -5,6 +5,8 @@ instructions (the compiler's control bits) and the performance model needs it to
 warp's dependency chain. Predicates are numbered after the registers: P0 is PRED_BASE.
 """
 
+import functools
+
 from lapis.isa.instruction import Instruction, Reg
 from lapis.isa.opcodes import PT, RZ
 
@@ -39,6 +41,7 @@ def _span(first: int, n: int) -> tuple[int, ...]:
     return () if first == RZ else tuple(range(first, first + n))
 
 
+@functools.lru_cache(maxsize=1 << 16)      # the simulator and the performance model ask once per instruction run
 def registers(inst: Instruction) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(read, written) register numbers of an instruction, predicates at PRED_BASE + p."""
     used, w = inst.opcode.operands, _widths(inst)

@@ -67,13 +67,54 @@ def offset_of(i, ndim, shape, strides):
     return off
 
 
-def make_unary_kernel(op: str):
-    OP = op
+# How an operand is read (a compile-time constant per kernel variant): a number passed as an argument,
+# a contiguous array of the output's shape (element i), a contiguous array of the output's trailing
+# dimensions (a bias row: element i % size), or any strided, broadcast view (offset_of).
+SCALAR, FLAT, TRAILING, STRIDED = 0, 1, 2, 3
+
+
+def make_load(mode: int):
+    """The device function that reads operand element i in one mode (the mode a closure constant, so only
+    its branch is compiled)."""
+    MODE = mode
+
+    def load(x, i, ndim, shape, strides):
+        if MODE == SCALAR:
+            v = x
+        elif MODE == FLAT:
+            v = x[i]
+        elif MODE == TRAILING:
+            v = x[i % x.size]
+        else:
+            v = x[offset_of(i, ndim, shape, strides)]
+        return v
+    return cuda.jit(load, device=True)
+
+
+def make_place(mode: int):
+    """The device function giving where output element i goes."""
+    MODE = mode
+
+    def place(i, ndim, shape, strides):
+        if MODE == FLAT:
+            k = i
+        else:
+            k = offset_of(i, ndim, shape, strides)
+        return k
+    return cuda.jit(place, device=True)
+
+
+LOAD = {m: make_load(m) for m in (SCALAR, FLAT, TRAILING, STRIDED)}
+PLACE = {m: make_place(m) for m in (FLAT, STRIDED)}
+
+
+def make_unary_kernel(op: str, modes: tuple = (STRIDED, STRIDED)):
+    OP, load_x, place = op, LOAD[modes[0]], PLACE[modes[1]]
 
     def unary_kernel(n, ndim, shape, sx, x, sout, out):
         i = cuda.grid(1)
         while i < n:
-            v = x[offset_of(i, ndim, shape, sx)]
+            v = load_x(x, i, ndim, shape, sx)
             if OP == "neg":
                 r = -v
             elif OP == "abs":
@@ -98,19 +139,19 @@ def make_unary_kernel(op: str):
                 r = v if v > 0 else v * 0
             else:
                 r = v
-            out[offset_of(i, ndim, shape, sout)] = r
+            out[place(i, ndim, shape, sout)] = r
             i += cuda.gridsize(1)
     return unary_kernel
 
 
-def make_binary_kernel(op: str):
-    OP = op
+def make_binary_kernel(op: str, modes: tuple = (STRIDED, STRIDED, STRIDED)):
+    OP, load_a, load_b, place = op, LOAD[modes[0]], LOAD[modes[1]], PLACE[modes[2]]
 
     def binary_kernel(n, ndim, shape, sa, a, sb, b, sout, out):
         i = cuda.grid(1)
         while i < n:
-            x = a[offset_of(i, ndim, shape, sa)]
-            y = b[offset_of(i, ndim, shape, sb)]
+            x = load_a(a, i, ndim, shape, sa)
+            y = load_b(b, i, ndim, shape, sb)
             if OP == "add":
                 r = x + y
             elif OP == "sub":
@@ -137,18 +178,24 @@ def make_binary_kernel(op: str):
                 r = x > y
             else:
                 r = x >= y
-            out[offset_of(i, ndim, shape, sout)] = r
+            out[place(i, ndim, shape, sout)] = r
             i += cuda.gridsize(1)
     return binary_kernel
 
 
-def where_kernel(n, ndim, shape, sc, cond, sa, a, sb, b, sout, out):
-    i = cuda.grid(1)
-    while i < n:
-        take = cond[offset_of(i, ndim, shape, sc)]
-        out[offset_of(i, ndim, shape, sout)] = a[offset_of(i, ndim, shape, sa)] if take else \
-            b[offset_of(i, ndim, shape, sb)]
-        i += cuda.gridsize(1)
+def make_where_kernel(modes: tuple = (STRIDED, STRIDED, STRIDED, STRIDED)):
+    load_c, load_a, load_b, place = LOAD[modes[0]], LOAD[modes[1]], LOAD[modes[2]], PLACE[modes[3]]
+
+    def where_kernel(n, ndim, shape, sc, cond, sa, a, sb, b, sout, out):
+        i = cuda.grid(1)
+        while i < n:
+            k = place(i, ndim, shape, sout)
+            if load_c(cond, i, ndim, shape, sc):
+                out[k] = load_a(a, i, ndim, shape, sa)
+            else:
+                out[k] = load_b(b, i, ndim, shape, sb)
+            i += cuda.gridsize(1)
+    return where_kernel
 
 
 def flat_view(x: DeviceNDArray) -> tuple[DeviceNDArray, int]:
@@ -178,26 +225,72 @@ def broadcast_strides(x: DeviceNDArray, shape: tuple) -> list[int]:
 _elementwise: dict = {}
 
 
-def _dispatcher(api, name: str, make):
+def _dispatcher(api, name, make):
     key = (api.__name__, name)
     if key not in _elementwise:
         _elementwise[key] = api.jit(make())
     return _elementwise[key]
 
 
-def _geometry(api, out: DeviceNDArray, *inputs) -> list:
-    if not isinstance(out, DeviceNDArray) or not all(isinstance(x, DeviceNDArray) for x in inputs):
-        raise KernelArgumentError("elementwise operands and outputs are device arrays")
+_geometries: dict = {}
+GEOMETRY_CACHE = 4096       # distinct shapes and strides kept on each device before the cache starts over
+
+
+def _device_ints(api, context, values: tuple) -> DeviceNDArray:
+    """A device array of int64 values, uploaded once per context: a training loop's shapes repeat, and an
+    upload is a synchronous copy that would make every op wait for the ones before it."""
+    key = (id(context), values)
+    array = _geometries.get(key)
+    if array is None:
+        if len(_geometries) >= GEOMETRY_CACHE:
+            _geometries.clear()
+        array = _geometries[key] = api.to_device(np.array(values, np.int64))
+    return array
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, np.generic)
+
+
+def _mode(x, shape: tuple) -> int:
+    if _is_scalar(x):
+        return SCALAR
+    if not x.is_c_contiguous():
+        return STRIDED
+    if tuple(x.shape) == shape:
+        return FLAT
+    dims = tuple(x.shape)
+    while dims and dims[0] == 1:
+        dims = dims[1:]
+    return TRAILING if dims and x.size and shape[len(shape) - len(dims):] == dims else STRIDED
+
+
+def _geometry(api, out: DeviceNDArray, *inputs) -> tuple[tuple, list]:
+    """The operands' read modes, and the launch arguments: element count, dimensions, the shape as a device
+    array, then per operand its strides (a device array, with the first element's offset appended) and
+    the array itself (a flat view where it is read by index), or the number."""
+    if not isinstance(out, DeviceNDArray) or not all(isinstance(x, DeviceNDArray) or _is_scalar(x) for x in inputs):
+        raise KernelArgumentError("elementwise operands are device arrays or numpy scalars; outputs device arrays")
     shape = tuple(out.shape)
     if len(shape) > MAX_DIMS:
         raise KernelArgumentError(f"at most {MAX_DIMS} dimensions, not {len(shape)}")
-    padded = list(shape) or [1]
-    operands = [api.to_device(np.array(padded, np.int64))]
-    for x in (*inputs, out):
-        flat, base = flat_view(x)
-        strides = broadcast_strides(x, shape) or [0]
-        operands += [api.to_device(np.array([*strides, base], np.int64)), flat]
-    return [np.int64(int(np.prod(shape))), np.int64(len(padded)), *operands]
+    for x in inputs:
+        if not _is_scalar(x):
+            broadcast_strides(x, shape)            # raises for operands that do not broadcast
+    modes = tuple(_mode(x, shape) for x in (*inputs, out))
+    padded = tuple(shape) or (1,)
+    shape_array = _device_ints(api, out.context, padded)
+    operands = [shape_array]
+    for x, mode in zip((*inputs, out), modes, strict=True):
+        if mode == SCALAR:
+            operands += [shape_array, x]            # the strides slot is unused: the kernel reads the number
+        elif mode in (FLAT, TRAILING):
+            flat = DeviceNDArray((x.size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
+            operands += [shape_array, flat]
+        else:
+            flat, base = flat_view(x)
+            operands += [_device_ints(api, out.context, (*broadcast_strides(x, shape), base)), flat]
+    return modes, [np.int64(int(np.prod(shape))), np.int64(len(padded)), *operands]
 
 
 def unary(api, op: str, x: DeviceNDArray, out: DeviceNDArray) -> None:
@@ -205,31 +298,32 @@ def unary(api, op: str, x: DeviceNDArray, out: DeviceNDArray) -> None:
     differs, as `copy` into an array of another dtype)."""
     if op not in UNARY:
         raise KernelArgumentError(f"unary op must be one of {', '.join(UNARY)}, not {op!r}")
-    n, ndim, shape, sx, x, sout, out = _geometry(api, out, x)
+    modes, (n, ndim, shape, sx, x, sout, out) = _geometry(api, out, x)
     with trace.span(4, "elementwise", op=op, shape=tuple(out.shape), dtype=str(out.dtype)):
         if n:
-            _dispatcher(api, "unary_" + op, lambda: make_unary_kernel(op))[
+            _dispatcher(api, ("unary", op, modes), lambda: make_unary_kernel(op, modes))[
                 max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sx, x, sout, out)
 
 
-def binary(api, op: str, a: DeviceNDArray, b: DeviceNDArray, out: DeviceNDArray) -> None:
-    """out = a op b elementwise with numpy broadcasting; comparisons write bool arrays."""
+def binary(api, op: str, a, b, out: DeviceNDArray) -> None:
+    """out = a op b elementwise with numpy broadcasting; comparisons write bool arrays. Either operand
+    may be a numpy scalar, passed to the kernel as an argument."""
     if op not in BINARY:
         raise KernelArgumentError(f"binary op must be one of {', '.join(BINARY)}, not {op!r}")
-    n, ndim, shape, sa, a, sb, b, sout, out = _geometry(api, out, a, b)
+    modes, (n, ndim, shape, sa, a, sb, b, sout, out) = _geometry(api, out, a, b)
     with trace.span(4, "elementwise", op=op, shape=tuple(out.shape), dtype=str(out.dtype)):
         if n:
-            _dispatcher(api, "binary_" + op, lambda: make_binary_kernel(op))[
+            _dispatcher(api, ("binary", op, modes), lambda: make_binary_kernel(op, modes))[
                 max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sa, a, sb, b, sout, out)
 
 
-def where(api, cond: DeviceNDArray, a: DeviceNDArray, b: DeviceNDArray, out: DeviceNDArray) -> None:
-    """out = a where cond else b, broadcast."""
-    n, ndim, shape, sc, cond, sa, a, sb, b, sout, out = _geometry(api, out, cond, a, b)
+def where(api, cond: DeviceNDArray, a, b, out: DeviceNDArray) -> None:
+    """out = a where cond else b, broadcast; a or b may be a numpy scalar."""
+    modes, (n, ndim, shape, sc, cond, sa, a, sb, b, sout, out) = _geometry(api, out, cond, a, b)
     with trace.span(4, "elementwise", op="where", shape=tuple(out.shape), dtype=str(out.dtype)):
         if n:
-            _dispatcher(api, "where", lambda: where_kernel)[max(1, min(1024, -(-int(n) // THREADS))), THREADS](
-                n, ndim, shape, sc, cond, sa, a, sb, b, sout, out)
+            _dispatcher(api, ("where", modes), lambda: make_where_kernel(modes))[
+                max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sc, cond, sa, a, sb, b, sout, out)
 
 
 # -- reductions along one dimension ----------------------------------------------------------------------
@@ -295,6 +389,6 @@ def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None
     flat_x, flat_out = flat_view(x)[0], flat_view(out)[0]
     with trace.span(4, "reduce", op=op, shape=tuple(x.shape), dim=dim, dtype=str(x.dtype)):
         if out.size:
-            _dispatcher(api, "reduce_" + op, lambda: make_reduce_kernel(op))[-(-out.size // THREADS), THREADS](
+            _dispatcher(api, ("reduce", op), lambda: make_reduce_kernel(op))[-(-out.size // THREADS), THREADS](
                 np.int64(outer), np.int64(length), np.int64(inner), np.int64(length * inner), np.int64(inner),
                 np.int64(1), flat_x, flat_out)

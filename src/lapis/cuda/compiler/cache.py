@@ -1,7 +1,8 @@
 """Layer 3: the on-disk compile cache, so a second run of a program does not recompile.
 
 A compiled kernel is stored under a key hashed from everything its code depends on:
-  - the source of the kernel and of every device function it reaches;
+  - the source of the kernel and of every device function it reaches, and which device
+    function each name means (factories make several from one source);
   - the values of the module constants and closure variables those sources name (tile
     sizes, for instance);
   - the argument types;
@@ -67,25 +68,26 @@ def _constant(value) -> str | None:
     return None
 
 
+def _digest(func, open_calls: frozenset = frozenset()) -> str:
+    """A hash of a function's source and of what each name in it means: a constant's value, or a
+    device function's own digest (so two kernels that call different variants of one factory's device
+    function, under the same names, never share an entry)."""
+    source = inspect.getsource(func)
+    h = hashlib.sha256(source.encode())
+    visible = _names(func)
+    for name in sorted({n.id for n in ast.walk(ast.parse(textwrap.dedent(source))) if isinstance(n, ast.Name)}):
+        value = visible.get(name)
+        if isinstance(value, DeviceFunction) and value.py_func not in open_calls:
+            h.update(f"{name}=device:{_digest(value.py_func, open_calls | {func})};".encode())
+        elif (text := _constant(value)) is not None:
+            h.update(f"{name}={text};".encode())
+    return h.hexdigest()
+
+
 def key(pyfunc, argtypes) -> str:
     h = hashlib.sha256(compiler_hash().encode())
     h.update(repr([str(t) for t in argtypes]).encode())
-    seen, todo = set(), [pyfunc]
-    while todo:
-        func = todo.pop()
-        if func in seen:
-            continue
-        seen.add(func)
-        source = inspect.getsource(func)
-        h.update(source.encode())
-        visible = _names(func)
-        for name in sorted({n.id for n in ast.walk(ast.parse(textwrap.dedent(source)))
-                            if isinstance(n, ast.Name)}):
-            value = visible.get(name)
-            if isinstance(value, DeviceFunction):
-                todo.append(value.py_func)
-            elif (text := _constant(value)) is not None:
-                h.update(f"{name}={text};".encode())
+    h.update(_digest(pyfunc).encode())
     return h.hexdigest()
 
 

@@ -1030,6 +1030,9 @@ class Frontend:
         saved = (self.filename, self.first_line, self.line, self.globals)
         self.filename, self.first_line = filename, first
         self.globals = dict(fn.py_func.__globals__)
+        if fn.py_func.__closure__:              # a device function made by a factory: its closure constants
+            self.globals.update(zip(fn.py_func.__code__.co_freevars,
+                                    (c.cell_contents for c in fn.py_func.__closure__), strict=True))
         self.inlining.append((fn, prefix, exit_, len(self.loops)))
         try:
             self.statements(body)
