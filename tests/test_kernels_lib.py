@@ -1,5 +1,7 @@
 """Layer 4: the framework's elementwise, where and reduction kernels against numpy."""
 
+import math
+
 import numpy as np
 import pytest
 
@@ -10,7 +12,8 @@ rng = np.random.default_rng(23)
 
 UNARY_NP = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
             "rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
-            "sin": np.sin, "cos": np.cos, "relu": lambda v: np.maximum(v, 0), "copy": lambda v: v}
+            "sin": np.sin, "cos": np.cos, "relu": lambda v: np.maximum(v, 0), "copy": lambda v: v,
+            "erf": np.vectorize(math.erf)}
 BINARY_NP = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
              "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal,
              "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
@@ -25,7 +28,7 @@ def run_unary(op, x, out_dtype=None):
 @pytest.mark.parametrize("op", kernels.UNARY)
 def test_unary_float32(op):
     x = rng.uniform(0.1, 3, (5, 7)).astype(np.float32)
-    if op in ("neg", "abs", "relu", "sin", "cos", "tanh", "sigmoid"):
+    if op in ("neg", "abs", "relu", "sin", "cos", "tanh", "sigmoid", "erf"):
         x -= 1.5
     np.testing.assert_allclose(run_unary(op, x), UNARY_NP[op](x), rtol=2e-6, atol=1e-6)
 

@@ -49,13 +49,14 @@ def f32(*shape):
     ("add", lambda m, x: x[0] + x[1]), ("sub", lambda m, x: x[0] - x[1]), ("mul", lambda m, x: x[0] * x[1]),
     ("div", lambda m, x: x[0] / (x[1].abs() + 1)), ("maximum", lambda m, x: m.maximum(x[0], x[1])),
     ("where", lambda m, x: m.where(x[0] > x[1], x[0], x[1] * 2)), ("pow", lambda m, x: (x[0].abs() + 1) ** x[1]),
+    ("pow_negative_base", lambda m, x: x[0] ** 3 + x[1] ** 2),
 ])
 def test_binary_ops_broadcast_with_gradients(device, name, fn):
     same(fn, f32(3, 1, 4), f32(5, 1), device=device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("op", ["exp", "tanh", "sigmoid", "relu", "sin", "cos", "abs", "neg"])
+@pytest.mark.parametrize("op", ["exp", "tanh", "sigmoid", "relu", "sin", "cos", "abs", "neg", "erf"])
 def test_unary_ops_with_gradients(device, op):
     same(lambda m, x: getattr(x[0], op)(), f32(4, 6), device=device)
 
@@ -86,7 +87,8 @@ def test_reductions_with_gradients(device, name, fn):
     ("view_of_slice", lambda m, x: x[0][1:, ::2].reshape(-1) + 1), ("expand", lambda m, x: x[0][:, :1].expand(3, 4, 5)),
     ("unsqueeze_squeeze", lambda m, x: x[0].unsqueeze(1).squeeze(1).flatten(1)),
     ("index", lambda m, x: x[0][2, ..., None, 1]), ("narrow", lambda m, x: x[0].narrow(1, 1, 2).contiguous()),
-    ("t_matmul", lambda m, x: x[0][0].t() @ x[0][1]), ("cat", lambda m, x: m.cat([x[0], x[0] * 2], 1)),
+    ("t_matmul", lambda m, x: x[0][0].t() @ x[0][1]), ("matmul_t", lambda m, x: x[0][0] @ x[0][1].t()),
+    ("cat", lambda m, x: m.cat([x[0], x[0] * 2], 1)),
     ("stack", lambda m, x: m.stack([x[0][0], x[0][1]], 2)),
 ])
 def test_views_and_joins_with_gradients(device, name, fn):

@@ -110,4 +110,7 @@ __all__ = ["Size", "Tensor", "abs", "add", "arange", "argmax", "argmin", "as_ten
            "long", "manual_seed", "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "no_grad",
            "ones", "ones_like", "pow", "prod", "promote_types", "rand", "rand_like", "randint", "randn",
            "randn_like", "relu", "result_type", "rsqrt", "set_default_dtype", "sigmoid", "sin", "softmax", "sqrt",
-           "stack", "std", "sub", "sum", "tanh", "tensor", "trace", "var", "where", "zeros", "zeros_like"]
+           "stack", "std", "sub", "sum", "tanh", "tensor", "trace", "var", "where", "zeros", "zeros_like",
+           "nn", "optim", "utils"]
+
+from lapis import nn, optim, utils  # noqa: E402 - these build on the names above, as torch.nn does on torch

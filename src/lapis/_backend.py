@@ -5,26 +5,32 @@ view of its tensor's storage. Every function takes its output array and writes i
 framework decides shapes, dtypes and allocation; on a GPU each call is one or a few kernel
 launches from `lapis.libs` (asynchronous, like ATen's), on `cpu` numpy does the work.
 
-    unary(op, x, out)          neg abs exp log sqrt rsqrt tanh sigmoid sin cos relu copy
+    unary(op, x, out)          neg abs exp log sqrt rsqrt tanh sigmoid sin cos relu erf copy
     binary(op, a, b, out)      add sub mul div pow maximum minimum eq ne lt le gt ge (broadcasting)
     where(cond, a, b, out)
     reduce(op, x, dim, out)    sum prod max min argmax argmin along one dimension (x contiguous)
     fill(out, value)
-    matmul(a, b, out)          2-D, contiguous
+    matmul(a, b, out)          2-D; operands C- or F-contiguous
+    adam(p, g, m, v, ...)      one fused Adam/AdamW step, in place
+    softmax(x, out, log), softmax_backward(y, dy, dx, log)   over the last dimension, x contiguous
 """
+
+import math
 
 import numpy as np
 
 from lapis import cuda, hip
 from lapis.cuda import DeviceNDArray
-from lapis.libs import blas, kernels
+from lapis.libs import blas, dnn, kernels
 
 _API = {"cuda": cuda, "hip": hip}
 _blas_handles: dict = {}
+_dnn_handles: dict = {}
 
 _UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
           "rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
-          "sin": np.sin, "cos": np.cos, "relu": lambda v: np.maximum(v, 0), "copy": lambda v: v}
+          "sin": np.sin, "cos": np.cos, "relu": lambda v: np.maximum(v, 0),
+          "erf": lambda v: np.vectorize(math.erf, otypes=[v.dtype])(v), "copy": lambda v: v}
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
            "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
            "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
@@ -76,17 +82,77 @@ def fill(out, value) -> None:
         out[...] = value
 
 
+def _layout(x) -> str | None:
+    """'C' or 'F' for a 2-D array BLAS can read in place (row-major, or the transpose of row-major)."""
+    if x.is_c_contiguous() if on_gpu(x) else x.flags.c_contiguous:
+        return "C"
+    if x.is_f_contiguous() if on_gpu(x) else x.flags.f_contiguous:
+        return "F"
+    return None
+
+
 def matmul(a, b, out) -> None:
-    """out (m, n) = a (m, k) @ b (k, n), all C-contiguous."""
+    """out (m, n) = a (m, k) @ b (k, n); a and b C- or F-contiguous (a transposed view costs no copy),
+    out C-contiguous."""
     if not on_gpu(out):
         np.matmul(a, b, out=out)
         return
     (m, k), n = a.shape, b.shape[1]
     handle = _blas_handles.get(out.context)
     if handle is None:
-        api = _api(out)
-        handle = _blas_handles[out.context] = blas.create(api, out.context.device.id)
-    # Row-major C (m x n) = A B is column-major C^T = B^T A^T: BLAS sees (n x m) = (n x k)(k x m).
+        handle = _blas_handles[out.context] = blas.create(_api(out), out.context.device.id)
+    # Row-major C (m x n) = A B is column-major C^T = B^T A^T: BLAS sees (n x m) = (n x k)(k x m). A
+    # row-major operand is its own transpose in column-major; an F-contiguous one (a transposed view)
+    # is read with op 'T' instead.
+    tb, ldb = ("N", max(n, 1)) if _layout(b) == "C" else ("T", max(k, 1))
+    ta, lda = ("N", max(k, 1)) if _layout(a) == "C" else ("T", max(m, 1))
     # float32 goes to sgemm as PyTorch's does to cublasSgemm; half types to gemm (cublasGemmEx).
     routine = blas.sgemm if out.dtype == np.float32 else blas.gemm
-    routine(handle, "N", "N", n, m, k, 1.0, b, max(n, 1), a, max(k, 1), 0.0, out, max(n, 1))
+    routine(handle, tb, ta, n, m, k, 1.0, b, ldb, a, lda, 0.0, out, max(n, 1))
+
+
+def adam(p, g, m, v, *, lr, beta1, beta2, eps, step, weight_decay, decoupled) -> None:
+    """A fused Adam step, in place (contiguous float32 arrays of one size)."""
+    if on_gpu(p):
+        kernels.adam(_api(p), p, g, m, v, lr=lr, beta1=beta1, beta2=beta2, eps=eps, step=step,
+                     weight_decay=weight_decay, decoupled=decoupled)
+        return
+    f = p.dtype.type
+    grad = g.copy()
+    if decoupled:
+        p *= f(1 - lr * weight_decay)
+    else:
+        grad += f(weight_decay) * p
+    m += (grad - m) * f(1 - beta1)
+    v *= f(beta2)
+    v += grad * grad * f(1 - beta2)
+    p -= m / (np.sqrt(v) / f(math.sqrt(1 - beta2 ** step)) + f(eps)) * f(lr / (1 - beta1 ** step))
+
+
+def _dnn(x) -> dnn.Handle:
+    handle = _dnn_handles.get(x.context)
+    if handle is None:
+        handle = _dnn_handles[x.context] = dnn.create(_api(x), x.context.device.id)
+    return handle
+
+
+def softmax(x, out, log: bool) -> None:
+    """out = (log_)softmax of x over its last dimension: one fused kernel on a GPU (a block per row)."""
+    if on_gpu(out):
+        dnn.softmax_forward(_dnn(out), x, out, log)
+        return
+    shifted = x - x.max(axis=-1, keepdims=True)
+    if log:
+        out[...] = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    else:
+        e = np.exp(shifted)
+        out[...] = e / e.sum(axis=-1, keepdims=True)
+
+
+def softmax_backward(y, dy, dx, log: bool) -> None:
+    if on_gpu(dx):
+        dnn.softmax_backward(_dnn(dx), y, dy, dx, log)
+    elif log:
+        dx[...] = dy - np.exp(y) * dy.sum(axis=-1, keepdims=True)
+    else:
+        dx[...] = y * (dy - (dy * y).sum(axis=-1, keepdims=True))

@@ -124,14 +124,23 @@ def logsumexp(x, dim, keepdim=False):
     return out if keepdim else out.squeeze(dim)
 
 
+def _fused_softmax(x, dim) -> bool:
+    """The last dimension of a float32 tensor: one fused kernel (create_graph needs the composite form)."""
+    return _dim(dim, x.ndim) == x.ndim - 1 and x.dtype is _dtype.float32 and x.ndim > 0 and x.numel() > 0
+
+
 def softmax(x, dim, dtype=None):
     x = x if dtype is None else x.to(dtype)
+    if _fused_softmax(x, dim):
+        return _ops.Softmax.apply(x, False)
     e = (x - max(x, dim, keepdim=True).values.detach()).exp()
     return e / e.sum(dim, keepdim=True)
 
 
 def log_softmax(x, dim, dtype=None):
     x = x if dtype is None else x.to(dtype)
+    if _fused_softmax(x, dim):
+        return _ops.Softmax.apply(x, True)
     return x - logsumexp(x, dim, keepdim=True)
 
 
@@ -240,15 +249,22 @@ def setitem(x, index, value) -> None:
     x._storage.version = target._storage.version
 
 
-def _inplace(fn):
+def _inplace(fn, op_name: str):
     def op(x, other, *args):
         from lapis.autograd import no_grad
         _check_inplace(x)
+        dt = _dtype.result_type([x, other])
+        if dt.category > x.dtype.category:
+            raise RuntimeError(f"result type {dt.name.capitalize()} can't be cast to the desired output "
+                               f"type {x.dtype.name.capitalize()}")
+        if not args and _ops.broadcast_shapes(x.shape, _ops._shape_of(other)) == tuple(x.shape) \
+                and not (op_name == "div" and x.dtype.category < 2):
+            # one kernel reading and writing x's own elements (each by the thread that owns it)
+            _backend.binary(op_name, x._data, _ops._operand(other, x.dtype, x.device), x._data)
+            x._storage.version += 1
+            return x
         with no_grad():
             result = fn(x.detach(), other, *args)
-        if result.dtype.category > x.dtype.category:
-            raise RuntimeError(f"result type {result.dtype.name.capitalize()} can't be cast to the desired output "
-                               f"type {x.dtype.name.capitalize()}")
         return _write(x, result)
     return op
 
@@ -282,10 +298,11 @@ _METHODS = {
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t, "unsqueeze": unsqueeze,
     "squeeze": squeeze, "flatten": flatten, "expand": expand, "expand_as": lambda x, o: expand(x, o.shape),
     "narrow": narrow, "contiguous": contiguous, "clone": clone,
-    "add_": _inplace(add), "sub_": _inplace(sub), "mul_": _inplace(mul), "div_": _inplace(div), "zero_": zero_,
+    "add_": _inplace(add, "add"), "sub_": _inplace(sub, "sub"), "mul_": _inplace(mul, "mul"),
+    "div_": _inplace(div, "div"), "zero_": zero_,
     "fill_": fill_, "copy_": copy_,
 }
-for _name in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "abs", "neg", "relu"):
+for _name in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "abs", "neg", "relu", "erf"):
     _METHODS[_name] = (lambda op: lambda x: _ops.unary(op, x))(_name)
 for _name, _f in _METHODS.items():
     setattr(Tensor, _name, _f)

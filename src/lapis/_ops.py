@@ -162,7 +162,8 @@ class Div(Function):
 class Pow(Function):
     @staticmethod
     def forward(ctx, a, b):
-        out = _elementwise("pow", a, b)
+        square = isinstance(a, Tensor) and not isinstance(b, Tensor) and b == 2
+        out = _elementwise("mul", a, a) if square else _elementwise("pow", a, b)    # x ** 2 exactly, as torch
         ctx.save_for_backward(a if isinstance(a, Tensor) else None, b if isinstance(b, Tensor) else None, out)
         ctx.scalars = a, b
         return out
@@ -209,8 +210,9 @@ _UNARY_GRAD = {
     "sin": lambda x, y, g: g * cos(x),
     "cos": lambda x, y, g: -g * sin(x),
     "relu": lambda x, y, g: g * (x > 0).to(g.dtype),
+    "erf": lambda x, y, g: g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),
 }
-_FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos")
+_FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "erf")
 
 
 class Unary(Function):
@@ -275,6 +277,27 @@ class Where(Function):
 
 def where(cond, a, b) -> Tensor:
     return Where.apply(cond, a, b)
+
+
+class Softmax(Function):
+    """(log-)softmax over the last dimension as one fused kernel each way (cuDNN's, on a GPU)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, log: bool):
+        x = _contiguous(x)
+        out = _new(x.shape, x.dtype, x.device)
+        _backend.softmax(x._data, out._data, log)
+        ctx.log = log
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        g = _contiguous(g)
+        dx = _new(y.shape, y.dtype, y.device)
+        _backend.softmax_backward(y._data, g._data, dx._data, ctx.log)
+        return dx, None
 
 
 # -- reductions -------------------------------------------------------------------------------------
@@ -536,10 +559,15 @@ class Index(Function):
 
 
 # -- matmul -----------------------------------------------------------------------------------------
+def _blas_ready(x: Tensor) -> Tensor:
+    """x itself when BLAS can read it (row-major, or a transposed row-major view), else a contiguous copy."""
+    return x if x.is_contiguous() or x.t().is_contiguous() else _contiguous(x)
+
+
 def _mm(a: Tensor, b: Tensor) -> Tensor:
-    """(m, k) @ (k, n) on contiguous copies, in the operands' dtype."""
+    """(m, k) @ (k, n) in the operands' dtype."""
     out = _new((a.shape[0], b.shape[1]), a.dtype, a.device)
-    _backend.matmul(_contiguous(a)._data, _contiguous(b)._data, out._data)
+    _backend.matmul(_blas_ready(a)._data, _blas_ready(b)._data, out._data)
     return out
 
 

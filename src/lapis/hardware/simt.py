@@ -169,7 +169,7 @@ class Wave:
         self.sregs = [(t % bx).astype(U32), (t // bx % by).astype(U32), (t // (bx * by)).astype(U32),
                       np.zeros(L, U32), np.zeros(L, U32), np.zeros(L, U32),
                       self.lane_in_warp.astype(U32), np.zeros(L, U32), np.zeros(L, U32), (t // ws).astype(U32)]
-        self.ops = [self._compile(pc, inst) for pc, inst in enumerate(d.program)]
+        self.ops: list = [None] * len(d.program)      # each instruction's closure, made when it first runs
         # Shared-memory address registers and HMMA operands: their per-lane word indices and decoded
         # fragments are cached until the register is written again (`bumps[pc]` lists the tracked rows
         # instruction pc writes), so a fragment used by several HMMAs is unpacked once.
@@ -1156,7 +1156,10 @@ class SimtCore:
                 c.thread_instructions[pc] += lanes
                 kind = kinds[pc]
                 if not kind:
-                    ops[pc](mask)
+                    op = ops[pc]
+                    if op is None:
+                        op = ops[pc] = wave._compile(pc, program[pc])
+                    op(mask)
                     for r in bumps[pc]:
                         version[r] += 1
                     pc += 1

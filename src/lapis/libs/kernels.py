@@ -5,6 +5,7 @@
     kernels.binary(api, "add", a, b, out)        # numpy broadcasting over any strides, up to 6-D
     kernels.where(api, cond, a, b, out)
     kernels.reduce(api, "argmax", x, dim, out)   # along one dimension, in order (deterministic)
+    kernels.adam(api, p, g, m, v, lr=..., ...)    # one fused Adam/AdamW step over a parameter
 
 Operands are device arrays of any strides (views, broadcast); each element's offset is found
 from its linear index and the operand's (broadcast) strides. Each operation compiles its own
@@ -17,7 +18,7 @@ import math
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, grid
+from lapis.cuda import DeviceNDArray, float32, grid
 
 THREADS = 256
 
@@ -45,7 +46,7 @@ def fill(api, array: DeviceNDArray, value) -> None:
 
 # -- elementwise operations over broadcast, strided operands -------------------------------------------
 MAX_DIMS = 6
-UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "relu", "copy")
+UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "relu", "erf", "copy")
 BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge")
 
 
@@ -137,6 +138,8 @@ def make_unary_kernel(op: str, modes: tuple = (STRIDED, STRIDED)):
                 r = math.cos(v)
             elif OP == "relu":
                 r = v if v > 0 else v * 0
+            elif OP == "erf":
+                r = math.erf(v)
             else:
                 r = v
             out[place(i, ndim, shape, sout)] = r
@@ -392,3 +395,40 @@ def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None
             _dispatcher(api, ("reduce", op), lambda: make_reduce_kernel(op))[-(-out.size // THREADS), THREADS](
                 np.int64(outer), np.int64(length), np.int64(inner), np.int64(length * inner), np.int64(inner),
                 np.int64(1), flat_x, flat_out)
+
+
+# -- fused optimizer step --------------------------------------------------------------------------------
+def adam_kernel(n, p, g, m, v, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled):
+    # one parameter's Adam step in torch's order of operations: m and v move toward the gradient, then
+    # p -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps)
+    i = cuda.grid(1)
+    while i < n:
+        grad = g[i]
+        w = p[i]
+        if decoupled:
+            w = w * (float32(1.0) - lr * weight_decay)
+        else:
+            grad = grad + weight_decay * w
+        mi = m[i] + (grad - m[i]) * (float32(1.0) - beta1)
+        vi = v[i] * beta2 + grad * grad * (float32(1.0) - beta2)
+        m[i] = mi
+        v[i] = vi
+        p[i] = w - mi / (math.sqrt(vi) / bias2_sqrt + eps) * (lr / bias1)
+        i += cuda.gridsize(1)
+
+
+def adam(api, p: DeviceNDArray, g: DeviceNDArray, m: DeviceNDArray, v: DeviceNDArray, *, lr: float, beta1: float,
+         beta2: float, eps: float, step: int, weight_decay: float = 0.0, decoupled: bool = False) -> None:
+    """One Adam (or, decoupled, AdamW) step on a float32 parameter, in place: a single kernel instead of the
+    dozen elementwise ops the update is made of (torch's fused=True)."""
+    arrays = (p, g, m, v)
+    if not all(isinstance(a, DeviceNDArray) and a.dtype == np.float32 and a.is_c_contiguous() for a in arrays) or \
+            len({a.size for a in arrays}) != 1:
+        raise KernelArgumentError("adam takes four C-contiguous float32 device arrays of one size")
+    flat = [DeviceNDArray((a.size,), (4,), a.dtype, a.context, a.memory, a.ptr) for a in arrays]
+    f = np.float32
+    with trace.span(4, "adam", elements=p.size, step=step):
+        if p.size:
+            _dispatcher(api, ("adam",), lambda: adam_kernel)[max(1, min(1024, -(-p.size // THREADS))), THREADS](
+                np.int64(p.size), *flat, f(lr), f(beta1), f(beta2), f(eps), f(1 - beta1 ** step),
+                f(math.sqrt(1 - beta2 ** step)), f(weight_decay), bool(decoupled))

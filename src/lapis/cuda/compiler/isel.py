@@ -680,14 +680,33 @@ class InstructionSelector:
             self.emit("FMUL", rd=sq, ra=x, b=x)
             self.emit("FFMA", rd=sum_, ra=args[1], b=args[1], rc=sq)
             self.emit("MUFU", mods={"fn": "SQRT"}, rd=r, b=sum_)
-        elif fn == "pow":                        # exp2(y * log2(x))
-            lg, prod = self.new(f32), self.new(f32)
-            self.emit("MUFU", mods={"fn": "LG2"}, rd=lg, b=x)
-            self.emit("FMUL", rd=prod, ra=lg, b=args[1])
-            self.emit("MUFU", mods={"fn": "EX2"}, rd=r, b=prod)
+        elif fn == "pow":
+            r = self._pow(x, args[1])
         else:
             raise CompileError(f"math.{fn} is not supported in kernels yet", self.func.filename,
                                self.func.first_line, self.func.name)
+        return r
+
+    def _pow(self, x: VReg, y: VReg) -> VReg:
+        """x ** y as exp2(y log2|x|), with C's pow signs: a negative base with an odd integer exponent
+        gives a negative result, with an even one a positive one, with a fractional one NaN."""
+        f32 = T.float32
+        ax, lg, prod, mag, neg_mag, yt, half, half_t, signed, real, r = (self.new(f32) for _ in range(11))
+        p_int, p_odd, p_neg = (self.new(T.boolean) for _ in range(3))
+        self.emit("FADD", rd=ax, ra=x, b=RZ32, abs_="a")
+        self.emit("MUFU", mods={"fn": "LG2"}, rd=lg, b=ax)
+        self.emit("FMUL", rd=prod, ra=lg, b=y)
+        self.emit("MUFU", mods={"fn": "EX2"}, rd=mag, b=prod)
+        self.emit("FMUL", rd=neg_mag, ra=mag, b=self.imm(f32, -1.0))
+        self.emit("FRND", mods={"rnd": "TRUNC", "w": "F32"}, rd=yt, b=y)
+        self.emit("FMUL", rd=half, ra=y, b=self.imm(f32, 0.5))
+        self.emit("FRND", mods={"rnd": "TRUNC", "w": "F32"}, rd=half_t, b=half)
+        self.emit("FSETP", mods={"cmp": "EQ"}, pd=p_int, ra=yt, b=y, ps=(None, False))
+        self.emit("FSETP", mods={"cmp": "NE"}, pd=p_odd, ra=half_t, b=half, ps=(None, False))
+        self.emit("FSETP", mods={"cmp": "LT"}, pd=p_neg, ra=x, b=self.imm(f32, 0.0), ps=(None, False))
+        self.emit("SEL", rd=signed, ra=neg_mag, b=mag, ps=(p_odd, False))
+        self.emit("SEL", rd=real, ra=signed, b=self.imm(f32, math.nan), ps=(p_int, False))
+        self.emit("SEL", rd=r, ra=real, b=mag, ps=(p_neg, False))
         return r
 
     def _erf(self, x: VReg, complement: bool) -> VReg:

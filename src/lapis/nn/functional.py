@@ -1,0 +1,127 @@
+"""Layer 5: torch.nn.functional, built from the framework's differentiable tensor ops.
+
+Each function composes `lapis` ops, so its gradient comes from theirs and it runs as kernels on a
+GPU. Losses reduce with torch's `reduction` ('mean', 'sum', 'none').
+"""
+
+import math
+
+import lapis
+from lapis import _dtype
+from lapis._tensor import Tensor
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    # x: (..., in), weight: (out, in), bias: (out,) -> (..., out)
+    y = x @ weight.t()
+    return y + bias if bias is not None else y
+
+
+def relu(x: Tensor) -> Tensor:
+    return x.relu()
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    if approximate == "tanh":
+        return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+    return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+
+
+def silu(x: Tensor) -> Tensor:
+    return x * x.sigmoid()
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return x.sigmoid()
+
+
+def tanh(x: Tensor) -> Tensor:
+    return x.tanh()
+
+
+def softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
+    return lapis.softmax(x, dim, dtype)
+
+
+def log_softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
+    return lapis.log_softmax(x, dim, dtype)
+
+
+def one_hot(target: Tensor, num_classes: int = -1) -> Tensor:
+    """(..., ) int64 -> (..., C) int64, as an elementwise comparison with arange(C) (no scatter needed)."""
+    if target.dtype is not _dtype.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes < 0:
+        num_classes = int(target.max().item()) + 1
+    classes = lapis.arange(num_classes, device=target.device)
+    return (target.unsqueeze(-1) == classes).long()
+
+
+def _reduce(loss: Tensor, reduction: str, weight_sum: Tensor | None = None) -> Tensor:
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.sum() / weight_sum if weight_sum is not None else loss.mean()
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def nll_loss(logp: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    # logp: (N, C) log-probabilities, target: (N,) class indices -> the picked -logp, averaged over kept rows
+    if logp.ndim != 2 or target.ndim != 1 or target.shape[0] != logp.shape[0]:
+        raise ValueError(f"Expected input batch_size ({logp.shape[0]}) to match target batch_size "
+                         f"({target.shape[0] if target.ndim else 0}).")
+    keep = (target != ignore_index).to(logp.dtype)
+    picked = one_hot(lapis.where(target == ignore_index, 0, target), logp.shape[1]).to(logp.dtype)
+    loss = -(logp * picked).sum(1) * keep
+    return _reduce(loss, reduction, keep.sum() if reduction == "mean" else None)
+
+
+def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    # logits: (N, C), target: (N,) class indices
+    logp = log_softmax(logits, 1)
+    nll = nll_loss(logp, target, ignore_index, "none")
+    if label_smoothing:
+        keep = (target != ignore_index).to(logp.dtype)
+        smooth = -logp.mean(1) * keep
+        nll = (1 - label_smoothing) * nll + label_smoothing * smooth
+    keep_sum = (target != ignore_index).to(logp.dtype).sum() if reduction == "mean" else None
+    return _reduce(nll, reduction, keep_sum)
+
+
+def mse_loss(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
+    d = x - y
+    return _reduce(d * d, reduction)
+
+
+def binary_cross_entropy_with_logits(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
+    # log(1 + exp(-|x|)) + max(x, 0) - x y, the stable form torch uses
+    loss = (1 + (-x.abs()).exp()).log() + x.relu() - x * y
+    return _reduce(loss, reduction)
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1 / (1 - p); the mask is drawn by the
+    framework's generator (on the host, as its other random numbers)."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0:
+        return x
+    keep = (lapis.rand(x.shape, device=x.device) >= p).to(x.dtype)
+    return x * keep * (1 / (1 - p)) if p < 1 else x * 0
+
+
+def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    dims = tuple(range(x.ndim - len(tuple(normalized_shape)), x.ndim))
+    mean = x.mean(dims, keepdim=True)
+    centred = x - mean
+    var = (centred * centred).mean(dims, keepdim=True)
+    y = centred * (var + eps).rsqrt()
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y

@@ -1,0 +1,380 @@
+"""Layer 5: torch.nn's Module, Parameter, containers and layers.
+
+A Module keeps its parameters, buffers and child modules in ordered dicts as attributes are set,
+as torch's does, so `parameters()`, `state_dict()` and `to()` walk the tree in definition order.
+"""
+
+import math
+from collections import OrderedDict
+
+import lapis
+from lapis._tensor import Tensor
+from lapis.nn import functional as F
+from lapis.nn import init
+
+
+class Parameter(Tensor):
+    """A tensor that is a module's parameter: it requires grad, and assigning it to a Module registers it."""
+
+    def __new__(cls, data: Tensor | None = None, requires_grad: bool = True):
+        data = lapis.empty(0) if data is None else data
+        p = Tensor.__new__(cls)
+        Tensor.__init__(p, data._storage, data._shape, data._strides, data._offset, data.device)
+        p.requires_grad = requires_grad
+        return p
+
+    def __init__(self, data=None, requires_grad: bool = True):
+        pass
+
+    def __repr__(self) -> str:
+        return "Parameter containing:\n" + super().__repr__()
+
+
+class Module:
+    def __init__(self):
+        object.__setattr__(self, "_parameters", OrderedDict())
+        object.__setattr__(self, "_buffers", OrderedDict())
+        object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "training", True)
+
+    def __setattr__(self, name: str, value) -> None:
+        if "_parameters" not in self.__dict__:
+            raise AttributeError("cannot assign before Module.__init__() call")
+        for table in (self._parameters, self._buffers, self._modules):
+            table.pop(name, None)
+        if isinstance(value, Parameter):
+            self._parameters[name] = value
+        elif isinstance(value, Module):
+            self._modules[name] = value
+        else:
+            object.__setattr__(self, name, value)
+
+    def __getattr__(self, name: str):
+        for table in ("_parameters", "_buffers", "_modules"):
+            d = self.__dict__.get(table)
+            if d is not None and name in d:
+                return d[name]
+        raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
+
+    def register_buffer(self, name: str, tensor: Tensor | None) -> None:
+        self._buffers[name] = tensor
+
+    def register_parameter(self, name: str, param: Parameter | None) -> None:
+        self._parameters[name] = param
+
+    def forward(self, *args, **kwargs):
+        raise NotImplementedError(f"Module [{type(self).__name__}] is missing the required \"forward\" function")
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    # -- the tree ----------------------------------------------------------------------------------------
+    def named_modules(self, prefix: str = ""):
+        yield prefix, self
+        for name, m in self._modules.items():
+            if m is not None:
+                yield from m.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def modules(self):
+        return (m for _, m in self.named_modules())
+
+    def named_children(self):
+        return ((n, m) for n, m in self._modules.items() if m is not None)
+
+    def children(self):
+        return (m for _, m in self.named_children())
+
+    def named_parameters(self, prefix: str = "", recurse: bool = True):
+        seen = set()
+        for mod_prefix, m in (self.named_modules(prefix) if recurse else [(prefix, self)]):
+            for name, p in m._parameters.items():
+                if p is not None and id(p) not in seen:
+                    seen.add(id(p))
+                    yield (f"{mod_prefix}.{name}" if mod_prefix else name), p
+
+    def parameters(self, recurse: bool = True):
+        return (p for _, p in self.named_parameters(recurse=recurse))
+
+    def named_buffers(self, prefix: str = ""):
+        for mod_prefix, m in self.named_modules(prefix):
+            for name, b in m._buffers.items():
+                if b is not None:
+                    yield (f"{mod_prefix}.{name}" if mod_prefix else name), b
+
+    def buffers(self):
+        return (b for _, b in self.named_buffers())
+
+    # -- state ----------------------------------------------------------------------------------------------
+    def state_dict(self) -> "OrderedDict[str, Tensor]":
+        out = OrderedDict()
+        for mod_prefix, m in self.named_modules():
+            for table in (m._parameters, m._buffers):
+                for name, t in table.items():
+                    if t is not None:
+                        out[f"{mod_prefix}.{name}" if mod_prefix else name] = t.detach()
+        return out
+
+    def load_state_dict(self, state: dict, strict: bool = True):
+        own = self.state_dict()
+        missing = [k for k in own if k not in state]
+        unexpected = [k for k in state if k not in own]
+        if strict and (missing or unexpected):
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}: missing keys {missing}, "
+                               f"unexpected keys {unexpected}")
+        with lapis.no_grad():
+            for k, t in own.items():
+                if k in state:
+                    if tuple(state[k].shape) != tuple(t.shape):
+                        raise RuntimeError(f"size mismatch for {k}: copying a param with shape {tuple(state[k].shape)}"
+                                           f", the shape in current model is {tuple(t.shape)}.")
+                    t.copy_(state[k])
+        return missing, unexpected
+
+    def train(self, mode: bool = True) -> "Module":
+        for m in self.modules():
+            object.__setattr__(m, "training", mode)
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.parameters():
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    def to(self, *args, **kwargs) -> "Module":
+        """Move or cast parameters and buffers in place: each Parameter object stays (an optimizer made
+        before holds the same ones), its data is replaced, as torch's `.data` assignment does."""
+        for m in self.modules():
+            for p in m._parameters.values():
+                if p is not None:
+                    moved = p.detach().to(*args, **kwargs)
+                    p._storage, p._shape, p._strides, p._offset = moved._storage, moved._shape, moved._strides, \
+                        moved._offset
+                    p.device = moved.device
+            for name, b in list(m._buffers.items()):
+                if b is not None:
+                    m._buffers[name] = b.to(*args, **kwargs)
+        return self
+
+    def cuda(self, index: int = 0) -> "Module":
+        return self.to(lapis.device("cuda", index))
+
+    def cpu(self) -> "Module":
+        return self.to("cpu")
+
+    def extra_repr(self) -> str:
+        return ""
+
+    def __repr__(self) -> str:
+        lines = [f"({name}): " + repr(m).replace("\n", "\n  ") for name, m in self._modules.items()]
+        body = self.extra_repr()
+        if not lines:
+            return f"{type(self).__name__}({body})"
+        return f"{type(self).__name__}(\n  " + "\n  ".join(lines) + "\n)"
+
+
+class Sequential(Module):
+    def __init__(self, *mods):
+        super().__init__()
+        items = mods[0].items() if len(mods) == 1 and isinstance(mods[0], OrderedDict) else \
+            ((str(i), m) for i, m in enumerate(mods))
+        for name, m in items:
+            self._modules[name] = m
+
+    def forward(self, x):
+        for m in self._modules.values():
+            x = m(x)
+        return x
+
+    def __getitem__(self, i):
+        mods = list(self._modules.values())
+        return Sequential(*mods[i]) if isinstance(i, slice) else mods[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+    def append(self, m: Module) -> "Sequential":
+        self._modules[str(len(self._modules))] = m
+        return self
+
+
+class ModuleList(Module):
+    def __init__(self, mods=()):
+        super().__init__()
+        for m in mods:
+            self.append(m)
+
+    def append(self, m: Module) -> "ModuleList":
+        self._modules[str(len(self._modules))] = m
+        return self
+
+    def __getitem__(self, i):
+        return list(self._modules.values())[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules.values())
+
+
+class ModuleDict(Module):
+    def __init__(self, mods=None):
+        super().__init__()
+        for k, m in (mods or {}).items():
+            self._modules[k] = m
+
+    def __getitem__(self, k):
+        return self._modules[k]
+
+    def __setitem__(self, k, m):
+        self._modules[k] = m
+
+    def __len__(self):
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+    def keys(self):
+        return self._modules.keys()
+
+    def items(self):
+        return self._modules.items()
+
+    def values(self):
+        return self._modules.values()
+
+
+class Linear(Module):
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(lapis.empty(out_features, in_features, device=device, dtype=dtype))
+        self.bias = Parameter(lapis.empty(out_features, device=device, dtype=dtype)) if bias else None
+        if not bias:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        # torch's: kaiming_uniform_(a=sqrt(5)) for the weight, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) for the bias
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))
+        if self.bias is not None:
+            bound = 1 / math.sqrt(self.in_features) if self.in_features else 0
+            init.uniform_(self.bias, -bound, bound)
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def _activation(name: str, fn):
+    def __init__(self, *args, **kwargs):               # ReLU(inplace=...) and friends: the flags are ignored
+        Module.__init__(self)
+    return type(name, (Module,), {"forward": lambda self, x: fn(x), "__init__": __init__})
+
+
+ReLU = _activation("ReLU", F.relu)
+SiLU = _activation("SiLU", F.silu)
+Tanh = _activation("Tanh", F.tanh)
+Sigmoid = _activation("Sigmoid", F.sigmoid)
+
+
+class GELU(Module):
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        self.approximate = approximate
+
+    def forward(self, x):
+        return F.gelu(x, self.approximate)
+
+
+class Softmax(Module):
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x):
+        return F.softmax(x, self.dim)
+
+
+class Flatten(Module):
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x):
+        return x.flatten(self.start_dim, self.end_dim)
+
+
+class Dropout(Module):
+    def __init__(self, p: float = 0.5):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x):
+        return F.dropout(x, self.p, self.training)
+
+
+class LayerNorm(Module):
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
+        self.eps = eps
+        if elementwise_affine:
+            self.weight = Parameter(lapis.ones(self.normalized_shape, device=device, dtype=dtype))
+            self.bias = Parameter(lapis.zeros(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class _Loss(Module):
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        self.reduction = reduction
+
+
+class CrossEntropyLoss(_Loss):
+    def __init__(self, ignore_index: int = -100, reduction: str = "mean", label_smoothing: float = 0.0):
+        super().__init__(reduction)
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+
+    def forward(self, logits, target):
+        return F.cross_entropy(logits, target, self.ignore_index, self.reduction, self.label_smoothing)
+
+
+class NLLLoss(_Loss):
+    def __init__(self, ignore_index: int = -100, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, logp, target):
+        return F.nll_loss(logp, target, self.ignore_index, self.reduction)
+
+
+class MSELoss(_Loss):
+    def forward(self, x, y):
+        return F.mse_loss(x, y, self.reduction)
+
+
+class BCEWithLogitsLoss(_Loss):
+    def forward(self, x, y):
+        return F.binary_cross_entropy_with_logits(x, y, self.reduction)
+
+
+__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "Dropout", "Flatten", "GELU", "LayerNorm", "Linear", "MSELoss",
+           "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",
+           "Softmax", "Tanh"]

@@ -1,0 +1,167 @@
+"""Layer 5: nn modules, losses, optimizers and data loading against PyTorch on the CPU; the digits example."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import lapis
+from lapis import nn
+from lapis.utils.data import DataLoader, TensorDataset
+
+rng = np.random.default_rng(11)
+DEVICES = ["cpu", "cuda"]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
+
+
+def f32(*shape):
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def twin_linear(device, in_f=5, out_f=3):
+    ours, theirs = nn.Linear(in_f, out_f).to(device), torch.nn.Linear(in_f, out_f)
+    with torch.no_grad():
+        theirs.weight.copy_(torch.tensor(ours.weight.detach().cpu().numpy()))
+        theirs.bias.copy_(torch.tensor(ours.bias.detach().cpu().numpy()))
+    return ours, theirs
+
+
+def close(a: lapis.Tensor, b: torch.Tensor, atol=1e-5):
+    np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().numpy(), rtol=1e-4, atol=atol)
+
+
+def test_modules_register_parameters_and_state():
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    names = [n for n, _ in model.named_parameters()]
+    assert names == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    assert [tuple(p.shape) for p in model.parameters()] == [(8, 4), (8,), (2, 8), (2,)]
+    assert all(p.requires_grad and p.is_leaf for p in model.parameters())
+    state = model.state_dict()
+    other = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    other.load_state_dict(state)
+    assert all(np.array_equal(a.numpy(), b.numpy()) for a, b in zip(other.state_dict().values(), state.values(),
+                                                                       strict=True))
+    with pytest.raises(RuntimeError, match="missing keys"):
+        other.load_state_dict({"0.weight": state["0.weight"]})
+    assert not model.eval().training and all(not m.training for m in model.modules())
+    assert len(list(model.children())) == 3 and isinstance(model[0], nn.Linear)
+    moved = model.to("cuda")
+    assert moved is model and model[0].weight.device.type == "cuda" and names == [n for n, _ in
+                                                                                  model.named_parameters()]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_linear_and_activations_match_torch(device):
+    ours, theirs = twin_linear(device)
+    x = f32(7, 5)
+    xo, xt = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+    for fo, ft in ((lambda v: v, lambda v: v), (nn.GELU(), torch.nn.GELU()), (nn.SiLU(), torch.nn.SiLU()),
+                   (nn.Tanh(), torch.nn.Tanh()), (nn.Sigmoid(), torch.nn.Sigmoid())):
+        yo, yt = fo(ours(xo)), ft(theirs(xt))
+        close(yo, yt)
+        w = f32(*yt.shape)
+        (yo * lapis.tensor(w, device=device)).sum().backward()
+        (yt * torch.tensor(w)).sum().backward()
+        close(ours.weight.grad, theirs.weight.grad, 1e-4)
+        close(xo.grad, xt.grad, 1e-4)
+        ours.zero_grad()
+        theirs.zero_grad()
+        xo.grad, xt.grad = None, None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_losses_match_torch(device):
+    logits, target = f32(6, 4), np.array([0, 3, 1, 1, 2, -100], np.int64)
+    cases = [(nn.CrossEntropyLoss(), torch.nn.CrossEntropyLoss()),
+             (nn.CrossEntropyLoss(label_smoothing=0.1), torch.nn.CrossEntropyLoss(label_smoothing=0.1)),
+             (nn.CrossEntropyLoss(reduction="sum"), torch.nn.CrossEntropyLoss(reduction="sum"))]
+    for ours, theirs in cases:
+        lo, lt = lapis.tensor(logits, device=device, requires_grad=True), torch.tensor(logits, requires_grad=True)
+        a, b = ours(lo, lapis.tensor(target, device=device)), theirs(lt, torch.tensor(target))
+        close(a, b)
+        a.backward()
+        b.backward()
+        close(lo.grad, lt.grad)
+    x, y = f32(5, 3), (rng.random((5, 3)) > 0.5).astype(np.float32)
+    for ours, theirs in ((nn.MSELoss(), torch.nn.MSELoss()), (nn.BCEWithLogitsLoss(), torch.nn.BCEWithLogitsLoss())):
+        close(ours(lapis.tensor(x, device=device), lapis.tensor(y, device=device)),
+              theirs(torch.tensor(x), torch.tensor(y)))
+    logp = torch.log_softmax(torch.tensor(logits), 1)
+    close(nn.NLLLoss()(lapis.tensor(logp.numpy(), device=device), lapis.tensor(target, device=device)),
+          torch.nn.NLLLoss()(logp, torch.tensor(target)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layer_norm_and_dropout(device):
+    x = f32(3, 6)
+    ours, theirs = nn.LayerNorm(6).to(device), torch.nn.LayerNorm(6)
+    close(ours(lapis.tensor(x, device=device)), theirs(torch.tensor(x)))
+    drop = nn.Dropout(0.25)
+    ones = lapis.ones(4000, device=device)
+    kept = drop(ones)
+    values = np.unique(kept.cpu().numpy())
+    np.testing.assert_allclose(values, [0.0, 1 / 0.75], rtol=1e-6)
+    assert abs((kept == 0).float().mean().item() - 0.25) < 0.03
+    assert drop.eval()(ones) is ones
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name,make", [
+    ("sgd", lambda lib, p: lib.optim.SGD(p, lr=0.1)),
+    ("momentum", lambda lib, p: lib.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=0.01)),
+    ("nesterov", lambda lib, p: lib.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True)),
+    ("adam", lambda lib, p: lib.optim.Adam(p, lr=0.05, weight_decay=0.01)),
+    ("adamw", lambda lib, p: lib.optim.AdamW(p, lr=0.05)),
+])
+def test_optimizers_follow_torch_for_several_steps(device, name, make):
+    ours, theirs = twin_linear(device)
+    opt_o, opt_t = make(lapis, list(ours.parameters())), make(torch, list(theirs.parameters()))
+    for _ in range(4):
+        x, y = f32(8, 5), f32(8, 3)
+        lo = ((ours(lapis.tensor(x, device=device)) - lapis.tensor(y, device=device)) ** 2).mean()
+        lt = ((theirs(torch.tensor(x)) - torch.tensor(y)) ** 2).mean()
+        opt_o.zero_grad()
+        opt_t.zero_grad()
+        lo.backward()
+        lt.backward()
+        opt_o.step()
+        opt_t.step()
+    close(ours.weight, theirs.weight, 2e-5)
+    close(ours.bias, theirs.bias, 2e-5)
+
+
+def test_schedulers_follow_torch():
+    p = [nn.Parameter(lapis.zeros(1))]
+    q = [torch.nn.Parameter(torch.zeros(1))]
+    for make in (lambda lib, o: lib.optim.lr_scheduler.StepLR(o, 2, 0.5),
+                 lambda lib, o: lib.optim.lr_scheduler.CosineAnnealingLR(o, 5)):
+        oo, ot = lapis.optim.SGD(p, lr=1.0), torch.optim.SGD(q, lr=1.0)
+        so, st = make(lapis, oo), make(torch, ot)
+        for _ in range(6):
+            oo.step()
+            ot.step()
+            so.step()
+            st.step()
+            assert so.get_last_lr() == pytest.approx(st.get_last_lr())
+
+
+def test_data_loader_batches_shuffles_and_drops():
+    x, y = lapis.arange(10).float().reshape(10, 1), lapis.arange(10)
+    batches = list(DataLoader(TensorDataset(x, y), batch_size=4))
+    assert [b[1].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    shuffled = [b[1].tolist() for b in DataLoader(TensorDataset(x, y), batch_size=4, shuffle=True, drop_last=True,
+                                                  generator=3)]
+    assert len(shuffled) == 2 and len(set(sum(shuffled, []))) == 8 and sum(shuffled, []) != list(range(8))
+    assert len(DataLoader(TensorDataset(x, y), batch_size=4, drop_last=True)) == 2
+
+
+def test_digits_mlp_example_learns_on_cpu_and_cuda():
+    import digits_mlp
+    full = digits_mlp.train("cpu", quiet=True)                # the example's defaults: 97% or better
+    assert full["accuracy"] >= 0.97
+    short = digits_mlp.train("cuda", epochs=1, quiet=True)     # reduced: one epoch on the simulated GPU
+    assert short["accuracy"] >= 0.7
+    cpu_short = digits_mlp.train("cpu", epochs=1, quiet=True)
+    assert abs(short["accuracy"] - cpu_short["accuracy"]) <= 0.02   # the same run, within float differences
