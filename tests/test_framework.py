@@ -83,3 +83,19 @@ def test_moves_with_dtype_and_torch_conventions():
         lapis.rand(3, dtype=lapis.int32)
     d = g.to(dtype=lapis.float64)                                  # a cast on the GPU, by a copy kernel
     assert d.device == g.device and d.dtype == lapis.float64 and d.tolist() == [1.25, 2.5]
+
+
+def test_torch_cuda_names_work_on_lapis_cuda():
+    import gc
+    assert lapis.cuda.is_available() and lapis.cuda.device_count() >= 1 and lapis.cuda.current_device() == 0
+    props = lapis.cuda.get_device_properties(0)
+    assert props.multi_processor_count == 132 and (props.major, props.minor) == (9, 0) and props.warp_size == 32
+    assert "H200" in lapis.cuda.get_device_name() and lapis.hip.get_device_properties().warp_size == 64
+    lapis.cuda.synchronize()
+    before = lapis.cuda.memory_allocated()
+    x = lapis.zeros(1 << 20, device="cuda")                     # 4 MiB: one large-pool block
+    assert lapis.cuda.memory_allocated() - before == 4 << 20
+    assert lapis.cuda.memory_reserved() >= lapis.cuda.memory_allocated()
+    del x
+    gc.collect()
+    assert lapis.cuda.memory_allocated() == before

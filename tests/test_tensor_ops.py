@@ -176,3 +176,50 @@ def test_errors_match_torch():
     assert a.t().reshape(6).shape == (6,)
     with pytest.raises(RuntimeError, match="only Tensors of floating point dtype can require gradients"):
         lapis.zeros(2, dtype=lapis.int64).requires_grad_()
+
+
+def _index(m, data, device):
+    return m.tensor(data) if m is torch else lapis.tensor(data, device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_indexing_ops_with_gradients(device):
+    idx = np.array([[0, 2, 1, 0], [3, 3, 0, 1], [2, 1, 1, 0]], np.int64)      # for dim 1 of a (3, 4) source
+    same(lambda m, x: x[0].gather(1, _index(m, idx, device)), f32(3, 4), device=device)
+    rows = np.array([2, 0, 2], np.int64)
+    same(lambda m, x: m.index_select(x[0], 0, _index(m, rows, device)), f32(3, 5), device=device)
+    same(lambda m, x: x[0][_index(m, rows, device)] * 2, f32(3, 5), device=device)
+    same(lambda m, x: x[0].scatter_add(1, _index(m, idx, device), x[1]), f32(3, 4), f32(3, 4), device=device)
+    mask = rng.random((3, 5)) > 0.5
+    same(lambda m, x: x[0].masked_fill(_index(m, mask, device), -1.5), f32(3, 5), device=device)
+    same(lambda m, x: x[0][_index(m, mask, device)], f32(3, 5), device=device)
+    same(lambda m, x: m.tril(x[0], -1) + m.triu(x[0], 2), f32(4, 5), device=device)
+    same(lambda m, x: m.cat([c * (i + 1) for i, c in enumerate(x[0].chunk(3, 1))], 1), f32(2, 7), device=device)
+    same(lambda m, x: x[0].split([1, 3], 0)[1].sum(0), f32(4, 3), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_embedding_and_save_load(device, tmp_path):
+    emb = lapis.nn.Embedding(10, 4).to(device)
+    ref = torch.nn.Embedding(10, 4)
+    with torch.no_grad():
+        ref.weight.copy_(torch.tensor(emb.weight.detach().cpu().numpy()))
+    idx = np.array([[1, 9, 1], [0, 3, 1]], np.int64)
+    out, want = emb(lapis.tensor(idx, device=device)), ref(torch.tensor(idx))
+    np.testing.assert_allclose(out.detach().cpu().numpy(), want.detach().numpy())
+    w = f32(2, 3, 4)
+    (out * lapis.tensor(w, device=device)).sum().backward()
+    (want * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(emb.weight.grad.cpu().numpy(), ref.weight.grad.numpy(), atol=1e-6)
+    path = tmp_path / "model.safetensors"
+    lapis.save(emb.state_dict(), path)
+    loaded = lapis.load(path, map_location=device)
+    assert list(loaded) == ["weight"] and loaded["weight"].device.type == device
+    np.testing.assert_array_equal(loaded["weight"].cpu().numpy(), emb.weight.detach().cpu().numpy())
+    half = lapis.tensor([1.5, -2.25], dtype=lapis.bfloat16)
+    lapis.save(half, tmp_path / "t.safetensors")
+    back = lapis.load(tmp_path / "t.safetensors")
+    assert back.dtype == lapis.bfloat16 and back.tolist() == [1.5, -2.25]
+    raw = (tmp_path / "t.safetensors").read_bytes()
+    header = raw[8:8 + int.from_bytes(raw[:8], "little")]
+    assert b'"dtype":"BF16"' in header and b'"data_offsets":[0,4]' in header     # safetensors' layout

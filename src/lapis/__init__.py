@@ -61,10 +61,14 @@ from lapis._methods import (  # noqa: A004 - torch's names
     add,
     argmax,
     argmin,
+    chunk,
     clamp,
     div,
+    gather,
+    index_select,
     log_softmax,
     logsumexp,
+    masked_fill,
     max,
     maximum,
     mean,
@@ -73,13 +77,18 @@ from lapis._methods import (  # noqa: A004 - torch's names
     mul,
     pow,
     prod,
+    scatter_add,
     softmax,
+    split,
     std,
     sub,
     sum,
+    tril,
+    triu,
     var,
 )
 from lapis._ops import broadcast_shapes, matmul, where
+from lapis._serialization import load, save
 from lapis._tensor import Size, Tensor, manual_seed
 from lapis.autograd import enable_grad, no_grad
 
@@ -111,6 +120,7 @@ __all__ = ["Size", "Tensor", "abs", "add", "arange", "argmax", "argmin", "as_ten
            "ones", "ones_like", "pow", "prod", "promote_types", "rand", "rand_like", "randint", "randn",
            "randn_like", "relu", "result_type", "rsqrt", "set_default_dtype", "sigmoid", "sin", "softmax", "sqrt",
            "stack", "std", "sub", "sum", "tanh", "tensor", "trace", "var", "where", "zeros", "zeros_like",
-           "nn", "optim", "utils"]
+           "nn", "optim", "utils", "chunk", "gather", "index_select", "masked_fill", "scatter_add", "split", "tril",
+           "triu", "save", "load"]
 
 from lapis import nn, optim, utils  # noqa: E402 - these build on the names above, as torch.nn does on torch

@@ -13,6 +13,7 @@ launches from `lapis.libs` (asynchronous, like ATen's), on `cpu` numpy does the 
     matmul(a, b, out)          2-D; operands C- or F-contiguous
     adam(p, g, m, v, ...)      one fused Adam/AdamW step, in place
     softmax(x, out, log), softmax_backward(y, dy, dx, log)   over the last dimension, x contiguous
+    gather(x, dim, index, out), scatter_add(out, dim, index, src)   torch.gather / scatter_add_, contiguous
 """
 
 import math
@@ -156,3 +157,19 @@ def softmax_backward(y, dy, dx, log: bool) -> None:
         dx[...] = dy - np.exp(y) * dy.sum(axis=-1, keepdims=True)
     else:
         dx[...] = y * (dy - (dy * y).sum(axis=-1, keepdims=True))
+
+
+def gather(x, dim: int, index, out) -> None:
+    if on_gpu(out):
+        kernels.gather(_api(out), x, dim, index, out)
+    else:
+        out[...] = np.take_along_axis(x, index, axis=dim)
+
+
+def scatter_add(out, dim: int, index, src) -> None:
+    if on_gpu(out):
+        kernels.scatter_add(_api(out), out, dim, index, src)
+    else:
+        where = list(np.indices(index.shape, sparse=True))
+        where[dim] = index
+        np.add.at(out, tuple(where), src)

@@ -8,6 +8,8 @@ its version (autograd refuses a gradient that would read an overwritten saved te
 import builtins
 from collections import namedtuple
 
+import numpy as np
+
 from lapis import _backend, _dtype, _ops
 from lapis._creation import full
 from lapis._tensor import Size, Tensor, _dim
@@ -205,11 +207,89 @@ def narrow(x, dim, start, length):
 
 
 def getitem(x, index):
+    if isinstance(index, list):
+        index = lapis_tensor(index)
+    if isinstance(index, Tensor):
+        if index.dtype is _dtype.bool_:                 # a mask: the selected elements, in order
+            return masked_select(x, index)
+        if index.dtype.category == 1:                   # an index tensor on the first dimension
+            flat = index.reshape(-1).long()
+            return _ops.index_select(x, 0, flat).reshape(*index.shape, *x.shape[1:])
     index = index if isinstance(index, tuple) else (index,)
     for i in index:
         if isinstance(i, Tensor | list):
-            raise NotImplementedError("indexing with tensors or lists (advanced indexing) is not supported yet")
+            raise NotImplementedError("indexing with several tensors (advanced indexing) is not supported yet")
     return _ops.Index.apply(x, index)
+
+
+def lapis_tensor(data):
+    from lapis._creation import tensor
+    return tensor(data)
+
+
+def masked_select(x, mask):
+    """x's elements where mask (broadcast to x) holds, as a 1-D tensor: the count is read back to the host,
+    as on a GPU, so this is a sync point."""
+    mask = mask.expand(x.shape) if tuple(mask.shape) != tuple(x.shape) else mask
+    picked = np.flatnonzero(mask.cpu().numpy().reshape(-1))
+    from lapis._creation import tensor
+    return _ops.gather(x.reshape(-1), 0, tensor(picked.astype(np.int64), device=x.device))
+
+
+def masked_fill(x, mask, value):
+    fill = value if isinstance(value, Tensor) else full((), value, dtype=x.dtype, device=x.device)
+    return _ops.where(mask, fill, x)
+
+
+def _triangle(x, diagonal, lower: bool):
+    from lapis._creation import arange
+    rows, cols = x.shape[-2], x.shape[-1]
+    i = arange(rows, device=x.device).reshape(rows, 1)
+    j = arange(cols, device=x.device).reshape(1, cols)
+    keep = (j - i <= diagonal) if lower else (j - i >= diagonal)
+    return _ops.where(keep, x, 0)
+
+
+def tril(x, diagonal=0):
+    return _triangle(x, diagonal, True)
+
+
+def triu(x, diagonal=0):
+    return _triangle(x, diagonal, False)
+
+
+def split(x, split_size_or_sections, dim=0):
+    d = _dim(dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, int):
+        sizes = [builtins.min(split_size_or_sections, n - s) for s in range(0, n, split_size_or_sections)] or [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if builtins.sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
+                               f"dimension {d}), but got split_sizes={sizes}")
+    out, at = [], 0
+    for size in sizes:
+        out.append(narrow(x, d, at, size))
+        at += size
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    n = x.shape[_dim(dim, x.ndim)]
+    return split(x, -(-n // chunks) if n else 1, dim)
+
+
+def gather(x, dim, index):
+    return _ops.gather(x, dim, index)
+
+
+def scatter_add(x, dim, index, src):
+    return _ops.ScatterAdd.apply(x, dim, index, src)
+
+
+def index_select(x, dim, index):
+    return _ops.index_select(x, dim, index)
 
 
 def contiguous(x):
@@ -297,7 +377,9 @@ _METHODS = {
     "argmin": argmin, "logsumexp": logsumexp, "softmax": softmax, "log_softmax": log_softmax,
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t, "unsqueeze": unsqueeze,
     "squeeze": squeeze, "flatten": flatten, "expand": expand, "expand_as": lambda x, o: expand(x, o.shape),
-    "narrow": narrow, "contiguous": contiguous, "clone": clone,
+    "narrow": narrow, "contiguous": contiguous, "clone": clone, "gather": gather, "scatter_add": scatter_add,
+    "index_select": index_select, "masked_fill": masked_fill, "masked_select": masked_select, "tril": tril,
+    "triu": triu, "split": split, "chunk": chunk,
     "add_": _inplace(add, "add"), "sub_": _inplace(sub, "sub"), "mul_": _inplace(mul, "mul"),
     "div_": _inplace(div, "div"), "zero_": zero_,
     "fill_": fill_, "copy_": copy_,

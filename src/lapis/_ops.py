@@ -558,6 +558,68 @@ class Index(Function):
         return out, None
 
 
+# -- gather and scatter -----------------------------------------------------------------------------
+def _check_index(index: Tensor) -> None:
+    if not isinstance(index, Tensor) or index.dtype is not _dtype.int64:
+        raise RuntimeError(f"gather(): Expected dtype int64 for index, got "
+                           f"{index.dtype.name if isinstance(index, Tensor) else type(index).__name__}")
+
+
+class Gather(Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, dim: int, index: Tensor):
+        _check_index(index)
+        _check_devices(x, index)
+        d = _dim(dim, x.ndim)
+        out = _new(index.shape, x.dtype, x.device)
+        _backend.gather(_contiguous(x)._data, d, _contiguous(index)._data, out._data)
+        ctx.shape, ctx.d = x.shape, d
+        ctx.save_for_backward(index)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        from lapis._creation import zeros
+        return ScatterAdd.apply(zeros(ctx.shape, dtype=g.dtype, device=g.device), ctx.d, index, g), None, None
+
+
+class ScatterAdd(Function):
+    """x.scatter_add(dim, index, src): a copy of x with src added at index along dim."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, dim: int, index: Tensor, src: Tensor):
+        _check_index(index)
+        _check_devices(x, index, src)
+        d = _dim(dim, x.ndim)
+        out = _new(x.shape, x.dtype, x.device)
+        _backend.unary("copy", x._data, out._data)
+        _backend.scatter_add(out._data, d, _contiguous(index)._data, _contiguous(src.to(x.dtype))._data)
+        ctx.d = d
+        ctx.save_for_backward(index)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        return g, None, None, gather(g, ctx.d, index)
+
+
+def gather(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    return Gather.apply(x, dim, index)
+
+
+def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
+    """x's slices at `index` along dim: a gather with the index broadcast over the other dimensions."""
+    if index.ndim != 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    d = _dim(dim, x.ndim)
+    shape = list(x.shape)
+    shape[d] = index.shape[0]
+    spread = index.reshape([-1 if i == d else 1 for i in range(x.ndim)]).expand(shape).contiguous()
+    return gather(x, d, spread)
+
+
 # -- matmul -----------------------------------------------------------------------------------------
 def _blas_ready(x: Tensor) -> Tensor:
     """x itself when BLAS can read it (row-major, or a transposed row-major view), else a contiguous copy."""

@@ -83,6 +83,8 @@ pinned_array = _api.pinned_array
 memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_allocated
 memory_reserved, memory_stats, memory_summary = _api.memory_reserved, _api.memory_stats, _api.memory_summary
 empty_cache = _api.empty_cache
+current_device, set_device, get_device_name = _api.current_device, _api.set_device, _api.get_device_name
+get_device_properties = _api.get_device_properties
 _runtime_api = RuntimeApi(_api, "cuda")
 globals().update(_runtime_api.namespace())      # cudaMalloc, cudaSuccess, ...: names from runtime_api's table
 
@@ -102,5 +104,6 @@ __all__ = [
     "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
     "pinned_array", "stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
-    "memory_summary", "empty_cache", *_runtime_api.namespace(),
+    "memory_summary", "empty_cache", "current_device", "set_device",
+    "get_device_name", "get_device_properties", *_runtime_api.namespace(),
 ]

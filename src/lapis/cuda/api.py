@@ -17,6 +17,27 @@ from lapis.cuda.dispatcher import Dispatcher
 from lapis.cuda.errors import CudaSupportError
 
 
+class DeviceProperties:
+    """torch.cuda.get_device_properties(): the profile's numbers under PyTorch's attribute names."""
+
+    def __init__(self, context: Context):
+        p = context.agent.properties
+        self.name = p["marketing_name"]
+        self.major, self.minor = p["compute_capability"]
+        self.total_memory = p["memory_bytes"]
+        self.multi_processor_count = p["compute_units"]
+        self.warp_size = p["warp_size"]
+        self.max_threads_per_multi_processor = p["max_threads_per_unit"]
+        self.shared_memory_per_block = p["shared_per_block"]
+        self.regs_per_multiprocessor = p["registers_per_unit"]
+        self.L2_cache_size = p["l2_bytes"]
+        self.gcnArchName = "gfx942" if p["vendor"] == "amd" else ""
+
+    def __repr__(self) -> str:
+        return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+                f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})")
+
+
 class Api:
     def __init__(self, name: str, vendor: str):
         self.name, self.vendor = name, vendor
@@ -42,6 +63,20 @@ class Api:
 
     def get_current_device(self) -> Device:
         return self.context(self._current).device
+
+    # torch.cuda's names for the same facts
+    def current_device(self) -> int:
+        return self._current
+
+    def set_device(self, index: int) -> None:
+        self.select_device(index)
+
+    def get_device_name(self, device=None) -> str:
+        return self.get_device_properties(device).name
+
+    def get_device_properties(self, device=None) -> "DeviceProperties":
+        index = self._current if device is None else device if isinstance(device, int) else device.index or 0
+        return DeviceProperties(self.context(index))
 
     def context(self, index: int | None = None) -> Context:
         index = self._current if index is None else index

@@ -77,6 +77,8 @@ pinned_array = _api.pinned_array
 memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_allocated
 memory_reserved, memory_stats, memory_summary = _api.memory_reserved, _api.memory_stats, _api.memory_summary
 empty_cache = _api.empty_cache
+current_device, set_device, get_device_name = _api.current_device, _api.set_device, _api.get_device_name
+get_device_properties = _api.get_device_properties
 _runtime_api = RuntimeApi(_api, "hip")
 globals().update(_runtime_api.namespace())      # hipMalloc, hipSuccess, ...: the CUDA names through one table
 
@@ -91,5 +93,6 @@ __all__ = [
     "warpsize",
     "CudaSupportError", "Device", "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "Stream",
     "event", "event_elapsed_time", "pinned_array", "stream", "memory_allocated", "max_memory_allocated",
-    "memory_reserved", "memory_stats", "memory_summary", "empty_cache", *_runtime_api.namespace(),
+    "memory_reserved", "memory_stats", "memory_summary", "empty_cache", "current_device", "set_device",
+    "get_device_name", "get_device_properties", *_runtime_api.namespace(),
 ]

@@ -6,6 +6,8 @@
     kernels.where(api, cond, a, b, out)
     kernels.reduce(api, "argmax", x, dim, out)   # along one dimension, in order (deterministic)
     kernels.adam(api, p, g, m, v, lr=..., ...)    # one fused Adam/AdamW step over a parameter
+    kernels.gather(api, x, dim, index, out)      # out[.., j, ..] = x[.., index[.., j, ..], ..] (torch.gather)
+    kernels.scatter_add(api, out, dim, index, src)   # out[.., index[.., j, ..], ..] += src[.., j, ..]
 
 Operands are device arrays of any strides (views, broadcast); each element's offset is found
 from its linear index and the operand's (broadcast) strides. Each operation compiles its own
@@ -432,3 +434,77 @@ def adam(api, p: DeviceNDArray, g: DeviceNDArray, m: DeviceNDArray, v: DeviceNDA
             _dispatcher(api, ("adam",), lambda: adam_kernel)[max(1, min(1024, -(-p.size // THREADS))), THREADS](
                 np.int64(p.size), *flat, f(lr), f(beta1), f(beta2), f(eps), f(1 - beta1 ** step),
                 f(math.sqrt(1 - beta2 ** step)), f(weight_decay), bool(decoupled))
+
+
+# -- gather and scatter along one dimension -----------------------------------------------------------------
+def gather_kernel(n, length, inner, src_length, x, index, out):
+    # out and index are (outer, length, inner) and x is (outer, src_length, inner), all contiguous:
+    # out[o, j, k] = x[o, index[o, j, k], k]
+    t = cuda.grid(1)
+    while t < n:
+        o = t // (length * inner)
+        k = t % inner
+        out[t] = x[(o * src_length + index[t]) * inner + k]
+        t += cuda.gridsize(1)
+
+
+def scatter_add_kernel(n, length, inner, dst_length, out, index, src):
+    # out[o, index[o, j, k], k] += src[o, j, k], with atomics (applied in lane order here: deterministic)
+    t = cuda.grid(1)
+    while t < n:
+        o = t // (length * inner)
+        k = t % inner
+        cuda.atomic.add(out, (o * dst_length + index[t]) * inner + k, src[t])
+        t += cuda.gridsize(1)
+
+
+def _along(x: DeviceNDArray, dim: int) -> tuple[int, int, int]:
+    """(outer, length, inner) of a contiguous array viewed around dimension dim."""
+    return int(np.prod(x.shape[:dim])), x.shape[dim], int(np.prod(x.shape[dim + 1:]))
+
+
+def _flat1(x: DeviceNDArray) -> DeviceNDArray:
+    return DeviceNDArray((x.size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
+
+
+def _check_index_op(name, x, dim, index, other, other_name) -> int:
+    arrays = (x, index, other)
+    if not all(isinstance(a, DeviceNDArray) and a.is_c_contiguous() for a in arrays):
+        raise KernelArgumentError(f"{name} takes C-contiguous device arrays")
+    if index.dtype != np.int64:
+        raise KernelArgumentError(f"{name}: index must hold int64, not {index.dtype}")
+    if not -x.ndim <= dim < x.ndim or index.ndim != x.ndim or tuple(index.shape) != tuple(other.shape):
+        raise KernelArgumentError(f"{name}: index {index.shape} and {other_name} {other.shape} must match and have "
+                                  f"the {x.ndim} dimensions of the array")
+    dim %= x.ndim
+    if any(a != b for i, (a, b) in enumerate(zip(index.shape, x.shape, strict=True)) if i != dim):
+        raise KernelArgumentError(f"{name}: index {index.shape} must match {x.shape} outside dimension {dim}")
+    return dim
+
+
+def gather(api, x: DeviceNDArray, dim: int, index: DeviceNDArray, out: DeviceNDArray) -> None:
+    """out = x gathered along dim at int64 `index` (torch.gather; index and out share a shape, equal to x's
+    outside dim). Indices must lie in [0, x.shape[dim]): one outside reads another element or faults."""
+    dim = _check_index_op("gather", x, dim, index, out, "out")
+    outer, length, inner = _along(out, dim)
+    with trace.span(4, "gather", shape=tuple(out.shape), dim=dim, dtype=str(x.dtype)):
+        if out.size:
+            _dispatcher(api, ("gather",), lambda: gather_kernel)[max(1, min(1024, -(-out.size // THREADS))), THREADS](
+                np.int64(out.size), np.int64(length), np.int64(inner), np.int64(x.shape[dim]), _flat1(x),
+                _flat1(index), _flat1(out))
+
+
+def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: DeviceNDArray) -> None:
+    """out[.., index[.., j, ..], ..] += src[.., j, ..] along dim (torch.scatter_add_, in place), with atomic
+    adds, so float32 or int32 (what the atomic unit adds)."""
+    dim = _check_index_op("scatter_add", out, dim, index, src, "src")
+    if out.dtype != src.dtype or out.dtype not in (np.float32, np.int32):
+        raise KernelArgumentError(f"scatter_add adds float32 or int32 into the same dtype, not {src.dtype} into "
+                                  f"{out.dtype}")
+    outer, length, inner = _along(src, dim)
+    with trace.span(4, "scatter_add", shape=tuple(src.shape), dim=dim, dtype=str(out.dtype)):
+        if src.size:
+            _dispatcher(api, ("scatter_add",), lambda: scatter_add_kernel)[
+                max(1, min(1024, -(-src.size // THREADS))), THREADS](
+                np.int64(src.size), np.int64(length), np.int64(inner), np.int64(out.shape[dim]), _flat1(out),
+                _flat1(index), _flat1(src))

@@ -6,6 +6,7 @@ from lapis.nn.modules import (
     BCEWithLogitsLoss,
     CrossEntropyLoss,
     Dropout,
+    Embedding,
     Flatten,
     LayerNorm,
     Linear,
@@ -23,6 +24,7 @@ from lapis.nn.modules import (
     Tanh,
 )
 
-__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "Dropout", "Flatten", "GELU", "LayerNorm", "Linear", "MSELoss",
+__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
+           "MSELoss",
            "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",
            "Softmax", "Tanh", "functional", "init"]

@@ -341,6 +341,25 @@ class LayerNorm(Module):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
+class Embedding(Module):
+    def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, device=None,
+                 dtype=None):
+        super().__init__()
+        self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
+        self.weight = Parameter(lapis.empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
+        init.normal_(self.weight)
+        if padding_idx is not None:
+            with lapis.no_grad():
+                self.weight[padding_idx] = 0.0
+
+    def forward(self, index):
+        # index: (...) int64 -> (..., embedding_dim), rows of the weight gathered (scattered back in backward)
+        return self.weight[index]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
 class _Loss(Module):
     def __init__(self, reduction: str = "mean"):
         super().__init__()
@@ -375,6 +394,7 @@ class BCEWithLogitsLoss(_Loss):
         return F.binary_cross_entropy_with_logits(x, y, self.reduction)
 
 
-__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "Dropout", "Flatten", "GELU", "LayerNorm", "Linear", "MSELoss",
+__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
+           "MSELoss",
            "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",
            "Softmax", "Tanh"]
