@@ -165,3 +165,57 @@ def test_digits_mlp_example_learns_on_cpu_and_cuda():
     assert short["accuracy"] >= 0.7
     cpu_short = digits_mlp.train("cpu", epochs=1, quiet=True)
     assert abs(short["accuracy"] - cpu_short["accuracy"]) <= 0.02   # the same run, within float differences
+
+
+def test_digits_cnn_example_learns_on_cpu_and_cuda():
+    import digits_cnn
+    assert digits_cnn.train("cpu", quiet=True)["accuracy"] >= 0.97     # the example's defaults
+    short = digits_cnn.train("cuda", epochs=1, limit=256, quiet=True)  # reduced: 4 steps on the simulated GPU
+    cpu_short = digits_cnn.train("cpu", epochs=1, limit=256, quiet=True)
+    assert short["losses"][-1] < short["losses"][0] - 0.05
+    assert np.allclose(short["losses"], cpu_short["losses"], atol=1e-3)   # the same run, within float differences
+    assert abs(short["accuracy"] - cpu_short["accuracy"]) <= 0.02
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("conv", [dict(), dict(stride=2, padding=1), dict(padding=(1, 2), dilation=2, groups=2)])
+def test_conv2d_and_pooling_match_torch(device, conv):
+    ours = nn.Conv2d(4, 6, 3, **conv).to(device)
+    theirs = torch.nn.Conv2d(4, 6, 3, **conv)
+    with torch.no_grad():
+        theirs.weight.copy_(torch.tensor(ours.weight.detach().cpu().numpy()))
+        theirs.bias.copy_(torch.tensor(ours.bias.detach().cpu().numpy()))
+    x = f32(2, 4, 9, 8)
+    xo, xt = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+    for pool_o, pool_t in ((nn.MaxPool2d(2), torch.nn.MaxPool2d(2)),
+                           (nn.AvgPool2d(3, stride=1, padding=1), torch.nn.AvgPool2d(3, stride=1, padding=1))):
+        yo, yt = pool_o(ours(xo).relu()), pool_t(theirs(xt).relu())
+        close(yo, yt, 1e-4)
+        w = f32(*yt.shape)
+        (yo * lapis.tensor(w, device=device)).sum().backward()
+        (yt * torch.tensor(w)).sum().backward()
+        close(xo.grad, xt.grad, 1e-4)
+        close(ours.weight.grad, theirs.weight.grad, 1e-3)
+        close(ours.bias.grad, theirs.bias.grad, 1e-3)
+        xo.grad = xt.grad = ours.weight.grad = ours.bias.grad = theirs.weight.grad = theirs.bias.grad = None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batch_norm_trains_and_evaluates_like_torch(device):
+    for ours, theirs, shape in ((nn.BatchNorm2d(3), torch.nn.BatchNorm2d(3), (4, 3, 5, 5)),
+                                (nn.BatchNorm1d(3), torch.nn.BatchNorm1d(3), (6, 3))):
+        ours.to(device)
+        for _ in range(2):
+            x = f32(*shape)
+            xo, xt = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+            yo, yt = ours(xo), theirs(xt)
+            close(yo, yt, 1e-4)
+            (yo * yo).sum().backward()
+            (yt * yt).sum().backward()
+            close(xo.grad, xt.grad, 1e-3)
+            close(ours.weight.grad, theirs.weight.grad, 1e-3)       # accumulated over both steps
+            close(ours.bias.grad, theirs.bias.grad, 1e-3)
+        close(ours.running_mean, theirs.running_mean)
+        close(ours.running_var, theirs.running_var)
+        x = f32(*shape)
+        close(ours.eval()(lapis.tensor(x, device=device)), theirs.eval()(torch.tensor(x)), 1e-4)

@@ -14,6 +14,8 @@ launches from `lapis.libs` (asynchronous, like ATen's), on `cpu` numpy does the 
     adam(p, g, m, v, ...)      one fused Adam/AdamW step, in place
     softmax(x, out, log), softmax_backward(y, dy, dx, log)   over the last dimension, x contiguous
     gather(x, dim, index, out), scatter_add(out, dim, index, src)   torch.gather / scatter_add_, contiguous
+    conv2d, conv2d_backward_data, conv2d_backward_filter, pool2d, pool2d_backward   NCHW, KCRS, contiguous
+    batch_norm(x, ...), batch_norm_backward(x, dy, ...)    training batch norm of (N, C, H, W), contiguous
 """
 
 import math
@@ -173,3 +175,128 @@ def scatter_add(out, dim: int, index, src) -> None:
         where = list(np.indices(index.shape, sparse=True))
         where[dim] = index
         np.add.at(out, tuple(where), src)
+
+
+# -- convolution and pooling (NCHW tensors, KCRS filters) ------------------------------------------------
+def _windows(x: np.ndarray, r: int, s: int, p: int, q: int, stride, dilation) -> np.ndarray:
+    """(N, C, P, Q, R, S) view of a padded NCHW array: element [n, c, i, j, a, b] is
+    x[n, c, i * stride_h + a * dil_h, j * stride_w + b * dil_w]."""
+    sn, sc, sh, sw = x.strides
+    return np.lib.stride_tricks.as_strided(
+        x, (x.shape[0], x.shape[1], p, q, r, s),
+        (sn, sc, sh * stride[0], sw * stride[1], sh * dilation[0], sw * dilation[1]), writeable=False)
+
+
+def _pad(x: np.ndarray, padding, value=0.0) -> np.ndarray:
+    return np.pad(x, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2), constant_values=value)
+
+
+def _conv_descriptors(x, w, padding, stride, dilation, groups):
+    desc = dnn.TensorDescriptor(tuple(x.shape))
+    conv = dnn.ConvolutionDescriptor(tuple(padding), tuple(stride), tuple(dilation), groups)
+    return desc, tuple(w.shape), conv
+
+
+def conv2d(x, w, out, padding, stride, dilation, groups: int) -> None:
+    if on_gpu(out):
+        desc, filt, conv = _conv_descriptors(x, w, padding, stride, dilation, groups)
+        dnn.convolution_forward(_dnn(out), desc, x, filt, w, conv, out, "implicit_gemm")
+        return
+    k, cg, r, s = w.shape
+    win = _windows(_pad(x, padding), r, s, out.shape[2], out.shape[3], stride, dilation)
+    kg = k // groups
+    for g in range(groups):
+        out[:, g * kg:(g + 1) * kg] = np.einsum("ncpqrs,kcrs->nkpq", win[:, g * cg:(g + 1) * cg],
+                                                w[g * kg:(g + 1) * kg], optimize=True)
+
+
+def conv2d_backward_data(w, dy, dx, padding, stride, dilation, groups: int) -> None:
+    if on_gpu(dx):
+        desc, filt, conv = _conv_descriptors(dx, w, padding, stride, dilation, groups)
+        dnn.convolution_backward_data(_dnn(dx), desc, filt, w, conv, dy, dx, "implicit_gemm")
+        return
+    k, cg, r, s = w.shape
+    kg = k // groups
+    n, c, h, wd = dx.shape
+    padded = np.zeros((n, c, h + 2 * padding[0], wd + 2 * padding[1]), dx.dtype)
+    p, q = dy.shape[2:]
+    for g in range(groups):
+        # the unfolded gradient, then each (a, b) tap added back where it was read
+        cols = np.einsum("nkpq,kcrs->ncpqrs", dy[:, g * kg:(g + 1) * kg], w[g * kg:(g + 1) * kg], optimize=True)
+        for a in range(r):
+            for b in range(s):
+                y0, x0 = a * dilation[0], b * dilation[1]
+                padded[:, g * cg:(g + 1) * cg, y0:y0 + stride[0] * (p - 1) + 1:stride[0],
+                       x0:x0 + stride[1] * (q - 1) + 1:stride[1]] += cols[..., a, b]
+    dx[...] = padded[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + wd]
+
+
+def conv2d_backward_filter(x, dy, dw, padding, stride, dilation, groups: int) -> None:
+    if on_gpu(dw):
+        desc, filt, conv = _conv_descriptors(x, dw, padding, stride, dilation, groups)
+        dnn.convolution_backward_filter(_dnn(dw), desc, x, filt, conv, dy, dw, "implicit_gemm")
+        return
+    k, cg, r, s = dw.shape
+    kg = k // groups
+    win = _windows(_pad(x, padding), r, s, dy.shape[2], dy.shape[3], stride, dilation)
+    for g in range(groups):
+        dw[g * kg:(g + 1) * kg] = np.einsum("nkpq,ncpqrs->kcrs", dy[:, g * kg:(g + 1) * kg],
+                                            win[:, g * cg:(g + 1) * cg], optimize=True)
+
+
+def pool2d(mode: str, x, out, window, stride, padding) -> None:
+    """Max or average (padding counted, cuDNN's INCLUDE_PADDING and torch's default) pooling."""
+    if on_gpu(out):
+        dnn.pooling_forward(_dnn(out), mode, dnn.TensorDescriptor(tuple(x.shape)), x, window, stride, padding, out)
+        return
+    fill = -np.inf if mode == "max" else 0.0
+    win = _windows(_pad(x, padding, fill), window[0], window[1], out.shape[2], out.shape[3], stride, (1, 1))
+    out[...] = win.max(axis=(4, 5)) if mode == "max" else win.mean(axis=(4, 5))
+
+
+def pool2d_backward(mode: str, x, y, dy, dx, window, stride, padding) -> None:
+    if on_gpu(dx):
+        dnn.pooling_backward(_dnn(dx), mode, dnn.TensorDescriptor(tuple(x.shape)), x, y, dy, window, stride, padding,
+                             dx)
+        return
+    n, c, h, wd = x.shape
+    p, q = dy.shape[2:]
+    fill = -np.inf if mode == "max" else 0.0
+    padded_x = _pad(x, padding, fill)
+    grad = np.zeros(padded_x.shape, dx.dtype)
+    win = _windows(padded_x, window[0], window[1], p, q, stride, (1, 1)).reshape(n, c, p, q, -1)
+    first = win.argmax(axis=-1)                        # the first maximal element gets the gradient
+    for a in range(window[0]):
+        for b in range(window[1]):
+            share = dy / (window[0] * window[1]) if mode == "average" else dy * (first == a * window[1] + b)
+            grad[:, :, a:a + stride[0] * (p - 1) + 1:stride[0], b:b + stride[1] * (q - 1) + 1:stride[1]] += share
+    dx[...] = grad[:, :, padding[0]:padding[0] + h, padding[1]:padding[1] + wd]
+
+
+def batch_norm(x, weight, bias, running_mean, running_var, out, mean, rstd, momentum: float, eps: float) -> None:
+    """Training batch norm per channel of (N, C, H, W) x: out, the batch's mean and 1/std saved, and the
+    running statistics moved by momentum (unbiased variance), in one cuDNN-style kernel on a GPU."""
+    if on_gpu(out):
+        dnn.batch_norm_forward(_dnn(out), dnn.TensorDescriptor(tuple(x.shape)), x, weight, bias, running_mean,
+                               running_var, eps, out, mean, rstd, training=True, momentum=momentum)
+        return
+    count = x.size // x.shape[1]
+    mean[...] = x.mean(axis=(0, 2, 3))
+    var = x.var(axis=(0, 2, 3))
+    rstd[...] = 1 / np.sqrt(var + eps)
+    out[...] = (x - mean[:, None, None]) * (rstd * weight)[:, None, None] + bias[:, None, None]
+    running_mean[...] = (1 - momentum) * running_mean + momentum * mean
+    running_var[...] = (1 - momentum) * running_var + momentum * var * count / max(count - 1, 1)
+
+
+def batch_norm_backward(x, dy, weight, mean, rstd, dx, dweight, dbias) -> None:
+    if on_gpu(dx):
+        dnn.batch_norm_backward(_dnn(dx), dnn.TensorDescriptor(tuple(x.shape)), x, dy, weight, mean, rstd, dx,
+                                dweight, dbias)
+        return
+    count = x.size // x.shape[1]
+    xhat = (x - mean[:, None, None]) * rstd[:, None, None]
+    dbias[...] = dy.sum(axis=(0, 2, 3))
+    dweight[...] = (dy * xhat).sum(axis=(0, 2, 3))
+    dx[...] = (weight * rstd)[:, None, None] / count * (count * dy - dbias[:, None, None]
+                                                         - xhat * dweight[:, None, None])

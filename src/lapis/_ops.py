@@ -620,6 +620,109 @@ def index_select(x: Tensor, dim: int, index: Tensor) -> Tensor:
     return gather(x, d, spread)
 
 
+# -- convolution and pooling ------------------------------------------------------------------------
+def _pair(v) -> tuple:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+class Conv2d(Function):
+    """NCHW input, (K, C/groups, R, S) filters, optional bias (K,): cuDNN's implicit GEMM on a GPU."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, w: Tensor, bias, stride, padding, dilation, groups: int):
+        _check_devices(x, w, bias)
+        if x.ndim != 4 or w.ndim != 4:
+            raise RuntimeError(f"Expected 4D (batched) input to conv2d, but got input of size: {list(x.shape)}")
+        if x.shape[1] != w.shape[1] * groups:
+            raise RuntimeError(f"Given groups={groups}, weight of size {list(w.shape)}, expected input"
+                               f"{list(x.shape)} to have {w.shape[1] * groups} channels, but got {x.shape[1]} "
+                               "channels instead")
+        geometry = (_pair(padding), _pair(stride), _pair(dilation), groups)
+        (ph, pw), (sh, sw), (dh, dw) = geometry[:3]
+        n, _, h, wd = x.shape
+        k, _, r, s = w.shape
+        p = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+        q = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
+        if p < 1 or q < 1:
+            raise RuntimeError("Calculated output size is too small: the kernel is larger than the padded input")
+        x, w = _contiguous(x), _contiguous(w)
+        out = _new((n, k, p, q), x.dtype, x.device)
+        _backend.conv2d(x._data, w._data, out._data, *geometry)
+        ctx.geometry = geometry
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = bias is not None
+        return out + bias.reshape(1, k, 1, 1) if bias is not None else out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        g = _contiguous(g)
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = _new(x.shape, x.dtype, x.device)
+            _backend.conv2d_backward_data(w._data, g._data, dx._data, *ctx.geometry)
+        if ctx.needs_input_grad[1]:
+            dw = _new(w.shape, w.dtype, w.device)
+            _backend.conv2d_backward_filter(x._data, g._data, dw._data, *ctx.geometry)
+        db = g.sum((0, 2, 3)) if ctx.has_bias else None
+        return dx, dw, db, None, None, None, None
+
+
+class Pool2d(Function):
+    @staticmethod
+    def forward(ctx, x: Tensor, mode: str, window, stride, padding):
+        window, stride, padding = _pair(window), _pair(stride if stride is not None else window), _pair(padding)
+        n, c, h, wd = x.shape
+        p = (h + 2 * padding[0] - window[0]) // stride[0] + 1
+        q = (wd + 2 * padding[1] - window[1]) // stride[1] + 1
+        x = _contiguous(x)
+        out = _new((n, c, p, q), x.dtype, x.device)
+        _backend.pool2d(mode, x._data, out._data, window, stride, padding)
+        ctx.args = mode, window, stride, padding
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        dx = _new(x.shape, x.dtype, x.device)
+        mode, window, stride, padding = ctx.args
+        _backend.pool2d_backward(mode, x._data, y._data, _contiguous(g)._data, dx._data, window, stride, padding)
+        return dx, None, None, None, None
+
+
+class BatchNorm(Function):
+    """Training batch norm of (N, C, ...) with batch statistics, forward and backward each one
+    kernel on a GPU (cudnnBatchNormalizationForwardTraining / Backward); the running statistics
+    move in place."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, running_mean: Tensor, running_var: Tensor,
+                momentum: float, eps: float):
+        _check_devices(x, weight, bias, running_mean, running_var)
+        n, c = x.shape[0], x.shape[1]
+        if x.numel() // c <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
+        x4 = _contiguous(x).reshape(n, c, -1, 1)               # (N, C, L, 1): any trailing dims as H
+        out = _new(x4.shape, x.dtype, x.device)
+        mean, rstd = _new((c,), x.dtype, x.device), _new((c,), x.dtype, x.device)
+        _backend.batch_norm(x4._data, weight._data, bias._data, running_mean._data, running_var._data, out._data,
+                            mean._data, rstd._data, momentum, eps)
+        running_mean._storage.version += 1
+        running_var._storage.version += 1
+        ctx.save_for_backward(x4, weight, mean, rstd)
+        return out.reshape(x.shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        x4, weight, mean, rstd = ctx.saved_tensors
+        dx = _new(x4.shape, x4.dtype, x4.device)
+        dweight, dbias = (_new(weight.shape, weight.dtype, weight.device) for _ in range(2))
+        _backend.batch_norm_backward(x4._data, _contiguous(g).reshape(x4.shape)._data, weight._data, mean._data,
+                                     rstd._data, dx._data, dweight._data, dbias._data)
+        return dx.reshape(g.shape), dweight, dbias, None, None, None, None
+
+
 # -- matmul -----------------------------------------------------------------------------------------
 def _blas_ready(x: Tensor) -> Tensor:
     """x itself when BLAS can read it (row-major, or a transposed row-major view), else a contiguous copy."""

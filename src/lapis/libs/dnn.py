@@ -38,11 +38,13 @@ import numpy as np
 
 from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, blockIdx, shared, syncthreads, threadIdx
-from lapis.libs import blas
+from lapis.libs import blas, kernels
 from lapis.libs.handle import LibraryHandle
 
 THREADS = 256
 ROW_THREADS = 128
+SPLIT_K_MIN_DEPTH = 64
+SPLIT_K_TARGET_BLOCKS = 128
 ACTIVATIONS = {"relu": 0, "gelu": 1, "silu": 2, "tanh": 3, "sigmoid": 4}
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
 
@@ -236,8 +238,9 @@ def pooling_forward_kernel(n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, 
 
 
 def pooling_backward_kernel(n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, x, sx, y, dy, sy, dx):
-    # One thread per input element gathers the gradients of every window it is in (no atomics);
-    # for max pooling, the gradient goes to the first element equal to the window's maximum.
+    # One thread per input element gathers the gradients of the windows it is in (no atomics): the
+    # outputs oy with oy * sh - ph <= iy < oy * sh - ph + kh, and likewise for ox. For max pooling,
+    # the gradient goes to the first element equal to the window's maximum.
     i = cuda.grid(1)
     if i < n * c * h * w:
         ix = i % w
@@ -245,22 +248,21 @@ def pooling_backward_kernel(n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average,
         ch = i // (w * h) % c
         b = i // (w * h * c)
         grad = 0.0
-        for oy in range(oh):
-            for ox in range(ow):
+        for oy in range(max(0, (iy + ph - kh) // sh + 1), min(oh, (iy + ph) // sh + 1)):
+            for ox in range(max(0, (ix + pw - kw) // sw + 1), min(ow, (ix + pw) // sw + 1)):
                 y0, x0 = oy * sh - ph, ox * sw - pw
-                if y0 <= iy < y0 + kh and x0 <= ix < x0 + kw:
-                    g = dy[b * sy[0] + ch * sy[1] + oy * sy[2] + ox * sy[3]]
-                    if average:
-                        grad += g / (kh * kw)
-                    else:
-                        m = y[b * sy[0] + ch * sy[1] + oy * sy[2] + ox * sy[3]]
-                        first = True
-                        for wy in range(max(y0, 0), min(y0 + kh, h)):
-                            for wx in range(max(x0, 0), min(x0 + kw, w)):
-                                if first and x[b * sx[0] + ch * sx[1] + wy * sx[2] + wx * sx[3]] == m:
-                                    first = False
-                                    if wy == iy and wx == ix:
-                                        grad += g
+                g = dy[b * sy[0] + ch * sy[1] + oy * sy[2] + ox * sy[3]]
+                if average:
+                    grad += g / (kh * kw)
+                else:
+                    m = y[b * sy[0] + ch * sy[1] + oy * sy[2] + ox * sy[3]]
+                    first = True
+                    for wy in range(max(y0, 0), min(y0 + kh, h)):
+                        for wx in range(max(x0, 0), min(x0 + kw, w)):
+                            if first and x[b * sx[0] + ch * sx[1] + wy * sx[2] + wx * sx[3]] == m:
+                                first = False
+                                if wy == iy and wx == ix:
+                                    grad += g
         dx[b * sx[0] + ch * sx[1] + iy * sx[2] + ix * sx[3]] = grad
 
 
@@ -377,22 +379,27 @@ def make_conv_gemm_kernel(direction: str):
         backward_data    dx[c, (b, h, w)]  = w^T[c, (k, r, s)] dy_unfolded[(k, r, s), (b, h, w)]
         backward_filter  dw[k, (c, r, s)]  = dy[k, (b, p, q)] x_unfolded^T[(b, p, q), (c, r, s)]
 
-    per group (grid z). The direction is a closure constant, so each compiles to its own code."""
+    per group. A thread's depth index is kept as its three digits (the mixed radix of the bracket)
+    and advanced by 8 with carries, so the loop divides nothing. Backward-filter's depth (every output
+    pixel of every image) is long and its output small, so it is split over grid z (split-K): each
+    block sums a `chunk` of the depth and adds its tile into the zeroed dw with atomics. The direction
+    is a closure constant, so each compiles to its own code."""
     MODE = direction
 
-    def conv_gemm_kernel(g, a_src, b_src, out):
+    def conv_gemm_kernel(g, chunk, a_src, b_src, out):
         # forward: a_src = w, b_src = x, out = y; backward_data: w, dy, dx; backward_filter: dy, x, dw
         sa = shared.array((8, 32), np.float32)
         sb = shared.array((8, 33), np.float32)
         n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
-        kg, cg = k // g[15], c // g[15]
-        group = blockIdx.z
+        groups = g[15]
+        kg, cg = k // groups, c // groups
+        group = blockIdx.z % groups
         if MODE == "forward":
-            rows, columns, depth = kg, n * p * q, cg * r * s
+            rows, columns, depth, rad1, rad2 = kg, n * p * q, cg * r * s, r, s
         elif MODE == "backward_data":
-            rows, columns, depth = cg, n * h * wd, kg * r * s
+            rows, columns, depth, rad1, rad2 = cg, n * h * wd, kg * r * s, r, s
         else:
-            rows, columns, depth = kg, cg * r * s, n * p * q
+            rows, columns, depth, rad1, rad2 = kg, cg * r * s, n * p * q, p, q
         tx, ty = threadIdx.x, threadIdx.y                  # a 16 x 16 block; each thread 2 x 2 outputs
         row0 = blockIdx.y * 32
         col0 = blockIdx.x * 32
@@ -403,43 +410,54 @@ def make_conv_gemm_kernel(direction: str):
         lid = ty * 16 + tx
         dd = lid // 32                                     # 256 threads stage 8 x 32 of each operand
         m = lid % 32
-        for d0 in range(0, depth, 8):
-            d = d0 + dd
+        row = row0 + m
+        col = col0 + m
+        # the column's digits: (b, op, oq), (b, iy, ix) or (cc, rr, ss); fixed for the thread
+        if MODE == "forward":
+            c0, c1, c2 = col // (q * p), col // q % p, col % q
+        elif MODE == "backward_data":
+            c0, c1, c2 = col // (wd * h), col // wd % h, col % wd
+        else:
+            c0, c1, c2 = col // (r * s), col // s % r, col % s
+        start = blockIdx.z // groups * chunk
+        end = min(depth, start + chunk)
+        d = start + dd
+        d0, d1, d2 = d // (rad1 * rad2), d // rad2 % rad1, d % rad2
+        i0, i1, i2 = 8 // (rad1 * rad2), 8 // rad2 % rad1, 8 % rad2
+        unit_stride = g[11] == 1 and g[12] == 1            # backward-data divides by the stride otherwise
+        for _ in range(start, end, 8):
             av = 0.0
-            if row0 + m < rows and d < depth:
-                row = row0 + m
+            if row < rows and d < end:
                 if MODE == "forward":                      # w[k, (cc, rr, ss)]
-                    av = a_src[(group * kg + row) * g[24] + d // (r * s) * g[25] + d // s % r * g[26]
-                               + d % s * g[27]]
+                    av = a_src[(group * kg + row) * g[24] + d0 * g[25] + d1 * g[26] + d2 * g[27]]
                 elif MODE == "backward_data":              # w[(kk, rr, ss), c]
-                    av = a_src[(group * kg + d // (r * s)) * g[24] + row * g[25] + d // s % r * g[26]
-                               + d % s * g[27]]
+                    av = a_src[(group * kg + d0) * g[24] + row * g[25] + d1 * g[26] + d2 * g[27]]
                 else:                                      # dy[k, (b, op, oq)]
-                    av = a_src[d // (p * q) * g[20] + (group * kg + row) * g[21] + d // q % p * g[22]
-                               + d % q * g[23]]
+                    av = a_src[d0 * g[20] + (group * kg + row) * g[21] + d1 * g[22] + d2 * g[23]]
             sa[dd, m] = av
-            col = col0 + m
             bv = 0.0
-            if col < columns and d < depth:
-                if MODE == "forward":                      # d = (cc, rr, ss), col = (b, op, oq)
-                    iy = col // q % p * g[11] - g[9] + d // s % r * g[13]
-                    ix = col % q * g[12] - g[10] + d % s * g[14]
+            if col < columns and d < end:
+                if MODE == "forward":                      # depth (cc, rr, ss), column (b, op, oq)
+                    iy = c1 * g[11] - g[9] + d1 * g[13]
+                    ix = c2 * g[12] - g[10] + d2 * g[14]
                     if 0 <= iy < h and 0 <= ix < wd:
-                        bv = b_src[col // (q * p) * g[16] + (group * cg + d // (r * s)) * g[17] + iy * g[18]
-                                   + ix * g[19]]
-                elif MODE == "backward_data":              # d = (kk, rr, ss), col = (b, iy, ix)
-                    oy = col // wd % h + g[9] - d // s % r * g[13]
-                    ox = col % wd + g[10] - d % s * g[14]
-                    if oy >= 0 and ox >= 0 and oy % g[11] == 0 and ox % g[12] == 0 and oy // g[11] < p \
-                            and ox // g[12] < q:
-                        bv = b_src[col // (wd * h) * g[20] + (group * kg + d // (r * s)) * g[21]
-                                   + oy // g[11] * g[22] + ox // g[12] * g[23]]
-                else:                                      # d = (b, op, oq), col = (cc, rr, ss)
-                    iy = d // q % p * g[11] - g[9] + col // s % r * g[13]
-                    ix = d % q * g[12] - g[10] + col % s * g[14]
+                        bv = b_src[c0 * g[16] + (group * cg + d0) * g[17] + iy * g[18] + ix * g[19]]
+                elif MODE == "backward_data":              # depth (kk, rr, ss), column (b, iy, ix)
+                    oy = c1 + g[9] - d1 * g[13]
+                    ox = c2 + g[10] - d2 * g[14]
+                    if unit_stride:
+                        hit = 0 <= oy < p and 0 <= ox < q
+                    else:
+                        hit = oy >= 0 and ox >= 0 and oy % g[11] == 0 and ox % g[12] == 0
+                        oy, ox = oy // g[11], ox // g[12]
+                        hit = hit and oy < p and ox < q
+                    if hit:
+                        bv = b_src[c0 * g[20] + (group * kg + d0) * g[21] + oy * g[22] + ox * g[23]]
+                else:                                      # depth (b, op, oq), column (cc, rr, ss)
+                    iy = d1 * g[11] - g[9] + c1 * g[13]
+                    ix = d2 * g[12] - g[10] + c2 * g[14]
                     if 0 <= iy < h and 0 <= ix < wd:
-                        bv = b_src[d // (q * p) * g[16] + (group * cg + col // (r * s)) * g[17] + iy * g[18]
-                                   + ix * g[19]]
+                        bv = b_src[d0 * g[16] + (group * cg + c0) * g[17] + iy * g[18] + ix * g[19]]
             sb[dd, m] = bv
             syncthreads()
             for step in range(8):
@@ -452,18 +470,30 @@ def make_conv_gemm_kernel(direction: str):
                 acc10 += a1 * b0
                 acc11 += a1 * b1
             syncthreads()
+            d += 8                                         # the digits follow with carries
+            d2 += i2
+            carry = 0
+            if d2 >= rad2:
+                d2 -= rad2
+                carry = 1
+            d1 += i1 + carry
+            carry = 0
+            if d1 >= rad1:
+                d1 -= rad1
+                carry = 1
+            d0 += i0 + carry
         for i, j, v in ((0, 0, acc00), (0, 16, acc01), (16, 0, acc10), (16, 16, acc11)):
-            row, col = row0 + ty + i, col0 + tx + j
-            if row < rows and col < columns:
+            orow, ocol = row0 + ty + i, col0 + tx + j
+            if orow < rows and ocol < columns:
                 if MODE == "forward":
-                    out[col // (q * p) * g[20] + (group * kg + row) * g[21] + col // q % p * g[22]
-                        + col % q * g[23]] = v
+                    out[ocol // (q * p) * g[20] + (group * kg + orow) * g[21] + ocol // q % p * g[22]
+                        + ocol % q * g[23]] = v
                 elif MODE == "backward_data":
-                    out[col // (wd * h) * g[16] + (group * cg + row) * g[17] + col // wd % h * g[18]
-                        + col % wd * g[19]] = v
+                    out[ocol // (wd * h) * g[16] + (group * cg + orow) * g[17] + ocol // wd % h * g[18]
+                        + ocol % wd * g[19]] = v
                 else:
-                    out[(group * kg + row) * g[24] + col // (r * s) * g[25] + col // s % r * g[26]
-                        + col % s * g[27]] = v
+                    cuda.atomic.add(out, (group * kg + orow) * g[24] + ocol // (r * s) * g[25]
+                                    + ocol // s % r * g[26] + ocol % s * g[27], v)
     return conv_gemm_kernel
 
 
@@ -691,6 +721,10 @@ def _flat(x, name: str, size: int | None = None, dtype=np.float32) -> DeviceNDAr
     if size is not None and x.size != size:
         raise DnnError(f"{name} has {x.size} elements, the descriptor says {size}")
     return DeviceNDArray((x.size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
 
 
 def _blocks(n: int) -> int:
@@ -944,7 +978,7 @@ def _conv_geometry(handle, x: TensorDescriptor, filter_dims, conv):
     k, _, r, s = filter_dims
     g = [n, c, h, w, k, r, s, out.dims[2], out.dims[3], *conv.padding, *conv.stride, *conv.dilation, conv.groups,
          *x.strides(), *out.strides(), *_filter(filter_dims).strides()]
-    return out, handle.api.to_device(np.array(g, np.int64))
+    return out, handle.api.to_device(np.array(g, np.int32))
 
 
 def convolution_workspace_size(x_desc: TensorDescriptor, filter_dims, conv: ConvolutionDescriptor,
@@ -985,15 +1019,25 @@ def _workspace(x_desc, filter_dims, conv, algorithm, workspace) -> DeviceNDArray
 
 
 def _conv_launch(handle, direction, geometry, out_desc, x_desc, filter_dims, conv, a_src, b_src, out) -> None:
-    """The implicit-GEMM kernel of a direction over its (rows, columns) grid, one group per grid z."""
+    """The implicit-GEMM kernel of a direction over its (rows, columns) grid, one group (and for
+    backward-filter, one depth chunk) per grid z."""
     n, c, h, w = x_desc.dims
     k, cg, r, s = filter_dims
     p, q = out_desc.dims[2:]
     kg = k // conv.groups
-    rows, columns = {"forward": (kg, n * p * q), "backward_data": (cg, n * h * w),
-                     "backward_filter": (kg, cg * r * s)}[direction]
-    grid = (-(-columns // 32), -(-rows // 32), conv.groups)
-    handle.kernels["conv_gemm_" + direction][grid, (16, 16), handle.stream](geometry, a_src, b_src, out)
+    rows, columns, depth = {"forward": (kg, n * p * q, cg * r * s), "backward_data": (cg, n * h * w, kg * r * s),
+                            "backward_filter": (kg, cg * r * s, n * p * q)}[direction]
+    tiles = _ceil_div(columns, 32) * _ceil_div(rows, 32)
+    splits = 1
+    if direction == "backward_filter":
+        # enough blocks to fill the units (about 128 on the big profiles), each summing at least 64 deep
+        splits = max(1, min(_ceil_div(depth, SPLIT_K_MIN_DEPTH), _ceil_div(SPLIT_K_TARGET_BLOCKS, tiles * conv.groups)))
+        kernels.fill(handle.api, out, 0.0, handle.stream)
+    chunk = 8 * max(1, _ceil_div(_ceil_div(depth, splits), 8))        # a multiple of the 8-deep slice
+    splits = max(1, _ceil_div(depth, chunk))
+    grid = (_ceil_div(columns, 32), _ceil_div(rows, 32), conv.groups * splits)
+    handle.kernels["conv_gemm_" + direction][grid, (16, 16), handle.stream](geometry, np.int32(chunk), a_src, b_src,
+                                                                           out)
 
 
 def _unfold(handle, geometry, x_desc, filter_dims, out_desc, fx, col) -> None:

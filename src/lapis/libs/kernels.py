@@ -34,7 +34,7 @@ def fill_kernel(out, value, n):
 _dispatchers: dict = {}
 
 
-def fill(api, array: DeviceNDArray, value) -> None:
+def fill(api, array: DeviceNDArray, value, stream=0) -> None:
     if not (array.is_c_contiguous() or array.is_f_contiguous()):
         raise ValueError("fill needs a contiguous device array")
     kernel = _dispatchers.get(api.__name__)
@@ -43,7 +43,7 @@ def fill(api, array: DeviceNDArray, value) -> None:
     flat = DeviceNDArray((array.size,), (array.dtype.itemsize,), array.dtype, array.context, array.memory, array.ptr)
     with trace.span(4, "fill", dtype=str(array.dtype), elements=array.size, value=value):
         if array.size:
-            kernel[-(-array.size // THREADS), THREADS](flat, array.dtype.type(value), np.int64(array.size))
+            kernel[-(-array.size // THREADS), THREADS, stream](flat, array.dtype.type(value), np.int64(array.size))
 
 
 # -- elementwise operations over broadcast, strided operands -------------------------------------------

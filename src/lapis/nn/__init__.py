@@ -3,13 +3,18 @@
 from lapis.nn import functional, init
 from lapis.nn.modules import (
     GELU,
+    AvgPool2d,
+    BatchNorm1d,
+    BatchNorm2d,
     BCEWithLogitsLoss,
+    Conv2d,
     CrossEntropyLoss,
     Dropout,
     Embedding,
     Flatten,
     LayerNorm,
     Linear,
+    MaxPool2d,
     Module,
     ModuleDict,
     ModuleList,
@@ -24,7 +29,8 @@ from lapis.nn.modules import (
     Tanh,
 )
 
-__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
+__all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "MaxPool2d", "BCEWithLogitsLoss", "CrossEntropyLoss",
+           "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
            "MSELoss",
            "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",
            "Softmax", "Tanh", "functional", "init"]

@@ -8,6 +8,7 @@ import math
 
 import lapis
 from lapis import _dtype
+from lapis._ops import BatchNorm, Conv2d, Pool2d
 from lapis._tensor import Tensor
 
 
@@ -15,6 +16,38 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     # x: (..., in), weight: (out, in), bias: (out,) -> (..., out)
     y = x @ weight.t()
     return y + bias if bias is not None else y
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    # x: (N, C, H, W), weight: (K, C/groups, R, S) -> (N, K, P, Q)
+    return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups)
+
+
+def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
+    return Pool2d.apply(x, "max", kernel_size, stride, padding)
+
+
+def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
+    return Pool2d.apply(x, "average", kernel_size, stride, padding)
+
+
+def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
+               bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    # x: (N, C) or (N, C, L) or (N, C, H, W); statistics per channel C
+    c = x.shape[1]
+    if training:
+        def given(t, value):
+            return t if t is not None else lapis.full((c,), value, dtype=x.dtype, device=x.device)
+        return BatchNorm.apply(x, given(weight, 1.0), given(bias, 0.0), given(running_mean, 0.0),
+                               given(running_var, 1.0), momentum, eps)
+    shape = [1, c] + [1] * (x.ndim - 2)
+    y = (x - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y
 
 
 def relu(x: Tensor) -> Tensor:

@@ -360,6 +360,76 @@ class Embedding(Module):
         return f"{self.num_embeddings}, {self.embedding_dim}"
 
 
+class Conv2d(Module):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, dilation=1,
+                 groups: int = 1, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        r, s = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError("in_channels and out_channels must be divisible by groups")
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (r, s)
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        self.weight = Parameter(lapis.empty(out_channels, in_channels // groups, r, s, device=device, dtype=dtype))
+        if bias:
+            self.bias = Parameter(lapis.empty(out_channels, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))          # torch's Conv2d initialisation
+        if bias:
+            fan_in = in_channels // groups * r * s
+            init.uniform_(self.bias, -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in))
+
+    def forward(self, x):
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}")
+
+
+class MaxPool2d(Module):
+    def __init__(self, kernel_size, stride=None, padding=0):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+
+    def forward(self, x):
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+
+class AvgPool2d(MaxPool2d):
+    def forward(self, x):
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding)
+
+
+class _BatchNorm(Module):
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, device=None, dtype=None):
+        super().__init__()
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        if affine:
+            self.weight = Parameter(lapis.ones(num_features, device=device, dtype=dtype))
+            self.bias = Parameter(lapis.zeros(num_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.track_running_stats = track_running_stats
+        self.register_buffer("running_mean", lapis.zeros(num_features, device=device) if track_running_stats else None)
+        self.register_buffer("running_var", lapis.ones(num_features, device=device) if track_running_stats else None)
+
+    def forward(self, x):
+        training = self.training or not self.track_running_stats
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, training, self.momentum,
+                            self.eps)
+
+
+class BatchNorm1d(_BatchNorm):
+    pass
+
+
+class BatchNorm2d(_BatchNorm):
+    pass
+
+
 class _Loss(Module):
     def __init__(self, reduction: str = "mean"):
         super().__init__()
@@ -394,7 +464,8 @@ class BCEWithLogitsLoss(_Loss):
         return F.binary_cross_entropy_with_logits(x, y, self.reduction)
 
 
-__all__ = ["BCEWithLogitsLoss", "CrossEntropyLoss", "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
+__all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "MaxPool2d", "BCEWithLogitsLoss", "CrossEntropyLoss",
+           "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
            "MSELoss",
            "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",
            "Softmax", "Tanh"]
