@@ -328,7 +328,7 @@ def attention_ref(q, k, v, causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("t,d", [(5, 8), (70, 16)])
+@pytest.mark.parametrize("t,d", [(5, 8), (70, 16), (9, 24)])       # lanes kernels, then the tiled ones
 def test_fused_attention_forward_and_backward(handle, causal, t, d):
     bh = 3
     q, k, v = (rng.standard_normal((bh, t, d)).astype(np.float32) for _ in range(3))

@@ -167,6 +167,16 @@ def test_digits_mlp_example_learns_on_cpu_and_cuda():
     assert abs(short["accuracy"] - cpu_short["accuracy"]) <= 0.02   # the same run, within float differences
 
 
+def test_char_transformer_example_learns_on_cpu_and_runs_the_same_on_cuda():
+    import char_transformer
+    full = char_transformer.train("cpu", quiet=True, sample_length=0)        # the example's defaults
+    assert full["losses"][0] > full["chance"] - 0.2 and full["losses"][-1] < full["chance"] - 1.3
+    short = char_transformer.train("cuda", steps=3, quiet=True, sample_length=4)   # reduced: 3 steps, 4 samples
+    cpu_short = char_transformer.train("cpu", steps=3, quiet=True, sample_length=4)
+    assert np.allclose(short["losses"], cpu_short["losses"], atol=1e-3)
+    assert len(short["after"]) == len("Shall ") + 4 and short["after"].startswith("Shall ")
+
+
 def test_digits_cnn_example_learns_on_cpu_and_cuda():
     import digits_cnn
     assert digits_cnn.train("cpu", quiet=True)["accuracy"] >= 0.97     # the example's defaults
@@ -219,3 +229,58 @@ def test_batch_norm_trains_and_evaluates_like_torch(device):
         close(ours.running_var, theirs.running_var)
         x = f32(*shape)
         close(ours.eval()(lapis.tensor(x, device=device)), theirs.eval()(torch.tensor(x)), 1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES + ["hip"])               # hip: 64-lane waves shuffle too
+@pytest.mark.parametrize("mask", ["none", "causal", "bool", "float"])
+def test_scaled_dot_product_attention_matches_torch(device, mask):
+    q, k, v = f32(2, 3, 5, 8), f32(2, 3, 7, 8), f32(2, 3, 7, 8)
+    ours = [lapis.tensor(a, device=device, requires_grad=True) for a in (q, k, v)]
+    theirs = [torch.tensor(a, requires_grad=True) for a in (q, k, v)]
+    kwargs_o, kwargs_t = {}, {}
+    if mask == "causal":
+        kwargs_o = kwargs_t = {"is_causal": True}            # fused kernels, top-left aligned as torch's
+    elif mask == "bool":
+        m = rng.random((5, 7)) > 0.3
+        m[:, 0] = True                                       # every query sees a key
+        kwargs_o, kwargs_t = {"attn_mask": lapis.tensor(m, device=device)}, {"attn_mask": torch.tensor(m)}
+    elif mask == "float":
+        m = f32(5, 7)
+        kwargs_o, kwargs_t = {"attn_mask": lapis.tensor(m, device=device)}, {"attn_mask": torch.tensor(m)}
+    yo = nn.functional.scaled_dot_product_attention(*ours, **kwargs_o)
+    yt = torch.nn.functional.scaled_dot_product_attention(*theirs, **kwargs_t)
+    close(yo, yt, 1e-5)
+    w = f32(*yt.shape)
+    (yo * lapis.tensor(w, device=device)).sum().backward()
+    (yt * torch.tensor(w)).sum().backward()
+    for a, b in zip(ours, theirs, strict=True):
+        close(a.grad, b.grad, 1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch_first,need_weights", [(True, False), (False, True)])
+def test_multihead_attention_matches_torch(device, batch_first, need_weights):
+    ours = nn.MultiheadAttention(16, 4, batch_first=batch_first).to(device)
+    theirs = torch.nn.MultiheadAttention(16, 4, batch_first=batch_first)
+    theirs.load_state_dict({k: torch.tensor(v.cpu().numpy()) for k, v in ours.state_dict().items()})
+    x = f32(2, 6, 16) if batch_first else f32(6, 2, 16)
+    xo, xt = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+    causal = np.triu(np.ones((6, 6), bool), 1)               # True: may not attend (torch's MHA convention)
+    yo, wo = ours(xo, xo, xo, attn_mask=lapis.tensor(causal, device=device), need_weights=need_weights,
+                  is_causal=True)
+    yt, wt = theirs(xt, xt, xt, attn_mask=torch.tensor(causal), need_weights=need_weights, is_causal=True)
+    close(yo, yt, 1e-5)
+    assert (wo is None) == (wt is None)
+    if wt is not None:
+        close(wo, wt, 1e-5)
+    (yo * yo).sum().backward()
+    (yt * yt).sum().backward()
+    close(xo.grad, xt.grad, 1e-4)
+    close(ours.in_proj_weight.grad, theirs.in_proj_weight.grad, 1e-4)
+    close(ours.out_proj.weight.grad, theirs.out_proj.weight.grad, 1e-4)
+    padding = np.array([[False] * 5 + [True], [False] * 6])
+    yo, _ = ours(xo, xo, xo, key_padding_mask=lapis.tensor(padding, device=device), need_weights=False)
+    yt, _ = theirs(xt, xt, xt, key_padding_mask=torch.tensor(padding), need_weights=False)
+    close(yo, yt, 1e-5)
+    with pytest.raises(RuntimeError, match="Need attn_mask"):
+        ours(xo, xo, xo, is_causal=True)

@@ -101,6 +101,11 @@ def test_matmul_rules_and_gradients(device):
     same(lambda m, x: x[0] @ x[1], f32(3), f32(3, 4), device=device)
     same(lambda m, x: x[0] @ x[1], f32(2, 5, 3), f32(3, 4), device=device)
     same(lambda m, x: m.matmul(x[0], x[1]), f32(2, 1, 5, 3), f32(3, 3, 2), device=device)
+    same(lambda m, x: x[0] @ x[1], f32(5, 3), f32(2, 3, 4), device=device)           # one matrix, broadcast
+    # strided-batched operands read in place: transposed views of each matrix, as attention's q @ k^T
+    same(lambda m, x: x[0] @ x[1].transpose(-1, -2), f32(2, 3, 4, 5), f32(2, 3, 6, 5), device=device)
+    same(lambda m, x: x[0].transpose(-1, -2) @ x[1], f32(4, 5, 3), f32(4, 5, 2), device=device)
+    same(lambda m, x: m.bmm(x[0], x[1]), f32(3, 2, 4), f32(3, 4, 5), device=device)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -223,3 +228,15 @@ def test_embedding_and_save_load(device, tmp_path):
     raw = (tmp_path / "t.safetensors").read_bytes()
     header = raw[8:8 + int.from_bytes(raw[:8], "little")]
     assert b'"dtype":"BF16"' in header and b'"data_offsets":[0,4]' in header     # safetensors' layout
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_logical_operators_of_bool_tensors(device):
+    a, b = rng.random(7) > 0.5, rng.random(7) > 0.5
+    ta, tb = lapis.tensor(a, device=device), lapis.tensor(b, device=device)
+    for got, want in ((~ta, ~a), (ta & tb, a & b), (ta | tb, a | b), (ta ^ tb, a ^ b), (True & tb, b),
+                      (ta | False, a), (ta.logical_not(), ~a)):
+        assert got.dtype == lapis.bool and np.array_equal(got.cpu().numpy(), want)
+    assert (~lapis.tensor([3, -1], device=device)).tolist() == [-4, 0]
+    with pytest.raises(TypeError, match="integer and Boolean"):
+        ~lapis.tensor([1.0], device=device)

@@ -26,6 +26,7 @@ from lapis._creation import (
     full,
     full_like,
     linspace,
+    multinomial,
     ones,
     ones_like,
     rand,
@@ -87,7 +88,7 @@ from lapis._methods import (  # noqa: A004 - torch's names
     triu,
     var,
 )
-from lapis._ops import broadcast_shapes, matmul, where
+from lapis._ops import bmm, broadcast_shapes, matmul, mm, where
 from lapis._serialization import load, save
 from lapis._tensor import Size, Tensor, manual_seed
 from lapis.autograd import enable_grad, no_grad
@@ -113,13 +114,13 @@ def result_type(a, b):
 
 
 __all__ = ["Size", "Tensor", "abs", "add", "arange", "argmax", "argmin", "as_tensor", "autograd", "bfloat16", "bool",
-           "broadcast_shapes", "cat", "clamp", "cos", "device", "div", "double", "dtype", "empty", "empty_like",
+           "bmm", "broadcast_shapes", "cat", "clamp", "cos", "device", "div", "double", "dtype", "empty", "empty_like",
            "enable_grad", "exp", "eye", "float", "float16", "float32", "float64", "from_numpy", "full", "full_like",
            "get_default_dtype", "half", "int", "int32", "int64", "linspace", "log", "log_softmax", "logsumexp",
            "long", "manual_seed", "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "no_grad",
-           "ones", "ones_like", "pow", "prod", "promote_types", "rand", "rand_like", "randint", "randn",
-           "randn_like", "relu", "result_type", "rsqrt", "set_default_dtype", "sigmoid", "sin", "softmax", "sqrt",
-           "stack", "std", "sub", "sum", "tanh", "tensor", "trace", "var", "where", "zeros", "zeros_like",
+           "mm", "multinomial", "ones", "ones_like", "pow", "prod", "promote_types", "rand", "rand_like", "randint",
+           "randn", "randn_like", "relu", "result_type", "rsqrt", "set_default_dtype", "sigmoid", "sin", "softmax",
+           "sqrt", "stack", "std", "sub", "sum", "tanh", "tensor", "trace", "var", "where", "zeros", "zeros_like",
            "nn", "optim", "utils", "chunk", "gather", "index_select", "masked_fill", "scatter_add", "split", "tril",
            "triu", "save", "load"]
 

@@ -11,11 +11,15 @@ launches from `lapis.libs` (asynchronous, like ATen's), on `cpu` numpy does the 
     reduce(op, x, dim, out)    sum prod max min argmax argmin along one dimension (x contiguous)
     fill(out, value)
     matmul(a, b, out)          2-D; operands C- or F-contiguous
+    bmm(a, b, out)             3-D batches of matrices, each operand row-major or transposed: one launch
     adam(p, g, m, v, ...)      one fused Adam/AdamW step, in place
     softmax(x, out, log), softmax_backward(y, dy, dx, log)   over the last dimension, x contiguous
     gather(x, dim, index, out), scatter_add(out, dim, index, src)   torch.gather / scatter_add_, contiguous
     conv2d, conv2d_backward_data, conv2d_backward_filter, pool2d, pool2d_backward   NCHW, KCRS, contiguous
     batch_norm(x, ...), batch_norm_backward(x, dy, ...)    training batch norm of (N, C, H, W), contiguous
+    layer_norm(x, ...), layer_norm_backward(x, dy, ...)    over the last dimension of contiguous (rows, cols)
+    activation(mode, x, out), activation_backward(mode, x, dy, dx)   gelu (exact) and silu, contiguous float32
+    attention(q, k, v, o, lse, ...), attention_backward(...)   fused (flash) attention of (BH, T, D), contiguous
 """
 
 import math
@@ -101,9 +105,7 @@ def matmul(a, b, out) -> None:
         np.matmul(a, b, out=out)
         return
     (m, k), n = a.shape, b.shape[1]
-    handle = _blas_handles.get(out.context)
-    if handle is None:
-        handle = _blas_handles[out.context] = blas.create(_api(out), out.context.device.id)
+    handle = _blas(out)
     # Row-major C (m x n) = A B is column-major C^T = B^T A^T: BLAS sees (n x m) = (n x k)(k x m). A
     # row-major operand is its own transpose in column-major; an F-contiguous one (a transposed view)
     # is read with op 'T' instead.
@@ -112,6 +114,47 @@ def matmul(a, b, out) -> None:
     # float32 goes to sgemm as PyTorch's does to cublasSgemm; half types to gemm (cublasGemmEx).
     routine = blas.sgemm if out.dtype == np.float32 else blas.gemm
     routine(handle, tb, ta, n, m, k, 1.0, b, ldb, a, lda, 0.0, out, max(n, 1))
+
+
+def _blas(out) -> blas.Handle:
+    handle = _blas_handles.get(out.context)
+    if handle is None:
+        handle = _blas_handles[out.context] = blas.create(_api(out), out.context.device.id)
+    return handle
+
+
+def _batch_layout(x) -> str:
+    """'C' when each matrix of a dense (batch, rows, cols) block is row-major, 'F' when it is the transpose
+    of row-major (the batch's last two dimensions swapped)."""
+    _, rows, cols = x.shape
+    batch_stride, row_stride, col_stride = (s // x.dtype.itemsize for s in x.strides)
+    if (row_stride, col_stride) == (cols, 1) and batch_stride in (rows * cols, 0):
+        return "C"
+    if (row_stride, col_stride) == (1, rows) and batch_stride in (rows * cols, 0):
+        return "F"
+    raise ValueError(f"bmm reads dense batches of matrices, got strides {x.strides} for shape {x.shape}")
+
+
+def _dense(x) -> DeviceNDArray:
+    """The flat memory under a dense batch of matrices (one matrix when the batch is a broadcast), for
+    BLAS's pointer-and-strides view of it."""
+    size = x.size if x.strides[0] else x.size // max(x.shape[0], 1)
+    return DeviceNDArray((size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
+
+
+def bmm(a, b, out) -> None:
+    """out (B, m, n) = a (B, m, k) @ b (B, k, n): one strided-batched gemm on a GPU (cublasGemmStridedBatchedEx,
+    operands swapped as in matmul); out C-contiguous."""
+    if not on_gpu(out):
+        np.matmul(a, b, out=out)
+        return
+    batch, m, k = a.shape
+    n = b.shape[2]
+    tb, ldb = ("N", max(n, 1)) if _batch_layout(b) == "C" else ("T", max(k, 1))
+    ta, lda = ("N", max(k, 1)) if _batch_layout(a) == "C" else ("T", max(m, 1))
+    stride_a, stride_b = (m * k if a.strides[0] else 0), (k * n if b.strides[0] else 0)
+    blas.gemm_strided_batched(_blas(out), tb, ta, n, m, k, 1.0, _dense(b), ldb, stride_b, _dense(a), lda, stride_a,
+                              0.0, _dense(out), max(n, 1), m * n, batch)
 
 
 def adam(p, g, m, v, *, lr, beta1, beta2, eps, step, weight_decay, decoupled) -> None:
@@ -300,3 +343,80 @@ def batch_norm_backward(x, dy, weight, mean, rstd, dx, dweight, dbias) -> None:
     dweight[...] = (dy * xhat).sum(axis=(0, 2, 3))
     dx[...] = (weight * rstd)[:, None, None] / count * (count * dy - dbias[:, None, None]
                                                          - xhat * dweight[:, None, None])
+
+
+def layer_norm(x, weight, bias, out, mean, rstd, eps: float) -> None:
+    """out = (x - mean) * rstd * weight + bias per row of (rows, cols) x, saving mean and rstd."""
+    if on_gpu(out):
+        dnn.layer_norm_forward(_dnn(out), x, weight, bias, eps, out, mean, rstd)
+        return
+    mean[...] = x.mean(axis=1)
+    rstd[...] = 1 / np.sqrt(x.var(axis=1) + eps)
+    out[...] = (x - mean[:, None]) * rstd[:, None] * weight + bias
+
+
+def layer_norm_backward(x, dy, weight, mean, rstd, dx, dweight, dbias) -> None:
+    if on_gpu(dx):
+        dnn.layer_norm_backward(_dnn(dx), x, dy, weight, mean, rstd, dx, dweight, dbias)
+        return
+    xhat = (x - mean[:, None]) * rstd[:, None]
+    g = dy * weight
+    dx[...] = rstd[:, None] * (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).mean(axis=1, keepdims=True))
+    dweight[...] = (dy * xhat).sum(axis=0)
+    dbias[...] = dy.sum(axis=0)
+
+
+def _attention_probabilities(q, k, lse, scale: float, causal: bool):
+    # q: (BH, Tq, D), k: (BH, Tk, D) -> p: (BH, Tq, Tk); a causal row i sees keys j <= i (top-left aligned)
+    scores = np.matmul(q, np.swapaxes(k, 1, 2)) * scale
+    if causal:
+        scores = np.where(np.tri(q.shape[1], k.shape[1], dtype=bool), scores, -np.inf)
+    if lse is not None:
+        return np.exp(scores - lse[..., None])
+    top = scores.max(axis=-1, keepdims=True)
+    return scores, top[..., 0] + np.log(np.exp(scores - top).sum(axis=-1))
+
+
+def attention(q, k, v, o, lse, scale: float, causal: bool) -> None:
+    """o = softmax(q k^T scale) v per batch-head, saving each row's log-sum-exp: cuDNN-style fused
+    flash attention on a GPU (the scores never stored), the plain product on cpu."""
+    if on_gpu(o):
+        dnn.attention_forward(_dnn(o), q, k, v, o, lse, scale, causal)
+        return
+    scores, lse[...] = _attention_probabilities(q, k, None, scale, causal)
+    o[...] = np.matmul(np.exp(scores - lse[..., None]), v)
+
+
+def attention_backward(q, k, v, o, do, lse, dq, dk, dv, scale: float, causal: bool) -> None:
+    if on_gpu(dq):
+        dnn.attention_backward(_dnn(dq), q, k, v, o, do, lse, dq, dk, dv, scale, causal)
+        return
+    p = _attention_probabilities(q, k, lse, scale, causal)             # (BH, Tq, Tk)
+    dv[...] = np.matmul(np.swapaxes(p, 1, 2), do)
+    ds = p * (np.matmul(do, np.swapaxes(v, 1, 2)) - (do * o).sum(axis=-1, keepdims=True)) * scale
+    dq[...] = np.matmul(ds, k)
+    dk[...] = np.matmul(np.swapaxes(ds, 1, 2), q)
+
+
+def _activation_numpy(mode: str, x):
+    # (f(x), f'(x)) for the fused activations
+    if mode == "gelu":
+        cdf = 0.5 * (1 + _UNARY["erf"](x * x.dtype.type(1 / math.sqrt(2))))
+        return x * cdf, cdf + x * np.exp(-0.5 * x * x) * x.dtype.type(1 / math.sqrt(2 * math.pi))
+    s = 1 / (1 + np.exp(-x))
+    return x * s, s * (1 + x * (1 - s))
+
+
+def activation(mode: str, x, out) -> None:
+    """out = gelu(x) (x Phi(x), exact) or silu(x): one cuDNN-style activation kernel on a GPU."""
+    if on_gpu(out):
+        dnn.activation_forward(_dnn(out), mode, dnn.TensorDescriptor((x.size, 1, 1, 1)), x, out)
+    else:
+        out[...] = _activation_numpy(mode, x)[0]
+
+
+def activation_backward(mode: str, x, dy, dx) -> None:
+    if on_gpu(dx):
+        dnn.activation_backward(_dnn(dx), mode, dnn.TensorDescriptor((x.size, 1, 1, 1)), x, dy, dx)
+    else:
+        dx[...] = dy * _activation_numpy(mode, x)[1]

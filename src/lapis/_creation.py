@@ -143,6 +143,22 @@ def randint(low, high=None, size=(), dtype=None, device=None, generator=None) ->
     return Tensor._from_numpy(values.astype((dtype or _dtype.int64).np), _device_of(device))
 
 
+def multinomial(input: Tensor, num_samples: int, replacement: bool = False, generator=None) -> Tensor:
+    """Indices drawn from each row of non-negative weights (1-D or 2-D), as torch.multinomial; the weights
+    are read back to the host, where the framework's generator draws (a sync point on a GPU)."""
+    if input.ndim not in (1, 2):
+        raise RuntimeError("prob_dist must be 1 or 2 dim")
+    weights = input.detach().cpu().numpy().astype(np.float64).reshape(-1, input.shape[-1])
+    if (weights < 0).any() or not np.isfinite(weights).all():
+        raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
+    if not replacement and num_samples > weights.shape[1]:
+        raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
+    rng = generator or _generator[0]
+    rows = [rng.choice(weights.shape[1], num_samples, replace=replacement, p=w / w.sum()) for w in weights]
+    out = np.stack(rows).astype(np.int64).reshape(*input.shape[:-1], num_samples)
+    return Tensor._from_numpy(out, input.device)
+
+
 def randn_like(t, dtype=None, device=None, requires_grad=False):
     return randn(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
 

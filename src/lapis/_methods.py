@@ -361,6 +361,31 @@ def copy_(x, src):
     return _write(x, src)
 
 
+def invert(x):
+    # ~x: logical not of a bool tensor, bitwise not (-x - 1) of an integer one
+    if x.dtype == _dtype.bool_:
+        return _ops.compare("eq", x, False)
+    if x.dtype.is_floating_point:
+        raise TypeError("bitwise_not is only implemented on integer and Boolean-type tensors "
+                        f"(got {x.dtype})")
+    return -x - 1
+
+
+def _logical(name: str, combine):
+    # &, |, ^ of bool tensors (torch also has the bitwise integer forms; lapis has not)
+    def op(a, b):
+        operands = [t for t in (a, b) if isinstance(t, Tensor)]
+        if any(t.dtype != _dtype.bool_ for t in operands) or not all(isinstance(t, Tensor | bool) for t in (a, b)):
+            raise TypeError(f"{name} is implemented here for bool tensors (and Python bools) only")
+        return combine(a, b) if isinstance(a, Tensor) else combine(b, a)     # all three commute
+    return op
+
+
+_and = _logical("bitwise_and", lambda a, b: _ops.where(a, b, False))
+_or = _logical("bitwise_or", lambda a, b: _ops.where(a, True, b))
+_xor = _logical("bitwise_xor", lambda a, b: _ops.compare("ne", a, b))
+
+
 # -- the surface -------------------------------------------------------------------------------------
 _METHODS = {
     "__add__": add, "__radd__": _r(add), "__sub__": sub, "__rsub__": _r(sub), "__mul__": mul, "__rmul__": _r(mul),
@@ -370,9 +395,11 @@ _METHODS = {
     "__eq__": lambda a, b: _ops.compare("eq", a, b), "__ne__": lambda a, b: _ops.compare("ne", a, b),
     "__lt__": lambda a, b: _ops.compare("lt", a, b), "__le__": lambda a, b: _ops.compare("le", a, b),
     "__gt__": lambda a, b: _ops.compare("gt", a, b), "__ge__": lambda a, b: _ops.compare("ge", a, b),
-    "__getitem__": getitem, "__setitem__": setitem,
+    "__getitem__": getitem, "__setitem__": setitem, "__invert__": invert, "bitwise_not": invert,
+    "logical_not": lambda x: _ops.compare("eq", x, 0), "__and__": _and, "__rand__": _r(_and), "__or__": _or,
+    "__ror__": _r(_or), "__xor__": _xor, "__rxor__": _r(_xor),
     "add": add, "sub": sub, "mul": mul, "div": div, "pow": pow, "maximum": maximum, "minimum": minimum,
-    "clamp": clamp, "matmul": _ops.matmul, "mm": _ops.matmul, "bmm": _ops.matmul,
+    "clamp": clamp, "matmul": _ops.matmul, "mm": _ops.mm, "bmm": _ops.bmm,
     "sum": sum, "mean": mean, "var": var, "std": std, "prod": prod, "max": max, "min": min, "argmax": argmax,
     "argmin": argmin, "logsumexp": logsumexp, "softmax": softmax, "log_softmax": log_softmax,
     "view": view, "reshape": reshape, "permute": permute, "transpose": transpose, "t": t, "unsqueeze": unsqueeze,

@@ -255,6 +255,26 @@ def sign(x: Tensor) -> Tensor:
     return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
 
 
+class Activation(Function):
+    """gelu (exact) or silu of a float32 tensor as one fused kernel each way (cuDNN's activation kernels)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, mode: str):
+        x = _contiguous(x)
+        out = _new(x.shape, x.dtype, x.device)
+        _backend.activation(mode, x._data, out._data)
+        ctx.mode = mode
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        dx = _new(x.shape, x.dtype, x.device)
+        _backend.activation_backward(ctx.mode, x._data, _contiguous(g)._data, dx._data)
+        return dx, None
+
+
 class Where(Function):
     @staticmethod
     def forward(ctx, cond: Tensor, a, b):
@@ -723,6 +743,61 @@ class BatchNorm(Function):
         return dx.reshape(g.shape), dweight, dbias, None, None, None, None
 
 
+class LayerNorm(Function):
+    """Layer norm over the last dimension, saving each row's mean and 1/std: one kernel forward and
+    two backward on a GPU (rows of dx; then dweight and dbias per column)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor, eps: float):
+        _check_devices(x, weight, bias)
+        cols = weight.numel()
+        x2 = _contiguous(x).reshape(-1, cols)                   # x: (..., normalized) -> (rows, cols)
+        out = _new(x2.shape, x.dtype, x.device)
+        mean, rstd = _new((x2.shape[0],), x.dtype, x.device), _new((x2.shape[0],), x.dtype, x.device)
+        w, b = _contiguous(weight).reshape(cols), _contiguous(bias).reshape(cols)
+        _backend.layer_norm(x2._data, w._data, b._data, out._data, mean._data, rstd._data, eps)
+        ctx.save_for_backward(x2, w, mean, rstd)
+        ctx.shapes = x.shape, weight.shape
+        return out.reshape(x.shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        x2, w, mean, rstd = ctx.saved_tensors
+        x_shape, w_shape = ctx.shapes
+        dx = _new(x2.shape, x2.dtype, x2.device)
+        dw, db = (_new(w.shape, w.dtype, w.device) for _ in range(2))
+        _backend.layer_norm_backward(x2._data, _contiguous(g).reshape(x2.shape)._data, w._data, mean._data,
+                                     rstd._data, dx._data, dw._data, db._data)
+        return dx.reshape(x_shape), dw.reshape(w_shape), db.reshape(w_shape), None
+
+
+class Attention(Function):
+    """softmax(q k^T * scale) v over the last two dimensions, with an optional causal mask: FlashAttention's
+    forward and backward (cuDNN's fused attention, `libs.dnn`) on a GPU, the scores never stored."""
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, scale: float, causal: bool):
+        # q: (..., Tq, D), k and v: (..., Tk, D) -> (..., Tq, D)
+        _check_devices(q, k, v)
+        batch = q.shape[:-2]
+        q3, k3, v3 = (_contiguous(t).reshape(-1, *t.shape[-2:]) for t in (q, k, v))
+        o = _new(q3.shape, q.dtype, q.device)
+        lse = _new(q3.shape[:2], q.dtype, q.device)
+        _backend.attention(q3._data, k3._data, v3._data, o._data, lse._data, scale, causal)
+        ctx.save_for_backward(q3, k3, v3, o, lse)
+        ctx.args = scale, causal, q.shape, k.shape
+        return o.reshape(*batch, *o.shape[1:])
+
+    @staticmethod
+    def backward(ctx, g):
+        q3, k3, v3, o, lse = ctx.saved_tensors
+        scale, causal, q_shape, k_shape = ctx.args
+        dq, dk, dv = (_new(t.shape, t.dtype, t.device) for t in (q3, k3, v3))
+        _backend.attention_backward(q3._data, k3._data, v3._data, o._data, _contiguous(g).reshape(o.shape)._data,
+                                    lse._data, dq._data, dk._data, dv._data, scale, causal)
+        return dq.reshape(q_shape), dk.reshape(k_shape), dv.reshape(k_shape), None, None
+
+
 # -- matmul -----------------------------------------------------------------------------------------
 def _blas_ready(x: Tensor) -> Tensor:
     """x itself when BLAS can read it (row-major, or a transposed row-major view), else a contiguous copy."""
@@ -737,7 +812,7 @@ def _mm(a: Tensor, b: Tensor) -> Tensor:
 
 
 class MatMul(Function):
-    """2-D @ 2-D; matmul() reduces 1-D and batched operands to this (a batch is a loop of launches)."""
+    """2-D @ 2-D; matmul() reduces 1-D operands, and batches times one matrix, to this."""
 
     @staticmethod
     def forward(ctx, a: Tensor, b: Tensor):
@@ -748,6 +823,34 @@ class MatMul(Function):
     def backward(ctx, g):
         a, b = ctx.saved_tensors
         return (g @ b.t() if ctx.needs_input_grad[0] else None, a.t() @ g if ctx.needs_input_grad[1] else None)
+
+
+def _bmm_ready(x: Tensor) -> Tensor:
+    """x (B, r, c) itself when it is a dense batch of row-major or transposed matrices (or one matrix
+    broadcast over the batch), else a contiguous copy."""
+    one = x.stride(0) == 0
+    body = x[0] if one else x
+    if one and (body.is_contiguous() or body.t().is_contiguous()):
+        return x
+    return x if x.is_contiguous() or x.transpose(1, 2).is_contiguous() else _contiguous(x)
+
+
+class BatchedMatMul(Function):
+    """(B, m, k) @ (B, k, n): one strided-batched gemm on a GPU, whose operands may be transposed views."""
+
+    @staticmethod
+    def forward(ctx, a: Tensor, b: Tensor):
+        ctx.save_for_backward(a, b)
+        out = _new((a.shape[0], a.shape[1], b.shape[2]), a.dtype, a.device)
+        _backend.bmm(_bmm_ready(a)._data, _bmm_ready(b)._data, out._data)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        da = BatchedMatMul.apply(g, b.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        db = BatchedMatMul.apply(a.transpose(1, 2), g) if ctx.needs_input_grad[1] else None
+        return da, db
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
@@ -769,16 +872,35 @@ def matmul(a: Tensor, b: Tensor) -> Tensor:
                     device=str(a.device)) as info:
         if a2.ndim == 2 and b2.ndim == 2:
             out = MatMul.apply(a2, b2)
+        elif b2.ndim == 2:                     # (..., m, k) @ (k, n): the batch folds into the rows
+            out = MatMul.apply(a2.reshape(-1, a2.shape[-1]), b2).reshape(*a2.shape[:-1], b2.shape[-1])
         else:
             batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
-            ae = a2.expand(*batch, *a2.shape[-2:])
-            be = b2.expand(*batch, *b2.shape[-2:])
-            rows = [MatMul.apply(ae[idx], be[idx]) for idx in np.ndindex(*batch)]
-            from lapis._creation import stack
-            out = stack(rows).reshape(*batch, a2.shape[-2], b2.shape[-1])
+            count = math.prod(batch)
+            a3 = a2.expand(*batch, *a2.shape[-2:]).reshape(count, *a2.shape[-2:])
+            b3 = b2.expand(*batch, *b2.shape[-2:]).reshape(count, *b2.shape[-2:])
+            out = BatchedMatMul.apply(a3, b3).reshape(*batch, a2.shape[-2], b2.shape[-1])
         if a.ndim == 1:
             out = out.squeeze(-2)
         if b.ndim == 1:
             out = out.squeeze(-1)
         info.update(out_shape=list(out.shape))
     return out
+
+
+def mm(a: Tensor, b: Tensor) -> Tensor:
+    """torch.mm: 2-D operands only."""
+    if a.ndim != 2 or b.ndim != 2:
+        raise RuntimeError(f"{'self' if a.ndim != 2 else 'mat2'} must be a matrix")
+    return matmul(a, b)
+
+
+def bmm(a: Tensor, b: Tensor) -> Tensor:
+    """torch.bmm: (B, m, k) @ (B, k, n), no broadcasting."""
+    for name, x in (("batch1", a), ("batch2", b)):
+        if x.ndim != 3:
+            raise RuntimeError(f"{name} must be a 3D tensor")
+    if a.shape[0] != b.shape[0]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{a.shape[0]}, "
+                           f"{a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")
+    return matmul(a, b)

@@ -201,15 +201,28 @@ def layer_norm_backward_kernel(cols, x, dy, gamma, mean, rstd, dx):
 
 
 def layer_norm_params_backward_kernel(rows, cols, x, dy, mean, rstd, dgamma, dbeta):
-    # One thread per column j: sums over the rows, in row order.
-    j = cuda.grid(1)
+    # A block of 32 columns x 16 row lanes: lane ty sums rows ty, ty + 16, ...; then one thread per
+    # column adds the 16 partial sums in lane order (deterministic).
+    sg = shared.array((16, 32), np.float32)
+    sb = shared.array((16, 32), np.float32)
+    tx, ty = threadIdx.x, threadIdx.y
+    j = blockIdx.x * 32 + tx
+    dg = 0.0
+    db = 0.0
     if j < cols:
-        dg = 0.0
-        db = 0.0
-        for row in range(rows):
+        for row in range(ty, rows, 16):
             xhat = (x[row * cols + j] - mean[row]) * rstd[row]
             dg += dy[row * cols + j] * xhat
             db += dy[row * cols + j]
+    sg[ty, tx] = dg
+    sb[ty, tx] = db
+    syncthreads()
+    if ty == 0 and j < cols:
+        dg = 0.0
+        db = 0.0
+        for lane in range(16):
+            dg += sg[lane, tx]
+            db += sb[lane, tx]
         dgamma[j] = dg
         dbeta[j] = db
 
@@ -646,19 +659,20 @@ def attention_dq_kernel(bh_count, t_q, t_k, d, scale, causal, q, k, v, do, lse, 
     if row < bh_count * t_q:
         bh = row // t_q
         i = row % t_q
+        base = row * d
         for c in range(d):
-            dq[row * d + c] = 0.0
-        for j in range(t_k):
-            if not causal or j <= i:
-                score = 0.0
-                dp = 0.0
-                for c in range(d):
-                    score += q[row * d + c] * k[(bh * t_k + j) * d + c]
-                    dp += do[row * d + c] * v[(bh * t_k + j) * d + c]
-                p = math.exp(score * scale - lse[row])
-                ds = p * (dp - delta[row]) * scale
-                for c in range(d):
-                    dq[row * d + c] += ds * k[(bh * t_k + j) * d + c]
+            dq[base + c] = 0.0
+        m, dl = lse[row], delta[row]
+        for j in range(t_k if not causal else min(t_k, i + 1)):
+            kv = (bh * t_k + j) * d
+            score = 0.0
+            dp = 0.0
+            for c in range(d):
+                score += q[base + c] * k[kv + c]
+                dp += do[base + c] * v[kv + c]
+            ds = math.exp(score * scale - m) * (dp - dl) * scale
+            for c in range(d):
+                dq[base + c] += ds * k[kv + c]
 
 
 def attention_dkv_kernel(bh_count, t_q, t_k, d, scale, causal, q, k, v, do, lse, delta, dk, dv):
@@ -667,22 +681,102 @@ def attention_dkv_kernel(bh_count, t_q, t_k, d, scale, causal, q, k, v, do, lse,
     if row < bh_count * t_k:
         bh = row // t_k
         j = row % t_k
+        base = row * d
         for c in range(d):
-            dk[row * d + c] = 0.0
-            dv[row * d + c] = 0.0
-        for i in range(t_q):
-            if not causal or j <= i:
-                qrow = bh * t_q + i
-                score = 0.0
-                dp = 0.0
-                for c in range(d):
-                    score += q[qrow * d + c] * k[row * d + c]
-                    dp += do[qrow * d + c] * v[row * d + c]
-                p = math.exp(score * scale - lse[qrow])
-                ds = p * (dp - delta[qrow]) * scale
-                for c in range(d):
-                    dv[row * d + c] += p * do[qrow * d + c]
-                    dk[row * d + c] += ds * q[qrow * d + c]
+            dk[base + c] = 0.0
+            dv[base + c] = 0.0
+        for i in range(j if causal else 0, t_q):
+            qrow = bh * t_q + i
+            qb = qrow * d
+            score = 0.0
+            dp = 0.0
+            for c in range(d):
+                score += q[qb + c] * k[base + c]
+                dp += do[qb + c] * v[base + c]
+            p = math.exp(score * scale - lse[qrow])
+            ds = p * (dp - delta[qrow]) * scale
+            for c in range(d):
+                dv[base + c] += p * do[qb + c]
+                dk[base + c] += ds * q[qb + c]
+
+
+# Head dimensions that are powers of two up to 32 take the "lanes" kernels: a group of d lanes per row
+# (lane c holds column c), each dot product a butterfly of shuffles within the group, so a thread does
+# O(T) work instead of O(T d). Rows past the end compute on a clamped row and store nothing, so every
+# lane of a warp runs the same loop and the shuffles never meet an inactive lane.
+@cuda.jit(device=True)
+def group_sum(value, lanes):
+    off = lanes // 2
+    while off > 0:
+        value += cuda.shfl_xor_sync(0xFFFFFFFF, value, off)
+        off //= 2
+    return value
+
+
+def attention_forward_lanes_kernel(rows, t_q, t_k, d, scale, causal, q, k, v, o, lse):
+    t = cuda.grid(1)
+    row, c = t // d, t % d
+    r = min(row, rows - 1)
+    bh, i = r // t_q, r % t_q
+    qc = q[r * d + c] * scale
+    m = -math.inf
+    total = 0.0
+    acc = 0.0
+    for j in range(t_k):
+        kb = (bh * t_k + j) * d + c
+        score = group_sum(qc * k[kb], d)
+        if not causal or j <= i:                            # the online softmax of the tiled kernel
+            new_max = max(m, score)
+            correction = math.exp(m - new_max)
+            weight = math.exp(score - new_max)
+            total = total * correction + weight
+            acc = acc * correction + weight * v[kb]
+            m = new_max
+    if row < rows:
+        o[r * d + c] = acc / total
+        if c == 0:
+            lse[r] = m + math.log(total)
+
+
+def attention_dq_lanes_kernel(rows, t_q, t_k, d, scale, causal, q, k, v, do, lse, delta, dq):
+    t = cuda.grid(1)
+    row, c = t // d, t % d
+    r = min(row, rows - 1)
+    bh, i = r // t_q, r % t_q
+    qc, doc, m, dl = q[r * d + c], do[r * d + c], lse[r], delta[r]
+    acc = 0.0
+    for j in range(t_k):
+        kb = (bh * t_k + j) * d + c
+        kc = k[kb]
+        score = group_sum(qc * kc, d)
+        dp = group_sum(doc * v[kb], d)
+        if not causal or j <= i:
+            acc += math.exp(score * scale - m) * (dp - dl) * scale * kc
+    if row < rows:
+        dq[r * d + c] = acc
+
+
+def attention_dkv_lanes_kernel(rows, t_q, t_k, d, scale, causal, q, k, v, do, lse, delta, dk, dv):
+    # rows: key rows (BH x Tk)
+    t = cuda.grid(1)
+    row, c = t // d, t % d
+    r = min(row, rows - 1)
+    bh, j = r // t_k, r % t_k
+    kc, vc = k[r * d + c], v[r * d + c]
+    dkc = 0.0
+    dvc = 0.0
+    for i in range(t_q):
+        qrow = bh * t_q + i
+        qc, doc = q[qrow * d + c], do[qrow * d + c]
+        score = group_sum(qc * kc, d)
+        dp = group_sum(doc * vc, d)
+        if not causal or j <= i:
+            p = math.exp(score * scale - lse[qrow])
+            dvc += p * doc
+            dkc += p * (dp - delta[qrow]) * scale * qc
+    if row < rows:
+        dk[r * d + c] = dkc
+        dv[r * d + c] = dvc
 
 
 # -- the API -----------------------------------------------------------------------------------------
@@ -697,7 +791,8 @@ class Handle(LibraryHandle):
             pooling_backward_kernel, dropout_kernel, batch_norm_forward_kernel, batch_norm_backward_kernel,
             conv_direct_kernel, conv_backward_data_kernel, conv_backward_filter_kernel, conv_im2col_kernel,
             conv_col2im_kernel, attention_forward_kernel, attention_delta_kernel, attention_dq_kernel,
-            attention_dkv_kernel)}
+            attention_dkv_kernel, attention_forward_lanes_kernel, attention_dq_lanes_kernel,
+            attention_dkv_lanes_kernel)}
         self.kernels.update({"conv_gemm_" + d: api.jit(make_conv_gemm_kernel(d)) for d in CONV_DIRECTIONS})
         self.blas = blas.create(api, device)          # the "gemm" convolutions multiply with cuBLAS's twin
         self.algorithms: dict[tuple, str] = {}        # what find steps chose, by direction, profile and shape
@@ -799,7 +894,7 @@ def layer_norm_backward(handle: Handle, x, dy, gamma, mean, rstd, dx, dgamma, db
         if rows and cols:
             handle.kernels["layer_norm_backward_kernel"][rows, ROW_THREADS, handle.stream](
                 np.int64(cols), fx, fdy, fg, fm, fr, fdx)
-            handle.kernels["layer_norm_params_backward_kernel"][-(-cols // THREADS), THREADS, handle.stream](
+            handle.kernels["layer_norm_params_backward_kernel"][_ceil_div(cols, 32), (32, 16), handle.stream](
                 np.int64(rows), np.int64(cols), fx, fdy, fm, fr, fdg, fdb)
 
 
@@ -1198,6 +1293,11 @@ def get_convolution_algorithm(handle: Handle, direction: str, x_desc: TensorDesc
     return handle.algorithms.get(_problem(handle, direction, x_desc, filter_dims, conv), "implicit_gemm")
 
 
+def _lanes(d: int) -> bool:
+    """Whether a head dimension takes the lanes kernels: a power of two no wider than a 32-lane warp."""
+    return d <= 32 and d & (d - 1) == 0
+
+
 def _attention_shapes(q, k, v) -> tuple[int, int, int, int]:
     for name, a in (("q", q), ("k", k), ("v", v)):
         if not isinstance(a, DeviceNDArray) or a.ndim != 3:
@@ -1217,9 +1317,12 @@ def attention_forward(handle: Handle, q, k, v, o, lse, scale: float | None = Non
     scale = 1 / math.sqrt(d) if scale is None else scale
     args = [_flat(q, "q"), _flat(k, "k"), _flat(v, "v"), _flat(o, "o", q.size), _flat(lse, "lse", bh * t_q)]
     with trace.span(4, "attention_forward", batch_heads=bh, t_q=t_q, t_k=t_k, head_dim=d, causal=causal):
-        if bh and t_q and t_k:
+        if bh and t_q and t_k and _lanes(d):
+            handle.kernels["attention_forward_lanes_kernel"][_ceil_div(bh * t_q * d, THREADS), THREADS, handle.stream](
+                np.int32(bh * t_q), np.int32(t_q), np.int32(t_k), np.int32(d), np.float32(scale), causal, *args)
+        elif bh and t_q and t_k:
             handle.kernels["attention_forward_kernel"][(-(-t_q // QUERY_TILE), bh), QUERY_TILE, handle.stream](
-                np.int64(t_q), np.int64(t_k), np.int64(d), np.float32(scale), causal, *args)
+                np.int32(t_q), np.int32(t_k), np.int32(d), np.float32(scale), causal, *args)
 
 
 def attention_backward(handle: Handle, q, k, v, o, do, lse, dq, dk, dv, scale: float | None = None,
@@ -1231,12 +1334,19 @@ def attention_backward(handle: Handle, q, k, v, o, do, lse, dq, dk, dv, scale: f
     fo, fdo, flse = _flat(o, "o", q.size), _flat(do, "do", q.size), _flat(lse, "lse", bh * t_q)
     fdq, fdk, fdv = _flat(dq, "dq", q.size), _flat(dk, "dk", k.size), _flat(dv, "dv", v.size)
     delta = handle.api.device_array(bh * t_q, np.float32)
-    geometry = (np.int64(bh), np.int64(t_q), np.int64(t_k), np.int64(d), np.float32(scale), causal)
+    geometry = (np.int32(bh), np.int32(t_q), np.int32(t_k), np.int32(d), np.float32(scale), causal)
     with trace.span(4, "attention_backward", batch_heads=bh, t_q=t_q, t_k=t_k, head_dim=d, causal=causal):
         if bh and t_q and t_k:
             rows = bh * t_q
             handle.kernels["attention_delta_kernel"][-(-rows // THREADS), THREADS, handle.stream](
-                np.int64(rows), np.int64(d), fo, fdo, delta)
+                np.int32(rows), np.int32(d), fo, fdo, delta)
+            if _lanes(d):
+                handle.kernels["attention_dq_lanes_kernel"][_ceil_div(rows * d, THREADS), THREADS, handle.stream](
+                    np.int32(rows), *geometry[1:], fq, fk, fv, fdo, flse, delta, fdq)
+                handle.kernels["attention_dkv_lanes_kernel"][_ceil_div(bh * t_k * d, THREADS), THREADS,
+                                                             handle.stream](
+                    np.int32(bh * t_k), *geometry[1:], fq, fk, fv, fdo, flse, delta, fdk, fdv)
+                return
             handle.kernels["attention_dq_kernel"][-(-rows // THREADS), THREADS, handle.stream](
                 *geometry, fq, fk, fv, fdo, flse, delta, fdq)
             handle.kernels["attention_dkv_kernel"][-(-(bh * t_k) // THREADS), THREADS, handle.stream](

@@ -19,6 +19,7 @@ from lapis.nn.modules import (
     ModuleDict,
     ModuleList,
     MSELoss,
+    MultiheadAttention,
     NLLLoss,
     Parameter,
     ReLU,
@@ -31,6 +32,6 @@ from lapis.nn.modules import (
 
 __all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "MaxPool2d", "BCEWithLogitsLoss", "CrossEntropyLoss",
            "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
-           "MSELoss",
+           "MSELoss", "MultiheadAttention",
            "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",
            "Softmax", "Tanh", "functional", "init"]

@@ -8,7 +8,7 @@ import math
 
 import lapis
 from lapis import _dtype
-from lapis._ops import BatchNorm, Conv2d, Pool2d
+from lapis._ops import Activation, Attention, BatchNorm, Conv2d, LayerNorm, Pool2d
 from lapis._tensor import Tensor
 
 
@@ -57,11 +57,13 @@ def relu(x: Tensor) -> Tensor:
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     if approximate == "tanh":
         return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+    if x.dtype == lapis.float32:                 # one fused kernel each way
+        return Activation.apply(x, "gelu")
     return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
 
 
 def silu(x: Tensor) -> Tensor:
-    return x * x.sigmoid()
+    return Activation.apply(x, "silu") if x.dtype == lapis.float32 else x * x.sigmoid()
 
 
 def sigmoid(x: Tensor) -> Tensor:
@@ -148,7 +150,16 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
 
 def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5) -> Tensor:
-    dims = tuple(range(x.ndim - len(tuple(normalized_shape)), x.ndim))
+    # x: (..., *normalized_shape); statistics per row of the normalized dimensions
+    normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
+    if tuple(x.shape[x.ndim - len(normalized_shape):]) != normalized_shape:
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
+                           f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(x.shape)}")
+    if x.dtype == lapis.float32:                            # the fused kernels are float32
+        def given(t, value):
+            return t if t is not None else lapis.full(normalized_shape, value, dtype=x.dtype, device=x.device)
+        return LayerNorm.apply(x, given(weight, 1.0), given(bias, 0.0), eps)
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     mean = x.mean(dims, keepdim=True)
     centred = x - mean
     var = (centred * centred).mean(dims, keepdim=True)
@@ -158,3 +169,71 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     if bias is not None:
         y = y + bias
     return y
+
+
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None) -> Tensor:
+    # query: (..., L, E), key: (..., S, E), value: (..., S, Ev) -> (..., L, Ev); a boolean mask is True where
+    # a query may attend, a float mask is added to the scores; is_causal lets row i see keys 0..i
+    if attn_mask is not None and is_causal:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    fused = (attn_mask is None and dropout_p == 0 and query.dtype == key.dtype == value.dtype == lapis.float32
+             and query.shape[-1] == value.shape[-1] and (query.device.type == "cpu" or query.shape[-1] <= 64))
+    if fused:                                   # the flash kernels: scores never stored
+        shape = lapis.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        return Attention.apply(query.expand(*shape, *query.shape[-2:]), key.expand(*shape, *key.shape[-2:]),
+                               value.expand(*shape, *value.shape[-2:]), scale, is_causal)
+    scores = query @ key.mT * scale             # (..., L, S)
+    if is_causal:
+        attn_mask = lapis.ones(scores.shape[-2:], dtype=lapis.bool, device=query.device).tril()
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == lapis.bool else scores + attn_mask
+    weights = dropout(softmax(scores, -1), dropout_p)
+    return weights @ value
+
+
+def multi_head_attention_forward(module, query: Tensor, key: Tensor, value: Tensor, key_padding_mask=None,
+                                 need_weights: bool = True, attn_mask=None, average_attn_weights: bool = True,
+                                 is_causal: bool = False):
+    """nn.MultiheadAttention's forward on batch-first (N, L, E) inputs; torch's mask conventions (True in a
+    boolean attn_mask or key_padding_mask means "do not attend")."""
+    # query: (N, L, E), key and value: (N, S, E)
+    n, length, e = query.shape
+    heads, head_dim = module.num_heads, e // module.num_heads
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the Transformer module "
+                           "method `generate_square_subsequent_mask` to create this mask.")
+    def heads_of(x):                            # (N, T, E) -> (N, H, T, Dh)
+        return x.reshape(n, x.shape[1], heads, head_dim).transpose(1, 2)
+    if query is key is value:                   # self-attention: one packed projection (N, L, 3E), as torch
+        q, k, v = (heads_of(x) for x in linear(query, module.in_proj_weight, module.in_proj_bias).chunk(3, -1))
+    else:
+        w_q, w_k, w_v = module.in_proj_weight.chunk(3)
+        b_q, b_k, b_v = module.in_proj_bias.chunk(3) if module.in_proj_bias is not None else (None, None, None)
+        q, k, v = (heads_of(linear(x, w, b)) for x, w, b in ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v)))
+    p = module.dropout if module.training else 0.0
+    use_hint = is_causal and key_padding_mask is None and not need_weights
+    mask = None
+    if not use_hint:
+        for m in (attn_mask, key_padding_mask):
+            if m is None:
+                continue
+            add = lapis.zeros(m.shape, device=query.device).masked_fill(m, -math.inf) if m.dtype == lapis.bool \
+                else m
+            if m is key_padding_mask:
+                add = add.reshape(n, 1, 1, key.shape[1])
+            elif m.ndim == 3:                   # (N * H, L, S)
+                add = add.reshape(n, heads, length, key.shape[1])
+            mask = add if mask is None else mask + add
+    if need_weights:
+        scores = q @ k.mT * (1 / math.sqrt(head_dim))
+        weights = softmax(scores if mask is None else scores + mask, -1)    # (N, H, L, S)
+        out = dropout(weights, p) @ v
+        weights = weights.mean(1) if average_attn_weights else weights
+    else:
+        out, weights = scaled_dot_product_attention(q, k, v, mask, p, use_hint), None
+    out = out.transpose(1, 2).reshape(n, length, e)
+    return module.out_proj(out), weights

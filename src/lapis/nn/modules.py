@@ -341,6 +341,44 @@ class LayerNorm(Module):
         return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
+class MultiheadAttention(Module):
+    """torch.nn.MultiheadAttention: packed input projections (in_proj_weight (3E, E), xavier-initialised),
+    heads of E / num_heads, and out_proj. forward returns (output, weights averaged over heads or None);
+    with need_weights=False it runs the fused attention kernels (`libs.dnn`) where it can."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0, bias: bool = True,
+                 batch_first: bool = False, device=None, dtype=None):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise AssertionError("embed_dim must be divisible by num_heads")
+        self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
+        self.head_dim = embed_dim // num_heads
+        self.in_proj_weight = Parameter(lapis.empty(3 * embed_dim, embed_dim, device=device, dtype=dtype))
+        init.xavier_uniform_(self.in_proj_weight)
+        if bias:
+            self.in_proj_bias = Parameter(lapis.zeros(3 * embed_dim, device=device, dtype=dtype))
+        else:
+            self.register_parameter("in_proj_bias", None)
+        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
+        if bias:
+            init.zeros_(self.out_proj.bias)
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights: bool = True, attn_mask=None,
+                average_attn_weights: bool = True, is_causal: bool = False):
+        batched = query.ndim == 3
+        if not batched:                                       # (L, E): one sequence
+            query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        elif not self.batch_first:                            # (L, N, E) -> (N, L, E)
+            query, key, value = query.transpose(0, 1), key.transpose(0, 1), value.transpose(0, 1)
+        out, weights = F.multi_head_attention_forward(self, query, key, value, key_padding_mask, need_weights,
+                                                      attn_mask, average_attn_weights, is_causal)
+        if not batched:
+            return out.squeeze(0), weights.squeeze(0) if weights is not None else None
+        return (out if self.batch_first else out.transpose(0, 1)), weights
+
+
 class Embedding(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, device=None,
                  dtype=None):
