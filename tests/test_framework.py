@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 import lapis
 
@@ -99,3 +100,35 @@ def test_torch_cuda_names_work_on_lapis_cuda():
     del x
     gc.collect()
     assert lapis.cuda.memory_allocated() == before
+    # torch.cuda.Stream / Event: a new stream with its own queue, events timed in simulated device time
+    s = lapis.cuda.Stream()
+    assert s != lapis.cuda.current_stream() and s.query()
+    start, end = lapis.cuda.Event(enable_timing=True), lapis.cuda.Event(enable_timing=True)
+    start.record()
+    y = lapis.ones(4096, device="cuda") * 2
+    end.record()
+    end.synchronize()
+    assert end.query() and start.elapsed_time(end) > 0 and y.sum().item() == 8192
+    with pytest.raises(lapis.cuda.CudaError, match="timing=False"):
+        lapis.cuda.Event().elapsed_time(end)
+
+
+def test_dlpack_shares_cpu_memory_with_numpy_and_torch():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    t = lapis.from_dlpack(a)
+    t[0, 0] = 100.0                                            # one memory: the write shows in numpy
+    assert a[0, 0] == 100 and t.shape == (3, 4) and t.dtype == lapis.float32
+    theirs = torch.arange(6.0).reshape(2, 3).t()               # a strided producer
+    ours = lapis.from_dlpack(theirs)
+    assert ours.stride() == (1, 3) and ours.tolist() == theirs.tolist()
+    ours[0, 1] = -1.0
+    assert theirs[0, 1].item() == -1.0
+    view = lapis.arange(6.0).reshape(2, 3)[:, 1:]             # export: numpy and torch read the view in place
+    n = np.from_dlpack(view)
+    n[0, 0] = 42.0
+    assert view[0, 0].item() == 42.0 and torch.from_dlpack(view).tolist() == view.tolist()
+    assert view.__dlpack_device__() == (1, 0)
+    with pytest.raises(BufferError, match="cpu tensors"):
+        lapis.ones(2, device="cuda").__dlpack__()
+    with pytest.raises(RuntimeError, match="require gradient"):
+        lapis.ones(2, requires_grad=True).__dlpack__()

@@ -13,6 +13,7 @@ import pytest
 import lapis
 from lapis import abi, cuda, hip, runtime
 from lapis.cli import main
+from lapis.cuda.context import Stream
 from lapis.cuda.hipify import hipify
 from lapis.cuda.runtime_api import FUNCTIONS, HIPIFY_TABLE
 
@@ -104,7 +105,7 @@ def test_a_stream_has_its_own_queue_and_runs_its_launches_in_order(stream_launch
     d = cuda.to_device(x)
     s = cuda.stream()
     assert s.queue is not cuda.default_stream().queue and s != cuda.default_stream()
-    assert cuda.default_stream() == cuda.Stream(cuda.current_context())      # one default stream per context
+    assert cuda.default_stream() == Stream(cuda.current_context())           # one default stream per context
     with lapis.trace() as t:
         for a, b in [(2, 1), (-3, 0.5), (0.5, -2)]:
             axpb[blocks(N), 128, s](d, f32(a), f32(b))

@@ -22,6 +22,7 @@ from lapis._creation import (
     empty,
     empty_like,
     eye,
+    from_dlpack,
     from_numpy,
     full,
     full_like,
@@ -115,7 +116,8 @@ def result_type(a, b):
 
 __all__ = ["Size", "Tensor", "abs", "add", "arange", "argmax", "argmin", "as_tensor", "autograd", "bfloat16", "bool",
            "bmm", "broadcast_shapes", "cat", "clamp", "cos", "device", "div", "double", "dtype", "empty", "empty_like",
-           "enable_grad", "exp", "eye", "float", "float16", "float32", "float64", "from_numpy", "full", "full_like",
+           "enable_grad", "exp", "eye", "float", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full",
+           "full_like",
            "get_default_dtype", "half", "int", "int32", "int64", "linspace", "log", "log_softmax", "logsumexp",
            "long", "manual_seed", "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "no_grad",
            "mm", "multinomial", "ones", "ones_like", "pow", "prod", "promote_types", "rand", "rand_like", "randint",

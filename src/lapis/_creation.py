@@ -6,7 +6,7 @@ import numpy as np
 
 from lapis import _backend, _dtype, trace
 from lapis._ops import _check_devices, _new
-from lapis._tensor import Tensor, _device_of, _dim, _generator, _shape
+from lapis._tensor import Tensor, _device_of, _dim, _generator, _shape, _Storage
 from lapis.autograd import Function
 
 
@@ -96,6 +96,25 @@ def from_numpy(array: np.ndarray) -> Tensor:
     if not array.flags.c_contiguous:
         raise ValueError("from_numpy takes a C-contiguous array here (lapis tensors view flat storage)")
     return Tensor._from_numpy(array, _device_of("cpu"))
+
+
+def from_dlpack(ext) -> Tensor:
+    """torch.from_dlpack: a cpu tensor sharing the memory of anything that exports DLPack (numpy arrays,
+    torch cpu tensors), strides included. GPU memory cannot be imported: it belongs to another device."""
+    if isinstance(ext, Tensor):
+        return ext
+    if hasattr(ext, "__dlpack_device__") and ext.__dlpack_device__()[0] != 1:      # 1: kDLCPU
+        raise BufferError(f"from_dlpack imports cpu memory only; {type(ext).__name__} lives on DLPack device "
+                          f"{ext.__dlpack_device__()}")
+    array = np.from_dlpack(ext)
+    _dtype.from_numpy(array.dtype)
+    item = array.dtype.itemsize
+    if any(st < 0 or st % item for st in array.strides):
+        raise BufferError(f"from_dlpack needs non-negative whole-element strides, got {array.strides}")
+    strides = tuple(st // item for st in array.strides)
+    span = 1 + builtins.sum((n - 1) * st for n, st in zip(array.shape, strides, strict=True)) if array.size else 1
+    flat = np.lib.stride_tricks.as_strided(array, (span,), (item,))         # the storage under every element
+    return Tensor(_Storage(flat), array.shape, strides, 0, _device_of("cpu"))
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool = False) -> Tensor:

@@ -386,6 +386,20 @@ _or = _logical("bitwise_or", lambda a, b: _ops.where(a, True, b))
 _xor = _logical("bitwise_xor", lambda a, b: _ops.compare("ne", a, b))
 
 
+def __dlpack__(x, **kwargs):
+    # DLPack export of a cpu tensor: numpy's capsule of the strided view, sharing the storage
+    if x.requires_grad:
+        raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+    if x.device.type != "cpu":
+        raise BufferError(f"DLPack export is for cpu tensors; copy {x.device} tensors with .cpu() first")
+    return x._data.__dlpack__(**kwargs)
+
+
+def __dlpack_device__(x):
+    # (kDLCPU, 0); a GPU tensor reports kDLCUDA (2) or kDLROCM (10), though it does not export
+    return (1, 0) if x.device.type == "cpu" else (2 if x.device.type == "cuda" else 10, x.device.index or 0)
+
+
 # -- the surface -------------------------------------------------------------------------------------
 _METHODS = {
     "__add__": add, "__radd__": _r(add), "__sub__": sub, "__rsub__": _r(sub), "__mul__": mul, "__rmul__": _r(mul),
@@ -395,7 +409,8 @@ _METHODS = {
     "__eq__": lambda a, b: _ops.compare("eq", a, b), "__ne__": lambda a, b: _ops.compare("ne", a, b),
     "__lt__": lambda a, b: _ops.compare("lt", a, b), "__le__": lambda a, b: _ops.compare("le", a, b),
     "__gt__": lambda a, b: _ops.compare("gt", a, b), "__ge__": lambda a, b: _ops.compare("ge", a, b),
-    "__getitem__": getitem, "__setitem__": setitem, "__invert__": invert, "bitwise_not": invert,
+    "__getitem__": getitem, "__setitem__": setitem, "__dlpack__": __dlpack__, "__dlpack_device__": __dlpack_device__,
+    "__invert__": invert, "bitwise_not": invert,
     "logical_not": lambda x: _ops.compare("eq", x, 0), "__and__": _and, "__rand__": _r(_and), "__or__": _or,
     "__ror__": _r(_or), "__xor__": _xor, "__rxor__": _r(_xor),
     "add": add, "sub": sub, "mul": mul, "div": div, "pow": pow, "maximum": maximum, "minimum": minimum,

@@ -52,7 +52,7 @@ from lapis.cuda.compiler.intrinsics import (
     threadIdx,
     warpsize,
 )
-from lapis.cuda.context import Device, Event, Stream
+from lapis.cuda.context import Device
 from lapis.cuda.devicearray import DeviceNDArray
 from lapis.cuda.errors import (
     CudaError,
@@ -85,6 +85,7 @@ memory_reserved, memory_stats, memory_summary = _api.memory_reserved, _api.memor
 empty_cache = _api.empty_cache
 current_device, set_device, get_device_name = _api.current_device, _api.set_device, _api.get_device_name
 get_device_properties = _api.get_device_properties
+Stream, Event, current_stream = _api.Stream, _api.Event, _api.current_stream   # torch.cuda's constructors
 _runtime_api = RuntimeApi(_api, "cuda")
 globals().update(_runtime_api.namespace())      # cudaMalloc, cudaSuccess, ...: names from runtime_api's table
 
@@ -104,6 +105,6 @@ __all__ = [
     "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
     "pinned_array", "stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
-    "memory_summary", "empty_cache", "current_device", "set_device",
+    "memory_summary", "empty_cache", "current_device", "set_device", "current_stream",
     "get_device_name", "get_device_properties", *_runtime_api.namespace(),
 ]

@@ -75,8 +75,32 @@ class Api:
         return self.get_device_properties(device).name
 
     def get_device_properties(self, device=None) -> "DeviceProperties":
-        index = self._current if device is None else device if isinstance(device, int) else device.index or 0
-        return DeviceProperties(self.context(index))
+        return DeviceProperties(self.context(self._index(device)))
+
+    def _index(self, device) -> int:
+        """A device index from torch's spellings: None (the current device), an int, 'cuda:1', or an object
+        with an `index` (torch.device, lapis.device)."""
+        if device is None:
+            return self._current
+        if isinstance(device, int):
+            return device
+        if isinstance(device, str):
+            return int(device.partition(":")[2] or self._current)
+        return self._current if device.index is None else device.index
+
+    def Stream(self, device=None, priority: int = 0) -> Stream:  # noqa: N802 - torch.cuda.Stream's spelling
+        """torch.cuda.Stream(device=None, priority=0): a new stream with its own queue (priority is accepted
+        and ignored: the command processor serves queues round robin)."""
+        return self.context(self._index(device)).create_stream()
+
+    def Event(self, enable_timing: bool = False, blocking: bool = False,  # noqa: N802 - torch.cuda.Event
+              interprocess: bool = False) -> Event:
+        """torch.cuda.Event(enable_timing=False): record(), synchronize(), query(), elapsed_time(end)."""
+        return Event(self, enable_timing)
+
+    def current_stream(self, device=None) -> Stream:
+        """torch.cuda.current_stream(): the device's default stream (lapis has no stream context manager)."""
+        return Stream(self.context(self._index(device)))
 
     def context(self, index: int | None = None) -> Context:
         index = self._current if index is None else index

@@ -14,12 +14,10 @@ from lapis.cuda import (
     Device,
     DeviceNDArray,
     DevicePointer,
-    Event,
     InvalidHandleError,
     KernelFault,
     LaunchError,
     OutOfMemoryError,
-    Stream,
     all_sync,
     any_sync,
     atomic,
@@ -78,6 +76,7 @@ memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_
 memory_reserved, memory_stats, memory_summary = _api.memory_reserved, _api.memory_stats, _api.memory_summary
 empty_cache = _api.empty_cache
 current_device, set_device, get_device_name = _api.current_device, _api.set_device, _api.get_device_name
+Stream, Event, current_stream = _api.Stream, _api.Event, _api.current_stream   # torch.cuda's constructors
 get_device_properties = _api.get_device_properties
 _runtime_api = RuntimeApi(_api, "hip")
 globals().update(_runtime_api.namespace())      # hipMalloc, hipSuccess, ...: the CUDA names through one table
@@ -94,5 +93,5 @@ __all__ = [
     "CudaSupportError", "Device", "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "Stream",
     "event", "event_elapsed_time", "pinned_array", "stream", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "memory_stats", "memory_summary", "empty_cache", "current_device", "set_device",
-    "get_device_name", "get_device_properties", *_runtime_api.namespace(),
+    "current_stream", "get_device_name", "get_device_properties", *_runtime_api.namespace(),
 ]

@@ -9,7 +9,7 @@ so work on another stream may overlap them, and ordering against the caller's ow
 caller's business, as with the vendor libraries.
 """
 
-from lapis.cuda import Stream
+from lapis.cuda.context import Stream
 
 
 class LibraryHandle:
