@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import lapis
+from lapis import nn
 
 rng = np.random.default_rng(5)
 DEVICES = ["cpu", "cuda"]
@@ -59,6 +60,17 @@ def test_binary_ops_broadcast_with_gradients(device, name, fn):
 @pytest.mark.parametrize("op", ["exp", "tanh", "sigmoid", "relu", "sin", "cos", "abs", "neg", "erf"])
 def test_unary_ops_with_gradients(device, op):
     same(lambda m, x: getattr(x[0], op)(), f32(4, 6), device=device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_clamp_values_and_gradients_at_the_bounds(device):
+    x = np.array([[-2.0, -0.5, 0.0, 0.5], [1.0, 1.5, 3.0, -1.0]], np.float32)      # bounds hit exactly
+    same(lambda m, t: t[0].clamp(-0.5, 1.0), x, device=device)
+    same(lambda m, t: m.clamp(t[0], min=0.0), x, device=device)
+    same(lambda m, t: t[0].clamp(max=0.5) * 2, x, device=device)
+    same(lambda m, t: t[0].clamp(min=t[1]), x, x[::-1].copy(), device=device)          # a tensor bound
+    with pytest.raises(RuntimeError, match="At least one of 'min' or 'max'"):
+        lapis.tensor(x, device=device).clamp()
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -131,6 +143,37 @@ def test_broadcasting_over_generated_shapes(shape, ones, transposed):
     same(fn, a, f32(*other), device="cuda")
 
 
+# ops that take any strided view; each gets a non-contiguous operand made by permuting and slicing
+VIEW_OPS = {
+    "exp_add": lambda m, x: x[0].exp() + x[0],
+    "mul_broadcast_row": lambda m, x: x[0] * x[0][..., :1],
+    "sum_last": lambda m, x: x[0].sum(-1),
+    "mean_first": lambda m, x: x[0].mean(0),
+    "max_values": lambda m, x: x[0].max(-1).values,
+    "softmax": lambda m, x: x[0].softmax(-1),
+    "log_softmax_first": lambda m, x: x[0].log_softmax(0),
+    "var": lambda m, x: x[0].var(-1),
+    "matmul_own_transpose": lambda m, x: x[0] @ x[0].transpose(-1, -2),
+    "where_clamp": lambda m, x: m.where(x[0] > 0, x[0].clamp(max=0.5), x[0] * 3),
+    "reshape_copy": lambda m, x: x[0].reshape(-1) * 2,
+}
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(1, 5), min_size=2, max_size=3), st.randoms(use_true_random=False),
+       st.sampled_from(sorted(VIEW_OPS)), st.sampled_from(DEVICES))
+def test_ops_on_generated_non_contiguous_views(shape, random, op, device):
+    base = f32(*shape)
+    perm = list(range(len(shape)))
+    random.shuffle(perm)
+    starts = [random.randrange(n) if n > 1 and random.random() < 0.5 else 0 for n in shape]
+
+    def fn(m, x):
+        view = x[0].permute(*perm)[tuple(slice(st, None) for st in (starts[p] for p in perm))]
+        return VIEW_OPS[op](m, [view])
+    same(fn, base, device=device)
+
+
 def test_autograd_engine():
     x = lapis.tensor([1.0, 2.0, 3.0], requires_grad=True)
     y = x * x
@@ -170,6 +213,44 @@ def test_in_place_ops_bump_versions_and_autograd_notices():
     assert t.tolist() == [[2.0, 3.0, 4.0], [1.0, 8.0, 8.0]]
 
 
+def _in_place_program(m, device):
+    # gradients through in-place ops on intermediates, index assignment and copy_, as torch rewrites history
+    def leaf(values):
+        return m.tensor(values, requires_grad=True) if m is torch else lapis.tensor(values, device=device,
+                                                                                       requires_grad=True)
+    w, v = leaf([1.0, 2.0, 3.0]), leaf([0.5, -1.0, 2.0])
+    zeros = (lambda n: torch.zeros(n)) if m is torch else (lambda n: lapis.zeros(n, device=device))
+    y = w * 2
+    z = y.exp()                  # saves its result only, so y may change afterwards
+    y.mul_(v)
+    y.add_(1)
+    q = zeros(3)
+    q[1:] = v[:2] * 3            # a region takes a value that requires grad
+    q.copy_(q + w * 2)
+    buf = zeros(4)
+    buf[_index(m, [0, 2], device)] = w[:2]
+    buf[buf == 0] = 7.0
+    loss = (y * y).sum() + z.sum() + (q * q).sum() + (buf * buf).sum()
+    loss.backward()
+    return loss, w.grad, v.grad
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradients_flow_through_in_place_ops_as_in_torch(device):
+    ours, theirs = _in_place_program(lapis, device), _in_place_program(torch, None)
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().numpy(), rtol=1e-5)
+    x = lapis.tensor([1.0, 2.0], device=device, requires_grad=True)
+    y = x * 1
+    with pytest.raises(NotImplementedError, match="in-place ops on a view"):
+        y[0:1].add_(x[0:1])      # the view's base would keep its old history: refused, not silently wrong
+    q = x * 2
+    r = q * x                    # saves q
+    q.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        r.sum().backward()
+
+
 def test_errors_match_torch():
     a, b = lapis.zeros(2, 3, device="cuda"), lapis.zeros(4, 3, device="cuda")
     with pytest.raises(RuntimeError, match=r"size of tensor a \(2\) must match the size of tensor b \(4\)"):
@@ -181,6 +262,17 @@ def test_errors_match_torch():
     assert a.t().reshape(6).shape == (6,)
     with pytest.raises(RuntimeError, match="only Tensors of floating point dtype can require gradients"):
         lapis.zeros(2, dtype=lapis.int64).requires_grad_()
+    with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(2x3 and 4x3\)"):
+        a @ b
+    with pytest.raises(RuntimeError, match="expected m1 and m2 to have the same dtype"):
+        a @ lapis.zeros(3, 2, dtype=lapis.float16, device="cuda")
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        lapis.zeros(2, dtype=lapis.int64).add_(1.5)
+    with pytest.raises(RuntimeError, match="batch1 must be a 3D tensor"):
+        lapis.bmm(a, b)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two "
+                                           "devices, cuda:0 and cpu"):
+        nn.functional.layer_norm(a, (3,), lapis.ones(3), lapis.zeros(3))
 
 
 def _index(m, data, device):

@@ -127,10 +127,13 @@ def _batch_layout(x) -> str:
     """'C' when each matrix of a dense (batch, rows, cols) block is row-major, 'F' when it is the transpose
     of row-major (the batch's last two dimensions swapped)."""
     _, rows, cols = x.shape
-    batch_stride, row_stride, col_stride = (s // x.dtype.itemsize for s in x.strides)
-    if (row_stride, col_stride) == (cols, 1) and batch_stride in (rows * cols, 0):
+    strides = [s // x.dtype.itemsize for s in x.strides]
+
+    def fits(want) -> bool:              # a dimension of size 1 may have any stride
+        return all(n == 1 or s in w for n, s, w in zip(x.shape, strides, want, strict=True))
+    if fits(((rows * cols, 0), (cols,), (1,))):
         return "C"
-    if (row_stride, col_stride) == (1, rows) and batch_stride in (rows * cols, 0):
+    if fits(((rows * cols, 0), (1,), (rows,))):
         return "F"
     raise ValueError(f"bmm reads dense batches of matrices, got strides {x.strides} for shape {x.shape}")
 
@@ -152,7 +155,7 @@ def bmm(a, b, out) -> None:
     n = b.shape[2]
     tb, ldb = ("N", max(n, 1)) if _batch_layout(b) == "C" else ("T", max(k, 1))
     ta, lda = ("N", max(k, 1)) if _batch_layout(a) == "C" else ("T", max(m, 1))
-    stride_a, stride_b = (m * k if a.strides[0] else 0), (k * n if b.strides[0] else 0)
+    stride_a, stride_b = (m * k if a.strides[0] or batch == 1 else 0), (k * n if b.strides[0] or batch == 1 else 0)
     blas.gemm_strided_batched(_blas(out), tb, ta, n, m, k, 1.0, _dense(b), ldb, stride_b, _dense(a), lda, stride_a,
                               0.0, _dense(out), max(n, 1), m * n, batch)
 

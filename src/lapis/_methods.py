@@ -52,6 +52,10 @@ def minimum(a, b):
 
 
 def clamp(x, min=None, max=None):  # noqa: A002 - torch's argument names
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    if not isinstance(min, Tensor) and not isinstance(max, Tensor):
+        return _ops.Clamp.apply(x, min, max)
     out = x
     if min is not None:
         out = _ops.where(out < min, _ops.Mul.apply(out, 0) + min, out)
@@ -301,16 +305,45 @@ def clone(x):
 
 
 # -- in place ----------------------------------------------------------------------------------------
-def _check_inplace(x) -> None:
+# Without autograd in the way, an in-place op writes x's storage directly (one kernel). When autograd
+# records it (x is in a graph, or an operand requires grad), the new value is computed out of place by
+# differentiable ops, written into x's storage, and x takes the result's place in the graph: torch's
+# history rewrite. Nodes keep the grad_fn each input had when they ran (autograd.Node.edges), so earlier
+# uses of x still send their gradients to its old value, and the version counter catches any saved copy
+# of the old value that backward would need.
+_SCALAR_TYPE = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int32": "Int",
+                "int64": "Long", "bool": "Bool"}          # ATen's names, which torch's messages use
+
+
+def _records(x, *operands) -> bool:
+    return is_grad_enabled() and (x.requires_grad or builtins.any(isinstance(o, Tensor) and o.requires_grad
+                                                                  for o in operands))
+
+
+def _check_inplace(x, *operands) -> None:
     if x.requires_grad and x.is_leaf and is_grad_enabled():
         raise RuntimeError("a leaf Variable that requires grad is being used in an in-place operation.")
-    if x.grad_fn is not None and is_grad_enabled():
-        raise NotImplementedError("in-place ops on tensors that are part of a graph are not supported yet")
+    if x._is_view and _records(x, *operands):
+        raise NotImplementedError("in-place ops on a view while autograd records them are not supported: the "
+                                  "tensor it views would not see the new history. Use the out-of-place op "
+                                  "(y = y + z) or index assignment on the tensor itself (x[i] = v)")
+
+
+def _rebase(x, result) -> Tensor:
+    """x takes result's value (same shape and dtype) and its place in the graph."""
+    from lapis.autograd import no_grad
+    with no_grad():
+        _backend.unary("copy", result._data, x._data)
+    x._storage.version += 1
+    x.grad_fn, x.requires_grad = result.grad_fn, result.requires_grad
+    return x
 
 
 def _write(x, value) -> Tensor:
     """x[...] = value (a tensor broadcast to x's shape, cast to x's dtype), in x's storage."""
-    _check_inplace(x)
+    _check_inplace(x, value)
+    if _records(x, value):
+        return _rebase(x, _ops.SetRegion.apply(x, (Ellipsis,), value))
     src = value if isinstance(value, Tensor) else full((), value, dtype=x.dtype, device=x.device)
     src = src.detach().to(x.device, x.dtype)
     _ops.broadcast_shapes(src.shape, x.shape)
@@ -319,12 +352,48 @@ def _write(x, value) -> Tensor:
     return x
 
 
+def _set_by_tensor(x, index, value):
+    """x with x[index] = value, out of place, for a boolean mask or an integer tensor on the first dimension
+    (repeated indices add their values, where torch leaves the result undefined)."""
+    from lapis._creation import arange, zeros
+    value = value if isinstance(value, Tensor) else full((), value, dtype=x.dtype, device=x.device)
+    value = value.to(x.device, x.dtype)
+    if index.dtype is _dtype.bool_:
+        mask = index.expand(x.shape) if tuple(index.shape) != tuple(x.shape) else index
+        if value.numel() == 1:
+            return _ops.where(mask, value.reshape(()), x)
+        picked = _ops.gather(arange(x.numel(), device=x.device), 0, masked_select(
+            arange(x.numel(), device=x.device).reshape(x.shape), mask))          # flat positions, in order
+        placed = _ops.ScatterAdd.apply(zeros(x.numel(), dtype=x.dtype, device=x.device), 0, picked, value.reshape(-1))
+        return _ops.where(mask, placed.reshape(x.shape), x)
+    rows = index.reshape(-1).long()
+    value = value.expand(rows.shape[0], *x.shape[1:])
+    spread = rows.reshape(-1, *([1] * (x.ndim - 1))).expand(value.shape)
+    placed = _ops.ScatterAdd.apply(zeros(x.shape, dtype=x.dtype, device=x.device), 0, spread.contiguous(), value)
+    hits = _ops.ScatterAdd.apply(zeros(x.shape[0], dtype=_dtype.int32, device=x.device), 0, rows,
+                                 full(rows.shape, 1, dtype=_dtype.int32, device=x.device))
+    return _ops.where((hits > 0).reshape(-1, *([1] * (x.ndim - 1))), placed, x)
+
+
 def setitem(x, index, value) -> None:
     from lapis.autograd import no_grad
+    if isinstance(index, list):
+        index = lapis_tensor(index)
+    if isinstance(index, Tensor):
+        _check_inplace(x, value)
+        result = _set_by_tensor(x, index, value)
+        if _records(x, value):
+            _rebase(x, result)
+        else:
+            _write(x, result)
+        return
+    index = index if isinstance(index, tuple) else (index,)
+    if _records(x, value):
+        _check_inplace(x, value)
+        _rebase(x, _ops.SetRegion.apply(x, index, value))
+        return
     with no_grad():
         target = getitem(x.detach(), index)
-    if x.requires_grad and is_grad_enabled():
-        _check_inplace(x)
     _write(target, value)
     x._storage.version = target._storage.version
 
@@ -332,11 +401,18 @@ def setitem(x, index, value) -> None:
 def _inplace(fn, op_name: str):
     def op(x, other, *args):
         from lapis.autograd import no_grad
-        _check_inplace(x)
+        _check_inplace(x, other)
         dt = _dtype.result_type([x, other])
         if dt.category > x.dtype.category:
-            raise RuntimeError(f"result type {dt.name.capitalize()} can't be cast to the desired output "
-                               f"type {x.dtype.name.capitalize()}")
+            raise RuntimeError(f"result type {_SCALAR_TYPE[dt.name]} can't be cast to the desired output "
+                               f"type {_SCALAR_TYPE[x.dtype.name]}")
+        if _records(x, other):
+            # x's old value as a copy, so whatever the op saves for backward survives the write into x
+            result = fn(x.clone(), other, *args)
+            if tuple(result.shape) != tuple(x.shape):
+                raise RuntimeError(f"output with shape {list(x.shape)} doesn't match the broadcast shape "
+                                   f"{list(result.shape)}")
+            return _rebase(x, result.to(x.dtype))
         if not args and _ops.broadcast_shapes(x.shape, _ops._shape_of(other)) == tuple(x.shape) \
                 and not (op_name == "div" and x.dtype.category < 2):
             # one kernel reading and writing x's own elements (each by the thread that owns it)

@@ -194,6 +194,31 @@ class Maximum(Function):
         return _unbroadcast(g * wa, a.shape), _unbroadcast(g * (1 - wa), b.shape)
 
 
+class Clamp(Function):
+    """clamp(x, lo, hi) with number bounds: a maximum and a minimum kernel; the gradient passes where
+    lo <= x <= hi, bounds included, as torch's does."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, lo, hi):
+        out = x
+        if lo is not None:
+            out = _elementwise("maximum", out, lo)
+        if hi is not None:
+            out = _elementwise("minimum", out, hi)
+        ctx.bounds = lo, hi
+        ctx.save_for_backward(x)
+        return out if out is not x else out.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        lo, hi = ctx.bounds
+        inside = (x >= lo) if lo is not None else None
+        if hi is not None:
+            inside = (x <= hi) if inside is None else Where.apply(inside, x <= hi, False)
+        return Where.apply(inside, g, 0.0), None, None
+
+
 def compare(op: str, a, b) -> Tensor:
     return _elementwise(op, a, b, out_dtype=_dtype.bool_)
 
@@ -213,6 +238,7 @@ _UNARY_GRAD = {
     "erf": lambda x, y, g: g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),
 }
 _FLOAT_ONLY = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "erf")
+_GRAD_FROM_OUTPUT = ("exp", "sqrt", "rsqrt", "tanh", "sigmoid")      # these save only their result, as torch
 
 
 class Unary(Function):
@@ -222,7 +248,7 @@ class Unary(Function):
         out = _new(x.shape, dt, x.device)
         _backend.unary(op, _operand(x, dt, x.device), out._data)
         ctx.op = op
-        ctx.save_for_backward(x, out)
+        ctx.save_for_backward(*((None, out) if op in _GRAD_FROM_OUTPUT else (x, None)))
         return out
 
     @staticmethod
@@ -579,6 +605,29 @@ class Index(Function):
 
 
 # -- gather and scatter -----------------------------------------------------------------------------
+class SetRegion(Function):
+    """x with x[index] = value (basic indexing; value broadcast and cast to x's), out of place: the
+    differentiable form of index assignment, fill_ and copy_ (torch's CopySlices does this job)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, index: tuple, value):
+        out = _new(x.shape, x.dtype, x.device)
+        _backend.unary("copy", x._data, out._data)
+        region = out[index]                                 # forward runs without recording: a plain view
+        src = value.to(x.device, x.dtype) if isinstance(value, Tensor) else \
+            Tensor._from_numpy(np.asarray(value, x.dtype.np), x.device)
+        broadcast_shapes(src.shape, region.shape)
+        _backend.unary("copy", src.expand(region.shape)._data, region._data)
+        ctx.index, ctx.value_shape = index, _shape_of(value)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        dx = g.clone()
+        dx[ctx.index] = 0
+        return dx, None, _unbroadcast(g[ctx.index], ctx.value_shape) if ctx.needs_input_grad[2] else None
+
+
 def _check_index(index: Tensor) -> None:
     if not isinstance(index, Tensor) or index.dtype is not _dtype.int64:
         raise RuntimeError(f"gather(): Expected dtype int64 for index, got "

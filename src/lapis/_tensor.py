@@ -73,6 +73,7 @@ class Tensor:
         self.grad: Tensor | None = None
         self.grad_fn = None
         self._retains_grad = False
+        self._is_view = False        # shares memory with a tensor it was made from (in-place autograd refuses it)
 
     # -- storage and views --------------------------------------------------------------------------
     @classmethod
@@ -108,7 +109,9 @@ class Tensor:
                              flat.memory, flat.ptr + self._offset * item)
 
     def _view(self, shape, strides, offset) -> "Tensor":
-        return Tensor(self._storage, shape, strides, offset, self.device)
+        view = Tensor(self._storage, shape, strides, offset, self.device)
+        view._is_view = True
+        return view
 
     # -- properties -------------------------------------------------------------------------------
     @property

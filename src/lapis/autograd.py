@@ -62,10 +62,14 @@ class Context:
 
 
 class Node:
-    """One recorded op: its Function, context and inputs (None where an input is not a tensor)."""
+    """One recorded op: its Function, context, inputs (None where an input is not a tensor) and edges:
+    each input's grad_fn when the op ran. Edges are fixed then, so an in-place op that later gives an
+    input tensor a new grad_fn (torch's history rewrite) does not change where this node's gradients go."""
 
     def __init__(self, function, ctx: Context, inputs: tuple):
         self.function, self.ctx, self.inputs = function, ctx, inputs
+        self.edges = tuple(t.grad_fn if t is not None else None for t in inputs)
+        self.wants = tuple(t is not None and t.requires_grad for t in inputs)     # also fixed when the op ran
 
     def name(self) -> str:
         return self.function.__name__ + "Backward"
@@ -89,6 +93,10 @@ class Function:
             for o in out if isinstance(out, tuple) else (out,):
                 if isinstance(o, Tensor) and o.dtype.is_floating_point:
                     o.grad_fn, o.requires_grad = node, True
+        storages = [a._storage for a in args if isinstance(a, Tensor)]
+        for o in out if isinstance(out, tuple) else (out,):
+            if isinstance(o, Tensor):                   # a view only if it aliases an input's memory
+                o._is_view = any(o._storage is st for st in storages)
         return out
 
     @staticmethod
@@ -113,9 +121,9 @@ def _topological(roots: list) -> list:
                 continue
             seen.add(id(node))
             stack.append((node, True))
-            for t in node.inputs:
-                if t is not None and t.grad_fn is not None and id(t.grad_fn) not in seen:
-                    stack.append((t.grad_fn, False))
+            for edge in node.edges:
+                if edge is not None and id(edge) not in seen:
+                    stack.append((edge, False))
     return order[::-1]
 
 
@@ -125,11 +133,11 @@ def _run(outputs: list, grads: list, retain_graph: bool, create_graph: bool, inp
     pending: dict[int, Tensor] = {}
     wanted = {id(t): None for t in inputs} if inputs is not None else None
 
-    def deliver(t: Tensor, g: Tensor) -> None:
+    def deliver(t: Tensor, g: Tensor, grad_fn) -> None:
         if wanted is not None and id(t) in wanted:
             wanted[id(t)] = g if wanted[id(t)] is None else wanted[id(t)] + g
-        if t.grad_fn is not None:
-            key = id(t.grad_fn)
+        if grad_fn is not None:
+            key = id(grad_fn)
             pending[key] = g if key not in pending else pending[key] + g
             if t._retains_grad and wanted is None:
                 t.grad = g.detach() if t.grad is None else t.grad + g.detach()
@@ -139,7 +147,7 @@ def _run(outputs: list, grads: list, retain_graph: bool, create_graph: bool, inp
 
     with _GradMode(create_graph):
         for t, g in zip(outputs, grads, strict=True):
-            deliver(t, g)
+            deliver(t, g, t.grad_fn)
         for node in _topological([t.grad_fn for t in outputs if t.grad_fn is not None]):
             g = pending.pop(id(node), None)
             if g is None:
@@ -153,9 +161,9 @@ def _run(outputs: list, grads: list, retain_graph: bool, create_graph: bool, inp
                 input_grads = (input_grads,)
             if not retain_graph:
                 node.ctx = None
-            for t, ig in zip(node.inputs, input_grads, strict=False):
-                if t is not None and ig is not None and t.requires_grad:
-                    deliver(t, ig)
+            for t, edge, want, ig in zip(node.inputs, node.edges, node.wants, input_grads, strict=False):
+                if want and ig is not None:
+                    deliver(t, ig, edge)
     return [wanted[id(t)] for t in inputs] if inputs is not None else None
 
 

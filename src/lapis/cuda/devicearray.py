@@ -78,11 +78,16 @@ class DeviceNDArray:
     def __len__(self) -> int:
         return self.shape[0]
 
+    def _dense(self, order: str) -> bool:
+        # as numpy decides: a dimension of size 1 may have any stride (nothing steps along it)
+        want = _contiguous_strides(self.shape, self.dtype.itemsize, order)
+        return self.size <= 1 or all(n == 1 or s == w for n, s, w in zip(self.shape, self.strides, want, strict=True))
+
     def is_c_contiguous(self) -> bool:
-        return self.strides == _contiguous_strides(self.shape, self.dtype.itemsize, "C") or self.size <= 1
+        return self._dense("C")
 
     def is_f_contiguous(self) -> bool:
-        return self.strides == _contiguous_strides(self.shape, self.dtype.itemsize, "F") or self.size <= 1
+        return self._dense("F")
 
     @property
     def layout(self) -> str:
