@@ -25,6 +25,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/simulator.py
 	$(BIN)/python benchmarks/libs.py
 	$(BIN)/python benchmarks/seed_matmul.py
+	$(BIN)/python benchmarks/framework.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -28,6 +28,13 @@ def test_library_benchmark_reports_fractions_of_peak():
     assert out.count("% of peak") == 3
 
 
+def test_framework_benchmark_reports_op_overhead_and_step_times():
+    out = run("benchmarks/framework.py", "--repeat", "3", "--steps", "1", "--models", "mlp")
+    per_op = float(out.split("ms of wall time per op")[0].split(":")[-1])
+    assert 0 < per_op < 1000 and "us on cpu" in out
+    assert "digits MLP, batch 256" in out and "42 kernels" in out        # forward, backward and 4 fused Adams
+
+
 def test_demo_runs_on_the_teaching_profile():
     out = run("-m", "lapis.cli", "demo", "--size", "64", env={"LAPIS_GPUS": "teaching"})
     assert "teaching" in out and "C matches numpy's A @ B: yes" in out
