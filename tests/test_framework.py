@@ -132,3 +132,14 @@ def test_dlpack_shares_cpu_memory_with_numpy_and_torch():
         lapis.ones(2, device="cuda").__dlpack__()
     with pytest.raises(RuntimeError, match="require gradient"):
         lapis.ones(2, requires_grad=True).__dlpack__()
+
+
+def test_cuda_names_the_amd_gpu_when_it_is_the_only_one():
+    import os
+    import subprocess
+    import sys
+    code = ("import lapis; x = lapis.ones(3, device='cuda') * 2; "
+            "print(x.tolist(), x.device, x._storage.array.context.device.api_name, lapis.hip.get_device_name())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300,
+                         env={**os.environ, "LAPIS_GPUS": "mi300x"}).stdout
+    assert out.startswith("[2.0, 2.0, 2.0] cuda:0 hip") and "MI300X" in out       # as a ROCm build of torch

@@ -1,5 +1,6 @@
 """Layer 5: devices. `lapis.device('cuda')` is the first NVIDIA-profile GPU (H200-like),
-`lapis.device('hip')` the first AMD-profile GPU (MI300X-like), `cpu` is numpy."""
+`lapis.device('hip')` the first AMD-profile GPU (MI300X-like), `cpu` is numpy. With only AMD-profile
+GPUs present (LAPIS_GPUS=mi300x), 'cuda' names those, as in PyTorch's ROCm builds."""
 
 import re
 
@@ -29,7 +30,10 @@ class device:  # noqa: N801 - the name torch users write
 
     @property
     def api(self):
-        """The programming interface (Layer 3) this device is reached through."""
+        """The programming interface (Layer 3) this device is reached through. As in PyTorch's ROCm builds,
+        'cuda' names the AMD-profile GPUs when no NVIDIA-profile one is present (LAPIS_GPUS=mi300x)."""
+        if self.type == "cuda" and not _cuda.is_available() and _hip.is_available():
+            return _hip
         return {"cuda": _cuda, "hip": _hip}[self.type]
 
     def normalized(self) -> "device":
