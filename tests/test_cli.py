@@ -45,3 +45,63 @@ def test_demo_on_the_amd_profile():
 def test_cli_entry_point(capsys):
     assert main(["demo", "--size", "32"]) == 0
     assert "Layer 0 · hardware" in capsys.readouterr().out
+
+
+SCRIPT = """\
+import sys
+import lapis
+a = lapis.randn(64, 64, device="cuda")
+b = (a @ a).relu().sum()
+print("result", b.item() != 0, sys.argv[1:])
+sys.exit(3 if "fail" in sys.argv else 0)
+"""
+
+
+def _rows(text: str, title: str) -> list[list[str]]:
+    """The rows of a piped (plain text) table: the lines after its title and header, to a blank or title."""
+    lines = text.splitlines()
+    start = lines.index(f"{title}:") + 2
+    rows = []
+    for line in lines[start:]:
+        if not line.strip() or line.endswith(":"):
+            break
+        rows.append(line.split())
+    return rows
+
+
+def test_trace_runs_a_script_and_writes_a_chrome_trace(tmp_path, capsys):
+    import json
+
+    from test_profiler import validate_chrome_trace
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    out_file = tmp_path / "t.json"
+    assert main(["trace", "-o", str(out_file), "--summary", "--", "python", str(script), "x", "fail"]) == 3
+    out = capsys.readouterr().out
+    assert "result True ['x', 'fail']" in out                     # the script's own argv and exit status
+    doc = json.loads(out_file.read_text())
+    validate_chrome_trace(doc)
+    layers = {int(r[0]): int(r[-3]) for r in _rows(out, "events per layer")}
+    assert sorted(layers) == [0, 1, 2, 3, 4, 5] and all(n > 0 for n in layers.values())
+    kernels = {r[0]: r for r in _rows(out, "kernels")}
+    assert kernels["gemm_kernel"][1] == "1" and float(kernels["gemm_kernel"][2]) > 0
+    reported = int(re.search(r"(\d+) kernels ->", out).group(1))
+    assert reported == sum(int(r[1]) for r in kernels.values())
+
+
+def test_profile_prints_a_per_kernel_table(tmp_path, capsys):
+    script = tmp_path / "prog.py"
+    script.write_text(SCRIPT)
+    assert main(["profile", "--", "python", str(script)]) == 0
+    rows = {r[0]: r for r in _rows(capsys.readouterr().out, "kernels (simulated time)")}
+    gemm = rows["gemm_kernel"]
+    assert gemm[1] == "1x1x1" and gemm[2] == "256x1x1" and int(gemm[3]) > 0 and int(gemm[4]) >= 8192
+    assert float(gemm[6]) > 0 and float(gemm[8]) > 0                # simulated time and achieved GFLOP/s
+    assert 0 < float(gemm[10].rstrip("%")) <= 100 and gemm[11] in ("compute", "memory", "latency")
+
+
+def test_trace_needs_a_python_program(capsys):
+    import pytest
+    with pytest.raises(SystemExit):
+        main(["trace", "--", "ls"])
+    assert "python script.py" in capsys.readouterr().err

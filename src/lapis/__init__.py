@@ -123,7 +123,8 @@ __all__ = ["Size", "Tensor", "abs", "add", "arange", "argmax", "argmin", "as_ten
            "mm", "multinomial", "ones", "ones_like", "pow", "prod", "promote_types", "rand", "rand_like", "randint",
            "randn", "randn_like", "relu", "result_type", "rsqrt", "set_default_dtype", "sigmoid", "sin", "softmax",
            "sqrt", "stack", "std", "sub", "sum", "tanh", "tensor", "trace", "var", "where", "zeros", "zeros_like",
-           "nn", "optim", "utils", "chunk", "gather", "index_select", "masked_fill", "scatter_add", "split", "tril",
+           "nn", "optim", "profiler", "utils", "chunk", "gather", "index_select", "masked_fill", "scatter_add",
+           "split", "tril",
            "triu", "save", "load"]
 
-from lapis import nn, optim, utils  # noqa: E402 - these build on the names above, as torch.nn does on torch
+from lapis import nn, optim, profiler, utils  # noqa: E402 - these build on the names above, as torch.nn does on torch

@@ -12,6 +12,8 @@ changed it before backward, backward raises torch's error instead of computing a
 
 import contextlib
 
+from lapis import trace
+
 _grad_enabled = [True]
 
 
@@ -78,6 +80,15 @@ class Node:
         return f"<{self.name()}>"
 
 
+def _op_span(name: str, args):
+    """A framework-op event for the profiler (lapis.profiler), with the tensor arguments' shapes."""
+    if not trace.enabled():
+        return contextlib.nullcontext()
+    from lapis._tensor import Tensor
+    return trace.span(5, name, input_shapes=[list(a.shape) if isinstance(a, Tensor) else None
+                                                      for a in args])
+
+
 class Function:
     """A differentiable op: subclass with static `forward(ctx, *args)` and `backward(ctx, *grads)`."""
 
@@ -86,7 +97,7 @@ class Function:
         from lapis._tensor import Tensor
         ctx = Context()
         ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
-        with no_grad():
+        with _op_span(cls.__name__, args), no_grad():
             out = cls.forward(ctx, *args, **kwargs)
         if is_grad_enabled() and any(ctx.needs_input_grad):
             node = Node(cls, ctx, tuple(a if isinstance(a, Tensor) else None for a in args))
@@ -156,7 +167,8 @@ def _run(outputs: list, grads: list, retain_graph: bool, create_graph: bool, inp
                 raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
                                    "tensors after they have already been freed). Specify retain_graph=True if you "
                                    "need to backward through the graph a second time.")
-            input_grads = node.function.backward(node.ctx, g)
+            with _op_span(node.name(), (g,)):
+                input_grads = node.function.backward(node.ctx, g)
             if not isinstance(input_grads, tuple):
                 input_grads = (input_grads,)
             if not retain_graph:

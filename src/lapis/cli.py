@@ -10,12 +10,23 @@ top to bottom, with the real values of the run.
 rewrites a program's CUDA spellings (`lapis.cuda`, `cudaMalloc`, ...) into HIP's, as
 hipify-perl does; the converted program goes to stdout (or OUT, or FILE itself) and the
 statistics to stderr.
+
+    lapis trace [-o FILE] [--summary] -- python script.py [args]
+    lapis profile -- python script.py [args]
+
+run a Python script (or `python -m module`) in this process under `lapis.profiler`: `trace`
+writes a Chrome trace (Perfetto, chrome://tracing) and with --summary prints per-layer and
+per-kernel tables; `profile` prints an nsys/ncu-style table per kernel. Tables are rich in a
+terminal and plain text when piped.
 """
 
 import argparse
+import os
+import runpy
 import sys
 import textwrap
 import time
+from collections import defaultdict
 
 import numpy as np
 from rich.console import Console
@@ -219,7 +230,17 @@ def main(argv: list[str] | None = None) -> int:
     where = hip.add_mutually_exclusive_group()
     where.add_argument("-o", "--output", metavar="OUT", help="write the converted program to OUT (default: stdout)")
     where.add_argument("--inplace", action="store_true", help="overwrite FILE with the converted program")
+    for name, text in (("trace", "run a Python script under the tracer and write a Chrome trace of every layer"),
+                       ("profile", "run a Python script and print a per-kernel table, as nsys and ncu summarize")):
+        run = sub.add_parser(name, help=text, description=f"lapis {name} -- python script.py [args]: {text}.")
+        if name == "trace":
+            run.add_argument("-o", "--output", default="lapis-trace.json",
+                             help="where the Chrome trace goes (default lapis-trace.json)")
+            run.add_argument("--summary", action="store_true", help="also print per-layer and per-kernel tables")
+        run.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py [args], or python -m module")
     args = parser.parse_args(argv)
+    if args.command in ("trace", "profile"):
+        return run_traced(parser, args)
     if args.command == "demo":
         if args.size < 1:
             parser.error("--size must be positive")
@@ -228,6 +249,126 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "hipify":
         return run_hipify(args.file, args.output, args.inplace)
     return 2
+
+
+# -- lapis trace / lapis profile ----------------------------------------------------------------------
+COMPUTE_LIMITERS = {"issue", "alu", "fma", "fp64", "sfu", "matrix"}
+MEMORY_LIMITERS = {"lsu", "shared", "l2", "dram"}
+
+
+def _script(parser, program: list[str]) -> tuple[str, str, list[str]]:
+    """("path" or "module", target, argv) from `-- python script.py args` or `-- python -m module args`."""
+    if program and program[0] == "--":
+        program = program[1:]
+    if len(program) < 2 or not os.path.basename(program[0]).startswith("python"):
+        parser.error("give the program after --, as: lapis trace -- python script.py [args] (it runs in this "
+                     "process, under the tracer)")
+    if program[1] == "-m":
+        if len(program) < 3:
+            parser.error("python -m needs a module name")
+        return "module", program[2], program[2:]
+    return "path", program[1], program[1:]
+
+
+def run_traced(parser, args) -> int:
+    """Run the script under lapis.profiler, then write or print what the command asks for."""
+    from lapis import profiler
+    kind, target, argv = _script(parser, args.program)
+    saved_argv, saved_path, code = sys.argv, list(sys.path), 0
+    sys.argv = argv
+    if kind == "path":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+    try:
+        with profiler.profile(record_shapes=True) as prof:
+            try:
+                if kind == "path":
+                    runpy.run_path(target, run_name="__main__")
+                else:
+                    runpy.run_module(target, run_name="__main__", alter_sys=True)
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    finally:
+        sys.argv, sys.path[:] = saved_argv, saved_path
+    console = Console(stderr=False, highlight=False)
+    if args.command == "trace":
+        prof.export_chrome_trace(args.output)
+        events = prof.events()
+        console.print(f"lapis trace: {len(events)} events, {len(prof.kernels())} kernels -> {args.output}")
+        if args.summary:
+            _table(console, "events per layer", ["layer", "name", "events", "spans", "span wall ms"],
+                   _layer_rows(events))
+            _table(console, "kernels", ["kernel", "calls", "device us", "avg us"], _kernel_summary(prof.kernels()))
+    else:
+        _table(console, "kernels (simulated time)", ["kernel", "grid", "block", "regs", "shared B", "calls",
+                                                     "time us", "avg us", "GFLOP/s", "GB/s", "% peak", "limiter"],
+               _kernel_profile(prof.kernels()))
+    return code
+
+
+def _layer_rows(events) -> list[list[str]]:
+    from lapis.trace import LAYER_NAMES
+    rows = []
+    for layer, name in LAYER_NAMES.items():
+        mine = [e for e in events if e.layer == layer]
+        spans = [e for e in mine if e.wall_end > e.wall_start]
+        rows.append([str(layer), name, str(len(mine)), str(len(spans)),
+                     f"{sum(e.wall_end - e.wall_start for e in spans) * 1e3:.1f}"])
+    return rows
+
+
+def _kernel_summary(kernels) -> list[list[str]]:
+    by_name = defaultdict(list)
+    for k in kernels:
+        by_name[k["name"]].append(k["device_ns"])
+    return [[name, str(len(ns)), f"{sum(ns) / 1e3:.1f}", f"{sum(ns) / len(ns) / 1e3:.2f}"]
+            for name, ns in sorted(by_name.items(), key=lambda kv: -sum(kv[1]))]
+
+
+def _kernel_profile(kernels) -> list[list[str]]:
+    """One row per kernel and launch shape: the performance model's time, the achieved FLOP/s and DRAM
+    bandwidth, the larger fraction of the profile's peaks, and whether compute, memory or latency limits it."""
+    from lapis.hardware.profiles import get_profile
+    groups = defaultdict(list)
+    for k in kernels:
+        groups[(k["name"], tuple(k["grid"]), tuple(k["block"]))].append(k)
+    rows = []
+    for (name, grid, block), ks in sorted(groups.items(), key=lambda kv: -sum(k["device_ns"] for k in kv[1])):
+        profile = get_profile(ks[0]["profile"])
+        ns = sum(k["duration_ns"] for k in ks)
+        flops = sum(k["flops"] for k in ks)
+        matrix = sum(k["flops_by_precision"].get("matrix", 0) for k in ks)
+        dram = sum(k["dram_bytes"] for k in ks)
+        peak_flops = (profile.matrix_tflops if matrix > flops / 2 else profile.fp32_tflops) * 1e12
+        flop_rate, byte_rate = (flops / (ns * 1e-9), dram / (ns * 1e-9)) if ns else (0.0, 0.0)
+        fraction = max(flop_rate / peak_flops, byte_rate / profile.memory_bandwidth)
+        limiter = ks[0]["limiter"]
+        kind = "compute" if limiter in COMPUTE_LIMITERS else "memory" if limiter in MEMORY_LIMITERS else "latency"
+        rows.append([name, "x".join(map(str, grid)), "x".join(map(str, block)), str(ks[0]["registers"]),
+                     str(ks[0]["shared_bytes"]), str(len(ks)), f"{ns / 1e3:.1f}", f"{ns / len(ks) / 1e3:.2f}",
+                     f"{flop_rate / 1e9:.1f}", f"{byte_rate / 1e9:.1f}", f"{fraction:.1%}", f"{kind} ({limiter})"])
+    return rows
+
+
+def _table(console: Console, title: str, headers: list[str], rows: list[list[str]]) -> None:
+    """A rich table in a terminal; aligned plain text (first column left, the rest right) when piped."""
+    if console.is_terminal:
+        from rich.table import Table
+        table = Table(title=title)
+        for i, h in enumerate(headers):
+            table.add_column(h, justify="left" if i == 0 else "right")
+        for r in rows:
+            table.add_row(*(escape(c) for c in r))
+        console.print(table)
+        return
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths,
+                                                                                              strict=True)))
+    print(f"{title}:")
+    print(line(headers))
+    for r in rows:
+        print(line(r))
 
 
 def run_hipify(path: str, output: str | None = None, inplace: bool = False) -> int:

@@ -30,6 +30,7 @@ class Event:
     sim_start_ns: float | None = None
     sim_end_ns: float | None = None
     seq: int = 0
+    thread: int = 0             # the host thread that reported it (the device's command processor has its own)
 
     @property
     def wall_ms(self) -> float:
@@ -79,9 +80,9 @@ def emit(layer: int, name: str, sim_start_ns: float | None = None, sim_end_ns: f
     """Record an instant event in every open trace."""
     if not _active:
         return
-    now = time.perf_counter()
+    now, thread = time.perf_counter(), threading.get_ident()
     for t in list(_active):
-        t._add(Event(layer, name, dict(args), now, now, sim_start_ns, sim_end_ns))
+        t._add(Event(layer, name, dict(args), now, now, sim_start_ns, sim_end_ns, thread=thread))
 
 
 @contextmanager
@@ -91,7 +92,8 @@ def span(layer: int, name: str, **args):
         yield {}
         return
     active = list(_active)
-    events = [Event(layer, name, dict(args), time.perf_counter(), 0.0) for _ in active]
+    events = [Event(layer, name, dict(args), time.perf_counter(), 0.0, thread=threading.get_ident())
+              for _ in active]
     for t, e in zip(active, events, strict=True):
         t._add(e)
     extra: dict = {}

@@ -262,8 +262,9 @@ class Context:
 
     # -- launches and event records -----------------------------------------------------------
     def launch(self, compiled, kernargs: bytes, grid: tuple, block: tuple, dynamic_shared: int,
-               stream=None) -> None:
-        """Queue a kernel on `stream` (a Stream of this context; None or 0: the default stream)."""
+               stream=None) -> tuple[int, int]:
+        """Queue a kernel on `stream` (a Stream of this context; None or 0: the default stream); returns the
+        queue id and packet index, which the device's kernel event reports too."""
         with self.lock:
             state = self.stream_state(stream)
             self.raise_completed_faults()
@@ -284,7 +285,7 @@ class Context:
                 group_segment_size=symbol.group_segment_size + dynamic_shared, kernel_object=symbol.kernel_object,
                 kernarg_address=va, completion_signal=signal.handle)
             state.pending.append(Work(signal, compiled.name, slot, self.loaded[id(compiled)][1]))
-            state.queue.submit(packet)
+            return state.queue.queue_id, state.queue.submit(packet)
 
     def record_event(self, stream) -> tuple[StreamState, Work]:
         """Queue an event's marker on `stream`: a barrier-AND packet with no dependencies, whose

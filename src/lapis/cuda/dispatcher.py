@@ -131,14 +131,14 @@ class Dispatcher:
         if len(kernargs) > abi.MAX_KERNARG_BYTES:
             raise LaunchError(f"kernel {self.__name__!r} takes {len(kernargs)} bytes of arguments; the limit is "
                               f"{abi.MAX_KERNARG_BYTES}")
+        queue, index = context.launch(compiled, kernargs, grid, block, shared, stream=stream)
         if trace.enabled():
             trace.emit(3, "launch", kernel=self.__name__, device=str(device), grid=grid, block=block,
                        registers=compiled.registers, shared_bytes=compiled.shared_bytes + shared,
                        args={n: (f"{a.dtype}{list(a.shape)} @ {a.ptr:#x}" if isinstance(a, DeviceNDArray) else a)
                              for n, a in zip(names, args, strict=True)},
                        kernarg_bytes=len(kernargs), kernarg_hex=kernargs.hex(),
-                       instructions=len(compiled.instructions))
-        context.launch(compiled, kernargs, grid, block, shared, stream=stream)
+                       instructions=len(compiled.instructions), queue=queue, packet_index=index)
 
 
     def _const_copy(self, context, data: np.ndarray) -> DeviceNDArray:

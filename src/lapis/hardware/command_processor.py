@@ -377,6 +377,7 @@ class CommandProcessor:
         self.last_dispatch = {"counters": counters, "timing": timing, "occupancy": occ}
         if trace.enabled():
             trace.emit(0, "kernel", sim_start_ns=start, sim_end_ns=end, device=gpu.name, profile=profile.name,
+                       queue=q.queue_id, packet_index=q.read_index,
                        kernel_object=p.kernel_object, grid=grid, block=block, registers=kd.registers,
                        shared_bytes=shared, warp_size=profile.warp_size,
                        local_bytes=local, warp_instructions=counters.total_warp_instructions,

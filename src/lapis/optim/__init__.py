@@ -4,12 +4,26 @@ Updates run as tensor ops without recording gradients, so on a GPU each is a few
 state (momentum buffers, moments) lives on the parameters' device.
 """
 
+import functools
+
 import lapis
-from lapis import _backend
+from lapis import _backend, trace
 from lapis.optim import lr_scheduler
 
 
 class Optimizer:
+    def __init_subclass__(cls, **kwargs):
+        # every optimizer's step is one event for the profiler, named as torch.profiler names it
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__:
+            step = cls.step
+
+            @functools.wraps(step)
+            def profiled(self, *args, **kw):
+                with trace.span(5, f"Optimizer.step#{type(self).__name__}.step"):
+                    return step(self, *args, **kw)
+            cls.step = profiled
+
     def __init__(self, params, defaults: dict):
         params = list(params)
         groups = params if params and isinstance(params[0], dict) else [{"params": params}]

@@ -1,0 +1,274 @@
+"""Layer 5, `lapis.profiler`: torch.profiler's interface over the events every layer reports (lapis.trace).
+
+    with lapis.profiler.profile(record_shapes=True) as prof:
+        loss = model(x).sum(); loss.backward()
+    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=10))
+    prof.export_chrome_trace("trace.json")          # open in Perfetto or chrome://tracing
+
+A framework op is a Layer 5 event (every autograd Function's forward and backward, optimizer steps,
+`matmul`, `to`, ...). A kernel belongs to the innermost op that launched it: its Layer 0 event
+names the queue and packet index that Layer 3's launch event names too, and the launch happened on
+the op's thread inside the op's wall time. Host times are wall times; device times are the
+performance model's simulated times, on the device's own clock.
+"""
+
+import enum
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from lapis import cuda, hip, trace
+from lapis.trace import LAYER_NAMES, Event
+
+
+class ProfilerActivity(enum.Enum):
+    CPU = "cpu"
+    CUDA = "cuda"
+
+
+@dataclass
+class FunctionEventAvg:
+    """One row of key_averages(): an op (or a kernel) summed over its calls. Times in microseconds."""
+    key: str
+    count: int = 0
+    cpu_time_total: float = 0.0
+    self_cpu_time_total: float = 0.0
+    device_time_total: float = 0.0
+    self_device_time_total: float = 0.0
+    input_shapes: str = ""
+    is_kernel: bool = False
+
+    @property
+    def cpu_time(self) -> float:
+        return self.cpu_time_total / self.count if self.count else 0.0
+
+    @property
+    def device_time(self) -> float:
+        return self.device_time_total / self.count if self.count else 0.0
+
+    cuda_time_total = property(lambda self: self.device_time_total)
+    self_cuda_time_total = property(lambda self: self.self_device_time_total)
+
+
+_SORT_KEYS = {"cpu_time_total", "self_cpu_time_total", "device_time_total", "self_device_time_total",
+              "cuda_time_total", "self_cuda_time_total", "cpu_time", "device_time", "count"}
+
+
+def _us(value: float) -> str:
+    # torch's format: 12.345us, 1.234ms, 1.234s
+    if value >= 1e6:
+        return f"{value / 1e6:.3f}s"
+    if value >= 1e3:
+        return f"{value / 1e3:.3f}ms"
+    return f"{value:.3f}us"
+
+
+class EventList(list):
+    """key_averages()'s rows, with torch's table(). An op's Self CUDA is the time of the kernels it launched
+    itself; each kernel also has a row of its own, and the CUDA totals and percentages count those."""
+
+    def table(self, sort_by: str | None = None, row_limit: int = 100, max_name_column_width: int = 55) -> str:
+        if sort_by is not None and sort_by not in _SORT_KEYS:
+            raise ValueError(f"sort_by must be one of {sorted(_SORT_KEYS)}, not {sort_by!r}")
+        rows = sorted(self, key=lambda r: -getattr(r, sort_by)) if sort_by else list(self)
+        rows = rows[:row_limit] if row_limit > 0 else rows
+        self_cpu = sum(r.self_cpu_time_total for r in self) or 1.0
+        device = sum(r.self_device_time_total for r in self if r.is_kernel)   # kernels' rows: the device's time
+        self_dev = device or 1.0
+        shapes = any(r.input_shapes for r in rows)
+        head = ["Name", "Self CPU %", "Self CPU", "CPU total", "CPU time avg", "Self CUDA", "Self CUDA %",
+                "CUDA total", "CUDA time avg", "# of Calls"] + (["Input Shapes"] if shapes else [])
+        body = [[r.key[:max_name_column_width], f"{r.self_cpu_time_total / self_cpu:.2%}",
+                 _us(r.self_cpu_time_total),
+                 _us(r.cpu_time_total), _us(r.cpu_time), _us(r.self_device_time_total),
+                 f"{r.self_device_time_total / self_dev:.2%}", _us(r.device_time_total), _us(r.device_time),
+                 str(r.count)] + ([r.input_shapes] if shapes else []) for r in rows]
+        widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+        rule = "  ".join("-" * w for w in widths)
+
+        def line(cells):
+            return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths,
+                                                                                                  strict=True)))
+        return "\n".join([rule, line(head), rule, *(line(b) for b in body), rule,
+                          f"Self CPU time total: {_us(sum(r.self_cpu_time_total for r in self))}",
+                          f"Self CUDA time total: {_us(device)}", ""])
+
+
+@dataclass
+class _Op:
+    event: Event
+    children: list = field(default_factory=list)
+    kernels: list = field(default_factory=list)      # (name, device ns) launched directly by this op
+
+
+class profile:  # noqa: N801 - torch.profiler.profile's spelling
+    """Record every layer's events while the block runs; the GPUs are synchronized at the end so the
+    kernels the block launched are in the record (as torch.profiler flushes its device activity)."""
+
+    def __init__(self, activities=None, record_shapes: bool = False, profile_memory: bool = False,
+                 with_stack: bool = False):
+        self.activities = set(activities or (ProfilerActivity.CPU, ProfilerActivity.CUDA))
+        self.record_shapes = record_shapes
+        self._trace: trace.Trace | None = None
+
+    def __enter__(self) -> "profile":
+        self._trace = trace.Trace()
+        self._trace.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            for api in (cuda, hip):
+                api.synchronize()
+        finally:
+            self._trace.__exit__(*exc)
+
+    def events(self) -> list[Event]:
+        if self._trace is None:
+            raise RuntimeError("the profiler has not run: use it as `with profile() as prof:`")
+        return self._trace.events
+
+    # -- analysis ----------------------------------------------------------------------------------
+    def kernels(self) -> list[dict]:
+        """Each kernel the record holds: its Layer 0 event's values, with `name` from its launch and
+        `device_ns` (simulated start to end)."""
+        launches = {(e.args.get("queue"), e.args.get("packet_index")): e for e in self.events()
+                    if e.layer == 3 and e.name == "launch"}
+        out = []
+        for e in self.events():
+            if e.layer == 0 and e.name == "kernel":
+                launch = launches.get((e.args.get("queue"), e.args.get("packet_index")))
+                name = launch.args["kernel"] if launch else f"kernel@{e.args['kernel_object']:#x}"
+                out.append({**e.args, "name": name, "device_ns": e.sim_end_ns - e.sim_start_ns, "launch": launch})
+        return out
+
+    def _ops(self) -> list[_Op]:
+        """The Layer 5 events as trees per thread, each kernel hung on the innermost op that launched it."""
+        roots: list[_Op] = []
+        by_thread: dict[int, list[_Op]] = defaultdict(list)       # each thread's stack of open ops
+        for e in sorted((e for e in self.events() if e.layer == 5), key=lambda e: (e.wall_start, -e.wall_end)):
+            op = _Op(e)
+            stack = by_thread[e.thread]
+            while stack and stack[-1].event.wall_end < e.wall_start:
+                stack.pop()
+            (stack[-1].children if stack else roots).append(op)
+            stack.append(op)
+        # innermost: the latest-starting op on the launch's thread whose wall time holds the launch
+        for k in self.kernels():
+            launch = k["launch"]
+            if launch is None:
+                continue
+            holders = [op for op in _walk(roots) if op.event.thread == launch.thread
+                       and op.event.wall_start <= launch.wall_start <= op.event.wall_end]
+            if holders:
+                max(holders, key=lambda op: op.event.wall_start).kernels.append((k["name"], k["device_ns"]))
+        return roots
+
+    def key_averages(self, group_by_input_shape: bool = False) -> EventList:
+        rows: dict[tuple, FunctionEventAvg] = {}
+
+        def visit(op: _Op) -> float:
+            # returns the op's total device ns (its kernels and its children's)
+            e = op.event
+            shapes = str(e.args.get("input_shapes", "")) if self.record_shapes else ""
+            key = (e.name, shapes if group_by_input_shape else "")
+            row = rows.setdefault(key, FunctionEventAvg(e.name, input_shapes=shapes if group_by_input_shape else ""))
+            wall_us = (e.wall_end - e.wall_start) * 1e6
+            self_dev = sum(ns for _, ns in op.kernels)
+            total_dev = self_dev + sum(visit(c) for c in op.children)
+            row.count += 1
+            row.cpu_time_total += wall_us
+            row.self_cpu_time_total += wall_us - sum((c.event.wall_end - c.event.wall_start) * 1e6
+                                                     for c in op.children)
+            row.device_time_total += total_dev / 1e3
+            row.self_device_time_total += self_dev / 1e3
+            return total_dev
+        for root in self._ops():
+            visit(root)
+        for k in self.kernels():
+            row = rows.setdefault((k["name"], "kernel"), FunctionEventAvg(k["name"], is_kernel=True))
+            row.count += 1
+            row.device_time_total += k["device_ns"] / 1e3
+            row.self_device_time_total += k["device_ns"] / 1e3
+        return EventList(rows.values())
+
+    # -- the Chrome trace event format ----------------------------------------------------------------
+    def export_chrome_trace(self, path: str) -> None:
+        """Write the record as a Chrome trace (JSON object format): one process for the host, a track
+        per layer in wall time, and one process per GPU whose tracks (kernels, copies, PCIe) are in
+        simulated time; a flow arrow joins each launch to its kernel."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(chrome_trace(self.events()), f)
+
+
+def _walk(ops):
+    for op in ops:
+        yield op
+        yield from _walk(op.children)
+
+
+def _jsonable(value):
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if hasattr(value, "item"):                     # numpy scalars
+        return value.item()
+    return str(value)
+
+
+DEVICE_TRACKS = {"kernel": 1, "copy": 2, "pcie": 3}
+
+
+def chrome_trace(events: list[Event]) -> dict:
+    """The trace event format's JSON object for a list of events (see export_chrome_trace)."""
+    host = os.getpid()
+    t0 = min((e.wall_start for e in events), default=0.0)
+    out = [{"ph": "M", "name": "process_name", "pid": host, "tid": 0, "args": {"name": "host (wall time)"}},
+           {"ph": "M", "name": "process_sort_index", "pid": host, "tid": 0, "args": {"sort_index": 0}}]
+    for layer, name in LAYER_NAMES.items():
+        out.append({"ph": "M", "name": "thread_name", "pid": host, "tid": layer,
+                    "args": {"name": f"L{layer} {name}"}})
+        out.append({"ph": "M", "name": "thread_sort_index", "pid": host, "tid": layer,
+                    "args": {"sort_index": 5 - layer}})
+    devices: dict[str, int] = {}
+    launches = {}
+    for e in events:
+        if e.layer == 3 and e.name == "launch":
+            launches[(e.args.get("queue"), e.args.get("packet_index"))] = e
+    for e in events:
+        args = _jsonable(e.args)
+        if e.sim_start_ns is not None:                       # the device timeline, in simulated time
+            device = str(e.args.get("device", "gpu"))
+            if device not in devices:
+                pid = devices[device] = host + 1 + len(devices)
+                out.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                            "args": {"name": f"{device} (simulated time)"}})
+                out.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0,
+                            "args": {"sort_index": len(devices)}})
+                for track, tid in DEVICE_TRACKS.items():
+                    out.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": track}})
+            pid, tid = devices[device], DEVICE_TRACKS.get(e.name, len(DEVICE_TRACKS) + 1)
+            end = e.sim_end_ns if e.sim_end_ns is not None else e.sim_start_ns
+            ts = e.sim_start_ns / 1e3
+            launch = launches.get((e.args.get("queue"), e.args.get("packet_index"))) if e.name == "kernel" else None
+            name = launch.args["kernel"] if launch is not None else e.name
+            out.append({"ph": "X", "name": name, "cat": f"L{e.layer}", "pid": pid, "tid": tid, "ts": ts,
+                        "dur": max(end - e.sim_start_ns, 0) / 1e3, "args": args})
+            if launch is not None:
+                flow = {"name": "launch", "cat": "flow", "id": e.seq}
+                out.append({**flow, "ph": "s", "pid": host, "tid": 3, "ts": (launch.wall_start - t0) * 1e6})
+                out.append({**flow, "ph": "f", "bp": "e", "pid": pid, "tid": tid, "ts": ts})
+            continue
+        ts = (e.wall_start - t0) * 1e6
+        if e.wall_end > e.wall_start:
+            out.append({"ph": "X", "name": e.name, "cat": f"L{e.layer}", "pid": host, "tid": e.layer, "ts": ts,
+                        "dur": (e.wall_end - e.wall_start) * 1e6, "args": args})
+        else:
+            out.append({"ph": "i", "s": "t", "name": e.name, "cat": f"L{e.layer}", "pid": host, "tid": e.layer,
+                        "ts": ts, "args": args})
+    return {"traceEvents": out, "displayTimeUnit": "ms",
+            "otherData": {"producer": "lapis.profiler", "clocks": "host: wall time; GPUs: simulated device time"}}

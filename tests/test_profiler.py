@@ -1,0 +1,101 @@
+"""lapis.profiler: torch.profiler's table and Chrome trace over every layer's events, checked against the
+Layer 0 kernel events and the trace event format."""
+
+import json
+from collections import Counter
+
+import pytest
+
+import lapis
+from lapis import nn
+
+
+@pytest.fixture(scope="module")
+def prof():
+    lapis.manual_seed(0)
+    net = nn.Sequential(nn.Linear(32, 16), nn.ReLU(), nn.Linear(16, 4)).cuda()
+    opt = lapis.optim.Adam(net.parameters())
+    x = lapis.randn(8, 32, device="cuda")
+    net(x).sum().backward()                       # compile outside the record
+    with lapis.profiler.profile(record_shapes=True) as p:
+        loss = net(x).sum()
+        loss.backward()
+        opt.step()
+    return p
+
+
+def test_kernel_rows_match_the_layer_0_kernel_events(prof):
+    kernels = [e for e in prof.events() if e.layer == 0 and e.name == "kernel"]
+    assert kernels, "the profile recorded no kernels"
+    rows = {r.key: r for r in prof.key_averages() if r.is_kernel}
+    named = Counter(k["name"] for k in prof.kernels())
+    assert sum(named.values()) == len(kernels) and "gemm_kernel" in named
+    for name, count in named.items():
+        assert rows[name].count == count
+        want = sum(k["device_ns"] for k in prof.kernels() if k["name"] == name) / 1e3
+        assert rows[name].device_time_total == pytest.approx(want)
+    total_us = sum((e.sim_end_ns - e.sim_start_ns) for e in kernels) / 1e3
+    assert sum(r.self_device_time_total for r in rows.values()) == pytest.approx(total_us)
+
+
+def test_ops_own_their_kernels_and_totals_include_children(prof):
+    averages = {r.key: r for r in prof.key_averages()}
+    matmul = averages["MatMul"]
+    # two Linear forwards, and backward's products: dW of both layers, dX of the second (x needs no grad)
+    assert matmul.count == 5 and matmul.self_device_time_total > 0
+    assert averages["matmul"].device_time_total >= matmul.device_time_total  # matmul() holds MatMul
+    step = averages["Optimizer.step#Adam.step"]
+    # the fused Adam kernels are the step's own; its first call also fills the moments (zeros_like)
+    assert step.count == 1 and step.self_device_time_total == pytest.approx(averages["adam_kernel"].device_time_total)
+    assert step.device_time_total > step.self_device_time_total
+    for r in averages.values():
+        assert r.device_time_total >= r.self_device_time_total - 1e-9 and r.cpu_time_total >= r.self_cpu_time_total
+    ops_self = sum(r.self_device_time_total for r in averages.values() if not r.is_kernel)
+    assert ops_self <= sum(r.self_device_time_total for r in averages.values() if r.is_kernel) + 1e-6
+    table = prof.key_averages().table(sort_by="cuda_time_total", row_limit=5)
+    lines = table.splitlines()
+    assert lines[1].split()[:3] == ["Name", "Self", "CPU"] and "Self CUDA time total" in table
+    assert len([ln for ln in lines if ln and not ln.startswith("-") and "total:" not in ln]) == 6  # head + 5 rows
+    with pytest.raises(ValueError, match="sort_by"):
+        prof.key_averages().table(sort_by="nonsense")
+
+
+def validate_chrome_trace(doc: dict) -> None:
+    """The Trace Event Format's rules for what lapis writes: the JSON object form, phases X (with a
+    non-negative dur), i (with a scope), M (metadata with args), s/f (flows sharing an id)."""
+    assert isinstance(doc["traceEvents"], list) and doc.get("displayTimeUnit") in ("ms", "ns")
+    flows = Counter()
+    for ev in doc["traceEvents"]:
+        assert ev["ph"] in {"X", "i", "M", "s", "f"}, ev
+        assert isinstance(ev["name"], str) and isinstance(ev["pid"], int) and isinstance(ev["tid"], int)
+        if ev["ph"] == "M":
+            assert ev["name"] in {"process_name", "thread_name", "process_sort_index", "thread_sort_index"}
+            assert isinstance(ev["args"], dict)
+            continue
+        assert isinstance(ev["ts"], int | float) and ev["ts"] >= 0
+        if ev["ph"] == "X":
+            assert isinstance(ev["dur"], int | float) and ev["dur"] >= 0
+        if ev["ph"] == "i":
+            assert ev["s"] in {"g", "p", "t"}
+        if ev["ph"] in "sf":
+            flows[(ev["id"], ev["ph"])] += 1
+        json.dumps(ev.get("args", {}))
+    starts = {i for i, ph in flows if ph == "s"}
+    assert starts == {i for i, ph in flows if ph == "f"} and starts
+
+
+def test_chrome_trace_has_a_track_per_layer_and_the_device_timeline(prof, tmp_path):
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    doc = json.loads(path.read_text())
+    validate_chrome_trace(doc)
+    names = {ev["args"]["name"] for ev in doc["traceEvents"] if ev["ph"] == "M" and ev["name"] == "thread_name"}
+    assert {"L5 framework", "L4 libraries", "L3 programming interface", "L2 runtime", "L1 driver",
+            "L0 hardware", "kernel", "pcie"} <= names
+    processes = [ev["args"]["name"] for ev in doc["traceEvents"] if ev["name"] == "process_name"]
+    assert "host (wall time)" in processes and any("simulated time" in p for p in processes)
+    device_kernels = [ev for ev in doc["traceEvents"] if ev["ph"] == "X" and ev.get("cat") == "L0"
+                      and ev["tid"] == 1]
+    assert len(device_kernels) == len(prof.kernels()) and any(ev["name"] == "gemm_kernel" for ev in device_kernels)
+    layers = {ev["cat"] for ev in doc["traceEvents"] if ev["ph"] in "Xi"}
+    assert {"L5", "L4", "L3", "L2", "L1", "L0"} <= layers                 # every layer reported something
