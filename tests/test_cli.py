@@ -1,8 +1,10 @@
-"""`lapis demo`: the trip of the seed program through the six layers, printed from the trace."""
+"""The `lapis` command: `demo` (the seed program's trip through the six layers, printed from the trace),
+`trace`, `profile` and `smi`, their output parsed."""
 
 import io
 import re
 
+import pytest
 from rich.console import Console
 
 from lapis.cli import main, run_demo
@@ -92,8 +94,11 @@ def test_trace_runs_a_script_and_writes_a_chrome_trace(tmp_path, capsys):
 def test_profile_prints_a_per_kernel_table(tmp_path, capsys):
     script = tmp_path / "prog.py"
     script.write_text(SCRIPT)
-    assert main(["profile", "--", "python", str(script)]) == 0
-    rows = {r[0]: r for r in _rows(capsys.readouterr().out, "kernels (simulated time)")}
+    roof = tmp_path / "roofline.svg"
+    assert main(["profile", "--roofline", str(roof), "--", "python", str(script)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"roofline of \d+ kernels -> ", out) and roof.read_text().lstrip().startswith("<?xml")
+    rows = {r[0]: r for r in _rows(out, "kernels (simulated time)")}
     gemm = rows["gemm_kernel"]
     assert gemm[1] == "1x1x1" and gemm[2] == "256x1x1" and int(gemm[3]) > 0 and int(gemm[4]) >= 8192
     assert float(gemm[6]) > 0 and float(gemm[8]) > 0                # simulated time and achieved GFLOP/s
@@ -101,7 +106,57 @@ def test_profile_prints_a_per_kernel_table(tmp_path, capsys):
 
 
 def test_trace_needs_a_python_program(capsys):
-    import pytest
     with pytest.raises(SystemExit):
         main(["trace", "--", "ls"])
     assert "python script.py" in capsys.readouterr().err
+
+
+def test_smi_sees_another_process_and_its_memory(tmp_path, capsys, monkeypatch):
+    import os
+    import subprocess
+    import sys
+    monkeypatch.setenv("LAPIS_SYSFS_DIR", str(tmp_path))
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import lapis, sys; x = lapis.zeros(16 << 20, device='cuda'); print('ready', "
+                               "flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "LAPIS_SYSFS_DIR": str(tmp_path)})
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        import time
+        time.sleep(1.0)                                            # a publish interval or two
+        assert main(["smi", "--query", "pid,index,name,memory.used,memory.total,power.draw"]) == 0
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert lines[0] == "pid, index, name, memory.used [MiB], memory.total [MiB], power.draw [W]"
+        rows = [[c.strip() for c in ln.split(",")] for ln in lines[1:]]
+        mine = [r for r in rows if r[0] == str(holder.pid)]
+        assert [r[1] for r in mine] == ["0", "1"]                   # the process's two simulated GPUs
+        h200 = mine[0]
+        assert "H200" in h200[2] and int(h200[3]) >= 64 and int(h200[4]) > 100_000 and float(h200[5]) > 0
+        assert main(["smi"]) == 0
+        text = capsys.readouterr().out
+        assert "processes:" in text and str(holder.pid) in text and "MiB" in text
+    finally:
+        holder.stdin.close()
+        holder.wait(timeout=60)
+    assert main(["smi", "--query", "pid"]) == 0                    # the process is gone from the report
+    assert str(holder.pid) not in capsys.readouterr().out.split()
+    with pytest.raises(SystemExit):
+        main(["smi", "--query", "bogus"])
+
+
+def test_info_reports_every_layer(capsys):
+    assert main(["info"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for layer in range(6):
+        assert any(ln.startswith(f"Layer {layer} ") for ln in lines), layer
+    assert any(re.match(r"Layer 3 lapis.cuda: device 0 NVIDIA H200 .* warp 32", ln) for ln in lines)
+    assert any(re.match(r"Layer 2 runtime agent gpu1:mi300x: .* wavefront 64", ln) for ln in lines)
+    assert any(re.match(r"Layer 1 driver: kfd \d+\.\d+, 2 GPUs", ln) for ln in lines)
+
+
+def test_bench_quick_runs_every_benchmark(capfd):
+    assert main(["bench", "--quick"]) == 0
+    out = capfd.readouterr().out
+    assert [ln for ln in out.splitlines() if ln.startswith("== ")] == \
+        ["== simulator.py", "== libs.py", "== seed_matmul.py", "== framework.py"]
+    assert out.count("% of peak") == 3 and "per training step" in out and "numpy A @ B" in out

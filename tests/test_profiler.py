@@ -99,3 +99,25 @@ def test_chrome_trace_has_a_track_per_layer_and_the_device_timeline(prof, tmp_pa
     assert len(device_kernels) == len(prof.kernels()) and any(ev["name"] == "gemm_kernel" for ev in device_kernels)
     layers = {ev["cat"] for ev in doc["traceEvents"] if ev["ph"] in "Xi"}
     assert {"L5", "L4", "L3", "L2", "L1", "L0"} <= layers                 # every layer reported something
+
+
+@pytest.mark.parametrize("suffix,magic", [("png", b"\x89PNG"), ("svg", b"<?xml")])
+def test_roofline_places_kernels_under_their_roofs(tmp_path, suffix, magic):
+    a = lapis.randn(256, 256, device="cuda")
+    (a @ a + a).cpu()
+    with lapis.profiler.profile() as p:
+        (a @ a + a).cpu()
+    path = tmp_path / f"roofline.{suffix}"
+    points = p.roofline(str(path))
+    assert path.read_bytes().startswith(magic)
+    by_name = {q["name"]: q for q in points}
+    gemm, add = by_name["gemm_kernel"], by_name["binary_kernel"]
+    assert gemm["intensity"] > 10 * add["intensity"]                # a matmul reuses; an add streams
+    props = lapis.cuda.get_device_properties(0)
+    for q in points:
+        k = [k for k in p.kernels() if k["name"] == q["name"]]
+        assert q["flops"] == sum(x["flops"] for x in k) and q["dram_bytes"] == sum(x["dram_bytes"] for x in k)
+        moved = q["dram_bytes"] if q["level"] == "dram" else q["l2_bytes"]
+        assert q["intensity"] == pytest.approx(q["flops"] / moved)
+        bandwidth = props.memory_bandwidth if q["level"] == "dram" else props.l2_bandwidth
+        assert q["flops_per_s"] <= min(props.peak_fp32_flops, q["intensity"] * bandwidth) * 1.001   # under its roof

@@ -237,8 +237,29 @@ def main(argv: list[str] | None = None) -> int:
             run.add_argument("-o", "--output", default="lapis-trace.json",
                              help="where the Chrome trace goes (default lapis-trace.json)")
             run.add_argument("--summary", action="store_true", help="also print per-layer and per-kernel tables")
+        if name == "profile":
+            run.add_argument("--roofline", metavar="FILE", help="also draw the kernels' roofline (PNG, SVG, PDF)")
         run.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py [args], or python -m module")
+    smi = sub.add_parser("smi", help="the simulated GPUs' state, as nvidia-smi and rocm-smi show it",
+                         description="Every running lapis process simulates its own GPUs and its driver publishes "
+                         "their state (LAPIS_SYSFS_DIR); lapis smi reads it. With no lapis process running, it "
+                         "shows the GPUs that LAPIS_GPUS configures, idle.")
+    smi.add_argument("--query", metavar="FIELDS",
+                     help=f"comma-separated fields to print as CSV with a header: {', '.join(SMI_FIELDS)}")
+    smi.add_argument("-l", "--loop", type=float, metavar="SEC", help="refresh every SEC seconds (Ctrl-C stops)")
+    smi.add_argument("--count", type=int, help="with -l: stop after this many reports")
+    sub.add_parser("info", help="every layer's version and what it found: agents, pools, device properties")
+    bench = sub.add_parser("bench", help="run the benchmark suite (benchmarks/ of a source checkout) and print its "
+                           "figures", description="Runs benchmarks/simulator.py, libs.py, seed_matmul.py and "
+                           "framework.py in turn, as `make bench` does.")
+    bench.add_argument("--quick", action="store_true", help="reduced sizes (a minute or two)")
     args = parser.parse_args(argv)
+    if args.command == "info":
+        return run_info()
+    if args.command == "bench":
+        return run_bench(args.quick)
+    if args.command == "smi":
+        return run_smi(parser, args)
     if args.command in ("trace", "profile"):
         return run_traced(parser, args)
     if args.command == "demo":
@@ -251,11 +272,136 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+# -- lapis info / lapis bench ---------------------------------------------------------------------------
+def run_info() -> int:
+    """One section per layer, top down: its version and what it found."""
+    import platform
+
+    import lapis
+    from lapis import cuda, driver, hip, runtime
+    from lapis.cuda.compiler import cache
+    rt = runtime.init()
+    version = rt.kfd.ioctl(driver.Ioctl.GET_VERSION, None)
+    print(f"lapis {lapis.__version__} (Python {platform.python_version()}, numpy {np.__version__})")
+    print(f"Layer 5 framework: lapis {lapis.__version__}; devices: cpu"
+          + "".join(f", {api.__name__.rsplit('.', 1)[-1]}:{i}" for api in (cuda, hip)
+                    for i in range(api.device_count()))
+          + f"; default dtype {lapis.get_default_dtype().name}")
+    print("Layer 4 libraries: blas, dnn, sparse, solver, kernels (lapis.libs)")
+    for api in (cuda, hip):
+        for i in range(api.device_count()):
+            p = api.get_device_properties(i)
+            print(f"Layer 3 {api.__name__}: device {i} {p.name}, compute capability {p.major}.{p.minor}, "
+                  f"{p.multi_processor_count} units, warp {p.warp_size}, {p.total_memory // 2**20} MiB, "
+                  f"{p.shared_memory_per_block // 1024} KiB shared per block")
+    print(f"Layer 3 compiler cache: {cache.directory() or 'off'}")
+    for agent in rt.agents:
+        info = agent.info()
+        if agent.kind == "cpu":
+            print(f"Layer 2 runtime agent {agent.name}: host CPU")
+            continue
+        pools = ", ".join(f"{kind} ({'VRAM' if kind == 'device' else 'system memory'})"
+                          for kind in ("device", "host", "kernarg"))
+        print(f"Layer 2 runtime agent {agent.name}: {info['product_name']}, {info['compute_unit_count']} compute "
+              f"units, wavefront {info['wavefront_size']}, {info['memory_size'] // 2**20} MiB; pools: {pools}")
+    print(f"Layer 1 driver: kfd {version.major}.{version.minor}, {len(driver.system().nodes)} GPUs "
+          f"(LAPIS_GPUS={os.environ.get('LAPIS_GPUS', 'default')})")
+    for node in driver.system().nodes:
+        p = node.gpu.profile
+        print(f"Layer 0 hardware {node.gpu.name}: profile {p.name}, {p.compute_units} units at {p.clock_ghz} GHz, "
+              f"{p.fp32_tflops} FP32 TFLOP/s, {p.matrix_tflops} matrix TFLOP/s, "
+              f"{p.memory_bandwidth / 1e12:.2f} TB/s, {p.tdp_watts:.0f} W")
+    return 0
+
+
+BENCHMARKS = (("simulator.py", ["--threads", "16384", "--size", "256", "--repeat", "1"]),
+              ("libs.py", ["--gemm-size", "256", "--axpy-size", "65536"]),
+              ("seed_matmul.py", ["--size", "256"]),
+              ("framework.py", ["--repeat", "10", "--steps", "1", "--models", "mlp"]))
+
+
+def run_bench(quick: bool) -> int:
+    """The scripts of benchmarks/ (found beside the source tree: they are part of a checkout, not of the package)."""
+    import subprocess
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2] / "benchmarks"
+    if not root.is_dir():
+        print(f"lapis bench: no benchmarks/ beside the source tree ({root}); run it from a source checkout",
+              file=sys.stderr)
+        return 1
+    status = 0
+    for script, reduced in BENCHMARKS:
+        print(f"== {script}", flush=True)
+        status |= subprocess.run([sys.executable, str(root / script), *(reduced if quick else [])]).returncode
+    return status
+
+
+# -- lapis smi ---------------------------------------------------------------------------------------
+SMI_FIELDS = {   # nvidia-smi's --query-gpu names, with the unit the CSV header gives
+    "index": ("", lambda p, g: g["index"]), "pid": ("", lambda p, g: p["pid"]),
+    "name": ("", lambda p, g: g["marketing_name"]), "profile": ("", lambda p, g: g["profile"]),
+    "memory.used": ("MiB", lambda p, g: g["memory_used"] // 2**20),
+    "memory.total": ("MiB", lambda p, g: g["memory_total"] // 2**20),
+    "power.draw": ("W", lambda p, g: f"{g['power_watts']:.1f}"),
+    "power.limit": ("W", lambda p, g: f"{g['power_limit_watts']:.1f}"),
+    "temperature.gpu": ("C", lambda p, g: f"{g['temperature_c']:.0f}"),
+    "clocks.sm": ("MHz", lambda p, g: f"{g['sm_clock_mhz']:.0f}"),
+    "clocks.mem": ("MHz", lambda p, g: f"{g['memory_clock_mhz']:.0f}"),
+    "utilization.gpu": ("%", lambda p, g: f"{g['utilisation'] * 100:.0f}"),
+}
+
+
+def _smi_states() -> list[dict]:
+    """Every live lapis process's GPUs; this process's own (idle) ones when there are none."""
+    from lapis.driver import kfd, sysfs
+    states = sysfs.read_all(exclude_pid=os.getpid())
+    return states or [sysfs.snapshot(kfd.system())]
+
+
+def run_smi(parser, args) -> int:
+    fields = [f.strip() for f in args.query.split(",")] if args.query else None
+    unknown = [f for f in fields or [] if f not in SMI_FIELDS]
+    if unknown:
+        parser.error(f"unknown --query field(s) {', '.join(unknown)}; known: {', '.join(SMI_FIELDS)}")
+    console = Console(highlight=False)
+    reports = 0
+    while True:
+        states = _smi_states()
+        if fields:
+            print(", ".join(f"{f} [{SMI_FIELDS[f][0]}]" if SMI_FIELDS[f][0] else f for f in fields))
+            for state in states:
+                for g in state["gpus"]:
+                    print(", ".join(str(SMI_FIELDS[f][1](state, g)) for f in fields))
+        else:
+            _smi_tables(console, states)
+        reports += 1
+        if args.loop is None or (args.count is not None and reports >= args.count):
+            return 0
+        try:
+            time.sleep(args.loop)
+        except KeyboardInterrupt:
+            return 0
+
+
+def _smi_tables(console: Console, states: list[dict]) -> None:
+    gpus, clients = [], []
+    for state in states:
+        for g in state["gpus"]:
+            gpus.append([f"{g['index']}", g["marketing_name"], g["profile"], str(state["pid"]),
+                         f"{g['memory_used'] // 2**20} / {g['memory_total'] // 2**20} MiB",
+                         f"{g['power_watts']:.0f} / {g['power_limit_watts']:.0f} W", f"{g['temperature_c']:.0f} C",
+                         f"{g['sm_clock_mhz']:.0f} MHz", f"{g['utilisation']:.0%}",
+                         ", ".join(g["throttle_reasons"]) or "-"])
+            for c in g["clients"]:
+                if c["memory"]:
+                    clients.append([str(state["pid"]), state["command"][:60], str(g["index"]), str(c["client"]),
+                                    f"{c['memory'] // 2**20} MiB"])
+    _table(console, "GPUs (each simulated inside the process PID)",
+           ["GPU", "name", "profile", "PID", "memory", "power", "temp", "SM clock", "util", "throttle"], gpus)
+    _table(console, "processes", ["PID", "command", "GPU", "driver client", "GPU memory"], clients)
+
+
 # -- lapis trace / lapis profile ----------------------------------------------------------------------
-COMPUTE_LIMITERS = {"issue", "alu", "fma", "fp64", "sfu", "matrix"}
-MEMORY_LIMITERS = {"lsu", "shared", "l2", "dram"}
-
-
 def _script(parser, program: list[str]) -> tuple[str, str, list[str]]:
     """("path" or "module", target, argv) from `-- python script.py args` or `-- python -m module args`."""
     if program and program[0] == "--":
@@ -302,6 +448,9 @@ def run_traced(parser, args) -> int:
         _table(console, "kernels (simulated time)", ["kernel", "grid", "block", "regs", "shared B", "calls",
                                                      "time us", "avg us", "GFLOP/s", "GB/s", "% peak", "limiter"],
                _kernel_profile(prof.kernels()))
+        if args.roofline:
+            points = prof.roofline(args.roofline)
+            console.print(f"roofline of {len(points)} kernels -> {args.roofline}")
     return code
 
 
@@ -327,6 +476,7 @@ def _kernel_summary(kernels) -> list[list[str]]:
 def _kernel_profile(kernels) -> list[list[str]]:
     """One row per kernel and launch shape: the performance model's time, the achieved FLOP/s and DRAM
     bandwidth, the larger fraction of the profile's peaks, and whether compute, memory or latency limits it."""
+    from lapis import profiler
     from lapis.hardware.profiles import get_profile
     groups = defaultdict(list)
     for k in kernels:
@@ -342,7 +492,8 @@ def _kernel_profile(kernels) -> list[list[str]]:
         flop_rate, byte_rate = (flops / (ns * 1e-9), dram / (ns * 1e-9)) if ns else (0.0, 0.0)
         fraction = max(flop_rate / peak_flops, byte_rate / profile.memory_bandwidth)
         limiter = ks[0]["limiter"]
-        kind = "compute" if limiter in COMPUTE_LIMITERS else "memory" if limiter in MEMORY_LIMITERS else "latency"
+        kind = "compute" if limiter in profiler.COMPUTE_LIMITERS else \
+            "memory" if limiter in profiler.MEMORY_LIMITERS else "latency"
         rows.append([name, "x".join(map(str, grid)), "x".join(map(str, block)), str(ks[0]["registers"]),
                      str(ks[0]["shared_bytes"]), str(len(ks)), f"{ns / 1e3:.1f}", f"{ns / len(ks) / 1e3:.2f}",
                      f"{flop_rate / 1e9:.1f}", f"{byte_rate / 1e9:.1f}", f"{fraction:.1%}", f"{kind} ({limiter})"])

@@ -193,6 +193,49 @@ class profile:  # noqa: N801 - torch.profiler.profile's spelling
             row.self_device_time_total += k["device_ns"] / 1e3
         return EventList(rows.values())
 
+    # -- the roofline ----------------------------------------------------------------------------------
+    def roofline(self, path: str, title: str | None = None) -> list[dict]:
+        """Draw the recorded kernels against their device's roofs (PNG, SVG or PDF by `path`'s suffix, with
+        matplotlib): x is arithmetic intensity (FLOPs per DRAM byte, or per L2 byte for a kernel whose data
+        all hit in L2), y achieved FLOP/s; the roofs are the DRAM and L2 bandwidth lines and the FP32 and
+        matrix peaks. Returns the points plotted."""
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        points = roofline_points(self.kernels())
+        if not points:
+            raise RuntimeError("no kernels in this profile to plot")
+        fig, ax = plt.subplots(figsize=(8, 5.5))
+        for profile in sorted({p["profile"] for p in points}):
+            peaks = _peaks(profile)
+            mine = [p for p in points if p["profile"] == profile]
+            lo = min(min(p["intensity"] for p in mine) / 4, 0.01)
+            hi = max(max(p["intensity"] for p in mine) * 4, peaks.peak_matrix_flops / peaks.memory_bandwidth * 4)
+            xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+            for peak, bandwidth, style, label in (
+                    (peaks.peak_fp32_flops, peaks.memory_bandwidth, "-", "FP32, DRAM"),
+                    (peaks.peak_matrix_flops, peaks.memory_bandwidth, "--", "matrix, DRAM"),
+                    (peaks.peak_fp32_flops, peaks.l2_bandwidth, ":", "FP32, L2")):
+                ax.plot(xs, [min(peak, x * bandwidth) for x in xs], style,
+                        label=f"{profile} {label} roof ({peak / 1e12:.0f} TFLOP/s, {bandwidth / 1e12:.1f} TB/s)")
+            for kind, marker in (("compute", "o"), ("memory", "s"), ("latency", "^")):
+                kinds = [p for p in mine if p["bound"] == kind]
+                if kinds:
+                    ax.scatter([p["intensity"] for p in kinds], [p["flops_per_s"] for p in kinds], marker=marker,
+                               label=f"{profile} kernels, {kind}-bound", zorder=3)
+            for p in sorted(mine, key=lambda p: -p["time_ns"])[:8]:
+                ax.annotate(p["name"], (p["intensity"], p["flops_per_s"]), fontsize=7, xytext=(4, 4),
+                            textcoords="offset points")
+        ax.set(xscale="log", yscale="log",
+               xlabel="arithmetic intensity (FLOP / DRAM byte; per L2 byte where nothing reached DRAM)",
+               ylabel="achieved FLOP/s (simulated)", title=title or "roofline of the profiled kernels")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(path)
+        plt.close(fig)
+        return points
+
     # -- the Chrome trace event format ----------------------------------------------------------------
     def export_chrome_trace(self, path: str) -> None:
         """Write the record as a Chrome trace (JSON object format): one process for the host, a track
@@ -200,6 +243,43 @@ class profile:  # noqa: N801 - torch.profiler.profile's spelling
         simulated time; a flow arrow joins each launch to its kernel."""
         with open(path, "w", encoding="utf-8") as f:
             json.dump(chrome_trace(self.events()), f)
+
+
+COMPUTE_LIMITERS = {"issue", "alu", "fma", "fp64", "sfu", "matrix"}
+MEMORY_LIMITERS = {"lsu", "shared", "l2", "dram"}
+
+
+def _peaks(profile: str):
+    """The device properties (Layer 3) of a GPU with this profile: its peak FLOP/s and bandwidth."""
+    for api in (cuda, hip):
+        for i in range(api.device_count()):
+            props = api.get_device_properties(i)
+            if props.profile == profile:
+                return props
+    raise LookupError(f"no GPU with profile {profile!r} in this process")
+
+
+def roofline_points(kernels: list[dict]) -> list[dict]:
+    """One point per kernel and launch shape: FLOPs per DRAM byte, achieved FLOP/s over the kernel's
+    simulated duration, and what bounds it (compute, memory or latency, from the performance model)."""
+    groups = defaultdict(list)
+    for k in kernels:
+        groups[(k["name"], tuple(k["grid"]), tuple(k["block"]), k["profile"])].append(k)
+    points = []
+    for (name, grid, block, profile), ks in groups.items():
+        ns, flops, dram = (sum(k[f] for k in ks) for f in ("duration_ns", "flops", "dram_bytes"))
+        if not flops or not ns:
+            continue                                  # a copy or fill: no FLOPs to place on the chart
+        l2 = sum(k["global_sectors"] for k in ks) * 32
+        # intensity over DRAM bytes; a kernel whose data all hit in L2 is placed by its L2 traffic
+        level, moved = ("dram", dram) if dram else ("l2", max(l2, 1))
+        limiter = ks[0]["limiter"]
+        points.append({"name": name, "grid": grid, "block": block, "profile": profile, "calls": len(ks),
+                       "time_ns": ns, "flops": flops, "dram_bytes": dram, "l2_bytes": l2, "level": level,
+                       "intensity": flops / moved, "flops_per_s": flops / (ns * 1e-9), "limiter": limiter,
+                       "bound": "compute" if limiter in COMPUTE_LIMITERS else
+                       "memory" if limiter in MEMORY_LIMITERS else "latency"})
+    return points
 
 
 def _walk(ops):

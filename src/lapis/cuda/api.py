@@ -32,6 +32,10 @@ class DeviceProperties:
         self.regs_per_multiprocessor = p["registers_per_unit"]
         self.L2_cache_size = p["l2_bytes"]
         self.gcnArchName = "gfx942" if p["vendor"] == "amd" else ""
+        # lapis's own: the simulated profile and its peaks (what a roofline is drawn against)
+        self.profile = p["name"]
+        self.peak_fp32_flops, self.peak_matrix_flops = p["fp32_tflops"] * 1e12, p["matrix_tflops"] * 1e12
+        self.memory_bandwidth, self.l2_bandwidth = p["memory_bandwidth"], p["l2_bandwidth"]
 
     def __repr__(self) -> str:
         return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "

@@ -20,6 +20,7 @@ from enum import IntEnum, IntFlag
 import numpy as np
 
 from lapis import trace
+from lapis.driver import sysfs
 from lapis.driver.address_space import GPUVM_BASE, GPUVM_LIMIT, AddressSpace, VirtualRanges
 from lapis.driver.buddy import BuddyAllocator, OutOfMemoryError
 from lapis.driver.events import EventTable, WaitResult
@@ -302,6 +303,7 @@ class KfdSystem:
         self._next_pid = 1
         for node in self.nodes:
             node.gpu.set_interrupt_handler(lambda entry, node=node: self._interrupt(node, entry))
+        self.publisher = sysfs.start(self)      # device state for monitors in other processes (lapis smi)
 
     def topology(self) -> list[dict]:
         """What /sys/class/kfd/kfd/topology/nodes would tell: one dict of properties per GPU."""
@@ -312,6 +314,18 @@ class KfdSystem:
             pid = self._next_pid
             self._next_pid += 1
         return KfdProcess(self, pid)
+
+    def telemetry(self, gpu_id: int) -> TelemetryResult:
+        """A GPU's power, thermals, clocks, memory and each client's VRAM (GET_TELEMETRY; sysfs publishes it)."""
+        node = self.nodes[gpu_id]
+        t = node.gpu.power.telemetry()
+        processes = []
+        for process in {id(p): p for p in node.owners.values()}.values():
+            held = sum(bo.size for bo in process.buffers.values() if bo.gpu_id == gpu_id and bo.flags & MemFlags.VRAM)
+            processes.append(ProcessMemory(process.pid, held))
+        return TelemetryResult(gpu_id, t.power_watts, t.power_limit_watts, t.temperature_c, t.sm_clock_mhz,
+                               t.memory_clock_mhz, node.vram.used, node.gpu.profile.memory_bytes, t.utilisation,
+                               t.energy_joules, t.throttle_reasons, sorted(processes, key=lambda m: m.pid))
 
     def _interrupt(self, node: GpuNode, entry: Interrupt) -> None:
         if entry.source == "fatal":
@@ -415,16 +429,8 @@ class KfdProcess:
                           power.min_power_limit, p.tdp_watts, p.temperature_limit_c, node.resets)
 
     def _get_telemetry(self, args: GpuArgs) -> TelemetryResult:
-        node = self._node(args.gpu_id)
-        t = node.gpu.power.telemetry()
-        processes = []
-        for process in {id(p): p for p in node.owners.values()}.values():
-            held = sum(bo.size for bo in process.buffers.values()
-                       if bo.gpu_id == args.gpu_id and bo.flags & MemFlags.VRAM)
-            processes.append(ProcessMemory(process.pid, held))
-        return TelemetryResult(args.gpu_id, t.power_watts, t.power_limit_watts, t.temperature_c, t.sm_clock_mhz,
-                               t.memory_clock_mhz, node.vram.used, node.gpu.profile.memory_bytes, t.utilisation,
-                               t.energy_joules, t.throttle_reasons, sorted(processes, key=lambda m: m.pid))
+        self._node(args.gpu_id)
+        return self.system.telemetry(args.gpu_id)
 
     def _set_power_limit(self, args: SetPowerLimitArgs) -> None:
         try:
