@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint clean
+.PHONY: test demo bench lint clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -15,8 +15,15 @@ $(STAMP): pyproject.toml
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks examples
 
-test: lint
+test: lint browser
 	$(BIN)/python -m pytest
+
+# The trace viewer's test drives Debian's chromium headless; install it (and its driver) when missing.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	  (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1) || \
+	  echo "warning: could not install chromium and chromium-driver; the viewer's browser test will fail"
 
 demo: $(STAMP)
 	$(BIN)/lapis demo

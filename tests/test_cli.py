@@ -95,7 +95,8 @@ def test_profile_prints_a_per_kernel_table(tmp_path, capsys):
     script = tmp_path / "prog.py"
     script.write_text(SCRIPT)
     roof = tmp_path / "roofline.svg"
-    assert main(["profile", "--roofline", str(roof), "--", "python", str(script)]) == 0
+    assert main(["profile", "--roofline", str(roof), "-o", str(tmp_path / "record.json"), "--", "python",
+                 str(script)]) == 0
     out = capsys.readouterr().out
     assert re.search(r"roofline of \d+ kernels -> ", out) and roof.read_text().lstrip().startswith("<?xml")
     rows = {r[0]: r for r in _rows(out, "kernels (simulated time)")}
@@ -160,3 +161,47 @@ def test_bench_quick_runs_every_benchmark(capfd):
     assert [ln for ln in out.splitlines() if ln.startswith("== ")] == \
         ["== simulator.py", "== libs.py", "== seed_matmul.py", "== framework.py"]
     assert out.count("% of peak") == 3 and "per training step" in out and "numpy A @ B" in out
+
+
+SAXPY = """\
+import numpy as np
+from lapis import cuda
+
+@cuda.jit
+def saxpy(a, x, y, out):
+    i = cuda.grid(1)
+    if i < out.size:
+        out[i] = a * x[i] + y[i]
+
+n = 4096
+x, y = cuda.to_device(np.ones(n, np.float32)), cuda.to_device(np.ones(n, np.float32))
+out = cuda.device_array(n, np.float32)
+saxpy[n // 256, 256](np.float32(2), x, y, out)
+print(out.copy_to_host()[:2])
+"""
+ROW = re.compile(r"/\*([0-9a-f]{4})\*/\s+(.*?;)\s+(\d+)\s+(\d+)\s+([\d.]+)\s+(.+)$")
+
+
+def test_disasm_shows_per_instruction_counts_and_stalls(tmp_path, capsys, monkeypatch):
+    import glob
+    script, record, dump = tmp_path / "saxpy.py", tmp_path / "record.json", tmp_path / "dump"
+    script.write_text(SAXPY)
+    monkeypatch.setenv("LAPIS_DUMP_DIR", str(dump))               # also writes the code object
+    assert main(["profile", "-o", str(record), "--", "python", str(script)]) == 0
+    assert "per-instruction record of" in capsys.readouterr().out
+    assert main(["disasm", "saxpy", "--profile", str(record)]) == 0
+    out = capsys.readouterr().out
+    rows = [m.groups() for m in map(ROW.search, out.splitlines()) if m]
+    assert rows and rows[0][1].startswith("S2R")
+    # 4096 threads are 128 warps of 32: the first instruction runs once per warp and per thread
+    assert (int(rows[0][2]), int(rows[0][3])) == (128, 4096)
+    executed = int(re.search(r"(\d+) warp-instructions executed", out).group(1))
+    assert sum(int(r[2]) for r in rows) == executed
+    loads = [i for i, r in enumerate(rows) if r[1].startswith("LDG")]
+    assert loads and any(r[5] == "long scoreboard" for r in rows[loads[0] + 1:])   # waits on the load
+    code_object = glob.glob(str(dump / "saxpy-*.co"))[0]
+    assert main(["disasm", code_object, "--profile", str(record)]) == 0
+    annotated = capsys.readouterr().out
+    assert annotated.startswith("saxpy: ") and "warp execs" in annotated and " 4096 " in annotated
+    assert main(["disasm", "nonexistent", "--profile", str(record)]) == 1
+    assert "no kernel 'nonexistent'" in capsys.readouterr().err

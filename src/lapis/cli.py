@@ -239,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
             run.add_argument("--summary", action="store_true", help="also print per-layer and per-kernel tables")
         if name == "profile":
             run.add_argument("--roofline", metavar="FILE", help="also draw the kernels' roofline (PNG, SVG, PDF)")
+            run.add_argument("-o", "--output", default="lapis-profile.json",
+                             help="where the per-instruction record for lapis disasm goes (default "
+                                  "lapis-profile.json)")
         run.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py [args], or python -m module")
     smi = sub.add_parser("smi", help="the simulated GPUs' state, as nvidia-smi and rocm-smi show it",
                          description="Every running lapis process simulates its own GPUs and its driver publishes "
@@ -253,7 +256,25 @@ def main(argv: list[str] | None = None) -> int:
                            "figures", description="Runs benchmarks/simulator.py, libs.py, seed_matmul.py and "
                            "framework.py in turn, as `make bench` does.")
     bench.add_argument("--quick", action="store_true", help="reduced sizes (a minute or two)")
+    view = sub.add_parser("view", help="the trace viewer page: the stack, an op's path through it, a timeline",
+                          description="Serve the viewer for a Chrome trace (from lapis trace) on localhost, or "
+                          "write it as one self-contained HTML file with --html. The page fetches nothing.")
+    view.add_argument("trace", help="a Chrome trace written by lapis trace or profile.export_chrome_trace")
+    view.add_argument("--html", metavar="OUT", help="write the page to OUT instead of serving it")
+    view.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000)")
+    disasm = sub.add_parser("disasm", help="a kernel's listing, with per-instruction counts and stalls when profiled",
+                            description="The cuobjdump-style listing of a kernel from the last `lapis profile` "
+                            "record (by name), or of every kernel in a code object file (.co, as LAPIS_DUMP_DIR "
+                            "writes them); when the record holds the same code, each instruction shows how many "
+                            "times warps and threads executed it and how long a warp waited on its operands, "
+                            "and why (like Nsight Compute's source view).")
+    disasm.add_argument("target", help="a kernel name from the record, or a code object file")
+    disasm.add_argument("--profile", default="lapis-profile.json", help="the record (default lapis-profile.json)")
     args = parser.parse_args(argv)
+    if args.command == "disasm":
+        return run_disasm(args)
+    if args.command == "view":
+        return run_view(args)
     if args.command == "info":
         return run_info()
     if args.command == "bench":
@@ -270,6 +291,75 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "hipify":
         return run_hipify(args.file, args.output, args.inplace)
     return 2
+
+
+# -- lapis disasm ---------------------------------------------------------------------------------------
+def run_disasm(args) -> int:
+    import json
+
+    from lapis.isa import INSTRUCTION_BYTES, decode_program, disassemble, format_instruction
+    from lapis.runtime.code_object import CodeObject, CodeObjectError
+    record = {}
+    if os.path.exists(args.profile):
+        with open(args.profile, encoding="utf-8") as f:
+            record = json.load(f).get("kernels", {})
+    if os.path.isfile(args.target):
+        try:
+            with open(args.target, "rb") as f:
+                kernels = CodeObject.from_bytes(f.read()).kernels
+        except (OSError, CodeObjectError) as e:
+            print(f"lapis disasm: {args.target}: {e}", file=sys.stderr)
+            return 1
+        for k in kernels:
+            program = decode_program(k.code)
+            text = [format_instruction(inst, pc * INSTRUCTION_BYTES) for pc, inst in enumerate(program)]
+            profiled = next((r for r in record.values() if r["text"] == text), None)
+            print(f"{k.name}: {len(program)} instructions, {k.descriptor.registers} registers")
+            print(_annotated(profiled) if profiled else disassemble(program))
+        return 0
+    if args.target not in record:
+        known = ", ".join(sorted(record)) or "none"
+        print(f"lapis disasm: no kernel {args.target!r} in {args.profile} (it holds: {known}); run `lapis profile -- "
+              "python script.py` first, or give a code object file (LAPIS_DUMP_DIR writes them)", file=sys.stderr)
+        return 1
+    r = record[args.target]
+    print(f"{r['name']} on {r['profile']}: {len(r['text'])} instructions, {r['registers']} registers, "
+          f"{r['launches']} launches, {sum(r['warp_executions'])} warp-instructions executed")
+    print(_annotated(r))
+    return 0
+
+
+def _annotated(r: dict) -> str:
+    """The listing with Nsight Compute's source-view columns."""
+    from lapis.isa import INSTRUCTION_BYTES
+    head = f"{'':8}{'address':10}{'instruction':<44}{'warp execs':>11}{'thread execs':>13}{'stall cyc':>10}  reason"
+    lines = [head]
+    for pc, text in enumerate(r["text"]):
+        counts = f"{r['warp_executions'][pc]:>11}{r['thread_executions'][pc]:>13}{r['stall_cycles'][pc]:>10.1f}"
+        lines.append(f"{'':8}/*{pc * INSTRUCTION_BYTES:04x}*/  {text:<44}{counts}  {r['stall_reasons'][pc] or '-'}")
+    return "\n".join(lines)
+
+
+# -- lapis view -----------------------------------------------------------------------------------------
+def run_view(args) -> int:
+    from lapis import viewer
+    try:
+        html = viewer.page(viewer.load(args.trace))
+    except (OSError, ValueError) as e:
+        print(f"lapis view: {args.trace}: {e}", file=sys.stderr)
+        return 1
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as f:
+            f.write(html)
+        print(f"lapis view: wrote {args.html} ({len(html) // 1024} KiB, self-contained)")
+        return 0
+    try:
+        viewer.serve(html, args.port, ready=lambda server: print(
+            f"lapis view: serving {args.trace} at http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)",
+            flush=True))
+    except KeyboardInterrupt:
+        pass
+    return 0
 
 
 # -- lapis info / lapis bench ---------------------------------------------------------------------------
@@ -448,6 +538,8 @@ def run_traced(parser, args) -> int:
         _table(console, "kernels (simulated time)", ["kernel", "grid", "block", "regs", "shared B", "calls",
                                                      "time us", "avg us", "GFLOP/s", "GB/s", "% peak", "limiter"],
                _kernel_profile(prof.kernels()))
+        prof.save(args.output)
+        console.print(f"per-instruction record of {len(prof.listings())} kernels -> {args.output} (lapis disasm)")
         if args.roofline:
             points = prof.roofline(args.roofline)
             console.print(f"roofline of {len(points)} kernels -> {args.roofline}")

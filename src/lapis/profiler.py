@@ -193,6 +193,42 @@ class profile:  # noqa: N801 - torch.profiler.profile's spelling
             row.self_device_time_total += k["device_ns"] / 1e3
         return EventList(rows.values())
 
+    # -- per instruction (lapis disasm) -----------------------------------------------------------------
+    def listings(self) -> dict[str, dict]:
+        """Per kernel: its instructions with execution counts summed over its launches and operand stalls
+        averaged over them (weighted by executions), what `lapis disasm` annotates a listing with. Two
+        codes under one name (two argument-type specializations) are `name` and `name#2`."""
+        out: dict[str, dict] = {}
+        for k in self.kernels():
+            per = k.get("per_instruction")
+            if per is None:
+                continue
+            key, n = k["name"], 1
+            while key in out and out[key]["text"] != per["text"]:
+                n += 1
+                key = f"{k['name']}#{n}"
+            entry = out.setdefault(key, {"name": k["name"], "profile": k["profile"], "registers": k["registers"],
+                                         "launches": 0, "text": per["text"], "warp_executions": [0] * len(per["text"]),
+                                         "thread_executions": [0] * len(per["text"]),
+                                         "stall_weight": [0.0] * len(per["text"]),
+                                         "stall_reasons": list(per["stall_reasons"])})
+            entry["launches"] += 1
+            for pc, (w, t, cyc) in enumerate(zip(per["warp_executions"], per["thread_executions"],
+                                                 per["stall_cycles"], strict=True)):
+                entry["warp_executions"][pc] += w
+                entry["thread_executions"][pc] += t
+                entry["stall_weight"][pc] += cyc * w
+        for entry in out.values():
+            weights = entry.pop("stall_weight")
+            entry["stall_cycles"] = [round(wt / w, 2) if w else 0.0 for wt, w in zip(weights, entry["warp_executions"],
+                                                                                    strict=True)]
+        return out
+
+    def save(self, path: str) -> None:
+        """The record `lapis disasm` reads: every kernel's per-instruction counts and stalls (JSON)."""
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump({"producer": "lapis.profiler", "kernels": self.listings()}, f)
+
     # -- the roofline ----------------------------------------------------------------------------------
     def roofline(self, path: str, title: str | None = None) -> list[dict]:
         """Draw the recorded kernels against their device's roofs (PNG, SVG or PDF by `path`'s suffix, with
@@ -320,7 +356,8 @@ def chrome_trace(events: list[Event]) -> dict:
         if e.layer == 3 and e.name == "launch":
             launches[(e.args.get("queue"), e.args.get("packet_index"))] = e
     for e in events:
-        args = _jsonable(e.args)
+        # the per-instruction arrays are for `lapis disasm` (profile.save), not for a timeline
+        args = _jsonable({k: v for k, v in e.args.items() if k != "per_instruction"})
         if e.sim_start_ns is not None:                       # the device timeline, in simulated time
             device = str(e.args.get("device", "gpu"))
             if device not in devices:

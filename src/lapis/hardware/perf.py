@@ -100,21 +100,44 @@ def _latency(profile: DeviceProfile, inst: Instruction, load_cycles: float) -> f
     return OPCODES[inst.op].latency
 
 
+# Nsight Compute's names for why a warp waited: on a memory result (long scoreboard), on shared
+# memory, a shuffle or the special-function unit (short scoreboard), on a fixed-latency result (wait)
+_LONG = {"LDG", "ATOMG", "LDL"}
+_SHORT = {"LDS", "ATOMS", "MUFU", "SHFL"}
+
+
+def _walk(profile: DeviceProfile, program: list[Instruction], c: Counters):
+    """The scoreboard walk: per instruction, the cycles a warp waits before issuing it (beyond the one
+    issue cycle) and why; then the cycles after the last issue until the last result lands."""
+    hit = c.l2_hits / c.global_sectors if c.global_sectors else 1.0
+    load_cycles = hit * profile.l2_latency_cycles + (1 - hit) * profile.dram_latency_cycles
+    ready: dict[int, tuple[float, str]] = {}
+    now, stalls = 0.0, []
+    for inst in program:
+        reads, writes = registers(inst)
+        waits = [ready.get(r, (0.0, "")) for r in reads]
+        issue, reason = max([(now + 1.0, "")] + waits)
+        stalls.append((issue - now - 1.0, reason if issue > now + 1.0 else ""))
+        now = issue
+        kind = "long scoreboard" if inst.op in _LONG else "short scoreboard" if inst.op in _SHORT else "wait"
+        for r in writes:
+            ready[r] = (issue + _latency(profile, inst, load_cycles), kind)
+    tail = max(0.0, max((t for t, _ in ready.values()), default=0.0) - now)
+    return stalls, tail
+
+
 def chain_cycles(profile: DeviceProfile, program: list[Instruction], c: Counters) -> float:
     """Cycles one warp spends on its dependency chain (see the module docstring)."""
     warps = max(1, c.blocks * c.warps_per_block)
-    hit = c.l2_hits / c.global_sectors if c.global_sectors else 1.0
-    load_cycles = hit * profile.l2_latency_cycles + (1 - hit) * profile.dram_latency_cycles
-    ready: dict[int, float] = {}
-    now, total = 0.0, 0.0
-    for pc, inst in enumerate(program):
-        reads, writes = registers(inst)
-        issue = max([now + 1.0] + [ready.get(r, 0.0) for r in reads])
-        total += (issue - now) * c.warp_instructions[pc] / warps
-        now = issue
-        for r in writes:
-            ready[r] = issue + _latency(profile, inst, load_cycles)
-    return total + max(0.0, max(ready.values(), default=0.0) - now)    # a warp retires when its loads land
+    stalls, tail = _walk(profile, program, c)
+    return sum((1.0 + wait) * c.warp_instructions[pc] / warps for pc, (wait, _) in enumerate(stalls)) + tail
+
+
+def instruction_stalls(profile: DeviceProfile, program: list[Instruction], c: Counters) -> list[tuple[float, str]]:
+    """Per instruction: the cycles a warp waits on its operands each time it issues it, and the reason
+    ("long scoreboard", "short scoreboard", "wait", or "" when it issues at once), as Nsight Compute's
+    source view reports stall reasons."""
+    return _walk(profile, program, c)[0]
 
 
 def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: list[Instruction],
