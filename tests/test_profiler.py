@@ -97,6 +97,8 @@ def test_chrome_trace_has_a_track_per_layer_and_the_device_timeline(prof, tmp_pa
     device_kernels = [ev for ev in doc["traceEvents"] if ev["ph"] == "X" and ev.get("cat") == "L0"
                       and ev["tid"] == 1]
     assert len(device_kernels) == len(prof.kernels()) and any(ev["name"] == "gemm_kernel" for ev in device_kernels)
+    l1 = {ev["name"] for ev in doc["traceEvents"] if ev.get("cat") == "L1"}
+    assert {"doorbell", "interrupt", "ALLOC_MEMORY_OF_GPU"} <= l1                 # driver commands and interrupts
     layers = {ev["cat"] for ev in doc["traceEvents"] if ev["ph"] in "Xi"}
     assert {"L5", "L4", "L3", "L2", "L1", "L0"} <= layers                 # every layer reported something
 
