@@ -5,6 +5,7 @@ when the last array using it is garbage collected. Copies to and from the host g
 the runtime's copy engine path.
 """
 
+import math
 import weakref
 
 import numpy as np
@@ -50,6 +51,8 @@ class DeviceNDArray:
         self.context = context
         self.memory = memory
         self.ptr = memory.va if ptr is None else ptr
+        self._size = math.prod(self.shape)          # shape and strides never change: size and layout are fixed
+        self._layout: str | None = None
 
     @classmethod
     def allocate(cls, context, shape, dtype, order: str = "C") -> "DeviceNDArray":
@@ -65,7 +68,7 @@ class DeviceNDArray:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return self._size
 
     @property
     def nbytes(self) -> int:
@@ -84,14 +87,16 @@ class DeviceNDArray:
         return self.size <= 1 or all(n == 1 or s == w for n, s, w in zip(self.shape, self.strides, want, strict=True))
 
     def is_c_contiguous(self) -> bool:
-        return self._dense("C")
+        return self.layout == "C" or self._size <= 1
 
     def is_f_contiguous(self) -> bool:
-        return self._dense("F")
+        return self.layout == "F" or self._dense("F")
 
     @property
     def layout(self) -> str:
-        return "C" if self.is_c_contiguous() else "F" if self.is_f_contiguous() else "A"
+        if self._layout is None:
+            self._layout = "C" if self._dense("C") else "F" if self._dense("F") else "A"
+        return self._layout
 
     def _check_contiguous(self, what: str) -> None:
         if not (self.is_c_contiguous() or self.is_f_contiguous()):

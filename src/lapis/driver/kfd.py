@@ -390,9 +390,12 @@ class KfdProcess:
     def ioctl(self, cmd: Ioctl, args):
         if self.closed:
             raise DriverError("the driver handle is closed")
-        handler = getattr(self, "_" + Ioctl(cmd).name.lower())
+        name = Ioctl(cmd).name
+        handler = getattr(self, "_" + name.lower())
         with self.system.lock:
-            with trace.span(1, Ioctl(cmd).name, **_summary(args)) as extra:
+            if not trace.enabled():              # the summaries (dataclasses.asdict) only for a trace
+                return handler(args)
+            with trace.span(1, name, **_summary(args)) as extra:
                 result = handler(args)
                 if result is not None:
                     extra.update(_summary(result))

@@ -175,10 +175,14 @@ class Mmu:
         """(system, pa, length) pieces covering [va, va+size), for the front end and copy engine."""
         if size <= 0:
             return []
+        needed = PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
         vpns = np.arange(va >> PAGE_SHIFT, ((va + size - 1) >> PAGE_SHIFT) + 1, dtype=np.uint64)
         with self.lock:
+            run = self._lookup_run(vmid, va, va + size - 1)       # the TLB first, as the lanes' path does
+            if run is not None and run.flags & needed == needed:
+                return [(run.system, run.pa_start + va - run.va_start, size)]
             entries = self._walk(vmid, vpns)
-        needed = PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
+            self._fill(vmid, vpns, entries)
         bad = (entries & np.uint64(needed)) != needed
         if bad.any():
             first = np.flatnonzero(bad)[0]
