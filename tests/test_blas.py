@@ -57,6 +57,26 @@ def test_every_tiling_computes_inner_and_edge_tiles(handle, tiles):
     np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a.T @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("transa,transb", [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")])
+@pytest.mark.parametrize("m,n,k", [(64, 64, 512), (40, 9, 777)])        # 777 = 6 chunks of 129 and a tail of 3
+def test_split_k_for_few_tiles_and_a_long_k(handle, transa, transb, m, n, k):
+    assert blas._split_k(blas.DEFAULT_TILES, m, n, k, 1, np.dtype(np.float32)) > 1
+    a = rng.standard_normal((k, m) if transa == "T" else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if transb == "T" else (k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    lda, ldb, ldc = a.shape[0] + 1, b.shape[0] + 2, m + 3
+    dA, dB, dC = (cuda.to_device(col_major(x, ld)) for x, ld in ((a, lda), (b, ldb), (c, ldc)))
+    with trace() as t:
+        blas.sgemm(handle, transa, transb, m, n, k, 0.5, dA, lda, dB, ldb, 2.0, dC, ldc)
+        handle.context.synchronize()
+    launched = [e.args["grid"] for e in t.select(0, "kernel")]
+    assert launched[0][2] > 1                                       # the chunks are one batched launch
+    op_a, op_b = (a.T if transa == "T" else a), (b.T if transb == "T" else b)
+    got = from_col_major(dC.copy_to_host(), m, n, ldc)
+    np.testing.assert_allclose(got, 0.5 * (op_a.astype(np.float64) @ op_b) + 2.0 * c, rtol=1e-4, atol=1e-4)
+    assert np.all(dC.copy_to_host().reshape(n, ldc)[:, m:] == 0)  # the padding rows untouched
+
+
 def test_beta_zero_ignores_nan_in_c(handle):
     a = rng.standard_normal((16, 16)).astype(np.float32)
     dA = cuda.to_device(col_major(a))

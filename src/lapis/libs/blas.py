@@ -19,6 +19,11 @@ one is computed (register prefetch), and only blocks on the edge of C test bound
 loaded k-fastest (coalesced for column-major B), so its rows are padded against bank conflicts.
 Half-precision inputs are widened to float32 as they are staged.
 
+A float32 gemm whose C has few tiles but whose k is long (a weight gradient: 64 x 64 summed over 512
+tokens) is split along k (split-K, as cuBLAS does for such shapes): one strided-batched launch
+computes each k-chunk's product into the handle's workspace, and a second kernel adds the chunks in
+order, scales by alpha and adds beta C, so the result stays deterministic.
+
 Half inputs with both operands k-contiguous (op(A) = A^T, op(B) = B) take the matrix-unit
 kernel: HMMA.16816 with float32 accumulation, 128x256 blocks of eight warps, 64x64 per warp.
 Sizes and offsets are int32: each matrix must hold fewer than 2^31 elements.
@@ -60,6 +65,8 @@ TILE_CANDIDATES = (GemmTiles(64, 64, 16, 4, 4), GemmTiles(128, 128, 8, 8, 8), Ge
 DEFAULT_TILES = TILE_CANDIDATES[0]
 TUNE_ABOVE = 1 << 27          # multiply-adds above which a gemm's tiles are chosen by the autotuner
 PROBE_K = 64                  # the depth the autotuner runs candidates at
+SPLIT_K_BLOCKS = 64           # split-K aims at this many blocks ...
+SPLIT_K_MIN_DEPTH = 128       # ... each summing at least this deep
 
 
 __all__ = ["BlasError", "GemmTiles", "Handle", "asum", "axpy", "choose_tiles", "copy", "create", "dot", "gemm",
@@ -281,6 +288,8 @@ class Handle(LibraryHandle):
         self.gemv_kernel = api.jit(gemv_kernel)
         self.mma_kernels = {np.dtype(t).name: api.jit(make_mma_gemm_kernel(t)) for t in (cuda.float16, cuda.bfloat16)}
         self.level1 = Level1(api)
+        self.splitk_reduce = api.jit(splitk_reduce_kernel)
+        self.workspace: DeviceNDArray | None = None     # split-K's partial products, grown as needed
 
     def gemm_kernel(self, tiles: GemmTiles):
         kernel = self.kernels.get(tiles)
@@ -359,8 +368,61 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
                     kernel="gemm_kernel", tile=str(tiles)):
         if m == 0 or n == 0 or batch == 0:
             return
+        splits = _split_k(tiles, m, n, k, batch, fc.dtype)
+        if splits > 1:
+            _launch_split_k(handle, tiles, splits, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc)
+            return
         _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
                      stride_c, batch)
+
+
+def _split_k(tiles: GemmTiles, m: int, n: int, k: int, batch: int, dtype) -> int:
+    """How many k-chunks a float32 gemm is split into: enough blocks to fill SPLIT_K_BLOCKS, each chunk at
+    least SPLIT_K_MIN_DEPTH deep; 1 (no split) for batches, half outputs and shapes with tiles enough."""
+    if batch != 1 or dtype != np.float32:
+        return 1
+    blocks = -(-m // tiles.bm) * -(-n // tiles.bn)
+    return max(1, min(k // SPLIT_K_MIN_DEPTH, SPLIT_K_BLOCKS // blocks))
+
+
+def splitk_reduce_kernel(m, n, splits, alpha, ws, beta, c, ldc):
+    # One thread per element of C: the chunks' partial products added in chunk order (deterministic).
+    t = cuda.grid(1)
+    if t < m * n:
+        i, j = t % m, t // m
+        acc = float32(0.0)
+        for z in range(splits):
+            acc += ws[z * m * n + t]
+        if beta == 0:
+            c[i + j * ldc] = alpha * acc
+        else:
+            c[i + j * ldc] = alpha * acc + beta * c[i + j * ldc]
+
+
+def _launch_split_k(handle, tiles, splits, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc) -> None:
+    """C = alpha op(A) op(B) + beta C as `splits` chunks of k: chunk z is batch item z of one strided-batched
+    launch (its op(A) columns and op(B) rows start z * depth into k), written to the workspace; a depth
+    that does not divide evenly leaves a tail that a second launch adds into chunk 0."""
+    depth = k // splits
+    need = splits * m * n
+    if handle.workspace is None or handle.workspace.size < need:
+        handle.workspace = handle.api.device_array(need, np.float32)
+    ws = DeviceNDArray((need,), (4,), np.float32, handle.workspace.context, handle.workspace.memory,
+                       handle.workspace.ptr)
+    step_a = 1 if ta else lda          # elements between consecutive k in op(A), and in op(B)
+    step_b = ldb if tb else 1
+    _launch_gemm(handle, tiles, ta, tb, m, n, depth, 1.0, fa, lda, depth * step_a, fb, ldb, depth * step_b, 0.0,
+                 ws, m, m * n, splits)
+    tail = k - depth * splits
+    if tail:
+        at_a, at_b = (depth * splits * step_a, depth * splits * step_b)
+        ta_view = DeviceNDArray((fa.size - at_a,), (fa.dtype.itemsize,), fa.dtype, fa.context, fa.memory,
+                                fa.ptr + at_a * fa.dtype.itemsize)
+        tb_view = DeviceNDArray((fb.size - at_b,), (fb.dtype.itemsize,), fb.dtype, fb.context, fb.memory,
+                                fb.ptr + at_b * fb.dtype.itemsize)
+        _launch_gemm(handle, tiles, ta, tb, m, n, tail, 1.0, ta_view, lda, 0, tb_view, ldb, 0, 1.0, ws, m, 0, 1)
+    handle.splitk_reduce[-(-(m * n) // 256), 256, handle.stream](
+        np.int32(m), np.int32(n), np.int32(splits), np.float32(alpha), ws, np.float32(beta), fc, np.int32(ldc))
 
 
 def _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b) -> bool:
