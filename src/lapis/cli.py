@@ -16,8 +16,14 @@ statistics to stderr.
 
 run a Python script (or `python -m module`) in this process under `lapis.profiler`: `trace`
 writes a Chrome trace (Perfetto, chrome://tracing) and with --summary prints per-layer and
-per-kernel tables; `profile` prints an nsys/ncu-style table per kernel. Tables are rich in a
+per-kernel tables; `profile` prints an nsys/ncu-style table per kernel and saves the
+per-instruction record that `lapis disasm KERNEL` annotates a listing with. Tables are rich in a
 terminal and plain text when piped.
+
+    lapis smi [--query FIELDS] [-l SEC] | lapis info | lapis bench [--quick] | lapis view TRACE [--html OUT]
+
+nvidia-smi for the simulated GPUs of every running lapis process (their drivers publish their
+state, driver/sysfs.py); what each layer found; the benchmark scripts; the trace viewer page.
 """
 
 import argparse
