@@ -177,6 +177,16 @@ def test_char_transformer_example_learns_on_cpu_and_runs_the_same_on_cuda():
     assert len(short["after"]) == len("Shall ") + 4 and short["after"].startswith("Shall ")
 
 
+def test_examples_run_the_same_on_the_amd_profile():
+    import char_transformer
+    import digits_cnn
+    # hip: the MI300X-like GPU, 64-lane waves through every kernel these models use
+    for train, kwargs in ((char_transformer.train, dict(steps=2, sample_length=0)),
+                          (digits_cnn.train, dict(epochs=1, limit=128))):
+        ours, reference = train("hip", quiet=True, **kwargs), train("cpu", quiet=True, **kwargs)
+        assert np.allclose(ours["losses"], reference["losses"], atol=1e-3)
+
+
 def test_digits_cnn_example_learns_on_cpu_and_cuda():
     import digits_cnn
     assert digits_cnn.train("cpu", quiet=True)["accuracy"] >= 0.97     # the example's defaults
