@@ -332,3 +332,12 @@ def test_logical_operators_of_bool_tensors(device):
     assert (~lapis.tensor([3, -1], device=device)).tolist() == [-4, 0]
     with pytest.raises(TypeError, match="integer and Boolean"):
         ~lapis.tensor([1.0], device=device)
+
+
+def test_erf_on_cpu_is_float32_accurate_over_its_range():
+    x = np.linspace(-6, 6, 20001, dtype=np.float32)
+    got = lapis.tensor(x).erf().numpy()
+    np.testing.assert_allclose(got, torch.tensor(x).erf().numpy(), rtol=0, atol=1.2e-7)   # about an ulp near 1
+    near_zero = np.array([1e-6, -3e-4, 0.4999, 0.5, 0.5001], np.float32)                # the series' range and edge
+    np.testing.assert_allclose(lapis.tensor(near_zero).erf().numpy(), torch.tensor(near_zero).erf().numpy(),
+                               rtol=3e-7, atol=0)

@@ -37,11 +37,34 @@ _dnn_handles: dict = {}
 _UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
           "rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
           "sin": np.sin, "cos": np.cos, "relu": lambda v: np.maximum(v, 0),
-          "erf": lambda v: np.vectorize(math.erf, otypes=[v.dtype])(v), "copy": lambda v: v}
+          "erf": lambda v: _erf(v), "copy": lambda v: v}
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
            "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
            "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
 _REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "argmax": np.argmax, "argmin": np.argmin}
+
+
+# erfc(a) ~ t exp(-a^2 + P(t)), t = 1 / (1 + a / 2): a Chebyshev fit with relative error below 1.2e-7
+# (Numerical Recipes' erfcc); below |x| = 0.5 the Maclaurin series, whose terms shrink fast there.
+_ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807, -1.13520398, 1.48851587,
+         -0.82215223, 0.17087277)
+
+
+def _erf(v: np.ndarray) -> np.ndarray:
+    """erf elementwise: exact (math.erf) for float64, vectorized to float32 accuracy for the other types."""
+    if v.dtype == np.float64:
+        return np.vectorize(math.erf, otypes=[v.dtype])(v)
+    x = v.astype(np.float64)
+    a = np.abs(x)
+    t = 1 / (1 + 0.5 * a)
+    poly = np.zeros_like(t)
+    for c in reversed(_ERFC):
+        poly = poly * t + c
+    tail = np.sign(x) * (1 - t * np.exp(-a * a + poly))
+    x2 = x * x
+    series = (2 / math.sqrt(math.pi)) * x * (1 + x2 * (-1 / 3 + x2 * (1 / 10 + x2 * (-1 / 42 + x2 * (
+        1 / 216 + x2 * (-1 / 1320 + x2 / 9360))))))
+    return np.where(a < 0.5, series, tail).astype(v.dtype)
 
 
 def on_gpu(x) -> bool:
