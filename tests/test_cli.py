@@ -141,6 +141,8 @@ def test_smi_sees_another_process_and_its_memory(tmp_path, capsys, monkeypatch):
         holder.wait(timeout=60)
     assert main(["smi", "--query", "pid"]) == 0                    # the process is gone from the report
     assert str(holder.pid) not in capsys.readouterr().out.split()
+    assert main(["smi", "--query", "index,clocks.sm", "-l", "0.05", "--count", "3"]) == 0     # -l refreshes
+    assert capsys.readouterr().out.count("index, clocks.sm [MHz]") == 3
     with pytest.raises(SystemExit):
         main(["smi", "--query", "bogus"])
 
