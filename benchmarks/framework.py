@@ -35,10 +35,10 @@ def per_op(device: str, repeat: int) -> float:
 def models(device: str):
     import char_transformer
     import digits_cnn
+    import digits_mlp
     rng = np.random.default_rng(0)
     chars = len(set(char_transformer.TEXT))
-    mlp = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 10))
-    yield ("digits MLP, batch 256", mlp, lapis.tensor(rng.random((256, 64), np.float32)),
+    yield ("digits MLP, batch 256", digits_mlp.model(), lapis.tensor(rng.random((256, 64), np.float32)),
            lapis.tensor(rng.integers(0, 10, 256)), nn.CrossEntropyLoss())
     yield ("digits CNN, batch 64", digits_cnn.model(), lapis.tensor(rng.random((64, 1, 8, 8), np.float32)),
            lapis.tensor(rng.integers(0, 10, 64)), nn.CrossEntropyLoss())

@@ -34,20 +34,25 @@ def progress(epoch: int, epochs: int, done: int, total: int, loss: float) -> Non
     sys.stdout.flush()
 
 
-def accuracy(model, x, y, device) -> float:
-    model.eval()
+def accuracy(net, x, y, device) -> float:
+    net.eval()
     with torch.no_grad():
-        predicted = model(x.to(device)).argmax(1).cpu()
-    model.train()
+        predicted = net(x.to(device)).argmax(1).cpu()
+    net.train()
     return (predicted == y).float().mean().item()
+
+
+def model(hidden: int = 256) -> nn.Module:
+    # (N, 64) -> (N, hidden) -> (N, 10)
+    return nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10))
 
 
 def train(device: str = "cuda", epochs: int = 8, hidden: int = 256, batch_size: int = 256, lr: float = 5e-2,
           seed: int = 0, quiet: bool = False) -> dict:
     torch.manual_seed(seed)
     x_train, y_train, x_test, y_test = data(seed)
-    model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, 10)).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    net = model(hidden).to(device)
+    optimizer = torch.optim.Adam(net.parameters(), lr=lr)
     loss_fn = nn.CrossEntropyLoss()
     loader = DataLoader(TensorDataset(x_train, y_train), batch_size=batch_size, shuffle=True, generator=seed)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=epochs * len(loader))
@@ -55,7 +60,7 @@ def train(device: str = "cuda", epochs: int = 8, hidden: int = 256, batch_size: 
     for epoch in range(epochs):
         for step, (xb, yb) in enumerate(loader):
             xb, yb = xb.to(device), yb.to(device)
-            loss = loss_fn(model(xb), yb)
+            loss = loss_fn(net(xb), yb)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -63,9 +68,9 @@ def train(device: str = "cuda", epochs: int = 8, hidden: int = 256, batch_size: 
             if not quiet and (step % 5 == 0 or step == len(loader) - 1):
                 progress(epoch, epochs, step + 1, len(loader), loss.item())
         if not quiet:
-            print(f"  test accuracy {accuracy(model, x_test, y_test, device):.3f}")
+            print(f"  test accuracy {accuracy(net, x_test, y_test, device):.3f}")
     wall = time.perf_counter() - start
-    acc = accuracy(model, x_test, y_test, device)
+    acc = accuracy(net, x_test, y_test, device)
     if not quiet:
         print(f"{device}: {acc:.1%} test accuracy after {epochs} epochs, {wall:.1f} s of wall time")
     return {"accuracy": acc, "wall_s": wall}

@@ -146,9 +146,9 @@ def _blas(out) -> blas.Handle:
     return handle
 
 
-def _batch_layout(x) -> str:
+def batch_layout(x) -> str | None:
     """'C' when each matrix of a dense (batch, rows, cols) block is row-major, 'F' when it is the transpose
-    of row-major (the batch's last two dimensions swapped)."""
+    of row-major (the batch's last two dimensions swapped), None when bmm cannot read it in place."""
     _, rows, cols = x.shape
     strides = [s // x.dtype.itemsize for s in x.strides]
 
@@ -158,7 +158,7 @@ def _batch_layout(x) -> str:
         return "C"
     if fits(((rows * cols, 0), (1,), (rows,))):
         return "F"
-    raise ValueError(f"bmm reads dense batches of matrices, got strides {x.strides} for shape {x.shape}")
+    return None
 
 
 def _dense(x) -> DeviceNDArray:
@@ -176,8 +176,11 @@ def bmm(a, b, out) -> None:
         return
     batch, m, k = a.shape
     n = b.shape[2]
-    tb, ldb = ("N", max(n, 1)) if _batch_layout(b) == "C" else ("T", max(k, 1))
-    ta, lda = ("N", max(k, 1)) if _batch_layout(a) == "C" else ("T", max(m, 1))
+    layout_a, layout_b = batch_layout(a), batch_layout(b)
+    if layout_a is None or layout_b is None:
+        raise ValueError(f"bmm reads dense batches of matrices, got strides {a.strides} and {b.strides}")
+    tb, ldb = ("N", max(n, 1)) if layout_b == "C" else ("T", max(k, 1))
+    ta, lda = ("N", max(k, 1)) if layout_a == "C" else ("T", max(m, 1))
     stride_a, stride_b = (m * k if a.strides[0] or batch == 1 else 0), (k * n if b.strides[0] or batch == 1 else 0)
     blas.gemm_strided_batched(_blas(out), tb, ta, n, m, k, 1.0, _dense(b), ldb, stride_b, _dense(a), lda, stride_a,
                               0.0, _dense(out), max(n, 1), m * n, batch)

@@ -362,8 +362,7 @@ def _set_by_tensor(x, index, value):
         mask = index.expand(x.shape) if tuple(index.shape) != tuple(x.shape) else index
         if value.numel() == 1:
             return _ops.where(mask, value.reshape(()), x)
-        picked = _ops.gather(arange(x.numel(), device=x.device), 0, masked_select(
-            arange(x.numel(), device=x.device).reshape(x.shape), mask))          # flat positions, in order
+        picked = masked_select(arange(x.numel(), device=x.device).reshape(x.shape), mask)   # flat positions
         placed = _ops.ScatterAdd.apply(zeros(x.numel(), dtype=x.dtype, device=x.device), 0, picked, value.reshape(-1))
         return _ops.where(mask, placed.reshape(x.shape), x)
     rows = index.reshape(-1).long()

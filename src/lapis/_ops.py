@@ -875,13 +875,9 @@ class MatMul(Function):
 
 
 def _bmm_ready(x: Tensor) -> Tensor:
-    """x (B, r, c) itself when it is a dense batch of row-major or transposed matrices (or one matrix
-    broadcast over the batch), else a contiguous copy."""
-    one = x.stride(0) == 0
-    body = x[0] if one else x
-    if one and (body.is_contiguous() or body.t().is_contiguous()):
-        return x
-    return x if x.is_contiguous() or x.transpose(1, 2).is_contiguous() else _contiguous(x)
+    """x (B, r, c) itself when BLAS can read it in place (a dense batch of row-major or transposed matrices,
+    or one matrix broadcast over the batch: the backend's rule), else a contiguous copy."""
+    return x if _backend.batch_layout(x._data) is not None else _contiguous(x)
 
 
 class BatchedMatMul(Function):

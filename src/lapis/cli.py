@@ -575,26 +575,17 @@ def _kernel_profile(kernels) -> list[list[str]]:
     """One row per kernel and launch shape: the performance model's time, the achieved FLOP/s and DRAM
     bandwidth, the larger fraction of the profile's peaks, and whether compute, memory or latency limits it."""
     from lapis import profiler
-    from lapis.hardware.profiles import get_profile
-    groups = defaultdict(list)
-    for k in kernels:
-        groups[(k["name"], tuple(k["grid"]), tuple(k["block"]))].append(k)
     rows = []
-    for (name, grid, block), ks in sorted(groups.items(), key=lambda kv: -sum(k["device_ns"] for k in kv[1])):
-        profile = get_profile(ks[0]["profile"])
-        ns = sum(k["duration_ns"] for k in ks)
-        flops = sum(k["flops"] for k in ks)
-        matrix = sum(k["flops_by_precision"].get("matrix", 0) for k in ks)
-        dram = sum(k["dram_bytes"] for k in ks)
-        peak_flops = (profile.matrix_tflops if matrix > flops / 2 else profile.fp32_tflops) * 1e12
-        flop_rate, byte_rate = (flops / (ns * 1e-9), dram / (ns * 1e-9)) if ns else (0.0, 0.0)
-        fraction = max(flop_rate / peak_flops, byte_rate / profile.memory_bandwidth)
-        limiter = ks[0]["limiter"]
-        kind = "compute" if limiter in profiler.COMPUTE_LIMITERS else \
-            "memory" if limiter in profiler.MEMORY_LIMITERS else "latency"
-        rows.append([name, "x".join(map(str, grid)), "x".join(map(str, block)), str(ks[0]["registers"]),
-                     str(ks[0]["shared_bytes"]), str(len(ks)), f"{ns / 1e3:.1f}", f"{ns / len(ks) / 1e3:.2f}",
-                     f"{flop_rate / 1e9:.1f}", f"{byte_rate / 1e9:.1f}", f"{fraction:.1%}", f"{kind} ({limiter})"])
+    for g in profiler.kernel_groups(kernels):
+        peaks = profiler.device_peaks(g["profile"])
+        ns, flops = g["time_ns"], g["flops"]
+        peak_flops = peaks.peak_matrix_flops if g["matrix_flops"] > flops / 2 else peaks.peak_fp32_flops
+        flop_rate, byte_rate = (flops / (ns * 1e-9), g["dram_bytes"] / (ns * 1e-9)) if ns else (0.0, 0.0)
+        fraction = max(flop_rate / peak_flops, byte_rate / peaks.memory_bandwidth)
+        rows.append([g["name"], "x".join(map(str, g["grid"])), "x".join(map(str, g["block"])), str(g["registers"]),
+                     str(g["shared_bytes"]), str(g["calls"]), f"{ns / 1e3:.1f}", f"{ns / g['calls'] / 1e3:.2f}",
+                     f"{flop_rate / 1e9:.1f}", f"{byte_rate / 1e9:.1f}", f"{fraction:.1%}",
+                     f"{g['bound']} ({g['limiter']})"])
     return rows
 
 
@@ -609,15 +600,9 @@ def _table(console: Console, title: str, headers: list[str], rows: list[list[str
             table.add_row(*(escape(c) for c in r))
         console.print(table)
         return
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-
-    def line(cells):
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths,
-                                                                                              strict=True)))
+    from lapis.profiler import text_table
     print(f"{title}:")
-    print(line(headers))
-    for r in rows:
-        print(line(r))
+    print("\n".join(text_table(headers, rows)))
 
 
 def run_hipify(path: str, output: str | None = None, inplace: bool = False) -> int:

@@ -84,15 +84,23 @@ class EventList(list):
                  _us(r.cpu_time_total), _us(r.cpu_time), _us(r.self_device_time_total),
                  f"{r.self_device_time_total / self_dev:.2%}", _us(r.device_time_total), _us(r.device_time),
                  str(r.count)] + ([r.input_shapes] if shapes else []) for r in rows]
-        widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
-        rule = "  ".join("-" * w for w in widths)
-
-        def line(cells):
-            return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths,
-                                                                                                  strict=True)))
-        return "\n".join([rule, line(head), rule, *(line(b) for b in body), rule,
+        return "\n".join([*text_table(head, body, rules=True),
                           f"Self CPU time total: {_us(sum(r.self_cpu_time_total for r in self))}",
                           f"Self CUDA time total: {_us(device)}", ""])
+
+
+def text_table(headers: list[str], rows: list[list[str]], rules: bool = False) -> list[str]:
+    """Aligned plain-text lines: the first column left-justified, the rest right; with `rules`, dashed
+    lines around the header and under the body, as torch's profiler table has."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells):
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths,
+                                                                                              strict=True)))
+    if not rules:
+        return [line(headers), *(line(r) for r in rows)]
+    rule = "  ".join("-" * w for w in widths)
+    return [rule, line(headers), rule, *(line(r) for r in rows), rule]
 
 
 @dataclass
@@ -111,9 +119,10 @@ class profile:  # noqa: N801 - torch.profiler.profile's spelling
         self.activities = set(activities or (ProfilerActivity.CPU, ProfilerActivity.CUDA))
         self.record_shapes = record_shapes
         self._trace: trace.Trace | None = None
+        self._kernels: list[dict] | None = None
 
     def __enter__(self) -> "profile":
-        self._trace = trace.Trace()
+        self._trace, self._kernels = trace.Trace(), None
         self._trace.__enter__()
         return self
 
@@ -132,16 +141,19 @@ class profile:  # noqa: N801 - torch.profiler.profile's spelling
     # -- analysis ----------------------------------------------------------------------------------
     def kernels(self) -> list[dict]:
         """Each kernel the record holds: its Layer 0 event's values, with `name` from its launch and
-        `device_ns` (simulated start to end)."""
-        launches = {(e.args.get("queue"), e.args.get("packet_index")): e for e in self.events()
-                    if e.layer == 3 and e.name == "launch"}
-        out = []
-        for e in self.events():
-            if e.layer == 0 and e.name == "kernel":
-                launch = launches.get((e.args.get("queue"), e.args.get("packet_index")))
-                name = launch.args["kernel"] if launch else f"kernel@{e.args['kernel_object']:#x}"
-                out.append({**e.args, "name": name, "device_ns": e.sim_end_ns - e.sim_start_ns, "launch": launch})
-        return out
+        `device_ns` (simulated start to end). The record is fixed once the block ends, so this is worked
+        out once."""
+        if self._kernels is None:
+            events = self.events()
+            launches = launch_index(events)
+            self._kernels = []
+            for e in events:
+                if e.layer == 0 and e.name == "kernel":
+                    launch = launches.get(_packet(e))
+                    name = launch.args["kernel"] if launch else f"kernel@{e.args['kernel_object']:#x}"
+                    self._kernels.append({**e.args, "name": name, "device_ns": e.sim_end_ns - e.sim_start_ns,
+                                          "launch": launch})
+        return self._kernels
 
     def _ops(self) -> list[_Op]:
         """The Layer 5 events as trees per thread, each kernel hung on the innermost op that launched it."""
@@ -243,7 +255,7 @@ class profile:  # noqa: N801 - torch.profiler.profile's spelling
             raise RuntimeError("no kernels in this profile to plot")
         fig, ax = plt.subplots(figsize=(8, 5.5))
         for profile in sorted({p["profile"] for p in points}):
-            peaks = _peaks(profile)
+            peaks = device_peaks(profile)
             mine = [p for p in points if p["profile"] == profile]
             lo = min(min(p["intensity"] for p in mine) / 4, 0.01)
             hi = max(max(p["intensity"] for p in mine) * 4, peaks.peak_matrix_flops / peaks.memory_bandwidth * 4)
@@ -285,7 +297,7 @@ COMPUTE_LIMITERS = {"issue", "alu", "fma", "fp64", "sfu", "matrix"}
 MEMORY_LIMITERS = {"lsu", "shared", "l2", "dram"}
 
 
-def _peaks(profile: str):
+def device_peaks(profile: str):
     """The device properties (Layer 3) of a GPU with this profile: its peak FLOP/s and bandwidth."""
     for api in (cuda, hip):
         for i in range(api.device_count()):
@@ -295,26 +307,48 @@ def _peaks(profile: str):
     raise LookupError(f"no GPU with profile {profile!r} in this process")
 
 
-def roofline_points(kernels: list[dict]) -> list[dict]:
-    """One point per kernel and launch shape: FLOPs per DRAM byte, achieved FLOP/s over the kernel's
-    simulated duration, and what bounds it (compute, memory or latency, from the performance model)."""
+def _packet(e: Event) -> tuple:
+    """The (queue, packet index) a launch or kernel event names: what joins a Layer 3 launch to its kernel."""
+    return e.args.get("queue"), e.args.get("packet_index")
+
+
+def launch_index(events: list[Event]) -> dict[tuple, Event]:
+    """Layer 3's launch events by the queue and packet index of the dispatch they queued."""
+    return {_packet(e): e for e in events if e.layer == 3 and e.name == "launch"}
+
+
+def kernel_groups(kernels: list[dict]) -> list[dict]:
+    """The kernels summed per name, launch shape and device profile, the longest simulated time first:
+    calls, time, FLOPs (and matrix FLOPs), DRAM and L2 bytes, registers, shared memory, the performance
+    model's limiter and whether that makes the kernel compute-, memory- or latency-bound."""
     groups = defaultdict(list)
     for k in kernels:
         groups[(k["name"], tuple(k["grid"]), tuple(k["block"]), k["profile"])].append(k)
-    points = []
+    out = []
     for (name, grid, block, profile), ks in groups.items():
-        ns, flops, dram = (sum(k[f] for k in ks) for f in ("duration_ns", "flops", "dram_bytes"))
-        if not flops or not ns:
-            continue                                  # a copy or fill: no FLOPs to place on the chart
-        l2 = sum(k["global_sectors"] for k in ks) * 32
-        # intensity over DRAM bytes; a kernel whose data all hit in L2 is placed by its L2 traffic
-        level, moved = ("dram", dram) if dram else ("l2", max(l2, 1))
         limiter = ks[0]["limiter"]
-        points.append({"name": name, "grid": grid, "block": block, "profile": profile, "calls": len(ks),
-                       "time_ns": ns, "flops": flops, "dram_bytes": dram, "l2_bytes": l2, "level": level,
-                       "intensity": flops / moved, "flops_per_s": flops / (ns * 1e-9), "limiter": limiter,
-                       "bound": "compute" if limiter in COMPUTE_LIMITERS else
-                       "memory" if limiter in MEMORY_LIMITERS else "latency"})
+        out.append({"name": name, "grid": grid, "block": block, "profile": profile, "calls": len(ks),
+                    "time_ns": sum(k["duration_ns"] for k in ks), "flops": sum(k["flops"] for k in ks),
+                    "matrix_flops": sum(k["flops_by_precision"].get("matrix", 0) for k in ks),
+                    "dram_bytes": sum(k["dram_bytes"] for k in ks),
+                    "l2_bytes": sum(k["global_sectors"] for k in ks) * 32, "registers": ks[0]["registers"],
+                    "shared_bytes": ks[0]["shared_bytes"], "limiter": limiter,
+                    "bound": "compute" if limiter in COMPUTE_LIMITERS else
+                    "memory" if limiter in MEMORY_LIMITERS else "latency"})
+    return sorted(out, key=lambda g: -g["time_ns"])
+
+
+def roofline_points(kernels: list[dict]) -> list[dict]:
+    """One point per kernel and launch shape (kernel_groups): FLOPs per DRAM byte and achieved FLOP/s over
+    the kernels' simulated duration."""
+    points = []
+    for g in kernel_groups(kernels):
+        if not g["flops"] or not g["time_ns"]:
+            continue                                  # a copy or fill: no FLOPs to place on the chart
+        # intensity over DRAM bytes; a kernel whose data all hit in L2 is placed by its L2 traffic
+        level, moved = ("dram", g["dram_bytes"]) if g["dram_bytes"] else ("l2", max(g["l2_bytes"], 1))
+        points.append({**g, "level": level, "intensity": g["flops"] / moved,
+                       "flops_per_s": g["flops"] / (g["time_ns"] * 1e-9)})
     return points
 
 
@@ -351,10 +385,7 @@ def chrome_trace(events: list[Event]) -> dict:
         out.append({"ph": "M", "name": "thread_sort_index", "pid": host, "tid": layer,
                     "args": {"sort_index": 5 - layer}})
     devices: dict[str, int] = {}
-    launches = {}
-    for e in events:
-        if e.layer == 3 and e.name == "launch":
-            launches[(e.args.get("queue"), e.args.get("packet_index"))] = e
+    launches = launch_index(events)
     for e in events:
         # the per-instruction arrays are for `lapis disasm` (profile.save), not for a timeline
         args = _jsonable({k: v for k, v in e.args.items() if k != "per_instruction"})
@@ -371,7 +402,7 @@ def chrome_trace(events: list[Event]) -> dict:
             pid, tid = devices[device], DEVICE_TRACKS.get(e.name, len(DEVICE_TRACKS) + 1)
             end = e.sim_end_ns if e.sim_end_ns is not None else e.sim_start_ns
             ts = e.sim_start_ns / 1e3
-            launch = launches.get((e.args.get("queue"), e.args.get("packet_index"))) if e.name == "kernel" else None
+            launch = launches.get(_packet(e)) if e.name == "kernel" else None
             name = launch.args["kernel"] if launch is not None else e.name
             out.append({"ph": "X", "name": name, "cat": f"L{e.layer}", "pid": pid, "tid": tid, "ts": ts,
                         "dur": max(end - e.sim_start_ns, 0) / 1e3, "args": args})

@@ -32,15 +32,20 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
     return Pool2d.apply(x, "average", kernel_size, stride, padding)
 
 
+def _or_full(t: Tensor | None, shape, value: float, like: Tensor) -> Tensor:
+    """t, or (when an affine parameter or a running statistic is absent) its neutral value: what the
+    fused kernels read in its place."""
+    return t if t is not None else lapis.full(shape, value, dtype=like.dtype, device=like.device)
+
+
 def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
                bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
     # x: (N, C) or (N, C, L) or (N, C, H, W); statistics per channel C
     c = x.shape[1]
     if training:
-        def given(t, value):
-            return t if t is not None else lapis.full((c,), value, dtype=x.dtype, device=x.device)
-        return BatchNorm.apply(x, given(weight, 1.0), given(bias, 0.0), given(running_mean, 0.0),
-                               given(running_var, 1.0), momentum, eps)
+        return BatchNorm.apply(x, _or_full(weight, (c,), 1.0, x), _or_full(bias, (c,), 0.0, x),
+                               _or_full(running_mean, (c,), 0.0, x), _or_full(running_var, (c,), 1.0, x), momentum,
+                               eps)
     shape = [1, c] + [1] * (x.ndim - 2)
     y = (x - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
     if weight is not None:
@@ -156,9 +161,8 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(x.shape)}")
     if x.dtype == lapis.float32:                            # the fused kernels are float32
-        def given(t, value):
-            return t if t is not None else lapis.full(normalized_shape, value, dtype=x.dtype, device=x.device)
-        return LayerNorm.apply(x, given(weight, 1.0), given(bias, 0.0), eps)
+        return LayerNorm.apply(x, _or_full(weight, normalized_shape, 1.0, x), _or_full(bias, normalized_shape, 0.0, x),
+                               eps)
     dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
     mean = x.mean(dims, keepdim=True)
     centred = x - mean
