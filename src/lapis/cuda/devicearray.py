@@ -84,13 +84,13 @@ class DeviceNDArray:
     def _dense(self, order: str) -> bool:
         # as numpy decides: a dimension of size 1 may have any stride (nothing steps along it)
         want = _contiguous_strides(self.shape, self.dtype.itemsize, order)
-        return self.size <= 1 or all(n == 1 or s == w for n, s, w in zip(self.shape, self.strides, want, strict=True))
+        return self._size <= 1 or all(n == 1 or s == w for n, s, w in zip(self.shape, self.strides, want, strict=True))
 
     def is_c_contiguous(self) -> bool:
-        return self.layout == "C" or self._size <= 1
+        return self.layout == "C"
 
     def is_f_contiguous(self) -> bool:
-        return self.layout == "F" or self._dense("F")
+        return self.layout == "F" or self._dense("F")     # both, for one dimension or a single element
 
     @property
     def layout(self) -> str:

@@ -32,7 +32,7 @@ import numpy as np
 
 from lapis import abi, trace
 from lapis.hardware.mmu import MemoryFault
-from lapis.hardware.perf import LaunchResourceError, instruction_stalls, model_time, occupancy
+from lapis.hardware.perf import LaunchResourceError, model_time, occupancy
 from lapis.hardware.power import kernel_energy_j
 from lapis.hardware.simt import Dispatch, KernelFault
 from lapis.isa import INSTRUCTION_BYTES, IsaError, decode_program, disassemble, format_instruction
@@ -397,15 +397,15 @@ class CommandProcessor:
                        throttle_reasons=throttle.reasons, temperature_c=gpu.power.temperature,
                        **{k: v for k, v in abi.header_fields(p.header).items() if k != "type"},
                        disassembly=disassemble(program[:8], indent=""),
-                       per_instruction=_per_instruction(profile, program, counters))
+                       per_instruction=_per_instruction(program, counters, timing))
         return start
 
 
-def _per_instruction(profile, program, counters) -> dict:
+def _per_instruction(program, counters, timing) -> dict:
     """What Nsight Compute's source view shows per instruction: its text, how many times warps and
     threads executed it, and the cycles a warp waited on its operands each time, with the reason."""
-    stalls = instruction_stalls(profile, program, counters)
     return {"text": [format_instruction(inst, pc * INSTRUCTION_BYTES) for pc, inst in enumerate(program)],
             "warp_executions": list(counters.warp_instructions),
             "thread_executions": list(counters.thread_instructions),
-            "stall_cycles": [round(wait, 2) for wait, _ in stalls], "stall_reasons": [why for _, why in stalls]}
+            "stall_cycles": [round(wait, 2) for wait, _ in timing.stalls],
+            "stall_reasons": [why for _, why in timing.stalls]}

@@ -88,6 +88,10 @@ class KernelTiming:
     active_units: int
     chain_cycles: float           # one warp's dependency chain
     achieved_occupancy: float     # average resident warps over the run / warp slots
+    # per instruction, from the same walk: the cycles a warp waits on its operands each time it issues it
+    # and why ("long scoreboard", "short scoreboard", "wait", or "" when it issues at once), as Nsight
+    # Compute's source view reports stall reasons
+    stalls: list[tuple[float, str]]
 
     def fraction_of(self, rate: float, amount: float) -> float:
         """`amount` per device duration as a fraction of a peak `rate` (e.g. FLOPs vs FLOP/s)."""
@@ -126,18 +130,11 @@ def _walk(profile: DeviceProfile, program: list[Instruction], c: Counters):
     return stalls, tail
 
 
-def chain_cycles(profile: DeviceProfile, program: list[Instruction], c: Counters) -> float:
-    """Cycles one warp spends on its dependency chain (see the module docstring)."""
+def _chain_cycles(stalls: list[tuple[float, str]], tail: float, c: Counters) -> float:
+    """Cycles one warp spends on its dependency chain (see the module docstring): each instruction's issue
+    cycle and wait, weighted by how often a warp executed it, then the wait for the last result."""
     warps = max(1, c.blocks * c.warps_per_block)
-    stalls, tail = _walk(profile, program, c)
     return sum((1.0 + wait) * c.warp_instructions[pc] / warps for pc, (wait, _) in enumerate(stalls)) + tail
-
-
-def instruction_stalls(profile: DeviceProfile, program: list[Instruction], c: Counters) -> list[tuple[float, str]]:
-    """Per instruction: the cycles a warp waits on its operands each time it issues it, and the reason
-    ("long scoreboard", "short scoreboard", "wait", or "" when it issues at once), as Nsight Compute's
-    source view reports stall reasons."""
-    return _walk(profile, program, c)[0]
 
 
 def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: list[Instruction],
@@ -157,11 +154,12 @@ def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: lis
     terms["shared"] = c.shared_wavefronts / per_unit_clock
     terms["l2"] = (c.global_sectors * 32 + c.local_bytes) / profile.l2_bandwidth * 1e9
     terms["dram"] = c.dram_bytes / (profile.memory_bandwidth * profile.dram_efficiency) * 1e9
-    chain = chain_cycles(profile, program, c)
+    stalls, tail = _walk(profile, program, c)
+    chain = _chain_cycles(stalls, tail, c)
     terms["latency"] = c.waves * chain / ghz
     limiter = max(terms, key=terms.get)
     duration = terms[limiter]
     resident = occ.blocks_per_unit * profile.compute_units
     achieved = occ.theoretical * c.blocks / (max(1, c.waves) * resident)
     return KernelTiming(terms, profile.kernel_launch_ns, duration, profile.kernel_launch_ns + duration, limiter,
-                        active, chain, achieved)
+                        active, chain, achieved, stalls)
