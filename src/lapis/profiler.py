@@ -158,9 +158,11 @@ class profile:  # noqa: N801 - torch.profiler.profile's spelling
     def _ops(self) -> list[_Op]:
         """The Layer 5 events as trees per thread, each kernel hung on the innermost op that launched it."""
         roots: list[_Op] = []
+        every: list[_Op] = []                                      # all of them, by start time
         by_thread: dict[int, list[_Op]] = defaultdict(list)       # each thread's stack of open ops
         for e in sorted((e for e in self.events() if e.layer == 5), key=lambda e: (e.wall_start, -e.wall_end)):
             op = _Op(e)
+            every.append(op)
             stack = by_thread[e.thread]
             while stack and stack[-1].event.wall_end < e.wall_start:
                 stack.pop()
@@ -171,10 +173,10 @@ class profile:  # noqa: N801 - torch.profiler.profile's spelling
             launch = k["launch"]
             if launch is None:
                 continue
-            holders = [op for op in _walk(roots) if op.event.thread == launch.thread
+            holders = [op for op in every if op.event.thread == launch.thread
                        and op.event.wall_start <= launch.wall_start <= op.event.wall_end]
             if holders:
-                max(holders, key=lambda op: op.event.wall_start).kernels.append((k["name"], k["device_ns"]))
+                holders[-1].kernels.append((k["name"], k["device_ns"]))       # the latest to start
         return roots
 
     def key_averages(self, group_by_input_shape: bool = False) -> EventList:
@@ -350,12 +352,6 @@ def roofline_points(kernels: list[dict]) -> list[dict]:
         points.append({**g, "level": level, "intensity": g["flops"] / moved,
                        "flops_per_s": g["flops"] / (g["time_ns"] * 1e-9)})
     return points
-
-
-def _walk(ops):
-    for op in ops:
-        yield op
-        yield from _walk(op.children)
 
 
 def _jsonable(value):
