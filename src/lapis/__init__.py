@@ -15,7 +15,8 @@ every layer did: `with lapis.trace() as t: ...`.
 """
 
 from lapis import autograd, trace
-from lapis._creation import (
+from lapis.framework.autograd import enable_grad, no_grad
+from lapis.framework.creation import (
     arange,
     as_tensor,
     cat,
@@ -40,8 +41,8 @@ from lapis._creation import (
     zeros,
     zeros_like,
 )
-from lapis._device import device
-from lapis._dtype import (  # noqa: A004 - torch.float is float32 and torch.int is int32, as here
+from lapis.framework.device import device
+from lapis.framework.dtype import (  # noqa: A004 - torch.float is float32 and torch.int is int32, as here
     bfloat16,
     bool_,
     double,
@@ -59,7 +60,7 @@ from lapis._dtype import (  # noqa: A004 - torch.float is float32 and torch.int 
     promote_types,
     set_default_dtype,
 )
-from lapis._methods import (  # noqa: A004 - torch's names
+from lapis.framework.methods import (  # noqa: A004 - torch's names
     add,
     argmax,
     argmin,
@@ -89,10 +90,9 @@ from lapis._methods import (  # noqa: A004 - torch's names
     triu,
     var,
 )
-from lapis._ops import bmm, broadcast_shapes, matmul, mm, where
-from lapis._serialization import load, save
-from lapis._tensor import Size, Tensor, manual_seed
-from lapis.autograd import enable_grad, no_grad
+from lapis.framework.ops import bmm, broadcast_shapes, matmul, mm, where
+from lapis.framework.serialization import load, save
+from lapis.framework.tensor import Size, Tensor, manual_seed
 
 bool = bool_  # noqa: A001 - torch.bool
 __version__ = "0.1.0"
@@ -110,7 +110,7 @@ exp, log, sqrt, rsqrt, tanh, sigmoid, sin, cos, abs, neg, relu = (  # noqa: A001
 
 
 def result_type(a, b):
-    from lapis._dtype import result_type as _result_type
+    from lapis.framework.dtype import result_type as _result_type
     return _result_type([a, b])
 
 

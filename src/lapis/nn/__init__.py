@@ -1,37 +1,4 @@
-"""Layer 5, `lapis.nn`: modules, layers and losses with torch.nn's names (`functional` and `init` too)."""
+"""`lapis.nn`, torch.nn's place: the framework's modules (`lapis.framework.nn`) under the name users import."""
 
-from lapis.nn import functional, init
-from lapis.nn.modules import (
-    GELU,
-    AvgPool2d,
-    BatchNorm1d,
-    BatchNorm2d,
-    BCEWithLogitsLoss,
-    Conv2d,
-    CrossEntropyLoss,
-    Dropout,
-    Embedding,
-    Flatten,
-    LayerNorm,
-    Linear,
-    MaxPool2d,
-    Module,
-    ModuleDict,
-    ModuleList,
-    MSELoss,
-    MultiheadAttention,
-    NLLLoss,
-    Parameter,
-    ReLU,
-    Sequential,
-    Sigmoid,
-    SiLU,
-    Softmax,
-    Tanh,
-)
-
-__all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "MaxPool2d", "BCEWithLogitsLoss", "CrossEntropyLoss",
-           "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
-           "MSELoss", "MultiheadAttention",
-           "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",
-           "Softmax", "Tanh", "functional", "init"]
+from lapis.framework.nn import *  # noqa: F403
+from lapis.framework.nn import __all__  # noqa: F401

@@ -1,4 +1,4 @@
-"""Layer 5, `lapis.utils`: `data` (datasets and loaders)."""
+"""`lapis.utils`, torch.utils's place: `lapis.utils.data`."""
 
 from lapis.utils import data
 

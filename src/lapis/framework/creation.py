@@ -4,10 +4,12 @@ import builtins
 
 import numpy as np
 
-from lapis import _backend, _dtype, trace
-from lapis._ops import _check_devices, _new
-from lapis._tensor import Tensor, _device_of, _dim, _generator, _shape, _Storage
-from lapis.autograd import Function
+from lapis import trace
+from lapis.framework import backend as _backend
+from lapis.framework import dtype as _dtype
+from lapis.framework.autograd import Function
+from lapis.framework.ops import _check_devices, _new
+from lapis.framework.tensor import Tensor, _device_of, _dim, _generator, _shape, _Storage
 
 
 def _float(dtype) -> _dtype.dtype:

@@ -10,10 +10,12 @@ from collections import namedtuple
 
 import numpy as np
 
-from lapis import _backend, _dtype, _ops
-from lapis._creation import full
-from lapis._tensor import Size, Tensor, _dim
-from lapis.autograd import is_grad_enabled
+from lapis.framework import backend as _backend
+from lapis.framework import dtype as _dtype
+from lapis.framework import ops as _ops
+from lapis.framework.autograd import is_grad_enabled
+from lapis.framework.creation import full
+from lapis.framework.tensor import Size, Tensor, _dim
 
 return_types = namedtuple("return_types", ["values", "indices"])
 
@@ -227,7 +229,7 @@ def getitem(x, index):
 
 
 def lapis_tensor(data):
-    from lapis._creation import tensor
+    from lapis.framework.creation import tensor
     return tensor(data)
 
 
@@ -236,7 +238,7 @@ def masked_select(x, mask):
     as on a GPU, so this is a sync point."""
     mask = mask.expand(x.shape) if tuple(mask.shape) != tuple(x.shape) else mask
     picked = np.flatnonzero(mask.cpu().numpy().reshape(-1))
-    from lapis._creation import tensor
+    from lapis.framework.creation import tensor
     return _ops.gather(x.reshape(-1), 0, tensor(picked.astype(np.int64), device=x.device))
 
 
@@ -246,7 +248,7 @@ def masked_fill(x, mask, value):
 
 
 def _triangle(x, diagonal, lower: bool):
-    from lapis._creation import arange
+    from lapis.framework.creation import arange
     rows, cols = x.shape[-2], x.shape[-1]
     i = arange(rows, device=x.device).reshape(rows, 1)
     j = arange(cols, device=x.device).reshape(1, cols)
@@ -331,7 +333,7 @@ def _check_inplace(x, *operands) -> None:
 
 def _rebase(x, result) -> Tensor:
     """x takes result's value (same shape and dtype) and its place in the graph."""
-    from lapis.autograd import no_grad
+    from lapis.framework.autograd import no_grad
     with no_grad():
         _backend.unary("copy", result._data, x._data)
     x._storage.version += 1
@@ -355,7 +357,7 @@ def _write(x, value) -> Tensor:
 def _set_by_tensor(x, index, value):
     """x with x[index] = value, out of place, for a boolean mask or an integer tensor on the first dimension
     (repeated indices add their values, where torch leaves the result undefined)."""
-    from lapis._creation import arange, zeros
+    from lapis.framework.creation import arange, zeros
     value = value if isinstance(value, Tensor) else full((), value, dtype=x.dtype, device=x.device)
     value = value.to(x.device, x.dtype)
     if index.dtype is _dtype.bool_:
@@ -375,7 +377,7 @@ def _set_by_tensor(x, index, value):
 
 
 def setitem(x, index, value) -> None:
-    from lapis.autograd import no_grad
+    from lapis.framework.autograd import no_grad
     if isinstance(index, list):
         index = lapis_tensor(index)
     if isinstance(index, Tensor):
@@ -399,7 +401,7 @@ def setitem(x, index, value) -> None:
 
 def _inplace(fn, op_name: str):
     def op(x, other, *args):
-        from lapis.autograd import no_grad
+        from lapis.framework.autograd import no_grad
         _check_inplace(x, other)
         dt = _dtype.result_type([x, other])
         if dt.category > x.dtype.category:

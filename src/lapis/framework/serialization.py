@@ -12,8 +12,8 @@ from collections import OrderedDict
 
 import numpy as np
 
-from lapis import _dtype
-from lapis._tensor import Tensor, _device_of
+from lapis.framework import dtype as _dtype
+from lapis.framework.tensor import Tensor, _device_of
 
 _CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16", "int32": "I32", "int64": "I64",
           "bool": "BOOL"}

@@ -8,9 +8,9 @@ import math
 from collections import OrderedDict
 
 import lapis
-from lapis._tensor import Tensor
-from lapis.nn import functional as F
-from lapis.nn import init
+from lapis.framework.nn import functional as F
+from lapis.framework.nn import init
+from lapis.framework.tensor import Tensor
 
 
 class Parameter(Tensor):

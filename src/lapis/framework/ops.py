@@ -11,10 +11,12 @@ import math
 
 import numpy as np
 
-from lapis import _backend, _dtype, trace
-from lapis._device import device
-from lapis._tensor import Size, Tensor, _contiguous, _contiguous_strides, _dim
-from lapis.autograd import Function
+from lapis import trace
+from lapis.framework import backend as _backend
+from lapis.framework import dtype as _dtype
+from lapis.framework.autograd import Function
+from lapis.framework.device import device
+from lapis.framework.tensor import Size, Tensor, _contiguous, _contiguous_strides, _dim
 
 
 # -- helpers ----------------------------------------------------------------------------------------
@@ -598,7 +600,7 @@ class Index(Function):
 
     @staticmethod
     def backward(ctx, g):
-        from lapis._creation import zeros
+        from lapis.framework.creation import zeros
         out = zeros(ctx.shape, dtype=g.dtype, device=g.device)
         out[ctx.index] = g
         return out, None
@@ -649,7 +651,7 @@ class Gather(Function):
     @staticmethod
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
-        from lapis._creation import zeros
+        from lapis.framework.creation import zeros
         return ScatterAdd.apply(zeros(ctx.shape, dtype=g.dtype, device=g.device), ctx.d, index, g), None, None
 
 

@@ -14,9 +14,11 @@ import builtins
 
 import numpy as np
 
-from lapis import _backend, _dtype, autograd
-from lapis._device import device
 from lapis.cuda import DeviceNDArray
+from lapis.framework import autograd
+from lapis.framework import backend as _backend
+from lapis.framework import dtype as _dtype
+from lapis.framework.device import device
 
 _generator = [np.random.default_rng(0)]
 
@@ -183,7 +185,7 @@ class Tensor:
                 dtype, device = a.dtype, a.device
             else:
                 device = a
-        from lapis import _ops
+        from lapis.framework import ops as _ops
         return _ops.To.apply(self, _device_of(device) if device is not None else self.device, dtype or self.dtype,
                              copy)
 
@@ -286,5 +288,5 @@ def _contiguous(t: Tensor) -> Tensor:
 
 
 def ones_like(t: Tensor, dtype=None, device=None) -> Tensor:
-    from lapis._creation import full
+    from lapis.framework.creation import full
     return full(t.shape, 1, dtype=dtype or t.dtype, device=device or t.device)

@@ -1,0 +1,248 @@
+"""Layer 5: torch.nn.functional, built from the framework's differentiable tensor ops.
+
+Each function composes `lapis` ops, so its gradient comes from theirs and it runs as kernels on a
+GPU. Losses reduce with torch's `reduction` ('mean', 'sum', 'none').
+"""
+
+import math
+
+import lapis
+from lapis.framework import dtype as _dtype
+from lapis.framework.ops import Activation, Attention, BatchNorm, Conv2d, LayerNorm, Pool2d
+from lapis.framework.tensor import Tensor
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    # x: (..., in), weight: (out, in), bias: (out,) -> (..., out)
+    y = x @ weight.t()
+    return y + bias if bias is not None else y
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, dilation=1,
+           groups: int = 1) -> Tensor:
+    # x: (N, C, H, W), weight: (K, C/groups, R, S) -> (N, K, P, Q)
+    return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups)
+
+
+def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
+    return Pool2d.apply(x, "max", kernel_size, stride, padding)
+
+
+def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
+    return Pool2d.apply(x, "average", kernel_size, stride, padding)
+
+
+def _or_full(t: Tensor | None, shape, value: float, like: Tensor) -> Tensor:
+    """t, or (when an affine parameter or a running statistic is absent) its neutral value: what the
+    fused kernels read in its place."""
+    return t if t is not None else lapis.full(shape, value, dtype=like.dtype, device=like.device)
+
+
+def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
+               bias: Tensor | None = None, training: bool = False, momentum: float = 0.1, eps: float = 1e-5) -> Tensor:
+    # x: (N, C) or (N, C, L) or (N, C, H, W); statistics per channel C
+    c = x.shape[1]
+    if training:
+        return BatchNorm.apply(x, _or_full(weight, (c,), 1.0, x), _or_full(bias, (c,), 0.0, x),
+                               _or_full(running_mean, (c,), 0.0, x), _or_full(running_var, (c,), 1.0, x), momentum,
+                               eps)
+    shape = [1, c] + [1] * (x.ndim - 2)
+    y = (x - running_mean.reshape(shape)) * (running_var.reshape(shape) + eps).rsqrt()
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    return y
+
+
+def relu(x: Tensor) -> Tensor:
+    return x.relu()
+
+
+def gelu(x: Tensor, approximate: str = "none") -> Tensor:
+    if approximate == "tanh":
+        return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
+    if x.dtype == lapis.float32:                 # one fused kernel each way
+        return Activation.apply(x, "gelu")
+    return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
+
+
+def silu(x: Tensor) -> Tensor:
+    return Activation.apply(x, "silu") if x.dtype == lapis.float32 else x * x.sigmoid()
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    return x.sigmoid()
+
+
+def tanh(x: Tensor) -> Tensor:
+    return x.tanh()
+
+
+def softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
+    return lapis.softmax(x, dim, dtype)
+
+
+def log_softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
+    return lapis.log_softmax(x, dim, dtype)
+
+
+def one_hot(target: Tensor, num_classes: int = -1) -> Tensor:
+    """(..., ) int64 -> (..., C) int64, as an elementwise comparison with arange(C) (no scatter needed)."""
+    if target.dtype is not _dtype.int64:
+        raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
+    if num_classes < 0:
+        num_classes = int(target.max().item()) + 1
+    classes = lapis.arange(num_classes, device=target.device)
+    return (target.unsqueeze(-1) == classes).long()
+
+
+def _reduce(loss: Tensor, reduction: str, weight_sum: Tensor | None = None) -> Tensor:
+    if reduction == "none":
+        return loss
+    if reduction == "sum":
+        return loss.sum()
+    if reduction == "mean":
+        return loss.sum() / weight_sum if weight_sum is not None else loss.mean()
+    raise ValueError(f"{reduction} is not a valid value for reduction")
+
+
+def nll_loss(logp: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
+    # logp: (N, C) log-probabilities, target: (N,) class indices -> the picked -logp, averaged over kept rows
+    if logp.ndim != 2 or target.ndim != 1 or target.shape[0] != logp.shape[0]:
+        raise ValueError(f"Expected input batch_size ({logp.shape[0]}) to match target batch_size "
+                         f"({target.shape[0] if target.ndim else 0}).")
+    keep = (target != ignore_index).to(logp.dtype)
+    picked = one_hot(lapis.where(target == ignore_index, 0, target), logp.shape[1]).to(logp.dtype)
+    loss = -(logp * picked).sum(1) * keep
+    return _reduce(loss, reduction, keep.sum() if reduction == "mean" else None)
+
+
+def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean",
+                  label_smoothing: float = 0.0) -> Tensor:
+    # logits: (N, C), target: (N,) class indices
+    logp = log_softmax(logits, 1)
+    nll = nll_loss(logp, target, ignore_index, "none")
+    if label_smoothing:
+        keep = (target != ignore_index).to(logp.dtype)
+        smooth = -logp.mean(1) * keep
+        nll = (1 - label_smoothing) * nll + label_smoothing * smooth
+    keep_sum = (target != ignore_index).to(logp.dtype).sum() if reduction == "mean" else None
+    return _reduce(nll, reduction, keep_sum)
+
+
+def mse_loss(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
+    d = x - y
+    return _reduce(d * d, reduction)
+
+
+def binary_cross_entropy_with_logits(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
+    # log(1 + exp(-|x|)) + max(x, 0) - x y, the stable form torch uses
+    loss = (1 + (-x.abs()).exp()).log() + x.relu() - x * y
+    return _reduce(loss, reduction)
+
+
+def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1 / (1 - p); the mask is drawn by the
+    framework's generator (on the host, as its other random numbers)."""
+    if not 0 <= p <= 1:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
+    if not training or p == 0:
+        return x
+    keep = (lapis.rand(x.shape, device=x.device) >= p).to(x.dtype)
+    return x * keep * (1 / (1 - p)) if p < 1 else x * 0
+
+
+def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
+               eps: float = 1e-5) -> Tensor:
+    # x: (..., *normalized_shape); statistics per row of the normalized dimensions
+    normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
+    if tuple(x.shape[x.ndim - len(normalized_shape):]) != normalized_shape:
+        raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
+                           f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(x.shape)}")
+    if x.dtype == lapis.float32:                            # the fused kernels are float32
+        return LayerNorm.apply(x, _or_full(weight, normalized_shape, 1.0, x), _or_full(bias, normalized_shape, 0.0, x),
+                               eps)
+    dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = x.mean(dims, keepdim=True)
+    centred = x - mean
+    var = (centred * centred).mean(dims, keepdim=True)
+    y = centred * (var + eps).rsqrt()
+    if weight is not None:
+        y = y * weight
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+
+
+def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
+                                 dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None) -> Tensor:
+    # query: (..., L, E), key: (..., S, E), value: (..., S, Ev) -> (..., L, Ev); a boolean mask is True where
+    # a query may attend, a float mask is added to the scores; is_causal lets row i see keys 0..i
+    if attn_mask is not None and is_causal:
+        raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
+    scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
+    fused = (attn_mask is None and dropout_p == 0 and query.dtype == key.dtype == value.dtype == lapis.float32
+             and query.shape[-1] == value.shape[-1] and (query.device.type == "cpu" or query.shape[-1] <= 64))
+    if fused:                                   # the flash kernels: scores never stored
+        shape = lapis.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        return Attention.apply(query.expand(*shape, *query.shape[-2:]), key.expand(*shape, *key.shape[-2:]),
+                               value.expand(*shape, *value.shape[-2:]), scale, is_causal)
+    scores = query @ key.mT * scale             # (..., L, S)
+    if is_causal:
+        attn_mask = lapis.ones(scores.shape[-2:], dtype=lapis.bool, device=query.device).tril()
+    if attn_mask is not None:
+        scores = scores.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == lapis.bool else scores + attn_mask
+    weights = dropout(softmax(scores, -1), dropout_p)
+    return weights @ value
+
+
+def multi_head_attention_forward(module, query: Tensor, key: Tensor, value: Tensor, key_padding_mask=None,
+                                 need_weights: bool = True, attn_mask=None, average_attn_weights: bool = True,
+                                 is_causal: bool = False):
+    """nn.MultiheadAttention's forward on batch-first (N, L, E) inputs; torch's mask conventions (True in a
+    boolean attn_mask or key_padding_mask means "do not attend")."""
+    # query: (N, L, E), key and value: (N, S, E)
+    n, length, e = query.shape
+    heads, head_dim = module.num_heads, e // module.num_heads
+    if is_causal and attn_mask is None:
+        raise RuntimeError("Need attn_mask if specifying the is_causal hint. You may use the Transformer module "
+                           "method `generate_square_subsequent_mask` to create this mask.")
+    def heads_of(x):                            # (N, T, E) -> (N, H, T, Dh)
+        return x.reshape(n, x.shape[1], heads, head_dim).transpose(1, 2)
+    if query is key is value:                   # self-attention: one packed projection (N, L, 3E), as torch
+        q, k, v = (heads_of(x) for x in linear(query, module.in_proj_weight, module.in_proj_bias).chunk(3, -1))
+    else:
+        w_q, w_k, w_v = module.in_proj_weight.chunk(3)
+        b_q, b_k, b_v = module.in_proj_bias.chunk(3) if module.in_proj_bias is not None else (None, None, None)
+        q, k, v = (heads_of(linear(x, w, b)) for x, w, b in ((query, w_q, b_q), (key, w_k, b_k), (value, w_v, b_v)))
+    p = module.dropout if module.training else 0.0
+    use_hint = is_causal and key_padding_mask is None and not need_weights
+    mask = None
+    if not use_hint:
+        for m in (attn_mask, key_padding_mask):
+            if m is None:
+                continue
+            add = lapis.zeros(m.shape, device=query.device).masked_fill(m, -math.inf) if m.dtype == lapis.bool \
+                else m
+            if m is key_padding_mask:
+                add = add.reshape(n, 1, 1, key.shape[1])
+            elif m.ndim == 3:                   # (N * H, L, S)
+                add = add.reshape(n, heads, length, key.shape[1])
+            mask = add if mask is None else mask + add
+    if need_weights:
+        scores = q @ k.mT * (1 / math.sqrt(head_dim))
+        weights = softmax(scores if mask is None else scores + mask, -1)    # (N, H, L, S)
+        out = dropout(weights, p) @ v
+        weights = weights.mean(1) if average_attn_weights else weights
+    else:
+        out, weights = scaled_dot_product_attention(q, k, v, mask, p, use_hint), None
+    out = out.transpose(1, 2).reshape(n, length, e)
+    return module.out_proj(out), weights
+
+__all__ = ["linear", "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "relu", "gelu", "silu", "sigmoid", "tanh",
+           "softmax", "log_softmax", "one_hot", "nll_loss", "cross_entropy", "mse_loss",
+           "binary_cross_entropy_with_logits", "dropout", "layer_norm", "scaled_dot_product_attention",
+           "multi_head_attention_forward"]

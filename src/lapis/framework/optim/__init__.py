@@ -1,0 +1,120 @@
+"""Layer 5, `lapis.optim`: SGD, Adam and AdamW with torch.optim's update rules, and `lr_scheduler`.
+
+Updates run as tensor ops without recording gradients, so on a GPU each is a few kernels; the
+state (momentum buffers, moments) lives on the parameters' device.
+"""
+
+import functools
+
+import lapis
+from lapis import trace
+from lapis.framework import backend as _backend
+from lapis.framework.optim import lr_scheduler
+
+
+class Optimizer:
+    def __init_subclass__(cls, **kwargs):
+        # every optimizer's step is one event for the profiler, named as torch.profiler names it
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__:
+            step = cls.step
+
+            @functools.wraps(step)
+            def profiled(self, *args, **kw):
+                with trace.span(5, f"Optimizer.step#{type(self).__name__}.step"):
+                    return step(self, *args, **kw)
+            cls.step = profiled
+
+    def __init__(self, params, defaults: dict):
+        params = list(params)
+        groups = params if params and isinstance(params[0], dict) else [{"params": params}]
+        self.param_groups = [{**defaults, **g, "params": list(g["params"])} for g in groups]
+        self.defaults = defaults
+        self.state: dict[int, dict] = {}
+        if not any(g["params"] for g in self.param_groups):
+            raise ValueError("optimizer got an empty parameter list")
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for g in self.param_groups:
+            for p in g["params"]:
+                if set_to_none:
+                    p.grad = None
+                elif p.grad is not None:
+                    with lapis.no_grad():
+                        p.grad.zero_()
+
+    def _params(self):
+        for g in self.param_groups:
+            for p in g["params"]:
+                if p.grad is not None:
+                    yield g, p, self.state.setdefault(id(p), {})
+
+    def state_dict(self) -> dict:
+        return {"state": {i: s for i, s in enumerate(self.state.values())},
+                "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]}
+
+
+class SGD(Optimizer):
+    def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
+                 weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False):
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum requires a momentum and zero dampening")
+        super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
+                                      nesterov=nesterov, maximize=maximize))
+
+    @lapis.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for g, p, state in self._params():
+            d = p.grad if not g["maximize"] else -p.grad
+            if g["weight_decay"]:
+                d = d + g["weight_decay"] * p
+            if g["momentum"]:
+                buf = state.get("momentum_buffer")
+                if buf is None:
+                    buf = state["momentum_buffer"] = d.clone()
+                else:
+                    buf.mul_(g["momentum"]).add_(d * (1 - g["dampening"]))
+                d = d + g["momentum"] * buf if g["nesterov"] else buf
+            p.sub_(g["lr"] * d)
+        return loss
+
+
+class Adam(Optimizer):
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 amsgrad: bool = False, decoupled: bool = False):
+        if amsgrad:
+            raise NotImplementedError("amsgrad is not supported")
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        self.decoupled = decoupled
+
+    @lapis.no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for g, p, state in self._params():
+            if not state:
+                state["step"] = 0
+                state["exp_avg"] = lapis.zeros_like(p)
+                state["exp_avg_sq"] = lapis.zeros_like(p)
+            state["step"] += 1
+            beta1, beta2 = g["betas"]
+            grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
+            if not p.is_contiguous() or p.dtype is not lapis.float32:
+                raise NotImplementedError("Adam here steps contiguous float32 parameters")
+            # one fused kernel per parameter (torch's fused=True): m and v move toward the gradient, then
+            # p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+            _backend.adam(p._data, grad._data, state["exp_avg"]._data, state["exp_avg_sq"]._data, lr=g["lr"],
+                          beta1=beta1, beta2=beta2, eps=g["eps"], step=state["step"],
+                          weight_decay=g["weight_decay"], decoupled=self.decoupled)
+            for t in (p, state["exp_avg"], state["exp_avg_sq"]):
+                t._storage.version += 1
+        return loss
+
+
+class AdamW(Adam):
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
+                 amsgrad: bool = False):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, decoupled=True)
+
+
+__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "lr_scheduler"]
