@@ -99,3 +99,59 @@ def test_the_check_catches_a_violation():
     assert len(found) == 2 and "layer 4" in found[0] and "layer 2" in found[0] and "layer 0" in found[1]
     shared = SRC / "lapis" / "isa" / "_probe.py"
     assert violations(shared, "from lapis.hardware import Gpu\n")
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of the package -> the package's modules it imports (anywhere in it, functions included)."""
+    modules = {module_name(p): p for p in FILES}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, target in imported_modules(path):
+            while target and target not in modules:        # `from lapis.x import name` imports lapis.x
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each as a list."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_circle_check_catches_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []

@@ -37,8 +37,12 @@ def same(fn, *arrays, device="cpu", grad=True, atol=1e-5):
         (got * lapis.tensor(weight, device=device)).sum().backward()
         (want * torch.tensor(weight)).sum().backward()
         for o, t in zip(ours, theirs, strict=True):
-            expected = t.grad.numpy() if t.grad is not None else np.zeros(t.shape)
-            np.testing.assert_allclose(o.grad.cpu().numpy(), expected, rtol=1e-4, atol=1e-4)
+            if t.grad is None:
+                assert o.grad is None or not o.grad.cpu().numpy().any()
+                continue
+            assert o.grad is not None and tuple(o.grad.shape) == tuple(t.grad.shape)
+            assert o.grad.dtype.name == str(t.grad.dtype).removeprefix("torch.")
+            np.testing.assert_allclose(o.grad.cpu().numpy(), t.grad.numpy(), rtol=1e-4, atol=1e-4)
 
 
 def f32(*shape):

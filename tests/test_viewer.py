@@ -49,7 +49,7 @@ def test_a_click_on_an_op_lights_up_its_path(page_file, tmp_path):
         browser.get(page_file.as_uri())
         ops = browser.find_elements("css selector", "button.op")
         names = [b.text.split()[0] for b in ops]
-        assert "matmul" in names and "Unary" in names and "Sum" in names
+        assert "matmul" in names and "Relu" in names and "Sum" in names
         assert not browser.find_elements("css selector", ".layer.lit")          # nothing lit before a click
         ops[names.index("matmul")].click()
         values = {}

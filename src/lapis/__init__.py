@@ -1,6 +1,7 @@
 """lapis: the whole AI compute stack in Python, from a PyTorch-style framework down to a simulated GPU.
 
-This top-level package is Layer 5, the framework (PyTorch's place):
+This package's top level is the framework's public face (PyTorch's place); the framework itself, Layer 5, is
+`lapis.framework`:
 
     import lapis
     device = lapis.device('cuda')
@@ -14,12 +15,11 @@ The layers below are packages of their own: `lapis.libs` (4), `lapis.cuda` / `la
 every layer did: `with lapis.trace() as t: ...`.
 """
 
-from lapis import autograd, trace
-from lapis.framework.autograd import enable_grad, no_grad
+from lapis import autograd, nn, optim, profiler, trace, utils
+from lapis.framework.autograd import enable_grad, is_grad_enabled, no_grad
 from lapis.framework.creation import (
     arange,
     as_tensor,
-    cat,
     empty,
     empty_like,
     eye,
@@ -36,7 +36,6 @@ from lapis.framework.creation import (
     randint,
     randn,
     randn_like,
-    stack,
     tensor,
     zeros,
     zeros_like,
@@ -58,73 +57,47 @@ from lapis.framework.dtype import (  # noqa: A004 - torch.float is float32 and t
     int64,
     long,
     promote_types,
+    result_type,
     set_default_dtype,
 )
-from lapis.framework.methods import (  # noqa: A004 - torch's names
-    add,
+from lapis.framework.generator import manual_seed
+from lapis.framework.ops.common import broadcast_shapes
+from lapis.framework.ops.elementwise import PUBLIC as _ELEMENTWISE
+from lapis.framework.ops.elementwise import clamp, where
+from lapis.framework.ops.indexing import gather, index_select, masked_fill, scatter_add, tril, triu
+from lapis.framework.ops.linalg import bmm, matmul, mm
+from lapis.framework.ops.nn import log_softmax, softmax
+from lapis.framework.ops.reductions import (  # noqa: A004 - torch's names
     argmax,
     argmin,
-    chunk,
-    clamp,
-    div,
-    gather,
-    index_select,
-    log_softmax,
     logsumexp,
-    masked_fill,
     max,
-    maximum,
     mean,
     min,
-    minimum,
-    mul,
-    pow,
     prod,
-    scatter_add,
-    softmax,
-    split,
     std,
-    sub,
     sum,
-    tril,
-    triu,
     var,
 )
-from lapis.framework.ops import bmm, broadcast_shapes, matmul, mm, where
+from lapis.framework.ops.views import cat, chunk, split, stack
 from lapis.framework.serialization import load, save
-from lapis.framework.tensor import Size, Tensor, manual_seed
+from lapis.framework.tensor import Tensor
+from lapis.framework.tensor_base import Size
 
 bool = bool_  # noqa: A001 - torch.bool
 __version__ = "0.1.0"
 
+# lapis.exp, lapis.add, lapis.eq, ...: one function per row of the elementwise op table
+globals().update(_ELEMENTWISE)
 
-def _unary(op):
-    def f(x):
-        return getattr(x, op)()
-    f.__name__ = op
-    return f
-
-
-exp, log, sqrt, rsqrt, tanh, sigmoid, sin, cos, abs, neg, relu = (  # noqa: A001
-    _unary(op) for op in ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "abs", "neg", "relu"))
-
-
-def result_type(a, b):
-    from lapis.framework.dtype import result_type as _result_type
-    return _result_type([a, b])
-
-
-__all__ = ["Size", "Tensor", "abs", "add", "arange", "argmax", "argmin", "as_tensor", "autograd", "bfloat16", "bool",
-           "bmm", "broadcast_shapes", "cat", "clamp", "cos", "device", "div", "double", "dtype", "empty", "empty_like",
-           "enable_grad", "exp", "eye", "float", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full",
-           "full_like",
-           "get_default_dtype", "half", "int", "int32", "int64", "linspace", "log", "log_softmax", "logsumexp",
-           "long", "manual_seed", "matmul", "max", "maximum", "mean", "min", "minimum", "mul", "neg", "no_grad",
-           "mm", "multinomial", "ones", "ones_like", "pow", "prod", "promote_types", "rand", "rand_like", "randint",
-           "randn", "randn_like", "relu", "result_type", "rsqrt", "set_default_dtype", "sigmoid", "sin", "softmax",
-           "sqrt", "stack", "std", "sub", "sum", "tanh", "tensor", "trace", "var", "where", "zeros", "zeros_like",
-           "nn", "optim", "profiler", "utils", "chunk", "gather", "index_select", "masked_fill", "scatter_add",
-           "split", "tril",
-           "triu", "save", "load"]
-
-from lapis import nn, optim, profiler, utils  # noqa: E402 - these build on the names above, as torch.nn does on torch
+__all__ = [
+    "Size", "Tensor", "arange", "argmax", "argmin", "as_tensor", "autograd", "bfloat16", "bmm", "bool",
+    "broadcast_shapes", "cat", "chunk", "clamp", "device", "double", "dtype", "empty", "empty_like", "enable_grad",
+    "eye", "float", "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like", "gather",
+    "get_default_dtype", "half", "index_select", "int", "int32", "int64", "is_grad_enabled", "linspace", "load",
+    "log_softmax", "logsumexp", "long", "manual_seed", "masked_fill", "matmul", "max", "mean", "min", "mm",
+    "multinomial", "nn", "no_grad", "ones", "ones_like", "optim", "prod", "profiler", "promote_types", "rand",
+    "rand_like", "randint", "randn", "randn_like", "result_type", "save", "scatter_add", "set_default_dtype",
+    "softmax", "split", "stack", "std", "sum", "tensor", "trace", "tril", "triu", "utils", "var", "where", "zeros",
+    "zeros_like"]
+__all__ += list(_ELEMENTWISE)

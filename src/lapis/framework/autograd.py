@@ -1,16 +1,27 @@
 """Layer 5: reverse-mode automatic differentiation (torch.autograd).
 
-Every differentiable op is a `Function` with `forward(ctx, ...)` and `backward(ctx, grad)` side
-by side (micrograd's and llm.c's habit). `Function.apply` runs forward without recording, and
-when grad mode is on and an input requires grad, hangs a `Node` on the result: the function, its
-context and the input tensors. `backward` walks the nodes in reverse topological order from
-the root, summing the gradients that reach each node, and accumulates into the leaves' `.grad`.
+Every differentiable op is a `Function` with `forward(ctx, ...)` and `backward(ctx, *grads)` side by side
+(micrograd's and llm.c's habit). `Function.apply` runs forward without recording; when grad mode is on and an
+input requires grad, it makes a `Node` for the call and hangs it on the outputs as their `grad_fn`.
 
-A tensor saved with `ctx.save_for_backward` remembers its storage's version; if an in-place op
-changed it before backward, backward raises torch's error instead of computing a wrong gradient.
+A node holds what backward needs and no more: the Function and its context (the tensors forward chose to save),
+one edge per forward input and each input's metadata (shape, dtype, device). An edge is `(node, output index)`:
+the node that made the input and which of its outputs the input was, or, for a leaf that requires grad, the
+leaf's `AccumulateGrad` node; None where the input needs no gradient. This is torch's graph
+(`grad_fn.next_functions`), and it keeps no input alive that forward did not save.
+
+The engine (`backward`, `grad`) walks the nodes in reverse topological order from the roots, sums the gradients
+that reach each node's outputs, calls its backward, checks what came back as torch's engine does (the count;
+each gradient's shape, summed back when it broadcasts to the input's, device and dtype), and passes each
+gradient along its edge. AccumulateGrad adds what reaches it into the leaf's `.grad`.
+
+The engine knows tensors only through `Variable`, the small protocol below (as MiniTorch's autodiff does): it
+never imports the Tensor class. A tensor saved with `ctx.save_for_backward` remembers its version; if an
+in-place op changed it before backward, backward raises torch's error instead of computing a wrong gradient.
 """
 
 import contextlib
+import weakref
 
 from lapis import trace
 
@@ -43,6 +54,21 @@ def enable_grad() -> _GradMode:
     return _GradMode(True)
 
 
+class Variable:
+    """What autograd needs of a tensor. The framework's TensorBase implements it:
+
+        requires_grad, grad, grad_fn        attributes; a leaf is a variable whose grad_fn is None
+        _output_nr                          which output of grad_fn this variable is
+        _is_view, _retains_grad             set by Function.apply and retain_grad
+        _accumulator                        a weak reference to the leaf's AccumulateGrad node, or None
+        shape, dtype, device, _version      metadata, and the version counter in-place ops bump
+        detach(), new_zeros/new_ones(shape, dtype=, device=), to(dtype), sum_to_size(shape), + (accumulation)
+        _shares_storage(other)              whether the two read the same memory
+    """
+
+    __slots__ = ()
+
+
 class Context:
     """What forward leaves for backward: saved tensors (with their versions) and any attributes."""
 
@@ -51,63 +77,146 @@ class Context:
         self.needs_input_grad: tuple = ()
 
     def save_for_backward(self, *tensors) -> None:
-        self._saved = tuple((t, t._storage.version if t is not None else 0) for t in tensors)
+        self._saved = tuple((t, t._version if t is not None else 0) for t in tensors)
 
     @property
     def saved_tensors(self) -> tuple:
         for t, version in self._saved:
-            if t is not None and t._storage.version != version:
+            if t is not None and t._version != version:
                 raise RuntimeError("one of the variables needed for gradient computation has been modified by an "
                                    f"inplace operation: [{t.dtype.name} {list(t.shape)}] is at version "
-                                   f"{t._storage.version}; expected version {version} instead.")
+                                   f"{t._version}; expected version {version} instead.")
         return tuple(t for t, _ in self._saved)
 
 
-class Node:
-    """One recorded op: its Function, context, inputs (None where an input is not a tensor) and edges:
-    each input's grad_fn when the op ran. Edges are fixed then, so an in-place op that later gives an
-    input tensor a new grad_fn (torch's history rewrite) does not change where this node's gradients go."""
+class AccumulateGrad:
+    """The node at a leaf that requires grad: what reaches it is added into the leaf's `.grad`."""
 
-    def __init__(self, function, ctx: Context, inputs: tuple):
-        self.function, self.ctx, self.inputs = function, ctx, inputs
-        self.edges = tuple(t.grad_fn if t is not None else None for t in inputs)
-        self.wants = tuple(t is not None and t.requires_grad for t in inputs)     # also fixed when the op ran
+    edges = ()
+
+    def __init__(self, variable: Variable):
+        self.variable = variable
 
     def name(self) -> str:
-        return self.function.__name__ + "Backward"
+        return "AccumulateGrad"
+
+    @property
+    def next_functions(self) -> tuple:
+        return ()
 
     def __repr__(self) -> str:
         return f"<{self.name()}>"
+
+
+def gradient_edge(t: Variable) -> tuple | None:
+    """Where a gradient for t goes: (t.grad_fn, t's output index), its leaf accumulator, or None."""
+    if t.grad_fn is not None:
+        return t.grad_fn, t._output_nr
+    if not t.requires_grad:
+        return None
+    node = t._accumulator() if t._accumulator is not None else None
+    if node is None:                  # the tensor holds its accumulator weakly; the graph's edges keep it
+        node = AccumulateGrad(t)
+        t._accumulator = weakref.ref(node)
+    return node, 0
+
+
+class Node:
+    """One recorded call of a Function: its context, an edge and the metadata of each forward input, the metadata
+    of each differentiable output (to make zeros for an output no gradient reached), and the non-leaf outputs
+    whose gradient is retained (retain_grad)."""
+
+    def __init__(self, function, ctx: Context, inputs: tuple):
+        self.function, self.ctx = function, ctx
+        self.edges = tuple(gradient_edge(a) if isinstance(a, Variable) else None for a in inputs)
+        self.input_meta = tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, Variable) else None
+                                for a in inputs)
+        self.output_meta: list = []
+        self.retained: dict = {}
+        self._name = getattr(ctx, "node_name", None) or function.node_name or function.__name__ + "Backward"
+
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def next_functions(self) -> tuple:
+        """(node, output index) per tensor input, (None, 0) where it needs no gradient: torch's view of the graph."""
+        return tuple(edge or (None, 0) for edge, meta in zip(self.edges, self.input_meta, strict=True)
+                     if meta is not None)
+
+    def retain(self, output_nr: int, t: Variable) -> None:
+        self.retained[output_nr] = weakref.ref(t)
+
+    def check(self, grads) -> tuple:
+        """backward's result as one gradient per forward input, each of its input's shape (a gradient that
+        broadcasts to it is summed back), device and dtype: torch's validate_outputs, with its errors."""
+        grads = grads if isinstance(grads, tuple) else (grads,)
+        n = len(self.edges)
+        if len(grads) < n or any(g is not None for g in grads[n:]):
+            raise RuntimeError(f"function {self._name} returned an incorrect number of gradients (expected {n}, "
+                               f"got {len(grads)})")
+        checked = []
+        for i, (g, meta, edge) in enumerate(zip(grads, self.input_meta, self.edges, strict=False)):
+            if g is not None and meta is None:
+                raise RuntimeError(f"function {self._name} returned a gradient different than None at position "
+                                   f"{i + 1}, but the corresponding forward input was not a Variable")
+            if g is None or edge is None:
+                checked.append(None)
+                continue
+            shape, dtype, device = meta
+            if tuple(g.shape) != shape:
+                if not _broadcasts_to(shape, tuple(g.shape)):
+                    raise RuntimeError(f"Function {self._name} returned an invalid gradient at index {i} - got "
+                                       f"{list(g.shape)} but expected shape compatible with {list(shape)}")
+                g = g.sum_to_size(shape)
+            if g.device != device:
+                raise RuntimeError(f"Function {self._name} returned an invalid gradient at index {i} - expected "
+                                   f"device {device} but got {g.device}")
+            checked.append(g if g.dtype is dtype else g.to(dtype))
+        return tuple(checked)
+
+    def __repr__(self) -> str:
+        return f"<{self._name}>"
+
+
+def _broadcasts_to(shape: tuple, target: tuple) -> bool:
+    """Whether an array of `shape` broadcasts to `target` (so a gradient of target's shape sums back to it)."""
+    if len(shape) > len(target):
+        return False
+    return all(s in (1, t) for s, t in zip(shape, target[len(target) - len(shape):], strict=True))
 
 
 def _op_span(name: str, args):
     """A framework-op event for the profiler (lapis.profiler), with the tensor arguments' shapes."""
     if not trace.enabled():
         return contextlib.nullcontext()
-    from lapis.framework.tensor import Tensor
-    return trace.span(5, name, input_shapes=[list(a.shape) if isinstance(a, Tensor) else None
-                                                      for a in args])
+    return trace.span(5, name, input_shapes=[list(a.shape) if isinstance(a, Variable) else None for a in args])
 
 
 class Function:
-    """A differentiable op: subclass with static `forward(ctx, *args)` and `backward(ctx, *grads)`."""
+    """A differentiable op: subclass with static `forward(ctx, *args)` and `backward(ctx, *grads)`; backward
+    returns one gradient (or None) per argument of forward. `node_name` is the backward node's name (torch's
+    for the same op; a subclass's own name + 'Backward' when unset, as torch names custom Functions)."""
+
+    node_name: str | None = None
 
     @classmethod
-    def apply(cls, *args, **kwargs):
-        from lapis.framework.tensor import Tensor
+    def apply(cls, *args):
         ctx = Context()
-        ctx.needs_input_grad = tuple(isinstance(a, Tensor) and a.requires_grad for a in args)
+        ctx.needs_input_grad = tuple(isinstance(a, Variable) and a.requires_grad for a in args)
         with _op_span(cls.__name__, args), no_grad():
-            out = cls.forward(ctx, *args, **kwargs)
+            out = cls.forward(ctx, *args)
+        outputs = out if isinstance(out, tuple) else (out,)
         if is_grad_enabled() and any(ctx.needs_input_grad):
-            node = Node(cls, ctx, tuple(a if isinstance(a, Tensor) else None for a in args))
-            for o in out if isinstance(out, tuple) else (out,):
-                if isinstance(o, Tensor) and o.dtype.is_floating_point:
-                    o.grad_fn, o.requires_grad = node, True
-        storages = [a._storage for a in args if isinstance(a, Tensor)]
-        for o in out if isinstance(out, tuple) else (out,):
-            if isinstance(o, Tensor):                   # a view only if it aliases an input's memory
-                o._is_view = any(o._storage is st for st in storages)
+            node = Node(cls, ctx, args)
+            for nr, o in enumerate(outputs):
+                differentiable = isinstance(o, Variable) and o.dtype.is_floating_point
+                node.output_meta.append((tuple(o.shape), o.dtype, o.device) if differentiable else None)
+                if differentiable:
+                    o.grad_fn, o.requires_grad, o._output_nr = node, True, nr
+        for o in outputs:
+            if isinstance(o, Variable):                 # a view only if it aliases an input's memory
+                o._is_view = any(isinstance(a, Variable) and o._shares_storage(a) for a in args)
         return out
 
     @staticmethod
@@ -120,6 +229,7 @@ class Function:
 
 
 def _topological(roots: list) -> list:
+    """Every node reachable from `roots` along edges, each after all the nodes that send it gradients."""
     order, seen = [], set()
     for root in roots:
         stack = [(root, False)]
@@ -133,80 +243,109 @@ def _topological(roots: list) -> list:
             seen.add(id(node))
             stack.append((node, True))
             for edge in node.edges:
-                if edge is not None and id(edge) not in seen:
-                    stack.append((edge, False))
+                if edge is not None and id(edge[0]) not in seen:
+                    stack.append((edge[0], False))
     return order[::-1]
 
 
-def _run(outputs: list, grads: list, retain_graph: bool, create_graph: bool, inputs: list | None):
-    """The engine: push gradients from `outputs` back to leaves (into .grad) or to `inputs` (returned)."""
-    from lapis.framework.tensor import Tensor
-    pending: dict[int, Tensor] = {}
-    wanted = {id(t): None for t in inputs} if inputs is not None else None
+def _add(total, g):
+    return g if total is None else total + g
 
-    def deliver(t: Tensor, g: Tensor, grad_fn) -> None:
-        if wanted is not None and id(t) in wanted:
-            wanted[id(t)] = g if wanted[id(t)] is None else wanted[id(t)] + g
-        if grad_fn is not None:
-            key = id(grad_fn)
-            pending[key] = g if key not in pending else pending[key] + g
-            if t._retains_grad and wanted is None:
-                t.grad = g.detach() if t.grad is None else t.grad + g.detach()
-        elif t.requires_grad and wanted is None:
-            g = g.detach() if not create_graph else g
-            t.grad = g if t.grad is None else t.grad + g
+
+def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool, captures: list | None) -> list | None:
+    """The engine: push `grads` back from the `roots` (variables) to the leaves. With `captures` (gradient edges),
+    return what reaches each of them instead of accumulating into leaves (autograd.grad)."""
+    pending: dict[int, list] = {}                          # id(node) -> the gradient summed at each output
+    wanted = {(id(e[0]), e[1]): i for i, e in enumerate(captures)} if captures is not None else None
+    found = [None] * len(captures) if captures is not None else None
+
+    def send(edge, g) -> None:
+        node, nr = edge
+        slots = pending.setdefault(id(node), [None] * max(len(getattr(node, "output_meta", ())), nr + 1))
+        slots[nr] = _add(slots[nr], g)
 
     with _GradMode(create_graph):
-        for t, g in zip(outputs, grads, strict=True):
-            deliver(t, g, t.grad_fn)
-        for node in _topological([t.grad_fn for t in outputs if t.grad_fn is not None]):
-            g = pending.pop(id(node), None)
-            if g is None:
+        for t, g in zip(roots, grads, strict=True):
+            send(gradient_edge(t), g)
+        for node in _topological([gradient_edge(t)[0] for t in roots]):
+            slots = pending.pop(id(node), None)
+            if slots is None:
+                continue
+            if wanted is not None:
+                for nr, g in enumerate(slots):
+                    if (id(node), nr) in wanted and g is not None:
+                        i = wanted[(id(node), nr)]
+                        found[i] = _add(found[i], g)
+            if isinstance(node, AccumulateGrad):
+                if wanted is None:
+                    leaf, g = node.variable, slots[0] if create_graph else slots[0].detach()
+                    leaf.grad = g if leaf.grad is None else leaf.grad + g
                 continue
             if node.ctx is None:
                 raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
                                    "tensors after they have already been freed). Specify retain_graph=True if you "
                                    "need to backward through the graph a second time.")
-            with _op_span(node.name(), (g,)):
-                input_grads = node.function.backward(node.ctx, g)
-            if not isinstance(input_grads, tuple):
-                input_grads = (input_grads,)
+            if wanted is None:
+                _retain(node, slots)
+            like = next(g for g in slots if g is not None)
+            for nr, meta in enumerate(node.output_meta):   # an output no gradient reached contributes zeros
+                if slots[nr] is None and meta is not None:
+                    shape, dtype, device = meta
+                    slots[nr] = like.new_zeros(shape, dtype=dtype, device=device)
+            with _op_span(node.name(), [g for g in slots if g is not None]):
+                input_grads = node.check(node.function.backward(node.ctx, *slots))
             if not retain_graph:
                 node.ctx = None
-            for t, edge, want, ig in zip(node.inputs, node.edges, node.wants, input_grads, strict=False):
-                if want and ig is not None:
-                    deliver(t, ig, edge)
-    return [wanted[id(t)] for t in inputs] if inputs is not None else None
+            for edge, g in zip(node.edges, input_grads, strict=True):
+                if edge is not None and g is not None:
+                    send(edge, g)
+    return found
+
+
+def _retain(node: Node, slots: list) -> None:
+    for nr, ref in node.retained.items():
+        t = ref()
+        if t is not None and slots[nr] is not None:
+            g = slots[nr].detach()
+            t.grad = g if t.grad is None else t.grad + g
 
 
 def backward(tensors, grad_tensors=None, retain_graph: bool = False, create_graph: bool = False) -> None:
-    from lapis.framework.tensor import ones_like
+    """Accumulate the gradients of `tensors` (weighted by grad_tensors) into the leaves' .grad."""
     tensors = [tensors] if not isinstance(tensors, list | tuple) else list(tensors)
     grads = [grad_tensors] if grad_tensors is not None and not isinstance(grad_tensors, list | tuple) else \
         list(grad_tensors or [None] * len(tensors))
     for i, (t, g) in enumerate(zip(tensors, grads, strict=True)):
         if not t.requires_grad:
-            raise RuntimeError("element 0 of tensors does not require grad and does not have a grad_fn")
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
         if g is None:
             if t.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
-            grads[i] = ones_like(t)
+            grads[i] = t.new_ones(tuple(t.shape))
     _run(tensors, grads, retain_graph or create_graph, create_graph, None)
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
          allow_unused: bool = False) -> tuple:
     """The gradients of outputs with respect to inputs, returned instead of accumulated (torch.autograd.grad)."""
-    from lapis.framework.tensor import ones_like
     outputs = [outputs] if not isinstance(outputs, list | tuple) else list(outputs)
     inputs = [inputs] if not isinstance(inputs, list | tuple) else list(inputs)
     grads = list(grad_outputs) if isinstance(grad_outputs, list | tuple) else \
         [grad_outputs] if grad_outputs is not None else [None] * len(outputs)
-    grads = [ones_like(o) if g is None else g for o, g in zip(outputs, grads, strict=True)]
-    result = _run(outputs, grads, create_graph if retain_graph is None else retain_graph, create_graph, inputs)
+    for i, t in enumerate(outputs):
+        if not t.requires_grad:
+            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
+    grads = [o.new_ones(tuple(o.shape)) if g is None else g for o, g in zip(outputs, grads, strict=True)]
+    for i, t in enumerate(inputs):
+        if not t.requires_grad:
+            raise RuntimeError(f"One of the differentiated Tensors (index {i}) does not require grad")
+    result = _run(outputs, grads, create_graph if retain_graph is None else retain_graph, create_graph,
+                  [gradient_edge(t) for t in inputs])
     if not allow_unused and any(r is None for r in result):
         raise RuntimeError("One of the differentiated Tensors appears to not have been used in the graph. "
                            "Set allow_unused=True if this is the desired behavior.")
     return tuple(result)
 
-__all__ = ["is_grad_enabled", "no_grad", "enable_grad", "Context", "Node", "Function", "backward", "grad"]
+
+__all__ = ["AccumulateGrad", "Context", "Function", "Node", "Variable", "backward", "enable_grad", "grad",
+           "is_grad_enabled", "no_grad"]

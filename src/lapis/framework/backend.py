@@ -5,8 +5,9 @@ view of its tensor's storage. Every function takes its output array and writes i
 framework decides shapes, dtypes and allocation; on a GPU each call is one or a few kernel
 launches from `lapis.libs` (asynchronous, like ATen's), on `cpu` numpy does the work.
 
-    unary(op, x, out)          neg abs exp log sqrt rsqrt tanh sigmoid sin cos relu erf copy
-    binary(op, a, b, out)      add sub mul div pow maximum minimum eq ne lt le gt ge (broadcasting)
+    pointwise(op, inputs, out) an elementwise op of the framework's table (ops/elementwise.py) over
+                               broadcast inputs: its numpy reference, or its device function in a kernel
+    copy(x, out)               out = x, broadcast and cast
     where(cond, a, b, out)
     reduce(op, x, dim, out)    sum prod max min argmax argmin along one dimension (x contiguous)
     fill(out, value)
@@ -34,13 +35,6 @@ _API = {"cuda": cuda, "hip": hip}
 _blas_handles: dict = {}
 _dnn_handles: dict = {}
 
-_UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-          "rsqrt": lambda v: 1 / np.sqrt(v), "tanh": np.tanh, "sigmoid": lambda v: 1 / (1 + np.exp(-v)),
-          "sin": np.sin, "cos": np.cos, "relu": lambda v: np.maximum(v, 0),
-          "erf": lambda v: _erf(v), "copy": lambda v: v}
-_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
-           "maximum": np.maximum, "minimum": np.minimum, "eq": np.equal, "ne": np.not_equal, "lt": np.less,
-           "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal}
 _REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "argmax": np.argmax, "argmin": np.argmin}
 
 
@@ -50,8 +44,9 @@ _ERFC = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.2788680
          -0.82215223, 0.17087277)
 
 
-def _erf(v: np.ndarray) -> np.ndarray:
-    """erf elementwise: exact (math.erf) for float64, vectorized to float32 accuracy for the other types."""
+def erf(v: np.ndarray) -> np.ndarray:
+    """erf elementwise (the cpu reference of the framework's erf): exact (math.erf) for float64, vectorized to
+    float32 accuracy for the other types."""
     if v.dtype == np.float64:
         return np.vectorize(math.erf, otypes=[v.dtype])(v)
     x = v.astype(np.float64)
@@ -75,20 +70,22 @@ def _api(x):
     return _API[x.context.device.api_name]
 
 
-def unary(op: str, x, out) -> None:
+def pointwise(op, inputs: list, out) -> None:
+    """out = op(*inputs) for an elementwise op of the framework's table: numpy on cpu, one kernel applying the
+    op's device function on a GPU."""
     if on_gpu(out):
-        kernels.unary(_api(out), op, x, out)
+        (kernels.unary if len(inputs) == 1 else kernels.binary)(_api(out), op.gpu, *inputs, out)
     else:
         with np.errstate(all="ignore"):
-            out[...] = _UNARY[op](x)
+            out[...] = op.cpu(*inputs)
 
 
-def binary(op: str, a, b, out) -> None:
+def copy(x, out) -> None:
+    """out = x, broadcast to out's shape and cast to its dtype."""
     if on_gpu(out):
-        kernels.binary(_api(out), op, a, b, out)
+        kernels.copy(_api(out), x, out)
     else:
-        with np.errstate(all="ignore"):
-            out[...] = _BINARY[op](a, b)
+        out[...] = x
 
 
 def where(cond, a, b, out) -> None:
@@ -430,7 +427,7 @@ def attention_backward(q, k, v, o, do, lse, dq, dk, dv, scale: float, causal: bo
 def _activation_numpy(mode: str, x):
     # (f(x), f'(x)) for the fused activations
     if mode == "gelu":
-        cdf = 0.5 * (1 + _UNARY["erf"](x * x.dtype.type(1 / math.sqrt(2))))
+        cdf = 0.5 * (1 + erf(x * x.dtype.type(1 / math.sqrt(2))))
         return x * cdf, cdf + x * np.exp(-0.5 * x * x) * x.dtype.type(1 / math.sqrt(2 * math.pi))
     s = 1 / (1 + np.exp(-x))
     return x * s, s * (1 + x * (1 - s))

@@ -1,15 +1,15 @@
-"""Layer 5: creating tensors (torch.tensor, zeros, arange, randn, ...) and joining them (cat, stack)."""
+"""Layer 5: creating tensors (torch.tensor, zeros, arange, randn, ...)."""
 
 import builtins
 
 import numpy as np
 
 from lapis import trace
-from lapis.framework import backend as _backend
+from lapis.framework import backend
 from lapis.framework import dtype as _dtype
-from lapis.framework.autograd import Function
-from lapis.framework.ops import _check_devices, _new
-from lapis.framework.tensor import Tensor, _device_of, _dim, _generator, _shape, _Storage
+from lapis.framework.generator import default_generator
+from lapis.framework.tensor import Tensor
+from lapis.framework.tensor_base import Storage, device_of, parse_shape
 
 
 def _float(dtype) -> _dtype.dtype:
@@ -22,24 +22,24 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
 
 def full(size, fill_value, dtype: _dtype.dtype | None = None, device=None, requires_grad: bool = False) -> Tensor:
     dtype = dtype or _dtype.scalar_dtype(fill_value)
-    shape, dev = _shape((size,) if isinstance(size, builtins.int) else tuple(size)), _device_of(device)
+    shape, dev = parse_shape((size,) if isinstance(size, builtins.int) else tuple(size)), device_of(device)
     with trace.span(5, "full", shape=list(shape), dtype=str(dtype), device=str(dev), value=fill_value):
-        out = _new(shape, dtype, dev)
+        out = Tensor._empty(shape, dtype, dev)
         if out.numel():
-            _backend.fill(out._data, fill_value)
+            backend.fill(out._data, fill_value)
     return _finish(out, requires_grad)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return full(_shape(size), 0, dtype=_float(dtype), device=device, requires_grad=requires_grad)
+    return full(parse_shape(size), 0, dtype=_float(dtype), device=device, requires_grad=requires_grad)
 
 
 def ones(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return full(_shape(size), 1, dtype=_float(dtype), device=device, requires_grad=requires_grad)
+    return full(parse_shape(size), 1, dtype=_float(dtype), device=device, requires_grad=requires_grad)
 
 
 def empty(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    return _finish(_new(_shape(size), _float(dtype), _device_of(device)), requires_grad)
+    return _finish(Tensor._empty(parse_shape(size), _float(dtype), device_of(device)), requires_grad)
 
 
 def _like(fn, t: Tensor, dtype, device, requires_grad, *args):
@@ -81,7 +81,7 @@ def tensor(data, dtype: _dtype.dtype | None = None, device=None, requires_grad: 
     elif isinstance(data, list | tuple) and any(isinstance(x, Tensor) for x in np.ravel(np.array(data, object))):
         data = [x.item() if isinstance(x, Tensor) else x for x in data]
     dt = dtype or (_dtype.from_numpy(data.dtype) if isinstance(data, np.ndarray) else _infer(data))
-    return _finish(Tensor._from_numpy(np.array(data, dtype=dt.np), _device_of(device)), requires_grad)
+    return _finish(Tensor._from_numpy(np.array(data, dtype=dt.np), device_of(device)), requires_grad)
 
 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
@@ -97,7 +97,7 @@ def from_numpy(array: np.ndarray) -> Tensor:
     _dtype.from_numpy(array.dtype)
     if not array.flags.c_contiguous:
         raise ValueError("from_numpy takes a C-contiguous array here (lapis tensors view flat storage)")
-    return Tensor._from_numpy(array, _device_of("cpu"))
+    return Tensor._from_numpy(array, device_of("cpu"))
 
 
 def from_dlpack(ext) -> Tensor:
@@ -116,7 +116,7 @@ def from_dlpack(ext) -> Tensor:
     strides = tuple(st // item for st in array.strides)
     span = 1 + builtins.sum((n - 1) * st for n, st in zip(array.shape, strides, strict=True)) if array.size else 1
     flat = np.lib.stride_tricks.as_strided(array, (span,), (item,))         # the storage under every element
-    return Tensor(_Storage(flat), array.shape, strides, 0, _device_of("cpu"))
+    return Tensor(Storage(flat), array.shape, strides, 0, device_of("cpu"))
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -126,24 +126,24 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool
         dtype = _dtype.int64 if all(isinstance(v, builtins.int) for v in (start, end, step)) else \
             _dtype.get_default_dtype()
     values = np.arange(start, end, step, dtype=np.float64 if dtype.is_floating_point else np.int64)
-    return _finish(Tensor._from_numpy(values.astype(dtype.np), _device_of(device)), requires_grad)
+    return _finish(Tensor._from_numpy(values.astype(dtype.np), device_of(device)), requires_grad)
 
 
 def linspace(start, end, steps: builtins.int, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     values = np.linspace(start, end, steps, dtype=np.float64).astype(_float(dtype).np)
-    return _finish(Tensor._from_numpy(values, _device_of(device)), requires_grad)
+    return _finish(Tensor._from_numpy(values, device_of(device)), requires_grad)
 
 
 def eye(n: builtins.int, m: builtins.int | None = None, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(Tensor._from_numpy(np.eye(n, m, dtype=_float(dtype).np), _device_of(device)), requires_grad)
+    return _finish(Tensor._from_numpy(np.eye(n, m, dtype=_float(dtype).np), device_of(device)), requires_grad)
 
 
 def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
     dt = _float(dtype)
     if not dt.is_floating_point:
         raise RuntimeError(f"\"normal_kernel\" not implemented for '{dt.name}'")
-    shape, dev = _shape(size), _device_of(device)
-    rng = generator or _generator[0]
+    shape, dev = parse_shape(size), device_of(device)
+    rng = generator or default_generator()
     with trace.span(5, "randn", shape=list(shape), dtype=str(dt), device=str(dev)):
         return _finish(Tensor._from_numpy(rng.standard_normal(shape).astype(dt.np), dev), requires_grad)
 
@@ -152,16 +152,16 @@ def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=
     dt = _float(dtype)
     if not dt.is_floating_point:
         raise RuntimeError(f"\"check_uniform_bounds\" not implemented for '{dt.name}'")
-    rng = generator or _generator[0]
-    return _finish(Tensor._from_numpy(rng.random(_shape(size)).astype(dt.np), _device_of(device)), requires_grad)
+    rng = generator or default_generator()
+    return _finish(Tensor._from_numpy(rng.random(parse_shape(size)).astype(dt.np), device_of(device)), requires_grad)
 
 
 def randint(low, high=None, size=(), dtype=None, device=None, generator=None) -> Tensor:
     if high is None:
         low, high = 0, low
-    rng = generator or _generator[0]
-    values = rng.integers(low, high, size=_shape(size if isinstance(size, tuple) else (size,)))
-    return Tensor._from_numpy(values.astype((dtype or _dtype.int64).np), _device_of(device))
+    rng = generator or default_generator()
+    values = rng.integers(low, high, size=parse_shape(size if isinstance(size, tuple) else (size,)))
+    return Tensor._from_numpy(values.astype((dtype or _dtype.int64).np), device_of(device))
 
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, generator=None) -> Tensor:
@@ -174,7 +174,7 @@ def multinomial(input: Tensor, num_samples: int, replacement: bool = False, gene
         raise RuntimeError("probability tensor contains either `inf`, `nan` or element < 0")
     if not replacement and num_samples > weights.shape[1]:
         raise RuntimeError("cannot sample n_sample > prob_dist.size(-1) samples without replacement")
-    rng = generator or _generator[0]
+    rng = generator or default_generator()
     rows = [rng.choice(weights.shape[1], num_samples, replace=replacement, p=w / w.sum()) for w in weights]
     out = np.stack(rows).astype(np.int64).reshape(*input.shape[:-1], num_samples)
     return Tensor._from_numpy(out, input.device)
@@ -186,52 +186,3 @@ def randn_like(t, dtype=None, device=None, requires_grad=False):
 
 def rand_like(t, dtype=None, device=None, requires_grad=False):
     return rand(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
-
-
-class Cat(Function):
-    @staticmethod
-    def forward(ctx, dim: builtins.int, *tensors):
-        if not tensors:
-            raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
-        dev = _check_devices(*tensors)
-        ref = next((t for t in tensors if t.ndim), tensors[0])
-        if ref.ndim == 0:
-            raise RuntimeError("zero-dimensional tensor cannot be concatenated")
-        d = _dim(dim, ref.ndim)
-        dt = _dtype.result_type([t for t in tensors])
-        for t in tensors:
-            if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape, strict=True))
-                                         if i != d):
-                raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected size "
-                                   f"{list(ref.shape)} but got size {list(t.shape)} for a tensor in the list.")
-        shape = list(ref.shape)
-        shape[d] = builtins.sum(t.shape[d] for t in tensors)
-        out = _new(shape, dt, dev)
-        at = 0
-        for t in tensors:
-            n = t.shape[d]
-            if n:
-                _backend.unary("copy", t._data, out.narrow(d, at, n)._data)
-            at += n
-        ctx.d, ctx.sizes = d, [t.shape[d] for t in tensors]
-        return out
-
-    @staticmethod
-    def backward(ctx, g):
-        grads, at = [], 0
-        for n in ctx.sizes:
-            grads.append(g.narrow(ctx.d, at, n))
-            at += n
-        return (None, *grads)
-
-
-def cat(tensors, dim: builtins.int = 0) -> Tensor:
-    return Cat.apply(dim, *tensors)
-
-
-def stack(tensors, dim: builtins.int = 0) -> Tensor:
-    tensors = list(tensors)
-    if not tensors:
-        raise RuntimeError("stack expects a non-empty TensorList")
-    d = _dim(dim, tensors[0].ndim + 1)
-    return cat([t.unsqueeze(d) for t in tensors], d)

@@ -2,7 +2,9 @@
 
 import numpy as np
 
-import lapis
+from lapis.framework.creation import tensor
+from lapis.framework.generator import default_generator
+from lapis.framework.ops.views import stack
 from lapis.framework.tensor import Tensor
 
 
@@ -32,8 +34,8 @@ def default_collate(items: list):
     if isinstance(first, tuple | list):
         return type(first)(default_collate([it[k] for it in items]) for k in range(len(first)))
     if isinstance(first, Tensor):
-        return lapis.stack(items)
-    return lapis.tensor(items)
+        return stack(items)
+    return tensor(items)
 
 
 class DataLoader:
@@ -53,9 +55,8 @@ class DataLoader:
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
 
     def __iter__(self):
-        from lapis.framework.tensor import _generator
         n = len(self.dataset)
-        order = (self.generator or _generator[0]).permutation(n) if self.shuffle else np.arange(n)
+        order = (self.generator or default_generator()).permutation(n) if self.shuffle else np.arange(n)
         fast = isinstance(self.dataset, TensorDataset) and all(t.device.type == "cpu" for t in self.dataset.tensors)
         for start in range(0, n, self.batch_size):
             idx = order[start:start + self.batch_size]

@@ -75,10 +75,10 @@ def scalar_dtype(value) -> dtype:
     raise TypeError(f"expected a number, got {type(value).__name__}")
 
 
-def result_type(operands: list) -> dtype:
-    """torch.result_type over tensors and Python numbers: dimensioned tensors decide, then 0-d tensors,
-    then numbers, a later group only when its category is higher (an int32 tensor + 2.5 is float32,
-    a float16 tensor + 2.5 stays float16)."""
+def result_type(*operands) -> dtype:
+    """torch.result_type(tensor, other), over any number of tensors and Python numbers: dimensioned tensors
+    decide, then 0-d tensors, then numbers, a later group only when its category is higher (an int32 tensor
+    + 2.5 is float32, a float16 tensor + 2.5 stays float16)."""
     groups: list[list[dtype]] = [[], [], []]
     for x in operands:
         if hasattr(x, "dtype") and hasattr(x, "ndim"):

@@ -13,7 +13,8 @@ from collections import OrderedDict
 import numpy as np
 
 from lapis.framework import dtype as _dtype
-from lapis.framework.tensor import Tensor, _device_of
+from lapis.framework.tensor import Tensor
+from lapis.framework.tensor_base import device_of
 
 _CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF16", "int32": "I32", "int64": "I64",
           "bool": "BOOL"}
@@ -50,7 +51,7 @@ def load(f, map_location=None, weights_only: bool = True):
     header = json.loads(data[8:8 + n])
     meta = header.pop("__metadata__", {})
     base = 8 + n
-    dev = _device_of(map_location)
+    dev = device_of(map_location)
     out = OrderedDict()
     for name, entry in header.items():
         dt = _BY_CODE[entry["dtype"]]

@@ -1,204 +1,45 @@
-"""Layer 5: `Tensor`, with PyTorch's names and semantics: storage, views, dtypes and devices.
+"""Layer 5: `Tensor`, with PyTorch's names and semantics: what a tensor is (TensorBase: storage, views, dtype,
+device, autograd state) and, here, what it can do. Every method below is an op of `lapis.framework.ops`,
+listed by family; the elementwise ops (x.exp(), x.add_(y), x + y, ...) come from their table, one method (and
+an in-place one, and its operators) per row.
 
-A tensor is a view of a storage: a flat numpy array on `cpu`, a flat device array (Layer 3) on a
-GPU, read through a shape, element strides and an offset. Views (`view`, `permute`, `expand`,
-slicing, ...) make a new tensor over the same storage and cost nothing; `contiguous()` and
-`clone()` copy, explicitly. Ops go through `_backend` (numpy on `cpu`, `lapis.libs` kernels on a
-GPU) and, where differentiable, through `lapis.autograd` Functions (`_ops`).
-
-Simplifications: random numbers are drawn on the host (numpy's generator, seeded by
-`manual_seed`) and copied to the device; PyTorch generates them on the device.
+Ops go through `backend` (numpy on `cpu`, `lapis.libs` kernels on a GPU) and, where differentiable, through
+`lapis.framework.autograd` Functions.
 """
 
 import builtins
 
-import numpy as np
-
-from lapis.cuda import DeviceNDArray
-from lapis.framework import autograd
-from lapis.framework import backend as _backend
 from lapis.framework import dtype as _dtype
-from lapis.framework.device import device
-
-_generator = [np.random.default_rng(0)]
-
-
-class Size(tuple):
-    """The shape of a tensor: a tuple that prints as lapis.Size([2, 3])."""
-
-    def __repr__(self) -> str:
-        return f"lapis.Size({list(self)})"
-
-    def numel(self) -> int:
-        return int(np.prod(self, dtype=np.int64))
+from lapis.framework.device import device as _device
+from lapis.framework.ops import elementwise, indexing, inplace, linalg, nn, reductions, views
+from lapis.framework.tensor_base import TensorBase, device_of
 
 
-class _Storage:
-    """A tensor's memory: a flat array and a version counter that in-place ops bump (autograd checks it)."""
-    __slots__ = ("array", "version")
-
-    def __init__(self, array):
-        self.array, self.version = array, 0
+def _reflected(f):
+    """The reflected operator: a @ b with a not a tensor is matmul(a, b) called on b."""
+    return lambda self, other: f(other, self)
 
 
-def manual_seed(seed: int) -> None:
-    _generator[0] = np.random.default_rng(seed)
-
-
-def _device_of(d) -> device:
-    if d is None:
-        return device("cpu")
-    return (d if isinstance(d, device) else device(d)).normalized()
-
-
-def _shape(size: tuple) -> tuple:
-    if len(size) == 1 and isinstance(size[0], tuple | list | Size):
-        size = tuple(size[0])
-    if not all(isinstance(s, builtins.int | np.integer) and s >= 0 for s in size):
-        raise TypeError(f"size must be non-negative integers, got {size}")
-    return tuple(builtins.int(s) for s in size)
-
-
-def _contiguous_strides(shape: tuple) -> tuple:
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
-
-
-class Tensor:
-    def __init__(self, storage: _Storage, shape: tuple, strides: tuple, offset: builtins.int, dev: device):
-        self._storage, self._shape, self._strides, self._offset = storage, tuple(shape), tuple(strides), offset
-        self.device = dev
-        self.requires_grad = False
-        self.grad: Tensor | None = None
-        self.grad_fn = None
-        self._retains_grad = False
-        self._is_view = False        # shares memory with a tensor it was made from (in-place autograd refuses it)
-
-    # -- storage and views --------------------------------------------------------------------------
-    @classmethod
-    def _empty(cls, shape: tuple, dt: _dtype.dtype, dev: device) -> "Tensor":
-        n = builtins.max(builtins.int(np.prod(shape, dtype=np.int64)), 1)
-        if dev.type == "cpu":
-            flat = np.empty(n, dt.np)
-        else:
-            context = dev.api.current_context(dev.index)    # this device's, without changing the current one
-            flat = DeviceNDArray.allocate(context, (n,), dt.np)
-        return cls(_Storage(flat), shape, _contiguous_strides(shape), 0, dev)
-
-    @classmethod
-    def _from_numpy(cls, array: np.ndarray, dev: device) -> "Tensor":
-        array = np.ascontiguousarray(array)
-        if dev.type == "cpu":
-            flat = array.reshape(-1) if array.size else np.empty(1, array.dtype)
-            return cls(_Storage(flat), array.shape, _contiguous_strides(array.shape), 0, dev)
-        out = cls._empty(array.shape, _dtype.from_numpy(array.dtype), dev)
-        if array.size:
-            out._storage.array[:array.size].copy_to_device(array.reshape(-1))
-        return out
-
-    @property
-    def _data(self):
-        """The strided array the backend reads and writes: a numpy view on cpu, a DeviceNDArray view on a GPU."""
-        flat = self._storage.array
-        item = flat.dtype.itemsize
-        if isinstance(flat, np.ndarray):
-            return np.lib.stride_tricks.as_strided(flat[self._offset:], self._shape,
-                                                   tuple(s * item for s in self._strides))
-        return DeviceNDArray(self._shape, tuple(s * item for s in self._strides), flat.dtype, flat.context,
-                             flat.memory, flat.ptr + self._offset * item)
-
-    def _view(self, shape, strides, offset) -> "Tensor":
-        view = Tensor(self._storage, shape, strides, offset, self.device)
-        view._is_view = True
-        return view
-
-    # -- properties -------------------------------------------------------------------------------
-    @property
-    def shape(self) -> Size:
-        return Size(self._shape)
-
-    def size(self, dim: builtins.int | None = None):
-        return self.shape if dim is None else self._shape[_dim(dim, self.ndim)]
-
-    def stride(self, dim: builtins.int | None = None):
-        return self._strides if dim is None else self._strides[_dim(dim, self.ndim)]
-
-    def storage_offset(self) -> builtins.int:
-        return self._offset
-
-    def is_contiguous(self) -> bool:
-        return all(st == c for st, c, n in zip(self._strides, _contiguous_strides(self._shape), self._shape,
-                                                strict=True) if n != 1)
-
-    @property
-    def dtype(self) -> _dtype.dtype:
-        return _dtype.from_numpy(self._storage.array.dtype)
-
-    @property
-    def ndim(self) -> builtins.int:
-        return len(self._shape)
-
-    def dim(self) -> builtins.int:
-        return self.ndim
-
-    def numel(self) -> builtins.int:
-        return self.shape.numel()
-
-    def element_size(self) -> builtins.int:
-        return self.dtype.itemsize
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.device.type != "cpu"
-
-    @property
-    def is_leaf(self) -> bool:
-        return self.grad_fn is None
-
-    # -- autograd -----------------------------------------------------------------------------------
-    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
-        if requires_grad and not self.dtype.is_floating_point:
-            raise RuntimeError("only Tensors of floating point dtype can require gradients")
-        if not self.is_leaf:
-            raise RuntimeError("you can only change requires_grad flags of leaf variables.")
-        self.requires_grad = requires_grad
-        return self
-
-    def retain_grad(self) -> None:
-        self._retains_grad = True
-
-    def detach(self) -> "Tensor":
-        return self._view(self._shape, self._strides, self._offset)
-
-    def backward(self, gradient=None, retain_graph: bool = False, create_graph: bool = False) -> None:
-        autograd.backward([self], [gradient] if gradient is not None else None, retain_graph, create_graph)
+class Tensor(TensorBase, elementwise.ElementwiseMethods):
+    """A multi-dimensional array on a device, with autograd (torch.Tensor)."""
 
     # -- moving and converting -----------------------------------------------------------------------
     def to(self, *args, dtype: _dtype.dtype | None = None, device=None, copy: bool = False) -> "Tensor":
         for a in args:
             if isinstance(a, _dtype.dtype):
                 dtype = a
-            elif isinstance(a, Tensor):
+            elif isinstance(a, TensorBase):
                 dtype, device = a.dtype, a.device
             else:
                 device = a
-        from lapis.framework import ops as _ops
-        return _ops.To.apply(self, _device_of(device) if device is not None else self.device, dtype or self.dtype,
-                             copy)
-
-    def _host(self) -> np.ndarray:
-        data = self._data
-        return np.array(data) if isinstance(data, np.ndarray) else \
-            _contiguous(self)._data.copy_to_host()
+        return elementwise.ToCopy.apply(self, device_of(device) if device is not None else self.device,
+                                        dtype or self.dtype, copy)
 
     def cpu(self) -> "Tensor":
         return self.to("cpu")
 
     def cuda(self, index: builtins.int = 0) -> "Tensor":
-        return self.to(globals()["device"]("cuda", index))
+        return self.to(_device("cuda", index))
 
     def float(self) -> "Tensor":
         return self.to(_dtype.float32)
@@ -209,6 +50,9 @@ class Tensor:
     def half(self) -> "Tensor":
         return self.to(_dtype.float16)
 
+    def bfloat16(self) -> "Tensor":
+        return self.to(_dtype.bfloat16)
+
     def long(self) -> "Tensor":
         return self.to(_dtype.int64)
 
@@ -218,75 +62,52 @@ class Tensor:
     def bool(self) -> "Tensor":
         return self.to(_dtype.bool_)
 
-    def numpy(self) -> np.ndarray:
-        if self.device.type != "cpu":
-            raise TypeError(f"can't convert {self.device} device type tensor to numpy. Use Tensor.cpu() to copy "
-                            "the tensor to host memory first.")
+    contiguous, clone = views.contiguous, views.clone
+
+    # -- elementwise beyond the table (ops/elementwise.py) ---------------------------------------------
+    clamp = elementwise.clamp
+    __invert__ = bitwise_not = elementwise.invert
+    logical_not = elementwise.logical_not
+    __and__, __or__, __xor__ = elementwise.bitwise_and, elementwise.bitwise_or, elementwise.bitwise_xor
+    __rand__, __ror__, __rxor__ = __and__, __or__, __xor__          # all three commute
+
+    # -- reductions (ops/reductions.py) ------------------------------------------------------------------
+    sum, mean, var, std, prod = reductions.sum, reductions.mean, reductions.var, reductions.std, reductions.prod
+    max, min, argmax, argmin = reductions.max, reductions.min, reductions.argmax, reductions.argmin
+    logsumexp, sum_to_size = reductions.logsumexp, reductions.sum_to_size
+
+    # -- views and joins (ops/views.py) -------------------------------------------------------------------
+    view, view_as, reshape = views.view, views.view_as, views.reshape
+    permute, transpose, t = views.permute, views.transpose, views.t
+    T, mT = property(views.T), property(views.mT)
+    unsqueeze, squeeze, flatten = views.unsqueeze, views.squeeze, views.flatten
+    expand, expand_as, narrow, split, chunk = views.expand, views.expand_as, views.narrow, views.split, views.chunk
+
+    # -- indexing (ops/indexing.py) and writing (ops/inplace.py) --------------------------------------------
+    __getitem__, __setitem__ = indexing.getitem, indexing.setitem
+    gather, scatter_add, index_select = indexing.gather, indexing.scatter_add, indexing.index_select
+    masked_fill, masked_select, tril, triu = indexing.masked_fill, indexing.masked_select, indexing.tril, indexing.triu
+    zero_, fill_, copy_ = inplace.zero_, inplace.fill_, inplace.copy_
+
+    # -- neural-network primitives (ops/nn.py) and matrix products (ops/linalg.py) --------------------------------
+    softmax, log_softmax = nn.softmax, nn.log_softmax
+    matmul, mm, bmm = linalg.matmul, linalg.mm, linalg.bmm
+    __matmul__, __rmatmul__ = linalg.matmul, _reflected(linalg.matmul)
+
+    # -- DLPack ---------------------------------------------------------------------------------------------
+    def __dlpack__(self, **kwargs):
+        """DLPack export of a cpu tensor: numpy's capsule of the strided view, sharing the storage."""
         if self.requires_grad:
-            raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-        return self._data
+            raise RuntimeError("Can't export tensors that require gradient, use tensor.detach()")
+        if self.device.type != "cpu":
+            raise BufferError(f"DLPack export is for cpu tensors; copy {self.device} tensors with .cpu() first")
+        return self._data.__dlpack__(**kwargs)
 
-    def item(self):
-        if self.numel() != 1:
-            raise RuntimeError(f"a Tensor with {self.numel()} elements cannot be converted to Scalar")
-        return self._host().reshape(()).item()
-
-    def tolist(self):
-        return self._host().tolist()
-
-    def __repr__(self) -> str:
-        host = self._host()
-        body = np.array2string(host.astype(np.float32) if self.dtype is _dtype.bfloat16 else host, separator=", ",
-                               prefix="tensor(")
-        extras = "" if self.device.type == "cpu" else f", device='{self.device}'"
-        if self.dtype not in (_dtype.get_default_dtype(), _dtype.int64, _dtype.bool_):
-            extras += f", dtype={self.dtype!r}"
-        if self.grad_fn is not None:
-            extras += f", grad_fn=<{self.grad_fn.name()}>"
-        elif self.requires_grad:
-            extras += ", requires_grad=True"
-        return f"tensor({body}{extras})"
-
-    def __len__(self) -> builtins.int:
-        if not self.ndim:
-            raise TypeError("len() of a 0-d tensor")
-        return self._shape[0]
-
-    def __bool__(self) -> bool:
-        if self.numel() != 1:
-            raise RuntimeError("Boolean value of Tensor with more than one value is ambiguous")
-        return builtins.bool(self.item())
-
-    def __float__(self) -> builtins.float:
-        return builtins.float(self.item())
-
-    def __int__(self) -> builtins.int:
-        return builtins.int(self.item())
-
-    def __index__(self) -> builtins.int:
-        if self.dtype.category != 1 or self.numel() != 1:
-            raise TypeError("only integer tensors of a single element can be converted to an index")
-        return builtins.int(self.item())
-
-    __hash__ = object.__hash__
+    def __dlpack_device__(self):
+        """(kDLCPU, 0); a GPU tensor reports kDLCUDA (2) or kDLROCM (10), though it does not export."""
+        if self.device.type == "cpu":
+            return (1, 0)
+        return (2 if self.device.type == "cuda" else 10, self.device.index or 0)
 
 
-def _dim(d: builtins.int, ndim: builtins.int) -> builtins.int:
-    n = builtins.max(ndim, 1)
-    if not -n <= d < n:
-        raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})")
-    return d % n
-
-
-def _contiguous(t: Tensor) -> Tensor:
-    """t itself if contiguous, else a contiguous copy (no autograd: for the backend's use)."""
-    if t.is_contiguous():
-        return t
-    out = Tensor._empty(t._shape, t.dtype, t.device)
-    _backend.unary("copy", t._data, out._data)
-    return out
-
-
-def ones_like(t: Tensor, dtype=None, device=None) -> Tensor:
-    from lapis.framework.creation import full
-    return full(t.shape, 1, dtype=dtype or t.dtype, device=device or t.device)
+TensorBase.made_class = Tensor

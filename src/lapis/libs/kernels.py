@@ -1,8 +1,9 @@
 """Layer 4: elementwise kernels the framework needs (ATen's place on the CUDA side).
 
     kernels.fill(api, array, value)              # every element of a device array = value
-    kernels.unary(api, "exp", x, out)            # out = exp(x), x broadcast to out's shape
-    kernels.binary(api, "add", a, b, out)        # numpy broadcasting over any strides, up to 6-D
+    kernels.copy(api, x, out)                    # out = x, broadcast to out's shape, cast to its dtype
+    kernels.unary(api, fn, x, out)               # out = fn(x) for a device function fn of one number
+    kernels.binary(api, fn, a, b, out)           # out = fn(a, b), numpy broadcasting over any strides, up to 6-D
     kernels.where(api, cond, a, b, out)
     kernels.reduce(api, "argmax", x, dim, out)   # along one dimension, in order (deterministic)
     kernels.adam(api, p, g, m, v, lr=..., ...)    # one fused Adam/AdamW step over a parameter
@@ -10,9 +11,11 @@
     kernels.scatter_add(api, out, dim, index, src)   # out[.., index[.., j, ..], ..] += src[.., j, ..]
 
 Operands are device arrays of any strides (views, broadcast); each element's offset is found
-from its linear index and the operand's (broadcast) strides. Each operation compiles its own
-kernel (the op name is a closure constant the compiler folds), once per dtype combination;
-the output's dtype decides the result's (a float32 out of int32 inputs casts, as `copy` does).
+from its linear index and the operand's (broadcast) strides. `unary` and `binary` apply a device
+function (`@cuda.jit(device=True)`) per element, as numba's `@vectorize` and CuPy's ElementwiseKernel
+do: the framework's op table supplies one per op. Each function compiles its own kernel (the function
+is a closure constant the compiler inlines), once per dtype combination; the output's dtype decides the
+result's (a float32 out of int32 inputs casts, as `copy` does).
 """
 
 import math
@@ -21,6 +24,7 @@ import numpy as np
 
 from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, float32, grid
+from lapis.cuda.compiler.device_function import DeviceFunction
 
 THREADS = 256
 
@@ -48,8 +52,6 @@ def fill(api, array: DeviceNDArray, value, stream=0) -> None:
 
 # -- elementwise operations over broadcast, strided operands -------------------------------------------
 MAX_DIMS = 6
-UNARY = ("neg", "abs", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "sin", "cos", "relu", "erf", "copy")
-BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "eq", "ne", "lt", "le", "gt", "ge")
 
 
 class KernelArgumentError(ValueError):
@@ -111,79 +113,31 @@ LOAD = {m: make_load(m) for m in (SCALAR, FLAT, TRAILING, STRIDED)}
 PLACE = {m: make_place(m) for m in (FLAT, STRIDED)}
 
 
-def make_unary_kernel(op: str, modes: tuple = (STRIDED, STRIDED)):
-    OP, load_x, place = op, LOAD[modes[0]], PLACE[modes[1]]
+@cuda.jit(device=True)
+def identity(v):
+    return v
+
+
+def make_unary_kernel(fn, modes: tuple = (STRIDED, STRIDED)):
+    """The kernel applying device function fn to each element of x (identity: a copy or cast)."""
+    OP, load_x, place = fn, LOAD[modes[0]], PLACE[modes[1]]
 
     def unary_kernel(n, ndim, shape, sx, x, sout, out):
         i = cuda.grid(1)
         while i < n:
-            v = load_x(x, i, ndim, shape, sx)
-            if OP == "neg":
-                r = -v
-            elif OP == "abs":
-                r = abs(v)
-            elif OP == "exp":
-                r = math.exp(v)
-            elif OP == "log":
-                r = math.log(v)
-            elif OP == "sqrt":
-                r = math.sqrt(v)
-            elif OP == "rsqrt":
-                r = 1.0 / math.sqrt(v)
-            elif OP == "tanh":
-                r = math.tanh(v)
-            elif OP == "sigmoid":
-                r = 1.0 / (1.0 + math.exp(-v))
-            elif OP == "sin":
-                r = math.sin(v)
-            elif OP == "cos":
-                r = math.cos(v)
-            elif OP == "relu":
-                r = v if v > 0 else v * 0
-            elif OP == "erf":
-                r = math.erf(v)
-            else:
-                r = v
-            out[place(i, ndim, shape, sout)] = r
+            out[place(i, ndim, shape, sout)] = OP(load_x(x, i, ndim, shape, sx))
             i += cuda.gridsize(1)
     return unary_kernel
 
 
-def make_binary_kernel(op: str, modes: tuple = (STRIDED, STRIDED, STRIDED)):
-    OP, load_a, load_b, place = op, LOAD[modes[0]], LOAD[modes[1]], PLACE[modes[2]]
+def make_binary_kernel(fn, modes: tuple = (STRIDED, STRIDED, STRIDED)):
+    """The kernel applying device function fn to each pair of elements of a and b."""
+    OP, load_a, load_b, place = fn, LOAD[modes[0]], LOAD[modes[1]], PLACE[modes[2]]
 
     def binary_kernel(n, ndim, shape, sa, a, sb, b, sout, out):
         i = cuda.grid(1)
         while i < n:
-            x = load_a(a, i, ndim, shape, sa)
-            y = load_b(b, i, ndim, shape, sb)
-            if OP == "add":
-                r = x + y
-            elif OP == "sub":
-                r = x - y
-            elif OP == "mul":
-                r = x * y
-            elif OP == "div":
-                r = x / y
-            elif OP == "pow":
-                r = x ** y
-            elif OP == "maximum":
-                r = max(x, y)
-            elif OP == "minimum":
-                r = min(x, y)
-            elif OP == "eq":
-                r = x == y
-            elif OP == "ne":
-                r = x != y
-            elif OP == "lt":
-                r = x < y
-            elif OP == "le":
-                r = x <= y
-            elif OP == "gt":
-                r = x > y
-            else:
-                r = x >= y
-            out[place(i, ndim, shape, sout)] = r
+            out[place(i, ndim, shape, sout)] = OP(load_a(a, i, ndim, shape, sa), load_b(b, i, ndim, shape, sb))
             i += cuda.gridsize(1)
     return binary_kernel
 
@@ -298,27 +252,36 @@ def _geometry(api, out: DeviceNDArray, *inputs) -> tuple[tuple, list]:
     return modes, [np.int64(int(np.prod(shape))), np.int64(len(padded)), *operands]
 
 
-def unary(api, op: str, x: DeviceNDArray, out: DeviceNDArray) -> None:
-    """out = op(x) elementwise, x broadcast to out's shape; out's dtype is the result's (a cast when it
-    differs, as `copy` into an array of another dtype)."""
-    if op not in UNARY:
-        raise KernelArgumentError(f"unary op must be one of {', '.join(UNARY)}, not {op!r}")
+def _check_function(fn, arity: int) -> None:
+    if not isinstance(fn, DeviceFunction) or fn.py_func.__code__.co_argcount != arity:
+        raise KernelArgumentError(f"expected a device function (@cuda.jit(device=True)) of {arity} argument(s), "
+                                  f"not {fn!r}")
+
+
+def unary(api, fn, x: DeviceNDArray, out: DeviceNDArray) -> None:
+    """out = fn(x) elementwise for a device function fn of one number, x broadcast to out's shape; out's dtype
+    is the result's (a cast when it differs)."""
+    _check_function(fn, 1)
     modes, (n, ndim, shape, sx, x, sout, out) = _geometry(api, out, x)
-    with trace.span(4, "elementwise", op=op, shape=tuple(out.shape), dtype=str(out.dtype)):
+    with trace.span(4, "elementwise", op=fn.__name__, shape=tuple(out.shape), dtype=str(out.dtype)):
         if n:
-            _dispatcher(api, ("unary", op, modes), lambda: make_unary_kernel(op, modes))[
+            _dispatcher(api, ("unary", fn, modes), lambda: make_unary_kernel(fn, modes))[
                 max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sx, x, sout, out)
 
 
-def binary(api, op: str, a, b, out: DeviceNDArray) -> None:
-    """out = a op b elementwise with numpy broadcasting; comparisons write bool arrays. Either operand
-    may be a numpy scalar, passed to the kernel as an argument."""
-    if op not in BINARY:
-        raise KernelArgumentError(f"binary op must be one of {', '.join(BINARY)}, not {op!r}")
+def copy(api, x: DeviceNDArray, out: DeviceNDArray) -> None:
+    """out = x, broadcast to out's shape and cast to out's dtype."""
+    unary(api, identity, x, out)
+
+
+def binary(api, fn, a, b, out: DeviceNDArray) -> None:
+    """out = fn(a, b) elementwise for a device function fn of two numbers, with numpy broadcasting; either
+    operand may be a numpy scalar, passed to the kernel as an argument."""
+    _check_function(fn, 2)
     modes, (n, ndim, shape, sa, a, sb, b, sout, out) = _geometry(api, out, a, b)
-    with trace.span(4, "elementwise", op=op, shape=tuple(out.shape), dtype=str(out.dtype)):
+    with trace.span(4, "elementwise", op=fn.__name__, shape=tuple(out.shape), dtype=str(out.dtype)):
         if n:
-            _dispatcher(api, ("binary", op, modes), lambda: make_binary_kernel(op, modes))[
+            _dispatcher(api, ("binary", fn, modes), lambda: make_binary_kernel(fn, modes))[
                 max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sa, a, sb, b, sout, out)
 
 

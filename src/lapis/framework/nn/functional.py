@@ -6,9 +6,11 @@ GPU. Losses reduce with torch's `reduction` ('mean', 'sum', 'none').
 
 import math
 
-import lapis
 from lapis.framework import dtype as _dtype
-from lapis.framework.ops import Activation, Attention, BatchNorm, Conv2d, LayerNorm, Pool2d
+from lapis.framework.creation import arange, full, ones, rand, zeros
+from lapis.framework.ops.common import broadcast_shapes
+from lapis.framework.ops.elementwise import where
+from lapis.framework.ops.nn import Activation, Attention, BatchNorm, Conv2d, LayerNorm, Pool2d
 from lapis.framework.tensor import Tensor
 
 
@@ -35,7 +37,7 @@ def avg_pool2d(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
 def _or_full(t: Tensor | None, shape, value: float, like: Tensor) -> Tensor:
     """t, or (when an affine parameter or a running statistic is absent) its neutral value: what the
     fused kernels read in its place."""
-    return t if t is not None else lapis.full(shape, value, dtype=like.dtype, device=like.device)
+    return t if t is not None else full(shape, value, dtype=like.dtype, device=like.device)
 
 
 def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | None, weight: Tensor | None = None,
@@ -62,13 +64,13 @@ def relu(x: Tensor) -> Tensor:
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     if approximate == "tanh":
         return 0.5 * x * (1 + (math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)).tanh())
-    if x.dtype == lapis.float32:                 # one fused kernel each way
+    if x.dtype == _dtype.float32:                 # one fused kernel each way
         return Activation.apply(x, "gelu")
     return 0.5 * x * (1 + (x * (1 / math.sqrt(2))).erf())
 
 
 def silu(x: Tensor) -> Tensor:
-    return Activation.apply(x, "silu") if x.dtype == lapis.float32 else x * x.sigmoid()
+    return Activation.apply(x, "silu") if x.dtype == _dtype.float32 else x * x.sigmoid()
 
 
 def sigmoid(x: Tensor) -> Tensor:
@@ -80,11 +82,11 @@ def tanh(x: Tensor) -> Tensor:
 
 
 def softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
-    return lapis.softmax(x, dim, dtype)
+    return x.softmax(dim, dtype)
 
 
 def log_softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
-    return lapis.log_softmax(x, dim, dtype)
+    return x.log_softmax(dim, dtype)
 
 
 def one_hot(target: Tensor, num_classes: int = -1) -> Tensor:
@@ -93,7 +95,7 @@ def one_hot(target: Tensor, num_classes: int = -1) -> Tensor:
         raise RuntimeError("one_hot is only applicable to index tensor of type LongTensor.")
     if num_classes < 0:
         num_classes = int(target.max().item()) + 1
-    classes = lapis.arange(num_classes, device=target.device)
+    classes = arange(num_classes, device=target.device)
     return (target.unsqueeze(-1) == classes).long()
 
 
@@ -113,7 +115,7 @@ def nll_loss(logp: Tensor, target: Tensor, ignore_index: int = -100, reduction: 
         raise ValueError(f"Expected input batch_size ({logp.shape[0]}) to match target batch_size "
                          f"({target.shape[0] if target.ndim else 0}).")
     keep = (target != ignore_index).to(logp.dtype)
-    picked = one_hot(lapis.where(target == ignore_index, 0, target), logp.shape[1]).to(logp.dtype)
+    picked = one_hot(where(target == ignore_index, 0, target), logp.shape[1]).to(logp.dtype)
     loss = -(logp * picked).sum(1) * keep
     return _reduce(loss, reduction, keep.sum() if reduction == "mean" else None)
 
@@ -149,7 +151,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return x
-    keep = (lapis.rand(x.shape, device=x.device) >= p).to(x.dtype)
+    keep = (rand(x.shape, device=x.device) >= p).to(x.dtype)
     return x * keep * (1 / (1 - p)) if p < 1 else x * 0
 
 
@@ -160,7 +162,7 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     if tuple(x.shape[x.ndim - len(normalized_shape):]) != normalized_shape:
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "
                            f"[*, {', '.join(map(str, normalized_shape))}], but got input of size{list(x.shape)}")
-    if x.dtype == lapis.float32:                            # the fused kernels are float32
+    if x.dtype == _dtype.float32:                            # the fused kernels are float32
         return LayerNorm.apply(x, _or_full(weight, normalized_shape, 1.0, x), _or_full(bias, normalized_shape, 0.0, x),
                                eps)
     dims = tuple(range(x.ndim - len(normalized_shape), x.ndim))
@@ -184,17 +186,17 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     if attn_mask is not None and is_causal:
         raise RuntimeError("_scaled_dot_product_attention: Explicit attn_mask should not be set when is_causal=True")
     scale = 1 / math.sqrt(query.shape[-1]) if scale is None else scale
-    fused = (attn_mask is None and dropout_p == 0 and query.dtype == key.dtype == value.dtype == lapis.float32
+    fused = (attn_mask is None and dropout_p == 0 and query.dtype == key.dtype == value.dtype == _dtype.float32
              and query.shape[-1] == value.shape[-1] and (query.device.type == "cpu" or query.shape[-1] <= 64))
     if fused:                                   # the flash kernels: scores never stored
-        shape = lapis.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+        shape = broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
         return Attention.apply(query.expand(*shape, *query.shape[-2:]), key.expand(*shape, *key.shape[-2:]),
                                value.expand(*shape, *value.shape[-2:]), scale, is_causal)
     scores = query @ key.mT * scale             # (..., L, S)
     if is_causal:
-        attn_mask = lapis.ones(scores.shape[-2:], dtype=lapis.bool, device=query.device).tril()
+        attn_mask = ones(scores.shape[-2:], dtype=_dtype.bool_, device=query.device).tril()
     if attn_mask is not None:
-        scores = scores.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == lapis.bool else scores + attn_mask
+        scores = scores.masked_fill(~attn_mask, -math.inf) if attn_mask.dtype == _dtype.bool_ else scores + attn_mask
     weights = dropout(softmax(scores, -1), dropout_p)
     return weights @ value
 
@@ -225,7 +227,7 @@ def multi_head_attention_forward(module, query: Tensor, key: Tensor, value: Tens
         for m in (attn_mask, key_padding_mask):
             if m is None:
                 continue
-            add = lapis.zeros(m.shape, device=query.device).masked_fill(m, -math.inf) if m.dtype == lapis.bool \
+            add = zeros(m.shape, device=query.device).masked_fill(m, -math.inf) if m.dtype == _dtype.bool_ \
                 else m
             if m is key_padding_mask:
                 add = add.reshape(n, 1, 1, key.shape[1])

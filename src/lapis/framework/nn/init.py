@@ -3,13 +3,15 @@ framework's generator (`lapis.manual_seed`) and written into the tensor."""
 
 import math
 
-import lapis
-from lapis.framework.tensor import Tensor, _generator
+from lapis.framework.autograd import no_grad
+from lapis.framework.creation import tensor as _tensor
+from lapis.framework.generator import default_generator
+from lapis.framework.tensor import Tensor
 
 
 def _fill(tensor: Tensor, values) -> Tensor:
-    with lapis.no_grad():
-        tensor.copy_(lapis.tensor(values.astype(tensor.dtype.np), device=tensor.device))
+    with no_grad():
+        tensor.copy_(_tensor(values.astype(tensor.dtype.np), device=tensor.device))
     return tensor
 
 
@@ -34,15 +36,15 @@ def calculate_gain(nonlinearity: str, param=None) -> float:
 
 
 def uniform_(tensor: Tensor, a: float = 0.0, b: float = 1.0) -> Tensor:
-    return _fill(tensor, _generator[0].uniform(a, b, tuple(tensor.shape)))
+    return _fill(tensor, default_generator().uniform(a, b, tuple(tensor.shape)))
 
 
 def normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0) -> Tensor:
-    return _fill(tensor, _generator[0].normal(mean, std, tuple(tensor.shape)))
+    return _fill(tensor, default_generator().normal(mean, std, tuple(tensor.shape)))
 
 
 def constant_(tensor: Tensor, value: float) -> Tensor:
-    with lapis.no_grad():
+    with no_grad():
         return tensor.fill_(value)
 
 

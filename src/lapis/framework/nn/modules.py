@@ -7,7 +7,9 @@ as torch's does, so `parameters()`, `state_dict()` and `to()` walk the tree in d
 import math
 from collections import OrderedDict
 
-import lapis
+from lapis.framework.autograd import no_grad
+from lapis.framework.creation import empty, ones, zeros
+from lapis.framework.device import device
 from lapis.framework.nn import functional as F
 from lapis.framework.nn import init
 from lapis.framework.tensor import Tensor
@@ -17,7 +19,7 @@ class Parameter(Tensor):
     """A tensor that is a module's parameter: it requires grad, and assigning it to a Module registers it."""
 
     def __new__(cls, data: Tensor | None = None, requires_grad: bool = True):
-        data = lapis.empty(0) if data is None else data
+        data = empty(0) if data is None else data
         p = Tensor.__new__(cls)
         Tensor.__init__(p, data._storage, data._shape, data._strides, data._offset, data.device)
         p.requires_grad = requires_grad
@@ -121,7 +123,7 @@ class Module:
         if strict and (missing or unexpected):
             raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}: missing keys {missing}, "
                                f"unexpected keys {unexpected}")
-        with lapis.no_grad():
+        with no_grad():
             for k, t in own.items():
                 if k in state:
                     if tuple(state[k].shape) != tuple(t.shape):
@@ -161,7 +163,7 @@ class Module:
         return self
 
     def cuda(self, index: int = 0) -> "Module":
-        return self.to(lapis.device("cuda", index))
+        return self.to(device("cuda", index))
 
     def cpu(self) -> "Module":
         return self.to("cpu")
@@ -257,8 +259,8 @@ class Linear(Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None):
         super().__init__()
         self.in_features, self.out_features = in_features, out_features
-        self.weight = Parameter(lapis.empty(out_features, in_features, device=device, dtype=dtype))
-        self.bias = Parameter(lapis.empty(out_features, device=device, dtype=dtype)) if bias else None
+        self.weight = Parameter(empty(out_features, in_features, device=device, dtype=dtype))
+        self.bias = Parameter(empty(out_features, device=device, dtype=dtype)) if bias else None
         if not bias:
             self.register_parameter("bias", None)
         self.reset_parameters()
@@ -331,8 +333,8 @@ class LayerNorm(Module):
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
         if elementwise_affine:
-            self.weight = Parameter(lapis.ones(self.normalized_shape, device=device, dtype=dtype))
-            self.bias = Parameter(lapis.zeros(self.normalized_shape, device=device, dtype=dtype))
+            self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
+            self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -353,10 +355,10 @@ class MultiheadAttention(Module):
             raise AssertionError("embed_dim must be divisible by num_heads")
         self.embed_dim, self.num_heads, self.dropout, self.batch_first = embed_dim, num_heads, dropout, batch_first
         self.head_dim = embed_dim // num_heads
-        self.in_proj_weight = Parameter(lapis.empty(3 * embed_dim, embed_dim, device=device, dtype=dtype))
+        self.in_proj_weight = Parameter(empty(3 * embed_dim, embed_dim, device=device, dtype=dtype))
         init.xavier_uniform_(self.in_proj_weight)
         if bias:
-            self.in_proj_bias = Parameter(lapis.zeros(3 * embed_dim, device=device, dtype=dtype))
+            self.in_proj_bias = Parameter(zeros(3 * embed_dim, device=device, dtype=dtype))
         else:
             self.register_parameter("in_proj_bias", None)
         self.out_proj = Linear(embed_dim, embed_dim, bias=bias, device=device, dtype=dtype)
@@ -384,10 +386,10 @@ class Embedding(Module):
                  dtype=None):
         super().__init__()
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
-        self.weight = Parameter(lapis.empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
+        self.weight = Parameter(empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
         init.normal_(self.weight)
         if padding_idx is not None:
-            with lapis.no_grad():
+            with no_grad():
                 self.weight[padding_idx] = 0.0
 
     def forward(self, index):
@@ -407,9 +409,9 @@ class Conv2d(Module):
             raise ValueError("in_channels and out_channels must be divisible by groups")
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (r, s)
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        self.weight = Parameter(lapis.empty(out_channels, in_channels // groups, r, s, device=device, dtype=dtype))
+        self.weight = Parameter(empty(out_channels, in_channels // groups, r, s, device=device, dtype=dtype))
         if bias:
-            self.bias = Parameter(lapis.empty(out_channels, device=device, dtype=dtype))
+            self.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
         else:
             self.register_parameter("bias", None)
         init.kaiming_uniform_(self.weight, a=math.sqrt(5))          # torch's Conv2d initialisation
@@ -445,14 +447,14 @@ class _BatchNorm(Module):
         super().__init__()
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         if affine:
-            self.weight = Parameter(lapis.ones(num_features, device=device, dtype=dtype))
-            self.bias = Parameter(lapis.zeros(num_features, device=device, dtype=dtype))
+            self.weight = Parameter(ones(num_features, device=device, dtype=dtype))
+            self.bias = Parameter(zeros(num_features, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         self.track_running_stats = track_running_stats
-        self.register_buffer("running_mean", lapis.zeros(num_features, device=device) if track_running_stats else None)
-        self.register_buffer("running_var", lapis.ones(num_features, device=device) if track_running_stats else None)
+        self.register_buffer("running_mean", zeros(num_features, device=device) if track_running_stats else None)
+        self.register_buffer("running_var", ones(num_features, device=device) if track_running_stats else None)
 
     def forward(self, x):
         training = self.training or not self.track_running_stats

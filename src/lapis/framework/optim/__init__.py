@@ -6,9 +6,11 @@ state (momentum buffers, moments) lives on the parameters' device.
 
 import functools
 
-import lapis
 from lapis import trace
-from lapis.framework import backend as _backend
+from lapis.framework import backend
+from lapis.framework import dtype as _dtype
+from lapis.framework.autograd import no_grad
+from lapis.framework.creation import zeros_like
 from lapis.framework.optim import lr_scheduler
 
 
@@ -40,7 +42,7 @@ class Optimizer:
                 if set_to_none:
                     p.grad = None
                 elif p.grad is not None:
-                    with lapis.no_grad():
+                    with no_grad():
                         p.grad.zero_()
 
     def _params(self):
@@ -62,7 +64,7 @@ class SGD(Optimizer):
         super().__init__(params, dict(lr=lr, momentum=momentum, dampening=dampening, weight_decay=weight_decay,
                                       nesterov=nesterov, maximize=maximize))
 
-    @lapis.no_grad()
+    @no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         for g, p, state in self._params():
@@ -88,22 +90,22 @@ class Adam(Optimizer):
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
         self.decoupled = decoupled
 
-    @lapis.no_grad()
+    @no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         for g, p, state in self._params():
             if not state:
                 state["step"] = 0
-                state["exp_avg"] = lapis.zeros_like(p)
-                state["exp_avg_sq"] = lapis.zeros_like(p)
+                state["exp_avg"] = zeros_like(p)
+                state["exp_avg_sq"] = zeros_like(p)
             state["step"] += 1
             beta1, beta2 = g["betas"]
             grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
-            if not p.is_contiguous() or p.dtype is not lapis.float32:
+            if not p.is_contiguous() or p.dtype is not _dtype.float32:
                 raise NotImplementedError("Adam here steps contiguous float32 parameters")
             # one fused kernel per parameter (torch's fused=True): m and v move toward the gradient, then
             # p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-            _backend.adam(p._data, grad._data, state["exp_avg"]._data, state["exp_avg_sq"]._data, lr=g["lr"],
+            backend.adam(p._data, grad._data, state["exp_avg"]._data, state["exp_avg_sq"]._data, lr=g["lr"],
                           beta1=beta1, beta2=beta2, eps=g["eps"], step=state["step"],
                           weight_decay=g["weight_decay"], decoupled=self.decoupled)
             for t in (p, state["exp_avg"], state["exp_avg_sq"]):

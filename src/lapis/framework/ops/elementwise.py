@@ -1,0 +1,468 @@
+"""Layer 5: elementwise ops, one table.
+
+Each elementwise op is one row of `OPS` (tinygrad's habit): its reference on the cpu device (numpy), its device
+function (the kernel language, applied per element by `lapis.libs.kernels` on a GPU), its gradient (one function
+per input), its dtype rule, and what backward needs of the call: its inputs, its output, or nothing. Everything else is
+derived from the table: the autograd Function (`ExpBackward0` ...), `lapis.<op>`, `Tensor.<op>`, the in-place
+`Tensor.<op>_`, Python's operators, and the tests, which walk the table. Adding an op is one row.
+
+Operands broadcast (numpy's rule) and compute in torch's promoted dtype (operands are cast first, so an int32
+tensor times 2.5 computes in float32); a Python number travels to a GPU kernel as an argument. Gradients of
+broadcast operands come back in the output's shape; the autograd engine sums them to the operand's, as torch's
+does. Also here: casts and moves (`to`), `where`, `clamp`, and the logical operators of bool tensors.
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from lapis import cuda, trace
+from lapis.framework import backend
+from lapis.framework import dtype as _dtype
+from lapis.framework.autograd import Function
+from lapis.framework.device import device
+from lapis.framework.ops import inplace
+from lapis.framework.ops.common import broadcast_shapes, check_devices, new, operand, shape_of
+from lapis.framework.tensor_base import TensorBase
+
+
+# -- dtype rules: (operands) -> (the dtype the op computes in, the dtype of its result) ------------------------
+def promote(operands) -> tuple:
+    dt = _dtype.result_type(*operands)
+    return dt, dt
+
+
+def to_float(operands) -> tuple:
+    """Integer and bool operands compute in the default float dtype (torch's exp, sqrt, true division)."""
+    dt = _dtype.result_type(*operands)
+    dt = dt if dt.is_floating_point else _dtype.get_default_dtype()
+    return dt, dt
+
+
+def to_bool(operands) -> tuple:
+    """Comparisons: compare in the promoted dtype, answer in bool."""
+    return _dtype.result_type(*operands), _dtype.bool_
+
+
+@dataclass(frozen=True)
+class Op:
+    """One elementwise op. `cpu` takes and returns numpy arrays; `gpu` is a device function of scalars; `grads`
+    holds, per input, g -> that input's gradient, called as f(g, *inputs, out); None: not differentiable. `saves`
+    says what forward keeps for them: "inputs" (numbers stay numbers; out is None), "output" (the inputs are None)
+    or "nothing".
+    `operators` are the Python operators it answers (a reflected one, __radd__, swaps its operands); `alpha`:
+    it takes torch's `alpha` scale of its second operand; `numbered`: torch numbers its backward node by which
+    operands are tensors (PowBackward0 for tensor ** number, 1 for tensor ** tensor, 2 for number ** tensor)."""
+    name: str
+    cpu: Callable
+    gpu: Callable
+    grads: tuple | None
+    rule: Callable = promote
+    saves: str = "inputs"
+    operators: tuple = ()
+    alpha: bool = False
+    numbered: bool = False
+
+    @property
+    def arity(self) -> int:
+        return self.gpu.py_func.__code__.co_argcount
+
+    def node_name(self, operands) -> str:
+        """torch's name of the backward node of a call (ExpBackward0)."""
+        number = 0
+        if self.numbered:
+            number = 1 if all(isinstance(x, TensorBase) for x in operands) else \
+                2 if not isinstance(operands[0], TensorBase) else 0
+        return f"{self.name.capitalize()}Backward{number}"
+
+
+def _log(x):
+    return x.log() if isinstance(x, TensorBase) else math.log(x)
+
+
+def _step(x, g):
+    """1 where x > 0, else 0, in g's dtype."""
+    return (x > 0).to(g.dtype)
+
+
+def _share(a, b, g, wins):
+    """The part of g an operand of maximum/minimum gets: all where it wins, half at a tie (as torch splits it)."""
+    return g * (wins(a, b).to(g.dtype) + (a == b).to(g.dtype) * 0.5)
+
+
+def _sign(x, g):
+    return (x > 0).to(g.dtype) - (x < 0).to(g.dtype)
+
+
+def _numpy_pow(a, b):
+    # x ** 2 exactly (x * x), as torch computes it; C's pow otherwise
+    return np.where(b == 2, a * a, np.power(a, b))
+
+
+@cuda.jit(device=True)
+def neg(v):
+    return -v
+
+
+@cuda.jit(device=True)
+def absolute(v):
+    return abs(v)
+
+
+@cuda.jit(device=True)
+def exp(v):
+    return math.exp(v)
+
+
+@cuda.jit(device=True)
+def log(v):
+    return math.log(v)
+
+
+@cuda.jit(device=True)
+def sqrt(v):
+    return math.sqrt(v)
+
+
+@cuda.jit(device=True)
+def rsqrt(v):
+    return 1.0 / math.sqrt(v)
+
+
+@cuda.jit(device=True)
+def tanh(v):
+    return math.tanh(v)
+
+
+@cuda.jit(device=True)
+def sigmoid(v):
+    return 1.0 / (1.0 + math.exp(-v))
+
+
+@cuda.jit(device=True)
+def sin(v):
+    return math.sin(v)
+
+
+@cuda.jit(device=True)
+def cos(v):
+    return math.cos(v)
+
+
+@cuda.jit(device=True)
+def relu(v):
+    return v if v > 0 else v * 0
+
+
+@cuda.jit(device=True)
+def erf(v):
+    return math.erf(v)
+
+
+@cuda.jit(device=True)
+def add(x, y):
+    return x + y
+
+
+@cuda.jit(device=True)
+def sub(x, y):
+    return x - y
+
+
+@cuda.jit(device=True)
+def mul(x, y):
+    return x * y
+
+
+@cuda.jit(device=True)
+def div(x, y):
+    return x / y
+
+
+@cuda.jit(device=True)
+def power(x, y):
+    r = x * x
+    if y != 2:
+        r = x ** y
+    return r
+
+
+@cuda.jit(device=True)
+def maximum(x, y):
+    return max(x, y)
+
+
+@cuda.jit(device=True)
+def minimum(x, y):
+    return min(x, y)
+
+
+@cuda.jit(device=True)
+def eq(x, y):
+    return x == y
+
+
+@cuda.jit(device=True)
+def ne(x, y):
+    return x != y
+
+
+@cuda.jit(device=True)
+def lt(x, y):
+    return x < y
+
+
+@cuda.jit(device=True)
+def le(x, y):
+    return x <= y
+
+
+@cuda.jit(device=True)
+def gt(x, y):
+    return x > y
+
+
+@cuda.jit(device=True)
+def ge(x, y):
+    return x >= y
+
+
+# The table. Unary gradients are f(g, x, y) with x the input and y the output; binary ones f(g, a, b, y).
+OPS = {op.name: op for op in (
+    Op("neg", np.negative, neg, (lambda g, x, y: -g,), saves="nothing", operators=("__neg__",)),
+    Op("abs", np.abs, absolute, (lambda g, x, y: g * _sign(x, g),), operators=("__abs__",)),
+    Op("exp", np.exp, exp, (lambda g, x, y: g * y,), to_float, saves="output"),
+    Op("log", np.log, log, (lambda g, x, y: g / x,), to_float),
+    Op("sqrt", np.sqrt, sqrt, (lambda g, x, y: g / (2 * y),), to_float, saves="output"),
+    Op("rsqrt", lambda v: 1 / np.sqrt(v), rsqrt, (lambda g, x, y: g * -0.5 * y * y * y,), to_float,
+       saves="output"),
+    Op("tanh", np.tanh, tanh, (lambda g, x, y: g * (1 - y * y),), to_float, saves="output"),
+    Op("sigmoid", lambda v: 1 / (1 + np.exp(-v)), sigmoid, (lambda g, x, y: g * y * (1 - y),), to_float,
+       saves="output"),
+    Op("sin", np.sin, sin, (lambda g, x, y: g * x.cos(),), to_float),
+    Op("cos", np.cos, cos, (lambda g, x, y: -g * x.sin(),), to_float),
+    Op("relu", lambda v: np.maximum(v, 0), relu, (lambda g, x, y: g * _step(x, g),)),
+    Op("erf", backend.erf, erf, (lambda g, x, y: g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),), to_float),
+    Op("add", np.add, add, (lambda g, a, b, y: g, lambda g, a, b, y: g), saves="nothing",
+       operators=("__add__", "__radd__"), alpha=True),
+    Op("sub", np.subtract, sub, (lambda g, a, b, y: g, lambda g, a, b, y: -g), saves="nothing",
+       operators=("__sub__", "__rsub__"), alpha=True),
+    Op("mul", np.multiply, mul, (lambda g, a, b, y: g * b, lambda g, a, b, y: g * a),
+       operators=("__mul__", "__rmul__")),
+    Op("div", np.divide, div, (lambda g, a, b, y: g / b, lambda g, a, b, y: -g * a / (b * b)), to_float,
+       operators=("__truediv__", "__rtruediv__")),
+    Op("pow", _numpy_pow, power, (lambda g, a, b, y: g * b * a ** (b - 1), lambda g, a, b, y: g * a ** b * _log(a)),
+       operators=("__pow__", "__rpow__"), numbered=True),
+    Op("maximum", np.maximum, maximum, (lambda g, a, b, y: _share(a, b, g, lambda p, q: p > q),
+                                        lambda g, a, b, y: _share(b, a, g, lambda p, q: p > q))),
+    Op("minimum", np.minimum, minimum, (lambda g, a, b, y: _share(a, b, g, lambda p, q: p < q),
+                                        lambda g, a, b, y: _share(b, a, g, lambda p, q: p < q))),
+    Op("eq", np.equal, eq, None, to_bool, operators=("__eq__",)),
+    Op("ne", np.not_equal, ne, None, to_bool, operators=("__ne__",)),
+    Op("lt", np.less, lt, None, to_bool, operators=("__lt__",)),
+    Op("le", np.less_equal, le, None, to_bool, operators=("__le__",)),
+    Op("gt", np.greater, gt, None, to_bool, operators=("__gt__",)),
+    Op("ge", np.greater_equal, ge, None, to_bool, operators=("__ge__",)),
+)}
+
+
+def compute(op: Op, *operands, out=None) -> TensorBase:
+    """op over broadcast operands, without autograd: the forward every row shares (and clamp's kernels)."""
+    dev = check_devices(*operands)
+    dt, out_dtype = op.rule(operands)
+    if out is None:
+        out = new(broadcast_shapes(*(shape_of(x) for x in operands)), out_dtype, dev)
+    backend.pointwise(op, [operand(x, dt, dev) for x in operands], out._data)
+    return out
+
+
+class Pointwise(Function):
+    """The autograd Function of one row (`op`): each row gets a subclass of its own name (Exp, Add, ...)."""
+
+    op: Op
+
+    @classmethod
+    def forward(cls, ctx, *operands):
+        out = compute(cls.op, *operands)
+        ctx.node_name = cls.op.node_name(operands)
+        if cls.op.saves == "output":
+            ctx.save_for_backward(out)
+        elif cls.op.saves == "inputs":
+            ctx.save_for_backward(*(x if isinstance(x, TensorBase) else None for x in operands))
+            ctx.numbers = operands
+        return out
+
+    @classmethod
+    def backward(cls, ctx, g):
+        saved = ctx.saved_tensors
+        inputs, out = (None,) * len(cls.op.grads), None
+        if cls.op.saves == "output":
+            out = saved[0]
+        elif cls.op.saves == "inputs":
+            inputs = tuple(n if t is None else t for t, n in zip(saved, ctx.numbers, strict=True))
+        return tuple(grad(g, *inputs, out) if needed else None
+                     for grad, needed in zip(cls.op.grads, ctx.needs_input_grad, strict=True))
+
+
+FUNCTIONS = {name: type(name.capitalize(), (Pointwise,), {"op": op, "__doc__": f"The {name} row's Function."})
+             for name, op in OPS.items()}
+
+
+def _public(op: Op) -> Callable:
+    """lapis.<op>: the row's Function applied (with torch's alpha for add and sub)."""
+    function = FUNCTIONS[op.name]
+    if op.arity == 1:
+        def unary(x):
+            return function.apply(x)
+        unary.__name__ = unary.__qualname__ = op.name
+        return unary
+
+    def binary(a, b, *, alpha=1):
+        if alpha != 1:
+            if not op.alpha:
+                raise TypeError(f"{op.name}() got an unexpected keyword argument 'alpha'")
+            b = FUNCTIONS["mul"].apply(b, alpha) if isinstance(b, TensorBase) else b * alpha
+        return function.apply(a, b)
+    binary.__name__ = binary.__qualname__ = op.name
+    return binary
+
+
+PUBLIC = {name: _public(op) for name, op in OPS.items()}
+
+
+def _methods() -> dict:
+    """Tensor's methods from the table: x.exp(), x.exp_() in place, and the Python operators."""
+    methods = {}
+    for name, op in OPS.items():
+        fn = PUBLIC[name]
+        methods[name] = fn
+        methods[name + "_"] = inplace.op(fn, op)
+        for dunder in op.operators:
+            methods[dunder] = (lambda f: lambda a, b: f(b, a))(fn) if dunder.startswith("__r") else fn
+    return methods
+
+
+ElementwiseMethods = type("ElementwiseMethods", (), {"__doc__": "Tensor's methods made from OPS, one per row.",
+                                                     **_methods()})
+
+
+# -- casts and moves --------------------------------------------------------------------------------------
+class ToCopy(Function):
+    """x in another dtype or on another device (or a copy): `to`, `cpu`, `cuda`, `float`, `clone`."""
+    node_name = "ToCopyBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, dev: device, dt: _dtype.dtype, copy: bool):
+        ctx.src = (x.device, x.dtype)
+        if dev == x.device and dt is x.dtype and not copy:
+            return x.detach()
+        if dev == x.device and dt is x.dtype:
+            ctx.node_name = "CloneBackward0"
+        with trace.span(5, "to", src=str(x.device), dst=str(dev), dtype=str(dt), shape=list(x.shape)):
+            if dev == x.device:                                    # a cast (or copy) where the data is
+                out = new(x.shape, dt, dev)
+                backend.copy(x._data, out._data)
+                return out
+            host = x._host()
+            return TensorBase._from_numpy(host.astype(dt.np) if host.dtype != dt.np else host, dev)
+
+    @staticmethod
+    def backward(ctx, g):
+        dev, dt = ctx.src
+        return g.to(dev, dt), None, None, None
+
+
+# -- selection and bounds ---------------------------------------------------------------------------------
+class Where(Function):
+    node_name = "WhereBackward0"
+
+    @staticmethod
+    def forward(ctx, cond: TensorBase, a, b):
+        dev = check_devices(cond, a, b)
+        dt = _dtype.result_type(a, b)
+        out = new(broadcast_shapes(cond.shape, shape_of(a), shape_of(b)), dt, dev)
+        backend.where(operand(cond, _dtype.bool_, dev), operand(a, dt, dev), operand(b, dt, dev), out._data)
+        ctx.save_for_backward(cond)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (cond,) = ctx.saved_tensors
+        zero = g * 0
+        return (None, Where.apply(cond, g, zero) if ctx.needs_input_grad[1] else None,
+                Where.apply(cond, zero, g) if ctx.needs_input_grad[2] else None)
+
+
+def where(cond, a, b) -> TensorBase:
+    return Where.apply(cond, a, b)
+
+
+class Clamp(Function):
+    """clamp(x, lo, hi) with number bounds: a maximum and a minimum kernel; the gradient passes where
+    lo <= x <= hi, bounds included, as torch's does."""
+    node_name = "ClampBackward1"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, lo, hi):
+        out = x
+        if lo is not None:
+            out = compute(OPS["maximum"], out, lo)
+        if hi is not None:
+            out = compute(OPS["minimum"], out, hi)
+        ctx.bounds = lo, hi
+        ctx.save_for_backward(x)
+        return out if out is not x else out.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        lo, hi = ctx.bounds
+        inside = (x >= lo) if lo is not None else None
+        if hi is not None:
+            inside = (x <= hi) if inside is None else Where.apply(inside, x <= hi, False)
+        return Where.apply(inside, g, 0.0), None, None
+
+
+def clamp(x, min=None, max=None):  # noqa: A002 - torch's argument names
+    if min is None and max is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    if not isinstance(min, TensorBase) and not isinstance(max, TensorBase):
+        return Clamp.apply(x, min, max)
+    out = x
+    if min is not None:
+        out = where(out < min, out * 0 + min, out)
+    if max is not None:
+        out = where(out > max, out * 0 + max, out)
+    return out
+
+
+# -- logical operators ------------------------------------------------------------------------------------
+def invert(x):
+    """~x: logical not of a bool tensor, bitwise not (-x - 1) of an integer one."""
+    if x.dtype == _dtype.bool_:
+        return x == False  # noqa: E712 - an elementwise comparison, not a truth test
+    if x.dtype.is_floating_point:
+        raise TypeError(f"bitwise_not is only implemented on integer and Boolean-type tensors (got {x.dtype})")
+    return -x - 1
+
+
+def logical_not(x):
+    return x == 0
+
+
+def _logical(name: str, combine):
+    # &, |, ^ of bool tensors (torch also has the bitwise integer forms; lapis has not)
+    def op(a, b):
+        operands = [t for t in (a, b) if isinstance(t, TensorBase)]
+        if any(t.dtype != _dtype.bool_ for t in operands) or not all(isinstance(t, TensorBase | bool) for t in (a, b)):
+            raise TypeError(f"{name} is implemented here for bool tensors (and Python bools) only")
+        return combine(a, b) if isinstance(a, TensorBase) else combine(b, a)     # all three commute
+    op.__name__ = name
+    return op
+
+
+bitwise_and = _logical("bitwise_and", lambda a, b: where(a, b, False))
+bitwise_or = _logical("bitwise_or", lambda a, b: where(a, True, b))
+bitwise_xor = _logical("bitwise_xor", lambda a, b: a != b)

@@ -1,0 +1,175 @@
+"""Layer 5: indexing beyond views: `x[mask]`, `x[index_tensor]`, assignment through every kind of index
+(`x[i] = v`), `gather`/`scatter_add` along a dimension, `index_select`, `masked_select`/`masked_fill`, and the
+triangles (`tril`/`triu`), with their gradients."""
+
+import numpy as np
+
+from lapis.framework import backend
+from lapis.framework import dtype as _dtype
+from lapis.framework.autograd import Function, no_grad
+from lapis.framework.ops import inplace
+from lapis.framework.ops.common import check_devices, new
+from lapis.framework.ops.elementwise import where
+from lapis.framework.ops.views import Index
+from lapis.framework.tensor_base import TensorBase, wrap_dim
+
+
+def _check_index(index: TensorBase) -> None:
+    if not isinstance(index, TensorBase) or index.dtype is not _dtype.int64:
+        raise RuntimeError(f"gather(): Expected dtype int64 for index, got "
+                           f"{index.dtype.name if isinstance(index, TensorBase) else type(index).__name__}")
+
+
+class Gather(Function):
+    node_name = "GatherBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, dim: int, index: TensorBase):
+        _check_index(index)
+        check_devices(x, index)
+        d = wrap_dim(dim, x.ndim)
+        out = new(index.shape, x.dtype, x.device)
+        backend.gather(x._contiguous()._data, d, index._contiguous()._data, out._data)
+        ctx.shape, ctx.d = x.shape, d
+        ctx.save_for_backward(index)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        return ScatterAdd.apply(g.new_zeros(ctx.shape), ctx.d, index, g), None, None
+
+
+class ScatterAdd(Function):
+    """x.scatter_add(dim, index, src): a copy of x with src added at index along dim."""
+    node_name = "ScatterAddBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, dim: int, index: TensorBase, src: TensorBase):
+        _check_index(index)
+        check_devices(x, index, src)
+        d = wrap_dim(dim, x.ndim)
+        out = new(x.shape, x.dtype, x.device)
+        backend.copy(x._data, out._data)
+        backend.scatter_add(out._data, d, index._contiguous()._data, src.to(x.dtype)._contiguous()._data)
+        ctx.d = d
+        ctx.save_for_backward(index)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (index,) = ctx.saved_tensors
+        return g, None, None, gather(g, ctx.d, index)
+
+
+def gather(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
+    return Gather.apply(x, dim, index)
+
+
+def scatter_add(x: TensorBase, dim: int, index: TensorBase, src: TensorBase) -> TensorBase:
+    return ScatterAdd.apply(x, dim, index, src)
+
+
+def index_select(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
+    """x's slices at `index` along dim: a gather with the index broadcast over the other dimensions."""
+    if index.ndim != 1:
+        raise IndexError("index_select(): Index is supposed to be a vector")
+    d = wrap_dim(dim, x.ndim)
+    shape = list(x.shape)
+    shape[d] = index.shape[0]
+    spread = index.reshape([-1 if i == d else 1 for i in range(x.ndim)]).expand(shape).contiguous()
+    return gather(x, d, spread)
+
+
+def masked_select(x, mask):
+    """x's elements where mask (broadcast to x) holds, as a 1-D tensor: the count is read back to the host,
+    as on a GPU, so this is a sync point."""
+    mask = mask.expand(x.shape) if tuple(mask.shape) != tuple(x.shape) else mask
+    picked = np.flatnonzero(mask.cpu().numpy().reshape(-1))
+    return gather(x.reshape(-1), 0, TensorBase._from_numpy(picked.astype(np.int64), x.device))
+
+
+def masked_fill(x, mask, value):
+    return where(mask, value if isinstance(value, TensorBase) else x.new_full((), value), x)
+
+
+def _triangle(x, diagonal, lower: bool):
+    rows, cols = x.shape[-2], x.shape[-1]
+    i = TensorBase._from_numpy(np.arange(rows, dtype=np.int64).reshape(rows, 1), x.device)
+    j = TensorBase._from_numpy(np.arange(cols, dtype=np.int64).reshape(1, cols), x.device)
+    keep = (j - i <= diagonal) if lower else (j - i >= diagonal)
+    return where(keep, x, 0)
+
+
+def tril(x, diagonal=0):
+    return _triangle(x, diagonal, True)
+
+
+def triu(x, diagonal=0):
+    return _triangle(x, diagonal, False)
+
+
+def getitem(x, index):
+    if isinstance(index, list):
+        index = _list_index(index, x)
+    if isinstance(index, TensorBase):
+        if index.dtype is _dtype.bool_:                 # a mask: the selected elements, in order
+            return masked_select(x, index)
+        if index.dtype.category == 1:                   # an index tensor on the first dimension
+            flat = index.reshape(-1).long()
+            return index_select(x, 0, flat).reshape(*index.shape, *x.shape[1:])
+    index = index if isinstance(index, tuple) else (index,)
+    for i in index:
+        if isinstance(i, TensorBase | list):
+            raise NotImplementedError("indexing with several tensors (advanced indexing) is not supported yet")
+    return Index.apply(x, index)
+
+
+def _list_index(index: list, x) -> TensorBase:
+    """x[[0, 2]] indexes with the list as an int64 (or bool) tensor, as torch does."""
+    values = np.asarray(index)
+    return TensorBase._from_numpy(values if values.dtype == np.bool_ else values.astype(np.int64), x.device)
+
+
+def _set_by_tensor(x, index, value):
+    """x with x[index] = value, out of place, for a boolean mask or an integer tensor on the first dimension
+    (repeated indices add their values, where torch leaves the result undefined)."""
+    value = value if isinstance(value, TensorBase) else x.new_full((), value)
+    value = value.to(x.device, x.dtype)
+    if index.dtype is _dtype.bool_:
+        mask = index.expand(x.shape) if tuple(index.shape) != tuple(x.shape) else index
+        if value.numel() == 1:
+            return where(mask, value.reshape(()), x)
+        flat_positions = TensorBase._from_numpy(np.arange(x.numel(), dtype=np.int64).reshape(x.shape), x.device)
+        picked = masked_select(flat_positions, mask)
+        placed = scatter_add(x.new_zeros(x.numel()), 0, picked, value.reshape(-1))
+        return where(mask, placed.reshape(x.shape), x)
+    rows = index.reshape(-1).long()
+    value = value.expand(rows.shape[0], *x.shape[1:])
+    spread = rows.reshape(-1, *([1] * (x.ndim - 1))).expand(value.shape)
+    placed = scatter_add(x.new_zeros(x.shape), 0, spread.contiguous(), value)
+    hits = scatter_add(x.new_zeros(x.shape[0], dtype=_dtype.int32), 0, rows,
+                       x.new_ones(rows.shape, dtype=_dtype.int32))
+    return where((hits > 0).reshape(-1, *([1] * (x.ndim - 1))), placed, x)
+
+
+def setitem(x, index, value) -> None:
+    if isinstance(index, list):
+        index = _list_index(index, x)
+    if isinstance(index, TensorBase):
+        inplace.check(x, value)
+        result = _set_by_tensor(x, index, value)
+        if inplace.records(x, value):
+            inplace.rebase(x, result)
+        else:
+            inplace.write(x, result)
+        return
+    index = index if isinstance(index, tuple) else (index,)
+    if inplace.records(x, value):
+        inplace.check(x, value)
+        inplace.rebase(x, inplace.SetRegion.apply(x, index, value))
+        return
+    with no_grad():
+        target = getitem(x.detach(), index)
+    inplace.write(target, value)
+    x._storage.version = target._storage.version

@@ -1,0 +1,118 @@
+"""Layer 5: matrix products: `matmul` with torch's rules for 1-D and batched operands, `mm`, `bmm`. A 2-D product
+is one BLAS gemm (cuBLAS's place, `lapis.libs.blas`) and a batched one one strided-batched gemm; transposed views
+are read in place, as the operands of attention's `q @ k.mT` are."""
+
+import math
+
+from lapis import trace
+from lapis.framework import backend
+from lapis.framework.autograd import Function
+from lapis.framework.ops.common import broadcast_shapes, check_devices, new
+from lapis.framework.tensor_base import TensorBase
+
+
+def _blas_ready(x: TensorBase) -> TensorBase:
+    """x itself when BLAS can read it (row-major, or a transposed row-major view), else a contiguous copy."""
+    return x if x.is_contiguous() or x.t().is_contiguous() else x._contiguous()
+
+
+def _mm(a: TensorBase, b: TensorBase) -> TensorBase:
+    """(m, k) @ (k, n) in the operands' dtype."""
+    out = new((a.shape[0], b.shape[1]), a.dtype, a.device)
+    backend.matmul(_blas_ready(a)._data, _blas_ready(b)._data, out._data)
+    return out
+
+
+class MatMul(Function):
+    """2-D @ 2-D; matmul() reduces 1-D operands, and batches times one matrix, to this."""
+    node_name = "MmBackward0"
+
+    @staticmethod
+    def forward(ctx, a: TensorBase, b: TensorBase):
+        ctx.save_for_backward(a, b)
+        return _mm(a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return (g @ b.t() if ctx.needs_input_grad[0] else None, a.t() @ g if ctx.needs_input_grad[1] else None)
+
+
+def _bmm_ready(x: TensorBase) -> TensorBase:
+    """x (B, r, c) itself when BLAS can read it in place (a dense batch of row-major or transposed matrices,
+    or one matrix broadcast over the batch: the backend's rule), else a contiguous copy."""
+    return x if backend.batch_layout(x._data) is not None else x._contiguous()
+
+
+class BatchedMatMul(Function):
+    """(B, m, k) @ (B, k, n): one strided-batched gemm on a GPU, whose operands may be transposed views."""
+    node_name = "BmmBackward0"
+
+    @staticmethod
+    def forward(ctx, a: TensorBase, b: TensorBase):
+        ctx.save_for_backward(a, b)
+        out = new((a.shape[0], a.shape[1], b.shape[2]), a.dtype, a.device)
+        backend.bmm(_bmm_ready(a)._data, _bmm_ready(b)._data, out._data)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        da = BatchedMatMul.apply(g, b.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+        db = BatchedMatMul.apply(a.transpose(1, 2), g) if ctx.needs_input_grad[1] else None
+        return da, db
+
+
+def matmul(a: TensorBase, b: TensorBase) -> TensorBase:
+    """torch.matmul: 1-D operands gain and lose a dimension; batch dimensions broadcast."""
+    if not isinstance(a, TensorBase) or not isinstance(b, TensorBase):
+        raise TypeError(f"matmul(): arguments must be TensorBases, not {type(a).__name__} and {type(b).__name__}")
+    check_devices(a, b)
+    if a.dtype is not b.dtype:
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}")
+    if a.ndim == 0 or b.ndim == 0:
+        raise RuntimeError(f"both arguments to matmul need to be at least 1D, but they are {a.ndim}D and {b.ndim}D")
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(1) if b.ndim == 1 else b
+    if a2.shape[-1] != b2.shape[-2]:
+        m, k = a2.shape[-2:]
+        k2, n = b2.shape[-2:]
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {k2}x{n})")
+    with trace.span(5, "matmul", a_shape=list(a.shape), b_shape=list(b.shape), dtype=str(a.dtype),
+                    device=str(a.device)) as info:
+        if a2.ndim == 2 and b2.ndim == 2:
+            out = MatMul.apply(a2, b2)
+        elif b2.ndim == 2:                     # (..., m, k) @ (k, n): the batch folds into the rows
+            out = MatMul.apply(a2.reshape(-1, a2.shape[-1]), b2).reshape(*a2.shape[:-1], b2.shape[-1])
+        elif a2.ndim == 3 and b2.ndim == 3 and a2.shape[0] == b2.shape[0]:    # bmm's shapes: no reshaping
+            out = BatchedMatMul.apply(a2, b2)
+        else:
+            batch = broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+            count = math.prod(batch)
+            a3 = a2.expand(*batch, *a2.shape[-2:]).reshape(count, *a2.shape[-2:])
+            b3 = b2.expand(*batch, *b2.shape[-2:]).reshape(count, *b2.shape[-2:])
+            out = BatchedMatMul.apply(a3, b3).reshape(*batch, a2.shape[-2], b2.shape[-1])
+        if a.ndim == 1:
+            out = out.squeeze(-2)
+        if b.ndim == 1:
+            out = out.squeeze(-1)
+        info.update(out_shape=list(out.shape))
+    return out
+
+
+def mm(a: TensorBase, b: TensorBase) -> TensorBase:
+    """torch.mm: 2-D operands only."""
+    if a.ndim != 2 or b.ndim != 2:
+        raise RuntimeError(f"{'self' if a.ndim != 2 else 'mat2'} must be a matrix")
+    return matmul(a, b)
+
+
+def bmm(a: TensorBase, b: TensorBase) -> TensorBase:
+    """torch.bmm: (B, m, k) @ (B, k, n), no broadcasting."""
+    for name, x in (("batch1", a), ("batch2", b)):
+        if x.ndim != 3:
+            raise RuntimeError(f"{name} must be a 3D tensor")
+    if a.shape[0] != b.shape[0]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{a.shape[0]}, "
+                           f"{a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")
+    return matmul(a, b)

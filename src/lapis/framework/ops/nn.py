@@ -1,0 +1,239 @@
+"""Layer 5: the neural-network primitives that run as fused kernels of `lapis.libs.dnn` on a GPU (cuDNN's place):
+softmax and log-softmax, gelu and silu, 2-D convolution and pooling, batch and layer norm, and attention, each
+forward beside its backward. On `cpu` the backend computes the same with numpy."""
+
+from lapis.framework import backend
+from lapis.framework import dtype as _dtype
+from lapis.framework.autograd import Function
+from lapis.framework.ops.common import check_devices, new
+from lapis.framework.tensor_base import TensorBase, wrap_dim
+
+
+class Activation(Function):
+    """gelu (exact) or silu of a float32 tensor as one fused kernel each way (cuDNN's activation kernels)."""
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, mode: str):
+        ctx.node_name = mode.capitalize() + "Backward0"
+        x = x._contiguous()
+        out = new(x.shape, x.dtype, x.device)
+        backend.activation(mode, x._data, out._data)
+        ctx.mode = mode
+        ctx.save_for_backward(x)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        dx = new(x.shape, x.dtype, x.device)
+        backend.activation_backward(ctx.mode, x._data, g._contiguous()._data, dx._data)
+        return dx, None
+
+
+
+
+class Softmax(Function):
+    """(log-)softmax over the last dimension as one fused kernel each way (cuDNN's, on a GPU)."""
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, log: bool):
+        ctx.node_name = "LogSoftmaxBackward0" if log else "SoftmaxBackward0"
+        x = x._contiguous()
+        out = new(x.shape, x.dtype, x.device)
+        backend.softmax(x._data, out._data, log)
+        ctx.log = log
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        (y,) = ctx.saved_tensors
+        g = g._contiguous()
+        dx = new(y.shape, y.dtype, y.device)
+        backend.softmax_backward(y._data, g._data, dx._data, ctx.log)
+        return dx, None
+
+
+
+
+# -- convolution and pooling ------------------------------------------------------------------------
+def _pair(v) -> tuple:
+    return (v, v) if isinstance(v, int) else tuple(v)
+
+
+class Conv2d(Function):
+    """NCHW input, (K, C/groups, R, S) filters, optional bias (K,): cuDNN's implicit GEMM on a GPU."""
+    node_name = "ConvolutionBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, w: TensorBase, bias, stride, padding, dilation, groups: int):
+        check_devices(x, w, bias)
+        if x.ndim != 4 or w.ndim != 4:
+            raise RuntimeError(f"Expected 4D (batched) input to conv2d, but got input of size: {list(x.shape)}")
+        if x.shape[1] != w.shape[1] * groups:
+            raise RuntimeError(f"Given groups={groups}, weight of size {list(w.shape)}, expected input"
+                               f"{list(x.shape)} to have {w.shape[1] * groups} channels, but got {x.shape[1]} "
+                               "channels instead")
+        geometry = (_pair(padding), _pair(stride), _pair(dilation), groups)
+        (ph, pw), (sh, sw), (dh, dw) = geometry[:3]
+        n, _, h, wd = x.shape
+        k, _, r, s = w.shape
+        p = (h + 2 * ph - dh * (r - 1) - 1) // sh + 1
+        q = (wd + 2 * pw - dw * (s - 1) - 1) // sw + 1
+        if p < 1 or q < 1:
+            raise RuntimeError("Calculated output size is too small: the kernel is larger than the padded input")
+        x, w = x._contiguous(), w._contiguous()
+        out = new((n, k, p, q), x.dtype, x.device)
+        backend.conv2d(x._data, w._data, out._data, *geometry)
+        ctx.geometry = geometry
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = bias is not None
+        return out + bias.reshape(1, k, 1, 1) if bias is not None else out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        g = g._contiguous()
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = new(x.shape, x.dtype, x.device)
+            backend.conv2d_backward_data(w._data, g._data, dx._data, *ctx.geometry)
+        if ctx.needs_input_grad[1]:
+            dw = new(w.shape, w.dtype, w.device)
+            backend.conv2d_backward_filter(x._data, g._data, dw._data, *ctx.geometry)
+        db = g.sum((0, 2, 3)) if ctx.has_bias else None
+        return dx, dw, db, None, None, None, None
+
+
+class Pool2d(Function):
+    @staticmethod
+    def forward(ctx, x: TensorBase, mode: str, window, stride, padding):
+        ctx.node_name = "MaxPool2DWithIndicesBackward0" if mode == "max" else "AvgPool2DBackward0"
+        window, stride, padding = _pair(window), _pair(stride if stride is not None else window), _pair(padding)
+        n, c, h, wd = x.shape
+        p = (h + 2 * padding[0] - window[0]) // stride[0] + 1
+        q = (wd + 2 * padding[1] - window[1]) // stride[1] + 1
+        x = x._contiguous()
+        out = new((n, c, p, q), x.dtype, x.device)
+        backend.pool2d(mode, x._data, out._data, window, stride, padding)
+        ctx.args = mode, window, stride, padding
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        dx = new(x.shape, x.dtype, x.device)
+        mode, window, stride, padding = ctx.args
+        backend.pool2d_backward(mode, x._data, y._data, g._contiguous()._data, dx._data, window, stride, padding)
+        return dx, None, None, None, None
+
+
+class BatchNorm(Function):
+    """Training batch norm of (N, C, ...) with batch statistics, forward and backward each one
+    kernel on a GPU (cudnnBatchNormalizationForwardTraining / Backward); the running statistics
+    move in place."""
+    node_name = "NativeBatchNormBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, weight: TensorBase, bias: TensorBase, running_mean: TensorBase,
+                running_var: TensorBase, momentum: float, eps: float):
+        check_devices(x, weight, bias, running_mean, running_var)
+        n, c = x.shape[0], x.shape[1]
+        if x.numel() // c <= 1:
+            raise ValueError(f"Expected more than 1 value per channel when training, got input size {list(x.shape)}")
+        x4 = x._contiguous().reshape(n, c, -1, 1)               # (N, C, L, 1): any trailing dims as H
+        out = new(x4.shape, x.dtype, x.device)
+        mean, rstd = new((c,), x.dtype, x.device), new((c,), x.dtype, x.device)
+        backend.batch_norm(x4._data, weight._data, bias._data, running_mean._data, running_var._data, out._data,
+                            mean._data, rstd._data, momentum, eps)
+        running_mean._storage.version += 1
+        running_var._storage.version += 1
+        ctx.save_for_backward(x4, weight, mean, rstd)
+        return out.reshape(x.shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        x4, weight, mean, rstd = ctx.saved_tensors
+        dx = new(x4.shape, x4.dtype, x4.device)
+        dweight, dbias = (new(weight.shape, weight.dtype, weight.device) for _ in range(2))
+        backend.batch_norm_backward(x4._data, g._contiguous().reshape(x4.shape)._data, weight._data, mean._data,
+                                     rstd._data, dx._data, dweight._data, dbias._data)
+        return dx.reshape(g.shape), dweight, dbias, None, None, None, None
+
+
+class LayerNorm(Function):
+    """Layer norm over the last dimension, saving each row's mean and 1/std: one kernel forward and
+    two backward on a GPU (rows of dx; then dweight and dbias per column)."""
+    node_name = "NativeLayerNormBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, weight: TensorBase, bias: TensorBase, eps: float):
+        check_devices(x, weight, bias)
+        cols = weight.numel()
+        x2 = x._contiguous().reshape(-1, cols)                   # x: (..., normalized) -> (rows, cols)
+        out = new(x2.shape, x.dtype, x.device)
+        mean, rstd = new((x2.shape[0],), x.dtype, x.device), new((x2.shape[0],), x.dtype, x.device)
+        w, b = weight._contiguous().reshape(cols), bias._contiguous().reshape(cols)
+        backend.layer_norm(x2._data, w._data, b._data, out._data, mean._data, rstd._data, eps)
+        ctx.save_for_backward(x2, w, mean, rstd)
+        ctx.shapes = x.shape, weight.shape
+        return out.reshape(x.shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        x2, w, mean, rstd = ctx.saved_tensors
+        x_shape, w_shape = ctx.shapes
+        dx = new(x2.shape, x2.dtype, x2.device)
+        dw, db = (new(w.shape, w.dtype, w.device) for _ in range(2))
+        backend.layer_norm_backward(x2._data, g._contiguous().reshape(x2.shape)._data, w._data, mean._data,
+                                     rstd._data, dx._data, dw._data, db._data)
+        return dx.reshape(x_shape), dw.reshape(w_shape), db.reshape(w_shape), None
+
+
+class Attention(Function):
+    """softmax(q k^T * scale) v over the last two dimensions, with an optional causal mask: FlashAttention's
+    forward and backward (cuDNN's fused attention, `libs.dnn`) on a GPU, the scores never stored."""
+    node_name = "ScaledDotProductFlashAttentionBackward0"
+
+    @staticmethod
+    def forward(ctx, q: TensorBase, k: TensorBase, v: TensorBase, scale: float, causal: bool):
+        # q: (..., Tq, D), k and v: (..., Tk, D) -> (..., Tq, D)
+        check_devices(q, k, v)
+        batch = q.shape[:-2]
+        q3, k3, v3 = (t._contiguous().reshape(-1, *t.shape[-2:]) for t in (q, k, v))
+        o = new(q3.shape, q.dtype, q.device)
+        lse = new(q3.shape[:2], q.dtype, q.device)
+        backend.attention(q3._data, k3._data, v3._data, o._data, lse._data, scale, causal)
+        ctx.save_for_backward(q3, k3, v3, o, lse)
+        ctx.args = scale, causal, q.shape, k.shape
+        return o.reshape(*batch, *o.shape[1:])
+
+    @staticmethod
+    def backward(ctx, g):
+        q3, k3, v3, o, lse = ctx.saved_tensors
+        scale, causal, q_shape, k_shape = ctx.args
+        dq, dk, dv = (new(t.shape, t.dtype, t.device) for t in (q3, k3, v3))
+        backend.attention_backward(q3._data, k3._data, v3._data, o._data, g._contiguous().reshape(o.shape)._data,
+                                    lse._data, dq._data, dk._data, dv._data, scale, causal)
+        return dq.reshape(q_shape), dk.reshape(k_shape), dv.reshape(k_shape), None, None
+
+
+def _fused_softmax(x, dim) -> bool:
+    """The last dimension of a float32 tensor: one fused kernel (create_graph needs the composite form)."""
+    return wrap_dim(dim, x.ndim) == x.ndim - 1 and x.dtype is _dtype.float32 and x.ndim > 0 and x.numel() > 0
+
+
+def softmax(x, dim, dtype=None):
+    x = x if dtype is None else x.to(dtype)
+    if _fused_softmax(x, dim):
+        return Softmax.apply(x, False)
+    e = (x - x.max(dim, keepdim=True).values.detach()).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def log_softmax(x, dim, dtype=None):
+    x = x if dtype is None else x.to(dtype)
+    if _fused_softmax(x, dim):
+        return Softmax.apply(x, True)
+    return x - x.logsumexp(dim, keepdim=True)

@@ -1,0 +1,207 @@
+"""Layer 5: reductions (sum, prod, max/min with their indices, argmax, mean, var, std, logsumexp) with their
+gradients. A reduction over several dimensions runs one dimension at a time, highest first; each step is one
+kernel on a GPU (`lapis.libs.kernels.reduce`), reading in order, so results are deterministic."""
+
+import builtins
+from collections import namedtuple
+
+import numpy as np
+
+from lapis.framework import backend
+from lapis.framework import dtype as _dtype
+from lapis.framework.autograd import Function
+from lapis.framework.ops.common import dims as _dims
+from lapis.framework.ops.common import new
+from lapis.framework.ops.elementwise import where
+from lapis.framework.tensor_base import TensorBase, parse_shape, wrap_dim
+
+return_types = namedtuple("return_types", ["values", "indices"])
+
+
+def reduce(op: str, x: TensorBase, dims: list, keepdim: bool, out_dtype: _dtype.dtype) -> TensorBase:
+    """Reduce x over `dims`, one dimension at a time (highest first), in out_dtype, without autograd."""
+    cur = (x if x.dtype is out_dtype or op.startswith("arg") else x.to(out_dtype))._contiguous()
+    if x.ndim == 0:
+        cur = cur.reshape(1)
+        dims = [0]
+    for d in sorted(dims, reverse=True):
+        shape = cur._shape[:d] + cur._shape[d + 1:]
+        if cur._shape[d] == 0:
+            if op in ("max", "min", "argmax", "argmin"):
+                raise IndexError(f"{op}(): Expected reduction dim {d} to have non-zero size.")
+            out = new(shape, out_dtype, x.device)
+            backend.fill(out._data, 0 if op == "sum" else 1)
+        else:
+            out = new(shape, _dtype.int64 if op.startswith("arg") else out_dtype, x.device)
+            backend.reduce(op, cur._data, d, out._data)
+        cur = out
+    if keepdim:
+        cur = cur.reshape([1 if i in dims else n for i, n in enumerate(x.shape)])
+    return cur
+
+
+def _kept(shape: tuple, dims: list) -> list:
+    """shape with the reduced dims kept as 1 (keepdim's shape)."""
+    return [1 if i in dims else n for i, n in enumerate(shape)]
+
+
+class Sum(Function):
+    node_name = "SumBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, dim=None, keepdim=False, dtype=None):
+        dims = _dims(dim, x.ndim)
+        ctx.shape, ctx.dims, ctx.keepdim = x.shape, dims, keepdim
+        if dim is not None:
+            ctx.node_name = "SumBackward1"
+        out_dtype = dtype or (x.dtype if x.dtype.is_floating_point else _dtype.int64)
+        return reduce("sum", x, dims, keepdim, out_dtype)
+
+    @staticmethod
+    def backward(ctx, g):
+        if not ctx.keepdim and ctx.shape:
+            g = g.reshape(_kept(ctx.shape, ctx.dims))
+        return g.expand(ctx.shape), None, None, None
+
+
+class Prod(Function):
+    node_name = "ProdBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, dim=None, keepdim=False):
+        dims = _dims(dim, x.ndim)
+        out = reduce("prod", x, dims, keepdim, x.dtype if x.dtype.is_floating_point else _dtype.int64)
+        ctx.save_for_backward(x, out)
+        ctx.dims, ctx.keepdim = dims, keepdim
+        if dim is not None:
+            ctx.node_name = "ProdBackward1"
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, out = ctx.saved_tensors
+        if not ctx.keepdim and x.ndim:
+            g, out = g.reshape(_kept(x.shape, ctx.dims)), out.reshape(_kept(x.shape, ctx.dims))
+        return g * out / x, None, None
+
+
+class MaxMin(Function):
+    """max/min along one dimension: values and the index of the first extreme (torch.return_types.max)."""
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, dim, keepdim, op):
+        d = wrap_dim(dim, x.ndim)
+        values = reduce(op, x, [d], keepdim, x.dtype)
+        indices = reduce("arg" + op, x, [d], keepdim, x.dtype)
+        ctx.shape, ctx.dim, ctx.keepdim = x.shape, d, keepdim
+        ctx.node_name = op.capitalize() + "Backward0"
+        ctx.save_for_backward(indices)
+        return values, indices
+
+    @staticmethod
+    def backward(ctx, g, _indices_grad):
+        (indices,) = ctx.saved_tensors
+        if not ctx.keepdim and ctx.shape:
+            g, indices = g.unsqueeze(ctx.dim), indices.unsqueeze(ctx.dim)
+        if not ctx.shape:
+            return g, None, None, None
+        positions = TensorBase._from_numpy(np.arange(ctx.shape[ctx.dim], dtype=np.int64), g.device).reshape(
+            [-1 if i == ctx.dim else 1 for i in range(len(ctx.shape))])
+        return where(positions == indices, g, g * 0).expand(ctx.shape), None, None, None
+
+
+class MaxAll(Function):
+    @staticmethod
+    def forward(ctx, x: TensorBase, op):
+        if x.numel() == 0:
+            raise RuntimeError(f"{op}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
+                               "reduction dim with the 'dim' argument.")
+        out = reduce(op, x, list(range(x.ndim)), False, x.dtype)
+        ctx.node_name = op.capitalize() + "Backward1"
+        ctx.save_for_backward(x, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, out = ctx.saved_tensors
+        hit = (x == out).to(g.dtype)
+        return g * hit / hit.sum(), None                         # torch spreads the gradient over ties
+
+
+def sum(x, dim=None, keepdim=False, dtype=None):  # noqa: A001 - torch.sum
+    return Sum.apply(x, dim, keepdim, dtype)
+
+
+def sum_to_size(x, *size):
+    """x summed over the dimensions that broadcasting `size` to x's shape would add or stretch (torch's)."""
+    shape = parse_shape(size)
+    if tuple(x.shape) == shape:
+        return x
+    lead = x.ndim - len(shape)
+    if lead < 0 or any(n not in (1, m) for n, m in zip(shape, x.shape[lead:], strict=True)):
+        raise RuntimeError(f"size {list(shape)} is not expandable to size {list(x.shape)}.")
+    dims = list(range(lead)) + [lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1]
+    return (sum(x, dims, keepdim=True) if dims else x).reshape(shape)
+
+
+def mean(x, dim=None, keepdim=False, dtype=None):
+    if not (dtype or x.dtype).is_floating_point:
+        raise RuntimeError("mean(): could not infer output dtype. Input dtype must be either a floating point or "
+                           f"complex dtype. Got: {x.dtype.name.capitalize()}")
+    count = 1
+    for d in _dims(dim, x.ndim):
+        count *= x.shape[d]
+    return sum(x if dtype is None else x.to(dtype), dim, keepdim) / count
+
+
+def var(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    dims = _dims(dim, x.ndim)
+    n = 1
+    for d in dims:
+        n *= x.shape[d]
+    c = (1 if unbiased else 0) if correction is None else correction
+    centred = x - mean(x, dims, keepdim=True)
+    return sum(centred * centred, dims, keepdim) / builtins.max(n - c, 0)
+
+
+def std(x, dim=None, unbiased=True, keepdim=False, correction=None):
+    return var(x, dim, unbiased, keepdim, correction).sqrt()
+
+
+def prod(x, dim=None, keepdim=False):
+    return Prod.apply(x, dim, keepdim)
+
+
+def _extreme(op):
+    def extreme(x, dim=None, keepdim=False):
+        if isinstance(dim, TensorBase):                 # torch.max(a, b) is maximum
+            return (x.maximum if op == "max" else x.minimum)(dim)
+        if dim is None:
+            return MaxAll.apply(x, op)
+        values, indices = MaxMin.apply(x, dim, keepdim, op)
+        return return_types(values, indices)
+    extreme.__name__ = op
+    return extreme
+
+
+max = _extreme("max")  # noqa: A001 - torch.max
+min = _extreme("min")  # noqa: A001 - torch.min
+
+
+def _arg_extreme(op):
+    def arg_extreme(x, dim=None, keepdim=False):
+        if dim is None:
+            return reduce(op, x.reshape(-1), [0], False, x.dtype)
+        return reduce(op, x, [wrap_dim(dim, x.ndim)], keepdim, x.dtype)
+    arg_extreme.__name__ = op
+    return arg_extreme
+
+
+argmax = _arg_extreme("argmax")
+argmin = _arg_extreme("argmin")
+
+
+def logsumexp(x, dim, keepdim=False):
+    m = max(x, dim, keepdim=True).values.detach()
+    out = (x - m).exp().sum(dim, keepdim=True).log() + m
+    return out if keepdim else out.squeeze(dim)

@@ -1,0 +1,338 @@
+"""Layer 5: views, which make a new tensor over the same storage and cost nothing (view/reshape, permute,
+transpose, expand, basic indexing, narrow, split, chunk, squeeze, unsqueeze, flatten), with their gradients;
+and `cat`/`stack`, the joins that undo split and chunk, which copy."""
+
+import builtins
+
+import numpy as np
+
+from lapis.framework import backend
+from lapis.framework import dtype as _dtype
+from lapis.framework.autograd import Function
+from lapis.framework.ops.common import check_devices, new
+from lapis.framework.ops.common import dims as _dims
+from lapis.framework.ops.elementwise import ToCopy
+from lapis.framework.tensor_base import Size, TensorBase, contiguous_strides, wrap_dim
+
+
+def infer_shape(shape, numel: int) -> tuple:
+    """view/reshape's size arguments with a -1 worked out, checked against the element count."""
+    shape = list(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list | Size) else list(shape)
+    if shape.count(-1) > 1:
+        raise RuntimeError("only one dimension can be inferred")
+    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+    if -1 in shape:
+        if known == 0 or numel % known:
+            raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+        shape[shape.index(-1)] = numel // known
+    if int(np.prod(shape, dtype=np.int64)) != numel:
+        raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
+    return tuple(shape)
+
+
+def view_strides(x: TensorBase, shape: tuple):
+    """Strides that read x's elements in order as `shape`, or None when no view can (then reshape copies).
+    x's non-unit dimensions are merged into chunks that are contiguous with each other; each new
+    dimension, innermost first, must fall inside one chunk."""
+    if x.is_contiguous():
+        return contiguous_strides(shape)
+    chunks = []                                    # (elements, innermost stride), outermost first
+    for n, st in zip(x._shape, x._strides, strict=True):
+        if n == 1:
+            continue
+        if chunks and chunks[-1][1] == n * st:
+            chunks[-1] = (chunks[-1][0] * n, st)
+        else:
+            chunks.append((n, st))
+    out, ci = [], len(chunks) - 1
+    left, stride = chunks[ci] if chunks else (1, 1)
+    for n in reversed(shape):
+        if n != 1:
+            while left == 1 and ci > 0:
+                ci -= 1
+                left, stride = chunks[ci]
+            if left % n:
+                return None
+        out.append(stride)
+        if n != 1:
+            stride *= n
+            left //= n
+    return tuple(reversed(out))
+
+
+class View(Function):
+    """view (copy_ok False) and reshape (which copies when no view can read x as `shape`)."""
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, shape: tuple, copy_ok: bool, node_name: str):
+        ctx.shape, ctx.node_name = x.shape, node_name
+        strides = view_strides(x, shape)
+        if strides is None:
+            if not copy_ok:
+                raise RuntimeError("view size is not compatible with input tensor's size and stride (at least one "
+                                   "dimension spans across two contiguous subspaces). Use .reshape(...) instead.")
+            x = x._contiguous()
+            strides = contiguous_strides(shape)
+            ctx.node_name = "UnsafeViewBackward0"
+        return x._view(shape, strides, x._offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.reshape(ctx.shape), None, None, None
+
+
+class Permute(Function):
+    @staticmethod
+    def forward(ctx, x: TensorBase, dims: tuple, node_name: str):
+        dims = tuple(wrap_dim(d, x.ndim) for d in dims)
+        if sorted(dims) != list(range(x.ndim)):
+            raise RuntimeError(f"permute(): dims {list(dims)} is not a permutation of the {x.ndim} dimensions")
+        ctx.inverse, ctx.node_name = tuple(int(i) for i in np.argsort(dims)), node_name
+        return x._view(tuple(x._shape[d] for d in dims), tuple(x._strides[d] for d in dims), x._offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.permute(ctx.inverse), None, None
+
+
+class Expand(Function):
+    node_name = "ExpandBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, shape: tuple):
+        lead = len(shape) - x.ndim
+        if lead < 0:
+            raise RuntimeError(f"expand: the number of sizes provided ({len(shape)}) must be greater or equal to the "
+                               f"number of dimensions in the tensor ({x.ndim})")
+        out_shape, strides = [], []
+        for i, n in enumerate(shape):
+            have = x._shape[i - lead] if i >= lead else 1
+            stride = x._strides[i - lead] if i >= lead else 0
+            want = have if n == -1 else n
+            if have != want:
+                if have != 1:
+                    raise RuntimeError(f"The expanded size of the tensor ({want}) must match the existing size "
+                                       f"({have}) at non-singleton dimension {i}.  Target sizes: {list(shape)}.  "
+                                       f"Tensor sizes: {list(x.shape)}")
+                stride = 0
+            out_shape.append(want)
+            strides.append(stride)
+        ctx.shape = x.shape
+        return x._view(tuple(out_shape), tuple(strides), x._offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.sum_to_size(ctx.shape), None
+
+
+_INDEX_NODE = {builtins.int: "SelectBackward0", type(None): "UnsqueezeBackward0", slice: "SliceBackward0"}
+
+
+class Index(Function):
+    """Basic indexing: integers, slices (positive steps), None and Ellipsis; a view."""
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, index: tuple):
+        items = list(index)
+        if builtins.sum(i is Ellipsis for i in items) > 1:
+            raise IndexError("an index can only have a single ellipsis ('...')")
+        consumed = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
+        if consumed > x.ndim:
+            raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+        last = next((i for i in reversed(items) if i is not Ellipsis), slice(None))
+        ctx.node_name = _INDEX_NODE.get(type(last), "SelectBackward0")
+        if Ellipsis in items:
+            at = items.index(Ellipsis)
+            items[at:at + 1] = [slice(None)] * (x.ndim - consumed)
+        items += [slice(None)] * (x.ndim - builtins.sum(1 for i in items if i is not None))
+        shape, strides, offset, d = [], [], x._offset, 0
+        for item in items:
+            if item is None:
+                shape.append(1)
+                strides.append(0)
+                continue
+            n, st = x._shape[d], x._strides[d]
+            if isinstance(item, slice):
+                start, stop, step = item.indices(n)
+                if step <= 0:
+                    raise ValueError("step must be greater than zero")
+                shape.append(len(range(start, stop, step)))
+                strides.append(st * step)
+                offset += start * st if shape[-1] else 0
+            else:
+                i = builtins.int(item)
+                if not -n <= i < n:
+                    raise IndexError(f"index {i} is out of bounds for dimension {d} with size {n}")
+                offset += (i % n) * st
+            d += 1
+        ctx.shape, ctx.index = x.shape, index
+        return x._view(tuple(shape), tuple(strides), offset)
+
+    @staticmethod
+    def backward(ctx, g):
+        out = g.new_zeros(ctx.shape)
+        out[ctx.index] = g
+        return out, None
+
+
+def view(x, *shape):
+    if len(shape) == 1 and isinstance(shape[0], _dtype.dtype):
+        raise NotImplementedError("view(dtype) is not supported")
+    return View.apply(x, infer_shape(shape, x.numel()), False, "ViewBackward0")
+
+
+def reshape(x, *shape):
+    return View.apply(x, infer_shape(shape, x.numel()), True, "ViewBackward0")
+
+
+def view_as(x, other):
+    return view(x, other.shape)
+
+
+def permute(x, *dims):
+    dims = tuple(dims[0]) if len(dims) == 1 and isinstance(dims[0], tuple | list) else dims
+    return Permute.apply(x, dims, "PermuteBackward0")
+
+
+def _swapped(x, dim0, dim1) -> tuple:
+    dims = list(range(x.ndim))
+    d0, d1 = wrap_dim(dim0, x.ndim), wrap_dim(dim1, x.ndim)
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return tuple(dims)
+
+
+def transpose(x, dim0, dim1):
+    return Permute.apply(x, _swapped(x, dim0, dim1), "TransposeBackward0")
+
+
+def t(x):
+    if x.ndim > 2:
+        raise RuntimeError(f"t() expects a tensor with <= 2 dimensions, but self is {x.ndim}D")
+    return Permute.apply(x, _swapped(x, 0, 1), "TBackward0") if x.ndim == 2 else x
+
+
+def unsqueeze(x, dim):
+    d = wrap_dim(dim, x.ndim + 1)
+    return View.apply(x, (*x.shape[:d], 1, *x.shape[d:]), True, "UnsqueezeBackward0")
+
+
+def squeeze(x, dim=None):
+    if dim is None:
+        return View.apply(x, tuple(n for n in x.shape if n != 1), True, "SqueezeBackward0")
+    dims = _dims(dim, x.ndim)
+    return View.apply(x, tuple(n for i, n in enumerate(x.shape) if not (i in dims and n == 1)), True,
+                      "SqueezeBackward1")
+
+
+def flatten(x, start_dim=0, end_dim=-1):
+    if x.ndim == 0:
+        return reshape(x, 1)
+    s, e = wrap_dim(start_dim, x.ndim), wrap_dim(end_dim, x.ndim)
+    return reshape(x, *x.shape[:s], -1, *x.shape[e + 1:])
+
+
+def expand(x, *shape):
+    shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list | Size) else shape
+    return Expand.apply(x, shape)
+
+
+def expand_as(x, other):
+    return expand(x, other.shape)
+
+
+def narrow(x, dim, start, length):
+    d = wrap_dim(dim, x.ndim)
+    if not 0 <= start <= x.shape[d] - length or length < 0:
+        raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size ({x.shape[d]}).")
+    return Index.apply(x, (slice(None),) * d + (slice(start, start + length),))
+
+
+def split(x, split_size_or_sections, dim=0):
+    d = wrap_dim(dim, x.ndim)
+    n = x.shape[d]
+    if isinstance(split_size_or_sections, builtins.int):
+        size = split_size_or_sections
+        sizes = [builtins.min(size, n - s) for s in range(0, n, size)] or [0]
+    else:
+        sizes = list(split_size_or_sections)
+        if builtins.sum(sizes) != n:
+            raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
+                               f"dimension {d}), but got split_sizes={sizes}")
+    out, at = [], 0
+    for size in sizes:
+        out.append(narrow(x, d, at, size))
+        at += size
+    return tuple(out)
+
+
+def chunk(x, chunks, dim=0):
+    n = x.shape[wrap_dim(dim, x.ndim)]
+    return split(x, -(-n // chunks) if n else 1, dim)
+
+
+def T(x):  # noqa: N802 - torch's property name
+    return permute(x, *reversed(range(x.ndim)))
+
+
+def mT(x):  # noqa: N802 - torch's property name
+    return transpose(x, -2, -1)
+
+
+def contiguous(x):
+    return x if x.is_contiguous() else clone(x)
+
+
+def clone(x):
+    return ToCopy.apply(x, x.device, x.dtype, True)
+
+
+# -- joins ------------------------------------------------------------------------------------------------
+class Cat(Function):
+    node_name = "CatBackward0"
+
+    @staticmethod
+    def forward(ctx, dim: builtins.int, *tensors):
+        if not tensors:
+            raise RuntimeError("torch.cat(): expected a non-empty list of Tensors")
+        dev = check_devices(*tensors)
+        ref = next((t for t in tensors if t.ndim), tensors[0])
+        if ref.ndim == 0:
+            raise RuntimeError("zero-dimensional tensor cannot be concatenated")
+        d = wrap_dim(dim, ref.ndim)
+        dt = _dtype.result_type(*tensors)
+        for t in tensors:
+            if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape, strict=True))
+                                         if i != d):
+                raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected size "
+                                   f"{list(ref.shape)} but got size {list(t.shape)} for a tensor in the list.")
+        shape = list(ref.shape)
+        shape[d] = builtins.sum(t.shape[d] for t in tensors)
+        out = new(shape, dt, dev)
+        at = 0
+        for t in tensors:
+            n = t.shape[d]
+            if n:
+                backend.copy(t._data, narrow(out, d, at, n)._data)
+            at += n
+        ctx.d, ctx.sizes = d, [t.shape[d] for t in tensors]
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        grads, at = [], 0
+        for n in ctx.sizes:
+            grads.append(g.narrow(ctx.d, at, n))
+            at += n
+        return (None, *grads)
+
+
+def cat(tensors, dim: builtins.int = 0) -> TensorBase:
+    return Cat.apply(dim, *tensors)
+
+
+def stack(tensors, dim: builtins.int = 0) -> TensorBase:
+    tensors = list(tensors)
+    if not tensors:
+        raise RuntimeError("stack expects a non-empty TensorList")
+    d = wrap_dim(dim, tensors[0].ndim + 1)
+    return cat([t.unsqueeze(d) for t in tensors], d)

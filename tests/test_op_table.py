@@ -1,0 +1,110 @@
+"""Layer 5: the elementwise op table, walked row by row. Every row must be reachable as lapis.<op>, Tensor.<op>,
+the in-place Tensor.<op>_ and its Python operators, and match PyTorch's forward, backward and in-place results on
+`cpu` and `cuda`. A new row is tested here without a line of test code."""
+
+import operator
+
+import numpy as np
+import pytest
+import torch
+
+import lapis
+from lapis.framework.ops.elementwise import OPS
+
+rng = np.random.default_rng(11)
+DEVICES = ["cpu", "cuda"]
+
+
+def _inputs(op, positive: bool) -> list[np.ndarray]:
+    """Float32 operands that broadcast, (3, 1, 4) and (5, 1); positive ones for ops with a restricted domain."""
+    low, high = (0.5, 2.0) if positive else (-2.0, 2.0)
+    shapes = [(3, 1, 4), (5, 1)][:op.arity]
+    return [rng.uniform(low, high, s).astype(np.float32) for s in shapes]
+
+
+def _domain(op) -> list[list[np.ndarray]]:
+    """Positive operands always; mixed-sign ones too where torch's result is finite on them."""
+    cases = [_inputs(op, positive=True)]
+    mixed = _inputs(op, positive=False)
+    want = getattr(torch, op.name)(*(torch.tensor(a) for a in mixed))
+    if torch.isfinite(want.to(torch.float64)).all():
+        cases.append(mixed)
+    return cases
+
+
+def _check(got, want) -> None:
+    assert tuple(got.shape) == tuple(want.shape)
+    assert got.dtype.name == str(want.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(got.detach().cpu().numpy().astype(np.float64),
+                               want.detach().numpy().astype(np.float64), rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_row_matches_torch_forward_and_backward(name, device):
+    op = OPS[name]
+    assert callable(getattr(lapis, name)) and name in lapis.__all__
+    assert callable(getattr(lapis.Tensor, name)) and callable(getattr(lapis.Tensor, name + "_"))
+    for arrays in _domain(op):
+        ours = [lapis.tensor(a, device=device, requires_grad=op.grads is not None) for a in arrays]
+        theirs = [torch.tensor(a, requires_grad=op.grads is not None) for a in arrays]
+        for got, want in ((getattr(lapis, name)(*ours), getattr(torch, name)(*theirs)),
+                          (getattr(ours[0], name)(*ours[1:]), getattr(theirs[0], name)(*theirs[1:]))):
+            _check(got, want)
+        if op.grads is None:
+            assert not got.requires_grad and got.grad_fn is None
+            continue
+        assert got.grad_fn.name() == want.grad_fn.name()
+        weight = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+        (got * lapis.tensor(weight, device=device)).sum().backward()
+        (want * torch.tensor(weight)).sum().backward()
+        for o, t in zip(ours, theirs, strict=True):
+            _check(o.grad, t.grad)
+            o.grad = None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_row_in_place_matches_torch(name, device):
+    op = OPS[name]
+    arrays = _domain(op)[-1]
+    x = rng.uniform(0.5, 2.0, (5, 4)).astype(np.float32) if op.arity == 2 else arrays[0].reshape(3, 4)
+    others = [rng.uniform(0.5, 2.0, (4,)).astype(np.float32)] if op.arity == 2 else []
+    ours = lapis.tensor(x, device=device)
+    theirs = torch.tensor(x)
+    returned = getattr(ours, name + "_")(*(lapis.tensor(o, device=device) for o in others))
+    if hasattr(theirs, name + "_"):
+        getattr(theirs, name + "_")(*(torch.tensor(o) for o in others))
+    else:                                      # torch has no maximum_: its out-of-place result, in x's dtype
+        theirs = getattr(torch, name)(theirs, *(torch.tensor(o) for o in others)).to(theirs.dtype)
+    assert returned is ours
+    _check(ours, theirs)
+
+
+@pytest.mark.parametrize("name", sorted(name for name, op in OPS.items() if op.operators))
+def test_every_operator_of_a_row(name):
+    a, b = (rng.uniform(0.5, 2.0, (3, 4)).astype(np.float32) for _ in range(2))
+    for dunder in OPS[name].operators:
+        if OPS[name].arity == 1:
+            _check(getattr(lapis.tensor(a), dunder)(), getattr(torch.tensor(a), dunder)())
+            continue
+        _check(getattr(lapis.tensor(a), dunder)(lapis.tensor(b)), getattr(torch.tensor(a), dunder)(torch.tensor(b)))
+        _check(getattr(lapis.tensor(a), dunder)(1.5), getattr(torch.tensor(a), dunder)(1.5))
+
+
+def test_rows_follow_torch_dtype_rules_on_integers():
+    i = np.arange(1, 7, dtype=np.int32).reshape(2, 3)
+    for name, op in OPS.items():
+        args = [i] * op.arity
+        want = getattr(torch, name)(*(torch.tensor(a) for a in args))
+        got = getattr(lapis, name)(*(lapis.tensor(a) for a in args))
+        _check(got, want)
+
+
+def test_alpha_scales_the_second_operand_where_torch_takes_it():
+    a, b = lapis.tensor([1.0, 2.0]), lapis.tensor([3.0, 5.0])
+    assert lapis.add(a, b, alpha=2).tolist() == [7.0, 12.0] and lapis.sub(a, b, alpha=0.5).tolist() == [-0.5, -0.5]
+    assert a.clone().add_(b, alpha=-1).tolist() == [-2.0, -3.0]
+    with pytest.raises(TypeError, match="alpha"):
+        lapis.mul(a, b, alpha=2)
+    assert operator.pow(lapis.tensor([3.0]), 2).tolist() == [9.0]
