@@ -22,14 +22,17 @@ from lapis import nn, trace
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
 
 
-def per_op(device: str, repeat: int) -> float:
+def per_op(device: str, repeat: int) -> tuple[float, int]:
+    """The mean wall time of x + y on 4-element tensors, and the kernels one such op launches."""
     x, y = lapis.ones(4, device=device), lapis.ones(4, device=device)
-    (x + y).cpu()                                    # compile and warm the caches
+    (x + y).cpu()                                    # compiles and warms the caches
+    with trace() as t:
+        (x + y).cpu()
     start = time.perf_counter()
     for _ in range(repeat):
         z = x + y
     z.cpu()
-    return (time.perf_counter() - start) / repeat
+    return (time.perf_counter() - start) / repeat, len(t.select(0, "kernel"))
 
 
 def models(device: str):
@@ -77,8 +80,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--models", default="mlp,cnn,transformer", help="which models to time (comma list)")
     args = parser.parse_args()
-    gpu, cpu = per_op(args.device, args.repeat), per_op("cpu", args.repeat)
-    print(f"x + y on 4 elements: {gpu * 1e3:.2f} ms of wall time per op on {args.device}, "
+    (gpu, kernels), (cpu, _) = per_op(args.device, args.repeat), per_op("cpu", args.repeat)
+    print(f"x + y on 4 elements: {gpu * 1e3:.2f} ms of wall time per op on {args.device} ({kernels} kernel), "
           f"{cpu * 1e6:.0f} us on cpu")
     wanted = args.models.split(",")
     for (name, model, x, y, loss_fn), key in zip(models(args.device), ("mlp", "cnn", "transformer"), strict=True):
