@@ -163,13 +163,75 @@ class DeviceNDArray:
             else:
                 raise IndexError(f"device arrays take integers and slices, not {type(item).__name__} "
                                  "(fancy indexing would copy; do it on the host)")
-        return DeviceNDArray(tuple(shape), tuple(strides), self.dtype, self.context, self.memory, ptr)
+        return self._view(tuple(shape), tuple(strides), self.dtype, ptr)
+
+    def reshape(self, *newshape, order: str = "C") -> "DeviceNDArray":
+        """The same elements in a new shape, read in `order` (numba's DeviceNDArray.reshape): a view
+        that shares the memory. One dimension may be -1. Without copying, that is possible when the
+        shape is unchanged or the array is contiguous in that order; otherwise it raises
+        NotImplementedError, as numba does (numpy would copy)."""
+        shape = tuple(int(s) for s in (newshape[0] if len(newshape) == 1 and isinstance(newshape[0], tuple | list)
+                                       else newshape))
+        if shape == self.shape:
+            return self._view(self.shape, self.strides, self.dtype)
+        shape = _known_shape(shape, self._size)
+        order = self._order(order)
+        if not self._dense(order):
+            raise NotImplementedError("operation requires copying")
+        return self._view(shape, _contiguous_strides(shape, self.dtype.itemsize, order), self.dtype)
+
+    def ravel(self, order: str = "C") -> "DeviceNDArray":
+        """The elements as a 1-D view, read in `order` (numba's DeviceNDArray.ravel); NotImplementedError
+        for an array not contiguous in that order, as numba (numpy would copy)."""
+        if not self._dense(self._order(order)):
+            raise NotImplementedError("operation requires copying")
+        return self._view((self._size,), (self.dtype.itemsize,), self.dtype)
+
+    def view(self, dtype) -> "DeviceNDArray":
+        """The same bytes read as another dtype (numba's DeviceNDArray.view): the last dimension grows
+        or shrinks by the ratio of the item sizes, which needs a C-contiguous array whose last
+        dimension's bytes the new item size divides."""
+        dtype = np.dtype(dtype)
+        if dtype.itemsize == self.dtype.itemsize:
+            return self._view(self.shape, self.strides, dtype)
+        if not self.is_c_contiguous() or not self.ndim:
+            raise ValueError("array must be C-contiguous (and not 0-d) when changing itemsize")
+        last, rest = divmod(self.shape[-1] * self.dtype.itemsize, dtype.itemsize)
+        if rest:
+            raise ValueError("new dtype's itemsize must evenly divide the last dimension")
+        # numpy's strides: the last dimension steps by the new item size (numba keeps the old strides)
+        return self._view(self.shape[:-1] + (last,), self.strides[:-1] + (dtype.itemsize,), dtype)
+
+    def _order(self, order: str) -> str:
+        """'C' or 'F' for an order argument; 'A' is F for an array F-contiguous and not C, as numpy reads it."""
+        if order not in ("C", "F", "A"):
+            raise ValueError("order not C|F|A")
+        return ("F" if self.layout == "F" else "C") if order == "A" else order
+
+    def _view(self, shape: tuple, strides: tuple, dtype, ptr: int | None = None) -> "DeviceNDArray":
+        """Another array over this one's memory (from this one's first element unless `ptr` says)."""
+        return DeviceNDArray(shape, strides, dtype, self.context, self.memory, self.ptr if ptr is None else ptr)
 
     def __repr__(self) -> str:
         return f"<DeviceNDArray shape={self.shape} dtype={self.dtype} on {self.device} at {self.ptr:#x}>"
 
     def __array__(self, dtype=None, copy=None):
         raise TypeError("a DeviceNDArray lives in device memory; call .copy_to_host() to get a numpy array")
+
+
+def _known_shape(shape: tuple, size: int) -> tuple:
+    """A reshape's shape with its -1 (if any) worked out from the size, as numpy does."""
+    unknown = [i for i, s in enumerate(shape) if s < 0]
+    if len(unknown) > 1:
+        raise ValueError("can only specify one unknown dimension")
+    known = math.prod(s for s in shape if s >= 0)
+    if unknown:
+        if known == 0 or size % known:
+            raise ValueError(f"cannot reshape an array of size {size} into shape {shape}")
+        shape = shape[:unknown[0]] + (size // known,) + shape[unknown[0] + 1:]
+    if math.prod(shape) != size:
+        raise ValueError(f"cannot reshape an array of size {size} into shape {shape}")
+    return shape
 
 
 def _contiguous_strides(shape: tuple, itemsize: int, order: str) -> tuple:

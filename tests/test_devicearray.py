@@ -1,0 +1,76 @@
+"""Layer 3 device arrays: numba's reshape, ravel and view, checked against numpy's answers."""
+
+import numpy as np
+import pytest
+
+from lapis import cuda
+
+X = np.arange(24, dtype=np.float32).reshape(4, 6)
+
+
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("shape", [(2, 12), (3, -1), (24,), (2, 3, 4), (-1, 2, 2)])
+def test_reshape_of_a_contiguous_array_reads_as_numpys(order, shape):
+    host = np.asarray(X, order=order)
+    d = cuda.to_device(host)
+    r = d.reshape(*shape, order=order)
+    want = host.reshape(shape, order=order)
+    assert r.shape == want.shape and r.strides == want.strides
+    assert np.array_equal(r.copy_to_host(), want)
+    assert d.reshape(shape, order=order).shape == want.shape               # a tuple works too
+    assert np.array_equal(d.reshape(*shape, order="A").copy_to_host(), host.reshape(shape, order="A"))
+
+
+def test_reshape_and_ravel_are_views_of_the_same_memory():
+    d = cuda.to_device(X)
+    flat, grid = d.ravel(), d.reshape(2, 12)
+    assert flat.memory is d.memory and flat.ptr == d.ptr and flat.shape == (24,) and flat.layout == "C"
+    d.copy_to_device(-X)                                                    # write through the original ...
+    assert np.array_equal(flat.copy_to_host(), -X.ravel())                 # ... the views see it
+    assert np.array_equal(grid.copy_to_host(), -X.reshape(2, 12))
+    fortran = cuda.to_device(np.asfortranarray(X))
+    assert np.array_equal(fortran.ravel(order="F").copy_to_host(), X.ravel(order="F"))
+    assert np.array_equal(fortran.ravel(order="A").copy_to_host(), np.asfortranarray(X).ravel(order="A"))
+
+
+def test_what_would_need_a_copy_raises_as_numba():
+    d = cuda.to_device(X)
+    strided = d[:, ::2]
+    with pytest.raises(NotImplementedError, match="requires copying"):
+        strided.reshape(6, 2)
+    with pytest.raises(NotImplementedError, match="requires copying"):
+        strided.ravel()
+    with pytest.raises(NotImplementedError, match="requires copying"):
+        cuda.to_device(np.asfortranarray(X)).ravel()                       # C order of an F array
+    with pytest.raises(NotImplementedError):
+        d[::2].ravel()
+    same = strided.reshape(4, 3)                                            # the same shape: a view, no copy
+    assert same.shape == (4, 3) and same.strides == strided.strides and same.ptr == strided.ptr
+    with pytest.raises(ValueError, match="one unknown"):
+        d.reshape(-1, -1)
+    with pytest.raises(ValueError, match="cannot reshape"):
+        d.reshape(5, 5)
+    with pytest.raises(ValueError, match="order"):
+        d.ravel(order="K")
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.uint8, np.float16, np.float64, np.int16])
+def test_view_reinterprets_the_bytes_as_numpy_does(dtype):
+    d = cuda.to_device(X)
+    v = d.view(dtype)
+    want = X.view(dtype)
+    assert v.shape == want.shape and v.strides == want.strides and v.dtype == want.dtype
+    assert np.array_equal(v.copy_to_host(), want) and v.ptr == d.ptr
+
+
+def test_view_rules():
+    d = cuda.to_device(X)
+    odd = d[:, :3]                                                          # 12 bytes per row, not C-contiguous
+    same, want = odd.view(np.int32), X[:, :3].view(np.int32)               # the same item size: any strides
+    assert (same.shape, same.strides, same.dtype) == (want.shape, want.strides, want.dtype)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        odd.view(np.float64)
+    with pytest.raises(ValueError, match="evenly divide"):
+        cuda.to_device(np.zeros(3, np.float32)).view(np.float64)
+    halves = cuda.to_device(np.zeros(6, np.float16)).view(np.uint32)
+    assert halves.shape == (3,) and halves.strides == (4,)
