@@ -312,7 +312,7 @@ def _flat(x: DeviceNDArray, name: str, routine: str = "sgemm") -> DeviceNDArray:
         raise BlasError(f"{routine}: {name} must hold float32, float16 or bfloat16, not {x.dtype}")
     if not (x.is_c_contiguous() or x.is_f_contiguous()):
         raise BlasError(f"{routine}: {name} must be contiguous storage")
-    return DeviceNDArray((x.size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
+    return x.ravel(order="A")
 
 
 def _op(trans: str) -> bool:
@@ -355,7 +355,7 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
                         beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
                         kernel="mma_gemm_kernel", tile=f"{MMA_ROWS}x{MMA_COLS}x{MMA_DEPTH} on the matrix unit"):
             if m and n and batch:
-                words = [DeviceNDArray((x.size // 2,), (4,), np.uint32, x.context, x.memory, x.ptr) for x in (fa, fb)]
+                words = [x[:x.size // 2 * 2].view(np.uint32) for x in (fa, fb)]     # the halves in pairs
                 handle.mma_kernels[fa.dtype.name][(-(-m // MMA_ROWS), -(-n // MMA_COLS), batch), MMA_THREADS,
                                                   handle.stream](
                     np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), words[0], np.int32(lda // 2),
@@ -407,8 +407,7 @@ def _launch_split_k(handle, tiles, splits, ta, tb, m, n, k, alpha, fa, lda, fb, 
     need = splits * m * n
     if handle.workspace is None or handle.workspace.size < need:
         handle.workspace = handle.api.device_array(need, np.float32)
-    ws = DeviceNDArray((need,), (4,), np.float32, handle.workspace.context, handle.workspace.memory,
-                       handle.workspace.ptr)
+    ws = handle.workspace[:need]
     step_a = 1 if ta else lda          # elements between consecutive k in op(A), and in op(B)
     step_b = ldb if tb else 1
     _launch_gemm(handle, tiles, ta, tb, m, n, depth, 1.0, fa, lda, depth * step_a, fb, ldb, depth * step_b, 0.0,
@@ -416,11 +415,7 @@ def _launch_split_k(handle, tiles, splits, ta, tb, m, n, k, alpha, fa, lda, fb, 
     tail = k - depth * splits
     if tail:
         at_a, at_b = (depth * splits * step_a, depth * splits * step_b)
-        ta_view = DeviceNDArray((fa.size - at_a,), (fa.dtype.itemsize,), fa.dtype, fa.context, fa.memory,
-                                fa.ptr + at_a * fa.dtype.itemsize)
-        tb_view = DeviceNDArray((fb.size - at_b,), (fb.dtype.itemsize,), fb.dtype, fb.context, fb.memory,
-                                fb.ptr + at_b * fb.dtype.itemsize)
-        _launch_gemm(handle, tiles, ta, tb, m, n, tail, 1.0, ta_view, lda, 0, tb_view, ldb, 0, 1.0, ws, m, 0, 1)
+        _launch_gemm(handle, tiles, ta, tb, m, n, tail, 1.0, fa[at_a:], lda, 0, fb[at_b:], ldb, 0, 1.0, ws, m, 0, 1)
     handle.splitk_reduce[-(-(m * n) // 256), 256, handle.stream](
         np.int32(m), np.int32(n), np.int32(splits), np.float32(alpha), ws, np.float32(beta), fc, np.int32(ldc))
 

@@ -135,7 +135,7 @@ def check_vector(x, name: str, n: int, inc: int) -> DeviceNDArray:
     if n > 0 and (n - 1) * abs(inc) + 1 > x.size:
         raise BlasError(f"{name} holds {x.size} elements but n={n} with inc{name}={inc} needs "
                           f"{(n - 1) * abs(inc) + 1}")
-    return DeviceNDArray((x.size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
+    return x.ravel(order="A")
 
 
 def _check(n: int, *vectors):

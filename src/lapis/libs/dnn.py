@@ -815,7 +815,7 @@ def _flat(x, name: str, size: int | None = None, dtype=np.float32) -> DeviceNDAr
         raise DnnError(f"{name} must be C-contiguous")
     if size is not None and x.size != size:
         raise DnnError(f"{name} has {x.size} elements, the descriptor says {size}")
-    return DeviceNDArray((x.size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
+    return x.ravel()
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -1110,7 +1110,7 @@ def _workspace(x_desc, filter_dims, conv, algorithm, workspace) -> DeviceNDArray
                        f"{have if workspace is not None else 'none'}; convolution_workspace_size says how much")
     if not workspace.is_c_contiguous() or workspace.ptr % 4:
         raise DnnError("the workspace must be a contiguous, 4-byte aligned device array")
-    return DeviceNDArray((need // 4,), (4,), np.float32, workspace.context, workspace.memory, workspace.ptr)
+    return workspace.ravel().view(np.uint8)[:need].view(np.float32)
 
 
 def _conv_launch(handle, direction, geometry, out_desc, x_desc, filter_dims, conv, a_src, b_src, out) -> None:

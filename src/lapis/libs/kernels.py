@@ -44,7 +44,7 @@ def fill(api, array: DeviceNDArray, value, stream=0) -> None:
     kernel = _dispatchers.get(api.__name__)
     if kernel is None:
         kernel = _dispatchers[api.__name__] = api.jit(fill_kernel)
-    flat = DeviceNDArray((array.size,), (array.dtype.itemsize,), array.dtype, array.context, array.memory, array.ptr)
+    flat = array.ravel(order="A")
     with trace.span(4, "fill", dtype=str(array.dtype), elements=array.size, value=value):
         if array.size:
             kernel[-(-array.size // THREADS), THREADS, stream](flat, array.dtype.type(value), np.int64(array.size))
@@ -244,8 +244,7 @@ def _geometry(api, out: DeviceNDArray, *inputs) -> tuple[tuple, list]:
         if mode == SCALAR:
             operands += [shape_array, x]            # the strides slot is unused: the kernel reads the number
         elif mode in (FLAT, TRAILING):
-            flat = DeviceNDArray((x.size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
-            operands += [shape_array, flat]
+            operands += [shape_array, x.ravel()]
         else:
             flat, base = flat_view(x)
             operands += [_device_ints(api, out.context, (*broadcast_strides(x, shape), base)), flat]
@@ -390,7 +389,7 @@ def adam(api, p: DeviceNDArray, g: DeviceNDArray, m: DeviceNDArray, v: DeviceNDA
     if not all(isinstance(a, DeviceNDArray) and a.dtype == np.float32 and a.is_c_contiguous() for a in arrays) or \
             len({a.size for a in arrays}) != 1:
         raise KernelArgumentError("adam takes four C-contiguous float32 device arrays of one size")
-    flat = [DeviceNDArray((a.size,), (4,), a.dtype, a.context, a.memory, a.ptr) for a in arrays]
+    flat = [a.ravel() for a in arrays]
     f = np.float32
     with trace.span(4, "adam", elements=p.size, step=step):
         if p.size:
@@ -426,10 +425,6 @@ def _along(x: DeviceNDArray, dim: int) -> tuple[int, int, int]:
     return int(np.prod(x.shape[:dim])), x.shape[dim], int(np.prod(x.shape[dim + 1:]))
 
 
-def _flat1(x: DeviceNDArray) -> DeviceNDArray:
-    return DeviceNDArray((x.size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
-
-
 def _check_index_op(name, x, dim, index, other, other_name) -> int:
     arrays = (x, index, other)
     if not all(isinstance(a, DeviceNDArray) and a.is_c_contiguous() for a in arrays):
@@ -453,8 +448,8 @@ def gather(api, x: DeviceNDArray, dim: int, index: DeviceNDArray, out: DeviceNDA
     with trace.span(4, "gather", shape=tuple(out.shape), dim=dim, dtype=str(x.dtype)):
         if out.size:
             _dispatcher(api, ("gather",), lambda: gather_kernel)[max(1, min(1024, -(-out.size // THREADS))), THREADS](
-                np.int64(out.size), np.int64(length), np.int64(inner), np.int64(x.shape[dim]), _flat1(x),
-                _flat1(index), _flat1(out))
+                np.int64(out.size), np.int64(length), np.int64(inner), np.int64(x.shape[dim]), x.ravel(),
+                index.ravel(), out.ravel())
 
 
 def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: DeviceNDArray) -> None:
@@ -469,5 +464,5 @@ def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: De
         if src.size:
             _dispatcher(api, ("scatter_add",), lambda: scatter_add_kernel)[
                 max(1, min(1024, -(-src.size // THREADS))), THREADS](
-                np.int64(src.size), np.int64(length), np.int64(inner), np.int64(out.shape[dim]), _flat1(out),
-                _flat1(index), _flat1(src))
+                np.int64(src.size), np.int64(length), np.int64(inner), np.int64(out.shape[dim]), out.ravel(),
+                index.ravel(), src.ravel())

@@ -253,7 +253,7 @@ def _matrix(x, name: str, rows: int, cols: int, ld: int) -> DeviceNDArray:
     if cols and rows and (cols - 1) * ld + rows > x.size:
         raise SolverError(f"{name} holds {x.size} elements but {rows}x{cols} with ld={ld} needs "
                           f"{(cols - 1) * ld + rows}")
-    return DeviceNDArray((x.size,), (x.dtype.itemsize,), x.dtype, x.context, x.memory, x.ptr)
+    return x.ravel(order="A")
 
 
 def _vector(x, name: str, size: int, dtypes) -> DeviceNDArray:

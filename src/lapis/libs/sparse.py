@@ -217,8 +217,7 @@ def spmm(handle: Handle, alpha: float, A, B: DeviceNDArray, beta: float, C: Devi
             return
         if not C.is_c_contiguous():
             raise SparseError("C must be C-contiguous for a COO product")
-        whole = DeviceNDArray((C.size,), (C.dtype.itemsize,), C.dtype, C.context, C.memory, C.ptr)
-        k["scale_kernel"][-(-C.size // THREADS), THREADS, handle.stream](np.int64(C.size), t(beta), whole)
+        k["scale_kernel"][-(-C.size // THREADS), THREADS, handle.stream](np.int64(C.size), t(beta), C.ravel())
         if A.nnz:
             k["coo_spmm_kernel"][(-(-n // 16), -(-A.nnz // 16)), (16, 16), handle.stream](
                 np.int64(A.nnz), np.int64(n), t(alpha), A.row, A.col, A.data, B, C)
