@@ -1,6 +1,7 @@
 """Layer 3's host API: streams, events, device properties, pinned memory, the CUDA runtime-API
 spelling and its HIP twin, and `lapis hipify`, checked against numpy and the trace."""
 
+import dataclasses
 import gc
 import os
 import subprocess
@@ -16,6 +17,7 @@ from lapis.cli import main
 from lapis.cuda.context import Stream
 from lapis.cuda.hipify import hipify
 from lapis.cuda.runtime_api import FUNCTIONS, HIPIFY_TABLE
+from lapis.hardware import get_profile
 
 N = 256
 
@@ -312,6 +314,23 @@ def test_device_properties_come_from_the_profile():
     big = cuda.device_array(64 << 20, np.uint8)
     assert cuda.current_context().get_memory_info().free <= free - (64 << 20)
     del big
+
+
+def test_device_properties_are_a_typed_frozen_record_of_the_profile():
+    props = cuda.get_device_properties(0)
+    profile = get_profile(props.profile)
+    assert (props.name, props.major, props.minor, props.total_memory, props.multi_processor_count,
+            props.warp_size, props.shared_memory_per_block, props.L2_cache_size) == (
+        profile.marketing_name, *profile.compute_capability, profile.memory_bytes, profile.compute_units,
+        profile.warp_size, profile.shared_per_block, profile.l2_bytes)
+    assert props.peak_fp32_flops == profile.fp32_tflops * 1e12 and props.gcnArchName == ""
+    fields = {f.name: f.type for f in dataclasses.fields(props)}
+    assert fields["multi_processor_count"] is int and fields["name"] is str and fields["memory_bandwidth"] is float
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        props.warp_size = 64
+    assert props == cuda.get_device_properties("cuda:0") and "multi_processor_count=132" in repr(props)
+    amd = hip.get_device_properties(0)
+    assert amd.warp_size == 64 and amd.gcnArchName == "gfx942" and amd.multi_processor_count == 304
 
 
 def test_pinned_arrays_copy_without_staging_and_live_as_long_as_a_view():

@@ -6,6 +6,7 @@ own devices. Everything else — contexts, arrays, launches — is shared.
 """
 
 import threading
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -17,25 +18,40 @@ from lapis.cuda.dispatcher import Dispatcher
 from lapis.cuda.errors import CudaSupportError
 
 
+@dataclass(frozen=True, repr=False)
 class DeviceProperties:
-    """torch.cuda.get_device_properties(): the profile's numbers under PyTorch's attribute names."""
+    """torch.cuda.get_device_properties(): one GPU's facts under PyTorch's attribute names, then
+    lapis's own (the simulated profile and the peaks a roofline is drawn against). Read once from
+    what the runtime reports of the agent, so later code reads typed fields, not profile keys."""
+    name: str
+    major: int                              # compute capability
+    minor: int
+    total_memory: int                       # bytes of device memory
+    multi_processor_count: int              # SMs (NVIDIA) or CUs (AMD)
+    warp_size: int                          # 32, or AMD's wavefront of 64
+    max_threads_per_multi_processor: int
+    shared_memory_per_block: int            # bytes a block may use
+    regs_per_multiprocessor: int            # 32-bit registers per SM
+    L2_cache_size: int                      # bytes
+    gcnArchName: str                        # AMD's architecture name ("" on NVIDIA-like GPUs)
+    profile: str                            # the simulated profile, "h200" or "mi300x"
+    peak_fp32_flops: float                  # FLOP/s
+    peak_matrix_flops: float                # FLOP/s on the matrix units
+    memory_bandwidth: float                 # DRAM bytes/s
+    l2_bandwidth: float                     # L2 bytes/s
 
-    def __init__(self, context: Context):
-        p = context.agent.properties
-        self.name = p["marketing_name"]
-        self.major, self.minor = p["compute_capability"]
-        self.total_memory = p["memory_bytes"]
-        self.multi_processor_count = p["compute_units"]
-        self.warp_size = p["warp_size"]
-        self.max_threads_per_multi_processor = p["max_threads_per_unit"]
-        self.shared_memory_per_block = p["shared_per_block"]
-        self.regs_per_multiprocessor = p["registers_per_unit"]
-        self.L2_cache_size = p["l2_bytes"]
-        self.gcnArchName = "gfx942" if p["vendor"] == "amd" else ""
-        # lapis's own: the simulated profile and its peaks (what a roofline is drawn against)
-        self.profile = p["name"]
-        self.peak_fp32_flops, self.peak_matrix_flops = p["fp32_tflops"] * 1e12, p["matrix_tflops"] * 1e12
-        self.memory_bandwidth, self.l2_bandwidth = p["memory_bandwidth"], p["l2_bandwidth"]
+    @classmethod
+    def of(cls, agent: runtime.Agent) -> "DeviceProperties":
+        p = agent.properties
+        major, minor = p["compute_capability"]
+        return cls(name=p["marketing_name"], major=major, minor=minor, total_memory=p["memory_bytes"],
+                   multi_processor_count=p["compute_units"], warp_size=p["warp_size"],
+                   max_threads_per_multi_processor=p["max_threads_per_unit"],
+                   shared_memory_per_block=p["shared_per_block"], regs_per_multiprocessor=p["registers_per_unit"],
+                   L2_cache_size=p["l2_bytes"], gcnArchName="gfx942" if p["vendor"] == "amd" else "",
+                   profile=p["name"], peak_fp32_flops=p["fp32_tflops"] * 1e12,
+                   peak_matrix_flops=p["matrix_tflops"] * 1e12, memory_bandwidth=p["memory_bandwidth"],
+                   l2_bandwidth=p["l2_bandwidth"])
 
     def __repr__(self) -> str:
         return (f"_CudaDeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
@@ -79,7 +95,7 @@ class Api:
         return self.get_device_properties(device).name
 
     def get_device_properties(self, device=None) -> "DeviceProperties":
-        return DeviceProperties(self.context(self._index(device)))
+        return DeviceProperties.of(self.context(self._index(device)).agent)
 
     def _index(self, device) -> int:
         """A device index from torch's spellings: None (the current device), an int, 'cuda:1', or an object

@@ -424,9 +424,8 @@ def _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b) -
     """Whether the HMMA kernel takes this gemm: half inputs, both operands k-contiguous (op(A) = A^T,
     op(B) = B), k a multiple of the 32-deep slices, every operand 4-byte aligned so its halves pair up
     into words, and a device whose blocks have the shared memory the kernel stages in."""
-    shared = handle.context.device.MAX_SHARED_MEMORY_PER_BLOCK
     return (fa.dtype.name in ("float16", "bfloat16") and ta and not tb and k > 0 and k % MMA_DEPTH == 0
-            and shared >= MMA_SHARED_BYTES
+            and handle.properties.shared_memory_per_block >= MMA_SHARED_BYTES
             and all(v % 2 == 0 for v in (lda, ldb, stride_a, stride_b)) and fa.ptr % 4 == 0 and fb.ptr % 4 == 0)
 
 
@@ -450,7 +449,7 @@ def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
     profile, shape and dtype, so later calls of the same shape skip the probing."""
     if m * n * k <= TUNE_ABOVE:
         return DEFAULT_TILES
-    profile = handle.context.device.profile
+    profile = handle.properties.profile
     key = (profile, m, n, -(-k // 256), np.dtype(dtype).name)
     chosen = handle.tiles.get(key) or _stored_choice(key)
     if chosen is not None:

@@ -1255,7 +1255,7 @@ def _find(handle, direction, run, x_desc, filter_dims, conv, workspace) -> list[
 
 
 def _problem(handle, direction, x_desc, filter_dims, conv) -> tuple:
-    return direction, handle.context.device.profile, x_desc, _filter(filter_dims), conv
+    return direction, handle.properties.profile, x_desc, _filter(filter_dims), conv
 
 
 def find_convolution_forward_algorithm(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, w,

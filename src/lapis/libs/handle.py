@@ -9,6 +9,9 @@ so work on another stream may overlap them, and ordering against the caller's ow
 caller's business, as with the vendor libraries.
 """
 
+from functools import cached_property
+
+from lapis.cuda.api import DeviceProperties
 from lapis.cuda.context import Stream
 
 
@@ -20,6 +23,11 @@ class LibraryHandle:
     @property
     def context(self):
         return self.api.current_context(self.device)
+
+    @cached_property
+    def properties(self) -> DeviceProperties:
+        """The device's properties, which routines tune by (shared memory per block, the profile)."""
+        return self.api.get_device_properties(self.device)
 
     @property
     def stream(self) -> Stream:
