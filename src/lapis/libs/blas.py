@@ -444,9 +444,9 @@ def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
     """The tiling for a gemm: below TUNE_ABOVE multiply-adds, the default; above, the candidate the
     Layer 0 performance model predicts fastest (cuBLAS's heuristics, made an autotuner).
 
-    Each candidate runs once on this m x n with a depth of PROBE_K on scratch operands, and the
-    kernel's simulated time (from the kernel trace event) ranks it; the choice is kept per device
-    profile, shape and dtype, so later calls of the same shape skip the probing."""
+    Each candidate runs once on this m x n with a depth of PROBE_K on scratch operands, timed with
+    events on the handle's stream (simulated device time); the choice is kept per device profile,
+    shape and dtype, so later calls of the same shape skip the probing."""
     if m * n * k <= TUNE_ABOVE:
         return DEFAULT_TILES
     profile = handle.properties.profile
@@ -461,11 +461,9 @@ def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
     timings = []
     with trace.span(4, "gemm_autotune", m=m, n=n, k=k, profile=profile, candidates=len(TILE_CANDIDATES)) as info:
         for tiles in TILE_CANDIDATES:
-            with trace() as probe:
-                _launch_gemm(handle, tiles, False, False, m, n, depth, 1.0, a, m, 0, b, depth, 0, 0.0, c, m, 0, 1)
-                handle.context.synchronize()
-            kernel = probe.select(0, "kernel")[-1].args
-            timings.append((kernel["duration_ns"], str(tiles), tiles))
+            ms = handle.device_time_ms(lambda tiles=tiles: _launch_gemm(handle, tiles, False, False, m, n, depth, 1.0,
+                                                                         a, m, 0, b, depth, 0, 0.0, c, m, 0, 1))
+            timings.append((ms * 1e6, str(tiles), tiles))
         chosen = handle.tiles[key] = min(timings, key=lambda t: t[0])[2]
         info.update(ranking=[(name, round(ns)) for ns, name, _ in sorted(timings, key=lambda t: t[0])],
                     chosen=str(chosen))

@@ -1234,21 +1234,15 @@ def convolution_backward_filter(handle: Handle, x_desc: TensorDescriptor, x, fil
 
 
 def _find(handle, direction, run, x_desc, filter_dims, conv, workspace) -> list[tuple[str, float]]:
-    """Run each algorithm twice (compile, then time) and rank them by simulated device time in ms; the
-    winner is remembered for `get_convolution_algorithm`."""
+    """Time each algorithm with events and rank them by simulated device time in ms; the winner is
+    remembered for `get_convolution_algorithm`."""
     algorithms = [a for a in CONV_ALGORITHMS if _supported(a, x_desc, filter_dims)]
     need = max(convolution_workspace_size(x_desc, filter_dims, conv, a) for a in algorithms)
     if need and (workspace is None or workspace.nbytes < need):
         workspace = handle.api.device_array(need, np.uint8)
     timings = []
     for algorithm in algorithms:
-        run(algorithm, workspace)
-        start, end = handle.api.event(), handle.api.event()
-        start.record(handle.stream)
-        run(algorithm, workspace)
-        end.record(handle.stream)
-        end.synchronize()
-        timings.append((algorithm, start.elapsed_time(end)))
+        timings.append((algorithm, handle.device_time_ms(lambda a=algorithm: run(a, workspace))))
     timings.sort(key=lambda t: t[1])
     handle.algorithms[_problem(handle, direction, x_desc, filter_dims, conv)] = timings[0][0]
     return timings

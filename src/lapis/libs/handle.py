@@ -46,3 +46,16 @@ class LibraryHandle:
 
     def get_stream(self) -> Stream:
         return self.stream
+
+    def device_time_ms(self, run) -> float:
+        """Milliseconds of device time that what `run()` launches takes on the handle's stream, between
+        two events, as cuBLASLt's and cuDNN's benchmarks time their candidates. It runs once untimed
+        first: a kernel's first launch compiles it and copies its code to the device, and that copy
+        would count."""
+        run()
+        start, end = self.api.event(), self.api.event()
+        start.record(self.stream)
+        run()
+        end.record(self.stream)
+        end.synchronize()
+        return start.elapsed_time(end)
