@@ -1,5 +1,6 @@
 """Layer 4: DNN primitives, forward against numpy and backward against numerical gradients."""
 
+import inspect
 import math
 
 import numpy as np
@@ -243,6 +244,21 @@ def test_convolutions_every_algorithm_in_every_direction(handle, x_dims, w_dims,
         assert np.allclose(dx.copy_to_host().reshape(x_dims), want_dx, atol=3e-3), algorithm
         dnn.convolution_backward_filter(handle, desc, dev(x), w_dims, conv, dev(dy), dw, algorithm, workspace)
         assert np.allclose(dw.copy_to_host().reshape(w_dims), want_dw, atol=3e-3), algorithm
+
+
+def test_every_convolution_kernel_takes_the_geometry_fields_first():
+    fields = list(dnn.ConvGeometry._fields)
+    kernels = [dnn.conv_direct_kernel, dnn.conv_backward_data_kernel, dnn.conv_backward_filter_kernel,
+               dnn.conv_im2col_kernel, dnn.conv_col2im_kernel, *map(dnn.make_conv_gemm_kernel, dnn.CONV_DIRECTIONS)]
+    for kernel in kernels:                              # launches spread a ConvGeometry into these parameters
+        assert list(inspect.signature(kernel).parameters)[:len(fields)] == fields, kernel.__name__
+    x, filt = dnn.TensorDescriptor((2, 4, 5, 6), "NHWC"), dnn.FilterDescriptor((8, 2, 3, 3), "NHWC")
+    out, g = dnn._conv_geometry(x, filt, dnn.ConvolutionDescriptor(padding=(1, 0), stride=(2, 1), groups=2))
+    assert (g.n, g.c, g.h, g.wd, g.k, g.r, g.s, g.p, g.q, g.groups) == (2, 4, 5, 6, 8, 3, 3, 3, 4, 2)
+    assert out.dims == (2, 8, 3, 4)
+    assert (g.xs_n, g.xs_c, g.xs_h, g.xs_w) == (120, 1, 24, 4) and (g.ws_k, g.ws_c, g.ws_r, g.ws_s) == (18, 1, 6, 2)
+    assert (g.pad_h, g.pad_w, g.stride_h, g.stride_w) == (1, 0, 2, 1)
+    assert all(v.dtype == np.int32 for v in g.kernel_args())
 
 
 @pytest.mark.parametrize("x_layout,w_layout", [("NHWC", "NHWC"), ("NHWC", "NCHW"), ("NCHW", "NHWC")])

@@ -33,6 +33,7 @@ probabilities from the saved log-sum-exp.
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -354,30 +355,66 @@ def batch_norm_backward_kernel(n, c, hw, sx, x, dy, gamma, mean, rstd, dx, dgamm
 
 
 # -- convolution -------------------------------------------------------------------------------------
-# geometry g (int64[28]): n, c, h, w, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
-# then the element strides of x (n, c, h, w), of y (n, k, p, q) and of the filters (k, c, r, s), so one
-# kernel reads NCHW or NHWC tensors and KCRS or KRSC filters.
-def conv_direct_kernel(g, x, w, y):
+class ConvGeometry(NamedTuple):
+    """A convolution's sizes and its tensors' element strides: every convolution kernel takes these as
+    its first parameters, in this order (a struct passed by value, as cuDNN's kernels take theirs).
+    x is n x c x h x wd, the filters k x c/groups x r x s, y n x k x p x q; the strides let one kernel
+    read NCHW or NHWC tensors and KCRS or KRSC filters."""
+    n: int
+    c: int
+    h: int
+    wd: int
+    k: int
+    r: int
+    s: int
+    p: int
+    q: int
+    pad_h: int
+    pad_w: int
+    stride_h: int
+    stride_w: int
+    dil_h: int
+    dil_w: int
+    groups: int
+    xs_n: int                   # x's element strides along n, c, h, w
+    xs_c: int
+    xs_h: int
+    xs_w: int
+    ys_n: int                   # y's (and dy's) along n, k, p, q
+    ys_k: int
+    ys_p: int
+    ys_q: int
+    ws_k: int                   # the filters' along k, c, r, s
+    ws_c: int
+    ws_r: int
+    ws_s: int
+
+    def kernel_args(self) -> tuple:
+        """The fields as the kernels' int32 parameters."""
+        return tuple(np.int32(v) for v in self)
+
+
+def conv_direct_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
+                       xs_n, xs_c, xs_h, xs_w, ys_n, ys_k, ys_p, ys_q, ws_k, ws_c, ws_r, ws_s, x, w, y):
     i = cuda.grid(1)
-    n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
     if i < n * k * p * q:
         oq = i % q
         op = i // q % p
         ok = i // (q * p) % k
         b = i // (q * p * k)
-        cg = c // g[15]
-        first = ok // (k // g[15]) * cg
+        cg = c // groups
+        first = ok // (k // groups) * cg
         acc = 0.0
         for cc in range(cg):
             for rr in range(r):
-                iy = op * g[11] - g[9] + rr * g[13]
+                iy = op * stride_h - pad_h + rr * dil_h
                 if 0 <= iy < h:
                     for ss in range(s):
-                        ix = oq * g[12] - g[10] + ss * g[14]
+                        ix = oq * stride_w - pad_w + ss * dil_w
                         if 0 <= ix < wd:
-                            acc += x[b * g[16] + (first + cc) * g[17] + iy * g[18] + ix * g[19]] * \
-                                w[ok * g[24] + cc * g[25] + rr * g[26] + ss * g[27]]
-        y[b * g[20] + ok * g[21] + op * g[22] + oq * g[23]] = acc
+                            acc += x[b * xs_n + (first + cc) * xs_c + iy * xs_h + ix * xs_w] * \
+                                w[ok * ws_k + cc * ws_c + rr * ws_r + ss * ws_s]
+        y[b * ys_n + ok * ys_k + op * ys_p + oq * ys_q] = acc
 
 
 CONV_DIRECTIONS = ("forward", "backward_data", "backward_filter")
@@ -399,12 +436,12 @@ def make_conv_gemm_kernel(direction: str):
     is a closure constant, so each compiles to its own code."""
     MODE = direction
 
-    def conv_gemm_kernel(g, chunk, a_src, b_src, out):
+    def conv_gemm_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
+                         xs_n, xs_c, xs_h, xs_w, ys_n, ys_k, ys_p, ys_q, ws_k, ws_c, ws_r, ws_s, chunk, a_src, b_src,
+                         out):
         # forward: a_src = w, b_src = x, out = y; backward_data: w, dy, dx; backward_filter: dy, x, dw
         sa = shared.array((8, 32), np.float32)
         sb = shared.array((8, 33), np.float32)
-        n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
-        groups = g[15]
         kg, cg = k // groups, c // groups
         group = blockIdx.z % groups
         if MODE == "forward":
@@ -437,40 +474,40 @@ def make_conv_gemm_kernel(direction: str):
         d = start + dd
         d0, d1, d2 = d // (rad1 * rad2), d // rad2 % rad1, d % rad2
         i0, i1, i2 = 8 // (rad1 * rad2), 8 // rad2 % rad1, 8 % rad2
-        unit_stride = g[11] == 1 and g[12] == 1            # backward-data divides by the stride otherwise
+        unit_stride = stride_h == 1 and stride_w == 1            # backward-data divides by the stride otherwise
         for _ in range(start, end, 8):
             av = 0.0
             if row < rows and d < end:
                 if MODE == "forward":                      # w[k, (cc, rr, ss)]
-                    av = a_src[(group * kg + row) * g[24] + d0 * g[25] + d1 * g[26] + d2 * g[27]]
+                    av = a_src[(group * kg + row) * ws_k + d0 * ws_c + d1 * ws_r + d2 * ws_s]
                 elif MODE == "backward_data":              # w[(kk, rr, ss), c]
-                    av = a_src[(group * kg + d0) * g[24] + row * g[25] + d1 * g[26] + d2 * g[27]]
+                    av = a_src[(group * kg + d0) * ws_k + row * ws_c + d1 * ws_r + d2 * ws_s]
                 else:                                      # dy[k, (b, op, oq)]
-                    av = a_src[d0 * g[20] + (group * kg + row) * g[21] + d1 * g[22] + d2 * g[23]]
+                    av = a_src[d0 * ys_n + (group * kg + row) * ys_k + d1 * ys_p + d2 * ys_q]
             sa[dd, m] = av
             bv = 0.0
             if col < columns and d < end:
                 if MODE == "forward":                      # depth (cc, rr, ss), column (b, op, oq)
-                    iy = c1 * g[11] - g[9] + d1 * g[13]
-                    ix = c2 * g[12] - g[10] + d2 * g[14]
+                    iy = c1 * stride_h - pad_h + d1 * dil_h
+                    ix = c2 * stride_w - pad_w + d2 * dil_w
                     if 0 <= iy < h and 0 <= ix < wd:
-                        bv = b_src[c0 * g[16] + (group * cg + d0) * g[17] + iy * g[18] + ix * g[19]]
+                        bv = b_src[c0 * xs_n + (group * cg + d0) * xs_c + iy * xs_h + ix * xs_w]
                 elif MODE == "backward_data":              # depth (kk, rr, ss), column (b, iy, ix)
-                    oy = c1 + g[9] - d1 * g[13]
-                    ox = c2 + g[10] - d2 * g[14]
+                    oy = c1 + pad_h - d1 * dil_h
+                    ox = c2 + pad_w - d2 * dil_w
                     if unit_stride:
                         hit = 0 <= oy < p and 0 <= ox < q
                     else:
-                        hit = oy >= 0 and ox >= 0 and oy % g[11] == 0 and ox % g[12] == 0
-                        oy, ox = oy // g[11], ox // g[12]
+                        hit = oy >= 0 and ox >= 0 and oy % stride_h == 0 and ox % stride_w == 0
+                        oy, ox = oy // stride_h, ox // stride_w
                         hit = hit and oy < p and ox < q
                     if hit:
-                        bv = b_src[c0 * g[20] + (group * kg + d0) * g[21] + oy * g[22] + ox * g[23]]
+                        bv = b_src[c0 * ys_n + (group * kg + d0) * ys_k + oy * ys_p + ox * ys_q]
                 else:                                      # depth (b, op, oq), column (cc, rr, ss)
-                    iy = d1 * g[11] - g[9] + c1 * g[13]
-                    ix = d2 * g[12] - g[10] + c2 * g[14]
+                    iy = d1 * stride_h - pad_h + c1 * dil_h
+                    ix = d2 * stride_w - pad_w + c2 * dil_w
                     if 0 <= iy < h and 0 <= ix < wd:
-                        bv = b_src[d0 * g[16] + (group * cg + c0) * g[17] + iy * g[18] + ix * g[19]]
+                        bv = b_src[d0 * xs_n + (group * cg + c0) * xs_c + iy * xs_h + ix * xs_w]
             sb[dd, m] = bv
             syncthreads()
             for step in range(8):
@@ -499,102 +536,102 @@ def make_conv_gemm_kernel(direction: str):
             orow, ocol = row0 + ty + i, col0 + tx + j
             if orow < rows and ocol < columns:
                 if MODE == "forward":
-                    out[ocol // (q * p) * g[20] + (group * kg + orow) * g[21] + ocol // q % p * g[22]
-                        + ocol % q * g[23]] = v
+                    out[ocol // (q * p) * ys_n + (group * kg + orow) * ys_k + ocol // q % p * ys_p
+                        + ocol % q * ys_q] = v
                 elif MODE == "backward_data":
-                    out[ocol // (wd * h) * g[16] + (group * cg + orow) * g[17] + ocol // wd % h * g[18]
-                        + ocol % wd * g[19]] = v
+                    out[ocol // (wd * h) * xs_n + (group * cg + orow) * xs_c + ocol // wd % h * xs_h
+                        + ocol % wd * xs_w] = v
                 else:
-                    cuda.atomic.add(out, (group * kg + orow) * g[24] + ocol // (r * s) * g[25]
-                                    + ocol // s % r * g[26] + ocol % s * g[27], v)
+                    cuda.atomic.add(out, (group * kg + orow) * ws_k + ocol // (r * s) * ws_c
+                                    + ocol // s % r * ws_r + ocol % s * ws_s, v)
     return conv_gemm_kernel
 
 
-def conv_im2col_kernel(g, x, col):
+def conv_im2col_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
+                       xs_n, xs_c, xs_h, xs_w, ys_n, ys_k, ys_p, ys_q, ws_k, ws_c, ws_r, ws_s, x, col):
     # col[b, ch, rr, ss, op, oq] = x[b, ch, op * stride - pad + rr * dil, ...] or 0: the unfolded input,
     # per image and group a (cg * r * s) x (p * q) matrix, that the "gemm" algorithm multiplies with BLAS
     i = cuda.grid(1)
-    n, c, h, wd, r, s, p, q = g[0], g[1], g[2], g[3], g[5], g[6], g[7], g[8]
     if i < n * c * r * s * p * q:
         oq = i % q
         op = i // q % p
         ss = i // (q * p) % s
         rr = i // (q * p * s) % r
         bc = i // (q * p * s * r)                          # b * c + ch
-        iy = op * g[11] - g[9] + rr * g[13]
-        ix = oq * g[12] - g[10] + ss * g[14]
+        iy = op * stride_h - pad_h + rr * dil_h
+        ix = oq * stride_w - pad_w + ss * dil_w
         v = 0.0
         if 0 <= iy < h and 0 <= ix < wd:
-            v = x[bc // c * g[16] + bc % c * g[17] + iy * g[18] + ix * g[19]]
+            v = x[bc // c * xs_n + bc % c * xs_c + iy * xs_h + ix * xs_w]
         col[i] = v
 
 
-def conv_col2im_kernel(g, col, dx):
+def conv_col2im_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
+                       xs_n, xs_c, xs_h, xs_w, ys_n, ys_k, ys_p, ys_q, ws_k, ws_c, ws_r, ws_s, col, dx):
     # dx[b, ch, iy, ix] = sum of the unfolded gradient's entries that came from (iy, ix): a gather, so
     # each element is summed by one thread in a fixed order
     i = cuda.grid(1)
-    n, c, h, wd, r, s, p, q = g[0], g[1], g[2], g[3], g[5], g[6], g[7], g[8]
     if i < n * c * h * wd:
         ix = i % wd
         iy = i // wd % h
         bc = i // (wd * h)
         acc = 0.0
         for rr in range(r):
-            oy = iy + g[9] - rr * g[13]
-            if oy >= 0 and oy % g[11] == 0 and oy // g[11] < p:
+            oy = iy + pad_h - rr * dil_h
+            if oy >= 0 and oy % stride_h == 0 and oy // stride_h < p:
                 for ss in range(s):
-                    ox = ix + g[10] - ss * g[14]
-                    if ox >= 0 and ox % g[12] == 0 and ox // g[12] < q:
-                        acc += col[(((bc * r + rr) * s + ss) * p + oy // g[11]) * q + ox // g[12]]
-        dx[bc // c * g[16] + bc % c * g[17] + iy * g[18] + ix * g[19]] = acc
+                    ox = ix + pad_w - ss * dil_w
+                    if ox >= 0 and ox % stride_w == 0 and ox // stride_w < q:
+                        acc += col[(((bc * r + rr) * s + ss) * p + oy // stride_h) * q + ox // stride_w]
+        dx[bc // c * xs_n + bc % c * xs_c + iy * xs_h + ix * xs_w] = acc
 
 
-def conv_backward_data_kernel(g, dy, w, dx):
+def conv_backward_data_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
+                              xs_n, xs_c, xs_h, xs_w, ys_n, ys_k, ys_p, ys_q, ws_k, ws_c, ws_r, ws_s, dy, w, dx):
     i = cuda.grid(1)
-    n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
     if i < n * c * h * wd:
         ix = i % wd
         iy = i // wd % h
         ch = i // (wd * h) % c
         b = i // (wd * h * c)
-        cg = c // g[15]
-        kg = k // g[15]
+        cg = c // groups
+        kg = k // groups
         group = ch // cg
         acc = 0.0
         for kk in range(kg):
             ok = group * kg + kk
             for rr in range(r):
-                ty = iy + g[9] - rr * g[13]
-                if ty >= 0 and ty % g[11] == 0 and ty // g[11] < p:
+                ty = iy + pad_h - rr * dil_h
+                if ty >= 0 and ty % stride_h == 0 and ty // stride_h < p:
                     for ss in range(s):
-                        tx = ix + g[10] - ss * g[14]
-                        if tx >= 0 and tx % g[12] == 0 and tx // g[12] < q:
-                            acc += dy[b * g[20] + ok * g[21] + ty // g[11] * g[22] + tx // g[12] * g[23]] * \
-                                w[ok * g[24] + ch % cg * g[25] + rr * g[26] + ss * g[27]]
-        dx[b * g[16] + ch * g[17] + iy * g[18] + ix * g[19]] = acc
+                        tx = ix + pad_w - ss * dil_w
+                        if tx >= 0 and tx % stride_w == 0 and tx // stride_w < q:
+                            acc += dy[b * ys_n + ok * ys_k + ty // stride_h * ys_p + tx // stride_w * ys_q] * \
+                                w[ok * ws_k + ch % cg * ws_c + rr * ws_r + ss * ws_s]
+        dx[b * xs_n + ch * xs_c + iy * xs_h + ix * xs_w] = acc
 
 
-def conv_backward_filter_kernel(g, x, dy, dw):
+def conv_backward_filter_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
+                                xs_n, xs_c, xs_h, xs_w, ys_n, ys_k, ys_p, ys_q, ws_k, ws_c, ws_r, ws_s, x, dy, dw):
     i = cuda.grid(1)
-    n, c, h, wd, k, r, s, p, q = g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]
-    cg = c // g[15]
+    cg = c // groups
     if i < k * cg * r * s:
         ss = i % s
         rr = i // s % r
         cc = i // (s * r) % cg
         ok = i // (s * r * cg)
-        ch = ok // (k // g[15]) * cg + cc
+        ch = ok // (k // groups) * cg + cc
         acc = 0.0
         for b in range(n):
             for op in range(p):
-                iy = op * g[11] - g[9] + rr * g[13]
+                iy = op * stride_h - pad_h + rr * dil_h
                 if 0 <= iy < h:
                     for oq in range(q):
-                        ix = oq * g[12] - g[10] + ss * g[14]
+                        ix = oq * stride_w - pad_w + ss * dil_w
                         if 0 <= ix < wd:
-                            acc += x[b * g[16] + ch * g[17] + iy * g[18] + ix * g[19]] * \
-                                dy[b * g[20] + ok * g[21] + op * g[22] + oq * g[23]]
-        dw[ok * g[24] + cc * g[25] + rr * g[26] + ss * g[27]] = acc
+                            acc += x[b * xs_n + ch * xs_c + iy * xs_h + ix * xs_w] * \
+                                dy[b * ys_n + ok * ys_k + op * ys_p + oq * ys_q]
+        dw[ok * ws_k + cc * ws_c + rr * ws_r + ss * ws_s] = acc
 
 
 # -- attention ---------------------------------------------------------------------------------------
@@ -1067,13 +1104,12 @@ def convolution_output(x: TensorDescriptor, filter_dims, conv: ConvolutionDescri
     return TensorDescriptor((n, k, p, q), x.layout)
 
 
-def _conv_geometry(handle, x: TensorDescriptor, filter_dims, conv):
+def _conv_geometry(x: TensorDescriptor, filter_dims, conv) -> tuple[TensorDescriptor, ConvGeometry]:
+    """The output descriptor and the kernels' geometry of a convolution."""
     out = convolution_output(x, filter_dims, conv)
-    n, c, h, w = x.dims
     k, _, r, s = filter_dims
-    g = [n, c, h, w, k, r, s, out.dims[2], out.dims[3], *conv.padding, *conv.stride, *conv.dilation, conv.groups,
-         *x.strides(), *out.strides(), *_filter(filter_dims).strides()]
-    return out, handle.api.to_device(np.array(g, np.int32))
+    return out, ConvGeometry(*x.dims, k, r, s, *out.dims[2:], *conv.padding, *conv.stride, *conv.dilation,
+                             conv.groups, *x.strides(), *out.strides(), *_filter(filter_dims).strides())
 
 
 def convolution_workspace_size(x_desc: TensorDescriptor, filter_dims, conv: ConvolutionDescriptor,
@@ -1113,40 +1149,36 @@ def _workspace(x_desc, filter_dims, conv, algorithm, workspace) -> DeviceNDArray
     return workspace.ravel().view(np.uint8)[:need].view(np.float32)
 
 
-def _conv_launch(handle, direction, geometry, out_desc, x_desc, filter_dims, conv, a_src, b_src, out) -> None:
+def _conv_launch(handle, direction, g: ConvGeometry, a_src, b_src, out) -> None:
     """The implicit-GEMM kernel of a direction over its (rows, columns) grid, one group (and for
     backward-filter, one depth chunk) per grid z."""
-    n, c, h, w = x_desc.dims
-    k, cg, r, s = filter_dims
-    p, q = out_desc.dims[2:]
-    kg = k // conv.groups
-    rows, columns, depth = {"forward": (kg, n * p * q, cg * r * s), "backward_data": (cg, n * h * w, kg * r * s),
-                            "backward_filter": (kg, cg * r * s, n * p * q)}[direction]
+    kg, cg = g.k // g.groups, g.c // g.groups
+    rows, columns, depth = {"forward": (kg, g.n * g.p * g.q, cg * g.r * g.s),
+                            "backward_data": (cg, g.n * g.h * g.wd, kg * g.r * g.s),
+                            "backward_filter": (kg, cg * g.r * g.s, g.n * g.p * g.q)}[direction]
     tiles = _ceil_div(columns, 32) * _ceil_div(rows, 32)
     splits = 1
     if direction == "backward_filter":
         # enough blocks to fill the units (about 128 on the big profiles), each summing at least 64 deep
-        splits = max(1, min(_ceil_div(depth, SPLIT_K_MIN_DEPTH), _ceil_div(SPLIT_K_TARGET_BLOCKS, tiles * conv.groups)))
+        splits = max(1, min(_ceil_div(depth, SPLIT_K_MIN_DEPTH), _ceil_div(SPLIT_K_TARGET_BLOCKS, tiles * g.groups)))
         kernels.fill(handle.api, out, 0.0, handle.stream)
     chunk = 8 * max(1, _ceil_div(_ceil_div(depth, splits), 8))        # a multiple of the 8-deep slice
     splits = max(1, _ceil_div(depth, chunk))
-    grid = (_ceil_div(columns, 32), _ceil_div(rows, 32), conv.groups * splits)
-    handle.kernels["conv_gemm_" + direction][grid, (16, 16), handle.stream](geometry, np.int32(chunk), a_src, b_src,
-                                                                           out)
+    grid = (_ceil_div(columns, 32), _ceil_div(rows, 32), g.groups * splits)
+    handle.kernels["conv_gemm_" + direction][grid, (16, 16), handle.stream](*g.kernel_args(), np.int32(chunk), a_src,
+                                                                           b_src, out)
 
 
-def _unfold(handle, geometry, x_desc, filter_dims, out_desc, fx, col) -> None:
-    total = x_desc.dims[0] * x_desc.dims[1] * filter_dims[2] * filter_dims[3] * out_desc.dims[2] * out_desc.dims[3]
-    handle.kernels["conv_im2col_kernel"][-(-total // THREADS), THREADS, handle.stream](geometry, fx, col)
+def _unfold(handle, g: ConvGeometry, fx, col) -> None:
+    total = g.n * g.c * g.r * g.s * g.p * g.q
+    handle.kernels["conv_im2col_kernel"][-(-total // THREADS), THREADS, handle.stream](*g.kernel_args(), fx, col)
 
 
-def _group_gemms(handle, x_desc, filter_dims, conv, out_desc):
+def _group_gemms(g: ConvGeometry):
     """(groups, kg, crs, pq, column-block stride of a group in the unfolded matrix, per image stride)."""
-    n, c, _, _ = x_desc.dims
-    k, cg, r, s = filter_dims
-    pq = out_desc.dims[2] * out_desc.dims[3]
-    crs = cg * r * s
-    return conv.groups, k // conv.groups, crs, pq, crs * pq, c * r * s * pq
+    pq = g.p * g.q
+    crs = g.c // g.groups * g.r * g.s
+    return g.groups, g.k // g.groups, crs, pq, crs * pq, g.c * g.r * g.s * pq
 
 
 def convolution_forward(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, w, conv: ConvolutionDescriptor,
@@ -1154,7 +1186,7 @@ def convolution_forward(handle: Handle, x_desc: TensorDescriptor, x, filter_dims
     """y = conv(x, w) (cudnnConvolutionForward) with the chosen algorithm; "gemm" unfolds x into the
     workspace and multiplies with BLAS (cuDNN's CUDNN_CONVOLUTION_FWD_ALGO_GEMM)."""
     _check_algorithm(algorithm, x_desc, filter_dims)
-    out, geometry = _conv_geometry(handle, x_desc, filter_dims, conv)
+    out, geometry = _conv_geometry(x_desc, filter_dims, conv)
     fx, fw, fy = _flat(x, "x", x_desc.size), _flat(w, "w", int(np.prod(filter_dims))), _flat(y, "y", out.size)
     col = _workspace(x_desc, filter_dims, conv, algorithm, workspace)
     with trace.span(4, "convolution_forward", x=x_desc.dims, filter=tuple(filter_dims), algorithm=algorithm,
@@ -1162,14 +1194,15 @@ def convolution_forward(handle: Handle, x_desc: TensorDescriptor, x, filter_dims
         if not out.size:
             return
         if algorithm == "direct":
-            handle.kernels["conv_direct_kernel"][-(-out.size // THREADS), THREADS, handle.stream](geometry, fx, fw, fy)
+            handle.kernels["conv_direct_kernel"][-(-out.size // THREADS), THREADS, handle.stream](
+                *geometry.kernel_args(), fx, fw, fy)
         elif algorithm == "implicit_gemm":
-            _conv_launch(handle, "forward", geometry, out, x_desc, filter_dims, conv, fw, fx, fy)
+            _conv_launch(handle, "forward", geometry, fw, fx, fy)
         else:
             # per image b and group: y (kg x pq) = w_group (kg x crs) col (crs x pq), all row-major, which
             # column-major BLAS computes as y^T = col^T w_group^T: m = pq, n = kg, k = crs
-            _unfold(handle, geometry, x_desc, filter_dims, out, fx, col)
-            groups, kg, crs, pq, group_cols, image_cols = _group_gemms(handle, x_desc, filter_dims, conv, out)
+            _unfold(handle, geometry, fx, col)
+            groups, kg, crs, pq, group_cols, image_cols = _group_gemms(geometry)
             for grp in range(groups):
                 blas.gemm_strided_batched(handle.blas, "N", "N", pq, kg, crs, 1.0, col[grp * group_cols:], pq,
                                           image_cols, fw[grp * kg * crs:], crs, 0, 0.0, fy[grp * kg * pq:], pq,
@@ -1181,7 +1214,7 @@ def convolution_backward_data(handle: Handle, x_desc: TensorDescriptor, filter_d
     """dx from dy and the filters (cudnnConvolutionBackwardData); "gemm" forms the unfolded gradient
     w^T dy in the workspace with BLAS, then folds it back (col2im)."""
     _check_algorithm(algorithm, x_desc, filter_dims)
-    out, geometry = _conv_geometry(handle, x_desc, filter_dims, conv)
+    out, geometry = _conv_geometry(x_desc, filter_dims, conv)
     fw, fdy, fdx = _flat(w, "w", int(np.prod(filter_dims))), _flat(dy, "dy", out.size), _flat(dx, "dx", x_desc.size)
     col = _workspace(x_desc, filter_dims, conv, algorithm, workspace)
     with trace.span(4, "convolution_backward_data", x=x_desc.dims, filter=tuple(filter_dims), algorithm=algorithm):
@@ -1189,19 +1222,19 @@ def convolution_backward_data(handle: Handle, x_desc: TensorDescriptor, filter_d
             return
         if algorithm == "direct":
             handle.kernels["conv_backward_data_kernel"][-(-x_desc.size // THREADS), THREADS, handle.stream](
-                geometry, fdy, fw, fdx)
+                *geometry.kernel_args(), fdy, fw, fdx)
         elif algorithm == "implicit_gemm":
-            _conv_launch(handle, "backward_data", geometry, out, x_desc, filter_dims, conv, fw, fdy, fdx)
+            _conv_launch(handle, "backward_data", geometry, fw, fdy, fdx)
         else:
             # per image and group: dcol (crs x pq) = w_group^T (crs x kg) dy (kg x pq), row-major; in
             # column-major BLAS dcol^T = dy^T w_group: m = pq, n = crs, k = kg, w read transposed
-            groups, kg, crs, pq, group_cols, image_cols = _group_gemms(handle, x_desc, filter_dims, conv, out)
+            groups, kg, crs, pq, group_cols, image_cols = _group_gemms(geometry)
             for grp in range(groups):
                 blas.gemm_strided_batched(handle.blas, "N", "T", pq, crs, kg, 1.0, fdy[grp * kg * pq:], pq,
                                           filter_dims[0] * pq, fw[grp * kg * crs:], crs, 0, 0.0,
                                           col[grp * group_cols:], pq, image_cols, x_desc.dims[0])
             handle.kernels["conv_col2im_kernel"][-(-x_desc.size // THREADS), THREADS, handle.stream](
-                geometry, col, fdx)
+                *geometry.kernel_args(), col, fdx)
 
 
 def convolution_backward_filter(handle: Handle, x_desc: TensorDescriptor, x, filter_dims, conv, dy, dw,
@@ -1209,7 +1242,7 @@ def convolution_backward_filter(handle: Handle, x_desc: TensorDescriptor, x, fil
     """dw from x and dy (cudnnConvolutionBackwardFilter); "gemm" unfolds x into the workspace and sums
     dy col^T over the images with BLAS (beta = 1 after the first)."""
     _check_algorithm(algorithm, x_desc, filter_dims)
-    out, geometry = _conv_geometry(handle, x_desc, filter_dims, conv)
+    out, geometry = _conv_geometry(x_desc, filter_dims, conv)
     size = int(np.prod(filter_dims))
     fx, fdy, fdw = _flat(x, "x", x_desc.size), _flat(dy, "dy", out.size), _flat(dw, "dw", size)
     col = _workspace(x_desc, filter_dims, conv, algorithm, workspace)
@@ -1218,14 +1251,14 @@ def convolution_backward_filter(handle: Handle, x_desc: TensorDescriptor, x, fil
             return
         if algorithm == "direct":
             handle.kernels["conv_backward_filter_kernel"][-(-size // THREADS), THREADS, handle.stream](
-                geometry, fx, fdy, fdw)
+                *geometry.kernel_args(), fx, fdy, fdw)
         elif algorithm == "implicit_gemm":
-            _conv_launch(handle, "backward_filter", geometry, out, x_desc, filter_dims, conv, fdy, fx, fdw)
+            _conv_launch(handle, "backward_filter", geometry, fdy, fx, fdw)
         else:
             # per group: dw (kg x crs) = sum over images of dy (kg x pq) col^T (pq x crs), row-major; in
             # column-major BLAS dw^T = col dy^T: m = crs, n = kg, k = pq, col read transposed
-            _unfold(handle, geometry, x_desc, filter_dims, out, fx, col)
-            groups, kg, crs, pq, group_cols, image_cols = _group_gemms(handle, x_desc, filter_dims, conv, out)
+            _unfold(handle, geometry, fx, col)
+            groups, kg, crs, pq, group_cols, image_cols = _group_gemms(geometry)
             for grp in range(groups):
                 for b in range(x_desc.dims[0]):
                     blas.gemm(handle.blas, "T", "N", crs, kg, pq, 1.0, col[b * image_cols + grp * group_cols:], pq,
