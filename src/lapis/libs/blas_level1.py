@@ -16,8 +16,9 @@ for elements above about 1e19 (float32).
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, blockIdx, gridsize, shared, syncthreads, threadIdx
+from lapis.cuda import DeviceNDArray, blockIdx, gridsize, shared, threadIdx
 from lapis.cuda import grid as thread_index
+from lapis.libs.reduction import block_argmax, block_reduce
 
 THREADS = 256
 MAX_BLOCKS = 1024
@@ -78,16 +79,9 @@ def reduce_kernel(n, x, incx, y, incy, op, partial):
         else:
             acc += v
         i += gridsize(1)
-    s[t] = acc
-    syncthreads()
-    stride = 128
-    while stride > 0:
-        if t < stride:
-            s[t] += s[t + stride]
-        syncthreads()
-        stride //= 2
+    total = block_reduce(s, t, acc, False)
     if t == 0:
-        partial[blockIdx.x] = s[0]
+        partial[blockIdx.x] = total
 
 
 def iamax_kernel(n, x, incx, positions, indirect, best_value, best_index):
@@ -106,21 +100,10 @@ def iamax_kernel(n, x, incx, positions, indirect, best_value, best_index):
             value = a
             index = where
         i += gridsize(1)
-    sv[t] = value
-    si[t] = index
-    syncthreads()
-    stride = 128
-    while stride > 0:
-        if t < stride:
-            ov, oi = sv[t + stride], si[t + stride]
-            if ov > sv[t] or (ov == sv[t] and oi < si[t]):
-                sv[t] = ov
-                si[t] = oi
-        syncthreads()
-        stride //= 2
+    value, index = block_argmax(sv, si, t, value, index)
     if t == 0:
-        best_value[blockIdx.x] = sv[0]
-        best_index[blockIdx.x] = si[0]
+        best_value[blockIdx.x] = value
+        best_index[blockIdx.x] = index
 
 
 def check_vector(x, name: str, n: int, inc: int) -> DeviceNDArray:

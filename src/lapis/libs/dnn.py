@@ -41,6 +41,7 @@ from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, blockIdx, shared, syncthreads, threadIdx
 from lapis.libs import blas, kernels
 from lapis.libs.handle import LibraryHandle
+from lapis.libs.reduction import block_reduce
 
 THREADS = 256
 ROW_THREADS = 128
@@ -107,25 +108,6 @@ def activation_kernel(n, kind, backward, x, dy, out):
 
 
 # -- softmax -----------------------------------------------------------------------------------------
-@cuda.jit(device=True)
-def block_reduce(s, t, value, take_max):
-    # Every thread of the block gets the block's max or sum of `value` (a fixed-order tree).
-    s[t] = value
-    syncthreads()
-    stride = 64
-    while stride > 0:
-        if t < stride:
-            if take_max:
-                s[t] = max(s[t], s[t + stride])
-            else:
-                s[t] = s[t] + s[t + stride]
-        syncthreads()
-        stride //= 2
-    result = s[0]
-    syncthreads()
-    return result
-
-
 def softmax_forward_kernel(cols, log, x, y):
     s = shared.array(128, np.float32)
     row, t = blockIdx.x, threadIdx.x

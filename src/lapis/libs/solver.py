@@ -23,8 +23,9 @@ import math
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, shared, syncthreads, threadIdx
+from lapis.cuda import DeviceNDArray, shared, threadIdx
 from lapis.libs.handle import LibraryHandle
+from lapis.libs.reduction import block_argmax, block_reduce
 
 THREADS = 256
 
@@ -47,21 +48,10 @@ def lu_pivot_kernel(m, n, j, a, lda, ipiv, info):
             value = v
             row = i
         i += 256
-    best[t] = value
-    where[t] = row
-    syncthreads()
-    stride = 128
-    while stride > 0:
-        if t < stride:
-            if best[t + stride] > best[t] or (best[t + stride] == best[t] and where[t + stride] < where[t]):
-                best[t] = best[t + stride]
-                where[t] = where[t + stride]
-        syncthreads()
-        stride //= 2
-    p = where[0]
+    value, p = block_argmax(best, where, t, value, row)
     if t == 0:
         ipiv[j] = p + 1
-        if best[0] == 0 and info[0] == 0:
+        if value == 0 and info[0] == 0:
             info[0] = j + 1
     if p != j:
         k = t
@@ -184,17 +174,8 @@ def householder_kernel(m, j, a, lda, tau):
     while i < m:
         acc += a[i + j * lda] * a[i + j * lda]
         i += 256
-    sq[t] = acc
-    syncthreads()
-    stride = 128
-    while stride > 0:
-        if t < stride:
-            sq[t] += sq[t + stride]
-        syncthreads()
-        stride //= 2
-    tail = sq[0]
+    tail = block_reduce(sq, t, acc, False)
     alpha = a[j + j * lda]
-    syncthreads()
     if tail == 0:
         if t == 0:
             tau[j] = alpha * 0
