@@ -253,7 +253,7 @@ def test_every_convolution_kernel_takes_the_geometry_fields_first():
     for kernel in kernels:                              # launches spread a ConvGeometry into these parameters
         assert list(inspect.signature(kernel).parameters)[:len(fields)] == fields, kernel.__name__
     x, filt = dnn.TensorDescriptor((2, 4, 5, 6), "NHWC"), dnn.FilterDescriptor((8, 2, 3, 3), "NHWC")
-    out, g = dnn._conv_geometry(x, filt, dnn.ConvolutionDescriptor(padding=(1, 0), stride=(2, 1), groups=2))
+    out, g = dnn.convolution._conv_geometry(x, filt, dnn.ConvolutionDescriptor(padding=(1, 0), stride=(2, 1), groups=2))
     assert (g.n, g.c, g.h, g.wd, g.k, g.r, g.s, g.p, g.q, g.groups) == (2, 4, 5, 6, 8, 3, 3, 3, 4, 2)
     assert out.dims == (2, 8, 3, 4)
     assert (g.xs_n, g.xs_c, g.xs_h, g.xs_w) == (120, 1, 24, 4) and (g.ws_k, g.ws_c, g.ws_r, g.ws_s) == (18, 1, 6, 2)
@@ -374,3 +374,19 @@ def test_fused_attention_forward_and_backward(handle, causal, t, d):
                        atol=2e-3)
     assert np.allclose(dv.copy_to_host(), numeric_grad(lambda a: attention_ref(q64, k64, a, causal), v, do),
                        atol=2e-3)
+
+
+def test_the_package_exports_every_family_name_and_keeps_kernels_beside_their_wrappers():
+    from lapis.libs.dnn import activation, attention, convolution, descriptors, dropout, handle, normalization, pooling
+    for module in (activation, attention, convolution, descriptors, dropout, handle, normalization, pooling):
+        for name, value in vars(module).items():
+            if not name.startswith("_") and not inspect.ismodule(value) and \
+                    getattr(value, "__module__", module.__name__) == module.__name__:
+                assert name in dnn.__all__ and getattr(dnn, name) is value, f"{module.__name__}.{name}"
+    for kernel, wrapper in ((dnn.activation_kernel, dnn.activation_forward), (dnn.dropout_kernel, dnn.dropout_forward),
+                            (dnn.softmax_backward_kernel, dnn.softmax_backward),
+                            (dnn.batch_norm_forward_kernel, dnn.batch_norm_forward),
+                            (dnn.pooling_backward_kernel, dnn.pooling_backward),
+                            (dnn.conv_col2im_kernel, dnn.convolution_backward_data),
+                            (dnn.attention_dq_lanes_kernel, dnn.attention_backward)):
+        assert kernel.__module__ == wrapper.__module__

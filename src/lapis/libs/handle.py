@@ -19,6 +19,15 @@ class LibraryHandle:
     def __init__(self, api, device: int = 0):
         self.api, self.device = api, device
         self._stream: Stream | None = None
+        self._kernels: dict = {}                        # kernel function -> its dispatcher for this API
+
+    def kernel(self, func):
+        """The dispatcher of a kernel function for the handle's API, made at its first use (it compiles
+        for each set of argument types at their first launch)."""
+        dispatcher = self._kernels.get(func)
+        if dispatcher is None:
+            dispatcher = self._kernels[func] = self.api.jit(func)
+        return dispatcher
 
     @property
     def context(self):

@@ -1,0 +1,120 @@
+"""Layer 4: deep-learning primitives with cuDNN's conventions (descriptors, forward and backward).
+
+    handle = dnn.create(cuda)
+    x = dnn.TensorDescriptor((N, C, H, W), "NCHW")               # describes a device array's layout
+    dnn.activation_forward(handle, "gelu", x_desc, x, y)
+    dnn.activation_backward(handle, "gelu", x_desc, x, dy, dx)
+    dnn.softmax_forward(handle, x, y, log=False)                  # over the last dimension
+    dnn.layer_norm_forward(handle, x, gamma, beta, eps, y, mean, rstd)
+    dnn.pooling_forward(handle, "max", desc, x, window, stride, padding, y)
+    dnn.dropout_forward(handle, p, seed, x, y, mask)
+
+Forward and backward of each op sit side by side, as in cuDNN's API (and in llm.c), and each
+kernel sits beside its host wrapper, one module per family of primitives:
+
+    descriptors     TensorDescriptor, FilterDescriptor, ConvolutionDescriptor, DnnError
+    handle          Handle and create; the argument checks and launch sizes every family uses
+    activation      relu, gelu, silu, tanh, sigmoid; softmax and log-softmax
+    dropout         dropout with a counter-based mask
+    normalization   layer norm and batch norm
+    pooling         max and average pooling
+    convolution     convolutions in three algorithms per direction, and the find steps
+    attention       fused scaled dot-product attention
+
+Arrays are device arrays (float32); a TensorDescriptor says how a 4-D NCHW or NHWC tensor is laid
+out, and routines check descriptors and array sizes before launching anything. Every name is
+importable from `lapis.libs.dnn` itself.
+"""
+
+from lapis.libs.dnn.activation import (
+    ACTIVATIONS,
+    activate,
+    activation_backward,
+    activation_forward,
+    activation_kernel,
+    softmax_backward,
+    softmax_backward_kernel,
+    softmax_forward,
+    softmax_forward_kernel,
+)
+from lapis.libs.dnn.attention import (
+    KEY_TILE,
+    MAX_HEAD_DIM,
+    QUERY_TILE,
+    attention_backward,
+    attention_delta_kernel,
+    attention_dkv_kernel,
+    attention_dkv_lanes_kernel,
+    attention_dq_kernel,
+    attention_dq_lanes_kernel,
+    attention_forward,
+    attention_forward_kernel,
+    attention_forward_lanes_kernel,
+    group_sum,
+)
+from lapis.libs.dnn.convolution import (
+    CONV_ALGORITHMS,
+    CONV_BACKWARD_DATA_ALGORITHMS,
+    CONV_BACKWARD_FILTER_ALGORITHMS,
+    CONV_DIRECTIONS,
+    CONV_FORWARD_ALGORITHMS,
+    CONV_GEMM_KERNELS,
+    SPLIT_K_MIN_DEPTH,
+    SPLIT_K_TARGET_BLOCKS,
+    ConvGeometry,
+    conv_backward_data_kernel,
+    conv_backward_filter_kernel,
+    conv_col2im_kernel,
+    conv_direct_kernel,
+    conv_im2col_kernel,
+    convolution_backward_data,
+    convolution_backward_filter,
+    convolution_forward,
+    convolution_output,
+    convolution_workspace_size,
+    find_convolution_backward_data_algorithm,
+    find_convolution_backward_filter_algorithm,
+    find_convolution_forward_algorithm,
+    get_convolution_algorithm,
+    make_conv_gemm_kernel,
+)
+from lapis.libs.dnn.descriptors import ConvolutionDescriptor, DnnError, FilterDescriptor, TensorDescriptor
+from lapis.libs.dnn.dropout import dropout_backward, dropout_forward, dropout_kernel, uniform
+from lapis.libs.dnn.handle import ROW_THREADS, THREADS, Handle, create
+from lapis.libs.dnn.normalization import (
+    batch_norm_backward,
+    batch_norm_backward_kernel,
+    batch_norm_forward,
+    batch_norm_forward_kernel,
+    layer_norm_backward,
+    layer_norm_backward_kernel,
+    layer_norm_forward,
+    layer_norm_forward_kernel,
+    layer_norm_params_backward_kernel,
+)
+from lapis.libs.dnn.pooling import (
+    pooling_backward,
+    pooling_backward_kernel,
+    pooling_forward,
+    pooling_forward_kernel,
+    pooling_output,
+)
+
+__all__ = [
+    "ACTIVATIONS", "CONV_ALGORITHMS", "CONV_BACKWARD_DATA_ALGORITHMS", "CONV_BACKWARD_FILTER_ALGORITHMS",
+    "CONV_DIRECTIONS", "CONV_FORWARD_ALGORITHMS", "CONV_GEMM_KERNELS", "KEY_TILE", "MAX_HEAD_DIM", "QUERY_TILE",
+    "ROW_THREADS", "SPLIT_K_MIN_DEPTH", "SPLIT_K_TARGET_BLOCKS", "THREADS", "ConvGeometry", "ConvolutionDescriptor",
+    "DnnError", "FilterDescriptor", "Handle", "TensorDescriptor", "activate", "activation_backward",
+    "activation_forward", "activation_kernel", "attention_backward", "attention_delta_kernel", "attention_dkv_kernel",
+    "attention_dkv_lanes_kernel", "attention_dq_kernel", "attention_dq_lanes_kernel", "attention_forward",
+    "attention_forward_kernel", "attention_forward_lanes_kernel", "batch_norm_backward", "batch_norm_backward_kernel",
+    "batch_norm_forward", "batch_norm_forward_kernel", "conv_backward_data_kernel", "conv_backward_filter_kernel",
+    "conv_col2im_kernel", "conv_direct_kernel", "conv_im2col_kernel", "convolution_backward_data",
+    "convolution_backward_filter", "convolution_forward", "convolution_output", "convolution_workspace_size",
+    "create", "dropout_backward", "dropout_forward", "dropout_kernel", "find_convolution_backward_data_algorithm",
+    "find_convolution_backward_filter_algorithm", "find_convolution_forward_algorithm", "get_convolution_algorithm",
+    "group_sum", "layer_norm_backward", "layer_norm_backward_kernel", "layer_norm_forward",
+    "layer_norm_forward_kernel", "layer_norm_params_backward_kernel", "make_conv_gemm_kernel", "pooling_backward",
+    "pooling_backward_kernel", "pooling_forward", "pooling_forward_kernel", "pooling_output", "softmax_backward",
+    "softmax_backward_kernel", "softmax_forward", "softmax_forward_kernel", "uniform",
+]

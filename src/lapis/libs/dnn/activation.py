@@ -1,0 +1,117 @@
+"""Layer 4, DNN: activations and softmax, forward and backward (cudnnActivationForward/Backward,
+cudnnSoftmaxForward/Backward). Softmax gives each row to one block of ROW_THREADS threads, which
+reduce through shared memory in a fixed order, so results are deterministic."""
+
+import math
+
+import numpy as np
+
+from lapis import cuda, trace
+from lapis.cuda import blockIdx, shared, threadIdx
+from lapis.libs.dnn.descriptors import DnnError, TensorDescriptor
+from lapis.libs.dnn.handle import ROW_THREADS, THREADS, Handle, _blocks, _flat, _rows
+from lapis.libs.reduction import block_reduce
+
+ACTIVATIONS = {"relu": 0, "gelu": 1, "silu": 2, "tanh": 3, "sigmoid": 4}
+
+
+@cuda.jit(device=True)
+def activate(kind, v):
+    # returns (f(v), f'(v))
+    if kind == 0:
+        return (v if v > 0 else v * 0), (v * 0 + 1 if v > 0 else v * 0)
+    if kind == 1:                                  # gelu, exact: v * Phi(v)
+        cdf = 0.5 * (1.0 + math.erf(v * 0.7071067811865476))
+        pdf = math.exp(-0.5 * v * v) * 0.3989422804014327
+        return v * cdf, cdf + v * pdf
+    if kind == 2:                                  # silu: v * sigmoid(v)
+        s = 1.0 / (1.0 + math.exp(-v))
+        return v * s, s * (1.0 + v * (1.0 - s))
+    if kind == 3:
+        t = math.tanh(v)
+        return t, 1.0 - t * t
+    s = 1.0 / (1.0 + math.exp(-v))
+    return s, s * (1.0 - s)
+
+
+def activation_kernel(n, kind, backward, x, dy, out):
+    i = cuda.grid(1)
+    while i < n:
+        value, slope = activate(kind, x[i])
+        out[i] = slope * dy[i] if backward else value
+        i += cuda.gridsize(1)
+
+
+def activation_forward(handle: Handle, mode: str, desc: TensorDescriptor, x, y) -> None:
+    """y = f(x) for f in relu, gelu (exact, erf-based), silu, tanh, sigmoid (cudnnActivationForward)."""
+    _activation(handle, mode, desc, x, x, y, False)
+
+
+def activation_backward(handle: Handle, mode: str, desc: TensorDescriptor, x, dy, dx) -> None:
+    """dx = f'(x) dy (cudnnActivationBackward, from the input x)."""
+    _activation(handle, mode, desc, x, dy, dx, True)
+
+
+def _activation(handle, mode, desc, x, dy, out, backward: bool) -> None:
+    if mode not in ACTIVATIONS:
+        raise DnnError(f"activation must be one of {', '.join(ACTIVATIONS)}, not {mode!r}")
+    n = desc.size
+    fx, fdy, fout = _flat(x, "x", n), _flat(dy, "dy", n), _flat(out, "dx" if backward else "y", n)
+    with trace.span(4, "activation_backward" if backward else "activation_forward", mode=mode, dims=desc.dims):
+        if n:
+            handle.kernel(activation_kernel)[_blocks(n), THREADS, handle.stream](
+                np.int64(n), np.int32(ACTIVATIONS[mode]), backward, fx, fdy, fout)
+
+
+def softmax_forward_kernel(cols, log, x, y):
+    s = shared.array(128, np.float32)
+    row, t = blockIdx.x, threadIdx.x
+    base = row * cols
+    m = -math.inf
+    for j in range(t, cols, 128):
+        m = max(m, x[base + j])
+    m = block_reduce(s, t, m, True)
+    total = 0.0
+    for j in range(t, cols, 128):
+        total += math.exp(x[base + j] - m)
+    total = block_reduce(s, t, total, False)
+    for j in range(t, cols, 128):
+        if log:
+            y[base + j] = x[base + j] - m - math.log(total)
+        else:
+            y[base + j] = math.exp(x[base + j] - m) / total
+
+
+def softmax_backward_kernel(cols, log, y, dy, dx):
+    # softmax:      dx = y * (dy - sum(dy * y));   log-softmax: dx = dy - exp(y) * sum(dy)
+    s = shared.array(128, np.float32)
+    row, t = blockIdx.x, threadIdx.x
+    base = row * cols
+    acc = 0.0
+    for j in range(t, cols, 128):
+        acc += dy[base + j] if log else dy[base + j] * y[base + j]
+    acc = block_reduce(s, t, acc, False)
+    for j in range(t, cols, 128):
+        if log:
+            dx[base + j] = dy[base + j] - math.exp(y[base + j]) * acc
+        else:
+            dx[base + j] = y[base + j] * (dy[base + j] - acc)
+
+
+def softmax_forward(handle: Handle, x, y, log: bool = False) -> None:
+    """y = softmax(x) or log_softmax(x) over the last dimension (cudnnSoftmaxForward, instance mode)."""
+    rows, cols = _rows(x, "x")
+    fx, fy = _flat(x, "x"), _flat(y, "y", x.size)
+    with trace.span(4, "softmax_forward", rows=rows, cols=cols, log=log):
+        if rows and cols:
+            handle.kernel(softmax_forward_kernel)[rows, ROW_THREADS, handle.stream](np.int64(cols), log, fx, fy)
+
+
+def softmax_backward(handle: Handle, y, dy, dx, log: bool = False) -> None:
+    """dx from the forward output y and dy (cudnnSoftmaxBackward)."""
+    rows, cols = _rows(y, "y")
+    fy, fdy, fdx = _flat(y, "y"), _flat(dy, "dy", y.size), _flat(dx, "dx", y.size)
+    with trace.span(4, "softmax_backward", rows=rows, cols=cols, log=log):
+        if rows and cols:
+            handle.kernel(softmax_backward_kernel)[rows, ROW_THREADS, handle.stream](
+                np.int64(cols), log, fy, fdy, fdx)
