@@ -39,7 +39,7 @@ import numpy as np
 from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, blockIdx, float32, local, shared, syncthreads, threadIdx
 from lapis.cuda.compiler import cache
-from lapis.libs.blas_level1 import BlasError, Level1, asum, at, axpy, check_vector, copy, dot, iamax, nrm2, scal, swap
+from lapis.libs.blas_level1 import BlasError, asum, at, axpy, check_vector, copy, dot, iamax, nrm2, scal, swap
 from lapis.libs.handle import LibraryHandle
 
 
@@ -283,18 +283,15 @@ class Handle(LibraryHandle):
 
     def __init__(self, api, device: int = 0):
         super().__init__(api, device)
-        self.kernels: dict[GemmTiles, object] = {}
+        self.tiled_kernels: dict[GemmTiles, object] = {}
         self.tiles: dict[tuple, GemmTiles] = {}        # the autotuner's choices, by profile and shape
-        self.gemv_kernel = api.jit(gemv_kernel)
         self.mma_kernels = {np.dtype(t).name: api.jit(make_mma_gemm_kernel(t)) for t in (cuda.float16, cuda.bfloat16)}
-        self.level1 = Level1(api)
-        self.splitk_reduce = api.jit(splitk_reduce_kernel)
         self.workspace: DeviceNDArray | None = None     # split-K's partial products, grown as needed
 
     def gemm_kernel(self, tiles: GemmTiles):
-        kernel = self.kernels.get(tiles)
+        kernel = self.tiled_kernels.get(tiles)
         if kernel is None:
-            kernel = self.kernels[tiles] = self.api.jit(make_gemm_kernel(tiles))
+            kernel = self.tiled_kernels[tiles] = self.api.jit(make_gemm_kernel(tiles))
         return kernel
 
 
@@ -416,7 +413,7 @@ def _launch_split_k(handle, tiles, splits, ta, tb, m, n, k, alpha, fa, lda, fb, 
     if tail:
         at_a, at_b = (depth * splits * step_a, depth * splits * step_b)
         _launch_gemm(handle, tiles, ta, tb, m, n, tail, 1.0, fa[at_a:], lda, 0, fb[at_b:], ldb, 0, 1.0, ws, m, 0, 1)
-    handle.splitk_reduce[-(-(m * n) // 256), 256, handle.stream](
+    handle.kernel(splitk_reduce_kernel)[-(-(m * n) // 256), 256, handle.stream](
         np.int32(m), np.int32(n), np.int32(splits), np.float32(alpha), ws, np.float32(beta), fc, np.int32(ldc))
 
 
@@ -558,6 +555,6 @@ def gemv(handle: Handle, trans: str, m: int, n: int, alpha: float, A: DeviceNDAr
         if rows == 0:
             return
         a_sr, a_sc = (lda, 1) if t else (1, lda)
-        handle.gemv_kernel[-(-rows // 256), 256, handle.stream](
+        handle.kernel(gemv_kernel)[-(-rows // 256), 256, handle.stream](
             np.int32(rows), np.int32(cols), np.float32(alpha), fa, np.int32(a_sr), np.int32(a_sc), fx,
             np.int32(incx), np.float32(beta), fy, np.int32(incy))

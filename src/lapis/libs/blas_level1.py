@@ -134,25 +134,14 @@ def _blocks(n: int) -> int:
     return max(1, min(MAX_BLOCKS, -(-n // THREADS)))
 
 
-class Level1:
-    """The level-1 routines, mixed into blas.Handle's module functions; kernels per handle."""
-
-    def __init__(self, api):
-        self.axpy = api.jit(axpy_kernel)
-        self.scal = api.jit(scal_kernel)
-        self.copy_swap = api.jit(copy_swap_kernel)
-        self.reduce = api.jit(reduce_kernel)
-        self.iamax = api.jit(iamax_kernel)
-
-
 def axpy(handle, n: int, alpha: float, x, incx: int, y, incy: int) -> None:
     """y = alpha x + y (cublasSaxpy / cublasDaxpy)."""
     fx, fy = check_vector(x, "x", n, incx), check_vector(y, "y", n, incy)
     dtype = _check(n, fx, fy)
     with trace.span(4, "axpy", n=n, alpha=alpha, incx=incx, incy=incy, dtype=str(np.dtype(dtype))):
         if n:
-            handle.level1.axpy[_blocks(n), THREADS, handle.stream](np.int64(n), dtype(alpha), fx, np.int64(incx),
-                                                                    fy, np.int64(incy))
+            handle.kernel(axpy_kernel)[_blocks(n), THREADS, handle.stream](
+                np.int64(n), dtype(alpha), fx, np.int64(incx), fy, np.int64(incy))
 
 
 def scal(handle, n: int, alpha: float, x, incx: int) -> None:
@@ -161,7 +150,8 @@ def scal(handle, n: int, alpha: float, x, incx: int) -> None:
     dtype = _check(n, fx)
     with trace.span(4, "scal", n=n, alpha=alpha, incx=incx):
         if n:
-            handle.level1.scal[_blocks(n), THREADS, handle.stream](np.int64(n), dtype(alpha), fx, np.int64(incx))
+            handle.kernel(scal_kernel)[_blocks(n), THREADS, handle.stream](
+                np.int64(n), dtype(alpha), fx, np.int64(incx))
 
 
 def _copy_swap(handle, n, x, incx, y, incy, swap: bool) -> None:
@@ -169,8 +159,8 @@ def _copy_swap(handle, n, x, incx, y, incy, swap: bool) -> None:
     _check(n, fx, fy)
     with trace.span(4, "swap" if swap else "copy", n=n, incx=incx, incy=incy):
         if n:
-            handle.level1.copy_swap[_blocks(n), THREADS, handle.stream](np.int64(n), fx, np.int64(incx), fy,
-                                                                         np.int64(incy), swap)
+            handle.kernel(copy_swap_kernel)[_blocks(n), THREADS, handle.stream](
+                np.int64(n), fx, np.int64(incx), fy, np.int64(incy), swap)
 
 
 def copy(handle, n: int, x, incx: int, y, incy: int) -> None:
@@ -190,14 +180,14 @@ def _reduce(handle, name: str, op: int, n: int, x, incx: int, y=None, incy: int 
     with trace.span(4, name, n=n, incx=incx):
         if n == 0:
             return 0.0
-        api, level1 = handle.api, handle.level1
+        api, kernel = handle.api, handle.kernel(reduce_kernel)
         blocks = _blocks(n)
         partial = api.device_array(blocks, dtype)
-        level1.reduce[blocks, THREADS, handle.stream](np.int64(n), fx, np.int64(incx), fy, np.int64(incy),
-                                                      np.int32(op), partial)
+        kernel[blocks, THREADS, handle.stream](np.int64(n), fx, np.int64(incx), fy, np.int64(incy), np.int32(op),
+                                               partial)
         total = api.device_array(1, dtype)
-        level1.reduce[1, THREADS, handle.stream](np.int64(blocks), partial, np.int64(1), partial, np.int64(1),
-                                                 np.int32(SUM), total)
+        kernel[1, THREADS, handle.stream](np.int64(blocks), partial, np.int64(1), partial, np.int64(1), np.int32(SUM),
+                                          total)
         return float(total.copy_to_host()[0])
 
 
@@ -223,11 +213,10 @@ def iamax(handle, n: int, x, incx: int) -> int:
     with trace.span(4, "iamax", n=n, incx=incx):
         if n == 0:
             return 0
-        api, level1 = handle.api, handle.level1
+        api, kernel = handle.api, handle.kernel(iamax_kernel)
         blocks = _blocks(n)
         values, indices = api.device_array(blocks, dtype), api.device_array(blocks, np.int64)
-        level1.iamax[blocks, THREADS, handle.stream](np.int64(n), fx, np.int64(incx), indices, False, values,
-                                                     indices)
+        kernel[blocks, THREADS, handle.stream](np.int64(n), fx, np.int64(incx), indices, False, values, indices)
         best_v, best_i = api.device_array(1, dtype), api.device_array(1, np.int64)
-        level1.iamax[1, THREADS, handle.stream](np.int64(blocks), values, np.int64(1), indices, True, best_v, best_i)
+        kernel[1, THREADS, handle.stream](np.int64(blocks), values, np.int64(1), indices, True, best_v, best_i)
         return int(best_i.copy_to_host()[0]) + 1

@@ -208,13 +208,6 @@ def householder_apply_kernel(m, n, j, a, lda, tau):
 class Handle(LibraryHandle):
     """A cuSOLVER-style handle: the API, device and stream its routines launch on, and its kernels."""
 
-    def __init__(self, api, device: int = 0):
-        super().__init__(api, device)
-        self.kernels = {f.__name__: api.jit(f) for f in (lu_pivot_kernel, lu_scale_kernel, lu_update_kernel,
-                                                         lu_solve_kernel,
-                                                         cholesky_column_kernel, cholesky_solve_kernel,
-                                                         householder_kernel, householder_apply_kernel)}
-
 
 def create(api, device: int = 0) -> Handle:
     return Handle(api, device)
@@ -252,16 +245,15 @@ def getrf(handle: Handle, m: int, n: int, A, lda: int, ipiv) -> int:
     fa = _matrix(A, "A", m, n, lda)
     _vector(ipiv, "ipiv", min(m, n), (np.int32, np.int64))
     info = handle.api.to_device(np.zeros(1, np.int32))
-    k = handle.kernels
     with trace.span(4, "getrf", m=m, n=n, lda=lda):
         for j in range(min(m, n)):
-            k["lu_pivot_kernel"][1, THREADS, handle.stream](np.int64(m), np.int64(n), np.int64(j), fa,
+            handle.kernel(lu_pivot_kernel)[1, THREADS, handle.stream](np.int64(m), np.int64(n), np.int64(j), fa,
                                                             np.int64(lda), ipiv, info)
             if j + 1 < m:
-                k["lu_scale_kernel"][_blocks(m - j - 1), THREADS, handle.stream](np.int64(m), np.int64(j), fa,
+                handle.kernel(lu_scale_kernel)[_blocks(m - j - 1), THREADS, handle.stream](np.int64(m), np.int64(j), fa,
                                                                                  np.int64(lda))
             if j + 1 < n:
-                k["lu_update_kernel"][_blocks(n - j - 1), THREADS, handle.stream](
+                handle.kernel(lu_update_kernel)[_blocks(n - j - 1), THREADS, handle.stream](
                     np.int64(m), np.int64(n), np.int64(j), fa, np.int64(lda))
         return int(info.copy_to_host()[0])
 
@@ -276,7 +268,7 @@ def getrs(handle: Handle, trans: str, n: int, nrhs: int, A, lda: int, ipiv, B, l
     _vector(ipiv, "ipiv", n, (np.int32, np.int64))
     with trace.span(4, "getrs", trans=trans, n=n, nrhs=nrhs):
         if n and nrhs:
-            handle.kernels["lu_solve_kernel"][_blocks(nrhs), THREADS, handle.stream](
+            handle.kernel(lu_solve_kernel)[_blocks(nrhs), THREADS, handle.stream](
                 np.int64(n), np.int64(nrhs), trans != "N", fa, np.int64(lda), ipiv, fb, np.int64(ldb))
 
 
@@ -288,7 +280,7 @@ def potrf(handle: Handle, uplo: str, n: int, A, lda: int) -> int:
     info = handle.api.to_device(np.zeros(1, np.int32))
     with trace.span(4, "potrf", uplo=uplo, n=n, lda=lda):
         for j in range(n):
-            handle.kernels["cholesky_column_kernel"][_blocks(n - j), THREADS, handle.stream](
+            handle.kernel(cholesky_column_kernel)[_blocks(n - j), THREADS, handle.stream](
                 np.int64(n), np.int64(j), fa, np.int64(lda), info)
         return int(info.copy_to_host()[0])
 
@@ -300,7 +292,7 @@ def potrs(handle: Handle, uplo: str, n: int, nrhs: int, A, lda: int, B, ldb: int
     fa, fb = _matrix(A, "A", n, n, lda), _matrix(B, "B", n, nrhs, ldb)
     with trace.span(4, "potrs", n=n, nrhs=nrhs):
         if n and nrhs:
-            handle.kernels["cholesky_solve_kernel"][_blocks(nrhs), THREADS, handle.stream](
+            handle.kernel(cholesky_solve_kernel)[_blocks(nrhs), THREADS, handle.stream](
                 np.int64(n), np.int64(nrhs), fa, np.int64(lda), fb, np.int64(ldb))
 
 
@@ -309,10 +301,10 @@ def geqrf(handle: Handle, m: int, n: int, A, lda: int, tau) -> None:
     scalars in tau (cusolverDnSgeqrf, LAPACK's layout: H_j = I - tau_j v_j v_j^T with v_j[j] = 1)."""
     fa = _matrix(A, "A", m, n, lda)
     _vector(tau, "tau", min(m, n), (fa.dtype,))
-    k = handle.kernels
     with trace.span(4, "geqrf", m=m, n=n, lda=lda):
         for j in range(min(m, n)):
-            k["householder_kernel"][1, THREADS, handle.stream](np.int64(m), np.int64(j), fa, np.int64(lda), tau)
+            handle.kernel(householder_kernel)[1, THREADS, handle.stream](np.int64(m), np.int64(j), fa, np.int64(lda),
+                                                                         tau)
             if j + 1 < n:
-                k["householder_apply_kernel"][_blocks(n - j - 1), THREADS, handle.stream](
+                handle.kernel(householder_apply_kernel)[_blocks(n - j - 1), THREADS, handle.stream](
                     np.int64(m), np.int64(n), np.int64(j), fa, np.int64(lda), tau)

@@ -126,12 +126,6 @@ def coo_to_csr_kernel(rows, nnz, row, indptr):
 class Handle(LibraryHandle):
     """A cuSPARSE-style handle: the API, device and stream its routines launch on, and its kernels."""
 
-    def __init__(self, api, device: int = 0):
-        super().__init__(api, device)
-        self.kernels = {f.__name__: api.jit(f) for f in (csr_spmv_kernel, csr_spmm_kernel, scale_kernel,
-                                                         coo_spmv_kernel, coo_spmm_kernel, csr_to_coo_kernel,
-                                                         coo_to_csr_kernel)}
-
 
 def create(api, device: int = 0) -> Handle:
     return Handle(api, device)
@@ -182,18 +176,18 @@ def spmv(handle: Handle, alpha: float, A, x: DeviceNDArray, beta: float, y: Devi
     _array(y, "y", (value,))
     if x.size != cols or y.size != rows:
         raise SparseError(f"A is {rows}x{cols} but x has {x.size} and y {y.size} elements")
-    k, kind = handle.kernels, "csr" if isinstance(A, CsrMatrix) else "coo"
+    kind = "csr" if isinstance(A, CsrMatrix) else "coo"
     t = value.type
     with trace.span(4, "spmv", format=kind, rows=rows, cols=cols, nnz=A.nnz, alpha=alpha, beta=beta):
         if rows == 0:
             return
         if kind == "csr":
-            k["csr_spmv_kernel"][-(-rows // THREADS), THREADS, handle.stream](
+            handle.kernel(csr_spmv_kernel)[-(-rows // THREADS), THREADS, handle.stream](
                 np.int64(rows), t(alpha), A.indptr, A.indices, A.data, x, t(beta), y)
             return
-        k["scale_kernel"][-(-rows // THREADS), THREADS, handle.stream](np.int64(rows), t(beta), y)
+        handle.kernel(scale_kernel)[-(-rows // THREADS), THREADS, handle.stream](np.int64(rows), t(beta), y)
         if A.nnz:
-            k["coo_spmv_kernel"][-(-A.nnz // THREADS), THREADS, handle.stream](
+            handle.kernel(coo_spmv_kernel)[-(-A.nnz // THREADS), THREADS, handle.stream](
                 np.int64(A.nnz), t(alpha), A.row, A.col, A.data, x, y)
 
 
@@ -206,20 +200,20 @@ def spmm(handle: Handle, alpha: float, A, B: DeviceNDArray, beta: float, C: Devi
     if B.shape[0] != cols or C.shape != (rows, B.shape[1]):
         raise SparseError(f"A is {rows}x{cols}, B {B.shape[0]}x{B.shape[1]}, C {C.shape[0]}x{C.shape[1]}: "
                           "they do not chain")
-    n, k, t = B.shape[1], handle.kernels, value.type
+    n, t = B.shape[1], value.type
     kind = "csr" if isinstance(A, CsrMatrix) else "coo"
     with trace.span(4, "spmm", format=kind, rows=rows, cols=cols, n=n, nnz=A.nnz, alpha=alpha, beta=beta):
         if rows == 0 or n == 0:
             return
         if kind == "csr":
-            k["csr_spmm_kernel"][(-(-n // 16), -(-rows // 16)), (16, 16), handle.stream](
+            handle.kernel(csr_spmm_kernel)[(-(-n // 16), -(-rows // 16)), (16, 16), handle.stream](
                 np.int64(rows), np.int64(n), t(alpha), A.indptr, A.indices, A.data, B, t(beta), C)
             return
         if not C.is_c_contiguous():
             raise SparseError("C must be C-contiguous for a COO product")
-        k["scale_kernel"][-(-C.size // THREADS), THREADS, handle.stream](np.int64(C.size), t(beta), C.ravel())
+        handle.kernel(scale_kernel)[-(-C.size // THREADS), THREADS, handle.stream](np.int64(C.size), t(beta), C.ravel())
         if A.nnz:
-            k["coo_spmm_kernel"][(-(-n // 16), -(-A.nnz // 16)), (16, 16), handle.stream](
+            handle.kernel(coo_spmm_kernel)[(-(-n // 16), -(-A.nnz // 16)), (16, 16), handle.stream](
                 np.int64(A.nnz), np.int64(n), t(alpha), A.row, A.col, A.data, B, C)
 
 
@@ -231,7 +225,7 @@ def csr_to_coo(handle: Handle, A: CsrMatrix) -> CooMatrix:
     row = handle.api.device_array(A.nnz, A.indptr.dtype)
     with trace.span(4, "csr_to_coo", rows=rows, nnz=A.nnz):
         if rows and A.nnz:
-            handle.kernels["csr_to_coo_kernel"][-(-rows // THREADS), THREADS, handle.stream](
+            handle.kernel(csr_to_coo_kernel)[-(-rows // THREADS), THREADS, handle.stream](
                 np.int64(rows), A.indptr, row)
     return CooMatrix(A.shape, row, A.indices, A.data)
 
@@ -243,6 +237,6 @@ def coo_to_csr(handle: Handle, A: CooMatrix) -> CsrMatrix:
         raise SparseError("coo_to_csr needs a CooMatrix")
     indptr = handle.api.device_array(rows + 1, A.row.dtype)
     with trace.span(4, "coo_to_csr", rows=rows, nnz=A.nnz):
-        handle.kernels["coo_to_csr_kernel"][-(-(rows + 1) // THREADS), THREADS, handle.stream](
+        handle.kernel(coo_to_csr_kernel)[-(-(rows + 1) // THREADS), THREADS, handle.stream](
             np.int64(rows), np.int64(A.nnz), A.row, indptr)
     return CsrMatrix(A.shape, indptr, A.col, A.data)
