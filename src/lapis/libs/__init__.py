@@ -4,6 +4,7 @@ Owns: `blas` (gemm family, gemv and level 1, with cuBLAS conventions and an auto
 `dnn` (cuDNN-style forward and backward primitives), `sparse` (CSR/COO products),
 `solver` (LU, Cholesky, QR) and `kernels` (the elementwise kernels the framework needs, as
 ATen ships them outside the vendor libraries); `handle` is what their handles share (an API, a
-device and a stream). Every routine is a
-kernel written in the lapis kernel language and launched through `lapis.cuda`/`lapis.hip`.
+device, a stream, their kernels' dispatchers) and `reduction` the block reductions their kernels
+share. Every routine is a kernel written in the lapis kernel language and launched through
+`lapis.cuda`/`lapis.hip`.
 """
