@@ -39,13 +39,24 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def imported_modules(path: Path, source: str | None = None) -> list[tuple[int, str]]:
-    """(line, absolute module) of every import; `from lapis import x` names lapis.x."""
+def _type_checking_only(tree: ast.Module) -> set[int]:
+    """ids of the import nodes under `if TYPE_CHECKING:`, which only a type checker runs."""
+    return {id(node) for block in ast.walk(tree) if isinstance(block, ast.If) and
+            isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+            for statement in block.body for node in ast.walk(statement)}
+
+
+def imported_modules(path: Path, source: str | None = None, at_run_time: bool = False) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import (with at_run_time, not those only a type checker runs);
+    `from lapis import x` names lapis.x."""
     tree = ast.parse(path.read_text() if source is None else source)
     name = module_name(path)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    skipped = _type_checking_only(tree) if at_run_time else set()
     found = []
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -102,12 +113,13 @@ def test_the_check_catches_a_violation():
 
 
 def import_graph() -> dict[str, set[str]]:
-    """Each module of the package -> the package's modules it imports (anywhere in it, functions included)."""
+    """Each module of the package -> the package's modules it imports when it runs (anywhere in it, functions
+    included; imports under `if TYPE_CHECKING:` are annotations' names, not imports that run)."""
     modules = {module_name(p): p for p in FILES}
     graph = {}
     for name, path in modules.items():
         targets = set()
-        for _, target in imported_modules(path):
+        for _, target in imported_modules(path, at_run_time=True):
             while target and target not in modules:        # `from lapis.x import name` imports lapis.x
                 target = target.rpartition(".")[0]
             if target and target != name:
