@@ -83,10 +83,6 @@ class Gpu:
         self.pcie.transfer(TO_DEVICE, len(data), "BAR write to VRAM")
         self.vram.write(pa, data)
 
-    def bar_read(self, pa: int, size: int) -> bytes:
-        self.pcie.transfer(TO_HOST, size, "BAR read of VRAM")
-        return self.vram.read(pa, size)
-
     # -- device side ----------------------------------------------------------------------------
     def memory(self, system: bool) -> PhysicalMemory:
         return self.sysmem if system else self.vram

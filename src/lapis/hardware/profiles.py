@@ -69,11 +69,6 @@ class DeviceProfile:
     temperature_limit_c: float = 87.0
 
     @property
-    def peak_issue_rate(self) -> float:
-        """Warp instructions per second the whole device can issue."""
-        return self.compute_units * self.schedulers_per_unit * self.clock_ghz * 1e9
-
-    @property
     def matrix_flops_per_clock(self) -> float:
         """Dense FP16/BF16 matrix FLOPs one unit retires per clock."""
         return self.matrix_tflops * 1e12 / (self.compute_units * self.clock_ghz * 1e9)

@@ -41,12 +41,6 @@ class Opcode:
     negatable: str = ""           # which of a, b, c accept a negation flag
     absolutable: str = ""         # which of a, b accept an absolute-value flag (|R2|)
 
-    def modifier_choices(self, group: str) -> tuple[str, ...]:
-        for name, choices in self.modifiers:
-            if name == group:
-                return choices
-        raise KeyError(group)
-
 
 CMP = ("F", "LT", "EQ", "LE", "GT", "NE", "GE", "T")
 BOOL_OP = ("AND", "OR", "XOR")
