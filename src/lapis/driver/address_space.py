@@ -13,8 +13,8 @@ import numpy as np
 
 from lapis.driver.buddy import BuddyAllocator
 from lapis.hardware import PAGE_BYTES, Gpu, make_entry
+from lapis.hardware.mmu import ENTRIES, ENTRY_BYTES, LEVELS, level_index, level_shift
 
-ENTRIES = 512
 GPUVM_BASE = 0x7F00_0000_0000
 GPUVM_LIMIT = 0x7FFF_FFFF_F000
 VA_ALIGN = 64 * 1024
@@ -51,7 +51,7 @@ class AddressSpace:
         self.gpu, self.vram, self.vmid = gpu, vram, vmid
         self.tables: dict[tuple[int, int], int] = {}     # (level, va prefix) -> table physical address
         self.root = self._new_table()
-        self.tables[(3, 0)] = self.root
+        self.tables[(LEVELS - 1, 0)] = self.root
         gpu.set_page_table_root(vmid, self.root)
 
     def _new_table(self) -> int:
@@ -62,14 +62,14 @@ class AddressSpace:
     def _leaf_table(self, va: int) -> int:
         """The level-0 table covering `va`, creating the path to it."""
         table = self.root
-        for level in (3, 2, 1):
-            key = (level - 1, va >> (12 + 9 * level))
+        for level in range(LEVELS - 1, 0, -1):
+            key = (level - 1, va >> level_shift(level))
             child = self.tables.get(key)
             if child is None:
                 child = self._new_table()
                 self.tables[key] = child
-                index = (va >> (12 + 9 * level)) & (ENTRIES - 1)
-                self.gpu.bar_write(table + 8 * index, make_entry(child, 0).to_bytes(8, "little"))
+                entry = make_entry(child, 0).to_bytes(ENTRY_BYTES, "little")
+                self.gpu.bar_write(table + ENTRY_BYTES * level_index(va, level), entry)
             table = child
         return table
 
@@ -88,10 +88,10 @@ class AddressSpace:
         done = 0
         while done < pages:
             page_va = va + done * PAGE_BYTES
-            index = (page_va >> 12) & (ENTRIES - 1)
+            index = level_index(page_va, 0)
             count = min(ENTRIES - index, pages - done)
             table = self._leaf_table(page_va)
-            self.gpu.bar_write(table + 8 * index, entries((done, done + count)).tobytes())
+            self.gpu.bar_write(table + ENTRY_BYTES * index, entries((done, done + count)).tobytes())
             done += count
 
     def destroy(self) -> None:

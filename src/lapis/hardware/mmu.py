@@ -23,17 +23,24 @@ import numpy as np
 from lapis.hardware.memory import PAGE_BYTES, PhysicalMemory
 
 PAGE_SHIFT = 12
-LEVELS = 4
-ENTRIES = 512
+LEVELS = 4                  # level LEVELS - 1 is the root, level 0 holds the leaf entries
+INDEX_BITS = 9              # virtual-address bits each level indexes
+ENTRIES = 1 << INDEX_BITS   # 512 entries per table ...
+ENTRY_BYTES = 8             # ... of 8 bytes: a table is one page
 VA_BITS = 48
 PTE_VALID, PTE_SYSTEM, PTE_WRITABLE, PTE_EXECUTABLE = 1, 2, 4, 8
 ADDRESS_MASK = ((1 << 52) - 1) & ~(PAGE_BYTES - 1)
 _TLB_RUNS = 64
 
 
+def level_shift(level: int) -> int:
+    """The lowest virtual-address bit a level-`level` table indexes."""
+    return PAGE_SHIFT + INDEX_BITS * level
+
+
 def level_index(va: int, level: int) -> int:
-    """Index into the level-`level` table (3 = root) for a virtual address."""
-    return (va >> (PAGE_SHIFT + 9 * level)) & (ENTRIES - 1)
+    """Index into the level-`level` table for a virtual address."""
+    return (va >> level_shift(level)) & (ENTRIES - 1)
 
 
 def make_entry(pa: int, flags: int) -> int:
@@ -93,8 +100,8 @@ class Mmu:
         entry = np.zeros(len(vpns), np.uint64)
         valid = np.ones(len(vpns), bool)
         for level in range(LEVELS - 1, -1, -1):
-            index = (vpns >> np.uint64(9 * level)) & np.uint64(ENTRIES - 1)
-            slot = (table + index * np.uint64(8)) >> np.uint64(3)
+            index = (vpns >> np.uint64(INDEX_BITS * level)) & np.uint64(ENTRIES - 1)
+            slot = (table + index * np.uint64(ENTRY_BYTES)) >> np.uint64(3)   # a uint64 word of VRAM
             entry = np.where(valid, self.vram.u64[np.where(valid, slot, 0).astype(np.int64)], 0).astype(np.uint64)
             valid &= (entry & np.uint64(PTE_VALID)) != 0
             table = entry & np.uint64(ADDRESS_MASK)
