@@ -31,6 +31,7 @@ from lapis.hardware.mmu import MemoryFault, Mmu
 from lapis.hardware.numerics import float_to_format, format_to_float, pack_halves, split_halves
 from lapis.hardware.profiles import DeviceProfile
 from lapis.isa import INSTRUCTION_BYTES, OPCODES, PT, RZ, Const, Imm, Instruction, Reg, format_instruction
+from lapis.isa import SpecialRegister as SR
 
 U32, I32, F32, U64, I64, F64 = np.uint32, np.int32, np.float32, np.uint64, np.int64, np.float64
 _MEM_BYTES = {"": 4, "U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
@@ -166,9 +167,9 @@ class Wave:
         self.lane_warp = np.cumsum(self.lane_in_warp == 0) - 1
         self.padded_lane = self.lane_block * (self.warps_per_block * ws) + t   # position in whole warps
         bx, by, _ = d.block
-        self.sregs = [(t % bx).astype(U32), (t // bx % by).astype(U32), (t // (bx * by)).astype(U32),
-                      np.zeros(L, U32), np.zeros(L, U32), np.zeros(L, U32),
-                      self.lane_in_warp.astype(U32), np.zeros(L, U32), np.zeros(L, U32), (t // ws).astype(U32)]
+        self.sregs = np.zeros((len(SR), L), U32)      # a row per special register; the block's set in `start`
+        self.sregs[SR.TID_X], self.sregs[SR.TID_Y], self.sregs[SR.TID_Z] = t % bx, t // bx % by, t // (bx * by)
+        self.sregs[SR.LANEID], self.sregs[SR.WARPID] = self.lane_in_warp, t // ws
         self.ops: list = [None] * len(d.program)      # each instruction's closure, made when it first runs
         # Shared-memory address registers and HMMA operands: their per-lane word indices and decoded
         # fragments are cached until the register is written again (`bumps[pc]` lists the tracked rows
@@ -192,10 +193,8 @@ class Wave:
         self.smem.fill(0)
         gx, gy, _ = self.d.grid
         b = first_block + self.lane_block
-        self.sregs[3][:] = b % gx
-        self.sregs[4][:] = b // gx % gy
-        self.sregs[5][:] = b // (gx * gy)
-        self.sregs[8][:] = b % self.core.profile.compute_units     # blocks go round-robin to the units
+        self.sregs[SR.CTAID_X], self.sregs[SR.CTAID_Y], self.sregs[SR.CTAID_Z] = b % gx, b // gx % gy, b // (gx * gy)
+        self.sregs[SR.SMID] = b % self.core.profile.compute_units     # blocks go round-robin to the units
         self.local.fill(0)
         self.exited = np.zeros(self.lanes, bool)
         self.addr_cache.clear()
@@ -330,7 +329,7 @@ class Wave:
 
     def _op_S2R(self, inst, pc):
         d, src = self.R[self._dst(inst.rd)], self.sregs[inst.b.bits]
-        if inst.b.bits == 7:
+        if inst.b.bits == SR.CLOCKLO:
             return lambda mask: self._write(d, U32(self.core.counters.steps & 0xFFFFFFFF), mask)
         return lambda mask: self._write(d, src, mask)
 

@@ -16,12 +16,13 @@ from lapis.isa.opcodes import (
     RZ,
     SPECIAL_REGISTERS,
     Opcode,
+    SpecialRegister,
 )
 from lapis.isa.text import assemble, bits_float, disassemble, float_bits, format_instruction, parse_instruction
 
 __all__ = [
     "BY_CODE", "INSTRUCTION_BYTES", "NUM_PREDICATES", "NUM_REGISTERS", "OPCODES", "PT", "RZ",
-    "SPECIAL_REGISTERS", "Const", "Control", "Imm", "Instruction", "IsaError", "Opcode", "Reg",
+    "SPECIAL_REGISTERS", "Const", "Control", "Imm", "Instruction", "IsaError", "Opcode", "Reg", "SpecialRegister",
     "assemble", "bits_float", "decode", "decode_program", "disassemble", "encode", "encode_program",
     "float_bits", "format_instruction", "make", "parse_instruction", "slots",
 ]

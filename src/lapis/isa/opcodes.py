@@ -20,6 +20,7 @@ stores, atomics and shuffles, MMA the matrix (tensor-core) unit.
 """
 
 from dataclasses import dataclass
+from enum import IntEnum
 
 # Latency classes: fixed-latency pipes have a known result delay the scheduler encodes as
 # stall cycles; variable-latency ones (memory, special function unit) use scoreboard barriers.
@@ -164,8 +165,24 @@ _ROWS = [
 OPCODES: dict[str, Opcode] = {row.mnemonic: row for row in _ROWS}
 BY_CODE: dict[int, Opcode] = {row.code: row for row in _ROWS}
 
-SPECIAL_REGISTERS = ("SR_TID.X", "SR_TID.Y", "SR_TID.Z", "SR_CTAID.X", "SR_CTAID.Y", "SR_CTAID.Z",
-                     "SR_LANEID", "SR_CLOCKLO", "SR_SMID", "SR_WARPID")
+
+
+class SpecialRegister(IntEnum):
+    """The special registers S2R reads, by the number operand B holds."""
+    TID_X = 0           # the thread's index in its block
+    TID_Y = 1
+    TID_Z = 2
+    CTAID_X = 3         # the block's index in the grid
+    CTAID_Y = 4
+    CTAID_Z = 5
+    LANEID = 6          # the thread's lane in its warp
+    CLOCKLO = 7         # low 32 bits of a clock that counts up as the kernel runs
+    SMID = 8            # the compute unit the block runs on
+    WARPID = 9          # the warp's index in its block
+
+
+# Their names in a listing, by number: TID_X prints as SR_TID.X, as cuobjdump spells it.
+SPECIAL_REGISTERS = tuple("SR_" + sr.name.replace("_", ".") for sr in SpecialRegister)
 
 RZ = 255        # reads as zero, writes are discarded
 PT = 7          # predicate that is always true

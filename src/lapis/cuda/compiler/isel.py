@@ -22,9 +22,8 @@ import numpy as np
 from lapis.cuda.compiler import ir, passes
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.frontend import CompileError
-from lapis.isa import Const, Imm, float_bits
+from lapis.isa import Const, Imm, SpecialRegister, float_bits
 
-SREG = {"tid.x": 0, "tid.y": 1, "tid.z": 2, "ctaid.x": 3, "ctaid.y": 4, "ctaid.z": 5, "laneid": 6}
 LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
 
 
@@ -278,7 +277,8 @@ class InstructionSelector:
 
     def op_sreg(self, v):
         r = self.new(T.int32)
-        self.emit("S2R", rd=r, b=Imm(SREG[v.attrs["name"]]))
+        number = SpecialRegister[v.attrs["name"].upper().replace(".", "_")]     # PTX's tid.x is TID_X
+        self.emit("S2R", rd=r, b=Imm(int(number)))
         return r
 
     def op_dim(self, v):
