@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lapis import isa
-from lapis.hardware.simt import Wave
+from lapis.hardware.simt import ResidentBlocks
 from lapis.isa import OPCODES, PT, RZ, Const, Control, Imm, IsaError, Reg
 
 regs = st.integers(0, RZ)
@@ -125,7 +125,7 @@ def test_assembler_errors_name_the_line():
 
 
 def test_every_opcode_has_a_hardware_implementation():
-    missing = [op for op in OPCODES if not hasattr(Wave, "_op_" + op)]
+    missing = [op for op in OPCODES if not hasattr(ResidentBlocks, "_op_" + op)]
     assert missing == []
 
 

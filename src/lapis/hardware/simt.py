@@ -1,4 +1,4 @@
-"""Layer 0: the SIMT core: executes decoded machine code for a wave of thread blocks at once.
+"""Layer 0: the SIMT core: executes decoded machine code for a batch of resident thread blocks at once.
 
 Every register is a numpy array over all lanes in flight (every thread of the resident
 blocks), and each instruction is one numpy operation under an active-lane mask: there is
@@ -81,7 +81,7 @@ class Counters:
     local_bytes: int = 0           # per-thread local memory (spills, local arrays)
     pcie_bytes: int = 0            # global accesses that landed in host memory
     barriers: int = 0
-    waves: int = 0
+    waves: int = 0                 # rounds of resident blocks the grid takes on the device (the last may be partial)
     blocks: int = 0
     warps_per_block: int = 0
     steps: int = 0                 # scheduler steps (group-instructions), for the watchdog
@@ -135,8 +135,8 @@ class Dispatch:
     local_bytes: int = 0                 # local (private) memory per thread
 
 
-class Wave:
-    """The state of `nblocks` resident thread blocks executing together."""
+class ResidentBlocks:
+    """The state of `nblocks` resident thread blocks executing together (a batch of the grid)."""
 
     def __init__(self, core: "SimtCore", d: Dispatch, nblocks: int):
         self.core, self.d = core, d
@@ -170,7 +170,7 @@ class Wave:
         self.sregs = np.zeros((len(SR), L), U32)      # a row per special register; the block's set in `start`
         self.sregs[SR.TID_X], self.sregs[SR.TID_Y], self.sregs[SR.TID_Z] = t % bx, t // bx % by, t // (bx * by)
         self.sregs[SR.LANEID], self.sregs[SR.WARPID] = self.lane_in_warp, t // ws
-        self.ops: list = [None] * len(d.program)      # each instruction's closure, made when it first runs
+        self.executors: list = [None] * len(d.program)   # each instruction's closure, made when it first runs
         # Shared-memory address registers and HMMA operands: their per-lane word indices and decoded
         # fragments are cached until the register is written again (`bumps[pc]` lists the tracked rows
         # instruction pc writes), so a fragment used by several HMMAs is unpacked once.
@@ -258,7 +258,7 @@ class Wave:
             np.copyto(dst, value, where=mask, casting="unsafe")
 
     # -- instruction semantics -----------------------------------------------------------------
-    def _compile(self, pc: int, inst: Instruction):
+    def _bind(self, pc: int, inst: Instruction):
         """A function mask -> None that executes `inst` for the lanes in mask."""
         try:
             fn = getattr(self, "_op_" + inst.op)(inst, pc)
@@ -753,7 +753,7 @@ class Wave:
 
     # shared memory --------------------------------------------------------------------------
     def _shared_index(self, pc, inst, mask, nbytes):
-        """Word index into the wave's shared memory, and byte within the word, of each active lane."""
+        """Word index into the batch's shared memory, and byte within the word, of each active lane."""
         addr = self.R[self._row(inst.ra)]
         off = inst.simm
         a = addr if mask is None else addr[mask]
@@ -788,7 +788,7 @@ class Wave:
         c.shared_ideal_wavefronts += ideal
 
     def _shared_words(self, row: int) -> tuple:
-        """(version, per-lane word index into the wave's shared memory, min, max, low four address bits of
+        """(version, per-lane word index into the batch's shared memory, min, max, low four address bits of
         any lane) of R[row]."""
         entry = self.addr_cache.get(row)
         if entry is None or entry[0] != self.version[row]:
@@ -801,7 +801,7 @@ class Wave:
     def _banks_of(self, row: int, version: int, words: np.ndarray, per_lane: int) -> tuple[int, int]:
         """Bank-conflict wavefronts of an unmasked access of `per_lane` words through address register `row`.
 
-        Measured on the wave's first block and scaled to all its blocks: every block runs the
+        Measured on the batch's first block and scaled to all its blocks: every block runs the
         same code, and a shared address that depends on the block is rare (the masked accesses of
         the slow path are measured on every lane). Shifting every lane's address by
         one amount permutes the banks and keeps the conflicts, so a register that advanced
@@ -1053,7 +1053,7 @@ class Wave:
                 self._write(dst, v, mask)
         return op
 
-    # Control instructions are run by the scheduler in `SimtCore.run_wave`; these only validate.
+    # Control instructions are run by the scheduler in `SimtCore._run_blocks`; these only validate.
     def _op_BRA(self, inst, pc):
         target = inst.branch_target(pc * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
         if not 0 <= target < len(self.d.program):
@@ -1068,7 +1068,7 @@ class Wave:
 
 
 class SimtCore:
-    """Runs dispatches: splits the grid into waves of resident blocks and executes each."""
+    """Runs dispatches: splits the grid into batches of resident blocks and executes each."""
 
     MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
 
@@ -1082,11 +1082,11 @@ class SimtCore:
         self._storage: dict[str, np.ndarray] = {}
 
     def storage(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
-        """A reusable array for wave state (the register file, shared and local memory).
+        """A reusable array for the state of resident blocks (the register file, shared and local memory).
 
         Fresh host pages cost a fault each on first touch, which for a 64K-lane register file is
         milliseconds per launch; keeping the arrays makes later launches start at once. One
-        wave runs at a time and `Wave.start` clears what it uses, so waves may share them.
+        batch runs at a time and `ResidentBlocks.start` clears what it uses, so batches may share them.
         """
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         buf = self._storage.get(name)
@@ -1108,15 +1108,15 @@ class SimtCore:
         kinds = [i.op if i.op in ("BRA", "EXIT", "BAR") else "" for i in d.program]
         targets = [i.branch_target(pc * INSTRUCTION_BYTES) // INSTRUCTION_BYTES if i.op == "BRA" else 0
                    for pc, i in enumerate(d.program)]
-        waves: dict[int, Wave] = {}
+        batches: dict[int, ResidentBlocks] = {}
         with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
             for first in range(0, total, per_chunk):
                 nblocks = min(per_chunk, total - first)
-                if nblocks not in waves:
-                    waves[nblocks] = Wave(self, d, nblocks)
-                wave = waves[nblocks]
-                wave.start(first)
-                self._run_wave(wave, kinds, targets)
+                if nblocks not in batches:
+                    batches[nblocks] = ResidentBlocks(self, d, nblocks)
+                blocks = batches[nblocks]
+                blocks.start(first)
+                self._run_blocks(blocks, kinds, targets)
         for pc, inst in enumerate(d.program):
             pipe = OPCODES[inst.op].pipe
             c.warp_instructions_by_pipe[pipe] = c.warp_instructions_by_pipe.get(pipe, 0) + c.warp_instructions[pc]
@@ -1126,82 +1126,82 @@ class SimtCore:
                                                    + per_thread * c.thread_instructions[pc])
         return c
 
-    def _mask_stats(self, mask, wave: Wave) -> tuple[int, int]:
+    def _mask_stats(self, mask, blocks: ResidentBlocks) -> tuple[int, int]:
         if mask is None:
-            return wave.lanes, wave.nblocks * wave.warps_per_block
+            return blocks.lanes, blocks.nblocks * blocks.warps_per_block
         lanes = int(np.count_nonzero(mask))
-        if wave.warp_aligned:
+        if blocks.warp_aligned:
             warps = int(np.count_nonzero(mask.reshape(-1, self.warp_size).any(axis=1)))
         else:
-            warps = int(np.count_nonzero(np.logical_or.reduceat(mask, wave.warp_starts)))
+            warps = int(np.count_nonzero(np.logical_or.reduceat(mask, blocks.warp_starts)))
         return lanes, warps
 
-    def _run_wave(self, wave: Wave, kinds: list[str], targets: list[int]) -> None:
-        c, ops, program = self.counters, wave.ops, wave.d.program
-        bumps, version = wave.bumps, wave.version
-        budget = wave.d.watchdog_steps
+    def _run_blocks(self, blocks: ResidentBlocks, kinds: list[str], targets: list[int]) -> None:
+        c, executors, program = self.counters, blocks.executors, blocks.d.program
+        bumps, version = blocks.bumps, blocks.version
+        budget = blocks.d.watchdog_steps
         groups: dict[int, np.ndarray | None] = {0: None}
         steps = 0
         while groups:
             pc = min(groups)
             mask = groups.pop(pc)
-            lanes, warps = self._mask_stats(mask, wave)
+            lanes, warps = self._mask_stats(mask, blocks)
             while True:
                 steps += 1
                 if steps > budget:
-                    raise wave._fault(pc, f"watchdog: more than {budget} instruction steps in one wave "
+                    raise blocks._fault(pc, f"watchdog: more than {budget} instruction steps in one batch of blocks "
                                           "(an infinite loop?); raise LAPIS_WATCHDOG_STEPS if the kernel is just long")
                 c.warp_instructions[pc] += warps
                 c.thread_instructions[pc] += lanes
                 kind = kinds[pc]
                 if not kind:
-                    op = ops[pc]
+                    op = executors[pc]
                     if op is None:
-                        op = ops[pc] = wave._compile(pc, program[pc])
+                        op = executors[pc] = blocks._bind(pc, program[pc])
                     op(mask)
                     for r in bumps[pc]:
                         version[r] += 1
                     pc += 1
                 elif kind == "BRA":
                     inst = program[pc]
-                    taken = self._guard(wave, inst, mask)
+                    taken = self._guard(blocks, inst, mask)
                     if taken is True:
                         pc = targets[pc]
-                        self._park(groups, pc, mask, wave)
+                        self._park(groups, pc, mask, blocks)
                         break
                     if taken is not False:
                         rest = ~taken if mask is None else mask & ~taken
-                        self._park(groups, targets[pc], taken, wave)
+                        self._park(groups, targets[pc], taken, blocks)
                         mask = rest
-                        lanes, warps = self._mask_stats(mask, wave)
+                        lanes, warps = self._mask_stats(mask, blocks)
                     pc += 1
                 elif kind == "EXIT":
-                    taken = self._guard(wave, program[pc], mask)
+                    taken = self._guard(blocks, program[pc], mask)
                     if taken is True:
-                        wave.exited |= True if mask is None else mask
+                        blocks.exited |= True if mask is None else mask
                         break
                     if taken is not False:
-                        wave.exited |= taken
+                        blocks.exited |= taken
                         mask = (~taken if mask is None else mask & ~taken)
-                        lanes, warps = self._mask_stats(mask, wave)
+                        lanes, warps = self._mask_stats(mask, blocks)
                     pc += 1
                 else:
-                    self._barrier(wave, pc, mask)
+                    self._barrier(blocks, pc, mask)
                     c.barriers += warps
                     pc += 1
                 if pc >= len(program):
-                    raise wave._fault(pc - 1, "execution ran past the end of the program (missing EXIT)")
+                    raise blocks._fault(pc - 1, "execution ran past the end of the program (missing EXIT)")
                 if pc in groups:
-                    self._park(groups, pc, mask, wave)
+                    self._park(groups, pc, mask, blocks)
                     break
         c.steps += steps
 
     @staticmethod
-    def _guard(wave: Wave, inst: Instruction, mask):
+    def _guard(blocks: ResidentBlocks, inst: Instruction, mask):
         """Lanes of `mask` whose guard holds: True (all), False (none) or a mask."""
         if inst.guard == PT and not inst.guard_neg:
             return True
-        p = wave.P[inst.guard]
+        p = blocks.P[inst.guard]
         taken = ~p if inst.guard_neg else p
         if mask is not None:
             taken = taken & mask
@@ -1212,7 +1212,7 @@ class SimtCore:
         return taken
 
     @staticmethod
-    def _park(groups: dict, pc: int, mask, wave: Wave) -> None:
+    def _park(groups: dict, pc: int, mask, blocks: ResidentBlocks) -> None:
         if pc in groups:
             other = groups[pc]
             merged = None if mask is None or other is None else mask | other
@@ -1223,12 +1223,12 @@ class SimtCore:
             groups[pc] = mask
 
     @staticmethod
-    def _barrier(wave: Wave, pc: int, mask) -> None:
+    def _barrier(blocks: ResidentBlocks, pc: int, mask) -> None:
         if mask is None:
             return
-        missing = (~wave.exited & ~mask).reshape(wave.nblocks, wave.tpb)
-        present = mask.reshape(wave.nblocks, wave.tpb).any(axis=1)
+        missing = (~blocks.exited & ~mask).reshape(blocks.nblocks, blocks.tpb)
+        present = mask.reshape(blocks.nblocks, blocks.tpb).any(axis=1)
         bad = np.flatnonzero(present & missing.any(axis=1))
         if bad.size:
-            raise wave._fault(pc, "barrier reached under divergence: some live threads of the block are "
+            raise blocks._fault(pc, "barrier reached under divergence: some live threads of the block are "
                                   "on another path")
