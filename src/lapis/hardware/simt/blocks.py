@@ -1,0 +1,88 @@
+"""The state of a batch of resident thread blocks: their lanes, warps, registers and on-chip memories.
+
+On a GPU, the block scheduler places as many blocks on the compute units as their
+registers, shared memory and thread slots allow, and those blocks run side by side. The
+simulator runs such a batch as one set of arrays: every thread of every block is a lane,
+each register a row over all lanes (`registers.py`), each block's shared memory a slice of
+one array, each thread's local memory an interleaved column of another. This module lays
+the lanes out: which block and warp each lane belongs to, where each warp starts (warps of
+the profile's width, the last one of a block possibly partial), and the special registers
+(thread and block indices, lane, warp and unit ids) that S2R reads.
+"""
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lapis.hardware.simt.binders import Executor
+from lapis.hardware.simt.launch import Dispatch, KernelFault
+from lapis.hardware.simt.registers import U32, U64, RegisterFile
+from lapis.hardware.simt.simulator_caches import DerivedValues
+from lapis.isa import INSTRUCTION_BYTES, format_instruction
+from lapis.isa import SpecialRegister as SR
+
+if TYPE_CHECKING:
+    from lapis.hardware.simt.scheduler import SimtCore
+
+
+class ResidentBlocks:
+    """The state of `nblocks` resident thread blocks executing together (a batch of the grid)."""
+
+    def __init__(self, core: "SimtCore", d: Dispatch, nblocks: int):
+        self.core, self.d, self.nblocks = core, d, nblocks
+        caches = core.caches
+        tpb = self.threads_per_block = d.block[0] * d.block[1] * d.block[2]
+        L = self.lanes = nblocks * tpb
+        self.registers = RegisterFile(caches, d, L)
+        self.shared_words = -(-d.shared_bytes // 8) * 2       # per block, 8-byte aligned for 64-bit atomics
+        self.shared_u32 = caches.array("shared", (max(2, nblocks * self.shared_words),), U32)
+        self.shared_u8, self.shared_u64 = self.shared_u32.view(np.uint8), self.shared_u32.view(U64)
+        # Word w of lane l's local memory is word w * lanes + l: a warp's same-address access is contiguous.
+        self.local_u32 = caches.array("local", (max(2, -(-d.local_bytes // 4) * L),), U32)
+        self.local_u8 = self.local_u32.view(np.uint8)
+
+        ws = core.warp_size
+        self.warps_per_block = -(-tpb // ws)
+        self.warp_aligned = tpb % ws == 0
+        self.lane_ids = np.arange(L, dtype=np.int64)
+        t = self.lane_ids % tpb                                    # the thread's index in its block
+        self.lane_block = self.lane_ids // tpb
+        self.shared_base = self.lane_block * self.shared_words    # the lane's block's first shared word
+        # Warps: lane `lane_in_warp` of a warp of `warp_len` lanes whose lane 0 is lane `warp_base`.
+        self.lane_in_warp = t % ws
+        self.warp_base = self.lane_ids - self.lane_in_warp
+        self.warp_len = np.minimum(ws, tpb - t // ws * ws)
+        self.warp_starts = np.flatnonzero(self.lane_in_warp == 0)
+        self.lane_warp = np.cumsum(self.lane_in_warp == 0) - 1
+        self.padded_lane = self.lane_block * (self.warps_per_block * ws) + t   # position counting whole warps
+
+        bx, by, _ = d.block
+        self.special = np.zeros((len(SR), L), U32)      # a row per special register; the blocks' set in `start`
+        self.special[SR.TID_X], self.special[SR.TID_Y], self.special[SR.TID_Z] = t % bx, t // bx % by, t // (bx * by)
+        self.special[SR.LANEID], self.special[SR.WARPID] = self.lane_in_warp, t // ws
+
+        self.executors: list[Executor | None] = [None] * len(d.program)   # bound when first reached
+        self.derived = DerivedValues(d.program, d.registers)
+        self.exited = np.zeros(L, bool)                  # lanes that ran EXIT
+
+    def start(self, first_block: int) -> None:
+        """Reset the state for blocks first_block .. first_block + nblocks - 1."""
+        self.registers.reset()
+        self.shared_u32.fill(0)
+        self.local_u32.fill(0)
+        gx, gy, _ = self.d.grid
+        b = first_block + self.lane_block
+        self.special[SR.CTAID_X], self.special[SR.CTAID_Y] = b % gx, b // gx % gy
+        self.special[SR.CTAID_Z] = b // (gx * gy)
+        self.special[SR.SMID] = b % self.core.profile.compute_units     # blocks go round-robin to the units
+        self.exited.fill(False)
+        self.derived.clear()
+
+    def fault(self, pc: int, reason: str, address: int | None = None) -> KernelFault:
+        """The fault that stops the kernel at instruction `pc`, for `reason`."""
+        inst = self.d.program[pc]
+        return KernelFault(reason, pc * INSTRUCTION_BYTES, format_instruction(inst, pc * INSTRUCTION_BYTES), address)
+
+    def count_flops(self, pc: int, precision: str, per_thread: int) -> None:
+        """Instruction `pc` does `per_thread` floating-point operations of `precision` per active lane."""
+        self.core.flop_kind[pc] = (precision, per_thread)

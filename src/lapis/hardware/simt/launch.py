@@ -1,0 +1,100 @@
+"""The SIMT core's interface: a `Dispatch` comes in, `Counters` go out, a `KernelFault` stops it.
+
+A `Dispatch` is one kernel launch as the command processor hands it to the compute units:
+the decoded program, the grid and block shapes, what each block takes (registers, shared
+and local memory), constant bank 0 and the address space, as a GPU's front end hands a
+launch descriptor (NVIDIA's QMD, AMD's dispatch packet) to the block scheduler. `Counters`
+is what executing it counted, per program counter and in total, the figures a profiler
+reads from the hardware counters (instructions executed, sectors, shared-memory
+wavefronts), from which the performance model (`perf.py`) derives a time. A kernel that
+stops on an error raises `KernelFault`, naming the instruction and, for memory, the
+address, as a GPU reports an illegal or misaligned address.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from lapis.isa import Instruction
+
+
+class KernelFault(Exception):
+    """A kernel stopped on an error; names the instruction and, for memory, the address."""
+
+    def __init__(self, reason: str, pc: int, instruction: str, address: int | None = None):
+        where = f" at address {address:#x}" if address is not None else ""
+        super().__init__(f"{reason}{where} (instruction /*{pc:04x}*/ {instruction})")
+        self.reason, self.pc, self.instruction, self.address = reason, pc, instruction, address
+
+
+@dataclass
+class Counters:
+    """What executing a kernel counted, per program counter and in total."""
+    warp_instructions: list[int]
+    thread_instructions: list[int]
+    flops_by_precision: dict[str, int] = field(default_factory=dict)   # fp32, fp64, fp16 (packed), matrix
+    warp_instructions_by_pipe: dict[str, int] = field(default_factory=dict)
+    global_bytes: int = 0          # bytes requested by global loads, stores and atomics
+    global_sectors: int = 0        # 32-byte sectors those requests touched after coalescing (L2 requests)
+    l2_misses: int = 0             # sectors the L2 did not hold
+    dram_read_bytes: int = 0
+    dram_write_bytes: int = 0
+    atomic_lanes: int = 0          # lane-operations of global and shared atomics
+    shared_bytes: int = 0
+    shared_wavefronts: int = 0     # shared-memory cycles spent, bank conflicts included
+    shared_ideal_wavefronts: int = 0   # the cycles a conflict-free access pattern would take
+    local_bytes: int = 0           # per-thread local memory (spills, local arrays)
+    pcie_bytes: int = 0            # global accesses that landed in host memory
+    barriers: int = 0
+    waves: int = 0                 # rounds of resident blocks the grid takes on the device (the last may be partial)
+    blocks: int = 0
+    warps_per_block: int = 0
+    steps: int = 0                 # scheduler steps (group-instructions), for the watchdog
+
+    @property
+    def flops(self) -> int:
+        return sum(self.flops_by_precision.values())
+
+    @property
+    def l2_hits(self) -> int:
+        return self.global_sectors - self.l2_misses
+
+    @property
+    def dram_bytes(self) -> int:
+        return self.dram_read_bytes + self.dram_write_bytes
+
+    @property
+    def bank_conflicts(self) -> int:
+        """Shared-memory replays: wavefronts beyond the conflict-free count."""
+        return self.shared_wavefronts - self.shared_ideal_wavefronts
+
+    @property
+    def average_active_lanes(self) -> float:
+        """Active lanes per warp instruction (the warp size when nothing diverges)."""
+        return self.total_thread_instructions / max(1, self.total_warp_instructions)
+
+    @classmethod
+    def for_program(cls, n: int) -> "Counters":
+        return cls([0] * n, [0] * n)
+
+    @property
+    def total_warp_instructions(self) -> int:
+        return sum(self.warp_instructions)
+
+    @property
+    def total_thread_instructions(self) -> int:
+        return sum(self.thread_instructions)
+
+
+@dataclass
+class Dispatch:
+    """One kernel launch as the command processor hands it to the compute units."""
+    program: list[Instruction]
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int]           # in blocks
+    registers: int
+    shared_bytes: int
+    cbank: np.ndarray                    # constant bank 0, uint32 words
+    vmid: int
+    watchdog_steps: int
+    local_bytes: int = 0                 # local (private) memory per thread

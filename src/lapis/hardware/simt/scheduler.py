@@ -1,0 +1,218 @@
+"""The scheduling of lanes: which lanes run which instruction next, and the control instructions.
+
+`SimtCore.run` splits the grid into batches of resident blocks (`blocks.py`) and runs each.
+Within a batch, lanes at different program counters form groups; the group with the lowest
+PC runs next, and groups that reach the same PC merge. Because the compiler lays code out in
+structured order (join points after both arms of an `if`, loop exits after the loop), this
+reconverges exactly where the SIMT stack of a GPU's warp scheduler would (the "thread
+frontier" scheme of Diamos et al., MICRO 2011). A branch splits a group into the lanes that
+jump and those that fall through; EXIT retires lanes; a barrier (BAR) is a no-op when its
+group holds every live lane of each block it touches and otherwise is a barrier under
+divergence, which faults. A watchdog on scheduler steps stops a kernel that never ends.
+
+Every step counts the warp- and thread-instructions it issued; instruction latencies do not
+delay execution here (they feed the performance model through the counters).
+"""
+
+from functools import partial
+
+import numpy as np
+
+from lapis.hardware.caches import L2Cache
+from lapis.hardware.memory import PhysicalMemory
+from lapis.hardware.mmu import Mmu
+from lapis.hardware.profiles import DeviceProfile
+from lapis.hardware.simt.binders import CONTROL, Executor, Mask, bind, binds
+from lapis.hardware.simt.blocks import ResidentBlocks
+from lapis.hardware.simt.launch import Counters, Dispatch
+from lapis.hardware.simt.simulator_caches import SimulatorCaches
+from lapis.isa import INSTRUCTION_BYTES, OPCODES, PT, Instruction
+
+
+class SimtCore:
+    """Runs dispatches: splits the grid into batches of resident blocks and executes each."""
+
+    MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
+
+    def __init__(self, profile: DeviceProfile, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory):
+        self.profile = profile
+        self.warp_size = profile.warp_size
+        self.mmu, self.vram, self.sysmem = mmu, vram, sysmem
+        self.l2 = L2Cache(profile.l2_bytes)
+        self.caches = SimulatorCaches()
+        self.counters = Counters.for_program(0)
+        self.flop_kind: list[tuple[str, int] | None] = []
+
+    def run(self, d: Dispatch, resident_blocks: int) -> Counters:
+        """Execute every block of the grid; `resident_blocks` is how many fit on the device at once."""
+        n = len(d.program)
+        self.counters = c = Counters.for_program(n)
+        self.flop_kind = [None] * n
+        total = d.grid[0] * d.grid[1] * d.grid[2]
+        tpb = d.block[0] * d.block[1] * d.block[2]
+        per_batch = max(1, min(resident_blocks, self.MAX_LANES // tpb))
+        c.waves = -(-total // resident_blocks)
+        c.blocks = total
+        c.warps_per_block = -(-tpb // self.warp_size)
+        kinds = [i.op if i.op in CONTROL else "" for i in d.program]
+        targets = [branch_target(i, pc) if i.op == "BRA" else 0 for pc, i in enumerate(d.program)]
+        try:
+            with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
+                for first in range(0, total, per_batch):
+                    nblocks = min(per_batch, total - first)
+                    blocks = self.caches.batch(nblocks, partial(ResidentBlocks, self, d, nblocks))
+                    blocks.start(first)
+                    self._run_blocks(blocks, kinds, targets)
+        finally:
+            self.caches.end_launch()
+        for pc, inst in enumerate(d.program):
+            pipe = OPCODES[inst.op].pipe
+            c.warp_instructions_by_pipe[pipe] = c.warp_instructions_by_pipe.get(pipe, 0) + c.warp_instructions[pc]
+            if self.flop_kind[pc]:
+                precision, per_thread = self.flop_kind[pc]
+                c.flops_by_precision[precision] = (c.flops_by_precision.get(precision, 0)
+                                                   + per_thread * c.thread_instructions[pc])
+        return c
+
+    def _run_blocks(self, blocks: ResidentBlocks, kinds: list[str], targets: list[int]) -> None:
+        """Run one batch until every lane has exited."""
+        c, executors = self.counters, blocks.executors
+        bumps, version = blocks.derived.bumps, blocks.derived.version
+        budget, end = blocks.d.watchdog_steps, len(blocks.d.program)
+        groups: dict[int, Mask] = {0: None}         # program counter -> the lanes waiting there
+        steps = 0
+        while groups:
+            pc = min(groups)
+            mask = groups.pop(pc)
+            lanes, warps = active_counts(blocks, mask)
+            while True:
+                steps += 1
+                if steps > budget:
+                    raise blocks.fault(pc, f"watchdog: more than {budget} instruction steps in one batch of blocks "
+                                           "(an infinite loop?); raise LAPIS_WATCHDOG_STEPS if the kernel is just long")
+                c.warp_instructions[pc] += warps
+                c.thread_instructions[pc] += lanes
+                execute = executors[pc]
+                if execute is None:
+                    execute = executors[pc] = bind(blocks, pc)
+                kind = kinds[pc]
+                if not kind:
+                    execute(mask)
+                    for r in bumps[pc]:
+                        version[r] += 1
+                    pc += 1
+                elif kind == "BRA":
+                    taken = execute(mask)
+                    if taken is True:
+                        pc = targets[pc]
+                        park(groups, pc, mask)
+                        break
+                    if taken is not False:
+                        rest = ~taken if mask is None else mask & ~taken
+                        park(groups, targets[pc], taken)
+                        mask = rest
+                        lanes, warps = active_counts(blocks, mask)
+                    pc += 1
+                elif kind == "EXIT":
+                    taken = execute(mask)
+                    if taken is True:
+                        blocks.exited |= True if mask is None else mask
+                        break
+                    if taken is not False:
+                        blocks.exited |= taken
+                        mask = (~taken if mask is None else mask & ~taken)
+                        lanes, warps = active_counts(blocks, mask)
+                    pc += 1
+                else:
+                    execute(mask)
+                    c.barriers += warps
+                    pc += 1
+                if pc >= end:
+                    raise blocks.fault(pc - 1, "execution ran past the end of the program (missing EXIT)")
+                if pc in groups:
+                    park(groups, pc, mask)
+                    break
+        c.steps += steps
+
+
+def active_counts(blocks: ResidentBlocks, mask: Mask) -> tuple[int, int]:
+    """(active lanes, warps with an active lane): what one step of this group issues."""
+    if mask is None:
+        return blocks.lanes, blocks.nblocks * blocks.warps_per_block
+    lanes = int(np.count_nonzero(mask))
+    if blocks.warp_aligned:
+        warps = int(np.count_nonzero(mask.reshape(-1, blocks.core.warp_size).any(axis=1)))
+    else:
+        warps = int(np.count_nonzero(np.logical_or.reduceat(mask, blocks.warp_starts)))
+    return lanes, warps
+
+
+def park(groups: dict[int, Mask], pc: int, mask: Mask) -> None:
+    """Leave the lanes of `mask` waiting at `pc`, merged with any already there."""
+    if pc in groups:
+        other = groups[pc]
+        merged = None if mask is None or other is None else mask | other
+        if merged is not None and merged.all():
+            merged = None
+        groups[pc] = merged
+    else:
+        groups[pc] = mask
+
+
+def branch_target(inst: Instruction, pc: int) -> int:
+    """The index of the instruction a branch at index `pc` jumps to."""
+    return inst.branch_target(pc * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
+
+
+def guarded_lanes(blocks: ResidentBlocks, inst: Instruction, mask: Mask):
+    """Lanes of `mask` whose guard holds: True (all), False (none) or a mask."""
+    if inst.guard == PT and not inst.guard_neg:
+        return True
+    p = blocks.registers.P[inst.guard]
+    taken = ~p if inst.guard_neg else p
+    if mask is not None:
+        taken = taken & mask
+    if not taken.any():
+        return False
+    if (mask is None and taken.all()) or (mask is not None and np.array_equal(taken, mask)):
+        return True
+    return taken
+
+
+@binds("NOP")
+def nop(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
+    return lambda mask: None
+
+
+@binds("BRA")
+def branch(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
+    """The executor gives the lanes that jump; the scheduler parks them at the target."""
+    target = branch_target(inst, pc)
+    inside = 0 <= target < len(blocks.d.program)
+
+    def execute(mask: Mask):
+        taken = guarded_lanes(blocks, inst, mask)
+        if taken is not False and not inside:
+            raise blocks.fault(pc, f"branch target {target * INSTRUCTION_BYTES:#x} is outside the program")
+        return taken
+    return execute
+
+
+@binds("EXIT")
+def exit_lanes(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
+    """The executor gives the lanes that finish; the scheduler retires them."""
+    return lambda mask: guarded_lanes(blocks, inst, mask)
+
+
+@binds("BAR")
+def barrier(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
+    """In lockstep the barrier has nothing to wait for; the executor faults if the group is diverged."""
+    def execute(mask: Mask) -> None:
+        if mask is None:
+            return
+        missing = (~blocks.exited & ~mask).reshape(blocks.nblocks, blocks.threads_per_block)
+        present = mask.reshape(blocks.nblocks, blocks.threads_per_block).any(axis=1)
+        if (present & missing.any(axis=1)).any():
+            raise blocks.fault(pc, "barrier reached under divergence: some live threads of the block are "
+                                   "on another path")
+    return execute

@@ -1,0 +1,90 @@
+"""What the SIMT core keeps only to run faster, in one place.
+
+None of this is modelled hardware (the L2 in `lapis.hardware.caches` and the MMU's TLB are):
+it is the simulator keeping work it would otherwise redo, as QEMU keeps translated blocks.
+
+- The arrays of the register file, shared and local memory, reused from launch to launch:
+  fresh host pages fault on first touch, which for a 64K-lane register file is milliseconds
+  per launch. One batch runs at a time and each clears what it uses, so batches share them.
+- The state of a batch of resident blocks, reused by the next batch of the same size in a
+  launch, with the executors its instructions were bound to (binding reads operands,
+  folds constants and picks functions; see `binders.py`).
+- Values derived from registers (`DerivedValues`), kept until one of those registers is
+  written again: a shared-memory address register's word indices, its bank-conflict count,
+  an HMMA operand's unpacked fragment.
+"""
+
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lapis.isa import Instruction
+
+if TYPE_CHECKING:
+    from lapis.hardware.simt.blocks import ResidentBlocks
+
+
+class SimulatorCaches:
+    """The SIMT core's caches."""
+
+    def __init__(self):
+        self._arrays: dict[str, np.ndarray] = {}
+        self._batches: dict[int, ResidentBlocks] = {}
+
+    def array(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+        """An array for the state of a batch (the register file, shared or local memory), contents undefined."""
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        buf = self._arrays.get(name)
+        if buf is None or buf.size < nbytes:
+            buf = self._arrays[name] = np.zeros(max(nbytes, 8), np.uint8)
+        return buf[:nbytes].view(dtype).reshape(shape)
+
+    def batch(self, nblocks: int, make: Callable[[], "ResidentBlocks"]) -> "ResidentBlocks":
+        """The state for a batch of `nblocks` blocks of this launch: an earlier batch's of that size, or make()."""
+        blocks = self._batches.get(nblocks)
+        if blocks is None:
+            blocks = self._batches[nblocks] = make()
+        return blocks
+
+    def end_launch(self) -> None:
+        """Drop the batches of the launch that ended: their executors are bound to its program."""
+        self._batches.clear()
+
+
+class DerivedValues:
+    """Values computed from registers, each valid until one of the registers it was computed from is written.
+
+    Every register row has a version, which the scheduler advances after each instruction
+    that writes it (`bumps[pc]` lists the rows instruction pc may write); an entry is kept
+    with the versions of the rows it was computed from and is current while they match.
+    Only the rows some entry can be computed from are tracked: the address registers of
+    shared-memory loads and stores and the A and B fragments of HMMA.
+    """
+
+    def __init__(self, program: list[Instruction], registers: int):
+        tracked = {i.ra for i in program if i.op in ("LDS", "STS")}
+        tracked |= {first + k for i in program if i.op == "HMMA" for first, n in ((i.ra, 4), (i.b.index, 2))
+                    for k in range(n)}
+        tracked = {r for r in tracked if r < registers}     # not RZ, which never changes
+        self.version = [0] * (registers + 2)
+        # No instruction writes more than four registers (HMMA's D, LDS.128).
+        self.bumps = [tuple(r for r in range(i.rd, i.rd + 4) if r in tracked) if "Rd" in i.opcode.operands else ()
+                      for i in program]
+        self._entries: dict[Hashable, tuple[Hashable, object]] = {}
+
+    def clear(self) -> None:
+        """Forget every entry (the registers were reset without their versions advancing)."""
+        self._entries.clear()
+
+    def get(self, key: Hashable, versions: Hashable):
+        """The value kept under `key` if it was computed from registers at `versions`, else None."""
+        entry = self._entries.get(key)
+        return entry[1] if entry is not None and entry[0] == versions else None
+
+    def latest(self, key: Hashable) -> tuple[Hashable, object] | None:
+        """(versions, value) last kept under `key`, current or not, or None."""
+        return self._entries.get(key)
+
+    def put(self, key: Hashable, versions: Hashable, value) -> None:
+        self._entries[key] = (versions, value)
