@@ -1,7 +1,11 @@
-"""Layer 0: the SIMT core's own machinery: its dispatch table against the ISA."""
+"""Layer 0: the SIMT core's own machinery: its dispatch table against the ISA, its caches against none."""
 
+import dataclasses
+
+import numpy as np
 import pytest
 
+from conftest import Bench
 from lapis.hardware.simt import BINDERS, KernelFault
 from lapis.hardware.simt.binders import binds
 from lapis.isa import OPCODES
@@ -31,3 +35,169 @@ def test_a_branch_out_of_the_program_faults_only_when_taken(bench):
 def test_a_register_past_the_declared_count_faults_when_reached(bench, instruction):
     with pytest.raises(KernelFault, match=r"uses R40 but the kernel declares 32 registers \(instruction /\*0010\*/"):
         bench.run(f"NOP ;\n{instruction} ;\nEXIT ;", registers=32, shared=64)
+
+
+# Kernels for `Bench.lanes`: each lane's inputs are in R8, R9, ..., its outputs R40, R41, ...
+# Each case makes its kernel for a bench (global buffers live at the bench's addresses) and
+# returns (body, inputs, number of outputs, keyword arguments, buffers to read back afterwards).
+
+def divergence(bench, rng, n):
+    """Per-lane trip counts, an if/else inside the loop, float work on one path, an early exit."""
+    body = """
+        LOP.AND R61, R8, 0x7 ;
+        MOV R40, 0x0 ; MOV R62, 0x0 ; I2F.F32.U32 R41, R8 ;
+    top:
+        ISETP.GE.S32.AND P0, R62, R61, PT ;
+        @P0 BRA done ;
+        LOP.AND R63, R62, 0x1 ;
+        ISETP.EQ.U32.AND P1, R63, 0x0, PT ;
+        @P1 BRA even ;
+        IMAD R40, R40, 0x3, R62 ;
+        FFMA R41, R41, 0.5, R41 ;
+        BRA next ;
+    even:
+        IADD R40, R40, R8 ;
+    next:
+        IADD R62, R62, 0x1 ;
+        BRA top ;
+    done:
+        ISETP.EQ.U32.AND P2, R61, 0x5, PT ;
+        @P2 EXIT ;
+        FMUL R42, -|R41|, 0.25 ;
+        MUFU.RSQ R43, R41 ;
+    """
+    return body, rng.integers(0, 1000, (n, 1)), 4, {}, []
+
+
+def shared_memory(bench, rng, n):
+    """A pointer stepping through shared memory, a register with a 4-way bank conflict and then none,
+    diverged and sub-word accesses."""
+    body = """
+        S2R R60, SR_TID.X ;
+        SHL R61, R60, 0x2 ;
+        STS [R61], R8 ;
+        STS [R61+0x100], R9 ;
+        BAR.SYNC 0x0 ;
+        MOV R40, 0x0 ; MOV R62, R61 ; MOV R63, 0x0 ;
+    loop:
+        LDS R64, [R62] ;
+        IADD R40, R40, R64 ;
+        IADD R62, R62, 0x8 ;
+        IADD R63, R63, 0x1 ;
+        ISETP.LT.U32.AND P0, R63, 0x10, PT ;
+        @P0 BRA loop ;
+        LOP.AND R65, R60, 0xf ;
+        SHL R65, R65, 0x5 ;
+        LDS R41, [R65] ;
+        SHL R65, R60, 0x2 ;
+        LDS R45, [R65] ;
+        MOV R42, 0x0 ; MOV R43, 0x0 ;
+        LOP.AND R66, R60, 0x1 ;
+        ISETP.EQ.U32.AND P1, R66, 0x0, PT ;
+        @P1 BRA skip ;
+        STS.U8 [R60+0x200], R8 ;
+        SHL R67, R60, 0x3 ;
+        LDS.64 R42, [R67+0x8] ;
+    skip:
+        BAR.SYNC 0x0 ;
+        SHL R68, R60, 0x1 ;
+        LDS.S16 R44, [R68+0x200] ;
+    """
+    return body, rng.integers(0, 2**32, (n, 2)), 6, {"shared": 0x300}, []
+
+
+def atomics(bench, rng, n):
+    """Global atomics of every kind on a few addresses, shared atomics on sixteen bins."""
+    target = bench.buffer(np.zeros(8, np.uint32))
+    body = f"""
+        MOV R60, {target & 0xFFFFFFFF:#x} ; MOV R61, {target >> 32:#x} ;
+        MOV R62, 0x1 ;
+        ATOMG.ADD.U32 R40, [R60.64], R62 ;
+        ATOMG.MAX.S32 R41, [R60.64+0x4], R9 ;
+        ATOMG.ADD.F32 RZ, [R60.64+0x8], R8 ;
+        MOV R64, 0xffffffff ; MOV R65, 0x1 ;
+        ATOMG.ADD.U64 R42, [R60.64+0x10], R64 ;
+        MOV R66, 0x0 ; IADD R67, R9, 0x1 ;
+        ATOMG.CAS.U32 R44, [R60.64+0x18], R66 ;
+        LOP.AND R68, R9, 0xf ; SHL R68, R68, 0x2 ;
+        ATOMS.ADD.U32 R45, [R68], R62 ;
+        ATOMS.MAX.S32 RZ, [R68+0x40], R9 ;
+        BAR.SYNC 0x0 ;
+        LDS R46, [R68] ;
+        LDS R47, [R68+0x40] ;
+    """
+    x = rng.standard_normal(n).astype(np.float32).view(np.uint32)
+    inputs = np.stack([x, rng.integers(0, 2**31, n).astype(np.uint32)], axis=1)
+    return body, inputs, 8, {"shared": 128}, [(target, np.zeros(8, np.uint32))]
+
+
+def warp_operations(bench, rng, n):
+    """Shuffles by immediate and by register, votes of the lanes a guard leaves (a pair on 64-wide warps)."""
+    body = """
+        SHFL.DOWN R40, R8, 0x3 ;
+        SHFL.BFLY R41, R8, 0x5 ;
+        LOP.AND R60, R8, 0x1f ;
+        SHFL.IDX R42, R8, R60 ;
+        MOV R43, 0x0 ; MOV R44, 0x0 ; MOV R45, 0x0 ;
+        LOP.AND R61, R8, 0x2 ;
+        ISETP.NE.U32.AND P1, R61, 0x0, PT ;
+        ISETP.GE.U32.AND P0, R60, 0xa, PT ;
+        @P0 VOTE.ANY R43, P2, P1 ;
+        @P0 VOTE.ALL R62, P3, P1 ;
+        @P0 SEL R45, R62, RZ, P3 ;
+    """
+    return body, rng.integers(0, 2**32, (n, 1)), 6, {}, []
+
+
+def matrix_unit(bench, rng, n):
+    """HMMAs that share their A and B fragments, then one after a register of A was written."""
+    body = """
+        HMMA.16816.F16 R40, R8, R12, R14 ;
+        HMMA.16816.F16 R44, R8, R12, R40 ;
+        IADD R9, R9, 0x1 ;
+        HMMA.16816.F16 R48, R8, R12, R44 ;
+    """
+    halves = rng.standard_normal((n, 6, 2)).astype(np.float16).view(np.uint32).reshape(n, 6)
+    inputs = np.concatenate([halves, rng.standard_normal((n, 4)).astype(np.float32).view(np.uint32)], axis=1)
+    return body, inputs, 12, {}, []
+
+
+def local_memory(bench, rng, n):
+    """A per-thread array indexed at run time, and sub-word and wide accesses."""
+    body = """
+        STL [0x0], R8 ; IADD R60, R8, 0x7 ; STL [0x4], R60 ; SHL R61, R8, 0x1 ; STL [0x8], R61 ; STL [0xc], RZ ;
+        LOP.AND R62, R8, 0x3 ; SHL R62, R62, 0x2 ;
+        LDL R40, [R62] ;
+        STL.U16 [0x12], R8 ;
+        LDL.S16 R41, [0x12] ;
+        LDL.64 R42, [0x8] ;
+    """
+    return body, rng.integers(0, 2**32, (n, 1)), 4, {"local": 32}, []
+
+
+def _run_twice(case, profile: str) -> tuple[bool, list]:
+    """Whether the bench's caches were on, and the outputs, buffers and counters of two launches of a case."""
+    bench = Bench(profile)
+    block = 64
+    n = 20 * block                      # on the teaching profile: batches of 8, 8 and 4 blocks
+    body, inputs, outputs, kw, buffers = case(bench, np.random.default_rng(13), n)
+    results = []
+    for _ in range(2):                  # the second launch reuses the first's arrays
+        out = bench.lanes(body, inputs, outputs, block=block, **kw)
+        results.append((out, [bench.read(va, like) for va, like in buffers],
+                        dataclasses.asdict(bench.gpu.simt.counters)))
+    return bench.gpu.simt.caches.enabled, results
+
+
+@pytest.mark.parametrize("profile", ["teaching", "mi300x"])
+@pytest.mark.parametrize("case", [divergence, shared_memory, atomics, warp_operations, matrix_unit, local_memory])
+def test_the_simulator_caches_change_no_result_and_no_counter(case, profile, monkeypatch):
+    monkeypatch.delenv("LAPIS_SIM_CACHES", raising=False)
+    on, cached = _run_twice(case, profile)
+    monkeypatch.setenv("LAPIS_SIM_CACHES", "0")
+    off, uncached = _run_twice(case, profile)
+    assert on and not off
+    for (out, buffers, counters), (out0, buffers0, counters0) in zip(cached, uncached, strict=True):
+        assert np.array_equal(out, out0)
+        assert all(np.array_equal(a, b) for a, b in zip(buffers, buffers0, strict=True))
+        assert counters == counters0

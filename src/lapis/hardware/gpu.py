@@ -31,7 +31,9 @@ class Gpu:
         self.pcie = PcieLink(profile.pcie_bandwidth, profile.pcie_latency_ns, self.clock, self.name)
         self.vram = PhysicalMemory(profile.memory_bytes, f"{self.name} VRAM")
         self.mmu = Mmu(self.vram)
-        self.simt = SimtCore(profile, self.mmu, self.vram, sysmem)
+        # LAPIS_SIM_CACHES=0 runs the SIMT core without the caches it keeps only for speed, to check them.
+        caches = os.environ.get("LAPIS_SIM_CACHES", "1") != "0"
+        self.simt = SimtCore(profile, self.mmu, self.vram, sysmem, caches=caches)
         self.cp = CommandProcessor(self)
         self.copy_engine = CopyEngine(self)
         self.power = PowerModel(profile)

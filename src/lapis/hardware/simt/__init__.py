@@ -14,7 +14,7 @@ no loop over threads. The package, by concept:
   instruction to its executor, filled by the family modules.
 - `integer.py`, `floating.py`, `memory_access.py` (with the coalescing, bank and L2
   counters), `warp.py` (shuffles, votes and the HMMA matrix unit): the instruction families.
-- `simulator_caches.py`: `SimulatorCaches`, everything kept only for speed.
+- `simulator_caches.py`: `SimulatorCaches`, everything kept only for speed, behind one switch.
 """
 
 # Each family module registers its binders in BINDERS as it is imported.

@@ -62,7 +62,7 @@ class ResidentBlocks:
         self.special[SR.LANEID], self.special[SR.WARPID] = self.lane_in_warp, t // ws
 
         self.executors: list[Executor | None] = [None] * len(d.program)   # bound when first reached
-        self.derived = DerivedValues(d.program, d.registers)
+        self.derived = DerivedValues(d.program, d.registers, caches.enabled)
         self.exited = np.zeros(L, bool)                  # lanes that ran EXIT
 
     def start(self, first_block: int) -> None:

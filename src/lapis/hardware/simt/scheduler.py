@@ -34,12 +34,13 @@ class SimtCore:
 
     MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
 
-    def __init__(self, profile: DeviceProfile, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory):
+    def __init__(self, profile: DeviceProfile, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory,
+                 caches: bool = True):
         self.profile = profile
         self.warp_size = profile.warp_size
         self.mmu, self.vram, self.sysmem = mmu, vram, sysmem
         self.l2 = L2Cache(profile.l2_bytes)
-        self.caches = SimulatorCaches()
+        self.caches = SimulatorCaches(caches)
         self.counters = Counters.for_program(0)
         self.flop_kind: list[tuple[str, int] | None] = []
 
@@ -76,7 +77,7 @@ class SimtCore:
 
     def _run_blocks(self, blocks: ResidentBlocks, kinds: list[str], targets: list[int]) -> None:
         """Run one batch until every lane has exited."""
-        c, executors = self.counters, blocks.executors
+        c, executors, keep = self.counters, blocks.executors, self.caches.enabled
         bumps, version = blocks.derived.bumps, blocks.derived.version
         budget, end = blocks.d.watchdog_steps, len(blocks.d.program)
         groups: dict[int, Mask] = {0: None}         # program counter -> the lanes waiting there
@@ -94,7 +95,9 @@ class SimtCore:
                 c.thread_instructions[pc] += lanes
                 execute = executors[pc]
                 if execute is None:
-                    execute = executors[pc] = bind(blocks, pc)
+                    execute = bind(blocks, pc)
+                    if keep:
+                        executors[pc] = execute
                 kind = kinds[pc]
                 if not kind:
                     execute(mask)

@@ -1,4 +1,4 @@
-"""What the SIMT core keeps only to run faster, in one place.
+"""What the SIMT core keeps only to run faster, behind one switch.
 
 None of this is modelled hardware (the L2 in `lapis.hardware.caches` and the MMU's TLB are):
 it is the simulator keeping work it would otherwise redo, as QEMU keeps translated blocks.
@@ -12,6 +12,11 @@ it is the simulator keeping work it would otherwise redo, as QEMU keeps translat
 - Values derived from registers (`DerivedValues`), kept until one of those registers is
   written again: a shared-memory address register's word indices, its bank-conflict count,
   an HMMA operand's unpacked fragment.
+
+`SimtCore(..., caches=False)`, or `LAPIS_SIM_CACHES=0` in the environment (which `Gpu` reads),
+switches all of it off: every batch gets fresh arrays and state, every instruction is bound
+each time it runs, and nothing derived from a register is kept. Results and counters must not
+change; a test runs kernels both ways and compares.
 """
 
 from collections.abc import Callable, Hashable
@@ -26,14 +31,17 @@ if TYPE_CHECKING:
 
 
 class SimulatorCaches:
-    """The SIMT core's caches."""
+    """The SIMT core's caches; with `enabled` False, every lookup misses and nothing is kept."""
 
-    def __init__(self):
+    def __init__(self, enabled: bool = True):
+        self.enabled = enabled
         self._arrays: dict[str, np.ndarray] = {}
         self._batches: dict[int, ResidentBlocks] = {}
 
     def array(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
         """An array for the state of a batch (the register file, shared or local memory), contents undefined."""
+        if not self.enabled:
+            return np.zeros(shape, dtype)
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         buf = self._arrays.get(name)
         if buf is None or buf.size < nbytes:
@@ -42,6 +50,8 @@ class SimulatorCaches:
 
     def batch(self, nblocks: int, make: Callable[[], "ResidentBlocks"]) -> "ResidentBlocks":
         """The state for a batch of `nblocks` blocks of this launch: an earlier batch's of that size, or make()."""
+        if not self.enabled:
+            return make()
         blocks = self._batches.get(nblocks)
         if blocks is None:
             blocks = self._batches[nblocks] = make()
@@ -62,11 +72,14 @@ class DerivedValues:
     shared-memory loads and stores and the A and B fragments of HMMA.
     """
 
-    def __init__(self, program: list[Instruction], registers: int):
-        tracked = {i.ra for i in program if i.op in ("LDS", "STS")}
-        tracked |= {first + k for i in program if i.op == "HMMA" for first, n in ((i.ra, 4), (i.b.index, 2))
-                    for k in range(n)}
-        tracked = {r for r in tracked if r < registers}     # not RZ, which never changes
+    def __init__(self, program: list[Instruction], registers: int, enabled: bool):
+        self.enabled = enabled
+        tracked: set[int] = set()
+        if enabled:
+            tracked = {i.ra for i in program if i.op in ("LDS", "STS")}
+            tracked |= {first + k for i in program if i.op == "HMMA" for first, n in ((i.ra, 4), (i.b.index, 2))
+                        for k in range(n)}
+            tracked = {r for r in tracked if r < registers}     # not RZ, which never changes
         self.version = [0] * (registers + 2)
         # No instruction writes more than four registers (HMMA's D, LDS.128).
         self.bumps = [tuple(r for r in range(i.rd, i.rd + 4) if r in tracked) if "Rd" in i.opcode.operands else ()
@@ -87,4 +100,5 @@ class DerivedValues:
         return self._entries.get(key)
 
     def put(self, key: Hashable, versions: Hashable, value) -> None:
-        self._entries[key] = (versions, value)
+        if self.enabled:
+            self._entries[key] = (versions, value)
