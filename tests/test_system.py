@@ -95,7 +95,7 @@ def test_freeing_memory_waits_for_the_kernels_that_use_it(rt):
     assert time.monotonic() - start >= 0.05
     assert done.load() == 0                                  # it ran to completion, no fault
     queue.check()
-    with pytest.raises(runtime.RuntimeError, match="already freed"):
+    with pytest.raises(runtime.HsaError, match="already freed"):
         out.free()
 
 

@@ -19,8 +19,7 @@ import numpy as np
 from lapis import abi, driver, trace
 from lapis.runtime.agent import Agent
 from lapis.runtime.code_object import CodeObject, CodeObjectError, Executable, KernelCode, KernelSymbol
-from lapis.runtime.memory import Buffer, MemoryPool, OutOfMemory
-from lapis.runtime.memory import RuntimeError_ as RuntimeError  # noqa: A004
+from lapis.runtime.memory import Buffer, HsaError, MemoryPool, OutOfMemory
 from lapis.runtime.queue import AqlQueue, QueueError, QueueFull, describe_packet
 from lapis.runtime.signal import Condition, Signal, SignalDestroyed, SignalPool
 
@@ -203,6 +202,6 @@ def shutdown() -> None:
             _default = None
 
 
-__all__ = ["AqlQueue", "Agent", "Buffer", "CodeObject", "CodeObjectError", "Condition", "Executable", "KernelCode",
-           "KernelSymbol", "MemoryPool", "OutOfMemory", "QueueError", "QueueFull", "Runtime", "RuntimeError",
+__all__ = ["AqlQueue", "Agent", "Buffer", "CodeObject", "CodeObjectError", "Condition", "Executable", "HsaError",
+           "KernelCode", "KernelSymbol", "MemoryPool", "OutOfMemory", "QueueError", "QueueFull", "Runtime",
            "Signal", "SignalDestroyed", "describe_packet", "init", "shutdown"]

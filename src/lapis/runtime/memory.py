@@ -15,12 +15,12 @@ import numpy as np
 from lapis import driver, trace
 
 
-class RuntimeError_(RuntimeError):
-    """Base of the runtime's errors (exported as lapis.runtime.RuntimeError)."""
+class HsaError(RuntimeError):
+    """An error the runtime reports, as ROCr reports an hsa_status_t error code."""
 
 
-class OutOfMemory(RuntimeError_, MemoryError):
-    pass
+class OutOfMemory(HsaError, MemoryError):
+    """A pool could not give the memory asked for (HSA_STATUS_ERROR_OUT_OF_RESOURCES)."""
 
 
 @dataclass
@@ -68,7 +68,7 @@ class MemoryPool:
 
     def free(self, buffer: Buffer) -> None:
         if buffer.freed:
-            raise RuntimeError_(f"buffer at {buffer.va:#x} was already freed")
+            raise HsaError(f"buffer at {buffer.va:#x} was already freed")
         buffer.freed = True
         buffer.host = None
         self.runtime.kfd.ioctl(driver.Ioctl.FREE_MEMORY_OF_GPU, driver.MemoryHandleArgs(buffer.handle))
