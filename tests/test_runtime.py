@@ -212,3 +212,17 @@ def test_executable_symbols(rt):
     assert sym.kernarg_size == 16 and sym.kernel_object % 64 == 0
     with pytest.raises(CodeObjectError, match="no kernel named 'nope'"):
         exe.get_symbol("nope")
+
+
+def test_the_runtime_reports_its_errors_as_hsa_errors(rt):
+    buffer = rt.host_pool(rt.gpu_agents[0]).allocate(64)
+    buffer.free()
+    with pytest.raises(runtime.HsaError, match="already freed"):
+        buffer.free()
+    signal = rt.create_signal(1)
+    signal.destroy()
+    with pytest.raises(runtime.HsaError, match="was destroyed"):
+        signal.load()
+    for error in (runtime.OutOfMemory, QueueError, runtime.QueueFull):
+        assert issubclass(error, runtime.HsaError)
+    assert issubclass(runtime.HsaError, RuntimeError)          # the builtin: existing except clauses still catch it

@@ -19,7 +19,8 @@ import numpy as np
 from lapis import abi, driver, trace
 from lapis.runtime.agent import Agent
 from lapis.runtime.code_object import CodeObject, CodeObjectError, Executable, KernelCode, KernelSymbol
-from lapis.runtime.memory import Buffer, HsaError, MemoryPool, OutOfMemory
+from lapis.runtime.errors import HsaError, OutOfMemory
+from lapis.runtime.memory import Buffer, MemoryPool
 from lapis.runtime.queue import AqlQueue, QueueError, QueueFull, describe_packet
 from lapis.runtime.signal import Condition, Signal, SignalDestroyed, SignalPool
 

@@ -13,14 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lapis import driver, trace
-
-
-class HsaError(RuntimeError):
-    """An error the runtime reports, as ROCr reports an hsa_status_t error code."""
-
-
-class OutOfMemory(HsaError, MemoryError):
-    """A pool could not give the memory asked for (HSA_STATUS_ERROR_OUT_OF_RESOURCES)."""
+from lapis.runtime.errors import HsaError, OutOfMemory
 
 
 @dataclass

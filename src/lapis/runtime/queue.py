@@ -12,10 +12,11 @@ import threading
 import time
 
 from lapis import abi, driver, trace
+from lapis.runtime.errors import HsaError
 from lapis.runtime.signal import Condition
 
 
-class QueueError(RuntimeError):
+class QueueError(HsaError):
     """The queue stopped on an error (a malformed packet or a faulting kernel)."""
 
     def __init__(self, message: str, detail: dict | None = None):

@@ -15,6 +15,7 @@ import time
 from enum import Enum
 
 from lapis import abi, driver, trace
+from lapis.runtime.errors import HsaError
 
 
 class Condition(Enum):
@@ -29,7 +30,7 @@ def _holds(cond: Condition, value: int, target: int) -> bool:
             Condition.GTE: value >= target}[cond]
 
 
-class SignalDestroyed(RuntimeError):
+class SignalDestroyed(HsaError):
     pass
 
 
@@ -113,7 +114,7 @@ class SignalPool:
     def create(self, initial: int, interrupt: bool = True) -> Signal:
         with self.lock:
             if not self.free_slots:
-                raise RuntimeError(f"out of signals ({self.SLOTS} per process)")
+                raise HsaError(f"out of signals ({self.SLOTS} per process)")
             slot = self.free_slots.pop()
         event = mailbox = None
         if interrupt:

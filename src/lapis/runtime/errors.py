@@ -1,0 +1,12 @@
+"""Layer 2: the runtime's errors, as ROCr reports hsa_status_t error codes.
+
+Each is a builtin `RuntimeError` too, so code that catches that keeps working.
+"""
+
+
+class HsaError(RuntimeError):
+    """An error the runtime reports."""
+
+
+class OutOfMemory(HsaError, MemoryError):
+    """A pool could not give the memory asked for (HSA_STATUS_ERROR_OUT_OF_RESOURCES)."""
