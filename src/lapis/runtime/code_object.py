@@ -224,9 +224,6 @@ class Executable:
             raise CodeObjectError(f"no kernel named {name!r} in this executable "
                                   f"(it has: {', '.join(self.symbols) or 'none'})") from None
 
-    def kernel_at(self, kernel_object: int) -> KernelSymbol | None:
-        return next((s for s in self.symbols.values() if s.kernel_object == kernel_object), None)
-
     def destroy(self) -> None:
         for b in self.buffers:
             b.free()
