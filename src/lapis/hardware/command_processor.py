@@ -76,7 +76,6 @@ class CommandProcessor:
         self.queues: dict[int, HardwareQueue] = {}
         self.by_doorbell: dict[int, HardwareQueue] = {}
         self.programs: dict[bytes, list] = {}
-        self.last_dispatch: dict | None = None
         self.halted = False       # after a fatal error, until the driver resets the device
         self._cond = threading.Condition(threading.RLock())
         self._thread: threading.Thread | None = None
@@ -374,7 +373,6 @@ class CommandProcessor:
             timing = model_time(profile, counters, occ, program, throttle.clock_ratio)
         watts = gpu.power.record(energy, timing.duration_ns, host_start, time.monotonic())
         start, end = gpu.clock.advance(timing.total_ns)
-        self.last_dispatch = {"counters": counters, "timing": timing, "occupancy": occ}
         if trace.enabled():
             trace.emit(0, "kernel", sim_start_ns=start, sim_end_ns=end, device=gpu.name, profile=profile.name,
                        queue=q.queue_id, packet_index=q.read_index,
