@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from lapis import driver
 from lapis.driver import AllocMemoryArgs, Ioctl, MapMemoryArgs, MemFlags, MemoryHandleArgs
 from lapis.driver.buddy import BuddyAllocator, OutOfMemoryError
+from lapis.driver.kfd import AMDKFD_IOCTLS, KFD_VERSION
 from lapis.hardware import PAGE_BYTES
 
 
@@ -62,6 +63,21 @@ def test_commands_are_numbered_like_kfd():
             p.ioctl(Ioctl.ALLOC_MEMORY_OF_GPU, AllocMemoryArgs(99, 4096, MemFlags.VRAM))
         with pytest.raises(driver.DriverError, match="exactly one of VRAM and GTT"):
             p.ioctl(Ioctl.ALLOC_MEMORY_OF_GPU, AllocMemoryArgs(0, 4096, MemFlags.VRAM | MemFlags.GTT))
+    finally:
+        p.close()
+
+
+def test_every_command_has_one_row_in_the_ioctl_table_and_it_checks_the_arguments():
+    assert set(AMDKFD_IOCTLS) == set(Ioctl)
+    p = driver.open()
+    try:
+        with pytest.raises(driver.DriverError, match="ALLOC_MEMORY_OF_GPU takes AllocMemoryArgs, not GpuArgs"):
+            p.ioctl(Ioctl.ALLOC_MEMORY_OF_GPU, driver.GpuArgs(0))
+        with pytest.raises(driver.DriverError, match="GET_VERSION takes GetVersionArgs, not NoneType"):
+            p.ioctl(Ioctl.GET_VERSION, None)
+        with pytest.raises(driver.DriverError, match="unknown command 0x7f"):
+            p.ioctl(0x7F, driver.GetVersionArgs())
+        assert p.ioctl(0x01, driver.GetVersionArgs()).major == KFD_VERSION[0]     # a bare number works too
     finally:
         p.close()
 

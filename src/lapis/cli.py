@@ -377,7 +377,7 @@ def run_info() -> int:
     from lapis import cuda, driver, hip, runtime
     from lapis.cuda.compiler import cache
     rt = runtime.init()
-    version = rt.kfd.ioctl(driver.Ioctl.GET_VERSION, None)
+    version = rt.kfd.ioctl(driver.Ioctl.GET_VERSION, driver.GetVersionArgs())
     print(f"lapis {lapis.__version__} (Python {platform.python_version()}, numpy {np.__version__})")
     print(f"Layer 5 framework: lapis {lapis.__version__}; devices: cpu"
           + "".join(f", {api.__name__.rsplit('.', 1)[-1]}:{i}" for api in (cuda, hip)

@@ -1,7 +1,9 @@
 """Layer 1: the kernel driver's device interface, modelled on amdkfd's /dev/kfd.
 
 `open()` gives a process a handle (`KfdProcess`), as opening /dev/kfd does; the process
-then issues numbered commands (`Ioctl`) with structured arguments and results. A process
+then issues numbered commands (`Ioctl`) with structured arguments and results. One table,
+`AMDKFD_IOCTLS` at the end of this file, maps each command to its handler and the arguments
+it takes, as amdkfd's amdkfd_ioctls[] does. A process
 has its own GPU virtual address space on each GPU (a VMID and page tables), its own
 memory, queues and events; the driver is the only code that touches the hardware.
 
@@ -14,8 +16,10 @@ import dataclasses
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum, IntFlag
+from typing import Any
 
 import numpy as np
 
@@ -388,15 +392,21 @@ class KfdProcess:
 
     # -- dispatch of numbered commands ---------------------------------------------------------
     def ioctl(self, cmd: Ioctl, args):
+        """Run a command: its row in `AMDKFD_IOCTLS` names the handler and the arguments it takes."""
         if self.closed:
             raise DriverError("the driver handle is closed")
+        command = AMDKFD_IOCTLS.get(cmd)
+        if command is None:
+            raise DriverError(f"unknown command {cmd:#x}")
         name = Ioctl(cmd).name
-        handler = getattr(self, "_" + name.lower())
+        # As amdkfd refuses an argument whose size is not the one the command number encodes.
+        if not isinstance(args, command.args):
+            raise DriverError(f"{name} takes {command.args.__name__}, not {type(args).__name__}")
         with self.system.lock:
             if not trace.enabled():              # the summaries (dataclasses.asdict) only for a trace
-                return handler(args)
+                return command.handler(self, args)
             with trace.span(1, name, **_summary(args)) as extra:
-                result = handler(args)
+                result = command.handler(self, args)
                 if result is not None:
                     extra.update(_summary(result))
                 return result
@@ -612,6 +622,38 @@ class KfdProcess:
             self.system.gtt.free_block(self._event_page_pa)
             self.system.platform.sysmem.release(self._event_page_pa, EVENT_SLOTS * 8)
             self.closed = True
+
+
+@dataclass(frozen=True)
+class IoctlDef:
+    """One row of the command table, as amdkfd's AMDKFD_IOCTL_DEF: the handler and its argument layout."""
+    handler: Callable[[KfdProcess, Any], Any]
+    args: type
+
+
+# Every command the driver takes, in one place (amdkfd's amdkfd_ioctls[] in kfd_chardev.c). A handler
+# runs under the driver lock; WAIT_EVENTS, and FREE and UNMAP waiting for the GPU, release it while they sleep.
+AMDKFD_IOCTLS: dict[Ioctl, IoctlDef] = {
+    Ioctl.GET_VERSION: IoctlDef(KfdProcess._get_version, GetVersionArgs),
+    Ioctl.CREATE_QUEUE: IoctlDef(KfdProcess._create_queue, CreateQueueArgs),
+    Ioctl.DESTROY_QUEUE: IoctlDef(KfdProcess._destroy_queue, QueueArgs),
+    Ioctl.GET_CLOCK_COUNTERS: IoctlDef(KfdProcess._get_clock_counters, GetClockCountersArgs),
+    Ioctl.GET_PROCESS_APERTURES: IoctlDef(KfdProcess._get_process_apertures, GetProcessAperturesArgs),
+    Ioctl.CREATE_EVENT: IoctlDef(KfdProcess._create_event, CreateEventArgs),
+    Ioctl.DESTROY_EVENT: IoctlDef(KfdProcess._destroy_event, EventArgs),
+    Ioctl.SET_EVENT: IoctlDef(KfdProcess._set_event, EventArgs),
+    Ioctl.RESET_EVENT: IoctlDef(KfdProcess._reset_event, EventArgs),
+    Ioctl.WAIT_EVENTS: IoctlDef(KfdProcess._wait_events, WaitEventsArgs),
+    Ioctl.ALLOC_MEMORY_OF_GPU: IoctlDef(KfdProcess._alloc_memory_of_gpu, AllocMemoryArgs),
+    Ioctl.FREE_MEMORY_OF_GPU: IoctlDef(KfdProcess._free_memory_of_gpu, MemoryHandleArgs),
+    Ioctl.MAP_MEMORY_TO_GPU: IoctlDef(KfdProcess._map_memory_to_gpu, MapMemoryArgs),
+    Ioctl.UNMAP_MEMORY_FROM_GPU: IoctlDef(KfdProcess._unmap_memory_from_gpu, MapMemoryArgs),
+    Ioctl.QUEUE_STATUS: IoctlDef(KfdProcess._queue_status, QueueArgs),
+    Ioctl.GET_DEVICE_INFO: IoctlDef(KfdProcess._get_device_info, GpuArgs),
+    Ioctl.GET_TELEMETRY: IoctlDef(KfdProcess._get_telemetry, GpuArgs),
+    Ioctl.SET_POWER_LIMIT: IoctlDef(KfdProcess._set_power_limit, SetPowerLimitArgs),
+    Ioctl.RESET_GPU: IoctlDef(KfdProcess._reset_gpu, GpuArgs),
+}
 
 
 def _summary(obj) -> dict:
