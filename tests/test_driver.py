@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 from lapis import driver
 from lapis.driver import AllocMemoryArgs, Ioctl, MapMemoryArgs, MemFlags, MemoryHandleArgs
 from lapis.driver.buddy import BuddyAllocator, OutOfMemoryError
-from lapis.driver.kfd import AMDKFD_IOCTLS, KFD_VERSION
+from lapis.driver.kfd import AMDKFD_IOCTLS
+from lapis.driver.kfd_ioctl import KFD_VERSION
 from lapis.hardware import PAGE_BYTES
 
 

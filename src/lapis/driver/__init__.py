@@ -9,11 +9,11 @@ imports `lapis.hardware`; the runtime reaches the device only through it.
 
 from lapis.driver.buddy import OutOfMemoryError
 from lapis.driver.events import WaitResult
-from lapis.driver.kfd import (
+from lapis.driver.kfd import DoorbellWindow, KfdProcess, open, system
+from lapis.driver.kfd_ioctl import (
     AllocMemoryArgs,
     CreateEventArgs,
     CreateQueueArgs,
-    DoorbellWindow,
     DriverError,
     DriverOutOfMemory,
     EventArgs,
@@ -22,15 +22,12 @@ from lapis.driver.kfd import (
     GetVersionArgs,
     GpuArgs,
     Ioctl,
-    KfdProcess,
     MapMemoryArgs,
     MemFlags,
     MemoryHandleArgs,
     QueueArgs,
     SetPowerLimitArgs,
     WaitEventsArgs,
-    open,
-    system,
 )
 
 __all__ = [

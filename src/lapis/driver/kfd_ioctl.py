@@ -1,0 +1,218 @@
+"""Layer 1: the driver's command interface, as amdkfd's uapi header kfd_ioctl.h.
+
+What a process and the driver agree on: the command numbers (`Ioctl`), the memory flags,
+and the layout of each command's arguments and result. The driver's table of handlers
+(`lapis.driver.kfd.AMDKFD_IOCTLS`) names, for each command, which of these it takes.
+"""
+
+from dataclasses import dataclass
+from enum import IntEnum, IntFlag
+
+from lapis.driver.events import WaitResult
+
+KFD_VERSION = (1, 14)
+
+
+class Ioctl(IntEnum):
+    """Command numbers, as in amdkfd's kfd_ioctl.h."""
+    GET_VERSION = 0x01
+    CREATE_QUEUE = 0x02
+    DESTROY_QUEUE = 0x03
+    GET_CLOCK_COUNTERS = 0x05
+    GET_PROCESS_APERTURES = 0x06
+    CREATE_EVENT = 0x08
+    DESTROY_EVENT = 0x09
+    SET_EVENT = 0x0A
+    RESET_EVENT = 0x0B
+    WAIT_EVENTS = 0x0C
+    ALLOC_MEMORY_OF_GPU = 0x16
+    FREE_MEMORY_OF_GPU = 0x17
+    MAP_MEMORY_TO_GPU = 0x18
+    UNMAP_MEMORY_FROM_GPU = 0x19
+    QUEUE_STATUS = 0x80          # lapis: a queue's state and, after a fault, what went wrong
+    # Management (what amdgpu exposes through sysfs/hwmon and nvidia-smi through NVML).
+    GET_DEVICE_INFO = 0x81
+    GET_TELEMETRY = 0x82
+    SET_POWER_LIMIT = 0x83
+    RESET_GPU = 0x84
+
+
+class MemFlags(IntFlag):
+    VRAM = 1 << 0
+    GTT = 1 << 1
+    UNCACHED = 1 << 25
+    COHERENT = 1 << 26
+    EXECUTABLE = 1 << 30
+    WRITABLE = 1 << 31
+
+
+class DriverError(Exception):
+    """A command the driver refused; the message says why."""
+
+
+class DriverOutOfMemory(DriverError, MemoryError):
+    pass
+
+
+# -- command arguments and results ---------------------------------------------------------------
+@dataclass
+class GetVersionArgs:
+    pass
+
+
+@dataclass
+class GetVersionResult:
+    major: int
+    minor: int
+
+
+@dataclass
+class GetProcessAperturesArgs:
+    pass
+
+
+@dataclass
+class Aperture:
+    gpu_id: int
+    gpuvm_base: int
+    gpuvm_limit: int
+
+
+@dataclass
+class AllocMemoryArgs:
+    gpu_id: int
+    size: int
+    flags: MemFlags
+
+
+@dataclass
+class AllocMemoryResult:
+    handle: int
+    va_addr: int
+    size: int
+
+
+@dataclass
+class MemoryHandleArgs:
+    handle: int
+
+
+@dataclass
+class MapMemoryArgs:
+    handle: int
+    gpu_ids: list[int] | None = None      # None: the GPU the memory was allocated on
+
+
+@dataclass
+class CreateQueueArgs:
+    gpu_id: int
+    queue_type: str                 # "compute" (AQL) or "copy"
+    ring_base_address: int          # GPU VA of the ring (in memory the process allocated)
+    ring_size: int                  # bytes, a power of two multiple of 64
+    read_pointer_address: int       # GPU VA of the u64 read index the device updates
+    error_event_id: int | None = None   # an event the driver sets when the queue stops on an error
+
+
+@dataclass
+class CreateQueueResult:
+    queue_id: int
+    doorbell_offset: int
+
+
+@dataclass
+class QueueArgs:
+    queue_id: int
+
+
+@dataclass
+class QueueStatusResult:
+    state: str
+    error: dict | None
+
+
+@dataclass
+class CreateEventArgs:
+    auto_reset: bool = True
+
+
+@dataclass
+class CreateEventResult:
+    event_id: int
+    mailbox_address: int            # GPU VA a signal names to have this event set on completion
+
+
+@dataclass
+class EventArgs:
+    event_id: int
+
+
+@dataclass
+class WaitEventsArgs:
+    event_ids: list[int]
+    wait_for_all: bool = False
+    timeout_ms: int | None = None
+
+
+@dataclass
+class WaitEventsResult:
+    wait_result: WaitResult
+
+
+@dataclass
+class GetClockCountersArgs:
+    gpu_id: int
+
+
+@dataclass
+class GpuArgs:
+    gpu_id: int
+
+
+@dataclass
+class DeviceInfo:
+    gpu_id: int
+    name: str                       # e.g. "gpu0:h200"
+    marketing_name: str
+    profile: str
+    vendor: str
+    memory_total: int
+    power_limit_min_watts: float
+    power_limit_max_watts: float
+    temperature_limit_c: float
+    resets: int
+
+
+@dataclass
+class ProcessMemory:
+    pid: int
+    memory_bytes: int               # VRAM the process holds on the GPU
+
+
+@dataclass
+class TelemetryResult:
+    gpu_id: int
+    power_watts: float
+    power_limit_watts: float
+    temperature_c: float
+    sm_clock_mhz: float
+    memory_clock_mhz: float
+    memory_used: int
+    memory_total: int
+    utilisation: float              # 0..1 over the last second
+    energy_joules: float
+    throttle_reasons: tuple[str, ...]
+    processes: list[ProcessMemory]
+
+
+@dataclass
+class SetPowerLimitArgs:
+    gpu_id: int
+    watts: float
+
+
+@dataclass
+class ClockCounters:
+    gpu_clock_counter: int          # simulated device nanoseconds
+    cpu_clock_counter: int
+    system_clock_counter: int
+    system_clock_freq: int
