@@ -159,24 +159,33 @@ class CommandProcessor:
             all_blocked = True
             for q in runnable:
                 with self._cond:
-                    if q.state != "active" or self.halted:
-                        continue
-                    q.kicked, q.busy = False, True
-                outcome = "empty"
-                try:
-                    outcome = self._step(q)
-                except Exception as e:       # noqa: BLE001 - a simulator bug must not hang every waiter
-                    self._fatal(q, e)
-                finally:
+                    q.kicked = False
+                outcome = self._turn(q)
+                if outcome == "ran":
                     with self._cond:
-                        q.busy = False
-                        if outcome == "ran":
-                            q.kicked = True
-                        self._cond.notify_all()
-                all_blocked &= outcome == "blocked"
+                        q.kicked = True          # come back for the next packet on the next round
+                all_blocked &= outcome in ("blocked", "stopped")
             if all_blocked:
                 with self._cond:
                     self._cond.wait(self.POLL_S)
+
+    def _turn(self, q: HardwareQueue) -> str:
+        """Run the packet at the head of a queue: "ran", "empty", "blocked" (at a barrier packet) or
+        "stopped" (the queue or the device is not running)."""
+        with self._cond:
+            if q.state != "active" or self.halted:
+                return "stopped"
+            q.busy = True
+        outcome = "empty"
+        try:
+            outcome = self._step(q)
+        except Exception as e:       # noqa: BLE001 - a simulator bug must not hang every waiter
+            self._fatal(q, e)
+        finally:
+            with self._cond:
+                q.busy = False
+                self._cond.notify_all()
+        return outcome
 
     def _fatal(self, q: HardwareQueue, error: Exception) -> None:
         with self._cond:
