@@ -3,11 +3,12 @@
 import os
 import struct
 import tempfile
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
 
-from lapis import abi, isa
+from lapis import abi, driver, isa
 from lapis.driver.address_space import AddressSpace
 from lapis.driver.buddy import BuddyAllocator
 from lapis.hardware import PTE_SYSTEM, PTE_WRITABLE, Gpu, PhysicalMemory, get_profile
@@ -94,6 +95,22 @@ class Bench:
         self.run(program.replace(" ; ", " ;\n"), grid=(n // block, 1, 1), block=(block, 1, 1),
                  args=pointers(src, dst), registers=kw.pop("registers", 96), **kw)
         return self.read(dst, out)
+
+
+@contextmanager
+def launch_blocking(on: bool = True):
+    """Within the block, every GPU of the loaded driver runs packets on the thread that rings the
+    doorbell (what LAPIS_LAUNCH_BLOCKING=1 sets when the driver loads), or, with `on` False, on
+    its command processor's own thread."""
+    processors = [node.gpu.cp for node in driver.system().nodes]
+    before = [cp.launch_blocking for cp in processors]
+    for cp in processors:
+        cp.launch_blocking = on
+    try:
+        yield
+    finally:
+        for cp, was in zip(processors, before, strict=True):
+            cp.launch_blocking = was
 
 
 def pointers(*values) -> bytes:

@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+from conftest import launch_blocking
 from lapis import abi, driver, runtime
 from lapis.hardware import get_profile
 from lapis.hardware.power import PowerModel
@@ -30,11 +31,14 @@ loop:
 """
 
 
-@pytest.fixture
-def rt():
-    r = runtime.Runtime()
-    yield r
-    r.shutdown()
+@pytest.fixture(params=["threaded", "launch blocking"])
+def rt(request):
+    """A runtime, with the command processor on its own thread or (LAPIS_LAUNCH_BLOCKING) on the
+    thread that rings the doorbell: every test here must hold, and not hang, either way."""
+    with launch_blocking(request.param == "launch blocking"):
+        r = runtime.Runtime()
+        yield r
+        r.shutdown()
 
 
 def barrier(queue, dep, completion=None):

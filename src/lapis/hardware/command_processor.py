@@ -21,6 +21,17 @@ it, always holds). A queue stopped at a barrier packet re-reads its dependency s
 every `POLL_S`, as a packet processor polls. Anything but a packet error escaping a packet
 (a bug in the simulator) is a fatal device error: the processor stops every queue and
 posts a `fatal` interrupt, and the driver resets the device.
+
+With `launch_blocking` (LAPIS_LAUNCH_BLOCKING=1, as CUDA_LAUNCH_BLOCKING), the doorbell write
+runs the queue's packets itself, on the thread that rang it, until the ring is empty: one
+Python stack then goes from the program's call down to the executing instruction, for a
+debugger or a traceback. Everything else stays as it is (the packet is fetched through the
+MMU, the signal decremented, the interrupt posted). One exception keeps it from hanging: a
+barrier packet whose dependencies are not met cannot be waited out on the ringing thread,
+which may be the very thread that would meet them (a host thread storing a gate signal, or
+submitting the work another queue waits on), so that queue is left to the processor's own
+thread, which polls it as always and runs what follows it there. Either way one packet runs
+at a time per device (`_engine`), as one processor thread guarantees by itself otherwise.
 """
 
 import struct
@@ -71,13 +82,17 @@ class PacketError(Exception):
 class CommandProcessor:
     POLL_S = 0.0005           # how often a queue stopped at a barrier packet re-reads its dependencies
 
-    def __init__(self, gpu):
+    def __init__(self, gpu, launch_blocking: bool = False):
         self.gpu = gpu
+        self.launch_blocking = launch_blocking     # packets run on the thread that rings the doorbell
         self.queues: dict[int, HardwareQueue] = {}
         self.by_doorbell: dict[int, HardwareQueue] = {}
         self.programs: dict[bytes, list] = {}
         self.halted = False       # after a fatal error, until the driver resets the device
         self._cond = threading.Condition(threading.RLock())
+        # Held while a packet runs, by whichever thread runs it: the executor and its caches serve one
+        # packet at a time. A packet's run is bounded (a kernel's by the watchdog), and so is this wait.
+        self._engine = threading.Lock()
         self._thread: threading.Thread | None = None
 
     def map_queue(self, queue: HardwareQueue) -> None:
@@ -122,8 +137,14 @@ class CommandProcessor:
             queue = self.by_doorbell.get(doorbell)
             if queue is None:
                 return              # a write to an unmapped doorbell is dropped, as on hardware
-            queue.kicked = True
-            self._cond.notify_all()
+            if not self.launch_blocking:
+                queue.kicked = True
+                self._cond.notify_all()
+                return
+        # Launch blocking: run the ring dry here. A queue that stops at an unmet barrier is left
+        # waiting, and the processor's thread (woken by the turn) polls it from there.
+        while self._turn(queue) == "ran":
+            pass
 
     def idle(self, vmid: int) -> bool:
         """Whether no queue of the address space `vmid` has a packet running or waiting to run."""
@@ -170,22 +191,24 @@ class CommandProcessor:
                     self._cond.wait(self.POLL_S)
 
     def _turn(self, q: HardwareQueue) -> str:
-        """Run the packet at the head of a queue: "ran", "empty", "blocked" (at a barrier packet) or
-        "stopped" (the queue or the device is not running)."""
-        with self._cond:
-            if q.state != "active" or self.halted:
-                return "stopped"
-            q.busy = True
-        outcome = "empty"
-        try:
-            outcome = self._step(q)
-        except Exception as e:       # noqa: BLE001 - a simulator bug must not hang every waiter
-            self._fatal(q, e)
-        finally:
+        """Run the packet at the head of a queue on the calling thread (the processor's own, or with
+        launch blocking the one that rang the doorbell): "ran", "empty", "blocked" (at a barrier
+        packet) or "stopped" (the queue or the device is not running)."""
+        with self._engine:
             with self._cond:
-                q.busy = False
-                self._cond.notify_all()
-        return outcome
+                if q.state != "active" or self.halted:
+                    return "stopped"
+                q.busy = True
+            outcome = "empty"
+            try:
+                outcome = self._step(q)
+            except Exception as e:       # noqa: BLE001 - a simulator bug must not hang every waiter
+                self._fatal(q, e)
+            finally:
+                with self._cond:
+                    q.busy = False
+                    self._cond.notify_all()
+            return outcome
 
     def _fatal(self, q: HardwareQueue, error: Exception) -> None:
         with self._cond:

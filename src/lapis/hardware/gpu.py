@@ -34,7 +34,8 @@ class Gpu:
         # LAPIS_SIM_CACHES=0 runs the SIMT core without the caches it keeps only for speed, to check them.
         caches = os.environ.get("LAPIS_SIM_CACHES", "1") != "0"
         self.simt = SimtCore(profile, self.mmu, self.vram, sysmem, caches=caches)
-        self.cp = CommandProcessor(self)
+        # As CUDA_LAUNCH_BLOCKING: the command processor runs packets on the thread that rings a doorbell.
+        self.cp = CommandProcessor(self, launch_blocking=os.environ.get("LAPIS_LAUNCH_BLOCKING", "0") not in ("", "0"))
         self.copy_engine = CopyEngine(self)
         self.power = PowerModel(profile)
         self.watchdog_steps = int(os.environ.get("LAPIS_WATCHDOG_STEPS", DEFAULT_WATCHDOG_STEPS))
@@ -76,7 +77,8 @@ class Gpu:
         self.power.reset()
 
     def ring_doorbell(self, doorbell: int, value: int) -> None:
-        """A 64-bit write to the doorbell aperture of BAR2: wakes the queue's packet processor."""
+        """A 64-bit write to the doorbell aperture of BAR2: wakes the queue's packet processor (with
+        launch blocking, runs the queue's packets before it returns)."""
         self._mmio(f"doorbell {doorbell} = {value}")
         self.cp.doorbell(doorbell, value)
 
