@@ -18,7 +18,7 @@ import pytest
 
 import lapis
 from conftest import launch_blocking
-from lapis import abi, runtime
+from lapis import abi, driver, runtime
 from test_runtime import dispatch, load
 
 PROGRAM = r'''
@@ -188,3 +188,19 @@ def test_a_barrier_the_host_has_yet_to_open_is_left_to_the_processor_thread(rt):
     got = np.frombuffer(rt.copy_to_host(gpu, out.va, 512), np.float32)
     assert np.array_equal(got, np.repeat([1.0, 2.0], 64).astype(np.float32))
 
+
+def test_an_interrupt_of_the_thread_running_a_packet_stops_only_its_queue(rt, monkeypatch):
+    gpu = rt.gpu_agents[0]
+    sym, queue = load(rt, gpu), rt.create_queue(gpu)
+    out, done = rt.device_pool(gpu).allocate(256), rt.create_signal(1)
+
+    def interrupted(*args):
+        raise KeyboardInterrupt          # Ctrl-C while the kernel runs on the program's thread
+    monkeypatch.setattr(driver.system().nodes[gpu.gpu_id].gpu.simt, "run", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        dispatch(rt, queue, sym, struct.pack("<Qf", out.va, 1.0), 64, signal=done)
+    monkeypatch.undo()
+    with pytest.raises(runtime.QueueError, match="interrupted"):
+        queue.wait(done, timeout_s=5)        # failed, not left pending forever
+    other = rt.create_queue(gpu)
+    assert other.wait(dispatch(rt, other, sym, struct.pack("<Qf", out.va, 2.0), 64), timeout_s=5) == 0
