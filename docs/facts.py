@@ -2,6 +2,9 @@
 
     python docs/facts.py            # rewrite every marked number in docs/*.md from a fresh run
     python docs/facts.py --check    # list where a page disagrees with the run (exit status 1)
+    python docs/facts.py --json     # the run's figures
+
+The run is the demo's, in a process of its own: a fresh memory pool, as the demo has.
 
 A page marks a number with an HTML comment right after it, which renders as nothing:
 `72<!--fact:registers-->` says the demo's gemm kernel uses 72 registers. tests/test_docs.py runs the
@@ -9,6 +12,7 @@ check, so a change that moves a figure fails until the pages are rewritten with 
 """
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -94,8 +98,12 @@ def disagreements(facts: dict[str, str]) -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only list disagreements")
+    parser.add_argument("--json", action="store_true", help="print the run's figures as JSON")
     args = parser.parse_args()
     facts = demo_facts()
+    if args.json:
+        print(json.dumps(facts))
+        return 0
     if args.check:
         wrong = disagreements(facts)
         print("\n".join(wrong) or "every marked number agrees with the run")
