@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test demo bench lint clean browser
+.PHONY: test test-fast demo bench lint clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -13,10 +13,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff check src tests benchmarks examples docs
 
 test: lint browser
 	$(BIN)/python -m pytest
+
+# Under a minute: every test but those marked slow (model training, benchmarks, big kernels), for a change to
+# one layer; run `make test` before committing.
+test-fast: lint
+	$(BIN)/python -m pytest -m "not slow"
 
 # The trace viewer's test drives Debian's chromium headless; install it (and its driver) when missing.
 browser:

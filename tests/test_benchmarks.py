@@ -5,6 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow                 # a subprocess each: `make test-fast` leaves them out
+
 ROOT = Path(__file__).resolve().parent.parent
 
 

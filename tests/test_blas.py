@@ -139,6 +139,7 @@ def test_the_autotuner_ranks_tilings_by_predicted_time_and_remembers(handle):
     assert blas.choose_tiles(handle, 64, 64, 64, np.float32) == blas.DEFAULT_TILES      # small: no tuning
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
 @pytest.mark.parametrize("m,n,k", [(70, 150, 64), (1, 9, 32), (130, 260, 64)])
 def test_half_gemm_on_the_matrix_unit(handle, dtype, m, n, k):
@@ -161,6 +162,7 @@ def test_half_gemm_on_the_matrix_unit(handle, dtype, m, n, k):
     assert np.allclose(got, expected, rtol=1e-3, atol=1e-3)
 
 
+@pytest.mark.slow
 def test_the_matrix_unit_kernel_with_spilled_fragments(handle):
     """Six 16-row tiles per warp need more than 255 registers: fragment quads spill to local memory."""
     import ml_dtypes

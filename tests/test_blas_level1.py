@@ -37,6 +37,7 @@ def test_axpy_scal_copy_swap(handle, n, dtype):
         assert np.array_equal(dx.copy_to_host(), strided(dtype(-2.0) * x, incx))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 17, 1000, 300_000])
 def test_reductions(handle, n):
     x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)

@@ -91,6 +91,7 @@ def test_trace_runs_a_script_and_writes_a_chrome_trace(tmp_path, capsys):
     assert reported == sum(int(r[1]) for r in kernels.values())
 
 
+@pytest.mark.slow
 def test_profile_prints_a_per_kernel_table(tmp_path, capsys):
     script = tmp_path / "prog.py"
     script.write_text(SCRIPT)
@@ -112,6 +113,7 @@ def test_trace_needs_a_python_program(capsys):
     assert "python script.py" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_smi_sees_another_process_and_its_memory(tmp_path, capsys, monkeypatch):
     import os
     import subprocess
@@ -157,6 +159,7 @@ def test_info_reports_every_layer(capsys):
     assert any(re.match(r"Layer 1 driver: kfd \d+\.\d+, 2 GPUs", ln) for ln in lines)
 
 
+@pytest.mark.slow
 def test_bench_quick_runs_every_benchmark(capfd):
     assert main(["bench", "--quick"]) == 0
     out = capfd.readouterr().out

@@ -220,6 +220,7 @@ CONVS = [((2, 3, 9, 8), (4, 3, 3, 3), dnn.ConvolutionDescriptor()),
          ((2, 2, 5, 7), (3, 2, 1, 1), dnn.ConvolutionDescriptor((0, 0), (1, 2)))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("x_dims,w_dims,conv", CONVS)
 def test_convolutions_every_algorithm_in_every_direction(handle, x_dims, w_dims, conv):
     x = rng.standard_normal(x_dims).astype(np.float32)
@@ -299,6 +300,7 @@ def test_convolutions_of_nhwc_tensors_and_krsc_filters(handle, x_layout, w_layou
     assert sorted(a for a, _ in ranking) == ["direct", "implicit_gemm"]     # gemm is not supported here
 
 
+@pytest.mark.slow
 def test_find_steps_rank_the_algorithms_and_get_remembers_the_winner():
     handle = dnn.create(cuda)
     x_dims, w_dims, conv = CONVS[0]
@@ -343,6 +345,7 @@ def attention_ref(q, k, v, causal):
     return softmax(s) @ v
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("t,d", [(5, 8), (70, 16), (9, 24)])       # lanes kernels, then the tiled ones
 def test_fused_attention_forward_and_backward(handle, causal, t, d):

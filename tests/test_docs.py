@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow                 # a subprocess each: `make test-fast` leaves them out
+
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 _spec = importlib.util.spec_from_file_location("facts", DOCS / "facts.py")
 facts = importlib.util.module_from_spec(_spec)

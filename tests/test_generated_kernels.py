@@ -12,6 +12,7 @@ import math
 import textwrap
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -77,6 +78,7 @@ def load(source: str, tmp_path):
     return module
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(body())
 def test_generated_kernels_compute_what_python_computes(tmp_path, code):

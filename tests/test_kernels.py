@@ -444,6 +444,7 @@ def register_pressure(x, out):
     out[i] = acc
 
 
+@pytest.mark.slow
 def test_more_live_values_than_registers_spill_to_local_memory():
     x = rng.random(64).astype(np.float32)
     out = cuda.device_array_like(x)

@@ -115,6 +115,7 @@ def runs(tmp_path_factory):
     return {"blocking": run_program(tmp, True), "default": run_program(tmp, False)}
 
 
+@pytest.mark.slow
 def test_the_device_works_on_the_thread_that_rang_the_doorbell(runs):
     blocking, default = runs["blocking"], runs["default"]
     assert blocking["device_events"] >= 8

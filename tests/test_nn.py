@@ -157,6 +157,7 @@ def test_data_loader_batches_shuffles_and_drops():
     assert len(DataLoader(TensorDataset(x, y), batch_size=4, drop_last=True)) == 2
 
 
+@pytest.mark.slow
 def test_digits_mlp_example_learns_on_cpu_and_cuda():
     import digits_mlp
     full = digits_mlp.train("cpu", quiet=True)                # the example's defaults: 97% or better
@@ -167,6 +168,7 @@ def test_digits_mlp_example_learns_on_cpu_and_cuda():
     assert abs(short["accuracy"] - cpu_short["accuracy"]) <= 0.02   # the same run, within float differences
 
 
+@pytest.mark.slow
 def test_char_transformer_example_learns_on_cpu_and_runs_the_same_on_cuda():
     import char_transformer
     full = char_transformer.train("cpu", quiet=True, sample_length=0)        # the example's defaults
@@ -177,6 +179,7 @@ def test_char_transformer_example_learns_on_cpu_and_runs_the_same_on_cuda():
     assert len(short["after"]) == len("Shall ") + 4 and short["after"].startswith("Shall ")
 
 
+@pytest.mark.slow
 def test_examples_run_the_same_on_the_amd_profile():
     import char_transformer
     import digits_cnn
@@ -187,6 +190,7 @@ def test_examples_run_the_same_on_the_amd_profile():
         assert np.allclose(ours["losses"], reference["losses"], atol=1e-3)
 
 
+@pytest.mark.slow
 def test_digits_cnn_example_learns_on_cpu_and_cuda():
     import digits_cnn
     assert digits_cnn.train("cpu", quiet=True)["accuracy"] >= 0.97     # the example's defaults
@@ -267,6 +271,7 @@ def test_scaled_dot_product_attention_matches_torch(device, mask):
         close(a.grad, b.grad, 1e-4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("batch_first,need_weights", [(True, False), (False, True)])
 def test_multihead_attention_matches_torch(device, batch_first, need_weights):

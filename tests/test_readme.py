@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -23,6 +24,7 @@ def _run_block(heading: str) -> tuple[str, dict]:
     return out.getvalue(), scope
 
 
+@pytest.mark.slow
 def test_readme_seed_program_runs_and_prints_what_it_says():
     block = re.search(r"## The seed program\n\n```python\n(.*?)```", README, re.S).group(1)
     promised = re.search(r"# (lapis\.Size\(.*\))", block).group(1)

@@ -33,6 +33,7 @@ def test_the_page_is_self_contained(page_file):
     assert not re.search(r"""(src|href)\s*=\s*["']?https?:|url\(\s*["']?https?:|import\s*\(""", html)
 
 
+@pytest.mark.slow
 def test_a_click_on_an_op_lights_up_its_path(page_file, tmp_path):
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     assert chromium and driver_path, "the browser test needs Debian's chromium and chromium-driver (make test " \
