@@ -87,7 +87,6 @@ class CommandProcessor:
         self.launch_blocking = launch_blocking     # packets run on the thread that rings the doorbell
         self.queues: dict[int, HardwareQueue] = {}
         self.by_doorbell: dict[int, HardwareQueue] = {}
-        self.programs: dict[bytes, list] = {}
         self.halted = False       # after a fatal error, until the driver resets the device
         self._cond = threading.Condition(threading.RLock())
         # Held while a packet runs, by whichever thread runs it: the executor and its caches serve one
@@ -230,7 +229,7 @@ class CommandProcessor:
                 self._abandon(q)
             self.queues.clear()
             self.by_doorbell.clear()
-            self.programs.clear()
+            self.gpu.simt.caches.forget_programs()
             self.halted = False
             self._cond.notify_all()
 
@@ -345,16 +344,13 @@ class CommandProcessor:
             pass          # the signal itself is unreachable: the queue error is all there is to report
 
     def _program(self, code: bytes, kernel_object: int):
-        program = self.programs.get(code)
-        if program is None:
-            try:
-                program = decode_program(code)
-            except IsaError as e:
-                err = PacketError(f"kernel at {kernel_object:#x} holds an invalid instruction: {e}")
-                err.detail = {"kernel_object": kernel_object}
-                raise err from None
-            self.programs[code] = program
-        return program
+        """The kernel's instructions, decoded once per distinct code (the SIMT core's caches keep them)."""
+        try:
+            return self.gpu.simt.caches.program(code, decode_program)
+        except IsaError as e:
+            err = PacketError(f"kernel at {kernel_object:#x} holds an invalid instruction: {e}")
+            err.detail = {"kernel_object": kernel_object}
+            raise err from None
 
     def _dispatch(self, q: HardwareQueue, p: abi.KernelDispatchPacket) -> float:
         """Run a kernel; returns the device time it started."""

@@ -3,6 +3,7 @@
 None of this is modelled hardware (the L2 in `lapis.hardware.caches` and the MMU's TLB are):
 it is the simulator keeping work it would otherwise redo, as QEMU keeps translated blocks.
 
+- Decoded programs, by their bytes: the command processor decodes a kernel's code once.
 - The arrays of the register file, shared and local memory, reused from launch to launch:
   fresh host pages fault on first touch, which for a 64K-lane register file is milliseconds
   per launch. One batch runs at a time and each clears what it uses, so batches share them.
@@ -14,8 +15,8 @@ it is the simulator keeping work it would otherwise redo, as QEMU keeps translat
   an HMMA operand's unpacked fragment.
 
 `SimtCore(..., caches=False)`, or `LAPIS_SIM_CACHES=0` in the environment (which `Gpu` reads),
-switches all of it off: every batch gets fresh arrays and state, every instruction is bound
-each time it runs, and nothing derived from a register is kept. Results and counters must not
+switches all of it off: every launch decodes its code, every batch gets fresh arrays and state,
+every instruction is bound each time it runs, and nothing derived from a register is kept. Results and counters must not
 change; a test runs kernels both ways and compares.
 """
 
@@ -35,8 +36,22 @@ class SimulatorCaches:
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
+        self._programs: dict[bytes, list[Instruction]] = {}
         self._arrays: dict[str, np.ndarray] = {}
         self._batches: dict[int, ResidentBlocks] = {}
+
+    def program(self, code: bytes, decode: Callable[[bytes], list[Instruction]]) -> list[Instruction]:
+        """A kernel's instructions: decode(code), once per distinct code."""
+        if not self.enabled:
+            return decode(code)
+        program = self._programs.get(code)
+        if program is None:
+            program = self._programs[code] = decode(code)
+        return program
+
+    def forget_programs(self) -> None:
+        """After a device reset, nothing decoded before is trusted."""
+        self._programs.clear()
 
     def array(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
         """An array for the state of a batch (the register file, shared or local memory), contents undefined."""
