@@ -94,14 +94,6 @@ class ArrayType:
         return f"array({self.dtype}, {self.ndim}d, {self.layout}){where}"
 
 
-@dataclass(frozen=True)
-class TupleType:
-    items: tuple
-
-    def __str__(self) -> str:
-        return f"tuple({', '.join(map(str, self.items))})"
-
-
 def scalar_of(dtype) -> Scalar:
     """The kernel-language scalar for a numpy dtype, a type object or a name."""
     if isinstance(dtype, Scalar):
