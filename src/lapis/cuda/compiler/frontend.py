@@ -29,6 +29,7 @@ from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.device_function import DeviceFunction
+from lapis.cuda.compiler.ir import Op
 
 UNROLL_LIMIT = 32
 MAX_RETYPES = 16
@@ -162,13 +163,13 @@ class Frontend:
 
     def jump(self, target: ir.Block) -> None:
         if self.current is not None:
-            self.current.term = ("br", target)
+            self.current.term = ir.Jump(target)
             target.preds.append(self.current)
             self.current = None
 
     def branch(self, cond, then: ir.Block, other: ir.Block) -> None:
         cond = self.materialize(self.to_bool(cond))
-        self.current.term = ("cbr", cond, then, other)
+        self.current.term = ir.Branch(cond, then, other)
         then.preds.append(self.current)
         other.preds.append(self.current)
         self.current = None
@@ -182,7 +183,7 @@ class Frontend:
             return found
         t = self.var_types[name]
         if block not in self.sealed:
-            value = self.func.new_value("phi", t, block=block)
+            value = self.func.new_value(Op.PHI, t, block=block)
             block.phis.append(value)
             self.incomplete.setdefault(block, {})[name] = value
         elif len(block.preds) == 1:
@@ -190,7 +191,7 @@ class Frontend:
         elif not block.preds:
             value = self.zero(t)            # read on a path where it was never assigned: zero
         else:
-            value = self.func.new_value("phi", t, block=block)
+            value = self.func.new_value(Op.PHI, t, block=block)
             block.phis.append(value)
             self.write(name, block, value)
             value.args = [self.read(name, p) for p in block.preds]
@@ -203,28 +204,28 @@ class Frontend:
         self.sealed.add(block)
 
     def zero(self, t) -> ir.Value:
-        key = ("const", t, "0")
+        key = (Op.CONST, t, "0")
         if key not in self.cse:
             if t.kind == "vector":
-                v = self.func.new_value("vzero", t, block=self.entry)
+                v = self.func.new_value(Op.VZERO, t, block=self.entry)
             else:
-                v = self.func.new_value("const", t, attrs={"value": _np_value(0, t)}, block=self.entry)
+                v = self.func.new_value(Op.CONST, t, attrs={"value": _np_value(0, t)}, block=self.entry)
             self.entry.instrs.insert(0, v)
             self.cse[key] = v
         return self.cse[key]
 
     # -- emitting -------------------------------------------------------------------------------
-    def emit(self, kind: str, t, args=(), /, **attrs) -> ir.Value:
-        if kind in ir.PURE:
-            key = (id(self.current), kind, t, tuple(a.id for a in args), tuple(sorted(attrs.items(), key=str)))
-            if kind == "const":
-                key = (id(self.current), kind, t, repr(attrs["value"]))
+    def emit(self, op: Op, t, args=(), /, **attrs) -> ir.Value:
+        if op in ir.PURE:
+            key = (id(self.current), op, t, tuple(a.id for a in args), tuple(sorted(attrs.items(), key=str)))
+            if op is Op.CONST:
+                key = (id(self.current), op, t, repr(attrs["value"]))
             found = self.cse.get(key)
             if found is not None:
                 return found
-        v = self.func.new_value(kind, t, args, attrs, block=self.current, line=self.line)
+        v = self.func.new_value(op, t, args, attrs, block=self.current, line=self.line)
         self.current.instrs.append(v)
-        if kind in ir.PURE:
+        if op in ir.PURE:
             self.cse[key] = v
         return v
 
@@ -232,7 +233,7 @@ class Frontend:
         """An IR value for x (a Const or Value), of type t if given."""
         if isinstance(x, Const):
             t = t or T.concrete(x.type)
-            return self.emit("const", t, value=_np_value(x.value, t))
+            return self.emit(Op.CONST, t, value=_np_value(x.value, t))
         if not isinstance(x, ir.Value):
             raise self.error(f"{_describe(x)} cannot be used as a value here")
         return self.cast(x, t) if t is not None else x
@@ -250,10 +251,10 @@ class Frontend:
         if t.kind == "vector" or x.type.kind == "vector":
             raise self.error(f"a {x.type} cannot become a {t}")
         if x.type == T.boolean and t != T.boolean:
-            return self.emit("select", t, [x, self.materialize(Const(1, t)), self.materialize(Const(0, t))])
+            return self.emit(Op.SELECT, t, [x, self.materialize(Const(1, t)), self.materialize(Const(0, t))])
         if t == T.boolean:
             return self.compare("ne", x, Const(0, T.WEAK_INT))
-        return self.emit("cast", t, [x])
+        return self.emit(Op.CAST, t, [x])
 
     def to_bool(self, x):
         if isinstance(x, Const):
@@ -263,31 +264,31 @@ class Frontend:
         return self.compare("ne", x, Const(0, T.WEAK_INT))
 
     # -- arithmetic -----------------------------------------------------------------------------
-    _FOLD = {"add": operator.add, "sub": operator.sub, "mul": operator.mul, "and": operator.and_,
-             "or": operator.or_, "xor": operator.xor, "shl": operator.lshift, "shr": operator.rshift,
-             "min": min, "max": max}
+    _FOLD = {Op.ADD: operator.add, Op.SUB: operator.sub, Op.MUL: operator.mul, Op.AND: operator.and_,
+             Op.OR: operator.or_, Op.XOR: operator.xor, Op.SHL: operator.lshift, Op.SHR: operator.rshift,
+             Op.MIN: min, Op.MAX: max}
 
-    def binop(self, op: str, a, b):
+    def binop(self, op: Op, a, b):
         ta, tb = self.typeof(a), self.typeof(b)
-        if op == "fdiv":
+        if op is Op.FDIV:
             t = T.unify(ta, tb)
             if t == T.WEAK_INT or (isinstance(t, T.Scalar) and t.kind != "float"):
                 t = T.float64
-        elif op in ("and", "or", "xor") and ta == tb == T.boolean:
+        elif op in _LOGIC and ta == tb == T.boolean:
             t = T.boolean
-        elif op in ("shl", "shr"):
+        elif op in _SHIFTS:
             t = T.concrete(ta) if not isinstance(ta, T.Weak) or isinstance(tb, T.Weak) else tb
         else:
             t = T.unify(ta, tb)
-        if isinstance(t, T.Scalar) and t.kind == "bool" and op not in ("and", "or", "xor"):
+        if isinstance(t, T.Scalar) and t.kind == "bool" and op not in _LOGIC:
             t = T.int64
-        if op in ("and", "or", "xor", "shl", "shr") and (t == T.WEAK_FLOAT or getattr(t, "kind", "") == "float"):
+        if op in _LOGIC | _SHIFTS and (t == T.WEAK_FLOAT or getattr(t, "kind", "") == "float"):
             raise self.error(f"bitwise operator on a float ({ta} and {tb})")
         if isinstance(a, Const) and isinstance(b, Const):
             return self.fold(op, a.value, b.value, t)
         t = T.concrete(t)
         a, b = self.cast(a, t), self.cast(b, t)
-        if isinstance(a, Const) and op in ("add", "mul", "min", "max", "and", "or", "xor"):
+        if isinstance(a, Const) and op in (Op.ADD, Op.MUL, Op.MIN, Op.MAX, *_LOGIC):
             a, b = b, a          # constants on the right
         if t.kind in ("int", "uint") and isinstance(b, Const):
             simplified = self._simplify_int(op, a, b, t)
@@ -295,34 +296,34 @@ class Frontend:
                 return simplified
         return self.emit(op, t, [self.materialize(a, t), self.materialize(b, t)])
 
-    def _simplify_int(self, op, a: ir.Value, b: Const, t):
-        if (op in ("add", "sub", "or", "xor", "shl", "shr") and b.value == 0) or (op == "mul" and b.value == 1):
+    def _simplify_int(self, op: Op, a: ir.Value, b: Const, t):
+        if (op in (Op.ADD, Op.SUB, Op.OR, Op.XOR, *_SHIFTS) and b.value == 0) or (op is Op.MUL and b.value == 1):
             return a
-        if op == "mul" and b.value == 0:
+        if op is Op.MUL and b.value == 0:
             return Const(0, t)
-        if op in ("add", "sub") and a.op == "add" and a.args[1].op == "const":      # (x + c1) + c2
-            c = a.args[1].attrs["value"] + (b.value if op == "add" else -b.value)
-            return self.binop("add", a.args[0], Const(_np_value(c, t), t))
-        if op == "mul" and a.op == "add" and a.args[1].op == "const":                 # (x + c1) * c2
-            return self.binop("add", self.binop("mul", a.args[0], b),
+        if op in (Op.ADD, Op.SUB) and a.op is Op.ADD and a.args[1].op is Op.CONST:     # (x + c1) + c2
+            c = a.args[1].attrs["value"] + (b.value if op is Op.ADD else -b.value)
+            return self.binop(Op.ADD, a.args[0], Const(_np_value(c, t), t))
+        if op is Op.MUL and a.op is Op.ADD and a.args[1].op is Op.CONST:              # (x + c1) * c2
+            return self.binop(Op.ADD, self.binop(Op.MUL, a.args[0], b),
                               Const(_np_value(a.args[1].attrs["value"] * b.value, t), t))
-        if op == "mul" and a.op == "mul" and a.args[1].op == "const":                 # (x * c1) * c2
-            return self.binop("mul", a.args[0], Const(_np_value(a.args[1].attrs["value"] * b.value, t), t))
-        if op == "sub":
-            return self.binop("add", a, Const(_np_value(-b.value, t), t))
+        if op is Op.MUL and a.op is Op.MUL and a.args[1].op is Op.CONST:              # (x * c1) * c2
+            return self.binop(Op.MUL, a.args[0], Const(_np_value(a.args[1].attrs["value"] * b.value, t), t))
+        if op is Op.SUB:
+            return self.binop(Op.ADD, a, Const(_np_value(-b.value, t), t))
         return None
 
-    def fold(self, op: str, x, y, t):
-        if op == "fdiv":
+    def fold(self, op: Op, x, y, t):
+        if op is Op.FDIV:
             if y == 0:
                 raise self.error("division by zero in a constant expression")
             return Const(x / y, t)
-        if op in ("div", "mod"):
+        if op in (Op.DIV, Op.MOD):
             if y == 0:
                 raise self.error("division by zero in a constant expression")
-            value = x // y if op == "div" else x % y
+            value = x // y if op is Op.DIV else x % y
             if isinstance(t, T.Scalar) and t.kind == "float":
-                value = float(math.floor(x / y)) if op == "div" else x - math.floor(x / y) * y
+                value = float(math.floor(x / y)) if op is Op.DIV else x - math.floor(x / y) * y
             return Const(value, t)
         value = self._FOLD[op](x, y)
         return Const(_np_value(value, t) if isinstance(t, T.Scalar) else value, t)
@@ -335,11 +336,11 @@ class Frontend:
             return Const(fn(a.value, b.value), T.boolean)
         t = T.concrete(t)
         if t == T.boolean and op in ("eq", "ne"):
-            x = self.emit("xor", T.boolean, [self.materialize(a), self.materialize(b)])
-            return self.emit("not", T.boolean, [x]) if op == "eq" else x
+            x = self.emit(Op.XOR, T.boolean, [self.materialize(a), self.materialize(b)])
+            return self.emit(Op.NOT, T.boolean, [x]) if op == "eq" else x
         if t == T.boolean:
             t = T.int32
-        return self.emit("cmp", T.boolean, [self.materialize(a, t), self.materialize(b, t)], op=op)
+        return self.emit(Op.CMP, T.boolean, [self.materialize(a, t), self.materialize(b, t)], op=op)
 
     def neg(self, x):
         t = self.typeof(x)
@@ -347,13 +348,13 @@ class Frontend:
             return Const(-x.value, t) if not isinstance(t, T.Scalar) else Const(_np_value(-x.value, t), t)
         if t == T.boolean:
             x, t = self.cast(x, T.int64), T.int64
-        return self.emit("neg", t, [x])
+        return self.emit(Op.NEG, t, [x])
 
     # -- driving --------------------------------------------------------------------------------
     def build(self) -> ir.Function:
         self.statements(self.fdef.body)
         if self.current is not None:
-            self.current.term = ("ret",)
+            self.current.term = ir.Return()
             self.current = None
         if self.dynamic_shared and self.hints.get("dynamic_shared_base") != self.shared_bytes:
             self.hints["dynamic_shared_base"] = self.shared_bytes
@@ -400,7 +401,7 @@ class Frontend:
             return
         if has_value:
             raise self.error("a kernel cannot return a value; write results into an array argument")
-        self.current.term = ("ret",)
+        self.current.term = ir.Return()
         self.current = None
 
     def stmt_Assign(self, node) -> None:
@@ -409,15 +410,12 @@ class Frontend:
             self.assign(target, value)
 
     def stmt_AugAssign(self, node) -> None:
-        op = _BINOPS.get(type(node.op))
-        if op is None:
-            raise self.error(f"unsupported operator {type(node.op).__name__} in augmented assignment")
         if isinstance(node.target, ast.Subscript):
             ref, index = self.expr(node.target.value), self.expr(node.target.slice)
             current = self.subscript(ref, index)
-            self.assign_subscript(ref, index, self.arith(op, current, self.expr(node.value)))
+            self.assign_subscript(ref, index, self.arith(node.op, current, self.expr(node.value)))
         else:
-            self.assign(node.target, self.arith(op, self.expr(node.target), self.expr(node.value)))
+            self.assign(node.target, self.arith(node.op, self.expr(node.target), self.expr(node.value)))
 
     def stmt_AnnAssign(self, node) -> None:
         if node.value is None:
@@ -579,7 +577,7 @@ class Frontend:
         if latch.preds:
             self.place(latch)
             self.seal(latch)
-            self.assign_name(counter, self.binop("add", self.read(counter, latch), Const(step.value, t)))
+            self.assign_name(counter, self.binop(Op.ADD, self.read(counter, latch), Const(step.value, t)))
             self.jump(header)
         else:
             self.seal(latch)
@@ -632,9 +630,9 @@ class Frontend:
 
     def static_value(self, value, name: str):
         if value is K.laneid:
-            return self.emit("sreg", T.int32, name="laneid")
+            return self.emit(Op.SREG, T.int32, name="laneid")
         if value is K.warpsize:
-            return self.emit("dim", T.int32, offset=abi.CBANK_WARP_SIZE)
+            return self.emit(Op.DIM, T.int32, offset=abi.CBANK_WARP_SIZE)
         if isinstance(value, bool):
             return Const(value, T.boolean)
         if isinstance(value, int):
@@ -646,30 +644,31 @@ class Frontend:
         return value
 
     def param(self, offset: int, t) -> ir.Value:
-        return self.emit("param", t, offset=abi.KERNARG_CBANK_OFFSET + offset)
+        return self.emit(Op.PARAM, t, offset=abi.KERNARG_CBANK_OFFSET + offset)
 
     def expr_BinOp(self, node):
-        op = _BINOPS.get(type(node.op))
-        if op is None:
-            raise self.error(f"unsupported operator {type(node.op).__name__}")
-        return self.arith(op, self.expr(node.left), self.expr(node.right))
+        return self.arith(node.op, self.expr(node.left), self.expr(node.right))
 
-    def arith(self, op: str, a, b):
-        if op == "pow":
+    def arith(self, operator: ast.operator, a, b):
+        """a <operator> b, for one of Python's binary operators."""
+        if isinstance(operator, ast.Pow):
             return self.power(a, b)
+        op = _BINOPS.get(type(operator))
+        if op is None:
+            raise self.error(f"unsupported operator {type(operator).__name__}")
         return self.binop(op, a, b)
 
     def power(self, a, b):
         if isinstance(b, Const) and isinstance(b.value, int) and 0 <= b.value <= 8:
             result = Const(1, T.WEAK_INT)
             for _ in range(b.value):
-                result = self.binop("mul", result, a)
+                result = self.binop(Op.MUL, result, a)
             return result
         if isinstance(a, Const) and isinstance(b, Const):
             return Const(a.value ** b.value, T.unify(a.type, b.type))
         t = T.unify(self.typeof(a), self.typeof(b))
         t = T.float64 if t == T.WEAK_INT or t.kind != "float" else T.concrete(t)
-        return self.emit("math", t, [self.materialize(a, t), self.materialize(b, t)], fn="pow")
+        return self.emit(Op.MATH, t, [self.materialize(a, t), self.materialize(b, t)], fn="pow")
 
     def expr_UnaryOp(self, node):
         x = self.expr(node.operand)
@@ -679,11 +678,11 @@ class Frontend:
             return x
         if isinstance(node.op, ast.Not):
             x = self.to_bool(x)
-            return Const(not x.value, T.boolean) if isinstance(x, Const) else self.emit("not", T.boolean, [x])
+            return Const(not x.value, T.boolean) if isinstance(x, Const) else self.emit(Op.NOT, T.boolean, [x])
         if isinstance(node.op, ast.Invert):
             if self.typeof(x) == T.boolean:
                 raise self.error("~ on a bool; use 'not'")
-            return self.binop("xor", x, Const(-1, T.WEAK_INT))
+            return self.binop(Op.XOR, x, Const(-1, T.WEAK_INT))
         raise self.error(f"unsupported unary operator {type(node.op).__name__}")
 
     def expr_Compare(self, node):
@@ -695,7 +694,7 @@ class Frontend:
             right = self.expr(right_node)
             c = self.compare_strings(name, left, right) if isinstance(left, str) or isinstance(right, str) \
                 else self.compare(name, left, right)
-            result = c if result is None else self.logical("and", result, c)
+            result = c if result is None else self.logical(Op.AND, result, c)
             left = right
         return result
 
@@ -706,16 +705,16 @@ class Frontend:
             raise self.error("strings are compile-time constants: compare them with == or != to another string")
         return Const((left == right) == (name == "eq"), T.boolean)
 
-    def logical(self, op: str, a, b):
+    def logical(self, op: Op, a, b):
         a, b = self.to_bool(a), self.to_bool(b)
         if isinstance(a, Const):
-            return b if (a.value if op == "and" else not a.value) else a
+            return b if (a.value if op is Op.AND else not a.value) else a
         if isinstance(b, Const):
-            return a if (b.value if op == "and" else not b.value) else b
+            return a if (b.value if op is Op.AND else not b.value) else b
         return self.emit(op, T.boolean, [a, b])
 
     def expr_BoolOp(self, node):
-        op = "and" if isinstance(node.op, ast.And) else "or"
+        op = Op.AND if isinstance(node.op, ast.And) else Op.OR
         result = self.expr(node.values[0])
         for value_node in node.values[1:]:
             if _is_simple(value_node):
@@ -724,13 +723,13 @@ class Frontend:
             # The right side may fault (it reads memory): evaluate it only when needed.
             left = self.to_bool(result)
             if isinstance(left, Const):
-                result = self.expr(value_node) if (left.value if op == "and" else not left.value) else left
+                result = self.expr(value_node) if (left.value if op is Op.AND else not left.value) else left
                 continue
             self.counter += 1
             tmp = f"$bool{self.counter}"
             self.assign_name(tmp, left)
             rhs, join = self.new_block("rhs"), self.new_block("endbool")
-            if op == "and":
+            if op is Op.AND:
                 self.branch(left, rhs, join)
             else:
                 self.branch(left, join, rhs)
@@ -750,7 +749,7 @@ class Frontend:
         if _is_simple(node.body) and _is_simple(node.orelse):
             a, b = self.expr(node.body), self.expr(node.orelse)
             t = T.concrete(T.unify(self.typeof(a), self.typeof(b)))
-            return self.emit("select", t, [cond, self.materialize(a, t), self.materialize(b, t)])
+            return self.emit(Op.SELECT, t, [cond, self.materialize(a, t), self.materialize(b, t)])
         self.counter += 1
         tmp = f"$ifexp{self.counter}"
         then, other, join = self.new_block("then"), self.new_block("else"), self.new_block("endif")
@@ -781,7 +780,7 @@ class Frontend:
             if attr == "size":
                 size = Const(1, T.WEAK_INT)
                 for s in self.shape(base):
-                    size = self.binop("mul", size, s)
+                    size = self.binop(Op.MUL, size, s)
                 return size
             raise self.error(f"arrays in kernels have .shape, .ndim, .size and .dtype, not .{attr}")
         if base is K.laneid or base is K.warpsize:
@@ -798,11 +797,11 @@ class Frontend:
             name = f"{'tid' if which is K.threadIdx else 'ctaid'}.{axis}"
             if name not in self.sregs:          # read once, in the entry block
                 saved, self.current = self.current, self.entry
-                self.sregs[name] = self.emit("sreg", T.int32, name=name)
+                self.sregs[name] = self.emit(Op.SREG, T.int32, name=name)
                 self.current = saved
             return self.sregs[name]
         base = abi.CBANK_BLOCK_DIM if which is K.blockDim else abi.CBANK_GRID_DIM
-        return self.emit("dim", T.int32, offset=base + 4 * "xyz".index(axis))
+        return self.emit(Op.DIM, T.int32, offset=base + 4 * "xyz".index(axis))
 
     def shape(self, ref: ArrayRef) -> tuple:
         if ref.type.shape is not None:
@@ -840,7 +839,7 @@ class Frontend:
             raise self.error(f"{_describe(base)} cannot be indexed")
         if base.type.space == "local":
             return self.read(self.local_slot(base, index), self.current)
-        return self.emit("load", base.type.dtype, [self.address(base, index)], space=_SPACE[base.type.space])
+        return self.emit(Op.LOAD, base.type.dtype, [self.address(base, index)], space=_SPACE[base.type.space])
 
     def assign_subscript(self, base, index, value) -> None:
         if not isinstance(base, ArrayRef):
@@ -853,7 +852,7 @@ class Frontend:
             self.write(slot, self.current, self.materialize(self.cast(value, t), t))
             return
         addr = self.address(base, index)
-        self.emit("store", None, [addr, self.materialize(self.cast(value, t), t)], space=_SPACE[base.type.space])
+        self.emit(Op.STORE, None, [addr, self.materialize(self.cast(value, t), t)], space=_SPACE[base.type.space])
 
     def indices(self, ref: ArrayRef, index) -> list:
         items = list(index) if isinstance(index, tuple) else [index]
@@ -888,11 +887,11 @@ class Frontend:
                      for x, s in zip(items, ref.type.shape, strict=True)]
         flat = Const(0, T.WEAK_INT)
         for x, stride in zip(items, self.strides(ref), strict=True):
-            flat = self.binop("add", flat, self.binop("mul", x, stride))
+            flat = self.binop(Op.ADD, flat, self.binop(Op.MUL, x, stride))
         itemsize = ref.type.dtype.itemsize
         if ref.type.space in ("shared", "local_memory"):
             flat = self.cast(flat, T.int32)
-            byte = self.binop("add", self.binop("mul", flat, Const(itemsize, T.WEAK_INT)),
+            byte = self.binop(Op.ADD, self.binop(Op.MUL, flat, Const(itemsize, T.WEAK_INT)),
                               Const(ref.base, T.WEAK_INT))
             return self.materialize(byte, T.int32)
         if isinstance(flat, Const):
@@ -900,7 +899,7 @@ class Frontend:
         elif flat.type != T.int32:
             flat = self.cast(flat, T.int64)
         ptr = self.param(ref.param_offset, ir.ADDRESS)
-        return self.emit("gaddr", ir.ADDRESS, [ptr, self.materialize(flat)], scale=itemsize)
+        return self.emit(Op.GADDR, ir.ADDRESS, [ptr, self.materialize(flat)], scale=itemsize)
 
     # -- calls ----------------------------------------------------------------------------------
     def expr_Call(self, node):
@@ -913,10 +912,10 @@ class Frontend:
             return self.const_array(node)
         args = [self.expr(a) for a in node.args]
         if fn is K.syncthreads:
-            self.emit("barrier", None)
+            self.emit(Op.BARRIER, None)
             return Const(0, T.WEAK_INT)
         if fn in _FENCES:
-            self.emit("fence", None, scope=_FENCES[fn])
+            self.emit(Op.FENCE, None, scope=_FENCES[fn])
             return Const(0, T.WEAK_INT)
         if fn is K.syncwarp:
             return Const(0, T.WEAK_INT)       # lanes at one PC already execute together (see the docs)
@@ -933,8 +932,8 @@ class Frontend:
                 raise self.error(f"{fn.name}(mask, predicate) takes two arguments")
             pred = self.materialize(self.to_bool(args[1]), T.boolean)
             if fn is K.ballot_sync:
-                return self.emit("ballot", T.uint32, [pred])
-            return self.emit("vote", T.boolean, [pred], mode="ALL" if fn is K.all_sync else "ANY")
+                return self.emit(Op.BALLOT, T.uint32, [pred])
+            return self.emit(Op.VOTE, T.boolean, [pred], mode="ALL" if fn is K.all_sync else "ANY")
         if fn is K.grid or fn is K.gridsize:
             if len(args) != 1 or not isinstance(args[0], Const) or args[0].value not in (1, 2, 3):
                 raise self.error(f"{fn.name}(ndim) takes a constant 1, 2 or 3")
@@ -944,7 +943,7 @@ class Frontend:
                 raise self.error(f"{fn.__name__}() of a single value is not supported; pass two or more")
             result = args[0]
             for a in args[1:]:
-                result = self.binop(fn.__name__, result, a)
+                result = self.binop(Op.MIN if fn is min else Op.MAX, result, a)
             return result
         if fn is abs:
             (x,) = args
@@ -952,8 +951,8 @@ class Frontend:
             if isinstance(x, Const):
                 return Const(abs(x.value), t)
             if t.kind == "float":
-                return self.emit("math", t, [x], fn="fabs")
-            return self.binop("max", x, self.neg(x))
+                return self.emit(Op.MATH, t, [x], fn="fabs")
+            return self.binop(Op.MAX, x, self.neg(x))
         if fn in (float, int, bool):
             (x,) = args
             return {float: lambda: self.cast(x, T.float64), int: lambda: self.cast(x, T.int64),
@@ -977,10 +976,10 @@ class Frontend:
             nan = self.compare("ne", x, x)
             if fn is math.isnan:
                 return nan
-            inf = self.compare("eq", self.emit("math", t, [x], fn="fabs"), Const(math.inf, T.WEAK_FLOAT))
+            inf = self.compare("eq", self.emit(Op.MATH, t, [x], fn="fabs"), Const(math.inf, T.WEAK_FLOAT))
             if fn is math.isinf:
                 return inf
-            return self.to_bool(self.emit("not", T.boolean, [self.emit("or", T.boolean, [nan, inf])]))
+            return self.to_bool(self.emit(Op.NOT, T.boolean, [self.emit(Op.OR, T.boolean, [nan, inf])]))
         raise self.error(f"call to {_describe(fn)} is not supported in kernels")
 
     def const_array(self, node):
@@ -1054,7 +1053,7 @@ class Frontend:
     def matrix(self, fn, args: list):
         """The cuda.mma fragment intrinsics (see intrinsics.py)."""
         if fn is K.mma.zeros:
-            return self.emit("vzero", T.f32x4, [])
+            return self.emit(Op.VZERO, T.f32x4, [])
         if fn is K.mma.get:
             frag, index = args
             if not isinstance(frag, ir.Value) or frag.type.kind != "vector" or not isinstance(index, Const):
@@ -1062,7 +1061,7 @@ class Frontend:
             words = frag.type.bits // 32
             if not 0 <= index.value < words:
                 raise self.error(f"fragment index {index.value} is outside 0..{words - 1}")
-            return self.emit("vget", T.float32 if frag.type == T.f32x4 else T.uint32, [frag], index=index.value)
+            return self.emit(Op.VGET, T.float32 if frag.type == T.f32x4 else T.uint32, [frag], index=index.value)
         if fn is K.mma.load:
             ref, index, count = args
             if not (isinstance(ref, ArrayRef) and ref.type.space == "shared"
@@ -1073,7 +1072,7 @@ class Frontend:
             if ref.type.dtype == T.float32 and count.value != 4:
                 raise self.error("cuda.mma.load reads float32 words four at a time (an f32x4 fragment)")
             t = T.f32x4 if ref.type.dtype == T.float32 else T.u32x2 if count.value == 2 else T.u32x4
-            return self.emit("vload", t, [self.address(ref, index)], space="shared")
+            return self.emit(Op.VLOAD, t, [self.address(ref, index)], space="shared")
         a, b, c, dtype = args
         kind = {T.float16: "F16", T.bfloat16: "BF16"}.get(_dtype_of(dtype))
         if kind is None:
@@ -1081,7 +1080,7 @@ class Frontend:
         for name, x, t in (("a", a, T.u32x4), ("b", b, T.u32x2), ("c", c, T.f32x4)):
             if not isinstance(x, ir.Value) or x.type != t:
                 raise self.error(f"cuda.mma.mma_sync: {name} must be a {t} fragment, not {_describe(x)}")
-        return self.emit("mma", T.f32x4, [a, b, c], kind=kind)
+        return self.emit(Op.MMA, T.f32x4, [a, b, c], kind=kind)
 
     def atomic(self, op: str, args: list):
         """cuda.atomic.<op>(array, index, value[, value]): the old value of array[index]."""
@@ -1102,7 +1101,7 @@ class Frontend:
         values = [self.materialize(self.cast(v, t), t) for v in args[2:]]
         if op == "sub":
             op, values = "add", [self.materialize(self.neg(values[0]), t)]
-        return self.emit("atomic", t, [self.address(ref, index), *values], op=op, space=ref.type.space)
+        return self.emit(Op.ATOMIC, t, [self.address(ref, index), *values], op=op, space=ref.type.space)
 
     def shuffle(self, mode: str, args: list):
         if len(args) != 3:
@@ -1112,7 +1111,7 @@ class Frontend:
         t = T.float64 if t == T.WEAK_FLOAT else T.int64 if t == T.WEAK_INT else t
         if t == T.boolean:
             raise self.error("shuffle a bool as an integer (int(flag)) and compare after")
-        return self.emit("shfl", t, [self.materialize(value, t), self.materialize(self.cast(lane, T.int32), T.int32)],
+        return self.emit(Op.SHFL, t, [self.materialize(value, t), self.materialize(self.cast(lane, T.int32), T.int32)],
                          mode=mode)
 
     def math(self, name: str, args: list):
@@ -1129,16 +1128,16 @@ class Frontend:
                          (t if t.kind == "float" else T.float64))
         t = T.concrete(t)
         t = t if t.kind == "float" else T.float64
-        return self.emit("math", t, [self.materialize(a, t) for a in args], fn=name)
+        return self.emit(Op.MATH, t, [self.materialize(a, t) for a in args], fn=name)
 
     def grid(self, absolute: bool, ndim: int):
         out = []
         for axis in "xyz"[:ndim]:
             if absolute:
-                value = self.binop("add", self.binop("mul", self.dim3(K.blockIdx, axis), self.dim3(K.blockDim, axis)),
+                value = self.binop(Op.ADD, self.binop(Op.MUL, self.dim3(K.blockIdx, axis), self.dim3(K.blockDim, axis)),
                                    self.dim3(K.threadIdx, axis))
             else:
-                value = self.binop("mul", self.dim3(K.blockDim, axis), self.dim3(K.gridDim, axis))
+                value = self.binop(Op.MUL, self.dim3(K.blockDim, axis), self.dim3(K.gridDim, axis))
             out.append(value)
         return out[0] if ndim == 1 else tuple(out)
 
@@ -1246,9 +1245,11 @@ def _dtype_of(x):
     return None
 
 
-_BINOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "fdiv", ast.FloorDiv: "div", ast.Mod: "mod",
-           ast.BitAnd: "and", ast.BitOr: "or", ast.BitXor: "xor", ast.LShift: "shl", ast.RShift: "shr",
-           ast.Pow: "pow"}
+_BINOPS = {ast.Add: Op.ADD, ast.Sub: Op.SUB, ast.Mult: Op.MUL, ast.Div: Op.FDIV, ast.FloorDiv: Op.DIV,
+           ast.Mod: Op.MOD, ast.BitAnd: Op.AND, ast.BitOr: Op.OR, ast.BitXor: Op.XOR, ast.LShift: Op.SHL,
+           ast.RShift: Op.SHR}       # ** is a call of the math library (Frontend.power)
+_LOGIC = frozenset({Op.AND, Op.OR, Op.XOR})
+_SHIFTS = frozenset({Op.SHL, Op.SHR})
 _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
 _SPACE = {"global": "global", "shared": "shared", "local_memory": "local"}
 _FENCES = {K.threadfence: "GPU", K.threadfence_block: "CTA", K.threadfence_system: "SYS"}

@@ -5,7 +5,7 @@ instructions (`Value`s), then one terminator. Every value has a type and is defi
 The layout order is structured (the join of an `if` after both arms, a loop's exit after
 its body), which the simulated GPU relies on to reconverge diverged threads.
 
-Ops (args are Values; attrs hold constants):
+Operations (`Op`; args are Values, attrs hold constants):
   const(value)                 param(offset)            sreg(name)          dim(name)
   add sub mul fdiv div mod min max and or xor shl shr  (binary, same-typed)
   neg  not  cmp(op)  select(cond, a, b)  cast  math(fn)
@@ -14,15 +14,65 @@ Ops (args are Values; attrs hold constants):
   atomic(addr, value[, value], op, space) -> old value    shfl(value, lane, mode)
   vote(pred, mode) -> bool    ballot(pred) -> uint32
   vload(addr, space) -> fragment    vzero -> fragment    mma(a, b, c, kind) -> f32x4    vget(v, index)
-Terminators: ("br", block) ("cbr", cond, then_block, else_block) ("ret",)
+Terminators: Jump(target), Branch(cond, then, orelse), Return().
 """
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from lapis.cuda.compiler import types as T
 
-PURE = {"const", "param", "sreg", "dim", "add", "sub", "mul", "fdiv", "div", "mod", "min", "max", "and", "or", "xor",
-        "shl", "shr", "neg", "not", "cmp", "select", "cast", "math", "gaddr", "saddr", "fma", "vzero", "vget", "mma"}
+
+class Op(Enum):
+    """Every operation of the IR; the value is the name the IR's text uses."""
+    CONST = "const"
+    PARAM = "param"
+    SREG = "sreg"
+    DIM = "dim"
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    FDIV = "fdiv"
+    DIV = "div"
+    MOD = "mod"
+    MIN = "min"
+    MAX = "max"
+    AND = "and"
+    OR = "or"
+    XOR = "xor"
+    SHL = "shl"
+    SHR = "shr"
+    NEG = "neg"
+    NOT = "not"
+    CMP = "cmp"
+    SELECT = "select"
+    CAST = "cast"
+    MATH = "math"
+    GADDR = "gaddr"
+    LOAD = "load"
+    STORE = "store"
+    BARRIER = "barrier"
+    FENCE = "fence"
+    PHI = "phi"
+    ATOMIC = "atomic"
+    SHFL = "shfl"
+    VOTE = "vote"
+    BALLOT = "ballot"
+    VLOAD = "vload"
+    VZERO = "vzero"
+    VGET = "vget"
+    MMA = "mma"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Pure operations depend on their operands alone: CSE may merge them, hoisting may move them.
+PURE = frozenset({Op.CONST, Op.PARAM, Op.SREG, Op.DIM, Op.ADD, Op.SUB, Op.MUL, Op.FDIV, Op.DIV, Op.MOD, Op.MIN,
+                  Op.MAX, Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR, Op.NEG, Op.NOT, Op.CMP, Op.SELECT, Op.CAST,
+                  Op.MATH, Op.GADDR, Op.VZERO, Op.VGET, Op.MMA})
+# Operations kept even when nothing reads their result.
+EFFECTS = frozenset({Op.STORE, Op.BARRIER, Op.ATOMIC, Op.FENCE})
 ADDRESS = T.Scalar("ptr64", "uint", 64)      # a 64-bit global address
 
 
@@ -42,7 +92,7 @@ class Value:
 
     def format(self) -> str:
         attrs = " ".join(f"{k}={v}" for k, v in self.attrs.items())
-        if self.op == "phi":
+        if self.op is Op.PHI:
             args = ", ".join(f"[{a.name}, {b.name}]" for a, b in zip(self.args, self.block.preds, strict=False))
         else:
             args = ", ".join(a.name for a in self.args)
@@ -50,19 +100,57 @@ class Value:
         return f"{lhs}{self.op} {args}{' ' + attrs if attrs else ''}".rstrip()
 
 
+@dataclass(frozen=True, eq=False)
+class Jump:
+    """Go to `target`."""
+    target: "Block"
+
+    @property
+    def succs(self) -> list["Block"]:
+        return [self.target]
+
+    def format(self) -> str:
+        return f"br {self.target.name}"
+
+
+@dataclass(frozen=True, eq=False)
+class Branch:
+    """Go to `then` where the bool `cond` holds, to `orelse` where it does not."""
+    cond: Value
+    then: "Block"
+    orelse: "Block"
+
+    @property
+    def succs(self) -> list["Block"]:
+        return [self.then, self.orelse]
+
+    def format(self) -> str:
+        return f"cbr {self.cond.name}, {self.then.name}, {self.orelse.name}"
+
+
+@dataclass(frozen=True)
+class Return:
+    """The thread is done."""
+
+    @property
+    def succs(self) -> list["Block"]:
+        return []
+
+    def format(self) -> str:
+        return "ret"
+
+
 @dataclass(eq=False)
 class Block:
     name: str
     phis: list[Value] = field(default_factory=list)
     instrs: list[Value] = field(default_factory=list)
-    term: tuple | None = None
+    term: Jump | Branch | Return | None = None
     preds: list["Block"] = field(default_factory=list)
 
     @property
     def succs(self) -> list["Block"]:
-        if self.term is None or self.term[0] == "ret":
-            return []
-        return [self.term[1]] if self.term[0] == "br" else [self.term[2], self.term[3]]
+        return [] if self.term is None else self.term.succs
 
     def __repr__(self) -> str:
         return self.name
@@ -94,13 +182,8 @@ class Function:
             preds = f"   ; preds: {', '.join(p.name for p in b.preds)}" if b.preds else ""
             lines.append(f"{b.name}:{preds}")
             lines += ["    " + v.format() for v in b.phis + b.instrs]
-            t = b.term
-            if t is not None and t[0] == "br":
-                lines.append(f"    br {t[1].name}")
-            elif t is not None and t[0] == "cbr":
-                lines.append(f"    cbr {t[1].name}, {t[2].name}, {t[3].name}")
-            elif t is not None:
-                lines.append("    ret")
+            if b.term is not None:
+                lines.append("    " + b.term.format())
         return "\n".join(lines)
 
     def uses(self) -> dict[Value, int]:
@@ -109,6 +192,6 @@ class Function:
             for v in b.phis + b.instrs:
                 for a in v.args:
                     count[a] = count.get(a, 0) + 1
-            if b.term and b.term[0] == "cbr":
-                count[b.term[1]] = count.get(b.term[1], 0) + 1
+            if isinstance(b.term, Branch):
+                count[b.term.cond] = count.get(b.term.cond, 0) + 1
         return count

@@ -22,6 +22,7 @@ import numpy as np
 from lapis.cuda.compiler import ir, passes
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.frontend import CompileError
+from lapis.cuda.compiler.ir import Op
 from lapis.isa import Const, Imm, SpecialRegister, float_bits
 
 LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
@@ -136,7 +137,7 @@ class InstructionSelector:
 
     def reg(self, v: ir.Value) -> VReg:
         """v in a register (materializing constants before the loops they are used in)."""
-        if v.op == "const":
+        if v.op is Op.CONST:
             home = self.const_home.get(self.block.label, self.block)
             key = (home.label, v.type, repr(v.attrs["value"]))
             r = self.const_regs.get(key)
@@ -170,13 +171,13 @@ class InstructionSelector:
 
     def operand_b(self, v: ir.Value):
         """v as operand B: an immediate when it is a constant that fits, else a register."""
-        if v.op == "const":
+        if v.op is Op.CONST:
             t, value = v.type, v.attrs["value"]
             if t.bits in (16, 32):
                 return self.imm(t, value)
             if t.kind in ("int", "uint") and -2**31 <= value < 2**31:
                 return Imm(value & 0xFFFFFFFF)      # 64-bit integer ops sign-extend a 32-bit immediate
-        if v.op in ("param", "dim") and v.type.bits == 32:
+        if v.op in (Op.PARAM, Op.DIM) and v.type.bits == 32:
             return Const(0, v.attrs["offset"])
         return self.reg(v)
 
@@ -194,7 +195,7 @@ class InstructionSelector:
         for b, mb in zip(self.func.blocks, blocks, strict=True):
             self.block = mb
             for v in b.instrs:
-                if v.op != "const" and v not in self.fused:
+                if v.op is not Op.CONST and v not in self.fused:
                     self.lower(v)
             for succ in b.succs:
                 if succ.phis:
@@ -205,22 +206,21 @@ class InstructionSelector:
     def terminator(self, b: ir.Block, blocks: list[MBlock]) -> None:
         index = self.func.blocks.index(b)
         nxt = self.func.blocks[index + 1].name if index + 1 < len(self.func.blocks) else None
-        t = b.term
-        if t[0] == "ret":
-            self.emit("EXIT")
-        elif t[0] == "br":
-            if t[1].name != nxt:
-                self.emit("BRA", target=t[1].name)
-        else:
-            _, cond, then, other = t
-            p = self.reg(cond)
-            if then.name == nxt:
-                self.emit("BRA", guard=(p, True), target=other.name)
-            elif other.name == nxt:
-                self.emit("BRA", guard=(p, False), target=then.name)
-            else:
-                self.emit("BRA", guard=(p, False), target=then.name)
-                self.emit("BRA", target=other.name)
+        match b.term:
+            case ir.Return():
+                self.emit("EXIT")
+            case ir.Jump(target):
+                if target.name != nxt:
+                    self.emit("BRA", target=target.name)
+            case ir.Branch(cond, then, orelse):
+                p = self.reg(cond)
+                if then.name == nxt:
+                    self.emit("BRA", guard=(p, True), target=orelse.name)
+                elif orelse.name == nxt:
+                    self.emit("BRA", guard=(p, False), target=then.name)
+                else:
+                    self.emit("BRA", guard=(p, False), target=then.name)
+                    self.emit("BRA", target=orelse.name)
 
     def copy(self, dst: VReg, src) -> None:
         if dst.pred:
@@ -233,8 +233,8 @@ class InstructionSelector:
             self.emit("MOV", rd=dst, b=src)
 
     def phi_copies(self, copies: list[tuple[VReg, ir.Value]]) -> None:
-        consts = [(d, v) for d, v in copies if v.op == "const"]
-        pending = {d: self.reg(v) for d, v in copies if v.op != "const"}
+        consts = [(d, v) for d, v in copies if v.op is Op.CONST]
+        pending = {d: self.reg(v) for d, v in copies if v.op is not Op.CONST}
         pending = {d: s for d, s in pending.items() if d is not s}
         while pending:
             sources = set(map(id, pending.values()))
@@ -256,9 +256,9 @@ class InstructionSelector:
 
     # -- lowering -----------------------------------------------------------------------------
     def lower(self, v: ir.Value) -> None:
-        handler = getattr(self, "op_" + v.op, None)
+        handler = getattr(self, "op_" + v.op.value, None)
         if handler is None:
-            raise self.error(v, f"operation {v.op!r} is not supported by the code generator")
+            raise self.error(v, f"operation {v.op} is not supported by the code generator")
         result = handler(v)
         if result is not None:
             self.vmap[v] = result
@@ -287,7 +287,7 @@ class InstructionSelector:
         return r
 
     def _fusable(self, m: ir.Value, v: ir.Value) -> bool:
-        return m.op == "mul" and m.block is v.block and self.uses.get(m, 0) == 1 and m.type == v.type
+        return m.op is Op.MUL and m.block is v.block and self.uses.get(m, 0) == 1 and m.type == v.type
 
     def _binary(self, v, op_int, op_float, op_double, mods=None):
         a, b = v.args
@@ -328,7 +328,7 @@ class InstructionSelector:
                 op, b_op = ("FFMA", self.operand_b(y)) if t.bits == 32 else ("DFMA", self.reg(y))
                 self.emit(op, rd=r, ra=self.reg(x), b=b_op, rc=self.reg(b), neg="c")
                 return r
-            if t.bits == 32 and b.op == "const":
+            if t.bits == 32 and b.op is Op.CONST:
                 self.emit("FADD", rd=r, ra=self.reg(a), b=self.imm(t, -b.attrs["value"]))
             else:
                 self.emit("FADD" if t.bits == 32 else "DADD", rd=r, ra=self.reg(a), b=self.reg(b), neg="b")
@@ -339,7 +339,7 @@ class InstructionSelector:
 
     def op_mul(self, v):
         a, b = v.args
-        if v.type.kind in ("int", "uint") and b.op == "const" and b.attrs["value"] > 0 and \
+        if v.type.kind in ("int", "uint") and b.op is Op.CONST and b.attrs["value"] > 0 and \
                 b.attrs["value"] & (b.attrs["value"] - 1) == 0:
             r = self.new(v.type)
             mods = {"w": "64"} if v.type.bits == 64 else {}
@@ -474,7 +474,7 @@ class InstructionSelector:
         return self._fdiv64(self.reg(a), self.reg(b))
 
     def _fdiv32(self, a: VReg, b: ir.Value) -> VReg:
-        if b.op == "const" and b.attrs["value"] != 0 and abs(math.frexp(b.attrs["value"])[0]) == 0.5 \
+        if b.op is Op.CONST and b.attrs["value"] != 0 and abs(math.frexp(b.attrs["value"])[0]) == 0.5 \
                 and 2**-126 < abs(b.attrs["value"]) < 2**126:       # a power of two: the reciprocal is exact
             r = self.new(T.float32)
             self.emit("FMUL", rd=r, ra=a, b=self.imm(T.float32, 1.0 / b.attrs["value"]))
@@ -505,7 +505,7 @@ class InstructionSelector:
 
     @staticmethod
     def _pow2(b: ir.Value) -> int | None:
-        if b.op != "const" or b.attrs["value"] <= 0 or b.attrs["value"] & (b.attrs["value"] - 1):
+        if b.op is not Op.CONST or b.attrs["value"] <= 0 or b.attrs["value"] & (b.attrs["value"] - 1):
             return None
         return b.attrs["value"]
 
@@ -750,10 +750,10 @@ class InstructionSelector:
             ptr, index = addr.args
             scale = addr.attrs["scale"]
             offset = 0
-            if index.op == "add" and index.args[1].op == "const":
+            if index.op is Op.ADD and index.args[1].op is Op.CONST:
                 offset = index.args[1].attrs["value"] * scale
                 index = index.args[0]
-            if index.op == "const":
+            if index.op is Op.CONST:
                 offset += index.attrs["value"] * scale
                 if -2**31 <= offset < 2**31:
                     return self.reg(ptr), offset
@@ -765,9 +765,9 @@ class InstructionSelector:
                 wide = "WIDE" if index.type.bits == 32 else "64"
                 self.emit("IMAD", mods={"w": wide}, rd=base, ra=self.reg(index), b=Imm(scale), rc=self.reg(ptr))
             return base, offset
-        if addr.op == "const":                   # shared memory: a byte offset
+        if addr.op is Op.CONST:                   # shared memory: a byte offset
             return RZ32, addr.attrs["value"]
-        if addr.op == "add" and addr.args[1].op == "const":
+        if addr.op is Op.ADD and addr.args[1].op is Op.CONST:
             return self.reg(addr.args[0]), addr.args[1].attrs["value"]
         return self.reg(addr), 0
 

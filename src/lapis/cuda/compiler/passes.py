@@ -16,10 +16,11 @@ Constant folding, local CSE and small-loop unrolling already happened while the 
 built the IR.
 """
 
+from dataclasses import replace
+
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
-
-EFFECTS = {"store", "barrier", "atomic", "fence"}
+from lapis.cuda.compiler.ir import Op
 
 
 def _rewrite(func: ir.Function, repl: dict) -> None:
@@ -30,8 +31,8 @@ def _rewrite(func: ir.Function, repl: dict) -> None:
     for b in func.blocks:
         for v in b.phis + b.instrs:
             v.args = [resolve(a) for a in v.args]
-        if b.term and b.term[0] == "cbr":
-            b.term = ("cbr", resolve(b.term[1]), b.term[2], b.term[3])
+        if isinstance(b.term, ir.Branch):
+            b.term = replace(b.term, cond=resolve(b.term.cond))
 
 
 def remove_trivial_phis(func: ir.Function) -> None:
@@ -112,7 +113,7 @@ def dominator_cse(func: ir.Function) -> None:
     def walk(block):
         added = []
         for v in block.instrs:
-            if v.op not in ir.PURE or v.op == "const":
+            if v.op not in ir.PURE or v.op is Op.CONST:
                 continue
             k = key(v)
             if k in table:
@@ -159,16 +160,16 @@ HOIST_BUDGET = 96      # values hoisted out of one loop at most: each stays live
 
 def hoist_invariants(func: ir.Function) -> None:
     for _, body, preheader in loops(func):          # innermost first, so code can climb out of nests
-        inside = {v for b in body for v in b.phis + b.instrs if v.op != "const"}
+        inside = {v for b in body for v in b.phis + b.instrs if v.op is not Op.CONST}
         budget = HOIST_BUDGET
         for b in [b for b in func.blocks if b in body]:         # layout order: definitions come first
             for v in list(b.instrs):
                 # Conditions stay: predicates are few (7), and recomputing one costs a single ISETP.
-                if budget and v.op in ir.PURE and v.op != "const" and v.type != T.boolean and \
+                if budget and v.op in ir.PURE and v.op is not Op.CONST and v.type != T.boolean and \
                         not any(a in inside for a in v.args):
                     budget -= 1
                     for a in v.args:                 # constants it reads come along (they dominate nothing)
-                        if a.op == "const" and a.block in body:
+                        if a.op is Op.CONST and a.block in body:
                             a.block.instrs.remove(a)
                             preheader.instrs.append(a)
                             a.block = preheader
@@ -185,20 +186,20 @@ def reduce_strength(func: ir.Function) -> None:
                 continue
             init_pos = 0 if header.preds[0] is preheader else 1
             init, update = phi.args[init_pos], phi.args[1 - init_pos]
-            if not (update.op == "add" and update.args[0] is phi and update.args[1].op == "const"):
+            if not (update.op is Op.ADD and update.args[0] is phi and update.args[1].op is Op.CONST):
                 continue
             step = update.args[1].attrs["value"]
             for b in body:
                 for v in list(b.instrs):
-                    if not (v.op == "mul" and v.args[0] is phi and v.args[1].op == "const" and v.type == phi.type):
+                    if not (v.op is Op.MUL and v.args[0] is phi and v.args[1].op is Op.CONST and v.type == phi.type):
                         continue
-                    scale = func.new_value("const", phi.type, attrs=dict(v.args[1].attrs), block=preheader)
-                    start = func.new_value("mul", phi.type, [init, scale], block=preheader, line=v.line)
+                    scale = func.new_value(Op.CONST, phi.type, attrs=dict(v.args[1].attrs), block=preheader)
+                    start = func.new_value(Op.MUL, phi.type, [init, scale], block=preheader, line=v.line)
                     preheader.instrs += [scale, start]
-                    delta = func.new_value("const", phi.type, attrs={"value": step * scale.attrs["value"]},
+                    delta = func.new_value(Op.CONST, phi.type, attrs={"value": step * scale.attrs["value"]},
                                            block=update.block)
-                    reduced = func.new_value("phi", phi.type, block=header, line=v.line)
-                    advanced = func.new_value("add", phi.type, [reduced, delta], block=update.block, line=v.line)
+                    reduced = func.new_value(Op.PHI, phi.type, block=header, line=v.line)
+                    advanced = func.new_value(Op.ADD, phi.type, [reduced, delta], block=update.block, line=v.line)
                     reduced.args = [None, None]
                     reduced.args[init_pos], reduced.args[1 - init_pos] = start, advanced
                     header.phis.append(reduced)
@@ -208,7 +209,7 @@ def reduce_strength(func: ir.Function) -> None:
                     b.instrs.remove(v)
 
 
-_HALF_ARITHMETIC = {"add", "sub", "mul", "fdiv", "div", "mod", "min", "max", "neg", "math"}
+_HALF_ARITHMETIC = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.FDIV, Op.DIV, Op.MOD, Op.MIN, Op.MAX, Op.NEG, Op.MATH})
 
 
 def legalize_halves(func: ir.Function) -> None:
@@ -217,19 +218,19 @@ def legalize_halves(func: ir.Function) -> None:
         out = []
         for v in b.instrs:
             halves_in = [a for a in v.args if getattr(a.type, "half", False)]
-            if v.op in _HALF_ARITHMETIC and v.type.half or v.op == "cmp" and halves_in:
+            if v.op in _HALF_ARITHMETIC and v.type.half or v.op is Op.CMP and halves_in:
                 args = []
                 for a in v.args:
                     if getattr(a.type, "half", False):
-                        a = func.new_value("cast", T.float32, [a], block=b, line=v.line)
+                        a = func.new_value(Op.CAST, T.float32, [a], block=b, line=v.line)
                         out.append(a)
                     args.append(a)
-                if v.op == "cmp":
+                if v.op is Op.CMP:
                     v.args = args
                 else:                       # v becomes the rounding back, so its users keep it
                     wide = func.new_value(v.op, T.float32, args, dict(v.attrs), block=b, line=v.line)
                     out.append(wide)
-                    v.op, v.args, v.attrs = "cast", [wide], {}
+                    v.op, v.args, v.attrs = Op.CAST, [wide], {}
             out.append(v)
         b.instrs = out
 
@@ -242,7 +243,7 @@ def eliminate_dead_code(func: ir.Function) -> None:
             keep = [v for v in b.phis if uses.get(v, 0) > sum(a is v for a in v.args)]
             removed |= len(keep) != len(b.phis)
             b.phis = keep
-            keep = [v for v in b.instrs if v.op in EFFECTS or uses.get(v, 0)]
+            keep = [v for v in b.instrs if v.op in ir.EFFECTS or uses.get(v, 0)]
             removed |= len(keep) != len(b.instrs)
             b.instrs = keep
         if not removed:
@@ -254,19 +255,19 @@ def split_critical_edges(func: ir.Function) -> None:
     placed just before the successor (all such edges go forward, so layout stays structured)."""
     count = 0
     for b in list(func.blocks):
-        if not b.term or b.term[0] != "cbr":
+        if not isinstance(b.term, ir.Branch):
             continue
-        _, cond, then, other = b.term
-        for succ in (then, other):
+        then, orelse = b.term.then, b.term.orelse
+        for succ in (then, orelse):
             if not succ.phis or len(succ.preds) < 2:
                 continue
             count += 1
-            mid = ir.Block(f"edge{count}_{b.name}_{succ.name}", preds=[b], term=("br", succ))
+            mid = ir.Block(f"edge{count}_{b.name}_{succ.name}", preds=[b], term=ir.Jump(succ))
             succ.preds[succ.preds.index(b)] = mid
             func.blocks.insert(func.blocks.index(succ), mid)
             then = mid if succ is then else then
-            other = mid if succ is other else other
-        b.term = ("cbr", cond, then, other)
+            orelse = mid if succ is orelse else orelse
+        b.term = replace(b.term, then=then, orelse=orelse)
 
 
 def optimize(func: ir.Function) -> ir.Function:
