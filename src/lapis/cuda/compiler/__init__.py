@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 
 from lapis import abi, trace
 from lapis.cuda.compiler import cache, codegen, isel, passes, regalloc
-from lapis.cuda.compiler.frontend import CompileError, build_ir, kernarg_layout
+from lapis.cuda.compiler.errors import CompileError
+from lapis.cuda.compiler.frontend import build_ir, kernarg_layout
 from lapis.isa import INSTRUCTION_BYTES, disassemble, encode_program
 from lapis.runtime import CodeObject, KernelCode
 

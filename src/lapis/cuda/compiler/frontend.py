@@ -20,7 +20,6 @@ import inspect
 import math
 import operator
 import textwrap
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,48 +28,16 @@ from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.device_function import DeviceFunction
+from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.ir import Op
+from lapis.cuda.compiler.values import ArrayRef, Const, cast_constant, describe, dtype_of
 
 UNROLL_LIMIT = 32
 MAX_RETYPES = 16
 
 
-class CompileError(Exception):
-    """A kernel the compiler cannot translate; names the file, line and construct."""
-
-    def __init__(self, message: str, filename: str = "<kernel>", line: int = 0, kernel: str = ""):
-        where = f"{filename}:{line}: " if line else ""
-        super().__init__(f"{where}{message}" + (f" (in kernel {kernel!r})" if kernel else ""))
-        self.filename, self.line, self.kernel = filename, line, kernel
-
-
 class _Retype(Exception):
     """A variable needs a wider type than the walk assumed: restart."""
-
-
-@dataclass(frozen=True)
-class Const:
-    """A value known at compile time, with its (possibly weak) type."""
-    value: object
-    type: object
-
-
-@dataclass
-class ArrayRef:
-    """An array the kernel can index: a kernel argument, a shared array or a local array."""
-    name: str
-    type: T.ArrayType
-    param_offset: int = 0          # global: kernarg offset of the data pointer
-    base: int = 0                  # shared: byte offset in the block's shared memory
-
-
-def _np_value(value, t: T.Scalar):
-    """A Python value converted as storing it in type t would (wrapping integers)."""
-    if t.kind == "bool":
-        return bool(value)
-    if t.kind == "float":
-        return float(t.dtype.type(value))
-    return int(np.array(int(value) & ((1 << 64) - 1), np.uint64).astype(t.dtype))
 
 
 def kernarg_layout(argtypes: list) -> tuple[list[dict], int]:
@@ -209,7 +176,7 @@ class Frontend:
             if t.kind == "vector":
                 v = self.func.new_value(Op.VZERO, t, block=self.entry)
             else:
-                v = self.func.new_value(Op.CONST, t, attrs={"value": _np_value(0, t)}, block=self.entry)
+                v = self.func.new_value(Op.CONST, t, attrs={"value": cast_constant(0, t)}, block=self.entry)
             self.entry.instrs.insert(0, v)
             self.cse[key] = v
         return self.cse[key]
@@ -233,19 +200,19 @@ class Frontend:
         """An IR value for x (a Const or Value), of type t if given."""
         if isinstance(x, Const):
             t = t or T.concrete(x.type)
-            return self.emit(Op.CONST, t, value=_np_value(x.value, t))
+            return self.emit(Op.CONST, t, value=cast_constant(x.value, t))
         if not isinstance(x, ir.Value):
-            raise self.error(f"{_describe(x)} cannot be used as a value here")
+            raise self.error(f"{describe(x)} cannot be used as a value here")
         return self.cast(x, t) if t is not None else x
 
     def typeof(self, x):
         if isinstance(x, Const | ir.Value):
             return x.type
-        raise self.error(f"{_describe(x)} is not a number")
+        raise self.error(f"{describe(x)} is not a number")
 
     def cast(self, x, t):
         if isinstance(x, Const):
-            return Const(_np_value(x.value, t), t)
+            return Const(cast_constant(x.value, t), t)
         if x.type == t:
             return x
         if t.kind == "vector" or x.type.kind == "vector":
@@ -303,14 +270,14 @@ class Frontend:
             return Const(0, t)
         if op in (Op.ADD, Op.SUB) and a.op is Op.ADD and a.args[1].op is Op.CONST:     # (x + c1) + c2
             c = a.args[1].attrs["value"] + (b.value if op is Op.ADD else -b.value)
-            return self.binop(Op.ADD, a.args[0], Const(_np_value(c, t), t))
+            return self.binop(Op.ADD, a.args[0], Const(cast_constant(c, t), t))
         if op is Op.MUL and a.op is Op.ADD and a.args[1].op is Op.CONST:              # (x + c1) * c2
             return self.binop(Op.ADD, self.binop(Op.MUL, a.args[0], b),
-                              Const(_np_value(a.args[1].attrs["value"] * b.value, t), t))
+                              Const(cast_constant(a.args[1].attrs["value"] * b.value, t), t))
         if op is Op.MUL and a.op is Op.MUL and a.args[1].op is Op.CONST:              # (x * c1) * c2
-            return self.binop(Op.MUL, a.args[0], Const(_np_value(a.args[1].attrs["value"] * b.value, t), t))
+            return self.binop(Op.MUL, a.args[0], Const(cast_constant(a.args[1].attrs["value"] * b.value, t), t))
         if op is Op.SUB:
-            return self.binop(Op.ADD, a, Const(_np_value(-b.value, t), t))
+            return self.binop(Op.ADD, a, Const(cast_constant(-b.value, t), t))
         return None
 
     def fold(self, op: Op, x, y, t):
@@ -326,7 +293,7 @@ class Frontend:
                 value = float(math.floor(x / y)) if op is Op.DIV else x - math.floor(x / y) * y
             return Const(value, t)
         value = self._FOLD[op](x, y)
-        return Const(_np_value(value, t) if isinstance(t, T.Scalar) else value, t)
+        return Const(cast_constant(value, t) if isinstance(t, T.Scalar) else value, t)
 
     def compare(self, op: str, a, b):
         t = T.unify(self.typeof(a), self.typeof(b))
@@ -345,7 +312,7 @@ class Frontend:
     def neg(self, x):
         t = self.typeof(x)
         if isinstance(x, Const):
-            return Const(-x.value, t) if not isinstance(t, T.Scalar) else Const(_np_value(-x.value, t), t)
+            return Const(-x.value, t) if not isinstance(t, T.Scalar) else Const(cast_constant(-x.value, t), t)
         if t == T.boolean:
             x, t = self.cast(x, T.int64), T.int64
         return self.emit(Op.NEG, t, [x])
@@ -440,7 +407,7 @@ class Frontend:
             self.assign_subscript(self.expr(target.value), self.expr(target.slice), value)
         elif isinstance(target, ast.Tuple | ast.List):
             if not isinstance(value, tuple) or len(value) != len(target.elts):
-                raise self.error(f"cannot unpack {_describe(value)} into {len(target.elts)} names")
+                raise self.error(f"cannot unpack {describe(value)} into {len(target.elts)} names")
             for t, v in zip(target.elts, value, strict=True):
                 self.assign(t, v)
         else:
@@ -786,11 +753,11 @@ class Frontend:
         if base is K.laneid or base is K.warpsize:
             raise self.error(f"{base.name} has no attributes")
         if isinstance(base, Const | ir.Value | tuple):
-            raise self.error(f"{_describe(base)} has no attribute {attr!r}")
+            raise self.error(f"{describe(base)} has no attribute {attr!r}")
         try:
             return self.static_value(getattr(base, attr), attr)
         except AttributeError:
-            raise self.error(f"{_describe(base)} has no attribute {attr!r}") from None
+            raise self.error(f"{describe(base)} has no attribute {attr!r}") from None
 
     def dim3(self, which: K.Dim3, axis: str):
         if which is K.threadIdx or which is K.blockIdx:
@@ -836,17 +803,17 @@ class Frontend:
             except IndexError:
                 raise self.error(f"tuple index {index.value} out of range") from None
         if not isinstance(base, ArrayRef):
-            raise self.error(f"{_describe(base)} cannot be indexed")
+            raise self.error(f"{describe(base)} cannot be indexed")
         if base.type.space == "local":
             return self.read(self.local_slot(base, index), self.current)
         return self.emit(Op.LOAD, base.type.dtype, [self.address(base, index)], space=_SPACE[base.type.space])
 
     def assign_subscript(self, base, index, value) -> None:
         if not isinstance(base, ArrayRef):
-            raise self.error(f"cannot assign into {_describe(base)}")
+            raise self.error(f"cannot assign into {describe(base)}")
         t = base.type.dtype
         if not isinstance(value, Const | ir.Value):
-            raise self.error(f"cannot store {_describe(value)} into an array")
+            raise self.error(f"cannot store {describe(value)} into an array")
         if base.type.space == "local":
             slot = self.local_slot(base, index)
             self.write(slot, self.current, self.materialize(self.cast(value, t), t))
@@ -862,7 +829,7 @@ class Frontend:
         for x in items:
             if not isinstance(x, Const | ir.Value) or self.typeof(x) in (T.WEAK_FLOAT,) or \
                     getattr(self.typeof(x), "kind", "int") == "float":
-                raise self.error(f"array index must be an integer, not {_describe(x)}")
+                raise self.error(f"array index must be an integer, not {describe(x)}")
         return items
 
     def local_slot(self, ref: ArrayRef, index) -> str:
@@ -959,7 +926,7 @@ class Frontend:
                     bool: lambda: self.to_bool(x)}[fn]()
         if fn is range:
             raise self.error("range() can only be used as the iterable of a for loop")
-        dtype = _dtype_of(fn)
+        dtype = dtype_of(fn)
         if dtype is not None:
             (x,) = args
             return self.cast(x, dtype)
@@ -980,7 +947,7 @@ class Frontend:
             if fn is math.isinf:
                 return inf
             return self.to_bool(self.emit(Op.NOT, T.boolean, [self.emit(Op.OR, T.boolean, [nan, inf])]))
-        raise self.error(f"call to {_describe(fn)} is not supported in kernels")
+        raise self.error(f"call to {describe(fn)} is not supported in kernels")
 
     def const_array(self, node):
         """cuda.const.array_like(ary): the contents of a global numpy array, fixed at compile time.
@@ -992,7 +959,7 @@ class Frontend:
         ary = self.expr(node.args[0])
         if not isinstance(ary, np.ndarray):
             raise self.error(f"cuda.const.array_like needs a numpy array known when the kernel compiles, not "
-                             f"{_describe(ary)}")
+                             f"{describe(ary)}")
         data = np.ascontiguousarray(ary)
         index = next((k for k, known in enumerate(self.func.const_arrays) if known.dtype == data.dtype
                       and known.shape == data.shape and np.array_equal(known, data)), None)
@@ -1074,12 +1041,12 @@ class Frontend:
             t = T.f32x4 if ref.type.dtype == T.float32 else T.u32x2 if count.value == 2 else T.u32x4
             return self.emit(Op.VLOAD, t, [self.address(ref, index)], space="shared")
         a, b, c, dtype = args
-        kind = {T.float16: "F16", T.bfloat16: "BF16"}.get(_dtype_of(dtype))
+        kind = {T.float16: "F16", T.bfloat16: "BF16"}.get(dtype_of(dtype))
         if kind is None:
             raise self.error("cuda.mma.mma_sync's dtype is cuda.float16 or cuda.bfloat16")
         for name, x, t in (("a", a, T.u32x4), ("b", b, T.u32x2), ("c", c, T.f32x4)):
             if not isinstance(x, ir.Value) or x.type != t:
-                raise self.error(f"cuda.mma.mma_sync: {name} must be a {t} fragment, not {_describe(x)}")
+                raise self.error(f"cuda.mma.mma_sync: {name} must be a {t} fragment, not {describe(x)}")
         return self.emit(Op.MMA, T.f32x4, [a, b, c], kind=kind)
 
     def atomic(self, op: str, args: list):
@@ -1090,7 +1057,7 @@ class Frontend:
                              + ("old, value" if op == "cas" else "value"))
         ref, index = args[0], args[1]
         if not isinstance(ref, ArrayRef) or ref.type.space not in ("global", "shared"):
-            raise self.error(f"cuda.atomic.{op} needs a global or shared array, not {_describe(ref)}")
+            raise self.error(f"cuda.atomic.{op} needs a global or shared array, not {describe(ref)}")
         t = ref.type.dtype
         allowed = {"add": ("int32", "uint32", "float32", "int64", "uint64"), "sub": ("int32", "uint32", "float32",
                    "int64", "uint64"), "max": ("int32", "uint32", "float32", "uint64"),
@@ -1151,7 +1118,7 @@ class Frontend:
             raise self.error(f"{fn.name} needs a shape and a dtype")
         shape = self.expr(shape_node)
         shape = shape if isinstance(shape, tuple) else (shape,)
-        dtype = _dtype_of(self.expr(dtype_node))
+        dtype = dtype_of(self.expr(dtype_node))
         if dtype is None:
             raise self.error(f"{fn.name}: unsupported dtype")
         self.counter += 1
@@ -1220,29 +1187,6 @@ def _construct(node) -> str:
              "FunctionDef": "nested function definition", "Yield": "yield", "Raise": "'raise' statement",
              "JoinedStr": "f-string", "Starred": "starred expression", "Slice": "slice"}
     return names.get(type(node).__name__, f"'{type(node).__name__}'")
-
-
-def _describe(x) -> str:
-    if isinstance(x, ArrayRef):
-        return f"array {x.name!r}"
-    if isinstance(x, tuple):
-        return f"a tuple of {len(x)}"
-    if isinstance(x, Const):
-        return f"constant {x.value!r}"
-    if isinstance(x, ir.Value):
-        return f"a {x.type} value"
-    return getattr(x, "name", None) or getattr(x, "__name__", None) or repr(x)
-
-
-def _dtype_of(x):
-    if isinstance(x, T.Scalar):
-        return x
-    try:
-        if isinstance(x, type) and issubclass(x, np.generic) or isinstance(x, np.dtype):
-            return T.scalar_of(x)
-    except TypeError:
-        return None
-    return None
 
 
 _BINOPS = {ast.Add: Op.ADD, ast.Sub: Op.SUB, ast.Mult: Op.MUL, ast.Div: Op.FDIV, ast.FloorDiv: Op.DIV,

@@ -21,7 +21,7 @@ import numpy as np
 
 from lapis.cuda.compiler import ir, passes
 from lapis.cuda.compiler import types as T
-from lapis.cuda.compiler.frontend import CompileError
+from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.ir import Op
 from lapis.isa import Const, Imm, SpecialRegister, float_bits
 

@@ -20,7 +20,7 @@ that lives for one instruction, and allocation runs again. Predicates are not sp
 kernel with more than 7 conditions live at once gets a clear error.
 """
 
-from lapis.cuda.compiler.frontend import CompileError
+from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.isel import MBlock, MInst, Part, VReg
 from lapis.isa import NUM_PREDICATES, NUM_REGISTERS, Imm
 
