@@ -379,3 +379,102 @@ def test_ieee_specials_flow_without_warnings(recwarn):
     specials[1, 32](cuda.to_device(np.ones(32, np.float32)), out)
     assert np.all(np.isnan(out.copy_to_host()))
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+# Each kernel misuses one call on the line after its `def`; x is float32[4], out float32[4].
+def abs_of_two(x, out):
+    out[0] = abs(x[0], x[1])
+
+
+def grid_without_ndim(x, out):
+    out[0] = cuda.grid()
+
+
+def grid_of_four(x, out):
+    out[0] = cuda.grid(4)
+
+
+def shuffle_without_lane(x, out):
+    out[0] = cuda.shfl_sync(0xFFFFFFFF, x[0])
+
+
+def exp_of_an_array(x, out):
+    out[0] = math.exp(x)
+
+
+def misspelt_intrinsic(x, out):
+    out[0] = cuda.gird(1)
+
+
+def host_function_in_a_kernel(x, out):
+    out[0] = cuda.to_device(x)
+
+
+def cast_of_two(x, out):
+    out[0] = cuda.float32(x[0], x[1])
+
+
+def cas_on_floats(x, out):
+    out[0] = cuda.atomic.cas(out, 0, x[0], x[1])
+
+
+def keyword_to_abs(x, out):
+    out[0] = abs(x=x[0])
+
+
+def misspelt_keyword(x, out):
+    out[0] = cuda.local.array(shap=4, dtype=cuda.float32)[0]
+
+
+def range_of_four(x, out):
+    for i in range(0, 4, 1, 1):
+        out[i] = x[i]
+
+
+def range_of_a_float(x, out):
+    for i in range(x[0]):
+        out[i] = 1
+
+
+MISUSED_CALLS = [
+    (abs_of_two, r"abs\(\) takes 1 argument \(x\), got 2"),
+    (grid_without_ndim, r"cuda\.grid\(\) takes 1 argument \(ndim\), got 0"),
+    (grid_of_four, r"cuda\.grid\(\) argument 1 \(ndim\) must be a constant 1, 2 or 3, not constant 4"),
+    (shuffle_without_lane, r"cuda\.shfl_sync\(\) takes 3 arguments \(mask, value, src_lane\), got 2"),
+    (exp_of_an_array, r"math\.exp\(\) argument 1 \(x\) must be a number, not array 'x'"),
+    (misspelt_intrinsic, r"lapis\.cuda has no attribute 'gird'"),
+    (host_function_in_a_kernel, r"call to to_device is not supported in kernels"),
+    (cast_of_two, r"float32\(\) takes 1 argument \(x\), got 2"),
+    (cas_on_floats, r"cuda\.atomic\.cas\(\) argument 1 \(array\) must be a global or shared array of int32, "
+                    r"uint32, not array 'out'"),
+    (keyword_to_abs, r"abs\(\) takes no keyword arguments"),
+    (misspelt_keyword, r"cuda\.local\.array\(\) got an unexpected keyword argument 'shap'"),
+    (range_of_four, r"range\(\) takes 1 to 3 arguments \(start, stop, step\), got 4"),
+    (range_of_a_float, r"range\(\) argument 1 \(start\) must be an integer, not a float32 value"),
+]
+
+
+@pytest.mark.parametrize("kernel, message", MISUSED_CALLS, ids=[k.__name__ for k, _ in MISUSED_CALLS])
+def test_a_misused_call_is_a_compile_error_at_its_line(kernel, message):
+    with pytest.raises(cuda.CompileError, match=message) as e:
+        cuda.jit(kernel)[1, 1](cuda.to_device(np.ones(4, np.float32)), cuda.device_array(4, np.float32))
+    line = kernel.__code__.co_firstlineno + 1
+    assert e.value.filename == __file__ and e.value.line == line and e.value.kernel == kernel.__name__
+    assert str(e.value).startswith(f"{__file__}:{line}: ")
+
+
+def test_every_callable_intrinsic_has_an_entry_in_the_table_of_calls():
+    from lapis.cuda.compiler import calls
+    from lapis.cuda.compiler import intrinsics as K
+
+    def callables(namespace):
+        for value in vars(namespace).values() if isinstance(namespace, K._Namespace) else namespace.values():
+            if isinstance(value, K._Namespace):
+                yield from callables(value)
+            elif isinstance(value, K.Intrinsic) and not isinstance(value, K.Dim3) \
+                    and value not in (K.laneid, K.warpsize):        # values a kernel reads, not calls
+                yield value
+    found = list(callables(K.ALL))
+    assert len(found) > 20 and all(calls.lookup(i) is not None for i in found), \
+        [i.name for i in found if calls.lookup(i) is None]
+    assert all(calls.lookup(i).name == i.name for i in found)

@@ -24,13 +24,13 @@ import textwrap
 import numpy as np
 
 from lapis import abi
+from lapis.cuda.compiler import calls, ir
 from lapis.cuda.compiler import intrinsics as K
-from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.device_function import DeviceFunction
 from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.ir import Op
-from lapis.cuda.compiler.values import ArrayRef, Const, cast_constant, describe, dtype_of
+from lapis.cuda.compiler.values import ArrayRef, Const, cast_constant, describe
 
 UNROLL_LIMIT = 32
 MAX_RETYPES = 16
@@ -500,9 +500,7 @@ class Frontend:
         if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
                 and self.lookup("range") is range):
             raise self.error("a kernel 'for' loop must iterate over range(...) or a tuple display")
-        bounds = [self.expr(a) for a in it.args]
-        if not 1 <= len(bounds) <= 3 or it.keywords:
-            raise self.error("range() takes 1 to 3 positional arguments")
+        bounds = self.arguments(calls.CALLS[range], it)
         start, stop, step = (Const(0, T.WEAK_INT), bounds[0], Const(1, T.WEAK_INT)) if len(bounds) == 1 else \
             (bounds[0], bounds[1], bounds[2] if len(bounds) == 3 else Const(1, T.WEAK_INT))
         if not isinstance(step, Const):
@@ -521,8 +519,6 @@ class Frontend:
                     self.statements(node.body)
                 return
         t = T.concrete(T.unify(T.unify(self.typeof(start), self.typeof(stop)), self.typeof(step)))
-        if t.kind not in ("int", "uint"):
-            raise self.error(f"range() bounds must be integers, not {t}")
         self.counter += 1
         counter, limit = f"$i{self.counter}", f"$stop{self.counter}"
         self.assign_name(counter, self.cast(start, t))
@@ -871,96 +867,27 @@ class Frontend:
     # -- calls ----------------------------------------------------------------------------------
     def expr_Call(self, node):
         fn = self.expr(node.func)
-        if node.keywords and fn not in (K.shared.array, K.local.array):
-            raise self.error("keyword arguments are not supported in kernel calls")
-        if fn is K.shared.array or fn is K.local.array:
-            return self.array_alloc(fn, node)
-        if fn is K.const.array_like:
-            return self.const_array(node)
-        args = [self.expr(a) for a in node.args]
-        if fn is K.syncthreads:
-            self.emit(Op.BARRIER, None)
-            return Const(0, T.WEAK_INT)
-        if fn in _FENCES:
-            self.emit(Op.FENCE, None, scope=_FENCES[fn])
-            return Const(0, T.WEAK_INT)
-        if fn is K.syncwarp:
-            return Const(0, T.WEAK_INT)       # lanes at one PC already execute together (see the docs)
         if isinstance(fn, DeviceFunction):
-            return self.inline(fn, args)
-        if fn in (K.mma.load, K.mma.zeros, K.mma.mma_sync, K.mma.get):
-            return self.matrix(fn, args)
-        if fn in _ATOMICS:
-            return self.atomic(_ATOMICS[fn], args)
-        if fn in _SHUFFLES:
-            return self.shuffle(_SHUFFLES[fn], args)
-        if fn in (K.all_sync, K.any_sync, K.ballot_sync):
-            if len(args) != 2:
-                raise self.error(f"{fn.name}(mask, predicate) takes two arguments")
-            pred = self.materialize(self.to_bool(args[1]), T.boolean)
-            if fn is K.ballot_sync:
-                return self.emit(Op.BALLOT, T.uint32, [pred])
-            return self.emit(Op.VOTE, T.boolean, [pred], mode="ALL" if fn is K.all_sync else "ANY")
-        if fn is K.grid or fn is K.gridsize:
-            if len(args) != 1 or not isinstance(args[0], Const) or args[0].value not in (1, 2, 3):
-                raise self.error(f"{fn.name}(ndim) takes a constant 1, 2 or 3")
-            return self.grid(fn is K.grid, args[0].value)
-        if fn in (min, max):
-            if len(args) < 2:
-                raise self.error(f"{fn.__name__}() of a single value is not supported; pass two or more")
-            result = args[0]
-            for a in args[1:]:
-                result = self.binop(Op.MIN if fn is min else Op.MAX, result, a)
-            return result
-        if fn is abs:
-            (x,) = args
-            t = self.typeof(x)
-            if isinstance(x, Const):
-                return Const(abs(x.value), t)
-            if t.kind == "float":
-                return self.emit(Op.MATH, t, [x], fn="fabs")
-            return self.binop(Op.MAX, x, self.neg(x))
-        if fn in (float, int, bool):
-            (x,) = args
-            return {float: lambda: self.cast(x, T.float64), int: lambda: self.cast(x, T.int64),
-                    bool: lambda: self.to_bool(x)}[fn]()
-        if fn is range:
-            raise self.error("range() can only be used as the iterable of a for loop")
-        dtype = dtype_of(fn)
-        if dtype is not None:
-            (x,) = args
-            return self.cast(x, dtype)
-        if fn in _MATH:
-            return self.math(_MATH[fn], args)
-        if fn in (math.isnan, math.isinf, math.isfinite):
-            (x,) = args
-            if isinstance(x, Const):
-                return Const(fn(x.value), T.boolean)
-            t = self.typeof(x)
-            if t.kind != "float":
-                return Const(fn is math.isfinite, T.boolean)
-            x = self.materialize(x, t)
-            nan = self.compare("ne", x, x)
-            if fn is math.isnan:
-                return nan
-            inf = self.compare("eq", self.emit(Op.MATH, t, [x], fn="fabs"), Const(math.inf, T.WEAK_FLOAT))
-            if fn is math.isinf:
-                return inf
-            return self.to_bool(self.emit(Op.NOT, T.boolean, [self.emit(Op.OR, T.boolean, [nan, inf])]))
-        raise self.error(f"call to {describe(fn)} is not supported in kernels")
+            if node.keywords:
+                raise self.error(f"device function {fn.__name__!r} takes its arguments by position")
+            return self.inline(fn, [self.expr(a) for a in node.args])
+        builtin = calls.lookup(fn)
+        if builtin is None:
+            raise self.error(f"call to {describe(fn)} is not supported in kernels")
+        return builtin.lower(self, self.arguments(builtin, node))
 
-    def const_array(self, node):
-        """cuda.const.array_like(ary): the contents of a global numpy array, fixed at compile time.
+    def arguments(self, builtin: calls.Builtin, node: ast.Call) -> list:
+        """A call's arguments, evaluated and checked against the table's entry (see calls.py)."""
+        args = [self.expr(a) for a in node.args]
+        keywords = {k.arg: self.expr(k.value) for k in node.keywords}
+        self.at(node)
+        return builtin.bind(args, keywords, self.error)
+
+    def constant_array(self, data: np.ndarray) -> ArrayRef:
+        """cuda.const.array_like's data, fixed at compile time.
 
         The data travels with the compiled kernel; the dispatcher copies it to the device once per
         context and passes its address as a hidden argument after the kernel's own."""
-        if len(node.args) != 1 or node.keywords:
-            raise self.error("cuda.const.array_like(ary) takes one array")
-        ary = self.expr(node.args[0])
-        if not isinstance(ary, np.ndarray):
-            raise self.error(f"cuda.const.array_like needs a numpy array known when the kernel compiles, not "
-                             f"{describe(ary)}")
-        data = np.ascontiguousarray(ary)
         index = next((k for k, known in enumerate(self.func.const_arrays) if known.dtype == data.dtype
                       and known.shape == data.shape and np.array_equal(known, data)), None)
         if index is None:
@@ -1017,122 +944,19 @@ class Frontend:
             return self.read(result, exit_)
         return Const(0, T.WEAK_INT)
 
-    def matrix(self, fn, args: list):
-        """The cuda.mma fragment intrinsics (see intrinsics.py)."""
-        if fn is K.mma.zeros:
-            return self.emit(Op.VZERO, T.f32x4, [])
-        if fn is K.mma.get:
-            frag, index = args
-            if not isinstance(frag, ir.Value) or frag.type.kind != "vector" or not isinstance(index, Const):
-                raise self.error("cuda.mma.get(fragment, i) takes a fragment and a constant index")
-            words = frag.type.bits // 32
-            if not 0 <= index.value < words:
-                raise self.error(f"fragment index {index.value} is outside 0..{words - 1}")
-            return self.emit(Op.VGET, T.float32 if frag.type == T.f32x4 else T.uint32, [frag], index=index.value)
-        if fn is K.mma.load:
-            ref, index, count = args
-            if not (isinstance(ref, ArrayRef) and ref.type.space == "shared"
-                    and ref.type.dtype in (T.uint32, T.float32)):
-                raise self.error("cuda.mma.load reads a shared array of uint32 or float32 words")
-            if not (isinstance(count, Const) and count.value in (2, 4)):
-                raise self.error("cuda.mma.load takes a constant count of 2 or 4 words")
-            if ref.type.dtype == T.float32 and count.value != 4:
-                raise self.error("cuda.mma.load reads float32 words four at a time (an f32x4 fragment)")
-            t = T.f32x4 if ref.type.dtype == T.float32 else T.u32x2 if count.value == 2 else T.u32x4
-            return self.emit(Op.VLOAD, t, [self.address(ref, index)], space="shared")
-        a, b, c, dtype = args
-        kind = {T.float16: "F16", T.bfloat16: "BF16"}.get(dtype_of(dtype))
-        if kind is None:
-            raise self.error("cuda.mma.mma_sync's dtype is cuda.float16 or cuda.bfloat16")
-        for name, x, t in (("a", a, T.u32x4), ("b", b, T.u32x2), ("c", c, T.f32x4)):
-            if not isinstance(x, ir.Value) or x.type != t:
-                raise self.error(f"cuda.mma.mma_sync: {name} must be a {t} fragment, not {describe(x)}")
-        return self.emit(Op.MMA, T.f32x4, [a, b, c], kind=kind)
-
-    def atomic(self, op: str, args: list):
-        """cuda.atomic.<op>(array, index, value[, value]): the old value of array[index]."""
-        count = 4 if op == "cas" else 3
-        if len(args) != count:
-            raise self.error(f"cuda.atomic.{op} takes {count} arguments: array, index, "
-                             + ("old, value" if op == "cas" else "value"))
-        ref, index = args[0], args[1]
-        if not isinstance(ref, ArrayRef) or ref.type.space not in ("global", "shared"):
-            raise self.error(f"cuda.atomic.{op} needs a global or shared array, not {describe(ref)}")
-        t = ref.type.dtype
-        allowed = {"add": ("int32", "uint32", "float32", "int64", "uint64"), "sub": ("int32", "uint32", "float32",
-                   "int64", "uint64"), "max": ("int32", "uint32", "float32", "uint64"),
-                   "min": ("int32", "uint32", "float32", "uint64"), "exch": ("int32", "uint32", "float32",
-                   "int64", "uint64"), "cas": ("int32", "uint32")}[op]
-        if t.name not in allowed:
-            raise self.error(f"cuda.atomic.{op} on {t} arrays is not supported (supported: {', '.join(allowed)})")
-        values = [self.materialize(self.cast(v, t), t) for v in args[2:]]
-        if op == "sub":
-            op, values = "add", [self.materialize(self.neg(values[0]), t)]
-        return self.emit(Op.ATOMIC, t, [self.address(ref, index), *values], op=op, space=ref.type.space)
-
-    def shuffle(self, mode: str, args: list):
-        if len(args) != 3:
-            raise self.error("shuffles take (mask, value, lane or delta)")
-        value, lane = args[1], args[2]
-        t = self.typeof(value)
-        t = T.float64 if t == T.WEAK_FLOAT else T.int64 if t == T.WEAK_INT else t
-        if t == T.boolean:
-            raise self.error("shuffle a bool as an integer (int(flag)) and compare after")
-        return self.emit(Op.SHFL, t, [self.materialize(value, t), self.materialize(self.cast(lane, T.int32), T.int32)],
-                         mode=mode)
-
-    def math(self, name: str, args: list):
-        arity = 2 if name in ("pow", "atan2", "hypot") else 1
-        if len(args) != arity:
-            raise self.error(f"math.{name} takes {arity} argument(s)")
-        if name == "pow":
-            return self.power(*args)
-        t = T.WEAK_FLOAT
-        for a in args:
-            t = T.unify(t, self.typeof(a))
-        if all(isinstance(a, Const) for a in args):
-            return Const(getattr(math, name)(*(a.value for a in args)), T.WEAK_FLOAT if isinstance(t, T.Weak) else
-                         (t if t.kind == "float" else T.float64))
-        t = T.concrete(t)
-        t = t if t.kind == "float" else T.float64
-        return self.emit(Op.MATH, t, [self.materialize(a, t) for a in args], fn=name)
-
-    def grid(self, absolute: bool, ndim: int):
-        out = []
-        for axis in "xyz"[:ndim]:
-            if absolute:
-                value = self.binop(Op.ADD, self.binop(Op.MUL, self.dim3(K.blockIdx, axis), self.dim3(K.blockDim, axis)),
-                                   self.dim3(K.threadIdx, axis))
-            else:
-                value = self.binop(Op.MUL, self.dim3(K.blockDim, axis), self.dim3(K.gridDim, axis))
-            out.append(value)
-        return out[0] if ndim == 1 else tuple(out)
-
-    def array_alloc(self, fn, node):
-        kwargs = {k.arg: k.value for k in node.keywords}
-        if len(node.args) > 2 or set(kwargs) - {"shape", "dtype"}:
-            raise self.error(f"{fn.name}(shape, dtype) takes a shape and a dtype")
-        shape_node = node.args[0] if node.args else kwargs.get("shape")
-        dtype_node = node.args[1] if len(node.args) > 1 else kwargs.get("dtype")
-        if shape_node is None or dtype_node is None:
-            raise self.error(f"{fn.name} needs a shape and a dtype")
-        shape = self.expr(shape_node)
-        shape = shape if isinstance(shape, tuple) else (shape,)
-        dtype = dtype_of(self.expr(dtype_node))
-        if dtype is None:
-            raise self.error(f"{fn.name}: unsupported dtype")
+    def allocate_array(self, space: str, shape: tuple, dtype: T.Scalar) -> ArrayRef:
+        """A cuda.shared.array ("shared") or cuda.local.array ("local") of a constant shape."""
         self.counter += 1
-        if fn is K.shared.array and len(shape) == 1 and isinstance(shape[0], Const) and shape[0].value == 0:
+        if space == "shared" and len(shape) == 1 and shape[0].value == 0:
             # Dynamic shared memory: sized at launch (kernel[grid, block, stream, nbytes]), after the static.
             self.dynamic_shared = True
             base = -(-self.hints.get("dynamic_shared_base", 0) // 16) * 16
             return ArrayRef(f"shared{self.counter}", T.ArrayType(dtype, 1, "C", "shared", (2**31 - 1,)), base=base)
-        if not all(isinstance(s, Const) and isinstance(s.value, int) and s.value > 0 for s in shape):
-            raise self.error(f"the shape of {fn.name} must be positive integer constants (or 0 for dynamic "
-                             "shared memory)")
+        if not all(s.value > 0 for s in shape):
+            raise self.error(f"the shape of cuda.{space}.array must be positive (or 0 for dynamic shared memory)")
         dims = tuple(s.value for s in shape)
         size = int(np.prod(dims)) * dtype.itemsize
-        if fn is K.shared.array:
+        if space == "shared":
             base = -(-self.shared_bytes // 16) * 16
             self.shared_bytes = base + size
             return ArrayRef(f"shared{self.counter}", T.ArrayType(dtype, len(dims), "C", "shared", dims), base=base)
@@ -1196,13 +1020,6 @@ _LOGIC = frozenset({Op.AND, Op.OR, Op.XOR})
 _SHIFTS = frozenset({Op.SHL, Op.SHR})
 _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
 _SPACE = {"global": "global", "shared": "shared", "local_memory": "local"}
-_FENCES = {K.threadfence: "GPU", K.threadfence_block: "CTA", K.threadfence_system: "SYS"}
-_ATOMICS = {getattr(K.atomic, name): name for name in ("add", "sub", "max", "min", "exch", "cas")}
-_SHUFFLES = {K.shfl_sync: "IDX", K.shfl_up_sync: "UP", K.shfl_down_sync: "DOWN", K.shfl_xor_sync: "BFLY"}
-_MATH = {math.sqrt: "sqrt", math.exp: "exp", math.log: "log", math.sin: "sin", math.cos: "cos", math.fabs: "fabs",
-         math.floor: "floor", math.ceil: "ceil", math.trunc: "trunc", math.tanh: "tanh", math.pow: "pow",
-         math.exp2: "exp2", math.log2: "log2", math.log10: "log10", math.log1p: "log1p", math.expm1: "expm1",
-         math.sinh: "sinh", math.cosh: "cosh", math.erf: "erf", math.erfc: "erfc", math.hypot: "hypot"}
 
 
 def build_ir(pyfunc, argtypes: list) -> ir.Function:

@@ -1,0 +1,367 @@
+"""Layer 3 compiler: every call a kernel may make, in one table.
+
+A kernel calls intrinsics (`cuda.grid`, `cuda.atomic.add`, ...), Python builtins (`abs`, `min`,
+`float`, ...), dtypes as casts (`cuda.float32(x)`) and `math` functions. Each has one `Builtin`
+entry in `CALLS`, keyed by the object the kernel names: the name it goes by, its parameters
+(each with the `Kind` of value it accepts) and the function that lowers a call to IR.
+`Frontend.expr_Call` looks the callee up and binds the arguments to the parameters
+(`Builtin.bind`: count, keywords, kinds) before lowering, so every misuse is a `CompileError`
+at the call's file and line, and a lowering only ever sees arguments of the kinds it asked for.
+Device functions are not here: the frontend compiles their bodies in place (`Frontend.inline`).
+"""
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from lapis.cuda.compiler import intrinsics as K
+from lapis.cuda.compiler import ir
+from lapis.cuda.compiler import types as T
+from lapis.cuda.compiler.ir import Op
+from lapis.cuda.compiler.values import ArrayRef, Const, describe, dtype_of
+
+NOTHING = Const(0, T.WEAK_INT)        # what a call without a result gives, as `syncthreads()`
+
+
+# -- what a parameter accepts -------------------------------------------------------------------
+@dataclass(frozen=True)
+class Kind:
+    """A kind of argument: the test a value must pass, and the words an error uses for it."""
+    what: str
+    accepts: Callable[[object], bool]
+
+
+def _number_type(x):
+    """The type of a number (a Const or a scalar Value); None for anything else."""
+    if isinstance(x, Const | ir.Value) and getattr(x.type, "kind", None) not in (None, "vector"):
+        return x.type
+    return None
+
+
+def _is_integer(x) -> bool:
+    return getattr(_number_type(x), "kind", None) in ("int", "uint")
+
+
+def _is_int_constant(x) -> bool:
+    return isinstance(x, Const) and isinstance(x.value, int) and x.type != T.boolean
+
+
+NUMBER = Kind("a number", lambda x: _number_type(x) is not None)
+INTEGER = Kind("an integer", _is_integer)
+INDEX = Kind("an integer or a tuple of integers",
+             lambda x: all(map(_is_integer, x)) if isinstance(x, tuple) else _is_integer(x))
+INT_CONSTANT = Kind("an integer constant", _is_int_constant)
+SHAPE = Kind("a constant shape (an integer or a tuple of integers)",
+             lambda x: all(map(_is_int_constant, x)) if isinstance(x, tuple) else _is_int_constant(x))
+NDIM = Kind("a constant 1, 2 or 3", lambda x: _is_int_constant(x) and x.value in (1, 2, 3))
+SHUFFLED = Kind("a number other than a bool (shuffle int(flag) and compare after)",
+                lambda x: _number_type(x) not in (None, T.boolean))
+DTYPE = Kind("a dtype (such as cuda.float32)", lambda x: dtype_of(x) is not None)
+HALF_DTYPE = Kind("cuda.float16 or cuda.bfloat16", lambda x: dtype_of(x) in (T.float16, T.bfloat16))
+HOST_ARRAY = Kind("a numpy array known when the kernel compiles", lambda x: isinstance(x, np.ndarray))
+FRAGMENT = Kind("a matrix fragment", lambda x: isinstance(x, ir.Value) and x.type.kind == "vector")
+
+
+def array_of(dtypes: tuple[T.Scalar, ...], spaces: tuple[str, ...]) -> Kind:
+    """An array in one of `spaces` with one of `dtypes` as its element type."""
+    what = f"a {' or '.join(spaces)} array of {', '.join(t.name for t in dtypes)}"
+    return Kind(what, lambda x: isinstance(x, ArrayRef) and x.type.space in spaces and x.type.dtype in dtypes)
+
+
+def fragment(t: T.Scalar) -> Kind:
+    return Kind(f"a {t} fragment", lambda x: isinstance(x, ir.Value) and x.type == t)
+
+
+# -- the entries --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Param:
+    name: str
+    kind: Kind = NUMBER
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """A function kernels may call: its name, its parameters, and how a checked call lowers to IR."""
+    name: str
+    params: tuple[Param, ...]
+    lower: Callable                   # (frontend, the bound arguments) -> the call's value
+    variadic: bool = False            # the last parameter repeats, as min(a, b, c)
+    keywords: bool = False            # parameters may be passed by name, as shared.array(shape=..., dtype=...)
+
+    def bind(self, args: list, keywords: dict, error: Callable[[str], Exception]) -> list:
+        """The arguments in parameter order (an optional one left out ends the list), once their count,
+        their names and their kinds are right; else `error(message)` is raised."""
+        required = sum(not p.optional for p in self.params)
+        if keywords and not self.keywords:
+            raise error(f"{self.name}() takes no keyword arguments")
+        if not self.variadic and len(args) > len(self.params):
+            raise error(f"{self.name}() takes {self._count()}, got {len(args)}")
+        bound = dict(enumerate(args))
+        for name, value in keywords.items():
+            index = next((i for i, p in enumerate(self.params) if p.name == name), None)
+            if index is None:
+                raise error(f"{self.name}() got an unexpected keyword argument {name!r}")
+            if index in bound:
+                raise error(f"{self.name}() got multiple values for argument {name!r}")
+            bound[index] = value
+        given = len(bound)
+        if given < required or sorted(bound) != list(range(given)):
+            raise error(f"{self.name}() takes {self._count()}, got {given}")
+        for i, value in bound.items():
+            param = self.params[min(i, len(self.params) - 1)]
+            if not param.kind.accepts(value):
+                raise error(f"{self.name}() argument {i + 1} ({param.name}) must be {param.kind.what}, "
+                            f"not {describe(value)}")
+        return [bound[i] for i in range(given)]
+
+    def _count(self) -> str:
+        names = ", ".join(p.name for p in self.params)
+        low, high = sum(not p.optional for p in self.params), len(self.params)
+        if self.variadic:
+            return f"{low} or more arguments ({names}, ...)"
+        if high == 0:
+            return "no arguments"
+        count = f"{low} to {high}" if low != high else str(high)
+        return f"{count} argument{'s' if high != 1 else ''} ({names})"
+
+
+def lookup(fn) -> Builtin | None:
+    """The table's entry for what a kernel calls, if it has one."""
+    try:
+        return CALLS.get(fn)
+    except TypeError:                 # an unhashable value (an array) is no function
+        return None
+
+
+# -- lowerings: (frontend, arguments) -> value ------------------------------------------------
+def _barrier(fe, args):
+    fe.emit(Op.BARRIER, None)
+    return NOTHING
+
+
+def _fence(scope: str):
+    def lower(fe, args):
+        fe.emit(Op.FENCE, None, scope=scope)
+        return NOTHING
+    return lower
+
+
+def _syncwarp(fe, args):
+    return NOTHING                    # lanes at one PC already execute together (see the docs)
+
+
+def _grid(absolute: bool):
+    """cuda.grid(ndim), the thread's absolute index, or cuda.gridsize(ndim), the grid's size in threads."""
+    def lower(fe, args):
+        ndim = args[0].value
+        out = []
+        for axis in "xyz"[:ndim]:
+            if absolute:
+                value = fe.binop(Op.ADD, fe.binop(Op.MUL, fe.dim3(K.blockIdx, axis), fe.dim3(K.blockDim, axis)),
+                                 fe.dim3(K.threadIdx, axis))
+            else:
+                value = fe.binop(Op.MUL, fe.dim3(K.blockDim, axis), fe.dim3(K.gridDim, axis))
+            out.append(value)
+        return out[0] if ndim == 1 else tuple(out)
+    return lower
+
+
+def _array(space: str):
+    """cuda.shared.array or cuda.local.array."""
+    def lower(fe, args):
+        shape, dtype = args
+        return fe.allocate_array(space, shape if isinstance(shape, tuple) else (shape,), dtype_of(dtype))
+    return lower
+
+
+def _const_array(fe, args):
+    return fe.constant_array(np.ascontiguousarray(args[0]))
+
+
+def _atomic(op: str):
+    """cuda.atomic.<op>(array, index, value[, value]): the old value of array[index]."""
+    def lower(fe, args):
+        ref, index, *values = args
+        t = ref.type.dtype
+        values = [fe.materialize(fe.cast(v, t), t) for v in values]
+        kind = op
+        if op == "sub":
+            kind, values = "add", [fe.materialize(fe.neg(values[0]), t)]
+        return fe.emit(Op.ATOMIC, t, [fe.address(ref, index), *values], op=kind, space=ref.type.space)
+    return lower
+
+
+def _shuffle(mode: str):
+    def lower(fe, args):
+        _, value, lane = args
+        t = T.concrete(fe.typeof(value))
+        return fe.emit(Op.SHFL, t, [fe.materialize(value, t), fe.materialize(fe.cast(lane, T.int32), T.int32)],
+                       mode=mode)
+    return lower
+
+
+def _vote(mode: str):
+    def lower(fe, args):
+        pred = fe.materialize(fe.to_bool(args[1]), T.boolean)
+        return fe.emit(Op.VOTE, T.boolean, [pred], mode=mode)
+    return lower
+
+
+def _ballot(fe, args):
+    return fe.emit(Op.BALLOT, T.uint32, [fe.materialize(fe.to_bool(args[1]), T.boolean)])
+
+
+def _mma_load(fe, args):
+    ref, index, count = args
+    if ref.type.dtype == T.float32 and count.value != 4:
+        raise fe.error("cuda.mma.load reads float32 words four at a time (an f32x4 fragment)")
+    t = T.f32x4 if ref.type.dtype == T.float32 else T.u32x2 if count.value == 2 else T.u32x4
+    return fe.emit(Op.VLOAD, t, [fe.address(ref, index)], space="shared")
+
+
+def _mma_zeros(fe, args):
+    return fe.emit(Op.VZERO, T.f32x4, [])
+
+
+def _mma_sync(fe, args):
+    a, b, c, dtype = args
+    return fe.emit(Op.MMA, T.f32x4, [a, b, c], kind=dtype_of(dtype).isa_format)
+
+
+def _mma_get(fe, args):
+    frag, index = args
+    words = frag.type.bits // 32
+    if not 0 <= index.value < words:
+        raise fe.error(f"fragment index {index.value} is outside 0..{words - 1}")
+    return fe.emit(Op.VGET, T.float32 if frag.type == T.f32x4 else T.uint32, [frag], index=index.value)
+
+
+def _extremum(op: Op):
+    """min(a, b, ...) or max(a, b, ...)."""
+    def lower(fe, args):
+        result = args[0]
+        for a in args[1:]:
+            result = fe.binop(op, result, a)
+        return result
+    return lower
+
+
+def _abs(fe, args):
+    (x,) = args
+    t = fe.typeof(x)
+    if isinstance(x, Const):
+        return Const(abs(x.value), t)
+    if t.kind == "float":
+        return fe.emit(Op.MATH, t, [x], fn="fabs")
+    return fe.binop(Op.MAX, x, fe.neg(x))
+
+
+def _cast(t: T.Scalar):
+    """float(x), int(x), cuda.float32(x), ...: x converted to t."""
+    def lower(fe, args):
+        return fe.to_bool(args[0]) if t == T.boolean else fe.cast(args[0], t)
+    return lower
+
+
+def _range(fe, args):
+    raise fe.error("range() can only be used as the iterable of a for loop")
+
+
+def _math(name: str):
+    """A math function: folded when every argument is a constant, else computed in a float type."""
+    def lower(fe, args):
+        if name == "pow":
+            return fe.power(*args)
+        t = T.WEAK_FLOAT
+        for a in args:
+            t = T.unify(t, fe.typeof(a))
+        if all(isinstance(a, Const) for a in args):
+            return Const(getattr(math, name)(*(a.value for a in args)), T.WEAK_FLOAT if isinstance(t, T.Weak) else
+                         (t if t.kind == "float" else T.float64))
+        t = T.concrete(t)
+        t = t if t.kind == "float" else T.float64
+        return fe.emit(Op.MATH, t, [fe.materialize(a, t) for a in args], fn=name)
+    return lower
+
+
+def _classify(fn):
+    """math.isnan, math.isinf or math.isfinite."""
+    def lower(fe, args):
+        (x,) = args
+        if isinstance(x, Const):
+            return Const(fn(x.value), T.boolean)
+        t = fe.typeof(x)
+        if t.kind != "float":
+            return Const(fn is math.isfinite, T.boolean)
+        x = fe.materialize(x, t)
+        nan = fe.compare("ne", x, x)
+        if fn is math.isnan:
+            return nan
+        inf = fe.compare("eq", fe.emit(Op.MATH, t, [x], fn="fabs"), Const(math.inf, T.WEAK_FLOAT))
+        if fn is math.isinf:
+            return inf
+        return fe.to_bool(fe.emit(Op.NOT, T.boolean, [fe.emit(Op.OR, T.boolean, [nan, inf])]))
+    return lower
+
+
+# -- the table ----------------------------------------------------------------------------------
+X = (Param("x"),)
+MASKED = (Param("mask"), Param("predicate"))
+SHUFFLE = (Param("mask"), Param("value", SHUFFLED))
+ARRAY_SHAPE = (Param("shape", SHAPE), Param("dtype", DTYPE))
+ATOMIC_TYPES = {"add": (T.int32, T.uint32, T.float32, T.int64), "sub": (T.int32, T.uint32, T.float32, T.int64),
+                "max": (T.int32, T.uint32, T.float32), "min": (T.int32, T.uint32, T.float32),
+                "exch": (T.int32, T.uint32, T.float32, T.int64), "cas": (T.int32, T.uint32)}
+
+CALLS: dict[object, Builtin] = {
+    K.syncthreads: Builtin("cuda.syncthreads", (), _barrier),
+    K.syncwarp: Builtin("cuda.syncwarp", (Param("mask", optional=True),), _syncwarp),
+    K.threadfence: Builtin("cuda.threadfence", (), _fence("GPU")),
+    K.threadfence_block: Builtin("cuda.threadfence_block", (), _fence("CTA")),
+    K.threadfence_system: Builtin("cuda.threadfence_system", (), _fence("SYS")),
+    K.grid: Builtin("cuda.grid", (Param("ndim", NDIM),), _grid(absolute=True)),
+    K.gridsize: Builtin("cuda.gridsize", (Param("ndim", NDIM),), _grid(absolute=False)),
+    K.shared.array: Builtin("cuda.shared.array", ARRAY_SHAPE, _array("shared"), keywords=True),
+    K.local.array: Builtin("cuda.local.array", ARRAY_SHAPE, _array("local"), keywords=True),
+    K.const.array_like: Builtin("cuda.const.array_like", (Param("ary", HOST_ARRAY),), _const_array),
+    **{getattr(K.atomic, op): Builtin(
+        f"cuda.atomic.{op}", (Param("array", array_of(types, ("global", "shared"))), Param("index", INDEX),
+                              *((Param("old"),) if op == "cas" else ()), Param("value")), _atomic(op))
+       for op, types in ATOMIC_TYPES.items()},
+    K.shfl_sync: Builtin("cuda.shfl_sync", (*SHUFFLE, Param("src_lane", INTEGER)), _shuffle("IDX")),
+    K.shfl_up_sync: Builtin("cuda.shfl_up_sync", (*SHUFFLE, Param("delta", INTEGER)), _shuffle("UP")),
+    K.shfl_down_sync: Builtin("cuda.shfl_down_sync", (*SHUFFLE, Param("delta", INTEGER)), _shuffle("DOWN")),
+    K.shfl_xor_sync: Builtin("cuda.shfl_xor_sync", (*SHUFFLE, Param("lane_mask", INTEGER)), _shuffle("BFLY")),
+    K.all_sync: Builtin("cuda.all_sync", MASKED, _vote("ALL")),
+    K.any_sync: Builtin("cuda.any_sync", MASKED, _vote("ANY")),
+    K.ballot_sync: Builtin("cuda.ballot_sync", MASKED, _ballot),
+    K.mma.load: Builtin("cuda.mma.load", (Param("array", array_of((T.uint32, T.float32), ("shared",))),
+                                          Param("index", INDEX),
+                                          Param("count", Kind("a constant 2 or 4", lambda x: _is_int_constant(x)
+                                                              and x.value in (2, 4)))), _mma_load),
+    K.mma.zeros: Builtin("cuda.mma.zeros", (), _mma_zeros),
+    K.mma.mma_sync: Builtin("cuda.mma.mma_sync", (Param("a", fragment(T.u32x4)), Param("b", fragment(T.u32x2)),
+                                                  Param("c", fragment(T.f32x4)), Param("dtype", HALF_DTYPE)),
+                            _mma_sync),
+    K.mma.get: Builtin("cuda.mma.get", (Param("fragment", FRAGMENT), Param("i", INT_CONSTANT)), _mma_get),
+    min: Builtin("min", (Param("a"), Param("b")), _extremum(Op.MIN), variadic=True),
+    max: Builtin("max", (Param("a"), Param("b")), _extremum(Op.MAX), variadic=True),
+    abs: Builtin("abs", X, _abs),
+    float: Builtin("float", X, _cast(T.float64)),
+    int: Builtin("int", X, _cast(T.int64)),
+    bool: Builtin("bool", X, _cast(T.boolean)),
+    range: Builtin("range", (Param("start", INTEGER), Param("stop", INTEGER, optional=True),
+                             Param("step", INTEGER, optional=True)), _range),
+    **{fn: Builtin(f"math.{fn.__name__}", X, _math(fn.__name__))
+       for fn in (math.sqrt, math.exp, math.log, math.sin, math.cos, math.fabs, math.floor, math.ceil, math.trunc,
+                  math.tanh, math.exp2, math.log2, math.log10, math.log1p, math.expm1, math.sinh, math.cosh,
+                  math.erf, math.erfc)},
+    **{fn: Builtin(f"math.{fn.__name__}", (Param("x"), Param("y")), _math(fn.__name__))
+       for fn in (math.pow, math.hypot)},
+    **{fn: Builtin(f"math.{fn.__name__}", X, _classify(fn)) for fn in (math.isnan, math.isinf, math.isfinite)},
+    # A dtype called is a cast: cuda.float32(x), np.int32(x), and an array's x.dtype(v).
+    **{key: Builtin(t.name, X, _cast(t)) for t in T.SCALARS.values() for key in (t, t.dtype.type)},
+}
