@@ -478,3 +478,18 @@ def test_every_callable_intrinsic_has_an_entry_in_the_table_of_calls():
     assert len(found) > 20 and all(calls.lookup(i) is not None for i in found), \
         [i.name for i in found if calls.lookup(i) is None]
     assert all(calls.lookup(i).name == i.name for i in found)
+
+
+def test_constant_math_python_refuses_is_computed_on_the_device():
+    @cuda.jit
+    def specials(out):
+        out[0] = math.log(0.0)
+        out[1] = math.sqrt(-1.0)
+        out[2] = math.exp(1000.0)
+        out[3] = (-8.0) ** 0.5
+        out[4] = 0.0 ** -1.0
+
+    out = cuda.device_array(5, np.float32)
+    specials[1, 1](out)
+    got = out.copy_to_host()
+    assert got[0] == -np.inf and np.isnan(got[1]) and got[2] == np.inf and np.isnan(got[3]) and got[4] == np.inf

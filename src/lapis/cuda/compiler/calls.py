@@ -20,7 +20,7 @@ from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.ir import Op
-from lapis.cuda.compiler.values import ArrayRef, Const, describe, dtype_of
+from lapis.cuda.compiler.values import ArrayRef, Const, describe, dtype_of, fold
 
 NOTHING = Const(0, T.WEAK_INT)        # what a call without a result gives, as `syncthreads()`
 
@@ -278,11 +278,11 @@ def _math(name: str):
         t = T.WEAK_FLOAT
         for a in args:
             t = T.unify(t, fe.typeof(a))
-        if all(isinstance(a, Const) for a in args):
-            return Const(getattr(math, name)(*(a.value for a in args)), T.WEAK_FLOAT if isinstance(t, T.Weak) else
-                         (t if t.kind == "float" else T.float64))
+        t = T.WEAK_FLOAT if isinstance(t, T.Weak) else t if t.kind == "float" else T.float64
+        if all(isinstance(a, Const) for a in args) and \
+                (value := fold(getattr(math, name), *(a.value for a in args))) is not None:
+            return Const(value, t)
         t = T.concrete(t)
-        t = t if t.kind == "float" else T.float64
         return fe.emit(Op.MATH, t, [fe.materialize(a, t) for a in args], fn=name)
     return lower
 

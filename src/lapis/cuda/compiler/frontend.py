@@ -30,7 +30,7 @@ from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.device_function import DeviceFunction
 from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.ir import Op
-from lapis.cuda.compiler.values import ArrayRef, Const, cast_constant, describe
+from lapis.cuda.compiler.values import ArrayRef, Const, cast_constant, describe, fold
 
 UNROLL_LIMIT = 32
 MAX_RETYPES = 16
@@ -628,7 +628,9 @@ class Frontend:
                 result = self.binop(Op.MUL, result, a)
             return result
         if isinstance(a, Const) and isinstance(b, Const):
-            return Const(a.value ** b.value, T.unify(a.type, b.type))
+            value = fold(operator.pow, a.value, b.value)
+            if value is not None:
+                return Const(value, T.unify(a.type, b.type))
         t = T.unify(self.typeof(a), self.typeof(b))
         t = T.float64 if t == T.WEAK_INT or t.kind != "float" else T.concrete(t)
         return self.emit(Op.MATH, t, [self.materialize(a, t), self.materialize(b, t)], fn="pow")

@@ -38,6 +38,17 @@ def cast_constant(value, t: T.Scalar):
     return int(np.array(int(value) & ((1 << 64) - 1), np.uint64).astype(t.dtype))
 
 
+def fold(fn, *values):
+    """fn of constants, computed while compiling; None where Python refuses (math.log(0.0) is a
+    domain error, math.exp(1000.0) an overflow, (-8.0) ** 0.5 complex): the kernel then computes
+    it on the device, which gives IEEE's answer (-inf, inf, nan) as it would for a run-time value."""
+    try:
+        value = fn(*values)
+    except (ValueError, OverflowError, ZeroDivisionError):
+        return None
+    return None if isinstance(value, complex) else value
+
+
 def describe(x) -> str:
     """x as an error message names it."""
     if isinstance(x, ArrayRef):
