@@ -295,17 +295,27 @@ def make_scale(factor):
     return cuda.jit(scale, device=True)
 
 
-def test_device_functions_made_by_a_factory_see_their_closure():
+def test_device_functions_see_their_closure_and_compile_as_if_written_out():
     double, triple = make_scale(2.0), make_scale(3.0)
 
     @cuda.jit
-    def both(x):
+    def called(x):
         i = cuda.grid(1)
         x[i] = double(x[i]) + triple(x[i])
 
-    x = cuda.to_device(np.arange(32, dtype=np.float32))
-    both[1, 32](x)
-    assert np.array_equal(x.copy_to_host(), 5 * np.arange(32, dtype=np.float32))
+    @cuda.jit
+    def written_out(x):
+        i = cuda.grid(1)
+        x[i] = x[i] * 2.0 + x[i] * 3.0
+
+    for kernel in (called, written_out):
+        x = cuda.to_device(np.arange(32, dtype=np.float32))
+        kernel[1, 32](x)
+        assert np.array_equal(x.copy_to_host(), 5 * np.arange(32, dtype=np.float32))
+    # A body that returns at its end joins the caller's block: the same IR and code as written out.
+    assert called.inspect_ir().replace("called", "written_out") == written_out.inspect_ir()
+    ops = [[i.op for i in k.instructions] for k in (*called.overloads.values(), *written_out.overloads.values())]
+    assert ops[0] == ops[1] and "FFMA" in ops[0]              # x*2 + x*3 contracted across the calls
 
 
 def make_combination(fa, fb, fc):

@@ -5,9 +5,10 @@
         return min(max(x, lo), hi)
 
 A device function has no code of its own: at each call the frontend compiles its body in
-place, with its parameters bound to the call's arguments (numbers, arrays or tuples) and its
-`return` jumping to the end of the inlined body, as nvcc inlines `__device__` functions it
-can see. Recursion is not supported (there is no call stack).
+place, with its parameters bound to the call's arguments (numbers, arrays or tuples), as nvcc
+inlines `__device__` functions it can see. A body that returns once, at its end, becomes part
+of the caller's block; other `return`s jump to the end of the inlined body. Recursion is not
+supported (there is no call stack).
 """
 
 import ast

@@ -351,7 +351,7 @@ class Frontend:
         self.expr(node.value)
 
     def stmt_Return(self, node) -> None:
-        has_value = node.value is not None and not (isinstance(node.value, ast.Constant) and node.value.value is None)
+        has_value = _returned(node) is not None
         if self.inlining:                      # in an inlined device function: the result, then its end
             _, prefix, exit_, _ = self.inlining[-1]
             if has_value:
@@ -905,7 +905,11 @@ class Frontend:
                                                       data.shape), param_offset=entry["offset"])
 
     def inline(self, fn: DeviceFunction, args: list):
-        """Compile a device function's body here, its parameters bound to `args`."""
+        """Compile a device function's body here, its parameters bound to `args`.
+
+        A body whose one `return` ends it compiles straight into the caller's block, so the code
+        around the call optimizes as if it were written out (contraction into FFMA, local CSE); any
+        other `return` jumps to a block after the body, where the result is read."""
         if any(f is fn for f, *_ in self.inlining):
             raise self.error(f"device function {fn.__name__!r} calls itself; recursion is not supported")
         try:
@@ -921,7 +925,8 @@ class Frontend:
         body = [_Renamer(names, prefix).visit(stmt) for stmt in copy.deepcopy(fdef.body)]
         for name, value in zip(params, args, strict=True):
             self.assign_name(prefix + name, value)
-        exit_ = self.new_block("return")
+        in_place = _returns_once_at_the_end(body)
+        exit_ = None if in_place else self.new_block("return")
         saved = (self.filename, self.first_line, self.line, self.globals)
         self.filename, self.first_line = filename, first
         self.globals = dict(fn.py_func.__globals__)
@@ -930,10 +935,18 @@ class Frontend:
                                     (c.cell_contents for c in fn.py_func.__closure__), strict=True))
         self.inlining.append((fn, prefix, exit_, len(self.loops)))
         try:
-            self.statements(body)
+            if in_place:
+                self.statements(body[:-1])
+                self.at(body[-1])
+                value = _returned(body[-1])
+                result = Const(0, T.WEAK_INT) if value is None else self.expr(value)
+            else:
+                self.statements(body)
         finally:
             self.inlining.pop()
             self.filename, self.first_line, self.line, self.globals = saved
+        if in_place:
+            return result
         self.jump(exit_)
         self.place(exit_)
         self.seal(exit_)
@@ -991,6 +1004,18 @@ def _targets(node):
             yield from ast.walk(t)
     elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.For):
         yield from ast.walk(node.target)
+
+
+def _returned(node: ast.Return):
+    """What a return statement gives back: an expression, or None for a bare `return` (or `return None`)."""
+    if node.value is None or isinstance(node.value, ast.Constant) and node.value.value is None:
+        return None
+    return node.value
+
+
+def _returns_once_at_the_end(body: list) -> bool:
+    return bool(body) and isinstance(body[-1], ast.Return) and \
+        not any(isinstance(n, ast.Return) for stmt in body[:-1] for n in ast.walk(stmt))
 
 
 def _has_jumps(body: list) -> bool:
