@@ -76,11 +76,3 @@ mma = _Namespace(
     get=Intrinsic("cuda.mma.get", "cuda.mma.get(fragment, i): register i of a fragment (i a constant)"),
     u32x2=T.u32x2, u32x4=T.u32x4, f32x4=T.f32x4,          # fragment types, for local.array(n, cuda.mma.f32x4)
 )
-
-ALL = {"threadIdx": threadIdx, "blockIdx": blockIdx, "blockDim": blockDim, "gridDim": gridDim, "grid": grid,
-       "gridsize": gridsize, "syncthreads": syncthreads, "shared": shared, "local": local, "const": const,
-       "laneid": laneid, "warpsize": warpsize, "syncwarp": syncwarp, "threadfence": threadfence,
-       "threadfence_block": threadfence_block, "threadfence_system": threadfence_system, "atomic": atomic,
-       "shfl_sync": shfl_sync, "shfl_up_sync": shfl_up_sync, "shfl_down_sync": shfl_down_sync,
-       "shfl_xor_sync": shfl_xor_sync, "all_sync": all_sync, "any_sync": any_sync, "ballot_sync": ballot_sync,
-       "mma": mma}
