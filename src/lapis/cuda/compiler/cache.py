@@ -6,8 +6,9 @@ A compiled kernel is stored under a key hashed from everything its code depends 
   - the values of the module constants and closure variables those sources name (tile
     sizes, for instance);
   - the argument types;
-  - the compiler itself (the source of `lapis.cuda.compiler` and of the ISA it emits), so a
-    changed compiler never reuses old code.
+  - the compiler itself (the source of `lapis.cuda.compiler`, of the ISA it emits and of
+    libdevice, whose functions it compiles into kernels), so a changed compiler never reuses
+    old code.
 
 The directory is $LAPIS_CACHE_DIR, else ~/.cache/lapis/kernels; LAPIS_CACHE_DIR=off turns
 the cache off. Entries are pickles written atomically (to a temporary file, then renamed),
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from lapis.cuda import libdevice
 from lapis.cuda.compiler.device_function import DeviceFunction
 
 _COMPILER_HASH: str | None = None
@@ -37,12 +39,17 @@ def directory() -> Path | None:
     return Path(configured) if configured else Path.home() / ".cache" / "lapis" / "kernels"
 
 
+def compiler_sources() -> list[Path]:
+    """The files whose text decides the code the compiler makes."""
+    here = Path(__file__).resolve().parent
+    return sorted([*here.glob("*.py"), *(here.parent.parent / "isa").glob("*.py"), Path(libdevice.__file__).resolve()])
+
+
 def compiler_hash() -> str:
     global _COMPILER_HASH
     if _COMPILER_HASH is None:
-        here = Path(__file__).resolve().parent
         h = hashlib.sha256()
-        for path in sorted([*here.glob("*.py"), *(here.parent.parent / "isa").glob("*.py")]):
+        for path in compiler_sources():
             h.update(path.name.encode() + path.read_bytes())
         _COMPILER_HASH = h.hexdigest()
     return _COMPILER_HASH

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lapis.cuda import libdevice
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
@@ -270,20 +271,42 @@ def _range(fe, args):
     raise fe.error("range() can only be used as the iterable of a for loop")
 
 
-def _math(name: str):
-    """A math function: folded when every argument is a constant, else computed in a float type."""
-    def lower(fe, args):
-        if name == "pow":
-            return fe.power(*args)
-        t = T.WEAK_FLOAT
-        for a in args:
-            t = T.unify(t, fe.typeof(a))
-        t = T.WEAK_FLOAT if isinstance(t, T.Weak) else t if t.kind == "float" else T.float64
-        if all(isinstance(a, Const) for a in args) and \
-                (value := fold(getattr(math, name), *(a.value for a in args))) is not None:
+# Math the hardware does in one instruction: the special function unit's approximations (MUFU, in
+# float32), and what is exact in any float type. The rest is libdevice's, in float32.
+SPECIAL_FUNCTION_UNIT = frozenset({"sqrt", "sin", "cos", "exp2", "log2", "rcp"})
+EXACT = frozenset({"fabs", "floor", "ceil", "trunc"})
+LIBDEVICE = {"exp": libdevice.expf, "log": libdevice.logf, "log10": libdevice.log10f, "log1p": libdevice.log1pf,
+             "expm1": libdevice.expm1f, "sinh": libdevice.sinhf, "cosh": libdevice.coshf, "tanh": libdevice.tanhf,
+             "erf": libdevice.erff, "erfc": libdevice.erfcf, "hypot": libdevice.hypotf, "pow": libdevice.powf}
+
+
+def math_function(fe, name: str, args: list):
+    """math.<name>(*args), or x ** y: folded when every argument is a constant; else computed in the
+    arguments' float type (float64 for integers) by one instruction or libdevice's function. The
+    special function unit and libdevice work in float32: the arguments go in converted to it, and
+    the result comes back converted to the call's type."""
+    t = T.WEAK_FLOAT
+    for a in args:
+        t = T.unify(t, fe.typeof(a))
+    t = T.WEAK_FLOAT if isinstance(t, T.Weak) else t if t.kind == "float" else T.float64
+    if all(isinstance(a, Const) for a in args):
+        host = (lambda x: 1 / x) if name == "rcp" else getattr(math, name)
+        value = fold(host, *(a.value for a in args))
+        if value is not None:
             return Const(value, t)
-        t = T.concrete(t)
+    t = T.concrete(t)
+    args = [fe.cast(a, t) for a in args]
+    if name in EXACT:
         return fe.emit(Op.MATH, t, [fe.materialize(a, t) for a in args], fn=name)
+    args = [fe.materialize(fe.cast(a, T.float32), T.float32) for a in args]
+    if name in SPECIAL_FUNCTION_UNIT:
+        return fe.cast(fe.emit(Op.MATH, T.float32, args, fn=name), t)
+    return fe.cast(fe.inline(LIBDEVICE[name], args), t)
+
+
+def _math(name: str):
+    def lower(fe, args):
+        return fe.power(*args) if name == "pow" else math_function(fe, name, args)
     return lower
 
 
@@ -362,6 +385,7 @@ CALLS: dict[object, Builtin] = {
     **{fn: Builtin(f"math.{fn.__name__}", (Param("x"), Param("y")), _math(fn.__name__))
        for fn in (math.pow, math.hypot)},
     **{fn: Builtin(f"math.{fn.__name__}", X, _classify(fn)) for fn in (math.isnan, math.isinf, math.isfinite)},
+    K.fast_rcp: Builtin("fast_rcp", X, _math("rcp")),
     # A dtype called is a cast: cuda.float32(x), np.int32(x), and an array's x.dtype(v).
     **{key: Builtin(t.name, X, _cast(t)) for t in T.SCALARS.values() for key in (t, t.dtype.type)},
 }

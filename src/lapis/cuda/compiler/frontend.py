@@ -631,9 +631,7 @@ class Frontend:
             value = fold(operator.pow, a.value, b.value)
             if value is not None:
                 return Const(value, T.unify(a.type, b.type))
-        t = T.unify(self.typeof(a), self.typeof(b))
-        t = T.float64 if t == T.WEAK_INT or t.kind != "float" else T.concrete(t)
-        return self.emit(Op.MATH, t, [self.materialize(a, t), self.materialize(b, t)], fn="pow")
+        return calls.math_function(self, "pow", [a, b])
 
     def expr_UnaryOp(self, node):
         x = self.expr(node.operand)

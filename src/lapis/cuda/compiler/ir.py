@@ -8,7 +8,9 @@ its body), which the simulated GPU relies on to reconverge diverged threads.
 Operations (`Op`; args are Values, attrs hold constants):
   const(value)                 param(offset)            sreg(name)          dim(name)
   add sub mul fdiv div mod min max and or xor shl shr  (binary, same-typed)
-  neg  not  cmp(op)  select(cond, a, b)  cast  math(fn)
+  neg  not  cmp(op)  select(cond, a, b)  cast
+  math(fn): what the hardware does in one instruction (sqrt sin cos exp2 log2 rcp in float32; fabs
+            floor ceil trunc); the rest of math is libdevice's functions, inlined
   gaddr(ptr, index, scale) -> 64-bit address     load(addr, space)   store(addr, value, space)
   barrier   phi   fence(scope)
   atomic(addr, value[, value], op, space) -> old value    shfl(value, lane, mode)

@@ -25,8 +25,6 @@ from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.ir import Op
 from lapis.isa import Const, Imm, SpecialRegister, float_bits
 
-LOG2E, LN2 = 1.4426950408889634, 0.6931471805599453
-
 
 class VReg:
     __slots__ = ("id", "width", "pred")
@@ -605,142 +603,26 @@ class InstructionSelector:
         return r
 
     # -- math ---------------------------------------------------------------------------------
-    def op_math(self, v):
-        fn, t = v.attrs["fn"], v.type
-        if t.bits == 64 and fn not in ("fabs", "floor", "ceil", "trunc"):
-            narrow = [self.new(T.float32) for _ in v.args]
-            for n, a in zip(narrow, v.args, strict=True):
-                self.emit("F2F", mods={"to": "F32", "fr": "F64"}, rd=n, b=self.reg(a))
-            out32 = self._math32(fn, narrow)
-            r = self.new(t)
-            self.emit("F2F", mods={"to": "F64", "fr": "F32"}, rd=r, b=out32)
-            return r
-        if fn in ("floor", "ceil", "trunc"):
-            r = self.new(t)
-            self.emit("FRND", mods={"rnd": fn.upper(), "w": f"F{t.bits}"}, rd=r, b=self.reg(v.args[0]))
-            return r
-        if fn == "fabs" and t.bits == 64:
-            a = self.reg(v.args[0])
-            p, neg, r = self.new(T.boolean), self.new(t), self.new(t)
-            self.emit("DSETP", mods={"cmp": "LT"}, pd=p, ra=a, b=RZ64, ps=(None, False))
-            self.emit("DADD", rd=neg, ra=a, b=RZ64, neg="a")
-            self.emit("SEL64", rd=r, ra=neg, b=a, ps=(p, False))
-            return r
-        return self._math32(fn, [self.reg(a) for a in v.args])
+    MUFU = {"exp2": "EX2", "log2": "LG2", "rcp": "RCP"}      # math functions whose MUFU name is not theirs
 
-    def _math32(self, fn: str, args: list[VReg]) -> VReg:
-        f32 = T.float32
-        x = args[0]
-        r = self.new(f32)
-        if fn in ("sqrt", "sin", "cos", "exp2", "log2"):
-            self.emit("MUFU", mods={"fn": {"exp2": "EX2", "log2": "LG2"}.get(fn, fn.upper())}, rd=r, b=x)
-        elif fn == "exp":
-            t = self.new(f32)
-            self.emit("FMUL", rd=t, ra=x, b=self.imm(f32, LOG2E))
-            self.emit("MUFU", mods={"fn": "EX2"}, rd=r, b=t)
-        elif fn == "log":
-            t = self.new(f32)
-            self.emit("MUFU", mods={"fn": "LG2"}, rd=t, b=x)
-            self.emit("FMUL", rd=r, ra=t, b=self.imm(f32, LN2))
+    def op_math(self, v):
+        """What the hardware computes in one instruction (calls.py sends the rest of math to libdevice):
+        fabs, floor, ceil and trunc in any float type, and the special function unit's float32
+        approximations (MUFU)."""
+        fn, t = v.attrs["fn"], v.type
+        x = self.reg(v.args[0])
+        r = self.new(t)
+        if fn in ("floor", "ceil", "trunc"):
+            self.emit("FRND", mods={"rnd": fn.upper(), "w": f"F{t.bits}"}, rd=r, b=x)
+        elif fn == "fabs" and t.bits == 64:
+            p, neg = self.new(T.boolean), self.new(t)
+            self.emit("DSETP", mods={"cmp": "LT"}, pd=p, ra=x, b=RZ64, ps=(None, False))
+            self.emit("DADD", rd=neg, ra=x, b=RZ64, neg="a")
+            self.emit("SEL64", rd=r, ra=neg, b=x, ps=(p, False))
         elif fn == "fabs":
             self.emit("FMNMX", mods={"op": "MAX"}, rd=r, ra=x, b=x, neg="b")
-        elif fn == "tanh":                       # 1 - 2 / (exp(2x) + 1)
-            t, u, inv = self.new(f32), self.new(f32), self.new(f32)
-            e = self.new(f32)
-            self.emit("FMUL", rd=t, ra=x, b=self.imm(f32, 2 * LOG2E))
-            self.emit("MUFU", mods={"fn": "EX2"}, rd=e, b=t)
-            self.emit("FADD", rd=u, ra=e, b=self.imm(f32, 1.0))
-            self.emit("MUFU", mods={"fn": "RCP"}, rd=inv, b=u)
-            one = self.new(f32)
-            self.emit("MOV", rd=one, b=self.imm(f32, 1.0))
-            self.emit("FFMA", rd=r, ra=inv, b=self.imm(f32, -2.0), rc=one)
-        elif fn in ("log10", "log1p"):
-            t, u = self.new(f32), self.new(f32)
-            src = x
-            if fn == "log1p":
-                self.emit("FADD", rd=u, ra=x, b=self.imm(f32, 1.0))
-                src = u
-            self.emit("MUFU", mods={"fn": "LG2"}, rd=t, b=src)
-            self.emit("FMUL", rd=r, ra=t, b=self.imm(f32, math.log10(2) if fn == "log10" else LN2))
-        elif fn in ("expm1", "sinh", "cosh"):
-            t, e = self.new(f32), self.new(f32)
-            self.emit("FMUL", rd=t, ra=x, b=self.imm(f32, LOG2E))
-            self.emit("MUFU", mods={"fn": "EX2"}, rd=e, b=t)
-            if fn == "expm1":
-                self.emit("FADD", rd=r, ra=e, b=self.imm(f32, -1.0))
-            else:                                # (e^x -+ e^-x) / 2
-                inv, half = self.new(f32), self.new(f32)
-                self.emit("MUFU", mods={"fn": "RCP"}, rd=inv, b=e)
-                self.emit("FMUL", rd=half, ra=inv, b=self.imm(f32, -0.5 if fn == "sinh" else 0.5))
-                self.emit("FFMA", rd=r, ra=e, b=self.imm(f32, 0.5), rc=half)
-        elif fn in ("erf", "erfc"):
-            r = self._erf(x, fn == "erfc")
-        elif fn == "hypot":
-            sq, sum_ = self.new(f32), self.new(f32)
-            self.emit("FMUL", rd=sq, ra=x, b=x)
-            self.emit("FFMA", rd=sum_, ra=args[1], b=args[1], rc=sq)
-            self.emit("MUFU", mods={"fn": "SQRT"}, rd=r, b=sum_)
-        elif fn == "pow":
-            r = self._pow(x, args[1])
         else:
-            raise CompileError(f"math.{fn} is not supported in kernels yet", self.func.filename,
-                               self.func.first_line, self.func.name)
-        return r
-
-    def _pow(self, x: VReg, y: VReg) -> VReg:
-        """x ** y as exp2(y log2|x|), with C's pow signs: a negative base with an odd integer exponent
-        gives a negative result, with an even one a positive one, with a fractional one NaN."""
-        f32 = T.float32
-        ax, lg, prod, mag, neg_mag, yt, half, half_t, signed, real, r = (self.new(f32) for _ in range(11))
-        p_int, p_odd, p_neg = (self.new(T.boolean) for _ in range(3))
-        self.emit("FADD", rd=ax, ra=x, b=RZ32, abs_="a")
-        self.emit("MUFU", mods={"fn": "LG2"}, rd=lg, b=ax)
-        self.emit("FMUL", rd=prod, ra=lg, b=y)
-        self.emit("MUFU", mods={"fn": "EX2"}, rd=mag, b=prod)
-        self.emit("FMUL", rd=neg_mag, ra=mag, b=self.imm(f32, -1.0))
-        self.emit("FRND", mods={"rnd": "TRUNC", "w": "F32"}, rd=yt, b=y)
-        self.emit("FMUL", rd=half, ra=y, b=self.imm(f32, 0.5))
-        self.emit("FRND", mods={"rnd": "TRUNC", "w": "F32"}, rd=half_t, b=half)
-        self.emit("FSETP", mods={"cmp": "EQ"}, pd=p_int, ra=yt, b=y, ps=(None, False))
-        self.emit("FSETP", mods={"cmp": "NE"}, pd=p_odd, ra=half_t, b=half, ps=(None, False))
-        self.emit("FSETP", mods={"cmp": "LT"}, pd=p_neg, ra=x, b=self.imm(f32, 0.0), ps=(None, False))
-        self.emit("SEL", rd=signed, ra=neg_mag, b=mag, ps=(p_odd, False))
-        self.emit("SEL", rd=real, ra=signed, b=self.imm(f32, math.nan), ps=(p_int, False))
-        self.emit("SEL", rd=r, ra=real, b=mag, ps=(p_neg, False))
-        return r
-
-    def _erf(self, x: VReg, complement: bool) -> VReg:
-        """erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7):
-        erf|x| = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-x^2),  t = 1 / (1 + p|x|)."""
-        f32 = T.float32
-        coef = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
-        ax, d, t, x2, e, ex, poly, tail, pos, one = (self.new(f32) for _ in range(10))
-        self.emit("FADD", rd=ax, ra=x, b=RZ32, abs_="a")
-        self.emit("MOV", rd=one, b=self.imm(f32, 1.0))
-        self.emit("FFMA", rd=d, ra=ax, b=self.imm(f32, 0.3275911), rc=one)
-        self.emit("MUFU", mods={"fn": "RCP"}, rd=t, b=d)
-        self.emit("MOV", rd=poly, b=self.imm(f32, coef[0]))
-        for c in coef[1:]:
-            nxt, cr = self.new(f32), self.new(f32)
-            self.emit("MOV", rd=cr, b=self.imm(f32, c))
-            self.emit("FFMA", rd=nxt, ra=poly, b=t, rc=cr)
-            poly = nxt
-        self.emit("FMUL", rd=x2, ra=x, b=x)
-        self.emit("FMUL", rd=ex, ra=x2, b=self.imm(f32, -LOG2E))
-        self.emit("MUFU", mods={"fn": "EX2"}, rd=e, b=ex)
-        self.emit("FMUL", rd=tail, ra=poly, b=t)              # erfc|x| = tail * exp(-x^2)
-        erfc_abs = self.new(f32)
-        self.emit("FMUL", rd=erfc_abs, ra=tail, b=e)
-        self.emit("FADD", rd=pos, ra=one, b=erfc_abs, neg="b")  # erf|x|
-        neg, p, r = self.new(T.boolean), self.new(f32), self.new(f32)
-        self.emit("FSETP", mods={"cmp": "LT"}, pd=neg, ra=x, b=self.imm(f32, 0.0), ps=(None, False))
-        if complement:                           # erfc(x) = erfc|x| for x >= 0, 2 - erfc|x| below
-            self.emit("FADD", rd=p, ra=erfc_abs, b=self.imm(f32, -2.0))
-            self.emit("FMUL", rd=p, ra=p, b=self.imm(f32, -1.0))
-            self.emit("SEL", rd=r, ra=p, b=erfc_abs, ps=(neg, False))
-        else:
-            self.emit("FMUL", rd=p, ra=pos, b=self.imm(f32, -1.0))
-            self.emit("SEL", rd=r, ra=p, b=pos, ps=(neg, False))
+            self.emit("MUFU", mods={"fn": self.MUFU.get(fn, fn.upper())}, rd=r, b=x)
         return r
 
     # -- memory -------------------------------------------------------------------------------

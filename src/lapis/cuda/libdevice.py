@@ -1,0 +1,111 @@
+"""Layer 3: libdevice, the math library of the kernel language, written in the kernel language.
+
+NVIDIA's libdevice is a library of device functions (`__nv_expf`, `__nv_erff`, ...) that nvcc
+links into every kernel calling `expf` or `erff`; the hardware itself only has a few
+approximations in its special function unit (MUFU). This module is the same for lapis: a kernel's
+`math.exp(x)`, `math.erf(x)`, `x ** y` ... compile to a call of the function here that
+`calls.py` names (`expf`, `erff`, `powf`, ...), inlined where it is called like any
+`@cuda.jit(device=True)` function. What the hardware does in one instruction stays an
+instruction: `math.sqrt`, `sin`, `cos`, `exp2`, `log2` (MUFU), the reciprocal `fast_rcp`
+(MUFU.RCP), and `fabs`, `floor`, `ceil`, `trunc`.
+
+The functions take and return float32 (NVIDIA's `f` suffix says so): a kernel's float64 or
+half-precision argument is converted to float32 for the call and the result converted back,
+so math on float64 carries float32 accuracy (see docs/layer3-programming-interface.md).
+"""
+
+import math
+
+from lapis.cuda.compiler.device_function import DeviceFunction
+from lapis.cuda.compiler.intrinsics import fast_rcp
+
+LOG2E = 1.4426950408889634              # log2(e): e^x is 2^(x log2 e)
+LN2 = 0.6931471805599453                # ln(2): ln x is log2(x) ln 2
+LOG10_2 = math.log10(2)
+# erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7): for x >= 0,
+# erfc x = t (A1 + t (A2 + t (A3 + t (A4 + t A5)))) e^(-x^2), with t = 1 / (1 + P x).
+P = 0.3275911
+A1, A2, A3, A4, A5 = 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429
+
+
+@DeviceFunction
+def expf(x):
+    return math.exp2(x * LOG2E)
+
+
+@DeviceFunction
+def logf(x):
+    return math.log2(x) * LN2
+
+
+@DeviceFunction
+def log10f(x):
+    return math.log2(x) * LOG10_2
+
+
+@DeviceFunction
+def log1pf(x):
+    """ln(1 + x), which loses accuracy near 0 (1 + x rounds first)."""
+    return math.log2(x + 1.0) * LN2
+
+
+@DeviceFunction
+def expm1f(x):
+    """e^x - 1, which loses accuracy near 0 (e^x rounds first)."""
+    return math.exp2(x * LOG2E) - 1.0
+
+
+@DeviceFunction
+def sinhf(x):
+    """(e^x - e^-x) / 2, with e^-x as the reciprocal of e^x."""
+    e = math.exp2(x * LOG2E)
+    return e * 0.5 + fast_rcp(e) * -0.5
+
+
+@DeviceFunction
+def coshf(x):
+    e = math.exp2(x * LOG2E)
+    return e * 0.5 + fast_rcp(e) * 0.5
+
+
+@DeviceFunction
+def tanhf(x):
+    """1 - 2 / (e^2x + 1): saturates to +-1 where e^2x overflows or vanishes, with no inf / inf."""
+    return fast_rcp(math.exp2(x * (2 * LOG2E)) + 1.0) * -2.0 + 1.0
+
+
+@DeviceFunction
+def erfc_abs(x):
+    """erfc |x|, by Abramowitz and Stegun 7.1.26 (see the constants above)."""
+    t = fast_rcp(abs(x) * P + 1.0)
+    poly = (((A5 * t + A4) * t + A3) * t + A2) * t + A1
+    return poly * t * math.exp2(x * x * -LOG2E)
+
+
+@DeviceFunction
+def erff(x):
+    e = 1.0 - erfc_abs(x)
+    return -e if x < 0.0 else e
+
+
+@DeviceFunction
+def erfcf(x):
+    e = erfc_abs(x)
+    return 2.0 - e if x < 0.0 else e
+
+
+@DeviceFunction
+def hypotf(x, y):
+    """sqrt(x^2 + y^2), which overflows where x^2 or y^2 does (there is no scaling)."""
+    return math.sqrt(y * y + x * x)
+
+
+@DeviceFunction
+def powf(x, y):
+    """x^y as 2^(y log2 |x|), with C's signs for a negative base: an odd integer exponent gives a
+    negative result, an even one a positive one, a fractional one NaN."""
+    magnitude = math.exp2(math.log2(abs(x)) * y)
+    half = y * 0.5
+    signed = -magnitude if math.trunc(half) != half else magnitude
+    real = signed if math.trunc(y) == y else math.nan
+    return real if x < 0.0 else magnitude

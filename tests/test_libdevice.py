@@ -1,0 +1,160 @@
+"""Layer 3: libdevice, the kernel language's math library written in the kernel language, and the
+math functions the hardware does in one instruction, against numpy and Python's math over many
+inputs: zeros of both signs, infinities, NaN, tiny and huge values."""
+
+import math
+
+import numpy as np
+import pytest
+
+from lapis import cuda
+from lapis.cuda import libdevice
+from lapis.cuda.compiler import cache, calls
+
+rng = np.random.default_rng(11)
+EDGES = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-38, 1e-30, -1e-30, 1e-7, 0.5, 1.0, -1.0,
+                  2.0, 3.0, -3.0, 10.0, 88.0, -88.0, -104.0, 1e10, -1e10, 1e30, 3e38, -3e38], np.float32)
+X = np.concatenate([EDGES, rng.uniform(-10, 10, 300), rng.uniform(-100, 100, 100),
+                    np.exp(rng.uniform(-80, 80, 100)) * rng.choice([-1, 1], 100)]).astype(np.float32)
+Y = np.concatenate([EDGES[::-1], rng.uniform(-10, 10, 300), np.round(rng.uniform(-20, 20, 100)),
+                    rng.uniform(-3, 3, 100)]).astype(np.float32)
+
+# name: (the reference, rtol, atol), with what each formula costs in float32 (see libdevice.py)
+UNARY = {
+    "sqrt": (np.sqrt, 1e-6, 0), "exp": (np.exp, 1e-5, 1e-38), "log": (np.log, 1e-6, 1e-7),
+    "sin": (np.sin, 1e-6, 1e-7), "cos": (np.cos, 1e-6, 1e-7), "fabs": (np.abs, 0, 0), "floor": (np.floor, 0, 0),
+    "ceil": (np.ceil, 0, 0), "trunc": (np.trunc, 0, 0), "tanh": (np.tanh, 1e-6, 2e-7),
+    "exp2": (np.exp2, 1e-6, 1e-38), "log2": (np.log2, 1e-6, 1e-7), "log10": (np.log10, 1e-6, 1e-7),
+    "log1p": (np.log1p, 1e-6, 1e-7), "expm1": (np.expm1, 1e-5, 1e-7), "sinh": (np.sinh, 1e-5, 1e-7),
+    "cosh": (np.cosh, 1e-5, 1e-7), "erf": (np.vectorize(math.erf), 0, 5e-7),
+    "erfc": (np.vectorize(math.erfc), 0, 5e-7),
+}
+
+
+@cuda.jit
+def unary(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        v = x[i]
+        out[i, 0] = math.sqrt(v)
+        out[i, 1] = math.exp(v)
+        out[i, 2] = math.log(v)
+        out[i, 3] = math.sin(v)
+        out[i, 4] = math.cos(v)
+        out[i, 5] = math.fabs(v)
+        out[i, 6] = math.floor(v)
+        out[i, 7] = math.ceil(v)
+        out[i, 8] = math.trunc(v)
+        out[i, 9] = math.tanh(v)
+        out[i, 10] = math.exp2(v)
+        out[i, 11] = math.log2(v)
+        out[i, 12] = math.log10(v)
+        out[i, 13] = math.log1p(v)
+        out[i, 14] = math.expm1(v)
+        out[i, 15] = math.sinh(v)
+        out[i, 16] = math.cosh(v)
+        out[i, 17] = math.erf(v)
+        out[i, 18] = math.erfc(v)
+
+
+@cuda.jit
+def binary(x, y, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i, 0] = x[i] ** y[i]
+        out[i, 1] = math.pow(x[i], y[i])
+        out[i, 2] = math.hypot(x[i], y[i])
+
+
+def run_unary(x):
+    out = cuda.device_array((x.size, len(UNARY)), x.dtype)
+    unary[(x.size + 127) // 128, 128](cuda.to_device(x), out)
+    return out.copy_to_host()
+
+
+def reference(fn, *args):
+    """fn in float64, rounded to the arguments' type."""
+    with np.errstate(all="ignore"):
+        return fn(*(a.astype(np.float64) for a in args)).astype(args[0].dtype)
+
+
+def assert_close(got, want, rtol, atol, where, x=X):
+    ok = np.isclose(got, want, rtol=rtol, atol=atol, equal_nan=True) | (got == want)
+    bad = np.flatnonzero(~ok)
+    assert not bad.size, f"{where}: {[(float(x[k]), float(got[k]), float(want[k])) for k in bad[:5]]}"
+
+
+@pytest.mark.parametrize("name", UNARY)
+def test_each_math_function_matches_numpy_in_float32(name):
+    fn, rtol, atol = UNARY[name]
+    got = run_unary(X)[:, list(UNARY).index(name)]
+    want = reference(fn, X)
+    keep = np.ones(X.size, bool)
+    if name in ("sinh", "cosh"):
+        keep = np.abs(X) < 88.7          # e^x itself overflows float32 before sinh and cosh do
+    assert_close(got[keep], want[keep], rtol, atol, name, X[keep])
+
+
+def test_float64_and_half_arguments_are_computed_in_float32():
+    x = np.concatenate([rng.uniform(-10, 10, 200), EDGES[np.isfinite(EDGES) & (np.abs(EDGES) < 6e4)]])
+    x = x.astype(np.float32).astype(np.float64)          # the same numbers in each type
+    got64 = run_unary(x.astype(np.float64))
+    got16 = run_unary(x.astype(np.float16))
+    got32 = run_unary(x.astype(np.float32))
+    for j, name in enumerate(UNARY):
+        same = (got64[:, j] == got32[:, j].astype(np.float64)) | np.isnan(got64[:, j]) & np.isnan(got32[:, j])
+        assert same.all(), name                          # float32's result, widened
+        fn, rtol, atol = UNARY[name]
+        want = reference(fn, x.astype(np.float16))
+        assert_close(got16[:, j], want, max(rtol, 2e-3), max(atol, 2e-3), f"{name} in float16", x)
+
+
+def c_special_case(x, y):
+    """Where C defines pow by a rule lapis's exp2(y log2|x|) does not follow (the docs list them):
+    pow(x, 0) of 0, inf or NaN, pow(+-1, inf or NaN), and the sign of pow(-0, odd y < 0)."""
+    return (y == 0) & ~(np.isfinite(x) & (x != 0)) | (np.abs(x) == 1) & ~np.isfinite(y) | \
+        (x == 0) & np.signbit(x) & (y < 0)
+
+
+def test_pow_matches_numpy_with_c_signs_for_negative_bases():
+    signs = [(-2.0, 3.0, -8.0), (-2.0, 2.0, 4.0), (-0.5, -3.0, -8.0), (-np.inf, 3.0, -np.inf), (-2.0, 0.5, np.nan),
+             (-8.0, 1 / 3, np.nan)]
+    x = np.concatenate([X, [s[0] for s in signs]]).astype(np.float32)
+    y = np.concatenate([Y, [s[1] for s in signs]]).astype(np.float32)
+    out = cuda.device_array((x.size, 3), np.float32)
+    binary[(x.size + 127) // 128, 128](cuda.to_device(x), cuda.to_device(y), out)
+    got = out.copy_to_host()
+    np.testing.assert_array_equal(got[-len(signs):, 0], [s[2] for s in signs])
+    want = reference(np.power, x, y)
+    keep = ~c_special_case(x, y)
+    assert keep.sum() > 500 and (x[keep] < 0).sum() > 100 and np.isnan(want[keep]).sum() > 50
+    assert_close(got[keep, 0], want[keep], 2e-5, 1e-38, "x ** y", x[keep])
+    assert np.array_equal(got[:, 0], got[:, 1], equal_nan=True)              # math.pow is **
+    small = (np.abs(x) < 1e18) & (np.abs(y) < 1e18)                        # hypot does not scale: x^2 overflows
+    assert_close(got[small, 2], reference(np.hypot, x, y)[small], 1e-6, 0, "hypot", x[small])
+
+
+def test_a_library_call_compiles_into_the_callers_block():
+    @cuda.jit
+    def around_calls(x, y, out):
+        i = cuda.grid(1)
+        v = y[i]
+        out[i] = x[i] * v + math.exp(v) + math.exp(v)
+
+    x, y = rng.uniform(-2, 2, 32).astype(np.float32), rng.uniform(-2, 2, 32).astype(np.float32)
+    out = cuda.device_array(32, np.float32)
+    around_calls[1, 32](cuda.to_device(x), cuda.to_device(y), out)
+    np.testing.assert_allclose(out.copy_to_host(), x * y + 2 * np.exp(y), rtol=2e-6)
+    asm = around_calls.inspect_asm()
+    assert asm.count("MUFU.EX2") == 1 and "FFMA" in asm          # one e^y for both calls; x*y + e^y fused
+    assert "return" not in around_calls.inspect_ir()             # no block for a return to jump to
+
+
+def test_every_library_function_the_compiler_calls_is_in_libdevice():
+    assert set(calls.LIBDEVICE.values()) <= {v for v in vars(libdevice).values() if hasattr(v, "py_func")}
+    assert not calls.LIBDEVICE.keys() & (calls.SPECIAL_FUNCTION_UNIT | calls.EXACT)
+
+
+def test_the_compile_cache_key_covers_libdevice():
+    from pathlib import Path
+    assert Path(libdevice.__file__).resolve() in cache.compiler_sources()
