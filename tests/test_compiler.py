@@ -334,6 +334,21 @@ def test_the_compile_cache_tells_apart_which_device_function_each_name_means():
         assert np.all(x.copy_to_host() == want)
 
 
+def make_applier(fn):
+    def apply(x):
+        i = cuda.grid(1)
+        x[i] = fn(x[i])
+    return cuda.jit(apply)
+
+
+def test_the_compile_cache_tells_apart_which_function_a_closure_means():
+    host = np.linspace(0.5, 2, 32, dtype=np.float32)
+    for fn, want in ((math.exp, np.exp), (math.log, np.log), (abs, np.abs)):
+        x = cuda.to_device(host)
+        make_applier(fn)[1, 32](x)
+        np.testing.assert_allclose(x.copy_to_host(), want(host), rtol=1e-5)
+
+
 def test_unsupported_construct_names_file_and_line():
     def uses_try(out):
         i = cuda.grid(1)

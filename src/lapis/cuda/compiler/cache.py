@@ -4,7 +4,7 @@ A compiled kernel is stored under a key hashed from everything its code depends 
   - the source of the kernel and of every device function it reaches, and which device
     function each name means (factories make several from one source);
   - the values of the module constants and closure variables those sources name (tile
-    sizes, for instance);
+    sizes, for instance, or which math function a factory's kernel applies);
   - the argument types;
   - the compiler itself (the source of `lapis.cuda.compiler`, of the ISA it emits and of
     libdevice, whose functions it compiles into kernels), so a changed compiler never reuses
@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from lapis.cuda import libdevice
+from lapis.cuda.compiler import calls
 from lapis.cuda.compiler.device_function import DeviceFunction
 
 _COMPILER_HASH: str | None = None
@@ -66,6 +67,8 @@ def _names(func) -> dict:
 def _constant(value) -> str | None:
     if isinstance(value, bool | int | float | str | np.generic | np.dtype) or value is None:
         return repr(value)
+    if (builtin := calls.lookup(value)) is not None:     # a function kernels call, as a factory's closure
+        return builtin.name
     if isinstance(value, np.ndarray):       # cuda.const.array_like data is baked into the code
         return f"{value.dtype}{value.shape}:" + hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
     if isinstance(value, type) and issubclass(value, np.generic):
