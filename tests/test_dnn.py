@@ -262,6 +262,7 @@ def test_every_convolution_kernel_takes_the_geometry_fields_first():
     assert all(v.dtype == np.int32 for v in g.kernel_args())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("x_layout,w_layout", [("NHWC", "NHWC"), ("NHWC", "NCHW"), ("NCHW", "NHWC")])
 def test_convolutions_of_nhwc_tensors_and_krsc_filters(handle, x_layout, w_layout):
     x_dims, w_dims, conv = CONVS[1]                     # groups, stride, dilation and padding

@@ -115,6 +115,7 @@ def test_layer_norm_and_dropout(device):
     ("adam", lambda lib, p: lib.optim.Adam(p, lr=0.05, weight_decay=0.01)),
     ("adamw", lambda lib, p: lib.optim.AdamW(p, lr=0.05)),
 ])
+@pytest.mark.slow
 def test_optimizers_follow_torch_for_several_steps(device, name, make):
     ours, theirs = twin_linear(device)
     opt_o, opt_t = make(lapis, list(ours.parameters())), make(torch, list(theirs.parameters()))
@@ -201,6 +202,7 @@ def test_digits_cnn_example_learns_on_cpu_and_cuda():
     assert abs(short["accuracy"] - cpu_short["accuracy"]) <= 0.02
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("conv", [dict(), dict(stride=2, padding=1), dict(padding=(1, 2), dilation=2, groups=2)])
 def test_conv2d_and_pooling_match_torch(device, conv):

@@ -111,6 +111,7 @@ def test_views_and_joins_with_gradients(device, name, fn):
     same(fn, f32(3, 4, 5), device=device)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_matmul_rules_and_gradients(device):
     same(lambda m, x: x[0] @ x[1], f32(5, 3), f32(3, 4), device=device)
@@ -166,6 +167,7 @@ VIEW_OPS = {
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.integers(1, 5), min_size=2, max_size=3), st.randoms(use_true_random=False),
        st.sampled_from(sorted(VIEW_OPS)), st.sampled_from(DEVICES))
+@pytest.mark.slow
 def test_ops_on_generated_non_contiguous_views(shape, random, op, device):
     base = f32(*shape)
     perm = list(range(len(shape)))
