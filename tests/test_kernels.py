@@ -345,6 +345,32 @@ def test_integer_division_follows_python(dtype):
 
 
 @cuda.jit
+def true_division(a, b, out):
+    i = cuda.grid(1)
+    if i < a.size:
+        out[i] = a[i] / b[i]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_division_follows_ieee_at_zero_and_infinity(dtype):
+    # a divisor of +-0 or +-inf, or an infinite dividend: IEEE's +-inf, +-0 and NaN exactly, signs included
+    # (a Newton step after the reciprocal would make every one of them NaN); ordinary quotients within an ulp
+    specials = [1.0, -1.0, 0.0, -0.0, np.inf, -np.inf, np.nan, 3.5]
+    n = len(specials) ** 2
+    a = np.array([x for x in specials for _ in specials] + list(rng.uniform(-9, 9, 64)), dtype)
+    b = np.array(specials * len(specials) + list(rng.uniform(0.5, 9, 64)), dtype)
+    out = cuda.device_array_like(a)
+    true_division[1, 256](cuda.to_device(a), cuda.to_device(b), out)
+    got = out.copy_to_host()
+    with np.errstate(all="ignore"):
+        want = a / b
+    np.testing.assert_array_equal(got[:n], want[:n])
+    numbers = ~np.isnan(want[:n])                               # a NaN's sign bit means nothing
+    assert np.array_equal(np.signbit(got[:n][numbers]), np.signbit(want[:n][numbers]))
+    np.testing.assert_allclose(got[n:], want[n:], rtol=np.finfo(dtype).eps, atol=0)
+
+
+@cuda.jit
 def votes_and_ballots(x, out):
     i = cuda.grid(1)
     positive = x[i] > 0

@@ -347,3 +347,15 @@ def test_erf_on_cpu_is_float32_accurate_over_its_range():
     near_zero = np.array([1e-6, -3e-4, 0.4999, 0.5, 0.5001], np.float32)                # the series' range and edge
     np.testing.assert_allclose(lapis.tensor(near_zero).erf().numpy(), torch.tensor(near_zero).erf().numpy(),
                                rtol=3e-7, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_division_by_zero_and_infinity_follows_ieee_as_torch(device):
+    x = np.array([1.0, -1.0, 0.0, -0.0, np.inf], np.float32)
+    for divisor in (0.0, -0.0, np.inf):
+        for dtype in (lapis.float32, lapis.float64):
+            got = (lapis.tensor(x, device=device, dtype=dtype) / divisor).cpu().numpy()
+            want = (torch.tensor(x, dtype=getattr(torch, dtype.name)) / divisor).numpy()
+            np.testing.assert_array_equal(got, want)
+            numbers = ~np.isnan(want)
+            assert np.array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))

@@ -478,16 +478,32 @@ class InstructionSelector:
             self.emit("FMUL", rd=r, ra=a, b=self.imm(T.float32, 1.0 / b.attrs["value"]))
             return r
         d = self.reg(b)
-        rcp, q, e, out = (self.new(T.float32) for _ in range(4))
+        rcp, q, e, refined, out = (self.new(T.float32) for _ in range(5))
         self.emit("MUFU", mods={"fn": "RCP"}, rd=rcp, b=d)
         self.emit("FMUL", rd=q, ra=a, b=rcp)
         self.emit("FFMA", rd=e, ra=d, b=q, rc=a, neg="a")          # e = a - d*q
-        self.emit("FFMA", rd=out, ra=e, b=rcp, rc=q)               # q + e/d
+        self.emit("FFMA", rd=refined, ra=e, b=rcp, rc=q)           # q + e/d
+        return self._unless_special(a, e, q, refined, T.float32)
+
+    def _unless_special(self, a: VReg, e: VReg, q: VReg, refined: VReg, t) -> VReg:
+        """refined, or q (a times the reciprocal) where it is already IEEE's answer and the Newton step would
+        spoil it: where the residual e is NaN (a zero or infinite divisor, or an infinite dividend: +-inf, +-0
+        or NaN) and where a is +-0 (a zero quotient keeps its sign: -0 / 2 is -0)."""
+        nan, keep, out = self.new(T.boolean), self.new(T.boolean), self.new(t)
+        if t.bits == 32:
+            zero = self.imm(T.float32, 0.0)
+        else:
+            zero = self.new(T.float64)
+            self.emit("MOV64", rd=zero, b=Imm64(float_bits64(0.0)))
+        setp = "FSETP" if t.bits == 32 else "DSETP"
+        self.emit(setp, mods={"cmp": "NE"}, pd=nan, ra=e, b=e, ps=(None, False))
+        self.emit(setp, mods={"cmp": "EQ", "bop": "OR"}, pd=keep, ra=a, b=zero, ps=(nan, False))
+        self.emit("SEL" if t.bits == 32 else "SEL64", rd=out, ra=q, b=refined, ps=(keep, False))
         return out
 
     def _fdiv64(self, a: VReg, d: VReg) -> VReg:
         f = [self.new(T.float32) for _ in range(2)]
-        r0, r1, r2, e0, e1, one, q, e, out = (self.new(T.float64) for _ in range(9))
+        r0, r1, r2, e0, e1, one, q, e, refined, q0 = (self.new(T.float64) for _ in range(10))
         self.emit("F2F", mods={"to": "F32", "fr": "F64"}, rd=f[0], b=d)
         self.emit("MUFU", mods={"fn": "RCP"}, rd=f[1], b=f[0])
         self.emit("F2F", mods={"to": "F64", "fr": "F32"}, rd=r0, b=f[1])
@@ -498,8 +514,9 @@ class InstructionSelector:
         self.emit("DFMA", rd=r2, ra=r1, b=e1, rc=r1)
         self.emit("DMUL", rd=q, ra=a, b=r2)
         self.emit("DFMA", rd=e, ra=d, b=q, rc=a, neg="a")
-        self.emit("DFMA", rd=out, ra=e, b=r2, rc=q)
-        return out
+        self.emit("DFMA", rd=refined, ra=e, b=r2, rc=q)
+        self.emit("DMUL", rd=q0, ra=a, b=r0)                        # IEEE's answer where Newton's steps give NaN
+        return self._unless_special(a, e, q0, refined, T.float64)
 
     @staticmethod
     def _pow2(b: ir.Value) -> int | None:
