@@ -44,21 +44,21 @@ def main() -> None:
     args = parser.parse_args()
     api = cuda if args.device == "cuda" else hip
     device = api.get_current_device()
-    props = api.current_context().agent.properties
+    props = api.get_device_properties()
     handle = blas.create(api)
-    print(f"{device.name}: FP32 peak {props['fp32_tflops']} TFLOP/s, matrix peak {props['matrix_tflops']} TFLOP/s, "
-          f"HBM {props['memory_bandwidth'] / 1e12:.1f} TB/s")
+    print(f"{device.name}: FP32 peak {props.peak_fp32_flops / 1e12:g} TFLOP/s, matrix peak "
+          f"{props.peak_matrix_flops / 1e12:g} TFLOP/s, HBM {props.memory_bandwidth / 1e12:.1f} TB/s")
 
     n = args.axpy_size
     x, y = api.device_array(n, np.float32), api.device_array(n, np.float32)
     blas.axpy(handle, 1024, 1.0, x, 1, y, 1)                      # compile first
     api.synchronize()
     kernels, wall = kernel_events(lambda: (blas.axpy(handle, n, 2.0, x, 1, y, 1), api.synchronize()))
-    report(f"axpy n={n}", kernels, wall, sum(k["dram_bytes"] for k in kernels), props["memory_bandwidth"], "B")
+    report(f"axpy n={n}", kernels, wall, sum(k["dram_bytes"] for k in kernels), props.memory_bandwidth, "B")
 
     s = args.gemm_size
-    for dtype, peak, label in ((np.float32, props["fp32_tflops"], "float32"),
-                               (ml_dtypes.bfloat16, props["matrix_tflops"], "bfloat16")):
+    for dtype, peak, label in ((np.float32, props.peak_fp32_flops / 1e12, "float32"),
+                               (ml_dtypes.bfloat16, props.peak_matrix_flops / 1e12, "bfloat16")):
         operands = [api.device_array(s * s, dtype) for _ in range(3)]
 
         transa = "N" if dtype == np.float32 else "T"      # half types: the k-contiguous layout the HMMA path takes

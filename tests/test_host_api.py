@@ -305,8 +305,7 @@ def test_device_properties_come_from_the_profile():
     p = dev.agent.properties
     assert dev.name == "NVIDIA H200 SXM (simulated)" and dev.compute_capability == (9, 0)
     assert (dev.MULTIPROCESSOR_COUNT, dev.WARP_SIZE, dev.MAX_THREADS_PER_BLOCK, dev.MAX_SHARED_MEMORY_PER_BLOCK,
-            dev.total_memory) == (p["compute_units"], 32, p["max_threads_per_block"], p["shared_per_block"],
-                                  p["memory_bytes"])
+            dev.total_memory) == (p.compute_units, 32, p.max_threads_per_block, p.shared_per_block, p.memory_bytes)
     amd = hip.get_current_device()
     assert amd.WARP_SIZE == 64 and amd.compute_capability == (9, 4) and "MI300X" in amd.name
     free, total = cuda.current_context().get_memory_info()
@@ -505,7 +504,7 @@ def test_the_hip_runtime_api_runs_on_the_amd_gpu(stream_launches):
     x = np.arange(N, dtype=np.float32)
     err, p = hip.hipMalloc(x.nbytes)
     assert err == hip.hipSuccess and isinstance(err, hip.hipError_t)
-    assert p.context.device.agent.properties["name"] == "mi300x"
+    assert p.context.device.agent.properties.profile == "mi300x"
     assert hip.hipMemcpy(p, x, x.nbytes, hip.hipMemcpyHostToDevice) == (hip.hipSuccess,)
     err, stream = hip.hipStreamCreate()
     kernel = hip.jit(axpb.py_func)

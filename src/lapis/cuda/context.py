@@ -74,14 +74,14 @@ class Device:
     def __init__(self, ordinal: int, agent: runtime.Agent, api_name: str):
         self.id, self.agent, self.api_name = ordinal, agent, api_name
         p = agent.properties
-        self.name = p["marketing_name"]
-        self.compute_capability = tuple(p["compute_capability"])
-        self.MULTIPROCESSOR_COUNT = p["compute_units"]
-        self.WARP_SIZE = p["warp_size"]
-        self.MAX_THREADS_PER_BLOCK = p["max_threads_per_block"]
-        self.MAX_SHARED_MEMORY_PER_BLOCK = p["shared_per_block"]
-        self.total_memory = p["memory_bytes"]
-        self.profile = p["name"]
+        self.name = p.marketing_name
+        self.compute_capability = tuple(p.compute_capability)
+        self.MULTIPROCESSOR_COUNT = p.compute_units
+        self.WARP_SIZE = p.warp_size
+        self.MAX_THREADS_PER_BLOCK = p.max_threads_per_block
+        self.MAX_SHARED_MEMORY_PER_BLOCK = p.shared_per_block
+        self.total_memory = p.memory_bytes
+        self.profile = p.profile
 
     def __str__(self) -> str:
         return f"{self.api_name}:{self.id}"

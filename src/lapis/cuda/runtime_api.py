@@ -457,14 +457,14 @@ class RuntimeApi:
     @_entry(1)
     def cudaGetDeviceProperties(self, device) -> DeviceProp:
         p = self.api.context(self._ordinal(device)).agent.properties
-        major, minor = p["compute_capability"]
+        major, minor = p.compute_capability
         return DeviceProp(
-            name=p["marketing_name"], totalGlobalMem=p["memory_bytes"], sharedMemPerBlock=p["shared_per_block"],
-            regsPerMultiprocessor=p["registers_per_unit"], warpSize=p["warp_size"],
-            maxThreadsPerBlock=p["max_threads_per_block"], maxThreadsPerMultiProcessor=p["max_threads_per_unit"],
-            clockRate=round(p["clock_ghz"] * 1e6), memoryClockRate=round(p["memory_clock_mhz"] * 1e3),
-            multiProcessorCount=p["compute_units"], l2CacheSize=p["l2_bytes"],
-            sharedMemPerMultiprocessor=p["shared_per_unit"], major=major, minor=minor)
+            name=p.marketing_name, totalGlobalMem=p.memory_bytes, sharedMemPerBlock=p.shared_per_block,
+            regsPerMultiprocessor=p.registers_per_unit, warpSize=p.warp_size,
+            maxThreadsPerBlock=p.max_threads_per_block, maxThreadsPerMultiProcessor=p.max_threads_per_unit,
+            clockRate=round(p.clock_ghz * 1e6), memoryClockRate=round(p.memory_clock_mhz * 1e3),
+            multiProcessorCount=p.compute_units, l2CacheSize=p.l2_bytes,
+            sharedMemPerMultiprocessor=p.shared_per_unit, major=major, minor=minor)
 
     # -- errors -------------------------------------------------------------------------------
     def cudaGetLastError(self) -> tuple:

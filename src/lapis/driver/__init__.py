@@ -25,6 +25,7 @@ from lapis.driver.kfd_ioctl import (
     MapMemoryArgs,
     MemFlags,
     MemoryHandleArgs,
+    NodeProperties,
     QueueArgs,
     SetPowerLimitArgs,
     WaitEventsArgs,
@@ -33,6 +34,6 @@ from lapis.driver.kfd_ioctl import (
 __all__ = [
     "AllocMemoryArgs", "CreateEventArgs", "CreateQueueArgs", "DoorbellWindow", "DriverError", "DriverOutOfMemory",
     "EventArgs", "GetClockCountersArgs", "GetProcessAperturesArgs", "GetVersionArgs", "GpuArgs", "Ioctl",
-    "KfdProcess", "MapMemoryArgs", "MemFlags", "MemoryHandleArgs", "OutOfMemoryError", "QueueArgs",
+    "KfdProcess", "MapMemoryArgs", "MemFlags", "MemoryHandleArgs", "NodeProperties", "OutOfMemoryError", "QueueArgs",
     "SetPowerLimitArgs", "WaitEventsArgs", "WaitResult", "open", "system"
 ]

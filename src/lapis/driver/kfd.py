@@ -50,6 +50,7 @@ from lapis.driver.kfd_ioctl import (
     MapMemoryArgs,
     MemFlags,
     MemoryHandleArgs,
+    NodeProperties,
     ProcessMemory,
     QueueArgs,
     QueueStatusResult,
@@ -133,9 +134,11 @@ class KfdSystem:
             node.gpu.set_interrupt_handler(lambda entry, node=node: self._interrupt(node, entry))
         self.publisher = sysfs.start(self)      # device state for monitors in other processes (lapis smi)
 
-    def topology(self) -> list[dict]:
-        """What /sys/class/kfd/kfd/topology/nodes would tell: one dict of properties per GPU."""
-        return [{"gpu_id": i, **dataclasses.asdict(n.gpu.profile)} for i, n in enumerate(self.nodes)]
+    def topology(self) -> list[NodeProperties]:
+        """What /sys/class/kfd/kfd/topology/nodes would tell: each GPU's properties."""
+        names = {f.name for f in dataclasses.fields(NodeProperties)} - {"gpu_id", "profile"}
+        return [NodeProperties(gpu_id=i, profile=n.gpu.profile.name,
+                               **{k: getattr(n.gpu.profile, k) for k in names}) for i, n in enumerate(self.nodes)]
 
     def open(self) -> "KfdProcess":
         with self.lock:

@@ -54,6 +54,32 @@ class DriverOutOfMemory(DriverError, MemoryError):
     pass
 
 
+@dataclass(frozen=True)
+class NodeProperties:
+    """One GPU of the topology, what amdkfd publishes under /sys/class/kfd/kfd/topology/nodes/N: the profile's
+    figures a runtime and the programming interfaces above it report (not the performance model's)."""
+    gpu_id: int
+    profile: str                   # the simulated profile, "h200" or "mi300x"
+    marketing_name: str
+    vendor: str                    # "nvidia" or "amd"
+    compute_capability: tuple[int, int]
+    compute_units: int             # SMs or CUs
+    warp_size: int
+    clock_ghz: float
+    memory_clock_mhz: float
+    max_threads_per_block: int
+    max_threads_per_unit: int
+    shared_per_block: int          # bytes
+    shared_per_unit: int           # bytes
+    registers_per_unit: int        # 32-bit registers
+    memory_bytes: int
+    l2_bytes: int
+    fp32_tflops: float
+    matrix_tflops: float
+    memory_bandwidth: float        # bytes per second
+    l2_bandwidth: float            # bytes per second
+
+
 # -- command arguments and results ---------------------------------------------------------------
 @dataclass
 class GetVersionArgs:

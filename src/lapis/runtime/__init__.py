@@ -31,7 +31,7 @@ class Runtime:
     def __init__(self):
         self.kfd = driver.open()
         self.cpu_agent = Agent("cpu", "cpu")
-        self.gpu_agents = [Agent(f"gpu{n['gpu_id']}:{n['name']}", "gpu", n["gpu_id"], n)
+        self.gpu_agents = [Agent(f"gpu{n.gpu_id}:{n.profile}", "gpu", n.gpu_id, n)
                            for n in driver.system().topology()]
         self._pools = {(a.gpu_id, kind): MemoryPool(self, a, kind)
                        for a in self.gpu_agents for kind in ("device", "host", "kernarg")}
