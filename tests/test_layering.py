@@ -167,3 +167,19 @@ def test_the_circle_check_catches_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert cycles(graph) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+PUBLIC_MODULES = ["lapis.autograd", "lapis.nn", "lapis.nn.functional", "lapis.nn.init", "lapis.nn.modules",
+                  "lapis.optim", "lapis.optim.lr_scheduler", "lapis.utils.data", "lapis.profiler"]
+
+
+@pytest.mark.parametrize("name", PUBLIC_MODULES)
+def test_the_public_modules_re_export_the_framework_s(name):
+    # lapis.nn is torch.nn's place, its code lapis.framework.nn: every public name reaches the same object
+    import importlib
+    public = importlib.import_module(name)
+    implementation = importlib.import_module(name.replace("lapis.", "lapis.framework.").replace(
+        "framework.utils.data", "framework.data"))
+    assert public.__all__ and public.__all__ == implementation.__all__
+    for attribute in public.__all__:
+        assert getattr(public, attribute) is getattr(implementation, attribute), f"{name}.{attribute}"
