@@ -108,3 +108,16 @@ def test_alpha_scales_the_second_operand_where_torch_takes_it():
     with pytest.raises(TypeError, match="alpha"):
         lapis.mul(a, b, alpha=2)
     assert operator.pow(lapis.tensor([3.0]), 2).tolist() == [9.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_every_row_propagates_nan_as_torch(name, device):
+    op = OPS[name]
+    arrays = _inputs(op, positive=True)
+    for k in range(op.arity):                          # a NaN in each operand in turn
+        with_nan = [a.copy() for a in arrays]
+        with_nan[k].flat[0] = np.nan
+        got = getattr(lapis, name)(*(lapis.tensor(a, device=device) for a in with_nan))
+        want = getattr(torch, name)(*(torch.tensor(a) for a in with_nan))
+        _check(got, want)                               # NaN where torch has NaN (assert_allclose: equal_nan)

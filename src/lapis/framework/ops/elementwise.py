@@ -53,8 +53,9 @@ class Op:
     says what forward keeps for them: "inputs" (numbers stay numbers; out is None), "output" (the inputs are None)
     or "nothing".
     `operators` are the Python operators it answers (a reflected one, __radd__, swaps its operands); `alpha`:
-    it takes torch's `alpha` scale of its second operand; `numbered`: torch numbers its backward node by which
-    operands are tensors (PowBackward0 for tensor ** number, 1 for tensor ** tensor, 2 for number ** tensor)."""
+    it takes torch's `alpha` scale of its second operand; `node`: torch's name for its backward node where it is
+    not the op's name capitalized (Log1PBackward0); `numbered`: torch numbers that name by which operands are
+    tensors (PowBackward0 for tensor ** number, 1 for tensor ** tensor, 2 for number ** tensor)."""
     name: str
     cpu: Callable
     gpu: Callable
@@ -63,6 +64,7 @@ class Op:
     saves: str = "inputs"
     operators: tuple = ()
     alpha: bool = False
+    node: str = ""
     numbered: bool = False
 
     @property
@@ -75,21 +77,17 @@ class Op:
         if self.numbered:
             number = 1 if all(isinstance(x, TensorBase) for x in operands) else \
                 2 if not isinstance(operands[0], TensorBase) else 0
-        return f"{self.name.capitalize()}Backward{number}"
+        return f"{self.node or self.name.capitalize()}Backward{number}"
 
 
 def _log(x):
     return x.log() if isinstance(x, TensorBase) else math.log(x)
 
 
-def _step(x, g):
-    """1 where x > 0, else 0, in g's dtype."""
-    return (x > 0).to(g.dtype)
-
-
 def _share(a, b, g, wins):
-    """The part of g an operand of maximum/minimum gets: all where it wins, half at a tie (as torch splits it)."""
-    return g * (wins(a, b).to(g.dtype) + (a == b).to(g.dtype) * 0.5)
+    """The part of g an operand of maximum/minimum gets: all where it wins, half at a tie (as torch splits it),
+    nothing elsewhere (selected, not multiplied by 0, so an infinite g gives 0 there, not NaN)."""
+    return Where.apply(wins(a, b), g, Where.apply(a == b, g * 0.5, 0.0))
 
 
 def _sign(x, g):
@@ -191,12 +189,12 @@ def power(x, y):
 
 @cuda.jit(device=True)
 def maximum(x, y):
-    return max(x, y)
+    return x if x > y or x != x else y          # a NaN in either wins, as in torch (max() would drop one)
 
 
 @cuda.jit(device=True)
 def minimum(x, y):
-    return min(x, y)
+    return x if x < y or x != x else y
 
 
 @cuda.jit(device=True)
@@ -243,7 +241,7 @@ OPS = {op.name: op for op in (
        saves="output"),
     Op("sin", np.sin, sin, (lambda g, x, y: g * x.cos(),), to_float),
     Op("cos", np.cos, cos, (lambda g, x, y: -g * x.sin(),), to_float),
-    Op("relu", lambda v: np.maximum(v, 0), relu, (lambda g, x, y: g * _step(x, g),)),
+    Op("relu", lambda v: np.maximum(v, 0), relu, (lambda g, x, y: Where.apply(x > 0, g, 0.0),)),
     Op("erf", backend.erf, erf, (lambda g, x, y: g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),), to_float),
     Op("add", np.add, add, (lambda g, a, b, y: g, lambda g, a, b, y: g), saves="nothing",
        operators=("__add__", "__radd__"), alpha=True),
@@ -291,7 +289,7 @@ class Pointwise(Function):
             ctx.save_for_backward(out)
         elif cls.op.saves == "inputs":
             ctx.save_for_backward(*(x if isinstance(x, TensorBase) else None for x in operands))
-            ctx.numbers = operands
+            ctx.numbers = tuple(None if isinstance(x, TensorBase) else x for x in operands)
         return out
 
     @classmethod
@@ -390,9 +388,8 @@ class Where(Function):
     @staticmethod
     def backward(ctx, g):
         (cond,) = ctx.saved_tensors
-        zero = g * 0
-        return (None, Where.apply(cond, g, zero) if ctx.needs_input_grad[1] else None,
-                Where.apply(cond, zero, g) if ctx.needs_input_grad[2] else None)
+        return (None, Where.apply(cond, g, 0.0) if ctx.needs_input_grad[1] else None,
+                Where.apply(cond, 0.0, g) if ctx.needs_input_grad[2] else None)
 
 
 def where(cond, a, b) -> TensorBase:

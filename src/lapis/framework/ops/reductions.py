@@ -107,7 +107,7 @@ class MaxMin(Function):
             return g, None, None, None
         positions = TensorBase._from_numpy(np.arange(ctx.shape[ctx.dim], dtype=np.int64), g.device).reshape(
             [-1 if i == ctx.dim else 1 for i in range(len(ctx.shape))])
-        return where(positions == indices, g, g * 0).expand(ctx.shape), None, None, None
+        return where(positions == indices, g, 0.0).expand(ctx.shape), None, None, None
 
 
 class MaxAll(Function):
