@@ -154,3 +154,81 @@ def test_grad_of_non_leaf_inputs_and_retained_grads():
     assert h.grad.tolist() == [1.0, 2.0, 3.0] and x.grad.tolist() == [3.0, 12.0, 27.0]
     with pytest.raises(RuntimeError, match="does not require grad"):
         lapis.autograd.grad(out, lapis.tensor([1.0]))
+
+
+def test_each_grad_is_memory_of_its_own():
+    x = lapis.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    x.sum().backward()                                     # sum's gradient is an expanded view of one number
+    x.grad[0] = 5.0
+    assert x.grad.tolist() == [5.0, 1.0, 1.0]
+    a, b = lapis.ones(2, requires_grad=True), lapis.ones(2, requires_grad=True)
+    (a + b).sum().backward()                               # add sends one tensor to both inputs
+    a.grad.mul_(3)
+    assert a.grad.tolist() == [3.0, 3.0] and b.grad.tolist() == [1.0, 1.0]
+    c = lapis.ones(2, requires_grad=True)
+    given = lapis.tensor([2.0, 4.0])
+    (c * 1).backward(given)
+    c.grad.zero_()
+    assert given.tolist() == [2.0, 4.0]                    # the caller's gradient is not c.grad
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_gradients_masked_by_a_selection_stay_zero_under_an_infinite_gradient(device):
+    # sqrt's gradient at 0 is inf; relu, maximum, where and max select it away, as torch's do (inf * 0 is NaN)
+    for fn in (lambda m, x: x.relu().sqrt(), lambda m, x: m.maximum(x, x.detach() * 0).sqrt(),
+               lambda m, x: m.where(x > 0, x, 0.0).sqrt(), lambda m, x: x.reshape(1, 2).max(1).values.sqrt()):
+        ours = lapis.tensor([-1.0, 0.0], device=device, requires_grad=True)
+        theirs = torch.tensor([-1.0, 0.0], requires_grad=True)
+        fn(lapis, ours).sum().backward()
+        fn(torch, theirs).sum().backward()
+        np.testing.assert_array_equal(ours.grad.cpu().numpy(), theirs.grad.numpy())
+
+
+def test_a_second_derivative_through_a_fused_kernel_raises():
+    x = lapis.tensor([0.5, 1.0, 1.5], requires_grad=True)
+    (g,) = lapis.autograd.grad(lapis.nn.functional.gelu(x).sum(), x, create_graph=True)
+    t = torch.tensor([0.5, 1.0, 1.5], requires_grad=True)
+    (want,) = torch.autograd.grad(torch.nn.functional.gelu(t).sum(), t)
+    np.testing.assert_allclose(g.detach().numpy(), want.numpy(), rtol=1e-5)      # the first derivative is right
+    with pytest.raises(RuntimeError, match="differentiate twice a function that was marked with @once_differentiable"):
+        g.sum().backward()
+    (h,) = lapis.autograd.grad((x * x * x).sum(), x, create_graph=True)          # composed ops: twice is fine
+    h.sum().backward()
+    assert x.grad.tolist() == [3.0, 6.0, 9.0]
+
+
+def test_retained_grads_follow_in_place_ops_and_to_with_nothing_to_do_is_the_tensor():
+    def program(m):
+        x = m.tensor([1.0, 2.0], requires_grad=True)
+        h = x * 2
+        h.retain_grad()
+        h.mul_(3)
+        (h * h).sum().backward()
+        return h.grad
+    np.testing.assert_array_equal(program(lapis).numpy(), program(torch).numpy())
+    leaf = lapis.randn(3, requires_grad=True)
+    assert leaf.to("cpu") is leaf and leaf.float() is leaf and leaf.to(lapis.float32).is_leaf
+
+
+def test_a_function_returning_its_input_leaves_the_input_a_leaf():
+    class Identity(Function):
+        @staticmethod
+        def forward(ctx, a):
+            return a
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2
+    x = lapis.ones(2, requires_grad=True)
+    y = Identity.apply(x)
+    assert x.is_leaf and x.grad_fn is None and y is not x and y.grad_fn.name() == "IdentityBackward"
+    y.sum().backward()
+    assert x.grad.tolist() == [2.0, 2.0]
+
+
+def test_root_gradients_are_checked_as_torch_checks_them():
+    x = lapis.ones(2, requires_grad=True)
+    with pytest.raises(RuntimeError, match=r"Mismatch in shape: grad_output\[0\] has a shape of"):
+        (x * 2).backward(lapis.ones(3))
+    with pytest.raises(RuntimeError, match="grad can be implicitly created only for scalar outputs"):
+        lapis.autograd.grad(x * 2, x)

@@ -62,7 +62,8 @@ class Variable:
         _is_view, _retains_grad             set by Function.apply and retain_grad
         _accumulator                        a weak reference to the leaf's AccumulateGrad node, or None
         shape, dtype, device, _version      metadata, and the version counter in-place ops bump
-        detach(), new_zeros/new_ones(shape, dtype=, device=), to(dtype), sum_to_size(shape), + (accumulation)
+        numel(), detach(), clone(), new_zeros/new_ones(shape, dtype=, device=), to(dtype), sum_to_size(shape),
+        + (accumulation)
         _shares_storage(other)              whether the two read the same memory
     """
 
@@ -199,6 +200,7 @@ class Function:
     for the same op; a subclass's own name + 'Backward' when unset, as torch names custom Functions)."""
 
     node_name: str | None = None
+    once_differentiable = False     # backward is not made of differentiable ops (a fused kernel): see DelayedError
 
     @classmethod
     def apply(cls, *args):
@@ -206,6 +208,10 @@ class Function:
         ctx.needs_input_grad = tuple(isinstance(a, Variable) and a.requires_grad for a in args)
         with _op_span(cls.__name__, args), no_grad():
             out = cls.forward(ctx, *args)
+        if any(o is a for o in (out if isinstance(out, tuple) else (out,)) for a in args):
+            # forward returned an input itself: the result is a new variable over it, so the input keeps its history
+            out = tuple(o.detach() if any(o is a for a in args) else o for o in out) \
+                if isinstance(out, tuple) else out.detach()
         outputs = out if isinstance(out, tuple) else (out,)
         if is_grad_enabled() and any(ctx.needs_input_grad):
             node = Node(cls, ctx, args)
@@ -226,6 +232,33 @@ class Function:
     @staticmethod
     def backward(ctx, *grads):
         raise NotImplementedError
+
+
+class DelayedError(Function):
+    """What a once-differentiable op's gradient is under create_graph (torch's @once_differentiable): the value, on
+    a node whose backward raises, so a second derivative through a fused kernel is an error, not silently zero."""
+
+    @staticmethod
+    def forward(ctx, g, name: str):
+        ctx.name = name
+        return g.detach()
+
+    @staticmethod
+    def backward(ctx, gg):
+        raise RuntimeError(f"trying to differentiate twice a function that was marked with @once_differentiable "
+                           f"({ctx.name}): its backward is a fused kernel, not differentiable ops")
+
+
+def _delay_error(g, name: str):
+    """g as an output of DelayedError, even when g itself requires no gradient (a fused backward's result)."""
+    out = DelayedError.apply(g, name)
+    if out.grad_fn is None:
+        ctx = Context()
+        ctx.name = name
+        node = Node(DelayedError, ctx, (g, name))
+        node.output_meta.append((tuple(out.shape), out.dtype, out.device))
+        out.grad_fn, out.requires_grad, out._output_nr = node, True, 0
+    return out
 
 
 def _topological(roots: list) -> list:
@@ -264,6 +297,7 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool, captu
         slots = pending.setdefault(id(node), [None] * max(len(getattr(node, "output_meta", ())), nr + 1))
         slots[nr] = _add(slots[nr], g)
 
+    shared = {id(g) for g in grads}                      # the caller's gradients stay the caller's
     with _GradMode(create_graph):
         for t, g in zip(roots, grads, strict=True):
             send(gradient_edge(t), g)
@@ -278,15 +312,14 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool, captu
                         found[i] = _add(found[i], g)
             if isinstance(node, AccumulateGrad):
                 if wanted is None:
-                    leaf, g = node.variable, slots[0] if create_graph else slots[0].detach()
-                    leaf.grad = g if leaf.grad is None else leaf.grad + g
+                    _accumulate(node.variable, slots[0], create_graph, shared)
                 continue
             if node.ctx is None:
                 raise RuntimeError("Trying to backward through the graph a second time (or directly access saved "
                                    "tensors after they have already been freed). Specify retain_graph=True if you "
                                    "need to backward through the graph a second time.")
             if wanted is None:
-                _retain(node, slots)
+                _retain(node, slots, shared)
             like = next(g for g in slots if g is not None)
             for nr, meta in enumerate(node.output_meta):   # an output no gradient reached contributes zeros
                 if slots[nr] is None and meta is not None:
@@ -294,6 +327,8 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool, captu
                     slots[nr] = like.new_zeros(shape, dtype=dtype, device=device)
             with _op_span(node.name(), [g for g in slots if g is not None]):
                 input_grads = node.check(node.function.backward(node.ctx, *slots))
+            if create_graph and node.function.once_differentiable:
+                input_grads = tuple(g if g is None else _delay_error(g, node.name()) for g in input_grads)
             if not retain_graph:
                 node.ctx = None
             for edge, g in zip(node.edges, input_grads, strict=True):
@@ -302,12 +337,26 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool, captu
     return found
 
 
-def _retain(node: Node, slots: list) -> None:
+def _accumulate(t: Variable, g, create_graph: bool, shared: set) -> None:
+    """t.grad += g. A first gradient is stored as is only when nothing else can see its memory; otherwise as a
+    copy: g may be an expanded view (a sum's gradient), the tensor another input received too (an add's), or
+    one the caller passed, and an in-place op on .grad must change no other tensor (torch's AccumulateGrad
+    steals a gradient no one else holds and copies the others). `shared` holds the ids of the tensors the
+    caller passed and of those already stored."""
+    if t.grad is not None:
+        t.grad = t.grad + (g if create_graph else g.detach())
+        return
+    own = g.is_contiguous() and not g._is_view and id(g) not in shared
+    shared.add(id(g))
+    t.grad = g if own and create_graph else g.detach() if own else (g if create_graph else g.detach()).clone()
+
+
+def _retain(node: Node, slots: list, shared: set) -> None:
     for nr, ref in node.retained.items():
         t = ref()
         if t is not None and slots[nr] is not None:
-            g = slots[nr].detach()
-            t.grad = g if t.grad is None else t.grad + g
+            shared.add(id(slots[nr]))                # the engine passes it on: the retained copy must be its own
+            _accumulate(t, slots[nr], False, shared)
 
 
 def backward(tensors, grad_tensors=None, retain_graph: bool = False, create_graph: bool = False) -> None:
@@ -315,6 +364,13 @@ def backward(tensors, grad_tensors=None, retain_graph: bool = False, create_grap
     tensors = [tensors] if not isinstance(tensors, list | tuple) else list(tensors)
     grads = [grad_tensors] if grad_tensors is not None and not isinstance(grad_tensors, list | tuple) else \
         list(grad_tensors or [None] * len(tensors))
+    grads = _root_gradients(tensors, grads)
+    _run(tensors, grads, retain_graph or create_graph, create_graph, None)
+
+
+def _root_gradients(tensors: list, grads: list) -> list:
+    """The gradient each root starts with: the caller's, of the root's shape, or 1 for a single element."""
+    grads = list(grads)
     for i, (t, g) in enumerate(zip(tensors, grads, strict=True)):
         if not t.requires_grad:
             raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
@@ -322,7 +378,10 @@ def backward(tensors, grad_tensors=None, retain_graph: bool = False, create_grap
             if t.numel() != 1:
                 raise RuntimeError("grad can be implicitly created only for scalar outputs")
             grads[i] = t.new_ones(tuple(t.shape))
-    _run(tensors, grads, retain_graph or create_graph, create_graph, None)
+        elif tuple(g.shape) != tuple(t.shape):
+            raise RuntimeError(f"Mismatch in shape: grad_output[{i}] has a shape of {g.shape} and output[{i}] has "
+                               f"a shape of {t.shape}.")
+    return grads
 
 
 def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, create_graph: bool = False,
@@ -332,10 +391,7 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
     inputs = [inputs] if not isinstance(inputs, list | tuple) else list(inputs)
     grads = list(grad_outputs) if isinstance(grad_outputs, list | tuple) else \
         [grad_outputs] if grad_outputs is not None else [None] * len(outputs)
-    for i, t in enumerate(outputs):
-        if not t.requires_grad:
-            raise RuntimeError(f"element {i} of tensors does not require grad and does not have a grad_fn")
-    grads = [o.new_ones(tuple(o.shape)) if g is None else g for o, g in zip(outputs, grads, strict=True)]
+    grads = _root_gradients(outputs, grads)
     for i, t in enumerate(inputs):
         if not t.requires_grad:
             raise RuntimeError(f"One of the differentiated Tensors (index {i}) does not require grad")
@@ -347,5 +403,5 @@ def grad(outputs, inputs, grad_outputs=None, retain_graph: bool | None = None, c
     return tuple(result)
 
 
-__all__ = ["AccumulateGrad", "Context", "Function", "Node", "Variable", "backward", "enable_grad", "grad",
-           "is_grad_enabled", "no_grad"]
+__all__ = ["AccumulateGrad", "Context", "DelayedError", "Function", "Node", "Variable", "backward", "enable_grad",
+           "grad", "is_grad_enabled", "no_grad"]

@@ -32,8 +32,10 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
                 dtype, device = a.dtype, a.device
             else:
                 device = a
-        return elementwise.ToCopy.apply(self, device_of(device) if device is not None else self.device,
-                                        dtype or self.dtype, copy)
+        device = device_of(device) if device is not None else self.device
+        if device == self.device and (dtype or self.dtype) is self.dtype and not copy:
+            return self                                  # nothing to change: the tensor itself, as torch
+        return elementwise.ToCopy.apply(self, device, dtype or self.dtype, copy)
 
     def cpu(self) -> "Tensor":
         return self.to("cpu")

@@ -40,7 +40,11 @@ def rebase(x: TensorBase, result: TensorBase) -> TensorBase:
     with no_grad():
         backend.copy(result._data, x._data)
     x._storage.version += 1
+    if x._retains_grad and x.grad_fn is not None:     # retain_grad() follows the tensor to its new value
+        x.grad_fn.retained.pop(x._output_nr, None)
     x.grad_fn, x.requires_grad, x._output_nr = result.grad_fn, result.requires_grad, result._output_nr
+    if x._retains_grad and x.grad_fn is not None:
+        x.grad_fn.retain(x._output_nr, x)
     return x
 
 

@@ -1,6 +1,8 @@
 """Layer 5: the neural-network primitives that run as fused kernels of `lapis.libs.dnn` on a GPU (cuDNN's place):
 softmax and log-softmax, gelu and silu, 2-D convolution and pooling, batch and layer norm, and attention, each
-forward beside its backward. On `cpu` the backend computes the same with numpy."""
+forward beside its backward. On `cpu` the backend computes the same with numpy. Their backward is a kernel too,
+not differentiable ops, so they are once differentiable: under create_graph their gradients carry a node that
+raises if differentiated again (torch's @once_differentiable), rather than a second derivative silently zero."""
 
 from lapis.framework import backend
 from lapis.framework import dtype as _dtype
@@ -11,6 +13,7 @@ from lapis.framework.tensor_base import TensorBase, wrap_dim
 
 class Activation(Function):
     """gelu (exact) or silu of a float32 tensor as one fused kernel each way (cuDNN's activation kernels)."""
+    once_differentiable = True
 
     @staticmethod
     def forward(ctx, x: TensorBase, mode: str):
@@ -30,10 +33,9 @@ class Activation(Function):
         return dx, None
 
 
-
-
 class Softmax(Function):
     """(log-)softmax over the last dimension as one fused kernel each way (cuDNN's, on a GPU)."""
+    once_differentiable = True
 
     @staticmethod
     def forward(ctx, x: TensorBase, log: bool):
@@ -54,8 +56,6 @@ class Softmax(Function):
         return dx, None
 
 
-
-
 # -- convolution and pooling ------------------------------------------------------------------------
 def _pair(v) -> tuple:
     return (v, v) if isinstance(v, int) else tuple(v)
@@ -63,6 +63,7 @@ def _pair(v) -> tuple:
 
 class Conv2d(Function):
     """NCHW input, (K, C/groups, R, S) filters, optional bias (K,): cuDNN's implicit GEMM on a GPU."""
+    once_differentiable = True
     node_name = "ConvolutionBackward0"
 
     @staticmethod
@@ -106,6 +107,7 @@ class Conv2d(Function):
 
 
 class Pool2d(Function):
+    once_differentiable = True
     @staticmethod
     def forward(ctx, x: TensorBase, mode: str, window, stride, padding):
         ctx.node_name = "MaxPool2DWithIndicesBackward0" if mode == "max" else "AvgPool2DBackward0"
@@ -133,6 +135,7 @@ class BatchNorm(Function):
     """Training batch norm of (N, C, ...) with batch statistics, forward and backward each one
     kernel on a GPU (cudnnBatchNormalizationForwardTraining / Backward); the running statistics
     move in place."""
+    once_differentiable = True
     node_name = "NativeBatchNormBackward0"
 
     @staticmethod
@@ -165,6 +168,7 @@ class BatchNorm(Function):
 class LayerNorm(Function):
     """Layer norm over the last dimension, saving each row's mean and 1/std: one kernel forward and
     two backward on a GPU (rows of dx; then dweight and dbias per column)."""
+    once_differentiable = True
     node_name = "NativeLayerNormBackward0"
 
     @staticmethod
@@ -194,6 +198,7 @@ class LayerNorm(Function):
 class Attention(Function):
     """softmax(q k^T * scale) v over the last two dimensions, with an optional causal mask: FlashAttention's
     forward and backward (cuDNN's fused attention, `libs.dnn`) on a GPU, the scores never stored."""
+    once_differentiable = True
     node_name = "ScaledDotProductFlashAttentionBackward0"
 
     @staticmethod
@@ -220,7 +225,8 @@ class Attention(Function):
 
 
 def _fused_softmax(x, dim) -> bool:
-    """The last dimension of a float32 tensor: one fused kernel (create_graph needs the composite form)."""
+    """The last dimension of a float32 tensor: one fused kernel each way (once differentiable: a second
+    derivative through it raises)."""
     return wrap_dim(dim, x.ndim) == x.ndim - 1 and x.dtype is _dtype.float32 and x.ndim > 0 and x.numel() > 0
 
 
