@@ -86,8 +86,8 @@ class TensorBase(autograd.Variable):
         self._is_view = False        # shares memory with a tensor it was made from (in-place autograd refuses it)
 
     # -- storage and views --------------------------------------------------------------------------
-    @classmethod
-    def _empty(cls, shape: tuple, dt: _dtype.dtype, dev: device) -> "TensorBase":
+    @staticmethod
+    def _empty(shape: tuple, dt: _dtype.dtype, dev: device) -> "TensorBase":
         n = builtins.max(builtins.int(np.prod(shape, dtype=np.int64)), 1)
         if dev.type == "cpu":
             flat = np.empty(n, dt.np)
@@ -96,13 +96,13 @@ class TensorBase(autograd.Variable):
             flat = DeviceNDArray.allocate(context, (n,), dt.np)
         return TensorBase.made_class(Storage(flat), shape, contiguous_strides(shape), 0, dev)
 
-    @classmethod
-    def _from_numpy(cls, array: np.ndarray, dev: device) -> "TensorBase":
+    @staticmethod
+    def _from_numpy(array: np.ndarray, dev: device) -> "TensorBase":
         array = np.ascontiguousarray(array)
         if dev.type == "cpu":
             flat = array.reshape(-1) if array.size else np.empty(1, array.dtype)
             return TensorBase.made_class(Storage(flat), array.shape, contiguous_strides(array.shape), 0, dev)
-        out = cls._empty(array.shape, _dtype.from_numpy(array.dtype), dev)
+        out = TensorBase._empty(array.shape, _dtype.from_numpy(array.dtype), dev)
         if array.size:
             out._storage.array[:array.size].copy_to_device(array.reshape(-1))
         return out

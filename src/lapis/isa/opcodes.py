@@ -166,7 +166,6 @@ OPCODES: dict[str, Opcode] = {row.mnemonic: row for row in _ROWS}
 BY_CODE: dict[int, Opcode] = {row.code: row for row in _ROWS}
 
 
-
 class SpecialRegister(IntEnum):
     """The special registers S2R reads, by the number operand B holds."""
     TID_X = 0           # the thread's index in its block

@@ -177,8 +177,6 @@ def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: 
     return y
 
 
-
-
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None) -> Tensor:
     # query: (..., L, E), key: (..., S, E), value: (..., S, Ev) -> (..., L, Ev); a boolean mask is True where

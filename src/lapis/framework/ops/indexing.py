@@ -171,5 +171,4 @@ def setitem(x, index, value) -> None:
         return
     with no_grad():
         target = getitem(x.detach(), index)
-    inplace.write(target, value)
-    x._storage.version = target._storage.version
+    inplace.write(target, value)                # a view of x's storage: its version is x's
