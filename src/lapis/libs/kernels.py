@@ -252,7 +252,7 @@ def _geometry(api, out: DeviceNDArray, *inputs) -> tuple[tuple, list]:
 
 
 def _check_function(fn, arity: int) -> None:
-    if not isinstance(fn, DeviceFunction) or fn.py_func.__code__.co_argcount != arity:
+    if not isinstance(fn, DeviceFunction) or fn.arity != arity:
         raise KernelArgumentError(f"expected a device function (@cuda.jit(device=True)) of {arity} argument(s), "
                                   f"not {fn!r}")
 

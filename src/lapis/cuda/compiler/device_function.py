@@ -26,6 +26,11 @@ class DeviceFunction:
     def __repr__(self) -> str:
         return f"<lapis device function {self.__name__}>"
 
+    @property
+    def arity(self) -> int:
+        """How many arguments it takes."""
+        return self.py_func.__code__.co_argcount
+
     def __call__(self, *args, **kwargs):
         raise RuntimeError(f"device function {self.__name__!r} can only be called from a kernel or another "
                            "device function")

@@ -69,7 +69,7 @@ class Op:
 
     @property
     def arity(self) -> int:
-        return self.gpu.py_func.__code__.co_argcount
+        return self.gpu.arity
 
     def node_name(self, operands) -> str:
         """torch's name of the backward node of a call (ExpBackward0)."""
