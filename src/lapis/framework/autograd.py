@@ -208,11 +208,9 @@ class Function:
         ctx.needs_input_grad = tuple(isinstance(a, Variable) and a.requires_grad for a in args)
         with _op_span(cls.__name__, args), no_grad():
             out = cls.forward(ctx, *args)
-        if any(o is a for o in (out if isinstance(out, tuple) else (out,)) for a in args):
-            # forward returned an input itself: the result is a new variable over it, so the input keeps its history
-            out = tuple(o.detach() if any(o is a for a in args) else o for o in out) \
-                if isinstance(out, tuple) else out.detach()
-        outputs = out if isinstance(out, tuple) else (out,)
+        # an output that is an input itself becomes a new variable over it, so the input keeps its history
+        outputs = tuple(o.detach() if any(o is a for a in args) else o
+                        for o in (out if isinstance(out, tuple) else (out,)))
         if is_grad_enabled() and any(ctx.needs_input_grad):
             node = Node(cls, ctx, args)
             for nr, o in enumerate(outputs):
@@ -223,7 +221,7 @@ class Function:
         for o in outputs:
             if isinstance(o, Variable):                 # a view only if it aliases an input's memory
                 o._is_view = any(isinstance(a, Variable) and o._shares_storage(a) for a in args)
-        return out
+        return outputs if isinstance(out, tuple) else outputs[0]
 
     @staticmethod
     def forward(ctx, *args):
@@ -343,12 +341,10 @@ def _accumulate(t: Variable, g, create_graph: bool, shared: set) -> None:
     one the caller passed, and an in-place op on .grad must change no other tensor (torch's AccumulateGrad
     steals a gradient no one else holds and copies the others). `shared` holds the ids of the tensors the
     caller passed and of those already stored."""
-    if t.grad is not None:
-        t.grad = t.grad + (g if create_graph else g.detach())
-        return
     own = g.is_contiguous() and not g._is_view and id(g) not in shared
     shared.add(id(g))
-    t.grad = g if own and create_graph else g.detach() if own else (g if create_graph else g.detach()).clone()
+    g = g if create_graph else g.detach()
+    t.grad = t.grad + g if t.grad is not None else g if own else g.clone()
 
 
 def _retain(node: Node, slots: list, shared: set) -> None:
