@@ -121,3 +121,15 @@ def test_every_row_propagates_nan_as_torch(name, device):
         got = getattr(lapis, name)(*(lapis.tensor(a, device=device) for a in with_nan))
         want = getattr(torch, name)(*(torch.tensor(a) for a in with_nan))
         _check(got, want)                               # NaN where torch has NaN (assert_allclose: equal_nan)
+
+
+def test_rows_refuse_what_torch_refuses():
+    with pytest.raises(TypeError, match=r"exp\(\): argument 'input' \(position 1\) must be Tensor, not float"):
+        lapis.exp(3.0)
+    with pytest.raises(TypeError, match="expected a Tensor operand"):
+        lapis.add(2, 3)
+    assert (2 + lapis.tensor([1.0])).tolist() == [3.0]           # a reflected operator still takes the number
+    with pytest.raises(TypeError, match=r"exp_\(\) takes 0 operand"):
+        lapis.ones(2).exp_(1)
+    with pytest.raises(TypeError, match=r"add_\(\) takes 1 operand"):
+        lapis.ones(2).add_()

@@ -313,11 +313,16 @@ def _public(op: Op) -> Callable:
     function = FUNCTIONS[op.name]
     if op.arity == 1:
         def unary(x):
+            if not isinstance(x, TensorBase):
+                raise TypeError(f"{op.name}(): argument 'input' (position 1) must be Tensor, not {type(x).__name__}")
             return function.apply(x)
         unary.__name__ = unary.__qualname__ = op.name
         return unary
 
     def binary(a, b, *, alpha=1):
+        if not isinstance(a, TensorBase) and not isinstance(b, TensorBase):
+            raise TypeError(f"{op.name}(): expected a Tensor operand, got {type(a).__name__} and "
+                            f"{type(b).__name__}")
         if alpha != 1:
             if not op.alpha:
                 raise TypeError(f"{op.name}() got an unexpected keyword argument 'alpha'")

@@ -101,6 +101,8 @@ def op(fn, row):
     """The in-place method of an elementwise op (x.exp_(), x.add_(y, alpha=2)): `fn` is the op's out-of-place
     function, `row` its table entry."""
     def method(x, *others, **kwargs):
+        if len(others) != row.arity - 1:
+            raise TypeError(f"{row.name}_() takes {row.arity - 1} operand(s) besides the tensor, {len(others)} given")
         check(x, *others)
         out_dtype = row.rule([x, *others])[1]
         if out_dtype.category > x.dtype.category:
