@@ -4,12 +4,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast demo bench lint clean browser
+.PHONY: test test-fast test-compare demo bench lint clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
+	@echo "compiling the simulated GPU's native engine (once; numba keeps it on disk)"
+	$(BIN)/python -c "from lapis.hardware.simt.native import compile_engine; compile_engine()"
 	touch $(STAMP)
 
 lint: $(STAMP)
@@ -22,6 +24,11 @@ test: lint browser
 # one layer; run `make test` before committing.
 test-fast: lint
 	$(BIN)/python -m pytest -m "not slow"
+
+# Every test with every kernel dispatch run twice, by the reference executor and by translated code,
+# failing on any difference in memory, counters or faults (LAPIS_SIM=compare; slow).
+test-compare: $(STAMP)
+	LAPIS_SIM=compare $(BIN)/python -m pytest --deselect tests/test_viewer.py
 
 # The trace viewer's test drives Debian's chromium headless; install it (and its driver) when missing.
 browser:

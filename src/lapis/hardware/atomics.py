@@ -16,7 +16,7 @@ by address, and
 
 import numpy as np
 
-from lapis.hardware.numerics import order_key
+from lapis.hardware.numerics import float_max, float_min, order_key
 
 U32, I32, F32, U64, I64, F64 = np.uint32, np.int32, np.float32, np.uint64, np.int64, np.float64
 
@@ -29,7 +29,7 @@ def combine(op: str, t: str, old: np.ndarray, value: np.ndarray, new: np.ndarray
         return np.where(old == value, new, old)
     if t == "F32":
         a, b = old.view(F32), value.view(F32)
-        fn = {"ADD": np.add, "MIN": np.fmin, "MAX": np.fmax}[op]
+        fn = {"ADD": np.add, "MIN": float_min, "MAX": float_max}[op]
         return fn(a, b).astype(F32).view(U32)
     if op == "ADD":
         return old + value

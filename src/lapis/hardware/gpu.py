@@ -33,7 +33,13 @@ class Gpu:
         self.mmu = Mmu(self.vram)
         # LAPIS_SIM_CACHES=0 runs the SIMT core without the caches it keeps only for speed, to check them.
         caches = os.environ.get("LAPIS_SIM_CACHES", "1") != "0"
-        self.simt = SimtCore(profile, self.mmu, self.vram, sysmem, caches=caches)
+        # LAPIS_SIM=reference runs every instruction through the numpy executor, none translated;
+        # LAPIS_SIM=compare runs every dispatch both ways and checks that they agree (for tests).
+        sim = os.environ.get("LAPIS_SIM", "translated")
+        if sim not in ("translated", "reference", "compare"):
+            raise ValueError(f"LAPIS_SIM={sim!r}: expected translated, reference or compare")
+        self.simt = SimtCore(profile, self.mmu, self.vram, sysmem, caches=caches, translated=sim != "reference",
+                             compare=sim == "compare")
         # As CUDA_LAUNCH_BLOCKING: the command processor runs packets on the thread that rings a doorbell.
         self.cp = CommandProcessor(self, launch_blocking=os.environ.get("LAPIS_LAUNCH_BLOCKING", "0") not in ("", "0"))
         self.copy_engine = CopyEngine(self)

@@ -78,3 +78,33 @@ def order_key(bits: np.ndarray, t: str) -> np.ndarray:
     """int64 keys that sort like the integers of type t (U32 or S32) whose bits are given."""
     bits = np.asarray(bits, U32)
     return bits.astype(I64) if t == "U32" else bits.view(I32).astype(I64)
+
+
+def float_min(a, b, out=None):
+    """IEEE 754-2019 minimumNumber, as PTX's min.f32 and AMD's v_min_f32: a NaN operand loses (two
+    NaNs give NaN) and -0.0 counts as less than +0.0. (numpy's fmin leaves the sign of a zero tie
+    to its SIMD loops, so it is not used.)"""
+    a, b = np.asarray(a), np.asarray(b)
+    pick_a = (a < b) | np.isnan(b) | ((a == b) & np.signbit(a))
+    return np.where(pick_a, a, b) if out is None else np.copyto(out, np.where(pick_a, a, b))
+
+
+def float_max(a, b, out=None):
+    """IEEE 754-2019 maximumNumber: a NaN operand loses and +0.0 counts as greater than -0.0."""
+    a, b = np.asarray(a), np.asarray(b)
+    pick_a = (a > b) | np.isnan(b) | ((a == b) & ~np.signbit(a))
+    return np.where(pick_a, a, b) if out is None else np.copyto(out, np.where(pick_a, a, b))
+
+
+# The NaN every float32 and float64 operation returns when its result is NaN, whatever NaN it was
+# given, as NVIDIA GPUs do (PTX: a "canonical NaN"). IEEE 754 leaves the choice of NaN open and x86
+# propagates one of the operands' by their order in the machine instruction, which the compiler picks.
+CANONICAL_NAN32 = np.uint32(0x7FFFFFFF).view(np.float32)
+CANONICAL_NAN64 = np.uint64(0x7FFFFFFFFFFFFFFF).view(np.float64)
+
+
+def canonical(x: np.ndarray) -> np.ndarray:
+    """x with every NaN replaced by the canonical NaN of its type."""
+    nan = CANONICAL_NAN64 if np.asarray(x).dtype == np.float64 else CANONICAL_NAN32
+    return np.where(np.isnan(x), nan, x)
+

@@ -23,23 +23,17 @@ from lapis.isa import SpecialRegister as SR
 
 if TYPE_CHECKING:
     from lapis.hardware.simt.scheduler import SimtCore
+    from lapis.hardware.simt.translated import NativeRunner
 
 
 class ResidentBlocks:
     """The state of `nblocks` resident thread blocks executing together (a batch of the grid)."""
 
     def __init__(self, core: "SimtCore", d: Dispatch, nblocks: int):
-        self.core, self.d, self.nblocks = core, d, nblocks
-        caches = core.caches
+        self.core, self.nblocks = core, nblocks
         tpb = self.threads_per_block = d.block[0] * d.block[1] * d.block[2]
         L = self.lanes = nblocks * tpb
-        self.registers = RegisterFile(caches, d, L)
         self.shared_words = -(-d.shared_bytes // 8) * 2       # per block, 8-byte aligned for 64-bit atomics
-        self.shared_u32 = caches.array("shared", (max(2, nblocks * self.shared_words),), U32)
-        self.shared_u8, self.shared_u64 = self.shared_u32.view(np.uint8), self.shared_u32.view(U64)
-        # Word w of lane l's local memory is word w * lanes + l: a warp's same-address access is contiguous.
-        self.local_u32 = caches.array("local", (max(2, -(-d.local_bytes // 4) * L),), U32)
-        self.local_u8 = self.local_u32.view(np.uint8)
 
         ws = core.warp_size
         self.warps_per_block = -(-tpb // ws)
@@ -61,9 +55,25 @@ class ResidentBlocks:
         self.special[SR.TID_X], self.special[SR.TID_Y], self.special[SR.TID_Z] = t % bx, t // bx % by, t // (bx * by)
         self.special[SR.LANEID], self.special[SR.WARPID] = self.lane_in_warp, t // ws
 
-        self.executors: list[Executor | None] = [None] * len(d.program)   # bound when first reached
-        self.derived = DerivedValues(d.program, d.registers, caches.enabled)
+        self.derived = DerivedValues(d.program, d.registers, core.caches.enabled)
         self.exited = np.zeros(L, bool)                  # lanes that ran EXIT
+        self.native: NativeRunner | None = None          # runs translated code; the scheduler attaches it
+        self.launch(d)
+
+    def launch(self, d: Dispatch) -> None:
+        """Take on dispatch `d`, a launch of the same program with the same shape as the last one
+        (its grid and arguments may differ): fresh storage from the caches, no instruction bound."""
+        caches, L = self.core.caches, self.lanes
+        self.d = d
+        self.registers = RegisterFile(caches, d, L)
+        self.shared_u32 = caches.array("shared", (max(2, self.nblocks * self.shared_words),), U32)
+        self.shared_u8, self.shared_u64 = self.shared_u32.view(np.uint8), self.shared_u32.view(U64)
+        # Word w of lane l's local memory is word w * lanes + l: a warp's same-address access is contiguous.
+        self.local_u32 = caches.array("local", (max(2, -(-d.local_bytes // 4) * L),), U32)
+        self.local_u8 = self.local_u32.view(np.uint8)
+        self.executors: list[Executor | None] = [None] * len(d.program)   # bound when first reached
+        if self.native is not None:
+            self.native.acquire()
 
     def start(self, first_block: int) -> None:
         """Reset the state for blocks first_block .. first_block + nblocks - 1."""
@@ -82,7 +92,3 @@ class ResidentBlocks:
         """The fault that stops the kernel at instruction `pc`, for `reason`."""
         inst = self.d.program[pc]
         return KernelFault(reason, pc * INSTRUCTION_BYTES, format_instruction(inst, pc * INSTRUCTION_BYTES), address)
-
-    def count_flops(self, pc: int, precision: str, per_thread: int) -> None:
-        """Instruction `pc` does `per_thread` floating-point operations of `precision` per active lane."""
-        self.core.flop_kind[pc] = (precision, per_thread)

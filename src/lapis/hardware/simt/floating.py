@@ -2,18 +2,28 @@
 
 What an SM's FMA pipe (float32 and packed float16/bfloat16), its FP64 units and its special
 function unit (MUFU: reciprocal, square root, exp2, log2, sine, cosine) do, and the
-conversions between integers and every float format. Each instruction that does arithmetic
-records its floating-point operations per lane (`count_flops`) for the counters.
+conversions between integers and every float format. The operations each one counts per lane
+are in `launch.FLOPS_PER_LANE`.
 
 Simplifications, on purpose: FFMA rounds the product and the sum separately (numpy has no
 fused float32 multiply-add) and DFMA is likewise a multiply then an add; packed-half results
 are computed in float64 and rounded once to the format; denormals are kept; MUFU uses
-numpy's float32 functions, not the unit's approximations.
+numpy's float32 functions, not the unit's approximations. Min and max are IEEE 754-2019
+minimumNumber and maximumNumber (`numerics.float_min`), as on NVIDIA and AMD GPUs. Arithmetic
+that gives NaN gives the canonical NaN (`numerics.canonical`), as NVIDIA GPUs do.
 """
 
 import numpy as np
 
-from lapis.hardware.numerics import float_to_format, format_to_float, pack_halves, split_halves
+from lapis.hardware.numerics import (
+    canonical,
+    float_max,
+    float_min,
+    float_to_format,
+    format_to_float,
+    pack_halves,
+    split_halves,
+)
 from lapis.hardware.simt.binders import Executor, Mask, binds
 from lapis.hardware.simt.blocks import ResidentBlocks
 from lapis.hardware.simt.integer import compare
@@ -24,19 +34,22 @@ from lapis.isa import Instruction
 # -- float32 -----------------------------------------------------------------------------------
 @binds("FADD")
 def fadd(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
-    blocks.count_flops(pc, "fp32", 1)
-    return blocks.registers.elementwise(inst, blocks.registers.F, np.add)
+    return blocks.registers.elementwise(inst, blocks.registers.F, lambda a, b, out=None: _into(canonical(a + b), out))
 
 
 @binds("FMUL")
 def fmul(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
-    blocks.count_flops(pc, "fp32", 1)
-    return blocks.registers.elementwise(inst, blocks.registers.F, np.multiply)
+    return blocks.registers.elementwise(inst, blocks.registers.F, lambda a, b, out=None: _into(canonical(a * b), out))
+
+
+def _into(values: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    if out is not None:
+        out[...] = values
+    return values
 
 
 @binds("FFMA")
 def ffma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
-    blocks.count_flops(pc, "fp32", 2)
     regs = blocks.registers
     d = regs.F[regs.dest(inst.rd)]
     a, b, c = regs.operands(inst, regs.F, "abc")
@@ -44,17 +57,14 @@ def ffma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
 
     def execute(mask: Mask) -> None:
         np.multiply(a(), b(), out=product)
-        if mask is None:
-            np.add(product, c(), out=d)
-        else:
-            np.add(product, c(), out=product)
-            np.copyto(d, product, where=mask)
+        np.add(product, c(), out=product)
+        write(d, canonical(product), mask)
     return execute
 
 
 @binds("FMNMX")
 def fmnmx(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
-    return blocks.registers.elementwise(inst, blocks.registers.F, np.fmin if inst.mod("op") == "MIN" else np.fmax)
+    return blocks.registers.elementwise(inst, blocks.registers.F, float_min if inst.mod("op") == "MIN" else float_max)
 
 
 @binds("FSETP")
@@ -79,21 +89,22 @@ def _f64_operands(blocks: ResidentBlocks, inst: Instruction, names: str) -> list
 @binds("DADD", "DMUL", "DMNMX")
 def float64_binary(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     if inst.op == "DMNMX":
-        fn = np.fmin if inst.mod("op") == "MIN" else np.fmax
+        fn = float_min if inst.mod("op") == "MIN" else float_max
     else:
         fn = np.add if inst.op == "DADD" else np.multiply
-        blocks.count_flops(pc, "fp64", 1)
     a, b = _f64_operands(blocks, inst, "ab")
+    if inst.op != "DMNMX":
+        arithmetic = fn
+        fn = lambda x, y: canonical(arithmetic(x, y))       # noqa: E731
     return lambda mask: blocks.registers.write_pair(inst.rd, np.broadcast_to(fn(a(), b()), blocks.lanes).view(U64),
                                                     mask)
 
 
 @binds("DFMA")
 def dfma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
-    blocks.count_flops(pc, "fp64", 2)
     a, b, c = _f64_operands(blocks, inst, "abc")
     return lambda mask: blocks.registers.write_pair(
-        inst.rd, np.broadcast_to(a() * b() + c(), blocks.lanes).view(U64), mask)
+        inst.rd, np.broadcast_to(canonical(a() * b() + c()), blocks.lanes).view(U64), mask)
 
 
 @binds("DSETP")
@@ -183,13 +194,11 @@ def frnd(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
 def packed_half(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     """Two float16 or bfloat16 lanes per register: fn over float64 halves, rounded once to the format."""
     if inst.op == "HMNMX2":
-        fn, sources, flops = np.fmin if inst.mod("op") == "MIN" else np.fmax, "ab", 0
+        fn, sources = float_min if inst.mod("op") == "MIN" else float_max, "ab"
     else:
-        fn, sources, flops = {"HADD2": (np.add, "ab", 2), "HMUL2": (np.multiply, "ab", 2),
-                              "HFMA2": (lambda a, b, c: a * b + c, "abc", 4)}[inst.op]
+        fn, sources = {"HADD2": (np.add, "ab"), "HMUL2": (np.multiply, "ab"),
+                       "HFMA2": (lambda a, b, c: a * b + c, "abc")}[inst.op]
     t = inst.mod("t")
-    if flops:
-        blocks.count_flops(pc, "fp16", flops)
     regs = blocks.registers
     d = regs.R[regs.dest(inst.rd)]
     rows = {"a": regs.R[regs.row(inst.ra)], "b": regs.b32(inst, regs.R, U32), "c": regs.R[regs.row(inst.rc)]}
@@ -210,4 +219,4 @@ def mufu(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     fn = {"RCP": lambda x: F32(1) / x, "RSQ": lambda x: F32(1) / np.sqrt(x), "SQRT": np.sqrt,
           "EX2": np.exp2, "LG2": np.log2, "SIN": np.sin, "COS": np.cos}[inst.mod("fn")]
     d, b = regs.F[regs.dest(inst.rd)], regs.b32(inst, regs.F, F32)
-    return lambda mask: write(d, np.asarray(fn(b), F32), mask)
+    return lambda mask: write(d, canonical(np.asarray(fn(b), F32)), mask)

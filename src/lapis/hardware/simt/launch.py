@@ -27,6 +27,17 @@ class KernelFault(Exception):
         self.reason, self.pc, self.instruction, self.address = reason, pc, instruction, address
 
 
+# The floating-point operations each arithmetic instruction does per active lane, by precision: an
+# FMA is two, a packed-half instruction does its operation on two halves, and HMMA's 16x8x16
+# multiply-accumulate (2 * 16 * 8 * 16 operations) is shared by the 32 lanes of its group.
+FLOPS_PER_LANE: dict[str, tuple[str, int]] = {
+    "FADD": ("fp32", 1), "FMUL": ("fp32", 1), "FFMA": ("fp32", 2),
+    "DADD": ("fp64", 1), "DMUL": ("fp64", 1), "DFMA": ("fp64", 2),
+    "HADD2": ("fp16", 2), "HMUL2": ("fp16", 2), "HFMA2": ("fp16", 4),
+    "HMMA": ("matrix", 2 * 16 * 8 * 16 // 32),
+}
+
+
 @dataclass
 class Counters:
     """What executing a kernel counted, per program counter and in total."""

@@ -24,8 +24,11 @@ from lapis.hardware.mmu import Mmu
 from lapis.hardware.profiles import DeviceProfile
 from lapis.hardware.simt.binders import CONTROL, Executor, Mask, bind, binds
 from lapis.hardware.simt.blocks import ResidentBlocks
-from lapis.hardware.simt.launch import Counters, Dispatch
+from lapis.hardware.simt.compare import compare_executors
+from lapis.hardware.simt.launch import FLOPS_PER_LANE, Counters, Dispatch
 from lapis.hardware.simt.simulator_caches import SimulatorCaches
+from lapis.hardware.simt.translate import Translation
+from lapis.hardware.simt.translated import NativeRunner
 from lapis.isa import INSTRUCTION_BYTES, OPCODES, PT, Instruction
 
 
@@ -35,20 +38,27 @@ class SimtCore:
     MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
 
     def __init__(self, profile: DeviceProfile, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory,
-                 caches: bool = True):
+                 caches: bool = True, translated: bool = True, compare: bool = False):
         self.profile = profile
+        self.translated = translated            # run translated code natively (`translated.py`), or only the binders
+        self.compare = compare                  # run every dispatch both ways and check they agree (`compare.py`)
+        self.write_log: list | None = None       # (system, physical addresses, bytes) of global writes, when kept
         self.warp_size = profile.warp_size
         self.mmu, self.vram, self.sysmem = mmu, vram, sysmem
         self.l2 = L2Cache(profile.l2_bytes)
         self.caches = SimulatorCaches(caches)
         self.counters = Counters.for_program(0)
-        self.flop_kind: list[tuple[str, int] | None] = []
 
     def run(self, d: Dispatch, resident_blocks: int) -> Counters:
         """Execute every block of the grid; `resident_blocks` is how many fit on the device at once."""
+        if self.compare:
+            return compare_executors(self, d, resident_blocks)
+        return self.execute(d, resident_blocks, self.translated)
+
+    def execute(self, d: Dispatch, resident_blocks: int, translated: bool) -> Counters:
+        """Run the dispatch, with the translated code or only the reference executor."""
         n = len(d.program)
         self.counters = c = Counters.for_program(n)
-        self.flop_kind = [None] * n
         total = d.grid[0] * d.grid[1] * d.grid[2]
         tpb = d.block[0] * d.block[1] * d.block[2]
         per_batch = max(1, min(resident_blocks, self.MAX_LANES // tpb))
@@ -56,30 +66,47 @@ class SimtCore:
         c.blocks = total
         c.warps_per_block = -(-tpb // self.warp_size)
         kinds = [i.op if i.op in CONTROL else "" for i in d.program]
+        translation = self.caches.translation(d.program, d.registers) if translated else None
         targets = [branch_target(i, pc) if i.op == "BRA" else 0 for pc, i in enumerate(d.program)]
-        try:
-            with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
-                for first in range(0, total, per_batch):
-                    nblocks = min(per_batch, total - first)
-                    blocks = self.caches.batch(nblocks, partial(ResidentBlocks, self, d, nblocks))
-                    blocks.start(first)
-                    self._run_blocks(blocks, kinds, targets)
-        finally:
-            self.caches.end_launch()
+        with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
+            for first in range(0, total, per_batch):
+                nblocks = min(per_batch, total - first)
+                blocks = self._batch_for(d, nblocks, translation)
+                blocks.start(first)
+                self._run_blocks(blocks, kinds, targets)
         for pc, inst in enumerate(d.program):
             pipe = OPCODES[inst.op].pipe
             c.warp_instructions_by_pipe[pipe] = c.warp_instructions_by_pipe.get(pipe, 0) + c.warp_instructions[pc]
-            if self.flop_kind[pc]:
-                precision, per_thread = self.flop_kind[pc]
+            if inst.op in FLOPS_PER_LANE and c.thread_instructions[pc]:
+                precision, per_lane = FLOPS_PER_LANE[inst.op]
                 c.flops_by_precision[precision] = (c.flops_by_precision.get(precision, 0)
-                                                   + per_thread * c.thread_instructions[pc])
+                                                   + per_lane * c.thread_instructions[pc])
         return c
+
+    def _batch(self, d: Dispatch, nblocks: int, translation: Translation | None) -> ResidentBlocks:
+        """The state of a batch of `nblocks` blocks, with a native runner when the program is translated."""
+        blocks = ResidentBlocks(self, d, nblocks)
+        if translation is not None:
+            blocks.native = NativeRunner(blocks, translation)
+        return blocks
+
+    def _batch_for(self, d: Dispatch, nblocks: int, translation: Translation | None) -> ResidentBlocks:
+        """The batch state for `nblocks` blocks of `d`: one kept from an earlier launch of the same program
+        and shape, taking on `d`, or a new one."""
+        key = (id(d.program), nblocks, d.block, d.registers, d.shared_bytes, d.local_bytes, translation is not None)
+        blocks = self.caches.batch(key, d.program, nblocks * d.block[0] * d.block[1] * d.block[2],
+                                   partial(self._batch, d, nblocks, translation))
+        if blocks.d is not d:
+            blocks.launch(d)
+        return blocks
 
     def _run_blocks(self, blocks: ResidentBlocks, kinds: list[str], targets: list[int]) -> None:
         """Run one batch until every lane has exited."""
         c, executors, keep = self.counters, blocks.executors, self.caches.enabled
         bumps, version = blocks.derived.bumps, blocks.derived.version
         budget, end = blocks.d.watchdog_steps, len(blocks.d.program)
+        native = blocks.native
+        run_end = native.translation.run_end if native is not None else None
         groups: dict[int, Mask] = {0: None}         # program counter -> the lanes waiting there
         steps = 0
         while groups:
@@ -87,6 +114,20 @@ class SimtCore:
             mask = groups.pop(pc)
             lanes, warps = active_counts(blocks, mask)
             while True:
+                if run_end is not None and run_end[pc] > pc and steps + run_end[pc] - pc <= budget:
+                    stop = run_end[pc]              # a translated run: the native engine executes it
+                    for q in range(pc, stop):
+                        c.warp_instructions[q] += warps
+                        c.thread_instructions[q] += lanes
+                    steps += stop - pc
+                    native.run(pc, stop, mask)
+                    pc = stop
+                    if pc >= end:
+                        raise blocks.fault(pc - 1, "execution ran past the end of the program (missing EXIT)")
+                    if pc in groups:
+                        park(groups, pc, mask)
+                        break
+                    continue
                 steps += 1
                 if steps > budget:
                     raise blocks.fault(pc, f"watchdog: more than {budget} instruction steps in one batch of blocks "

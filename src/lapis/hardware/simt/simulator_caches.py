@@ -7,9 +7,11 @@ it is the simulator keeping work it would otherwise redo, as QEMU keeps translat
 - The arrays of the register file, shared and local memory, reused from launch to launch:
   fresh host pages fault on first touch, which for a 64K-lane register file is milliseconds
   per launch. One batch runs at a time and each clears what it uses, so batches share them.
-- The state of a batch of resident blocks, reused by the next batch of the same size in a
-  launch, with the executors its instructions were bound to (binding reads operands,
-  folds constants and picks functions; see `binders.py`).
+- The state of a batch of resident blocks (its lane layout and special registers), reused by the
+  next batch of the same size, in the same launch with the executors its instructions were bound
+  to (binding reads operands, folds constants and picks functions; see `binders.py`), and by
+  later launches of the same program and shape.
+- Each program's translation for the native engine (`translate.py`).
 - Values derived from registers (`DerivedValues`), kept until one of those registers is
   written again: a shared-memory address register's word indices, its bank-conflict count,
   an HMMA operand's unpacked fragment.
@@ -25,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from lapis.hardware.simt.translate import Translation, translate
 from lapis.isa import Instruction
 
 if TYPE_CHECKING:
@@ -34,11 +37,15 @@ if TYPE_CHECKING:
 class SimulatorCaches:
     """The SIMT core's caches; with `enabled` False, every lookup misses and nothing is kept."""
 
+    KEPT_BATCHES = 64
+    KEPT_BATCH_LANES = 16384
+
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
         self._programs: dict[bytes, list[Instruction]] = {}
+        self._translations: dict[tuple[int, int], tuple[list[Instruction], Translation]] = {}
         self._arrays: dict[str, np.ndarray] = {}
-        self._batches: dict[int, ResidentBlocks] = {}
+        self._batches: dict[Hashable, tuple[list[Instruction], ResidentBlocks]] = {}
 
     def program(self, code: bytes, decode: Callable[[bytes], list[Instruction]]) -> list[Instruction]:
         """A kernel's instructions: decode(code), once per distinct code."""
@@ -49,9 +56,21 @@ class SimulatorCaches:
             program = self._programs[code] = decode(code)
         return program
 
+    def translation(self, program: list[Instruction], registers: int) -> "Translation":
+        """The program's translation for the native engine (`translate.py`), once per program and register count."""
+        if not self.enabled:
+            return translate(program, registers)
+        key = (id(program), registers)
+        kept = self._translations.get(key)
+        if kept is None or kept[0] is not program:
+            kept = self._translations[key] = (program, translate(program, registers))
+        return kept[1]
+
     def forget_programs(self) -> None:
         """After a device reset, nothing decoded before is trusted."""
         self._programs.clear()
+        self._translations.clear()
+        self._batches.clear()
 
     def array(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
         """An array for the state of a batch (the register file, shared or local memory), contents undefined."""
@@ -63,18 +82,24 @@ class SimulatorCaches:
             buf = self._arrays[name] = np.zeros(max(nbytes, 8), np.uint8)
         return buf[:nbytes].view(dtype).reshape(shape)
 
-    def batch(self, nblocks: int, make: Callable[[], "ResidentBlocks"]) -> "ResidentBlocks":
-        """The state for a batch of `nblocks` blocks of this launch: an earlier batch's of that size, or make()."""
+    def batch(self, key: Hashable, program: list[Instruction], lanes: int,
+              make: Callable[[], "ResidentBlocks"]) -> "ResidentBlocks":
+        """The state of a batch of blocks kept under `key` (a program and a launch shape), or make().
+
+        Building a batch's lane layout costs more than running a small kernel, and frameworks
+        launch the same small kernels over and over, so the last few batches of up to
+        `KEPT_BATCH_LANES` lanes are kept across launches (the caller points a kept one at its new
+        dispatch)."""
         if not self.enabled:
             return make()
-        blocks = self._batches.get(nblocks)
-        if blocks is None:
-            blocks = self._batches[nblocks] = make()
-        return blocks
-
-    def end_launch(self) -> None:
-        """Drop the batches of the launch that ended: their executors are bound to its program."""
-        self._batches.clear()
+        kept = self._batches.pop(key, None)
+        if kept is None or kept[0] is not program:
+            kept = (program, make())
+        if lanes <= self.KEPT_BATCH_LANES:
+            self._batches[key] = kept                  # the most recently used last
+            while len(self._batches) > self.KEPT_BATCHES:
+                del self._batches[next(iter(self._batches))]
+        return kept[1]
 
 
 class DerivedValues:

@@ -92,7 +92,6 @@ def hmma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     t, g = inst.mod("t"), MMA_GROUP
     if blocks.threads_per_block % g:
         raise ValueError(f"HMMA needs thread blocks of whole {g}-lane groups, not {blocks.threads_per_block} threads")
-    blocks.count_flops(pc, "matrix", 2 * 16 * 8 * 16 // g)
     lanes = blocks.lanes
     groups = lanes // g
 

@@ -1,0 +1,103 @@
+"""The check that translated code changes nothing: every dispatch run both ways and compared.
+
+With `LAPIS_SIM=compare`, the SIMT core runs each dispatch first with the reference executor
+alone, then again, from the same memory, with the translated code (`translated.py`), and
+checks that both write the same bytes to the same global addresses, leave the same L2
+contents and the same counters (per-instruction warp and thread counts, sectors, L2 hits and
+misses, DRAM and PCIe bytes, shared-memory wavefronts, FLOPs by precision), or raise the same
+fault. A difference raises `ExecutorMismatch`.
+
+Between the two runs only the bytes the reference's global stores and atomics wrote are put
+back: host threads keep writing their own memory (queue rings, signals) while a kernel runs,
+and those writes must survive. It is slow (each dispatch copies every mapped page) and meant
+for tests: `tests/test_translated.py` runs the kernel tests this way.
+"""
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from lapis.hardware.memory import PAGE_BYTES
+from lapis.hardware.mmu import ADDRESS_MASK, PTE_SYSTEM
+from lapis.hardware.simt.launch import Counters, Dispatch, KernelFault
+
+if TYPE_CHECKING:
+    from lapis.hardware.simt.scheduler import SimtCore
+
+
+class ExecutorMismatch(AssertionError):
+    """The translated code and the reference executor disagree."""
+
+
+def compare_executors(core: "SimtCore", d: Dispatch, resident_blocks: int) -> Counters:
+    """Run `d` with the reference executor, then translated from the same state; raise on any difference."""
+    entries = core.mmu.mapped_pages(d.vmid)
+    memories = (core.vram, core.sysmem)
+    pages = [(entries & np.uint64(ADDRESS_MASK)).astype(np.int64)[((entries & np.uint64(PTE_SYSTEM)) != 0) == system]
+             for system in (False, True)]
+    before = [memory.u8[_bytes_of(p)] for memory, p in zip(memories, pages, strict=True)]
+    l2 = core.l2.tags.copy(), core.l2.dirty.copy()
+    reference, ref_written = _outcome(core, d, resident_blocks, False)
+    ref_values = [memory.u8[at] for memory, at in zip(memories, ref_written, strict=True)]
+    ref_l2 = core.l2.tags.copy(), core.l2.dirty.copy()
+    for memory, p, saved, at in zip(memories, pages, before, ref_written, strict=True):
+        memory.u8[at] = saved[_index_in(p, at)]
+    core.l2.tags[:], core.l2.dirty[:] = l2
+    translated, written = _outcome(core, d, resident_blocks, True)
+    program = f"{len(d.program)}-instruction kernel, grid {d.grid}, block {d.block}"
+    if reference[0] != translated[0]:
+        if isinstance(reference[0], dict) and isinstance(translated[0], dict):
+            raise ExecutorMismatch(f"{program}: counters differ: {_diff(reference[0], translated[0])}")
+        raise ExecutorMismatch(f"{program}: the reference gave {_text(reference[0])}, "
+                               f"translated code {_text(translated[0])}")
+    if isinstance(reference[0], str):
+        raise translated[1]
+    for name, memory, ref_at, at, values in zip(("device", "host"), memories, ref_written, written, ref_values,
+                                                strict=True):
+        if not np.array_equal(ref_at, at):
+            raise ExecutorMismatch(f"{program}: the two wrote different {name} addresses")
+        if not np.array_equal(memory.u8[at], values):
+            first = int(at[np.flatnonzero(memory.u8[at] != values)[0]])
+            raise ExecutorMismatch(f"{program}: {name} memory differs, first at physical address {first:#x}")
+    if not (np.array_equal(ref_l2[0], core.l2.tags) and np.array_equal(ref_l2[1], core.l2.dirty)):
+        raise ExecutorMismatch(f"{program}: the L2's contents differ")
+    return translated[1]
+
+
+def _bytes_of(page_addresses: np.ndarray) -> np.ndarray:
+    """Byte addresses of every byte of the given pages."""
+    return (page_addresses[:, None] + np.arange(PAGE_BYTES)).ravel()
+
+
+def _index_in(pages: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Where byte addresses `at` are in `_bytes_of(pages)`."""
+    order = np.argsort(pages)
+    slot = order[np.searchsorted(pages[order], at & ~(PAGE_BYTES - 1))]
+    return slot * PAGE_BYTES + (at & (PAGE_BYTES - 1))
+
+
+def _outcome(core: "SimtCore", d: Dispatch, resident_blocks: int, translated: bool):
+    """((counters as a dict, counters) or (fault text, the fault), the sorted byte addresses written
+    in device memory and in host memory) of one execution."""
+    core.write_log = []
+    try:
+        try:
+            counters = core.execute(d, resident_blocks, translated)
+            outcome = dataclasses.asdict(counters), counters
+        except KernelFault as fault:
+            outcome = str(fault), fault
+        written = [[], []]
+        for system, pa, nbytes in core.write_log:
+            written[system].append((pa[:, None] + np.arange(nbytes)).ravel())
+    finally:
+        core.write_log = None
+    return outcome, [np.unique(np.concatenate(w)) if w else np.zeros(0, np.int64) for w in written]
+
+
+def _text(outcome) -> str:
+    return repr(outcome) if isinstance(outcome, str) else "counters"
+
+
+def _diff(a: dict, b: dict) -> str:
+    return "; ".join(f"{k}: reference {a[k]}, translated {b[k]}" for k in a if a[k] != b[k])

@@ -1,0 +1,484 @@
+"""The native engine: a run of translated instructions executed as LLVM machine code (numba).
+
+`execute_run` takes a run of a program's table (`translate.py`) and the state of a batch of
+resident blocks (the same register, predicate, shared and local arrays the reference
+executor uses, and physical memory) and executes it for the lanes of one group: each
+instruction for every active lane in lane order, then the next, which is the order the
+reference executes in, so every value, store and fault comes out the same. What each lane
+computes is in `native_values.py`.
+
+Each instruction is one loop over every lane into a scratch row, then one copy of the active
+lanes into the destination: LLVM vectorizes both (it would not vectorize a loop that chose the
+instruction per lane, nor one whose destination row may also be a source, as in
+FFMA R5, R5, ...). Lanes outside the group compute values that are thrown away.
+
+Global accesses walk the page table in VRAM exactly as the MMU does (`mmu.py`); the engine
+checks every lane of a memory instruction before touching memory, and on any fault
+(misaligned, unmapped, read-only, outside shared or local memory, both apertures at once) it
+stops *before* that instruction and returns its pc, so the reference executor can run it and
+raise the very fault it would have raised. The addresses of memory instructions are logged
+for the reference's counting code.
+
+numba compiles the engine the first time it runs (about half a minute) and caches the machine
+code on disk beside this file (`__pycache__`), as it does for any `cache=True` function.
+"""
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+import lapis.hardware.simt.native_loops as loops
+import lapis.hardware.simt.translate as tr
+from lapis.hardware.simt.native_counters import LOCAL_BYTES, count_global, count_shared
+from lapis.hardware.simt.native_values import MASK32, as_f32, pair, put_pair
+from lapis.hardware.simt.translate import F32_OPS, OP, PAIR_OPS, PREDICATE_OPS, U32_OPS
+
+DONE, FAULT = 0, 1
+ADDRESS_MASK = ((1 << 52) - 1) & ~4095
+PT = 7
+CLOCKLO = 7
+
+# Operation numbers, bound as globals so numba folds them into constants.
+(DADD, DFMA, DMNMX, DMUL, DSETP, F2F, F2F64, F2I, F2I64, FADD, FFMA, FMNMX, FMUL, FRND, FRND64, FSETP, I2F, I2F64,
+ I2I, I2I64, IABS, IABS64, IADD, IADD64, IMAD, IMAD64, IMADWIDE, IMNMX, IMNMX64, IMUL, IMUL64, ISETP, ISETP64, LDG,
+ LDL, LDS, LOP, LOP64, NOP, PLOP, S2R, SEL, SHFL, SHL, SHL64, SHR, SHR64, STG, STS) = (
+    OP[name] for name in ("DADD DFMA DMNMX DMUL DSETP F2F F2F64 F2I F2I64 FADD FFMA FMNMX FMUL FRND FRND64 "
+                          "FSETP I2F I2F64 I2I I2I64 IABS IABS64 IADD IADD64 IMAD IMAD64 IMADWIDE IMNMX IMNMX64 "
+                          "IMUL IMUL64 ISETP ISETP64 LDG LDL LDS LOP LOP64 NOP PLOP S2R SEL SHFL SHL SHL64 SHR "
+                          "SHR64 STG STS").split())
+LAST_U32, LAST_F32, LAST_PAIR, LAST_PREDICATE = (OP[ops[-1]] for ops in (U32_OPS, F32_OPS, PAIR_OPS, PREDICATE_OPS))
+
+
+def _drop_stale_machine_code() -> None:
+    """numba keys its disk cache on a function's own file, but the engine inlines `native_values.py`
+    and folds constants of `translate.py`: when any of the engine's files changes, drop all of its
+    cached code."""
+    here = Path(__file__)
+    sources = b"".join(here.with_name(name).read_bytes()
+                       for name in ("native.py", "native_loops.py", "native_values.py", "native_counters.py",
+                                    "translate.py"))
+    digest = hashlib.sha256(sources).hexdigest()
+    cache = here.parent / "__pycache__"
+    stamp = cache / "native.sources"
+    try:
+        if stamp.exists() and stamp.read_text() == digest:
+            return
+        for stale in [*cache.glob("native.*.nb[ic]"), *cache.glob("native_*.nb[ic]")]:
+            stale.unlink()
+        cache.mkdir(exist_ok=True)
+        stamp.write_text(digest)
+    except OSError:                      # a read-only install: numba then compiles in memory
+        pass
+
+
+_drop_stale_machine_code()
+
+
+def _engine(fn):
+    return njit(cache=True, error_model="numpy")(fn)
+
+
+# -- one instruction over every lane, by what it writes ------------------------------------------------
+@njit(inline="always", cache=True, error_model="numpy")
+def store(row, values, active, full):
+    """row = values, in the active lanes (all of them when `full`)."""
+    if full:
+        for l in range(row.size):
+            row[l] = values[l]
+    else:
+        for l in range(row.size):
+            if active[l]:
+                row[l] = values[l]
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def store_pair(R, d, d2, values, active, full):
+    """The register pair (R[d], R[d2]) = values, in the active lanes."""
+    L = R.shape[1]
+    if full:
+        for l in range(L):
+            put_pair(R, d, d2, l, values[l])
+    else:
+        for l in range(L):
+            if active[l]:
+                put_pair(R, d, d2, l, values[l])
+
+
+@_engine
+def run_u32(kind, R, F, P, d, active, full, o, bf, out):
+    """R[d] = instruction `kind`'s value in each active lane."""
+    if kind == IADD:
+        loops.iadd(R, F, P, o, bf, out)
+    elif kind == IMAD:
+        loops.imad(R, F, P, o, bf, out)
+    elif kind == SHL:
+        loops.shl(R, F, P, o, bf, out)
+    elif kind == SHR:
+        loops.shr(R, F, P, o, bf, out)
+    elif kind == LOP:
+        loops.lop(R, F, P, o, bf, out)
+    elif kind == IMUL:
+        loops.imul(R, F, P, o, bf, out)
+    elif kind == SEL:
+        loops.sel(R, F, P, o, bf, out)
+    elif kind == IMNMX:
+        loops.imnmx(R, F, P, o, bf, out)
+    elif kind == IABS:
+        loops.iabs(R, F, P, o, bf, out)
+    elif kind == I2I:
+        loops.i2i(R, F, P, o, bf, out)
+    elif kind == F2I:
+        loops.f2i(R, F, P, o, bf, out)
+    elif kind == F2F:
+        loops.f2f(R, F, P, o, bf, out)
+    else:                                               # MOV, LDC
+        loops.mov(R, F, P, o, bf, out)
+    store(R[d], out, active, full)
+
+
+@_engine
+def run_f32(kind, R, F, P, d, active, full, o, bf, out):
+    """F[d] = instruction `kind`'s value in each active lane."""
+    if kind == FFMA:
+        loops.ffma(R, F, P, o, bf, out)
+    elif kind == FADD:
+        loops.fadd(R, F, P, o, bf, out)
+    elif kind == FMUL:
+        loops.fmul(R, F, P, o, bf, out)
+    elif kind == FMNMX:
+        loops.fmnmx(R, F, P, o, bf, out)
+    elif kind == I2F:
+        loops.i2f(R, F, P, o, bf, out)
+    elif kind == FRND:
+        loops.frnd(R, F, P, o, bf, out)
+    else:                                               # MUFU
+        loops.mufu(R, F, P, o, bf, out)
+    store(F[d], out, active, full)
+
+
+@_engine
+def run_pair(kind, R, F, P, d, d2, active, full, o, bf, out):
+    """The register pair (R[d], R[d2]) = instruction `kind`'s 64-bit value in each active lane."""
+    if kind == IMADWIDE:
+        loops.imadwide(R, F, P, o, bf, out)
+    elif kind == IADD64:
+        loops.iadd64(R, F, P, o, bf, out)
+    elif kind == SHL64:
+        loops.shl64(R, F, P, o, bf, out)
+    elif kind == SHR64:
+        loops.shr64(R, F, P, o, bf, out)
+    elif kind == IMAD64:
+        loops.imad64(R, F, P, o, bf, out)
+    elif kind == IMUL64:
+        loops.imul64(R, F, P, o, bf, out)
+    elif kind == LOP64:
+        loops.lop64(R, F, P, o, bf, out)
+    elif kind == IMNMX64:
+        loops.imnmx64(R, F, P, o, bf, out)
+    elif kind == IABS64:
+        loops.iabs64(R, F, P, o, bf, out)
+    elif kind == I2I64:
+        loops.i2i64(R, F, P, o, bf, out)
+    elif kind == DFMA:
+        loops.dfma(R, F, P, o, bf, out)
+    elif kind == DADD:
+        loops.dadd(R, F, P, o, bf, out)
+    elif kind == DMUL:
+        loops.dmul(R, F, P, o, bf, out)
+    elif kind == DMNMX:
+        loops.dmnmx(R, F, P, o, bf, out)
+    elif kind == I2F64:
+        loops.i2f64(R, F, P, o, bf, out)
+    elif kind == F2I64:
+        loops.f2i64(R, F, P, o, bf, out)
+    elif kind == F2F64:
+        loops.f2f64(R, F, P, o, bf, out)
+    elif kind == FRND64:
+        loops.frnd64(R, F, P, o, bf, out)
+    else:                                               # LDC64
+        loops.ldc64(R, F, P, o, bf, out)
+    store_pair(R, d, d2, out, active, full)
+
+
+@_engine
+def run_predicate(kind, R, F, P, d, active, full, o, bf, out):
+    """P[d] = instruction `kind`'s value in each active lane (writes to PT are dropped)."""
+    if kind == ISETP:
+        loops.isetp(R, F, P, o, bf, out)
+    elif kind == ISETP64:
+        loops.isetp64(R, F, P, o, bf, out)
+    elif kind == FSETP:
+        loops.fsetp(R, F, P, o, bf, out)
+    elif kind == DSETP:
+        loops.dsetp(R, F, P, o, bf, out)
+    else:                                               # PLOP
+        loops.plop(R, F, P, o, bf, out)
+    if d != PT:
+        store(P[d], out, active, full)
+
+
+@_engine
+def shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out):
+    """SHFL: every lane's source value read before any is written; a source outside the warp gives
+    the lane its own value."""
+    d, a, breg, mode, is_breg = t[tr.D], t[tr.A], t[tr.B], t[tr.M1], t[tr.BMODE] == tr.B_REG
+    L = R.shape[1]
+    for l in range(L):
+        x = np.int64(R[breg, l]) if is_breg else b32
+        lane = lane_in_warp[l]
+        if mode == 0:
+            src = x & (warp_size - 1)
+        elif mode == 1:
+            src = lane - x
+        elif mode == 2:
+            src = lane + x
+        else:
+            src = lane ^ x
+        out[l] = R[a, warp_base[l] + src if 0 <= src < warp_len[l] else l]
+    store(R[d], out, active, False)
+
+
+# -- memory ------------------------------------------------------------------------------------------
+@_engine
+def walk(vram_u64, root, vpn):
+    """The page table's leaf entry for a virtual page (0 when unmapped), as `Mmu._walk` reads it."""
+    if root < 0:
+        return np.int64(0)
+    table = np.int64(root)
+    entry = np.int64(0)
+    for level in range(3, -1, -1):
+        index = np.int64((vpn >> np.uint64(9 * level)) & np.uint64(511))
+        slot = (table + index * 8) >> 3
+        if slot < 0 or slot >= vram_u64.size:
+            return np.int64(0)
+        entry = np.int64(vram_u64[slot])
+        if not entry & 1:
+            return np.int64(0)
+        table = entry & ADDRESS_MASK
+    return entry
+
+
+@_engine
+def global_addresses(t, active, R, write, vram_u64, root, va_log, where):
+    """Physical address of each active lane's global access into `where`; returns the aperture
+    (0 VRAM, 1 host memory), -1 when no lane is active, or -2 when a lane would fault."""
+    nbytes, off = t[tr.WIDTH], t[tr.SIMM]
+    a, a2 = t[tr.A], t[tr.A2]
+    system = -1
+    last_vpn, entry = np.uint64(1) << np.uint64(63), np.int64(0)     # lanes mostly share a page
+    for l in range(R.shape[1]):
+        if not active[l]:
+            continue
+        va = pair(R, a, a2, l) + off
+        va_log[l] = va
+        if va & (nbytes - 1):
+            return -2
+        vpn = np.uint64(va) >> np.uint64(12)
+        if vpn != last_vpn:
+            entry = walk(vram_u64, root, vpn)
+            last_vpn = vpn
+        if not entry & 1 or (write and not entry & 4):
+            return -2
+        here = 1 if entry & 2 else 0
+        if system >= 0 and here != system:
+            return -2
+        system = here
+        where[l] = (entry & ADDRESS_MASK) + (va & 4095)
+    return system
+
+
+@_engine
+def private_addresses(t, active, R, limit, va_log, where):
+    """Byte offset of each active lane's shared or local access into `where`; returns -1 when no
+    lane is active, -2 when a lane would fault (outside `limit` bytes or misaligned), else 0."""
+    nbytes, off, a = t[tr.WIDTH], t[tr.SIMM], t[tr.A]
+    status = -1
+    for l in range(R.shape[1]):
+        if not active[l]:
+            continue
+        x = np.int64(R[a, l])
+        va_log[l] = x
+        byte = x + off
+        if byte < 0 or byte + nbytes > limit or byte & (nbytes - 1):
+            return -2
+        where[l] = byte
+        status = 0
+    return status
+
+
+@_engine
+def transfer(load, t, active, R, words32, words8, word_of, stride, where):
+    """Move the data of every active lane between its registers and memory; lane l's first word
+    is word_of[l] (or, for 1- and 2-byte accesses, its byte is 4 * word_of[l] + where[l] % 4)."""
+    nbytes, signed = t[tr.WIDTH], t[tr.M1] != 0
+    rows = (t[tr.D], t[tr.D2], t[tr.C], t[tr.C2])
+    L = R.shape[1]
+    if nbytes >= 4:
+        for i in range(nbytes // 4):
+            row = rows[i]
+            if load:
+                for l in range(L):
+                    if active[l]:
+                        R[row, l] = words32[word_of[l] + i * stride]
+            else:
+                for l in range(L):
+                    if active[l]:
+                        words32[word_of[l] + i * stride] = R[row, l]
+        return
+    for l in range(L):
+        if not active[l]:
+            continue
+        at = word_of[l] * 4 + (where[l] & 3)
+        if load:
+            raw = np.int64(words8[at])
+            if nbytes == 2:
+                raw |= np.int64(words8[at + 1]) << 8
+            if signed:
+                shift = 64 - 8 * nbytes
+                raw = ((raw << shift) >> shift) & MASK32
+            R[rows[0], l] = raw
+        else:
+            v = np.int64(R[rows[0], l])
+            words8[at] = v & 0xFF
+            if nbytes == 2:
+                words8[at + 1] = (v >> 8) & 0xFF
+
+
+@_engine
+def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, missed, log_va, log_active, tally):
+    """One load or store for the active lanes: every lane checked first, then the transfer, then
+    what it counts. Returns DONE, or FAULT when a lane would fault (nothing moved, nothing counted)."""
+    shared_u32, shared_u8, local_u32, local_u8, vram_u32, vram_u8, sys_u32, sys_u8, vram_u64 = mem
+    shared_bytes, local_bytes, root, warp_size, threads_per_block, warps_per_block, nblocks = sizes
+    lane_in_warp, warp_base, warp_len, padded_lane, shared_base = lanes
+    where, word_of, keys = scratch[1], scratch[2], scratch[0]
+    load = kind == LDG or kind == LDS or kind == LDL
+    nbytes = t[tr.WIDTH]
+    L = R.shape[1]
+    k = t[tr.LOG]
+    log_active[k, :] = active
+    if kind == LDG or kind == STG:
+        system = global_addresses(t, active, R, not load, vram_u64, root, log_va[k], where)
+        if system == -2:
+            return FAULT
+        if system < 0:
+            return DONE
+        for l in range(L):
+            word_of[l] = where[l] >> 2
+        if system == 1:
+            transfer(load, t, active, R, sys_u32, sys_u8, word_of, 1, where)
+        else:
+            transfer(load, t, active, R, vram_u32, vram_u8, word_of, 1, where)
+        count_global(active, where, padded_lane, warp_size, nbytes, not load, system == 1, l2[0], l2[1], l2[2],
+                     keys, word_of, missed, tally)
+    elif kind == LDS or kind == STS:
+        status = private_addresses(t, active, R, shared_bytes, log_va[k], where)
+        if status == -2:
+            return FAULT
+        if status < 0:
+            return DONE
+        for l in range(L):
+            word_of[l] = shared_base[l] + (where[l] >> 2)
+        transfer(load, t, active, R, shared_u32, shared_u8, word_of, 1, where)
+        # The reference counts an unmasked access of whole aligned words through a register (not RZ)
+        # on the first block only (`memory_access.shared_fast`).
+        fast = t[tr.A] != R.shape[0] - 2 and nbytes >= 4 and t[tr.SIMM] % nbytes == 0
+        count_shared(active, full, where, padded_lane, threads_per_block, warps_per_block, warp_size, nblocks,
+                     nbytes, fast, laid, tally)
+    else:
+        status = private_addresses(t, active, R, local_bytes, log_va[k], where)
+        if status == -2:
+            return FAULT
+        if status < 0:
+            return DONE
+        n = 0
+        for l in range(L):                                 # word w of lane l is word w * lanes + l
+            word_of[l] = (where[l] >> 2) * L + l
+            n += active[l]
+        transfer(load, t, active, R, local_u32, local_u8, word_of, L, where)
+        tally[LOCAL_BYTES] += n * nbytes
+    return DONE
+
+
+# -- the engine ----------------------------------------------------------------------------------------
+@_engine
+def execute_run(table, start, stop, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2,
+                scratch, laid, guarded, missed, log_va, log_active, tally):
+    """Execute instructions start..stop-1 of `table` for the lanes where `group` is true (all of
+    them when `group_full`). `mem`, `sizes`, `lanes` and `l2` are the batch's memories, sizes and lane
+    layout and the L2's arrays (see `NativeRunner.run`); `scratch` (3, lanes), `laid` (padded lanes),
+    `guarded` and `missed` are working space; memory counters are added to `tally`.
+
+    Returns (DONE, stop), or (FAULT, pc) when instruction pc would fault; it was not executed."""
+    F = R.view(np.float32)
+    L = R.shape[1]
+    out_u32, out_f32 = scratch[0].view(np.uint32)[:L], scratch[0].view(np.float32)[:L]
+    out_bool = scratch[0].view(np.bool_)[:L]
+    out_pair = scratch[0]
+    lane_in_warp, warp_base, warp_len = lanes[0], lanes[1], lanes[2]
+    warp_size = sizes[3]
+    for pc in range(start, stop):
+        t = table[pc]
+        kind = t[tr.KIND]
+        if kind == NOP:
+            continue
+        g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0
+        full = group_full and g == PT and not gneg
+        active = group                 # the lanes that execute: the group's, less those the guard stops
+        if g != PT or gneg:
+            for l in range(L):
+                guarded[l] = group[l] and P[g, l] != gneg
+            active = guarded
+        # Operand B when it is not a register: 32 bits, and 64 bits for the pair forms.
+        bmode, bval = t[tr.BMODE], t[tr.BVAL]
+        b32, b64 = np.int64(0), np.int64(0)
+        if bmode == tr.B_IMM:
+            b32, b64 = bval & MASK32, bval
+        elif bmode == tr.B_CONST:
+            lo = np.int64(cbank[bval // 4]) if bval // 4 < cbank.size else np.int64(0)
+            hi = np.int64(cbank[bval // 4 + 1]) if bval // 4 + 1 < cbank.size else np.int64(0)
+            b32, b64 = lo, lo | (hi << 32)
+        bf = as_f32(b32)
+        flags = t[tr.FLAGS]
+        o = (t[tr.A], t[tr.B], t[tr.C], b32, np.int64(bmode == tr.B_REG), np.int64((flags & tr.NEG_A) != 0),
+             np.int64((flags & tr.NEG_B) != 0), np.int64((flags & tr.NEG_C) != 0),
+             np.int64((flags & tr.ABS_A) != 0), np.int64((flags & tr.ABS_B) != 0), t[tr.M1], t[tr.M2], t[tr.M3],
+             t[tr.PS], t[tr.PS_NEG], t[tr.A2], t[tr.B2], t[tr.C2], b64)
+        if kind == PLOP:                               # Pq and its negation ride in C and NEGC
+            o = (o[0], o[1], t[tr.PQ], o[3], o[4], o[5], o[6], t[tr.PQ_NEG], o[8], o[9], o[10], o[11], o[12],
+                 o[13], o[14], o[15], o[16], o[17], o[18])
+        if kind <= LAST_U32:
+            run_u32(kind, R, F, P, t[tr.D], active, full, o, bf, out_u32)
+        elif kind <= LAST_F32:
+            run_f32(kind, R, F, P, t[tr.D], active, full, o, bf, out_f32)
+        elif kind <= LAST_PAIR:
+            run_pair(kind, R, F, P, t[tr.D], t[tr.D2], active, full, o, bf, out_pair)
+        elif kind <= LAST_PREDICATE:
+            run_predicate(kind, R, F, P, t[tr.PD], active, full, o, bf, out_bool)
+        elif kind == S2R:
+            for l in range(L):
+                if active[l]:
+                    R[t[tr.D], l] = (clock & MASK32) if bval == CLOCKLO else special[bval, l]
+        elif kind == SHFL:
+            shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out_u32)
+        elif memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, missed, log_va, log_active,
+                    tally) != DONE:
+            return FAULT, pc
+    return DONE, stop
+
+
+def compile_engine() -> None:
+    """Compile the engine now, by running one instruction (`make` does this once: numba keeps the code)."""
+    from lapis.isa import assemble
+    table = tr.translate(assemble("IADD R1, R0, 0x1 ;\nEXIT ;"), 4).table
+    no, lanes = np.zeros(1, np.int64), np.ones(32, bool)
+    words, octets = np.zeros(8, np.uint32), np.zeros(32, np.uint8)
+    execute_run(table, 0, 1, lanes, True, np.zeros((6, 32), np.uint32), np.ones((8, 32), bool),
+                np.zeros((10, 32), np.uint32), np.zeros(1, np.uint32), 0,
+                (words, octets, words, octets, words, octets, words, octets, np.zeros(4, np.uint64)),
+                (0, 0, -1, 32, 32, 1, 1), (no, no, no, no, no),
+                (np.zeros(8, np.uint64), np.zeros(8, np.int32), np.zeros(8, bool)),
+                np.zeros((3, 32), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
+                np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(10, np.int64))

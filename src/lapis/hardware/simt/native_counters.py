@@ -1,0 +1,171 @@
+"""What the native engine counts for a memory instruction: the reference's counting, compiled.
+
+Each function here computes, from the same inputs, exactly what the reference's numpy code
+counts (`memory_access.account_global`, `shared_fast`, `shared_index`, `local_index`, and the
+L2 and bank models of `caches.py`), including their order-dependent parts: the L2 sees the
+sectors a warp instruction touches sorted by (warp, sector), a slot filled twice by one
+access misses once, and an unmasked shared access counts the batch's first block and scales
+it to all its blocks. `tests/test_translated.py` runs kernels both ways and compares every
+counter.
+"""
+
+import numpy as np
+from numba import njit
+
+# Positions in the engine's tally (`NativeRunner.tally`), added to the kernel's Counters after a run.
+(GLOBAL_BYTES, GLOBAL_SECTORS, L2_MISSES, DRAM_READ_BYTES, DRAM_WRITE_BYTES, PCIE_BYTES, SHARED_BYTES,
+ SHARED_WAVEFRONTS, SHARED_IDEAL_WAVEFRONTS, LOCAL_BYTES) = range(10)
+TALLY = ("global_bytes", "global_sectors", "l2_misses", "dram_read_bytes", "dram_write_bytes", "pcie_bytes",
+         "shared_bytes", "shared_wavefronts", "shared_ideal_wavefronts", "local_bytes")
+SECTOR_BITS = 40          # as memory_access.SECTOR_BITS
+BANKS = 32
+
+
+def counter(fn):
+    return njit(cache=True, error_model="numpy")(fn)
+
+
+@njit(inline="always", cache=True)
+def log2(power_of_two):
+    """The exponent of a power of two (warp sizes and words per lane are)."""
+    shift = 0
+    while (1 << shift) < power_of_two:
+        shift += 1
+    return shift
+
+
+@counter
+def count_global(active, pa, padded_lane, warp_size, nbytes, write, system, l2_tags, l2_writer, l2_dirty,
+                 keys, slot_of, missed, tally):
+    """A global load or store of the active lanes at physical addresses `pa`: bytes, the distinct
+    32-byte sectors of each warp, and the L2's hits, misses and dirtied sectors, or PCIe bytes."""
+    n = 0
+    warp_shift = log2(warp_size)                       # a shift, not a division per lane
+    for l in range(active.size):
+        if active[l]:
+            keys[n] = ((padded_lane[l] >> warp_shift) << SECTOR_BITS) | (pa[l] >> 5)
+            n += 1
+    tally[GLOBAL_BYTES] += n * nbytes
+    ordered = True
+    for i in range(1, n):
+        if keys[i] < keys[i - 1]:
+            ordered = False
+            break
+    if not ordered:
+        keys[:n] = np.sort(keys[:n])
+    touched = 0                                       # distinct keys' sectors, compacted to the front, in order
+    previous = -1
+    for i in range(n):
+        key = keys[i]
+        if key != previous:
+            keys[touched] = key & ((1 << SECTOR_BITS) - 1)
+            touched += 1
+            previous = key
+    tally[GLOBAL_SECTORS] += touched
+    if system:
+        tally[PCIE_BYTES] += n * nbytes
+        return
+    slots = l2_tags.size
+    for i in range(touched):                           # the L2 slot of each sector, into `slot_of`
+        step = keys[i] - keys[i - 1] if i else slots
+        if 0 <= step < slots:                          # sorted, mostly consecutive: no division
+            slot = slot_of[i - 1] + step
+            slot_of[i] = slot - slots if slot >= slots else slot
+        else:
+            slot_of[i] = keys[i] % slots
+    for i in range(touched):                           # every lookup sees the tags as they were
+        missed[i] = l2_tags[slot_of[i]] != np.uint64(keys[i] + 1)
+    for i in range(touched):
+        if missed[i]:
+            slot = slot_of[i]
+            l2_tags[slot] = keys[i] + 1
+            l2_dirty[slot] = False
+            l2_writer[slot] = i
+    misses = 0
+    for i in range(touched):                           # a slot filled twice by this access misses once
+        if missed[i] and l2_writer[slot_of[i]] == i:
+            misses += 1
+    tally[L2_MISSES] += misses
+    if not write:
+        tally[DRAM_READ_BYTES] += misses * 32
+        return
+    dirtied = 0
+    for i in range(touched):
+        slot = slot_of[i]
+        if not l2_dirty[slot]:
+            l2_dirty[slot] = True
+            dirtied += 1
+    tally[DRAM_WRITE_BYTES] += dirtied * 32
+
+
+@counter
+def wavefronts(laid, warp_size, words_per_lane):
+    """(wavefronts, phases) of shared-memory word indices laid out by warp lane (-1: no access), as
+    `caches.shared_wavefronts`: each phase serves 32 words; a bank serving k distinct words takes k."""
+    total, phases = 0, 0
+    wpl_shift = log2(words_per_lane)
+    per_bank = np.zeros(BANKS, np.int64)
+    entries = np.empty(BANKS, np.int64)
+    warps = laid.size // warp_size
+    for w in range(warps):
+        for p in range(warp_size * words_per_lane // BANKS):
+            used, clash = 0, False
+            for e in range(BANKS):
+                slot = p * BANKS + e                    # the phase's e-th word: lane slot // wpl, word slot % wpl
+                word = laid[w * warp_size + (slot >> wpl_shift)]
+                if word >= 0:
+                    word += slot & (words_per_lane - 1)
+                entries[e] = word
+                if word >= 0:
+                    bit = 1 << (word & (BANKS - 1))
+                    clash = clash or (used & bit) != 0
+                    used |= bit
+            if used == 0:
+                continue
+            phases += 1
+            if not clash:                                # every word in its own bank
+                total += 1
+                continue
+            per_bank[:] = 0
+            for e in range(BANKS):
+                word = entries[e]
+                if word < 0:
+                    continue
+                repeat = False
+                for f in range(e):
+                    if entries[f] == word:
+                        repeat = True                    # a broadcast: the same word is served once
+                        break
+                if not repeat:
+                    per_bank[word & (BANKS - 1)] += 1
+            total += per_bank.max()
+    return total, phases
+
+
+@counter
+def count_shared(active, full, byte, padded_lane, threads_per_block, warps_per_block, warp_size, nblocks,
+                 nbytes, fast, laid, tally):
+    """A shared-memory access of the active lanes at block byte offsets `byte`: bytes and bank
+    wavefronts. With `fast` (every lane active, whole aligned words: the reference's unmasked path)
+    the batch's first block is counted and scaled to all its blocks; otherwise every active lane."""
+    per_lane = max(1, nbytes // 4)
+    if fast and full:
+        tally[SHARED_BYTES] += active.size * nbytes
+        first = laid[:warps_per_block * warp_size]
+        first[:] = -1
+        for l in range(threads_per_block):
+            first[l] = byte[l] >> 2
+        w, ideal = wavefronts(first, warp_size, per_lane)
+        tally[SHARED_WAVEFRONTS] += w * nblocks
+        tally[SHARED_IDEAL_WAVEFRONTS] += ideal * nblocks
+        return
+    n = 0
+    laid[:] = -1
+    for l in range(active.size):
+        if active[l]:
+            laid[padded_lane[l]] = byte[l] >> 2
+            n += 1
+    tally[SHARED_BYTES] += n * nbytes
+    w, ideal = wavefronts(laid, warp_size, per_lane)
+    tally[SHARED_WAVEFRONTS] += w
+    tally[SHARED_IDEAL_WAVEFRONTS] += ideal

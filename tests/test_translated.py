@@ -1,0 +1,177 @@
+"""Layer 0: translated code against the reference executor: the same values, memory, counters and faults."""
+
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import Bench
+from lapis.hardware.simt import KernelFault
+from lapis.hardware.simt.translate import OPS, translate
+from lapis.isa import assemble
+from test_simt import atomics, divergence, local_memory, matrix_unit, shared_memory, warp_operations
+
+SPECIAL_FLOATS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.5, -2.5, 1e-39, -1e-39, 3.4e38, 7.0, 0.5],
+                          np.float32)
+
+
+def float32_words(rng, n: int, columns: int) -> np.ndarray:
+    """Words of float32 values, a third of them the special ones (signed zeros, infinities, NaN, subnormals)."""
+    x = rng.standard_normal((n, columns)).astype(np.float32) * 100
+    special = rng.random((n, columns)) < 0.35
+    x[special] = rng.choice(SPECIAL_FLOATS, int(special.sum()))
+    return x.view(np.uint32)
+
+
+def float32_arithmetic(bench, rng, n):
+    """FADD, FMUL, FFMA with every modifier, min and max of signed zeros and NaN, compares, conversions."""
+    body = """
+        FADD R40, R8, -R9 ; FMUL R41, |R8|, 0.5 ; FFMA R42, -R8, R9, -R10 ; FFMA R43, R8, 3.0, R8 ;
+        FMNMX.MIN R44, R8, R9 ; FMNMX.MAX R45, R8, -R9 ; FMNMX.MAX R46, R8, -R8 ;
+        FSETP.LT.AND P0, R8, R9, PT ; FSETP.NE.OR P1, R8, R9, P0 ; FSETP.GE.XOR P2, |R8|, 1.0, !P1 ;
+        SEL R47, R8, R9, P2 ; PLOP.XOR P3, P0, !P2 ; SEL R48, R10, R8, P3 ;
+        F2I.S32.F32.TRUNC R49, R8 ; F2I.U32.F32.FLOOR R50, R9 ; F2I.S32.F32.RN R51, R10 ;
+        F2I.S64.F32.CEIL R52, R8 ; FRND.RN.F32 R54, R9 ; FRND.TRUNC.F32 R55, R10 ;
+        MUFU.RCP R56, R8 ; MUFU.RSQ R57, R9 ; MUFU.SQRT R58, R10 ; MUFU.EX2 R59, R8 ;
+        I2F.F32.S32 R60, R11 ; I2F.F32.U32 R61, R11 ; F2F.F64.F32 R62, R8 ;
+    """
+    words = np.concatenate([float32_words(rng, n, 3), rng.integers(0, 2**32, (n, 1))], axis=1)
+    return body, words, 24, {}, []
+
+
+def float64_arithmetic(bench, rng, n):
+    """Register-pair float64: add, multiply, FMA, min and max, compares, conversions both ways."""
+    body = """
+        F2F.F64.F32 R60, R8 ; F2F.F64.F32 R62, R9 ; F2F.F64.F32 R64, R10 ;
+        DADD R40, R60, -R62 ; DMUL R42, |R60|, R64 ; DFMA R44, R60, R62, -R64 ;
+        DMNMX.MIN R46, R60, R62 ; DMNMX.MAX R48, -R60, R60 ;
+        DSETP.GT.AND P0, R60, R62, PT ; SEL R50, R8, R9, P0 ;
+        F2F.F32.F64 R51, R44 ; F2I.S32.F64.RN R52, R42 ; F2I.S64.F64.TRUNC R54, R44 ;
+        I2F.F64.S32 R56, R11 ; I2F.F64.U32 R58, R11 ; FRND.FLOOR.F64 R66, R44 ; MOV R53, R66 ;
+    """
+    words = np.concatenate([float32_words(rng, n, 3), rng.integers(0, 2**32, (n, 1))], axis=1)
+    return body, words, 20, {}, []
+
+
+def integer_arithmetic(bench, rng, n):
+    """32- and 64-bit integer forms: negation, wide multiply-add, shifts past the width, signed and
+    unsigned min, max and compares, absolute values, width conversions."""
+    body = """
+        IADD R40, -R8, R9 ; IMUL R41, R8, R9 ; IMAD R42, R8, 0x7, -R10 ;
+        SHL R43, R8, R11 ; SHR.S32 R44, R8, R11 ; SHR.U32 R45, R9, R11 ;
+        LOP.XOR R46, R8, 0xf0f0f0f0 ; IMNMX.MIN.S32 R47, R8, R9 ; IMNMX.MAX.U32 R48, R8, R9 ;
+        IABS R49, R8 ;
+        IMAD.WIDE R50, R8, R9, R10 ; IADD.64 R52, R50, -R8 ; IMUL.64 R54, R50, R8 ;
+        IMAD.64 R56, R50, R8, R52 ; SHL.64 R58, R50, R11 ; SHR.S32.64 R60, R50, R11 ;
+        SHR.U32.64 R62, R50, R11 ; LOP.OR.64 R64, R50, R56 ; IMNMX.MIN.S64 R66, R50, R56 ;
+        IMNMX.MAX.U64 R68, R50, R56 ; IABS.64 R70, R50 ; I2I.S64.S32 R72, R8 ; I2I.S64.U32 R74, R8 ;
+        I2I.S32.S64 R76, R50 ; I2F.F32.S64 R77, R50 ; I2F.F64.S64 R78, R56 ;
+        ISETP.LT.S64.AND P0, R50, R56, PT ; ISETP.GE.U64.OR P1, R50, R56, P0 ; SEL R80, R8, R9, P1 ;
+        ISETP.LE.S32.AND P2, R8, R9, PT ; @P2 IADD R81, R8, 0x1 ; @!P2 MOV R81, R9 ;
+    """
+    words = rng.integers(0, 2**32, (n, 4)).astype(np.uint32)
+    words[:, 3] = rng.integers(0, 70, n)             # shift counts, some past the width
+    words[::7, 0] = 0x80000000                       # the most negative int32
+    return body, words, 42, {}, []
+
+
+def global_memory(bench, rng, n):
+    """Byte, halfword, word and 64/128-bit loads and stores, guarded, to VRAM and host memory, and a
+    scatter whose lanes collide."""
+    table = bench.buffer(rng.integers(0, 2**32, 4096).astype(np.uint32))
+    host = bench.buffer(np.zeros(1024, np.uint32), system=True)
+    out = bench.buffer(np.zeros(4096, np.uint32))
+    body = f"""
+        MOV R60, {table & 0xFFFFFFFF:#x} ; MOV R61, {table >> 32:#x} ;
+        MOV R62, {host & 0xFFFFFFFF:#x} ; MOV R63, {host >> 32:#x} ;
+        MOV R64, {out & 0xFFFFFFFF:#x} ; MOV R65, {out >> 32:#x} ;
+        LOP.AND R66, R8, 0xff0 ; IMAD.WIDE R68, R66, 0x4, R60 ;
+        LDG.E R40, [R68.64] ; LDG.E.U8 R41, [R68.64+0x3] ; LDG.E.S16 R42, [R68.64+0x2] ;
+        LDG.E.64 R44, [R68.64+0x8] ; LDG.E.128 R48, [R68.64+0x10] ;
+        LOP.AND R70, R9, 0xff ; IMAD.WIDE R72, R70, 0x4, R62 ;
+        ISETP.LT.U32.AND P0, R70, 0x80, PT ;
+        @P0 STG.E [R72.64], R8 ; @!P0 STG.E.U16 [R72.64+0x2], R9 ; MEMBAR.GPU ;
+        LDG.E R43, [R72.64] ;
+        LOP.AND R74, R8, 0x3f ; IMAD.WIDE R76, R74, 0x8, R64 ;
+        STG.E.64 [R76.64], R8 ; STG.E.U8 [R76.64+0x1], R9 ;
+    """
+    return body, rng.integers(0, 2**32, (n, 2)), 12, {}, [(out, np.zeros(4096, np.uint32)),
+                                                          (host, np.zeros(1024, np.uint32))]
+
+
+CASES = [divergence, shared_memory, atomics, warp_operations, matrix_unit, local_memory, float32_arithmetic,
+         float64_arithmetic, integer_arithmetic, global_memory]
+
+
+def _run(case, profile: str, sim: str, monkeypatch) -> list:
+    """The outputs, buffers and counters of two launches of a case with LAPIS_SIM=`sim`."""
+    monkeypatch.setenv("LAPIS_SIM", sim)
+    bench = Bench(profile)
+    block = 64
+    n = 20 * block                      # on the teaching profile: batches of 8, 8 and 4 blocks
+    body, inputs, outputs, kw, buffers = case(bench, np.random.default_rng(7), n)
+    results = []
+    for _ in range(2):                  # the second launch reuses the first's batches
+        out = bench.lanes(body, inputs, outputs, block=block, **kw)
+        counters = bench.gpu.simt.counters
+        results.append((out, [bench.read(va, like) for va, like in buffers], dataclasses.asdict(counters),
+                        bench.timing(counters).total_ns))
+    return results
+
+
+@pytest.mark.parametrize("profile", ["teaching", "mi300x"])
+@pytest.mark.parametrize("case", CASES)
+def test_translated_code_gives_the_reference_results_counters_and_times(case, profile, monkeypatch):
+    translated = _run(case, profile, "translated", monkeypatch)
+    reference = _run(case, profile, "reference", monkeypatch)
+    for (out, buffers, counters, ns), (out0, buffers0, counters0, ns0) in zip(translated, reference, strict=True):
+        assert out.shape == out0.shape and np.array_equal(out, out0), np.argwhere(out != out0)[:5]
+        assert all(np.array_equal(a, b) for a, b in zip(buffers, buffers0, strict=True))
+        assert counters == counters0
+        assert ns == ns0
+
+
+def test_the_cases_cover_every_operation_the_engine_has():
+    """Each operation of the engine's table is translated from some instruction of the cases above."""
+    bench = Bench("teaching")
+    used = set()
+    for case in CASES:
+        body = case(bench, np.random.default_rng(0), 64)[0]
+        program = assemble(body.replace(" ; ", " ;\n") + "\nEXIT ;")
+        used |= {OPS[k] for k in translate(program, 96).table[:, 0]}
+    assert used >= set(OPS) - {"LDC", "LDC64", "S2R"}           # those three are in every kernel's prologue
+
+
+@pytest.mark.parametrize("sim", ["translated", "reference"])
+@pytest.mark.parametrize("instruction, message", [
+    ("LDG.E R40, [R60.64+0x1]", r"misaligned 4-byte access at address 0x7f0000000001"),
+    ("LDG.E R40, [R60.64+0x100000]", r"address is not mapped \(read\) at address 0x7f0000100000"),
+    ("STS [R0+0x400], R8", r"shared memory access outside the block's 256 bytes"),
+    ("LDL R40, [R0-0x4]", r"local memory access outside the thread's 16 bytes"),
+])
+def test_a_faulting_instruction_reports_the_same_fault(sim, instruction, message, monkeypatch):
+    monkeypatch.setenv("LAPIS_SIM", sim)
+    bench = Bench("teaching")
+    buffer = bench.buffer(np.zeros(64, np.uint32))
+    body = f"MOV R60, {buffer & 0xFFFFFFFF:#x} ; MOV R61, {buffer >> 32:#x} ; IADD R40, R8, 0x1 ; {instruction} ;"
+    with pytest.raises(KernelFault, match=message):
+        bench.lanes(body, np.arange(64, dtype=np.uint32)[:, None], 1, shared=256, local=16)
+
+
+KERNEL_TESTS = ["tests/test_kernels.py", "tests/test_instructions.py", "tests/test_libdevice.py",
+                "tests/test_block_reduction.py"]
+
+
+@pytest.mark.slow
+def test_the_kernel_tests_pass_with_every_dispatch_run_both_ways():
+    """LAPIS_SIM=compare runs each dispatch with the reference, then translated from the same memory,
+    and fails the dispatch on any difference (`compare.py`); `make test-compare` does it for every test."""
+    root = Path(__file__).resolve().parent.parent
+    env = dict(os.environ, LAPIS_SIM="compare")
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider",
+                             *KERNEL_TESTS], cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
