@@ -98,7 +98,7 @@ class KernelTiming:
         return amount / (self.duration_ns * 1e-9) / rate if self.duration_ns else 0.0
 
 
-def _latency(profile: DeviceProfile, inst: Instruction, load_cycles: float) -> float:
+def _latency(inst: Instruction, load_cycles: float) -> float:
     if inst.op in ("LDG", "ATOMG"):
         return load_cycles
     return OPCODES[inst.op].latency
@@ -110,11 +110,30 @@ _LONG = {"LDG", "ATOMG", "LDL"}
 _SHORT = {"LDS", "ATOMS", "MUFU", "SHFL"}
 
 
+# Walks already done, by (program, load latency): frameworks launch the same kernels over and over,
+# and a walk is a Python loop over the program. The program is kept with its walk so that its id
+# cannot be reused by another while the entry lives.
+_WALKS: dict[tuple[int, float, str], tuple[list[Instruction], tuple]] = {}
+_KEPT_WALKS = 512
+
+
 def _walk(profile: DeviceProfile, program: list[Instruction], c: Counters):
     """The scoreboard walk: per instruction, the cycles a warp waits before issuing it (beyond the one
     issue cycle) and why; then the cycles after the last issue until the last result lands."""
     hit = c.l2_hits / c.global_sectors if c.global_sectors else 1.0
     load_cycles = hit * profile.l2_latency_cycles + (1 - hit) * profile.dram_latency_cycles
+    key = (id(program), load_cycles, profile.name)
+    kept = _WALKS.get(key)
+    if kept is not None and kept[0] is program:
+        return kept[1]
+    if len(_WALKS) >= _KEPT_WALKS:
+        _WALKS.clear()
+    walked = _walk_program(program, load_cycles)
+    _WALKS[key] = (program, walked)
+    return walked
+
+
+def _walk_program(program: list[Instruction], load_cycles: float):
     ready: dict[int, tuple[float, str]] = {}
     now, stalls = 0.0, []
     for inst in program:
@@ -125,7 +144,7 @@ def _walk(profile: DeviceProfile, program: list[Instruction], c: Counters):
         now = issue
         kind = "long scoreboard" if inst.op in _LONG else "short scoreboard" if inst.op in _SHORT else "wait"
         for r in writes:
-            ready[r] = (issue + _latency(profile, inst, load_cycles), kind)
+            ready[r] = (issue + _latency(inst, load_cycles), kind)
     tail = max(0.0, max((t for t, _ in ready.values()), default=0.0) - now)
     return stalls, tail
 

@@ -18,6 +18,7 @@ The performance model then times the kernel at that clock.
 import math
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 
 from lapis.hardware.profiles import DeviceProfile
@@ -67,7 +68,7 @@ class PowerModel:
         self.reasons: tuple[str, ...] = ()
         self._lock = threading.Lock()
         self._last_host = time.monotonic()
-        self._busy: list[tuple[float, float, float]] = []     # (host start, host end, watts) of recent work
+        self._busy: deque[tuple[float, float, float]] = deque()   # (host start, host end, watts) of recent work
 
     @property
     def _idle_temperature(self) -> float:
@@ -123,7 +124,8 @@ class PowerModel:
             self._last_host = host_end
             self._busy.append((host_start, host_end, watts))
             cutoff = host_end - RECENT_S
-            self._busy = [b for b in self._busy if b[1] >= cutoff]
+            while self._busy[0][1] < cutoff:           # kernels end in order: the oldest are on the left
+                self._busy.popleft()
             return watts
 
     def telemetry(self) -> Telemetry:

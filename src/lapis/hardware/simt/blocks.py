@@ -65,15 +65,20 @@ class ResidentBlocks:
         (its grid and arguments may differ): fresh storage from the caches, no instruction bound."""
         caches, L = self.core.caches, self.lanes
         self.d = d
+        self.executors: list[Executor | None] = [None] * len(d.program)   # bound when first reached
+        if getattr(self, "generation", None) == caches.generation and caches.enabled:
+            self.registers.cbank = d.cbank          # the storage is still the caches' current buffers
+            return
+        self.generation = caches.generation
         self.registers = RegisterFile(caches, d, L)
         self.shared_u32 = caches.array("shared", (max(2, self.nblocks * self.shared_words),), U32)
         self.shared_u8, self.shared_u64 = self.shared_u32.view(np.uint8), self.shared_u32.view(U64)
         # Word w of lane l's local memory is word w * lanes + l: a warp's same-address access is contiguous.
         self.local_u32 = caches.array("local", (max(2, -(-d.local_bytes // 4) * L),), U32)
         self.local_u8 = self.local_u32.view(np.uint8)
-        self.executors: list[Executor | None] = [None] * len(d.program)   # bound when first reached
         if self.native is not None:
             self.native.acquire()
+        self.generation = caches.generation        # acquiring may itself have grown a buffer
 
     def start(self, first_block: int) -> None:
         """Reset the state for blocks first_block .. first_block + nblocks - 1."""

@@ -108,6 +108,7 @@ class SimtCore:
         native = blocks.native
         run_end = native.translation.run_end if native is not None else None
         groups: dict[int, Mask] = {0: None}         # program counter -> the lanes waiting there
+        ran: dict[int, list[int]] = {}              # translated run's first pc -> [warps, lanes] it issued
         steps = 0
         while groups:
             pc = min(groups)
@@ -116,9 +117,12 @@ class SimtCore:
             while True:
                 if run_end is not None and run_end[pc] > pc and steps + run_end[pc] - pc <= budget:
                     stop = run_end[pc]              # a translated run: the native engine executes it
-                    for q in range(pc, stop):
-                        c.warp_instructions[q] += warps
-                        c.thread_instructions[q] += lanes
+                    issued = ran.get(pc)
+                    if issued is None:
+                        ran[pc] = [warps, lanes]
+                    else:
+                        issued[0] += warps
+                        issued[1] += lanes
                     steps += stop - pc
                     native.run(pc, stop, mask)
                     pc = stop
@@ -176,6 +180,10 @@ class SimtCore:
                 if pc in groups:
                     park(groups, pc, mask)
                     break
+        for start, (warps, lanes) in ran.items():      # every instruction of a run issued as its first did
+            for pc in range(start, run_end[start]):
+                c.warp_instructions[pc] += warps
+                c.thread_instructions[pc] += lanes
         c.steps += steps
 
 

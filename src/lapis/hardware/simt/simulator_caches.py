@@ -42,6 +42,7 @@ class SimulatorCaches:
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
+        self.generation = 0                # advances whenever `array` hands out a new buffer
         self._programs: dict[bytes, list[Instruction]] = {}
         self._translations: dict[tuple[int, int], tuple[list[Instruction], Translation]] = {}
         self._arrays: dict[str, np.ndarray] = {}
@@ -80,6 +81,7 @@ class SimulatorCaches:
         buf = self._arrays.get(name)
         if buf is None or buf.size < nbytes:
             buf = self._arrays[name] = np.zeros(max(nbytes, 8), np.uint8)
+            self.generation += 1
         return buf[:nbytes].view(dtype).reshape(shape)
 
     def batch(self, key: Hashable, program: list[Instruction], lanes: int,

@@ -40,6 +40,13 @@ class NativeRunner:
         b, core = blocks, blocks.core
         self.tally = np.zeros(len(TALLY), np.int64)
         self.all_lanes = np.ones(b.lanes, bool)
+        # Per run (by its first pc): the register rows it writes that derived values depend on, and
+        # whether it holds a memory instruction (else it counts nothing).
+        bumps, logged = b.derived.bumps, set(translation.logged)
+        self.run_bumps = {pc: tuple(r for q in range(pc, end) for r in bumps[q])
+                          for pc, end in enumerate(translation.run_end) if end > pc}
+        self.run_counts = {pc: any(q in logged for q in range(pc, end))
+                           for pc, end in enumerate(translation.run_end) if end > pc}
         self.lanes = (b.lane_in_warp, b.warp_base, b.warp_len.astype(np.int64), b.padded_lane, b.shared_base)
         self.l2 = (core.l2.tags, core.l2.writer, core.l2.dirty)
         self.acquire()
@@ -63,7 +70,9 @@ class NativeRunner:
         b, core, t = self.blocks, self.blocks.core, self.translation
         regs, d = b.registers, b.d
         mmu = core.mmu
-        self.tally[:] = 0
+        counts = self.run_counts[start]
+        if counts:
+            self.tally.fill(0)
         with mmu.lock:
             sizes = (d.shared_bytes, d.local_bytes, mmu.roots.get(d.vmid, -1), core.warp_size, b.threads_per_block,
                      b.warps_per_block, b.nblocks)
@@ -71,14 +80,19 @@ class NativeRunner:
                 t.table, start, stop, self.all_lanes if mask is None else mask, mask is None, regs.R, regs.P,
                 b.special, regs.cbank, core.counters.steps, self.memories, sizes, self.lanes, self.l2,
                 self.scratch, self.laid, self.guarded, self.missed, self.log_va, self.log_active, self.tally)
-        c = core.counters
-        for name, value in zip(TALLY, self.tally.tolist(), strict=True):
-            if value:
-                setattr(c, name, getattr(c, name) + value)
-        version, bumps = b.derived.version, b.derived.bumps
-        for pc in range(start, reached):
-            for r in bumps[pc]:
+        if counts:
+            c = core.counters
+            for name, value in zip(TALLY, self.tally.tolist(), strict=True):
+                if value:
+                    setattr(c, name, getattr(c, name) + value)
+        version = b.derived.version
+        if reached == stop:
+            for r in self.run_bumps[start]:
                 version[r] += 1
+        else:
+            for pc in range(start, reached):
+                for r in b.derived.bumps[pc]:
+                    version[r] += 1
         if core.write_log is not None:
             self._record_writes(start, reached)
         if status != DONE:
