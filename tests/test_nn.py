@@ -94,6 +94,40 @@ def test_losses_match_torch(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_cross_entropy_is_log_softmax_and_one_loss_kernel_each_way(device):
+    """As PyTorch: forward launches log-softmax and the loss (2 kernels), backward their two gradients."""
+    logits, target = f32(40, 7), rng.integers(0, 7, 40)
+    target[[3, 17]] = -100
+    for reduction in ("mean", "sum", "none"):
+        lo, lt = lapis.tensor(logits, device=device, requires_grad=True), torch.tensor(logits, requires_grad=True)
+        with lapis.trace() as t:
+            a = nn.functional.cross_entropy(lo, lapis.tensor(target, device=device), reduction=reduction)
+            a.detach().cpu()                                # waits for the device
+            forward = len(t.select(0, "kernel"))
+        b = torch.nn.functional.cross_entropy(lt, torch.tensor(target), reduction=reduction)
+        assert a.shape == b.shape
+        close(a, b)
+        (a.sum() if reduction == "none" else a).backward()
+        (b.sum() if reduction == "none" else b).backward()
+        close(lo.grad, lt.grad)
+        if device != "cpu":
+            assert forward == 2
+    every_row_ignored = nn.functional.cross_entropy(lapis.tensor(logits[:2], device=device),
+                                                    lapis.tensor(np.array([-100, -100]), device=device))
+    assert np.isnan(every_row_ignored.item())               # 0 / 0, as torch
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_target_out_of_range_is_never_a_plausible_loss(device):
+    logits, target = lapis.tensor(f32(3, 4), device=device), lapis.tensor(np.array([0, 4, 1]), device=device)
+    if device == "cpu":
+        with pytest.raises(IndexError, match="Target 4 is out of bounds"):
+            nn.functional.cross_entropy(logits, target)
+    else:                                                   # a kernel cannot raise: NaN, not a wrong number
+        assert np.isnan(nn.functional.cross_entropy(logits, target).item())
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_layer_norm_and_dropout(device):
     x = f32(3, 6)
     ours, theirs = nn.LayerNorm(6).to(device), torch.nn.LayerNorm(6)

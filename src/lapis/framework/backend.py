@@ -230,6 +230,42 @@ def softmax_backward(y, dy, dx, log: bool) -> None:
         dx[...] = y * (dy - (dy * y).sum(axis=-1, keepdims=True))
 
 
+def nll_loss(logp, target, ignore_index: int, reduction: str, out, kept_rows) -> None:
+    """The negative log-likelihood of (N, C) log-probabilities at (N,) targets into `out` ((N,) for
+    reduction "none", else the mean or sum over kept rows, whose count goes to `kept_rows`): one
+    kernel on a GPU."""
+    if on_gpu(out):
+        dnn.nll_loss_forward(_dnn(out), logp, target, ignore_index, reduction, out, kept_rows)
+        return
+    kept = target != ignore_index
+    bad = kept & ((target < 0) | (target >= logp.shape[1]))
+    if bad.any():
+        raise IndexError(f"Target {int(target[bad][0])} is out of bounds.")
+    rows = np.flatnonzero(kept)
+    loss = np.zeros(len(target), logp.dtype)
+    loss[rows] = -logp[rows, target[rows]]
+    kept_rows[...] = len(rows)
+    if reduction == "none":
+        out[...] = loss
+    else:
+        with np.errstate(invalid="ignore"):        # every row ignored: 0 / 0 is NaN, as torch's
+            out[...] = loss.sum() / kept_rows.reshape(()) if reduction == "mean" else loss.sum()
+
+
+def nll_loss_backward(target, ignore_index: int, reduction: str, dloss, kept_rows, dlogp) -> None:
+    """dlogp from the loss's gradient and the forward's count of kept rows."""
+    if on_gpu(dlogp):
+        dnn.nll_loss_backward(_dnn(dlogp), target, ignore_index, reduction, dloss, kept_rows, dlogp)
+        return
+    rows = np.flatnonzero(target != ignore_index)
+    dlogp[...] = 0
+    if reduction == "none":
+        dlogp[rows, target[rows]] = -dloss[rows]
+    else:
+        dlogp[rows, target[rows]] = -(dloss.reshape(-1)[0] / kept_rows.reshape(-1)[0] if reduction == "mean"
+                                      else dloss.reshape(-1)[0])
+
+
 def gather(x, dim: int, index, out) -> None:
     if on_gpu(out):
         kernels.gather(_api(out), x, dim, index, out)

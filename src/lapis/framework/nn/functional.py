@@ -10,7 +10,7 @@ from lapis.framework import dtype as _dtype
 from lapis.framework.creation import arange, full, ones, rand, zeros
 from lapis.framework.ops.common import broadcast_shapes
 from lapis.framework.ops.elementwise import where
-from lapis.framework.ops.nn import Activation, Attention, BatchNorm, Conv2d, LayerNorm, Pool2d
+from lapis.framework.ops.nn import Activation, Attention, BatchNorm, Conv2d, LayerNorm, NllLoss, Pool2d
 from lapis.framework.tensor import Tensor
 
 
@@ -114,6 +114,8 @@ def nll_loss(logp: Tensor, target: Tensor, ignore_index: int = -100, reduction: 
     if logp.ndim != 2 or target.ndim != 1 or target.shape[0] != logp.shape[0]:
         raise ValueError(f"Expected input batch_size ({logp.shape[0]}) to match target batch_size "
                          f"({target.shape[0] if target.ndim else 0}).")
+    if logp.dtype is _dtype.float32 and target.dtype is _dtype.int64 and reduction in ("none", "mean", "sum"):
+        return NllLoss.apply(logp, target, ignore_index, reduction)          # one kernel each way
     keep = (target != ignore_index).to(logp.dtype)
     picked = one_hot(where(target == ignore_index, 0, target), logp.shape[1]).to(logp.dtype)
     loss = -(logp * picked).sum(1) * keep
@@ -124,6 +126,8 @@ def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, redu
                   label_smoothing: float = 0.0) -> Tensor:
     # logits: (N, C), target: (N,) class indices
     logp = log_softmax(logits, 1)
+    if not label_smoothing:
+        return nll_loss(logp, target, ignore_index, reduction)               # PyTorch's two kernels
     nll = nll_loss(logp, target, ignore_index, "none")
     if label_smoothing:
         keep = (target != ignore_index).to(logp.dtype)

@@ -56,6 +56,32 @@ class Softmax(Function):
         return dx, None
 
 
+class NllLoss(Function):
+    """The negative log-likelihood of (N, C) float32 log-probabilities at (N,) int64 targets, one kernel
+    each way (cross entropy is log-softmax then this, the two kernels PyTorch launches)."""
+    once_differentiable = True
+
+    @staticmethod
+    def forward(ctx, logp: TensorBase, target: TensorBase, ignore_index: int, reduction: str):
+        ctx.node_name = "NllLossBackward0"
+        check_devices(logp, target)
+        logp, target = logp._contiguous(), target._contiguous()
+        out = new((logp.shape[0],) if reduction == "none" else (), logp.dtype, logp.device)
+        kept_rows = new((1,), logp.dtype, logp.device)
+        backend.nll_loss(logp._data, target._data, ignore_index, reduction, out._data, kept_rows._data)
+        ctx.ignore_index, ctx.reduction, ctx.shape = ignore_index, reduction, logp.shape
+        ctx.save_for_backward(target, kept_rows)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        target, kept_rows = ctx.saved_tensors
+        dlogp = new(ctx.shape, g.dtype, g.device)
+        backend.nll_loss_backward(target._data, ctx.ignore_index, ctx.reduction, g._contiguous()._data,
+                                  kept_rows._data, dlogp._data)
+        return dlogp, None, None, None
+
+
 # -- convolution and pooling ------------------------------------------------------------------------
 def _pair(v) -> tuple:
     return (v, v) if isinstance(v, int) else tuple(v)

@@ -20,6 +20,7 @@ kernel sits beside its host wrapper, one module per family of primitives:
     pooling         max and average pooling
     convolution     convolutions in three algorithms per direction, and the find steps
     attention       fused scaled dot-product attention
+    loss            the negative log-likelihood loss (cross entropy after log-softmax)
 
 Arrays are device arrays (float32); a TensorDescriptor says how a 4-D NCHW or NHWC tensor is laid
 out, and routines check descriptors and array sizes before launching anything. Every name is
@@ -81,6 +82,13 @@ from lapis.libs.dnn.convolution import (
 from lapis.libs.dnn.descriptors import ConvolutionDescriptor, DnnError, FilterDescriptor, TensorDescriptor
 from lapis.libs.dnn.dropout import dropout_backward, dropout_forward, dropout_kernel, uniform
 from lapis.libs.dnn.handle import ROW_THREADS, THREADS, Handle, create
+from lapis.libs.dnn.loss import (
+    REDUCTIONS,
+    nll_backward_kernel,
+    nll_forward_kernel,
+    nll_loss_backward,
+    nll_loss_forward,
+)
 from lapis.libs.dnn.normalization import (
     batch_norm_backward,
     batch_norm_backward_kernel,
@@ -114,7 +122,8 @@ __all__ = [
     "create", "dropout_backward", "dropout_forward", "dropout_kernel", "find_convolution_backward_data_algorithm",
     "find_convolution_backward_filter_algorithm", "find_convolution_forward_algorithm", "get_convolution_algorithm",
     "group_sum", "layer_norm_backward", "layer_norm_backward_kernel", "layer_norm_forward",
-    "layer_norm_forward_kernel", "layer_norm_params_backward_kernel", "make_conv_gemm_kernel", "pooling_backward",
+    "layer_norm_forward_kernel", "layer_norm_params_backward_kernel", "make_conv_gemm_kernel", "nll_backward_kernel",
+    "nll_forward_kernel", "nll_loss_backward", "nll_loss_forward", "REDUCTIONS", "pooling_backward",
     "pooling_backward_kernel", "pooling_forward", "pooling_forward_kernel", "pooling_output", "softmax_backward",
     "softmax_backward_kernel", "softmax_forward", "softmax_forward_kernel", "uniform",
 ]
