@@ -4,12 +4,15 @@ framework op going down the stack), and of one training step of each example's m
     python benchmarks/framework.py [--device cuda|hip] [--repeat N] [--steps N]
 
 Per op: the mean wall time of `x + y` on 4-element tensors over `repeat` ops, synchronized at the
-end, beside the same on cpu. Per step: forward, backward and optimizer step of the digits MLP,
-the digits CNN and the character transformer at the examples' batch sizes, after one warm-up step
-(which compiles the kernels), with the number of kernels a step launches and their simulated time.
+end, beside the same on cpu and in PyTorch. Per step: forward, backward and optimizer step of the
+digits MLP, the digits CNN, the character transformer and a tiny GPT (nanoGPT's smallest) at the
+examples' batch sizes, after one warm-up step (which compiles the kernels), with the same step on
+lapis's cpu device, the number of kernels a step launches and their simulated time. `--digits`
+also trains the digits MLP (64-128-10, batch 64) for 330 Adam steps.
 """
 
 import argparse
+import copy
 import sys
 import time
 from pathlib import Path
@@ -45,15 +48,22 @@ def models(device: str):
            lapis.tensor(rng.integers(0, 10, 256)), nn.CrossEntropyLoss())
     yield ("digits CNN, batch 64", digits_cnn.model(), lapis.tensor(rng.random((64, 1, 8, 8), np.float32)),
            lapis.tensor(rng.integers(0, 10, 64)), nn.CrossEntropyLoss())
-    transformer = char_transformer.CharTransformer(chars, 32)
     ce = nn.CrossEntropyLoss()
+
+    def next_char_loss(logits, y):
+        return ce(logits.reshape(-1, chars), y.reshape(-1))
+    transformer = char_transformer.CharTransformer(chars, 32)
     yield ("char transformer, 16 x 32 tokens", transformer, lapis.tensor(rng.integers(0, chars, (16, 32))),
-           lapis.tensor(rng.integers(0, chars, (16, 32))),
-           lambda logits, y: ce(logits.reshape(-1, chars), y.reshape(-1)))
+           lapis.tensor(rng.integers(0, chars, (16, 32))), next_char_loss)
+    # nanoGPT/makemore's smallest: 2 layers, 2 heads, 32 wide, a block of 16 characters, batch 8
+    tiny = char_transformer.CharTransformer(chars, 16, width=32, heads=2, layers=2)
+    yield ("tiny GPT, 8 x 16 tokens", tiny, lapis.tensor(rng.integers(0, chars, (8, 16))),
+           lapis.tensor(rng.integers(0, chars, (8, 16))), next_char_loss)
 
 
 def step_time(model, x, y, loss_fn, device: str, steps: int) -> tuple[float, int, float]:
-    model.to(device)
+    """Wall time per training step, kernels per step and their simulated time (us) per step."""
+    model = copy.deepcopy(model).to(device)
     x, y = x.to(device), y.to(device)
     optimizer = lapis.optim.Adam(model.parameters(), lr=1e-3)
 
@@ -78,17 +88,39 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--models", default="mlp,cnn,transformer", help="which models to time (comma list)")
+    parser.add_argument("--models", default="mlp,cnn,transformer,gpt", help="which models to time (comma list)")
+    parser.add_argument("--digits", action="store_true",
+                        help="also train the 64-128-10 digits MLP for 330 Adam steps (batch 64) and time it")
     args = parser.parse_args()
     (gpu, kernels), (cpu, _) = per_op(args.device, args.repeat), per_op("cpu", args.repeat)
-    print(f"x + y on 4 elements: {gpu * 1e3:.2f} ms of wall time per op on {args.device} ({kernels} kernel), "
-          f"{cpu * 1e6:.0f} us on cpu")
+    print(f"x + y on 4 elements: {gpu * 1e6:.0f} us of wall time per op on {args.device} ({kernels} kernel), "
+          f"{cpu * 1e6:.1f} us on cpu, {torch_per_op(args.repeat) * 1e6:.1f} us in PyTorch on the CPU")
     wanted = args.models.split(",")
-    for (name, model, x, y, loss_fn), key in zip(models(args.device), ("mlp", "cnn", "transformer"), strict=True):
+    for (name, model, x, y, loss_fn), key in zip(models(args.device), ("mlp", "cnn", "transformer", "gpt"),
+                                                 strict=True):
         if key in wanted:
             wall, launches, device_us = step_time(model, x, y, loss_fn, args.device, args.steps)
-            print(f"{name}: {wall:.2f} s of wall time per training step on {args.device}, {launches} kernels, "
-                  f"{device_us:.0f} us of simulated device time")
+            on_cpu, _, _ = step_time(model, x, y, loss_fn, "cpu", args.steps)
+            print(f"{name}: {wall:.3f} s of wall time per training step on {args.device} ({wall / on_cpu:.0f}x "
+                  f"the {on_cpu:.3f} s on cpu), {launches} kernels, {device_us:.0f} us of simulated device time")
+    if args.digits:
+        import digits_mlp
+        result = digits_mlp.train(args.device, epochs=15, hidden=128, batch_size=64, quiet=True)
+        print(f"digits MLP 64-128-10, batch 64, 15 epochs ({result['steps']} Adam steps): "
+              f"{result['accuracy']:.1%} test accuracy in {result['wall_s']:.1f} s on {args.device}")
+
+
+def torch_per_op(repeat: int) -> float:
+    """PyTorch's own wall time for the same tiny add on the CPU (the yardstick), or NaN without torch."""
+    try:
+        import torch
+    except ImportError:
+        return float("nan")
+    x, y = torch.ones(4), torch.ones(4)
+    start = time.perf_counter()
+    for _ in range(repeat):
+        x + y
+    return (time.perf_counter() - start) / repeat
 
 
 if __name__ == "__main__":

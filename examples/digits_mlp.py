@@ -73,7 +73,7 @@ def train(device: str = "cuda", epochs: int = 8, hidden: int = 256, batch_size: 
     acc = accuracy(net, x_test, y_test, device)
     if not quiet:
         print(f"{device}: {acc:.1%} test accuracy after {epochs} epochs, {wall:.1f} s of wall time")
-    return {"accuracy": acc, "wall_s": wall}
+    return {"accuracy": acc, "wall_s": wall, "steps": epochs * len(loader)}
 
 
 if __name__ == "__main__":
