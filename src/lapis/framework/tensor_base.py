@@ -12,6 +12,7 @@ PyTorch's C++ core is handed its Python Tensor class, so that ops never import t
 """
 
 import builtins
+import math
 
 import numpy as np
 
@@ -88,7 +89,7 @@ class TensorBase(autograd.Variable):
     # -- storage and views --------------------------------------------------------------------------
     @staticmethod
     def _empty(shape: tuple, dt: _dtype.dtype, dev: device) -> "TensorBase":
-        n = builtins.max(builtins.int(np.prod(shape, dtype=np.int64)), 1)
+        n = builtins.max(math.prod(shape), 1)
         if dev.type == "cpu":
             flat = np.empty(n, dt.np)
         else:
@@ -112,11 +113,11 @@ class TensorBase(autograd.Variable):
         """The strided array the backend reads and writes: a numpy view on cpu, a DeviceNDArray view on a GPU."""
         flat = self._storage.array
         item = flat.dtype.itemsize
-        if isinstance(flat, np.ndarray):
-            return np.lib.stride_tricks.as_strided(flat[self._offset:], self._shape,
-                                                   tuple(s * item for s in self._strides))
-        return DeviceNDArray(self._shape, tuple(s * item for s in self._strides), flat.dtype, flat.context,
-                             flat.memory, flat.ptr + self._offset * item)
+        strides = tuple(s * item for s in self._strides)
+        if isinstance(flat, np.ndarray):            # a view of the storage (the constructor: as_strided is slower)
+            return np.ndarray(self._shape, flat.dtype, flat, self._offset * item, strides)
+        return DeviceNDArray(self._shape, strides, flat.dtype, flat.context, flat.memory,
+                             flat.ptr + self._offset * item)
 
     def _view(self, shape, strides, offset) -> "TensorBase":
         view = TensorBase.made_class(self._storage, shape, strides, offset, self.device)
