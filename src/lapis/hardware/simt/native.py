@@ -261,7 +261,7 @@ def walk(vram_u64, root, vpn):
 
 
 @_engine
-def global_addresses(t, active, R, write, vram_u64, root, va_log, where):
+def global_addresses(t, active, R, write, vram_u64, root, logging, va_log, where):
     """Physical address of each active lane's global access into `where`; returns the aperture
     (0 VRAM, 1 host memory), -1 when no lane is active, or -2 when a lane would fault."""
     nbytes, off = t[tr.WIDTH], t[tr.SIMM]
@@ -272,7 +272,8 @@ def global_addresses(t, active, R, write, vram_u64, root, va_log, where):
         if not active[l]:
             continue
         va = pair(R, a, a2, l) + off
-        va_log[l] = va
+        if logging:
+            va_log[l] = va
         if va & (nbytes - 1):
             return -2
         vpn = np.uint64(va) >> np.uint64(12)
@@ -290,7 +291,7 @@ def global_addresses(t, active, R, write, vram_u64, root, va_log, where):
 
 
 @_engine
-def private_addresses(t, active, R, limit, va_log, where):
+def private_addresses(t, active, R, limit, logging, va_log, where):
     """Byte offset of each active lane's shared or local access into `where`; returns -1 when no
     lane is active, -2 when a lane would fault (outside `limit` bytes or misaligned), else 0."""
     nbytes, off, a = t[tr.WIDTH], t[tr.SIMM], t[tr.A]
@@ -299,7 +300,8 @@ def private_addresses(t, active, R, limit, va_log, where):
         if not active[l]:
             continue
         x = np.int64(R[a, l])
-        va_log[l] = x
+        if logging:
+            va_log[l] = x
         byte = x + off
         if byte < 0 or byte + nbytes > limit or byte & (nbytes - 1):
             return -2
@@ -309,7 +311,7 @@ def private_addresses(t, active, R, limit, va_log, where):
 
 
 @_engine
-def transfer(load, t, active, R, words32, words8, word_of, stride, where):
+def transfer(load, full, t, active, R, words32, words8, word_of, stride, where):
     """Move the data of every active lane between its registers and memory; lane l's first word
     is word_of[l] (or, for 1- and 2-byte accesses, its byte is 4 * word_of[l] + where[l] % 4)."""
     nbytes, signed = t[tr.WIDTH], t[tr.M1] != 0
@@ -318,7 +320,10 @@ def transfer(load, t, active, R, words32, words8, word_of, stride, where):
     if nbytes >= 4:
         for i in range(nbytes // 4):
             row = rows[i]
-            if load:
+            if load and full:
+                for l in range(L):
+                    R[row, l] = words32[word_of[l] + i * stride]
+            elif load:
                 for l in range(L):
                     if active[l]:
                         R[row, l] = words32[word_of[l] + i * stride]
@@ -351,16 +356,17 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
     """One load or store for the active lanes: every lane checked first, then the transfer, then
     what it counts. Returns DONE, or FAULT when a lane would fault (nothing moved, nothing counted)."""
     shared_u32, shared_u8, local_u32, local_u8, vram_u32, vram_u8, sys_u32, sys_u8, vram_u64 = mem
-    shared_bytes, local_bytes, root, warp_size, threads_per_block, warps_per_block, nblocks = sizes
+    shared_bytes, local_bytes, root, warp_size, threads_per_block, warps_per_block, nblocks, logging = sizes
     lane_in_warp, warp_base, warp_len, padded_lane, shared_base = lanes
     where, word_of, keys = scratch[1], scratch[2], scratch[0]
     load = kind == LDG or kind == LDS or kind == LDL
     nbytes = t[tr.WIDTH]
     L = R.shape[1]
-    k = t[tr.LOG]
-    log_active[k, :] = active
+    k = t[tr.LOG] if logging else 0               # addresses are logged only for a checker (`compare.py`)
+    if logging:
+        log_active[k, :] = active
     if kind == LDG or kind == STG:
-        system = global_addresses(t, active, R, not load, vram_u64, root, log_va[k], where)
+        system = global_addresses(t, active, R, not load, vram_u64, root, logging, log_va[k], where)
         if system == -2:
             return FAULT
         if system < 0:
@@ -368,27 +374,27 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
         for l in range(L):
             word_of[l] = where[l] >> 2
         if system == 1:
-            transfer(load, t, active, R, sys_u32, sys_u8, word_of, 1, where)
+            transfer(load, full, t, active, R, sys_u32, sys_u8, word_of, 1, where)
         else:
-            transfer(load, t, active, R, vram_u32, vram_u8, word_of, 1, where)
+            transfer(load, full, t, active, R, vram_u32, vram_u8, word_of, 1, where)
         count_global(active, where, padded_lane, warp_size, nbytes, not load, system == 1, l2[0], l2[1], l2[2],
                      keys, word_of, missed, tally)
     elif kind == LDS or kind == STS:
-        status = private_addresses(t, active, R, shared_bytes, log_va[k], where)
+        status = private_addresses(t, active, R, shared_bytes, logging, log_va[k], where)
         if status == -2:
             return FAULT
         if status < 0:
             return DONE
         for l in range(L):
             word_of[l] = shared_base[l] + (where[l] >> 2)
-        transfer(load, t, active, R, shared_u32, shared_u8, word_of, 1, where)
+        transfer(load, full, t, active, R, shared_u32, shared_u8, word_of, 1, where)
         # The reference counts an unmasked access of whole aligned words through a register (not RZ)
         # on the first block only (`memory_access.shared_fast`).
         fast = t[tr.A] != R.shape[0] - 2 and nbytes >= 4 and t[tr.SIMM] % nbytes == 0
         count_shared(active, full, where, padded_lane, threads_per_block, warps_per_block, warp_size, nblocks,
                      nbytes, fast, laid, tally)
     else:
-        status = private_addresses(t, active, R, local_bytes, log_va[k], where)
+        status = private_addresses(t, active, R, local_bytes, logging, log_va[k], where)
         if status == -2:
             return FAULT
         if status < 0:
@@ -397,7 +403,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
         for l in range(L):                                 # word w of lane l is word w * lanes + l
             word_of[l] = (where[l] >> 2) * L + l
             n += active[l]
-        transfer(load, t, active, R, local_u32, local_u8, word_of, L, where)
+        transfer(load, full, t, active, R, local_u32, local_u8, word_of, L, where)
         tally[LOCAL_BYTES] += n * nbytes
     return DONE
 
@@ -478,7 +484,7 @@ def compile_engine() -> None:
     execute_run(table, 0, 1, lanes, True, np.zeros((6, 32), np.uint32), np.ones((8, 32), bool),
                 np.zeros((10, 32), np.uint32), np.zeros(1, np.uint32), 0,
                 (words, octets, words, octets, words, octets, words, octets, np.zeros(4, np.uint64)),
-                (0, 0, -1, 32, 32, 1, 1), (no, no, no, no, no),
+                (0, 0, -1, 32, 32, 1, 1, False), (no, no, no, no, no),
                 (np.zeros(8, np.uint64), np.zeros(8, np.int32), np.zeros(8, bool)),
                 np.zeros((3, 32), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
                 np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(10, np.int64))

@@ -68,12 +68,15 @@ class SimtCore:
         kinds = [i.op if i.op in CONTROL else "" for i in d.program]
         translation = self.caches.translation(d.program, d.registers) if translated else None
         targets = [branch_target(i, pc) if i.op == "BRA" else 0 for pc, i in enumerate(d.program)]
-        with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
-            for first in range(0, total, per_batch):
-                nblocks = min(per_batch, total - first)
-                blocks = self._batch_for(d, nblocks, translation)
-                blocks.start(first)
-                self._run_blocks(blocks, kinds, targets)
+        try:
+            with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
+                for first in range(0, total, per_batch):
+                    nblocks = min(per_batch, total - first)
+                    blocks = self._batch_for(d, nblocks, translation)
+                    blocks.start(first)
+                    self._run_blocks(blocks, kinds, targets)
+        finally:
+            self.caches.end_launch()
         for pc, inst in enumerate(d.program):
             pipe = OPCODES[inst.op].pipe
             c.warp_instructions_by_pipe[pipe] = c.warp_instructions_by_pipe.get(pipe, 0) + c.warp_instructions[pc]

@@ -47,6 +47,7 @@ class SimulatorCaches:
         self._translations: dict[tuple[int, int], tuple[list[Instruction], Translation]] = {}
         self._arrays: dict[str, np.ndarray] = {}
         self._batches: dict[Hashable, tuple[list[Instruction], ResidentBlocks]] = {}
+        self._large: set[Hashable] = set()
 
     def program(self, code: bytes, decode: Callable[[bytes], list[Instruction]]) -> list[Instruction]:
         """A kernel's instructions: decode(code), once per distinct code."""
@@ -72,6 +73,7 @@ class SimulatorCaches:
         self._programs.clear()
         self._translations.clear()
         self._batches.clear()
+        self._large.clear()
 
     def array(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
         """An array for the state of a batch (the register file, shared or local memory), contents undefined."""
@@ -90,18 +92,26 @@ class SimulatorCaches:
 
         Building a batch's lane layout costs more than running a small kernel, and frameworks
         launch the same small kernels over and over, so the last few batches of up to
-        `KEPT_BATCH_LANES` lanes are kept across launches (the caller points a kept one at its new
-        dispatch)."""
+        `KEPT_BATCH_LANES` lanes are kept across launches, larger ones to the end of their launch
+        (the caller points a kept one at its new dispatch)."""
         if not self.enabled:
             return make()
         kept = self._batches.pop(key, None)
         if kept is None or kept[0] is not program:
             kept = (program, make())
-        if lanes <= self.KEPT_BATCH_LANES:
-            self._batches[key] = kept                  # the most recently used last
-            while len(self._batches) > self.KEPT_BATCHES:
-                del self._batches[next(iter(self._batches))]
+        self._batches[key] = kept                      # the most recently used last
+        if lanes > self.KEPT_BATCH_LANES:
+            self._large.add(key)
+        while len(self._batches) > self.KEPT_BATCHES:
+            self._large.discard(oldest := next(iter(self._batches)))
+            del self._batches[oldest]
         return kept[1]
+
+    def end_launch(self) -> None:
+        """Drop the launch's large batches (their lane layout is megabytes); small ones stay for the next."""
+        for key in self._large:
+            self._batches.pop(key, None)
+        self._large.clear()
 
 
 class DerivedValues:

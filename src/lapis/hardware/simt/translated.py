@@ -75,7 +75,7 @@ class NativeRunner:
             self.tally.fill(0)
         with mmu.lock:
             sizes = (d.shared_bytes, d.local_bytes, mmu.roots.get(d.vmid, -1), core.warp_size, b.threads_per_block,
-                     b.warps_per_block, b.nblocks)
+                     b.warps_per_block, b.nblocks, core.write_log is not None)
             status, reached = execute_run(
                 t.table, start, stop, self.all_lanes if mask is None else mask, mask is None, regs.R, regs.P,
                 b.special, regs.cbank, core.counters.steps, self.memories, sizes, self.lanes, self.l2,
