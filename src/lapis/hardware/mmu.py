@@ -177,20 +177,6 @@ class Mmu:
         system = (entries & np.uint64(PTE_SYSTEM)) != 0
         return pa, bool(system[0]) if system.all() or not system.any() else system
 
-    def mapped_pages(self, vmid: int) -> np.ndarray:
-        """The leaf entries of every page the VMID maps (for checkers that snapshot what a kernel may touch)."""
-        with self.lock:
-            root = self.roots.get(vmid)
-            if root is None:
-                return np.zeros(0, np.uint64)
-            tables = np.array([root], np.uint64)
-            for _ in range(LEVELS):
-                slots = (tables[:, None] >> np.uint64(3)) + np.arange(ENTRIES, dtype=np.uint64)
-                entries = self.vram.u64[slots.ravel().astype(np.int64)]
-                entries = entries[(entries & np.uint64(PTE_VALID)) != 0]
-                tables = entries & np.uint64(ADDRESS_MASK)
-            return entries
-
     def translate_range(self, vmid: int, va: int, size: int, write: bool, execute: bool = False
                         ) -> list[tuple[bool, int, int]]:
         """(system, pa, length) pieces covering [va, va+size), for the front end and copy engine."""

@@ -8,9 +8,10 @@ misses, DRAM and PCIe bytes, shared-memory wavefronts, FLOPs by precision), or r
 fault. A difference raises `ExecutorMismatch`.
 
 Between the two runs only the bytes the reference's global stores and atomics wrote are put
-back: host threads keep writing their own memory (queue rings, signals) while a kernel runs,
-and those writes must survive. It is slow (each dispatch copies every mapped page) and meant
-for tests: `tests/test_translated.py` runs the kernel tests this way.
+back (they record what they overwrite): host threads keep writing their own memory (queue
+rings, signals) while a kernel runs, and those writes must survive. It is slow (every kernel
+runs twice, once in numpy) and meant for tests: `make test-compare` runs every test this way
+and `tests/test_translated.py` the kernel tests.
 """
 
 import dataclasses
@@ -18,8 +19,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lapis.hardware.memory import PAGE_BYTES
-from lapis.hardware.mmu import ADDRESS_MASK, PTE_SYSTEM
 from lapis.hardware.simt.launch import Counters, Dispatch, KernelFault
 
 if TYPE_CHECKING:
@@ -32,19 +31,17 @@ class ExecutorMismatch(AssertionError):
 
 def compare_executors(core: "SimtCore", d: Dispatch, resident_blocks: int) -> Counters:
     """Run `d` with the reference executor, then translated from the same state; raise on any difference."""
-    entries = core.mmu.mapped_pages(d.vmid)
     memories = (core.vram, core.sysmem)
-    pages = [(entries & np.uint64(ADDRESS_MASK)).astype(np.int64)[((entries & np.uint64(PTE_SYSTEM)) != 0) == system]
-             for system in (False, True)]
-    before = [memory.u8[_bytes_of(p)] for memory, p in zip(memories, pages, strict=True)]
     l2 = core.l2.tags.copy(), core.l2.dirty.copy()
-    reference, ref_written = _outcome(core, d, resident_blocks, False)
+    reference, log = _outcome(core, d, resident_blocks, False)
+    ref_written = _addresses(log)
     ref_values = [memory.u8[at] for memory, at in zip(memories, ref_written, strict=True)]
     ref_l2 = core.l2.tags.copy(), core.l2.dirty.copy()
-    for memory, p, saved, at in zip(memories, pages, before, ref_written, strict=True):
-        memory.u8[at] = saved[_index_in(p, at)]
+    for system, at, old in reversed(log):                 # undo the reference's writes, last first
+        memories[system].u8[at] = old
     core.l2.tags[:], core.l2.dirty[:] = l2
-    translated, written = _outcome(core, d, resident_blocks, True)
+    translated, log = _outcome(core, d, resident_blocks, True)
+    written = _addresses(log)
     program = f"{len(d.program)}-instruction kernel, grid {d.grid}, block {d.block}"
     if reference[0] != translated[0]:
         if isinstance(reference[0], dict) and isinstance(translated[0], dict):
@@ -65,21 +62,8 @@ def compare_executors(core: "SimtCore", d: Dispatch, resident_blocks: int) -> Co
     return translated[1]
 
 
-def _bytes_of(page_addresses: np.ndarray) -> np.ndarray:
-    """Byte addresses of every byte of the given pages."""
-    return (page_addresses[:, None] + np.arange(PAGE_BYTES)).ravel()
-
-
-def _index_in(pages: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Where byte addresses `at` are in `_bytes_of(pages)`."""
-    order = np.argsort(pages)
-    slot = order[np.searchsorted(pages[order], at & ~(PAGE_BYTES - 1))]
-    return slot * PAGE_BYTES + (at & (PAGE_BYTES - 1))
-
-
 def _outcome(core: "SimtCore", d: Dispatch, resident_blocks: int, translated: bool):
-    """((counters as a dict, counters) or (fault text, the fault), the sorted byte addresses written
-    in device memory and in host memory) of one execution."""
+    """((counters as a dict, counters) or (fault text, the fault), the writes) of one execution."""
     core.write_log = []
     try:
         try:
@@ -87,12 +71,15 @@ def _outcome(core: "SimtCore", d: Dispatch, resident_blocks: int, translated: bo
             outcome = dataclasses.asdict(counters), counters
         except KernelFault as fault:
             outcome = str(fault), fault
-        written = [[], []]
-        for system, pa, nbytes in core.write_log:
-            written[system].append((pa[:, None] + np.arange(nbytes)).ravel())
+        return outcome, core.write_log
     finally:
         core.write_log = None
-    return outcome, [np.unique(np.concatenate(w)) if w else np.zeros(0, np.int64) for w in written]
+
+
+def _addresses(log) -> list[np.ndarray]:
+    """The sorted byte addresses written in device memory and in host memory."""
+    written = [[at for system, at, _ in log if system == kind] for kind in (False, True)]
+    return [np.unique(np.concatenate(w)) if w else np.zeros(0, np.int64) for w in written]
 
 
 def _text(outcome) -> str:

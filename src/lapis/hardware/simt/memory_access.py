@@ -121,8 +121,9 @@ def account_global(blocks: ResidentBlocks, pc: int, va: np.ndarray, mask: Mask, 
                            e.va) from None
     if not isinstance(system, bool):
         raise blocks.fault(pc, "one instruction touched both device and host memory", int(va[0]))
-    if write and core.write_log is not None:
-        core.write_log.append((system, pa.astype(np.int64), nbytes))
+    if write and core.write_log is not None:              # a checker keeps the writes (`compare.py`)
+        at = (pa.astype(np.int64)[:, None] + np.arange(nbytes)).ravel()
+        core.write_log.append((system, at, (core.sysmem if system else core.vram).u8[at]))
     c = core.counters
     c.global_bytes += va.size * nbytes
     if atomic:

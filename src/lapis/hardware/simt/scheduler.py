@@ -42,7 +42,7 @@ class SimtCore:
         self.profile = profile
         self.translated = translated            # run translated code natively (`translated.py`), or only the binders
         self.compare = compare                  # run every dispatch both ways and check they agree (`compare.py`)
-        self.write_log: list | None = None       # (system, physical addresses, bytes) of global writes, when kept
+        self.write_log: list | None = None       # global writes (host memory?, byte addresses, old bytes), when kept
         self.warp_size = profile.warp_size
         self.mmu, self.vram, self.sysmem = mmu, vram, sysmem
         self.l2 = L2Cache(profile.l2_bytes)

@@ -109,5 +109,6 @@ class NativeRunner:
             slot = self.translation.log_of[pc]
             va = self.log_va[slot].view(U64)[self.log_active[slot]]
             if va.size:
-                pa, system = b.core.mmu.translate(b.d.vmid, va, MEMORY_BYTES[inst.mod("w")], True)
-                b.core.write_log.append((system, pa.astype(np.int64), MEMORY_BYTES[inst.mod("w")]))
+                nbytes = MEMORY_BYTES[inst.mod("w")]
+                pa, system = b.core.mmu.translate(b.d.vmid, va, nbytes, True)
+                b.core.write_log.append((system, (pa.astype(np.int64)[:, None] + np.arange(nbytes)).ravel(), None))
