@@ -44,7 +44,8 @@ def _collected(context, buffer) -> None:
 
 
 class DeviceNDArray:
-    def __init__(self, shape, strides, dtype, context, memory: Allocation, ptr: int | None = None):
+    def __init__(self, shape, strides, dtype, context, memory: Allocation, ptr: int | None = None,
+                 layout: str | None = None):
         self.shape = tuple(int(s) for s in shape)
         self.strides = tuple(int(s) for s in strides)
         self.dtype = np.dtype(dtype)
@@ -52,7 +53,7 @@ class DeviceNDArray:
         self.memory = memory
         self.ptr = memory.va if ptr is None else ptr
         self._size = math.prod(self.shape)          # shape and strides never change: size and layout are fixed
-        self._layout: str | None = None
+        self._layout = layout                      # "C", "F", "A", or None to work it out when asked
 
     @classmethod
     def allocate(cls, context, shape, dtype, order: str = "C") -> "DeviceNDArray":

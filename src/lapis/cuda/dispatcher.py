@@ -56,6 +56,8 @@ class Dispatcher:
         self.__doc__ = pyfunc.__doc__
         self.api = api
         self.overloads: dict[tuple, CompiledKernel] = {}
+        code = pyfunc.__code__
+        self._arg_names = code.co_varnames[:code.co_argcount]
         self._const_copies: dict[tuple, DeviceNDArray] = {}     # (context, data) -> its copy on the device
 
     def __repr__(self) -> str:
@@ -107,7 +109,7 @@ class Dispatcher:
         return "\n".join(k.resources() for k in self._compiled())
 
     def launch(self, args: tuple, grid, block, stream, shared: int) -> None:
-        names = [n for n in self.py_func.__code__.co_varnames[:self.py_func.__code__.co_argcount]]
+        names = self._arg_names
         if len(args) != len(names):
             raise TypeError(f"kernel {self.__name__!r} takes {len(names)} arguments ({', '.join(names)}), "
                             f"got {len(args)}")

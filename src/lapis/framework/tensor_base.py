@@ -117,7 +117,7 @@ class TensorBase(autograd.Variable):
         if isinstance(flat, np.ndarray):            # a view of the storage (the constructor: as_strided is slower)
             return np.ndarray(self._shape, flat.dtype, flat, self._offset * item, strides)
         return DeviceNDArray(self._shape, strides, flat.dtype, flat.context, flat.memory,
-                             flat.ptr + self._offset * item)
+                             flat.ptr + self._offset * item, "C" if self.is_contiguous() else None)
 
     def _view(self, shape, strides, offset) -> "TensorBase":
         view = TensorBase.made_class(self._storage, shape, strides, offset, self.device)

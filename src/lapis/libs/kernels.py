@@ -248,7 +248,7 @@ def _geometry(api, out: DeviceNDArray, *inputs) -> tuple[tuple, list]:
         else:
             flat, base = flat_view(x)
             operands += [_device_ints(api, out.context, (*broadcast_strides(x, shape), base)), flat]
-    return modes, [np.int64(int(np.prod(shape))), np.int64(len(padded)), *operands]
+    return modes, [np.int64(math.prod(shape)), np.int64(len(padded)), *operands]
 
 
 def _check_function(fn, arity: int) -> None:

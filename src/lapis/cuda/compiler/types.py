@@ -98,12 +98,20 @@ def scalar_of(dtype) -> Scalar:
     """The kernel-language scalar for a numpy dtype, a type object or a name."""
     if isinstance(dtype, Scalar):
         return dtype
+    known = _SCALAR_OF_DTYPE.get(dtype) if isinstance(dtype, np.dtype) else None
+    if known is not None:                     # every launch asks for its arrays' dtypes
+        return known
     name = np.dtype(dtype).name if not isinstance(dtype, str) or dtype in np.sctypeDict else dtype
     if name == "bool":
         return boolean
     if name not in SCALARS:
         raise TypeError(f"dtype {name} is not supported in kernels (use one of {', '.join(SCALARS)})")
+    if isinstance(dtype, np.dtype):
+        _SCALAR_OF_DTYPE[dtype] = SCALARS[name]
     return SCALARS[name]
+
+
+_SCALAR_OF_DTYPE: dict[np.dtype, Scalar] = {np.dtype(bool): boolean}
 
 
 def concrete(t):
