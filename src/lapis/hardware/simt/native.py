@@ -31,7 +31,7 @@ from numba import njit
 
 import lapis.hardware.simt.native_loops as loops
 import lapis.hardware.simt.translate as tr
-from lapis.hardware.simt.native_counters import LOCAL_BYTES, count_global, count_shared
+from lapis.hardware.simt.native_counters import BARRIERS, LOCAL_BYTES, count_global, count_shared
 from lapis.hardware.simt.native_values import MASK32, as_f32, pair, put_pair
 from lapis.hardware.simt.translate import F32_OPS, OP, PAIR_OPS, PREDICATE_OPS, U32_OPS
 
@@ -41,13 +41,13 @@ PT = 7
 CLOCKLO = 7
 
 # Operation numbers, bound as globals so numba folds them into constants.
-(DADD, DFMA, DMNMX, DMUL, DSETP, F2F, F2F64, F2I, F2I64, FADD, FFMA, FMNMX, FMUL, FRND, FRND64, FSETP, I2F, I2F64,
- I2I, I2I64, IABS, IABS64, IADD, IADD64, IMAD, IMAD64, IMADWIDE, IMNMX, IMNMX64, IMUL, IMUL64, ISETP, ISETP64, LDG,
- LDL, LDS, LOP, LOP64, NOP, PLOP, S2R, SEL, SHFL, SHL, SHL64, SHR, SHR64, STG, STS) = (
-    OP[name] for name in ("DADD DFMA DMNMX DMUL DSETP F2F F2F64 F2I F2I64 FADD FFMA FMNMX FMUL FRND FRND64 "
-                          "FSETP I2F I2F64 I2I I2I64 IABS IABS64 IADD IADD64 IMAD IMAD64 IMADWIDE IMNMX IMNMX64 "
-                          "IMUL IMUL64 ISETP ISETP64 LDG LDL LDS LOP LOP64 NOP PLOP S2R SEL SHFL SHL SHL64 SHR "
-                          "SHR64 STG STS").split())
+(BAR, BRA, DADD, DFMA, DMNMX, DMUL, DSETP, EXIT, F2F, F2F64, F2I, F2I64, FADD, FFMA, FMNMX, FMUL, FRND, FRND64,
+ FSETP, I2F, I2F64, I2I, I2I64, IABS, IABS64, IADD, IADD64, IMAD, IMAD64, IMADWIDE, IMNMX, IMNMX64, IMUL, IMUL64,
+ ISETP, ISETP64, LDG, LDL, LDS, LOP, LOP64, NOP, PLOP, S2R, SEL, SHFL, SHL, SHL64, SHR, SHR64, STG, STS) = (
+    OP[name] for name in ("BAR BRA DADD DFMA DMNMX DMUL DSETP EXIT F2F F2F64 F2I F2I64 FADD FFMA FMNMX FMUL "
+                          "FRND FRND64 FSETP I2F I2F64 I2I I2I64 IABS IABS64 IADD IADD64 IMAD IMAD64 IMADWIDE "
+                          "IMNMX IMNMX64 IMUL IMUL64 ISETP ISETP64 LDG LDL LDS LOP LOP64 NOP PLOP S2R SEL SHFL "
+                          "SHL SHL64 SHR SHR64 STG STS").split())
 LAST_U32, LAST_F32, LAST_PAIR, LAST_PREDICATE = (OP[ops[-1]] for ops in (U32_OPS, F32_OPS, PAIR_OPS, PREDICATE_OPS))
 
 
@@ -409,15 +409,85 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
 
 
 # -- the engine ----------------------------------------------------------------------------------------
-@_engine
-def execute_run(table, start, stop, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2,
-                scratch, laid, guarded, missed, log_va, log_active, tally):
-    """Execute instructions start..stop-1 of `table` for the lanes where `group` is true (all of
-    them when `group_full`). `mem`, `sizes`, `lanes` and `l2` are the batch's memories, sizes and lane
-    layout and the L2's arrays (see `NativeRunner.run`); `scratch` (3, lanes), `laid` (padded lanes),
-    `guarded` and `missed` are working space; memory counters are added to `tally`.
+# How `execute_path` stops: the instruction at pc is for the scheduler's reference path (not
+# translated, a branch or exit that splits the group, a barrier under divergence, a fault, the
+# watchdog); the group exited; it took a branch while other groups wait (park it at pc); it reached
+# pc where another group waits (merge); it ran past the program's end; it stored while a checker
+# keeps the writes.
+REFERENCE, EXITED, PARK, MERGE, PAST_END, STORED = range(6)
 
-    Returns (DONE, stop), or (FAULT, pc) when instruction pc would fault; it was not executed."""
+
+@_engine
+def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, warps_n, budget, R, P, special, cbank,
+                 clock, mem, sizes, lanes, l2, scratch, laid, guarded, missed, log_va, log_active, tally,
+                 warp_counts, thread_counts, version, bumps, exited):
+    """Run the group (lanes where `group` is true; all when `group_full`; `lanes_n` of them in `warps_n`
+    warps) from instruction pc for as long as the scheduler would keep it together: through translated
+    instructions and uniform branches, exits and barriers, at most `budget` instructions. Each one it
+    completes counts as the scheduler counts (`warp_counts`, `thread_counts`, register `version`s,
+    memory and barrier counts in `tally`). Returns (how it stopped, pc, instructions completed)."""
+    steps = 0
+    logging = sizes[7]
+    while True:
+        if steps >= budget:
+            return REFERENCE, pc, steps
+        t = table[pc]
+        kind = t[tr.KIND]
+        if kind < 0:
+            return REFERENCE, pc, steps
+        target = pc + 1
+        retired = False
+        if kind == BRA or kind == EXIT:
+            g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0
+            taken = lanes_n
+            if g != PT or gneg:
+                taken = 0
+                for l in range(R.shape[1]):
+                    if group[l] and P[g, l] != gneg:
+                        taken += 1
+            if 0 < taken < lanes_n:
+                return REFERENCE, pc, steps                  # the group splits: the scheduler's work
+            if taken and kind == BRA:
+                target = t[tr.BVAL]
+                if not 0 <= target < end:
+                    return REFERENCE, pc, steps              # its binder raises the fault
+            elif taken:
+                for l in range(R.shape[1]):
+                    if group[l]:
+                        exited[l] = True
+                retired = True
+        elif kind == BAR:
+            if not group_full:
+                return REFERENCE, pc, steps                  # the binder checks for divergence
+            tally[BARRIERS] += warps_n
+        elif kind != NOP and instruction(pc, t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes,
+                                         lanes, l2, scratch, laid, guarded, missed, log_va, log_active,
+                                         tally) != DONE:
+            return REFERENCE, pc, steps                      # a fault: its binder raises it
+        warp_counts[pc] += warps_n
+        thread_counts[pc] += lanes_n
+        steps += 1
+        for k in range(bumps.shape[1]):
+            if bumps[pc, k] >= 0:
+                version[bumps[pc, k]] += 1
+        if retired:
+            return EXITED, pc, steps
+        if kind == BRA and target != pc + 1 and not alone:
+            return PARK, target, steps
+        pc = target
+        if logging and kind == STG:                          # the scheduler checks the end and merges itself
+            return STORED, pc, steps
+        if pc >= end:
+            return PAST_END, pc, steps
+        if not alone and waiting[pc]:
+            return MERGE, pc, steps
+
+
+@_engine
+def instruction(pc, t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch, laid,
+                guarded, missed, log_va, log_active, tally):
+    """One translated instruction (not control) for the group's active lanes: DONE, or FAULT when it
+    would fault (it did nothing)."""
     F = R.view(np.float32)
     L = R.shape[1]
     out_u32, out_f32 = scratch[0].view(np.uint32)[:L], scratch[0].view(np.float32)[:L]
@@ -425,54 +495,49 @@ def execute_run(table, start, stop, group, group_full, R, P, special, cbank, clo
     out_pair = scratch[0]
     lane_in_warp, warp_base, warp_len = lanes[0], lanes[1], lanes[2]
     warp_size = sizes[3]
-    for pc in range(start, stop):
-        t = table[pc]
-        kind = t[tr.KIND]
-        if kind == NOP:
-            continue
-        g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0
-        full = group_full and g == PT and not gneg
-        active = group                 # the lanes that execute: the group's, less those the guard stops
-        if g != PT or gneg:
-            for l in range(L):
-                guarded[l] = group[l] and P[g, l] != gneg
-            active = guarded
-        # Operand B when it is not a register: 32 bits, and 64 bits for the pair forms.
-        bmode, bval = t[tr.BMODE], t[tr.BVAL]
-        b32, b64 = np.int64(0), np.int64(0)
-        if bmode == tr.B_IMM:
-            b32, b64 = bval & MASK32, bval
-        elif bmode == tr.B_CONST:
-            lo = np.int64(cbank[bval // 4]) if bval // 4 < cbank.size else np.int64(0)
-            hi = np.int64(cbank[bval // 4 + 1]) if bval // 4 + 1 < cbank.size else np.int64(0)
-            b32, b64 = lo, lo | (hi << 32)
-        bf = as_f32(b32)
-        flags = t[tr.FLAGS]
-        o = (t[tr.A], t[tr.B], t[tr.C], b32, np.int64(bmode == tr.B_REG), np.int64((flags & tr.NEG_A) != 0),
-             np.int64((flags & tr.NEG_B) != 0), np.int64((flags & tr.NEG_C) != 0),
-             np.int64((flags & tr.ABS_A) != 0), np.int64((flags & tr.ABS_B) != 0), t[tr.M1], t[tr.M2], t[tr.M3],
-             t[tr.PS], t[tr.PS_NEG], t[tr.A2], t[tr.B2], t[tr.C2], b64)
-        if kind == PLOP:                               # Pq and its negation ride in C and NEGC
-            o = (o[0], o[1], t[tr.PQ], o[3], o[4], o[5], o[6], t[tr.PQ_NEG], o[8], o[9], o[10], o[11], o[12],
-                 o[13], o[14], o[15], o[16], o[17], o[18])
-        if kind <= LAST_U32:
-            run_u32(kind, R, F, P, t[tr.D], active, full, o, bf, out_u32)
-        elif kind <= LAST_F32:
-            run_f32(kind, R, F, P, t[tr.D], active, full, o, bf, out_f32)
-        elif kind <= LAST_PAIR:
-            run_pair(kind, R, F, P, t[tr.D], t[tr.D2], active, full, o, bf, out_pair)
-        elif kind <= LAST_PREDICATE:
-            run_predicate(kind, R, F, P, t[tr.PD], active, full, o, bf, out_bool)
-        elif kind == S2R:
-            for l in range(L):
-                if active[l]:
-                    R[t[tr.D], l] = (clock & MASK32) if bval == CLOCKLO else special[bval, l]
-        elif kind == SHFL:
-            shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out_u32)
-        elif memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, missed, log_va, log_active,
-                    tally) != DONE:
-            return FAULT, pc
-    return DONE, stop
+    g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0
+    full = group_full and g == PT and not gneg
+    active = group                 # the lanes that execute: the group's, less those the guard stops
+    if g != PT or gneg:
+        for l in range(L):
+            guarded[l] = group[l] and P[g, l] != gneg
+        active = guarded
+    # Operand B when it is not a register: 32 bits, and 64 bits for the pair forms.
+    bmode, bval = t[tr.BMODE], t[tr.BVAL]
+    b32, b64 = np.int64(0), np.int64(0)
+    if bmode == tr.B_IMM:
+        b32, b64 = bval & MASK32, bval
+    elif bmode == tr.B_CONST:
+        lo = np.int64(cbank[bval // 4]) if bval // 4 < cbank.size else np.int64(0)
+        hi = np.int64(cbank[bval // 4 + 1]) if bval // 4 + 1 < cbank.size else np.int64(0)
+        b32, b64 = lo, lo | (hi << 32)
+    bf = as_f32(b32)
+    flags = t[tr.FLAGS]
+    o = (t[tr.A], t[tr.B], t[tr.C], b32, np.int64(bmode == tr.B_REG), np.int64((flags & tr.NEG_A) != 0),
+         np.int64((flags & tr.NEG_B) != 0), np.int64((flags & tr.NEG_C) != 0),
+         np.int64((flags & tr.ABS_A) != 0), np.int64((flags & tr.ABS_B) != 0), t[tr.M1], t[tr.M2], t[tr.M3],
+         t[tr.PS], t[tr.PS_NEG], t[tr.A2], t[tr.B2], t[tr.C2], b64)
+    if kind == PLOP:                               # Pq and its negation ride in C and NEGC
+        o = (o[0], o[1], t[tr.PQ], o[3], o[4], o[5], o[6], t[tr.PQ_NEG], o[8], o[9], o[10], o[11], o[12],
+             o[13], o[14], o[15], o[16], o[17], o[18])
+    if kind <= LAST_U32:
+        run_u32(kind, R, F, P, t[tr.D], active, full, o, bf, out_u32)
+    elif kind <= LAST_F32:
+        run_f32(kind, R, F, P, t[tr.D], active, full, o, bf, out_f32)
+    elif kind <= LAST_PAIR:
+        run_pair(kind, R, F, P, t[tr.D], t[tr.D2], active, full, o, bf, out_pair)
+    elif kind <= LAST_PREDICATE:
+        run_predicate(kind, R, F, P, t[tr.PD], active, full, o, bf, out_bool)
+    elif kind == S2R:
+        for l in range(L):
+            if active[l]:
+                R[t[tr.D], l] = (clock & MASK32) if bval == CLOCKLO else special[bval, l]
+    elif kind == SHFL:
+        shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out_u32)
+    elif memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, missed, log_va, log_active,
+                tally) != DONE:
+        return FAULT
+    return DONE
 
 
 def compile_engine() -> None:
@@ -481,10 +546,11 @@ def compile_engine() -> None:
     table = tr.translate(assemble("IADD R1, R0, 0x1 ;\nEXIT ;"), 4).table
     no, lanes = np.zeros(1, np.int64), np.ones(32, bool)
     words, octets = np.zeros(8, np.uint32), np.zeros(32, np.uint8)
-    execute_run(table, 0, 1, lanes, True, np.zeros((6, 32), np.uint32), np.ones((8, 32), bool),
-                np.zeros((10, 32), np.uint32), np.zeros(1, np.uint32), 0,
-                (words, octets, words, octets, words, octets, words, octets, np.zeros(4, np.uint64)),
-                (0, 0, -1, 32, 32, 1, 1, False), (no, no, no, no, no),
-                (np.zeros(8, np.uint64), np.zeros(8, np.int32), np.zeros(8, bool)),
-                np.zeros((3, 32), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
-                np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(10, np.int64))
+    execute_path(table, 0, 2, lanes, True, True, np.zeros(3, bool), 32, 1, 10, np.zeros((6, 32), np.uint32),
+                 np.ones((8, 32), bool), np.zeros((10, 32), np.uint32), np.zeros(1, np.uint32), 0,
+                 (words, octets, words, octets, words, octets, words, octets, np.zeros(4, np.uint64)),
+                 (0, 0, -1, 32, 32, 1, 1, False), (no, no, no, no, no),
+                 (np.zeros(8, np.uint64), np.zeros(8, np.int32), np.zeros(8, bool)),
+                 np.zeros((3, 32), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
+                 np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(11, np.int64), np.zeros(2, np.int64),
+                 np.zeros(2, np.int64), np.zeros(6, np.int64), np.full((2, 4), -1, np.int64), np.zeros(32, bool))

@@ -14,9 +14,9 @@ from numba import njit
 
 # Positions in the engine's tally (`NativeRunner.tally`), added to the kernel's Counters after a run.
 (GLOBAL_BYTES, GLOBAL_SECTORS, L2_MISSES, DRAM_READ_BYTES, DRAM_WRITE_BYTES, PCIE_BYTES, SHARED_BYTES,
- SHARED_WAVEFRONTS, SHARED_IDEAL_WAVEFRONTS, LOCAL_BYTES) = range(10)
+ SHARED_WAVEFRONTS, SHARED_IDEAL_WAVEFRONTS, LOCAL_BYTES, BARRIERS) = range(11)
 TALLY = ("global_bytes", "global_sectors", "l2_misses", "dram_read_bytes", "dram_write_bytes", "pcie_bytes",
-         "shared_bytes", "shared_wavefronts", "shared_ideal_wavefronts", "local_bytes")
+         "shared_bytes", "shared_wavefronts", "shared_ideal_wavefronts", "local_bytes", "barriers")
 SECTOR_BITS = 40          # as memory_access.SECTOR_BITS
 BANKS = 32
 

@@ -26,6 +26,7 @@ from lapis.hardware.simt.binders import CONTROL, Executor, Mask, bind, binds
 from lapis.hardware.simt.blocks import ResidentBlocks
 from lapis.hardware.simt.compare import compare_executors
 from lapis.hardware.simt.launch import FLOPS_PER_LANE, Counters, Dispatch
+from lapis.hardware.simt.native import EXITED, MERGE, PARK, PAST_END, STORED
 from lapis.hardware.simt.simulator_caches import SimulatorCaches
 from lapis.hardware.simt.translate import Translation
 from lapis.hardware.simt.translated import NativeRunner
@@ -109,32 +110,29 @@ class SimtCore:
         bumps, version = blocks.derived.bumps, blocks.derived.version
         budget, end = blocks.d.watchdog_steps, len(blocks.d.program)
         native = blocks.native
-        run_end = native.translation.run_end if native is not None else None
+        translated = native.translation.translated if native is not None else None
         groups: dict[int, Mask] = {0: None}         # program counter -> the lanes waiting there
-        ran: dict[int, list[int]] = {}              # translated run's first pc -> [warps, lanes] it issued
         steps = 0
         while groups:
             pc = min(groups)
             mask = groups.pop(pc)
             lanes, warps = active_counts(blocks, mask)
             while True:
-                if run_end is not None and run_end[pc] > pc and steps + run_end[pc] - pc <= budget:
-                    stop = run_end[pc]              # a translated run: the native engine executes it
-                    issued = ran.get(pc)
-                    if issued is None:
-                        ran[pc] = [warps, lanes]
-                    else:
-                        issued[0] += warps
-                        issued[1] += lanes
-                    steps += stop - pc
-                    native.run(pc, stop, mask)
-                    pc = stop
-                    if pc >= end:
-                        raise blocks.fault(pc - 1, "execution ran past the end of the program (missing EXIT)")
-                    if pc in groups:
+                if translated is not None and translated[pc]:     # the native engine takes the group along
+                    status, pc, ran = native.path(pc, mask, lanes, warps, groups, budget - steps)
+                    steps += ran
+                    if status == EXITED:
+                        break
+                    if status in (PARK, MERGE):
                         park(groups, pc, mask)
                         break
-                    continue
+                    if status == PAST_END or (status == STORED and pc >= end):
+                        raise blocks.fault(pc - 1, "execution ran past the end of the program (missing EXIT)")
+                    if status == STORED:
+                        if pc in groups:
+                            park(groups, pc, mask)
+                            break
+                        continue
                 steps += 1
                 if steps > budget:
                     raise blocks.fault(pc, f"watchdog: more than {budget} instruction steps in one batch of blocks "
@@ -183,10 +181,8 @@ class SimtCore:
                 if pc in groups:
                     park(groups, pc, mask)
                     break
-        for start, (warps, lanes) in ran.items():      # every instruction of a run issued as its first did
-            for pc in range(start, run_end[start]):
-                c.warp_instructions[pc] += warps
-                c.thread_instructions[pc] += lanes
+        if native is not None:
+            native.flush()
         c.steps += steps
 
 

@@ -132,10 +132,13 @@ class DerivedValues:
             tracked |= {first + k for i in program if i.op == "HMMA" for first, n in ((i.ra, 4), (i.b.index, 2))
                         for k in range(n)}
             tracked = {r for r in tracked if r < registers}     # not RZ, which never changes
-        self.version = [0] * (registers + 2)
+        self.version = np.zeros(registers + 2, np.int64)
         # No instruction writes more than four registers (HMMA's D, LDS.128).
         self.bumps = [tuple(r for r in range(i.rd, i.rd + 4) if r in tracked) if "Rd" in i.opcode.operands else ()
                       for i in program]
+        self.bump_rows = np.full((len(program), 4), -1, np.int64)     # the same, for the native engine
+        for pc, rows in enumerate(self.bumps):
+            self.bump_rows[pc, :len(rows)] = rows
         self._entries: dict[Hashable, tuple[Hashable, object]] = {}
 
     def clear(self) -> None:

@@ -10,15 +10,17 @@ the same in two parts:
   the engine's operation, register rows, immediates, modifiers, guard), and finds the *runs*:
   straight stretches of instructions the engine implements that no branch enters in the
   middle (a branch target is where the scheduler may merge lanes, so a run stops before it);
-- `native.py` holds the engine, a numba-compiled function (LLVM machine code, compiled once
-  and cached on disk by numba) that executes a run for the lanes of one group, instruction
-  by instruction over every lane, as the reference does, so results are the same bit for bit
-  and memory sees the same order of accesses.
+- `native.py` holds the engine, numba-compiled functions (LLVM machine code, compiled once
+  and cached on disk by numba) that run a group of lanes through the program, instruction by
+  instruction over every lane, as the reference does, so results are the same bit for bit
+  and memory sees the same order of accesses, for as long as the scheduler would keep the group
+  together (uniform branches, exits and barriers included).
 
 Instructions the engine leaves to the reference (atomics, votes, the matrix unit, packed
 halves, transcendental MUFU functions whose numpy results differ from libm's, conversions to
 16-bit formats, and any instruction naming a register the kernel does not declare, which must
-fault as the reference faults) end a run; the scheduler runs them through their binders.
+fault as the reference faults) go back to the scheduler, which runs them through their binders,
+as it does branches that split a group.
 Counters of memory instructions are computed by the reference's own counting code from the
 addresses the engine logs (`memory_access.py`), so sectors, L2 hits and bank conflicts cannot
 differ.
@@ -39,7 +41,7 @@ F32_OPS = "FADD FMUL FFMA FMNMX I2F FRND MUFU".split()
 PAIR_OPS = ("LDC64 IADD64 IMUL64 IMADWIDE IMAD64 SHL64 SHR64 LOP64 IMNMX64 IABS64 I2I64 DADD DMUL DFMA DMNMX "
             "I2F64 F2I64 F2F64 FRND64").split()
 PREDICATE_OPS = "ISETP ISETP64 FSETP DSETP PLOP".split()
-OTHER_OPS = "NOP S2R SHFL".split()
+OTHER_OPS = "NOP S2R SHFL BRA EXIT BAR".split()
 MEMORY_OPS = "LDG STG LDS STS LDL STL".split()
 OPS = U32_OPS + F32_OPS + PAIR_OPS + PREDICATE_OPS + OTHER_OPS + MEMORY_OPS
 OP = {name: i for i, name in enumerate(OPS)}
@@ -64,44 +66,40 @@ class Untranslatable(Exception):
 
 @dataclass
 class Translation:
-    """A program's table, its runs and the memory instructions whose addresses the engine logs."""
-    table: np.ndarray            # (instructions, COLUMNS) int64
-    run_end: list[int]           # for each pc, the end (exclusive) of the native run starting there; pc if none
+    """A program's table and the memory instructions whose addresses the engine logs (for a checker)."""
+    table: np.ndarray            # (instructions, COLUMNS) int64; KIND is UNTRANSLATED where the binders run it
+    translated: list[bool]       # per pc: the engine runs it
     logged: list[int]            # pc of each logged memory instruction, by log slot
     log_of: dict[int, int]       # pc -> log slot
+
+
+UNTRANSLATED = -1
 
 
 def translate(program: list[Instruction], registers: int) -> Translation:
     """The table of `program` for a launch declaring `registers` registers."""
     table = np.zeros((len(program), COLUMNS), np.int64)
-    native = [False] * len(program)
+    translated = [False] * len(program)
     logged: list[int] = []
     for pc, inst in enumerate(program):
         try:
-            _row(table[pc], inst, registers)
+            _row(table[pc], inst, registers, pc)
         except Untranslatable:
+            table[pc] = 0
+            table[pc, KIND] = UNTRANSLATED
             continue
-        native[pc] = True
+        translated[pc] = True
         if inst.op in _MEMORY:
             table[pc, LOG] = len(logged)
             logged.append(pc)
-    targets = {0} | {_target(inst, pc) for pc, inst in enumerate(program) if inst.op == "BRA"}
-    run_end = list(range(len(program)))
-    end = len(program)
-    for pc in range(len(program) - 1, -1, -1):
-        if not native[pc]:
-            end = pc
-        elif pc + 1 in targets:
-            end = pc + 1
-        run_end[pc] = end if native[pc] else pc
-    return Translation(table, run_end, logged, {pc: slot for slot, pc in enumerate(logged)})
+    return Translation(table, translated, logged, {pc: slot for slot, pc in enumerate(logged)})
 
 
 def _target(inst: Instruction, pc: int) -> int:
     return inst.branch_target(pc * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
 
 
-def _row(row: np.ndarray, inst: Instruction, registers: int) -> None:
+def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
     """Fill one table row, or raise Untranslatable."""
     op = inst.op
     spec = OPCODES[op]
@@ -144,6 +142,10 @@ def _row(row: np.ndarray, inst: Instruction, registers: int) -> None:
 
     if op in ("NOP", "MEMBAR"):
         kind = "NOP"
+    elif op == "BRA":
+        row[BMODE], row[BVAL] = B_IMM, _target(inst, pc)       # the target's index, not the displacement
+    elif op in ("EXIT", "BAR"):
+        pass
     elif op == "MOV":
         row[D] = dst(inst.rd)
     elif op == "S2R":

@@ -1,18 +1,16 @@
-"""Running translated code: a batch of blocks hands runs of its program to the native engine.
+"""Running translated code: the scheduler hands a group of lanes to the native engine.
 
-`NativeRunner` belongs to one batch of resident blocks (`blocks.py`). The scheduler asks it to
-run instructions pc..stop-1 for a group's lanes when the translation (`translate.py`) says they
-form a run; the runner calls the engine (`native.py`) on the batch's own arrays (registers,
-predicates, shared and local memory), physical memory and the L2's arrays, then does what the
-reference executor would have done besides computing values and counting (which the engine
-does, `native_counters.py`):
-
-- adds the run's memory counters to the kernel's;
-- advances the versions of the registers the run wrote, which values derived from registers
-  (`simulator_caches.DerivedValues`) are checked against;
-- if the engine stopped before an instruction that faults, runs that instruction through its
-  binder, which raises the reference's fault, naming the same lane and address;
-- when a checker keeps the global writes (`compare.py`), records the run's stores.
+`NativeRunner` belongs to one batch of resident blocks (`blocks.py`). When a group of lanes
+reaches a translated instruction (`translate.py`), the scheduler asks the runner to take it
+along (`path`): the engine (`native.py`) runs it on the batch's own arrays (registers,
+predicates, shared and local memory, the exited lanes), physical memory and the L2's arrays,
+through translated instructions and through branches, exits and barriers the whole group takes
+alike, counting as the scheduler counts, and stops where the scheduler has work: an
+instruction the binders run, a branch or exit that splits the group, a barrier under
+divergence, an instruction that would fault (its binder raises the reference's fault, naming
+the same lane and address), the watchdog, another group to merge with or to let run first.
+The runner adds the memory counters to the kernel's, and `flush` the per-instruction counts;
+when a checker keeps the global writes (`compare.py`) it records each store.
 
 `LAPIS_SIM=reference` (read by `Gpu`) runs every instruction through the binders instead.
 """
@@ -21,9 +19,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lapis.hardware.simt.binders import Mask, bind
+from lapis.hardware.simt.binders import Mask
 from lapis.hardware.simt.memory_access import MEMORY_BYTES
-from lapis.hardware.simt.native import DONE, execute_run
+from lapis.hardware.simt.native import STORED, execute_path
 from lapis.hardware.simt.native_counters import TALLY
 from lapis.hardware.simt.registers import U64
 from lapis.hardware.simt.translate import Translation
@@ -33,22 +31,19 @@ if TYPE_CHECKING:
 
 
 class NativeRunner:
-    """Runs the translated runs of a program for one batch of blocks."""
+    """Runs groups of one batch of blocks through the translated program."""
 
     def __init__(self, blocks: "ResidentBlocks", translation: Translation):
         self.blocks, self.translation = blocks, translation
         b, core = blocks, blocks.core
+        n = len(translation.translated)
         self.tally = np.zeros(len(TALLY), np.int64)
         self.all_lanes = np.ones(b.lanes, bool)
-        # Per run (by its first pc): the register rows it writes that derived values depend on, and
-        # whether it holds a memory instruction (else it counts nothing).
-        bumps, logged = b.derived.bumps, set(translation.logged)
-        self.run_bumps = {pc: tuple(r for q in range(pc, end) for r in bumps[q])
-                          for pc, end in enumerate(translation.run_end) if end > pc}
-        self.run_counts = {pc: any(q in logged for q in range(pc, end))
-                           for pc, end in enumerate(translation.run_end) if end > pc}
         self.lanes = (b.lane_in_warp, b.warp_base, b.warp_len.astype(np.int64), b.padded_lane, b.shared_base)
         self.l2 = (core.l2.tags, core.l2.writer, core.l2.dirty)
+        self.waiting = np.zeros(n + 1, bool)          # pcs where other groups wait
+        self.warp_counts = np.zeros(n, np.int64)      # what the engine issued since the last `flush`
+        self.thread_counts = np.zeros(n, np.int64)
         self.acquire()
 
     def acquire(self) -> None:
@@ -65,50 +60,50 @@ class NativeRunner:
         self.memories = (b.shared_u32, b.shared_u8, b.local_u32, b.local_u8, core.vram.u32, core.vram.u8,
                          core.sysmem.u32, core.sysmem.u8, core.vram.u64)
 
-    def run(self, start: int, stop: int, mask: Mask) -> None:
-        """Execute instructions start..stop-1 for the lanes of `mask`, with the reference's effects."""
+    def path(self, pc: int, mask: Mask, lanes: int, warps: int, groups: dict, budget: int) -> tuple[int, int, int]:
+        """Run the group of `mask` from pc for as long as the scheduler would keep it together (see
+        `native.execute_path`); returns (how it stopped, pc, instructions completed)."""
         b, core, t = self.blocks, self.blocks.core, self.translation
         regs, d = b.registers, b.d
         mmu = core.mmu
-        counts = self.run_counts[start]
-        if counts:
-            self.tally.fill(0)
+        if groups:
+            self.waiting[:] = False
+            self.waiting[list(groups)] = True
+        self.tally.fill(0)
+        logging = core.write_log is not None
         with mmu.lock:
             sizes = (d.shared_bytes, d.local_bytes, mmu.roots.get(d.vmid, -1), core.warp_size, b.threads_per_block,
-                     b.warps_per_block, b.nblocks, core.write_log is not None)
-            status, reached = execute_run(
-                t.table, start, stop, self.all_lanes if mask is None else mask, mask is None, regs.R, regs.P,
-                b.special, regs.cbank, core.counters.steps, self.memories, sizes, self.lanes, self.l2,
-                self.scratch, self.laid, self.guarded, self.missed, self.log_va, self.log_active, self.tally)
-        if counts:
+                     b.warps_per_block, b.nblocks, logging)
+            status, pc, steps = execute_path(
+                t.table, pc, len(t.translated), self.all_lanes if mask is None else mask, mask is None, not groups,
+                self.waiting, lanes, warps, budget, regs.R, regs.P, b.special, regs.cbank, core.counters.steps,
+                self.memories, sizes, self.lanes, self.l2, self.scratch, self.laid, self.guarded, self.missed,
+                self.log_va, self.log_active, self.tally, self.warp_counts, self.thread_counts, b.derived.version,
+                b.derived.bump_rows, b.exited)
+        if self.tally.any():
             c = core.counters
             for name, value in zip(TALLY, self.tally.tolist(), strict=True):
                 if value:
                     setattr(c, name, getattr(c, name) + value)
-        version = b.derived.version
-        if reached == stop:
-            for r in self.run_bumps[start]:
-                version[r] += 1
-        else:
-            for pc in range(start, reached):
-                for r in b.derived.bumps[pc]:
-                    version[r] += 1
-        if core.write_log is not None:
-            self._record_writes(start, reached)
-        if status != DONE:
-            bind(b, reached)(mask)              # raises the reference's fault
-            raise AssertionError(f"the native engine stopped at {d.program[reached]}, which did not fault")
+        if status == STORED:
+            self._record_store(pc - 1)
+        return status, pc, steps
 
-    def _record_writes(self, start: int, stop: int) -> None:
-        """Keep the physical addresses the run's global stores wrote, for `compare.py`."""
+    def flush(self) -> None:
+        """Add what the engine issued to the kernel's per-instruction counts."""
+        c = self.blocks.core.counters
+        for pc in np.flatnonzero(self.warp_counts).tolist():
+            c.warp_instructions[pc] += int(self.warp_counts[pc])
+            c.thread_instructions[pc] += int(self.thread_counts[pc])
+        self.warp_counts.fill(0)
+        self.thread_counts.fill(0)
+
+    def _record_store(self, pc: int) -> None:
+        """Keep the physical addresses the store at pc wrote, for `compare.py`."""
         b = self.blocks
-        for pc in range(start, stop):
-            inst = b.d.program[pc]
-            if inst.op != "STG":
-                continue
-            slot = self.translation.log_of[pc]
-            va = self.log_va[slot].view(U64)[self.log_active[slot]]
-            if va.size:
-                nbytes = MEMORY_BYTES[inst.mod("w")]
-                pa, system = b.core.mmu.translate(b.d.vmid, va, nbytes, True)
-                b.core.write_log.append((system, (pa.astype(np.int64)[:, None] + np.arange(nbytes)).ravel(), None))
+        slot = self.translation.log_of[pc]
+        va = self.log_va[slot].view(U64)[self.log_active[slot]]
+        if va.size:
+            nbytes = MEMORY_BYTES[b.d.program[pc].mod("w")]
+            pa, system = b.core.mmu.translate(b.d.vmid, va, nbytes, True)
+            b.core.write_log.append((system, (pa.astype(np.int64)[:, None] + np.arange(nbytes)).ravel(), None))
