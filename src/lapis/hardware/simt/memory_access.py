@@ -102,12 +102,8 @@ def _global_access(blocks: ResidentBlocks, pc: int, inst: Instruction, mask: Mas
         base = np.full(blocks.lanes, base)
     off = inst.simm
     va = base + U64(off) if off >= 0 else base - U64(-off)
-    return account_global(blocks, pc, va if mask is None else va[mask], mask, nbytes, write, atomic)
-
-
-def account_global(blocks: ResidentBlocks, pc: int, va: np.ndarray, mask: Mask, nbytes: int, write: bool,
-                   atomic: bool = False):
-    """Check, translate and count a global access of the active lanes at virtual addresses `va`."""
+    if mask is not None:
+        va = va[mask]
     if va.size == 0:
         return None
     misaligned = (va & U64(nbytes - 1)) != 0 if nbytes > 1 else None
@@ -164,10 +160,11 @@ def global_load_store(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Exe
 
 
 # -- shared memory -----------------------------------------------------------------------------
-def shared_index(blocks: ResidentBlocks, pc: int, inst: Instruction, addr: np.ndarray, mask: Mask, nbytes: int):
+def _shared_index(blocks: ResidentBlocks, pc: int, inst: Instruction, row: int, mask: Mask, nbytes: int):
     """Word index into the batch's shared memory, and byte within the word, of each active lane
-    (`addr`: every lane's address register); checks the bounds and counts the access."""
+    (the address is in row `row`)."""
     d = blocks.d
+    addr = blocks.registers.R[row]
     off = inst.simm
     a = addr if mask is None else addr[mask]
     if a.size == 0:
@@ -203,23 +200,21 @@ def _count_banks(blocks: ResidentBlocks, local_word: np.ndarray, mask: Mask, nby
     c.shared_ideal_wavefronts += ideal
 
 
-def _shared_words(blocks: ResidentBlocks, row: int | None, addr: np.ndarray) -> tuple:
+def _shared_words(blocks: ResidentBlocks, row: int) -> tuple:
     """(version, per-lane word index into the batch's shared memory, min, max, low four address bits of
-    any lane) of the address register values `addr`, kept while register row `row` is unwritten
-    (row None: values logged by the native engine, computed afresh)."""
+    any lane) of address register row `row`."""
     derived = blocks.derived
-    version = derived.version[row] if row is not None else None
-    entry = derived.get(("shared words", row), version) if row is not None else None
+    version = derived.version[row]
+    entry = derived.get(("shared words", row), version)
     if entry is None:
-        entry = (blocks.shared_base + (addr >> U32(2)).astype(I64), int(addr.min()), int(addr.max()),
-                 int(np.bitwise_or.reduce(addr & U32(15))))
-        if row is not None:
-            derived.put(("shared words", row), version, entry)
+        a = blocks.registers.R[row]
+        entry = (blocks.shared_base + (a >> U32(2)).astype(I64), int(a.min()), int(a.max()),
+                 int(np.bitwise_or.reduce(a & U32(15))))
+        derived.put(("shared words", row), version, entry)
     return (version, *entry)
 
 
-def _banks_of(blocks: ResidentBlocks, row: int | None, version: int | None, words: np.ndarray,
-              per_lane: int) -> tuple[int, int]:
+def _banks_of(blocks: ResidentBlocks, row: int, version: int, words: np.ndarray, per_lane: int) -> tuple[int, int]:
     """Bank-conflict wavefronts of an unmasked access of `per_lane` words through address register `row`.
 
     Measured on the batch's first block and scaled to all its blocks: every block runs the
@@ -230,7 +225,7 @@ def _banks_of(blocks: ResidentBlocks, row: int | None, version: int | None, word
     """
     derived, ws = blocks.derived, blocks.core.warp_size
     key = ("banks", row, per_lane)
-    cached = derived.latest(key) if row is not None else None     # (version, (first block's words, counts))
+    cached = derived.latest(key)          # (version, (first block's words, counts))
     if cached is not None and cached[0] == version:
         return cached[1][1]
     first = words[:blocks.warps_per_block * ws if blocks.warp_aligned else blocks.threads_per_block]
@@ -247,19 +242,17 @@ def _banks_of(blocks: ResidentBlocks, row: int | None, version: int | None, word
         laid[:blocks.threads_per_block] = first
         wavefronts, ideal = shared_wavefronts(laid.reshape(-1, ws), per_lane)
     counts = (wavefronts * blocks.nblocks, ideal * blocks.nblocks)
-    if row is not None:
-        derived.put(key, version, (first, counts))
+    derived.put(key, version, (first, counts))
     return counts
 
 
-def shared_fast(blocks: ResidentBlocks, inst: Instruction, row: int | None, addr: np.ndarray, nbytes: int):
+def _shared_fast(blocks: ResidentBlocks, inst: Instruction, row: int, nbytes: int):
     """The word index array and first word for an unmasked, aligned access of 4, 8 or 16 bytes
-    through address register values `addr` (of row `row`; see `_shared_words`), counted, or None to
-    take the slow path."""
+    through address row `row`, or None to take the slow path."""
     off = inst.simm
     if inst.ra == RZ or nbytes < 4 or off % nbytes:
         return None
-    version, words, lo, hi, low_bits = _shared_words(blocks, row, addr)
+    version, words, lo, hi, low_bits = _shared_words(blocks, row)
     if low_bits & (nbytes - 1) or lo + off < 0 or hi + off + nbytes > blocks.d.shared_bytes:
         return None
     c = blocks.core.counters
@@ -278,7 +271,7 @@ def shared_load_store(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Exe
 
     def execute(mask: Mask) -> None:
         if mask is None:
-            fast = shared_fast(blocks, inst, address, blocks.registers.R[address], nbytes)
+            fast = _shared_fast(blocks, inst, address, nbytes)
             if fast is not None:                                        # bounds checked there
                 words, first = fast
                 for k, row in enumerate(rows):
@@ -287,17 +280,17 @@ def shared_load_store(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Exe
                     else:
                         shared[first + k:][words] = row
                 return
-        at = shared_index(blocks, pc, inst, blocks.registers.R[address], mask, nbytes)
+        at = _shared_index(blocks, pc, inst, address, mask, nbytes)
         if at is not None:
             _transfer(load, shared, blocks.shared_u8, *at, width, rows, mask)
     return execute
 
 
 # -- local memory ------------------------------------------------------------------------------
-def local_index(blocks: ResidentBlocks, pc: int, inst: Instruction, addr: np.ndarray, mask: Mask, nbytes: int):
-    """Word index into the batch's local memory, and byte within the word, of each active lane
-    (`addr`: every lane's address register); checks the bounds and counts the access."""
-    d = blocks.d
+def _local_index(blocks: ResidentBlocks, pc: int, inst: Instruction, mask: Mask, nbytes: int):
+    """Word index into the batch's local memory, and byte within the word, of each active lane."""
+    regs, d = blocks.registers, blocks.d
+    addr = regs.R[regs.row(inst.ra)]
     a = (addr if mask is None else addr[mask]).astype(I64) + inst.simm
     if a.size == 0:
         return None
@@ -318,7 +311,7 @@ def local_load_store(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Exec
     nbytes, rows = MEMORY_BYTES[width], _data_rows(blocks, inst, load)
 
     def execute(mask: Mask) -> None:
-        at = local_index(blocks, pc, inst, blocks.registers.R[blocks.registers.row(inst.ra)], mask, nbytes)
+        at = _local_index(blocks, pc, inst, mask, nbytes)
         if at is not None:
             _transfer(load, blocks.local_u32, blocks.local_u8, *at, width, rows, mask, blocks.lanes)
     return execute
@@ -367,7 +360,7 @@ def atoms(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     nbytes, address = 8 if inst.mod("t") == "U64" else 4, blocks.registers.row(inst.ra)
 
     def execute(mask: Mask) -> None:
-        at = shared_index(blocks, pc, inst, blocks.registers.R[address], mask, nbytes)
+        at = _shared_index(blocks, pc, inst, address, mask, nbytes)
         if at is not None:
             blocks.core.counters.atomic_lanes += at[0].size
             if nbytes == 8:

@@ -389,7 +389,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
             word_of[l] = shared_base[l] + (where[l] >> 2)
         transfer(load, full, t, active, R, shared_u32, shared_u8, word_of, 1, where)
         # The reference counts an unmasked access of whole aligned words through a register (not RZ)
-        # on the first block only (`memory_access.shared_fast`).
+        # on the first block only (`memory_access._shared_fast`).
         fast = t[tr.A] != R.shape[0] - 2 and nbytes >= 4 and t[tr.SIMM] % nbytes == 0
         count_shared(active, full, where, padded_lane, threads_per_block, warps_per_block, warp_size, nblocks,
                      nbytes, fast, laid, tally)

@@ -1,7 +1,7 @@
 """What the native engine counts for a memory instruction: the reference's counting, compiled.
 
 Each function here computes, from the same inputs, exactly what the reference's numpy code
-counts (`memory_access.account_global`, `shared_fast`, `shared_index`, `local_index`, and the
+counts (`memory_access._global_access`, `_shared_fast`, `_shared_index`, `_local_index`, and the
 L2 and bank models of `caches.py`), including their order-dependent parts: the L2 sees the
 sectors a warp instruction touches sorted by (warp, sector), a slot filled twice by one
 access misses once, and an unmasked shared access counts the batch's first block and scales
