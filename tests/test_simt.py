@@ -176,7 +176,8 @@ def local_memory(bench, rng, n):
 
 
 def _run_twice(case, profile: str) -> tuple[bool, list]:
-    """Whether the bench's caches were on, and the outputs, buffers and counters of two launches of a case."""
+    """Whether the bench's caches were on, and the outputs, buffers, counters and modelled times of two
+    launches of a case."""
     bench = Bench(profile)
     block = 64
     n = 20 * block                      # on the teaching profile: batches of 8, 8 and 4 blocks
@@ -184,8 +185,9 @@ def _run_twice(case, profile: str) -> tuple[bool, list]:
     results = []
     for _ in range(2):                  # the second launch reuses the first's arrays
         out = bench.lanes(body, inputs, outputs, block=block, **kw)
-        results.append((out, [bench.read(va, like) for va, like in buffers],
-                        dataclasses.asdict(bench.gpu.simt.counters)))
+        counters = bench.gpu.simt.counters
+        results.append((out, [bench.read(va, like) for va, like in buffers], dataclasses.asdict(counters),
+                        bench.timing(counters).total_ns))
     return bench.gpu.simt.caches.enabled, results
 
 
@@ -197,7 +199,7 @@ def test_the_simulator_caches_change_no_result_and_no_counter(case, profile, mon
     monkeypatch.setenv("LAPIS_SIM_CACHES", "0")
     off, uncached = _run_twice(case, profile)
     assert on and not off
-    for (out, buffers, counters), (out0, buffers0, counters0) in zip(cached, uncached, strict=True):
+    for (out, buffers, counters, ns), (out0, buffers0, counters0, ns0) in zip(cached, uncached, strict=True):
         assert np.array_equal(out, out0)
         assert all(np.array_equal(a, b) for a, b in zip(buffers, buffers0, strict=True))
-        assert counters == counters0
+        assert counters == counters0 and ns == ns0

@@ -1,6 +1,5 @@
 """Layer 0: translated code against the reference executor: the same values, memory, counters and faults."""
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -13,7 +12,7 @@ from conftest import Bench
 from lapis.hardware.simt import KernelFault
 from lapis.hardware.simt.translate import OPS, translate
 from lapis.isa import assemble
-from test_simt import atomics, divergence, local_memory, matrix_unit, shared_memory, warp_operations
+from test_simt import _run_twice, atomics, divergence, local_memory, matrix_unit, shared_memory, warp_operations
 
 SPECIAL_FLOATS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.5, -2.5, 1e-39, -1e-39, 3.4e38, 7.0, 0.5],
                           np.float32)
@@ -108,19 +107,9 @@ CASES = [divergence, shared_memory, atomics, warp_operations, matrix_unit, local
 
 
 def _run(case, profile: str, sim: str, monkeypatch) -> list:
-    """The outputs, buffers and counters of two launches of a case with LAPIS_SIM=`sim`."""
+    """The outputs, buffers, counters and modelled times of two launches of a case with LAPIS_SIM=`sim`."""
     monkeypatch.setenv("LAPIS_SIM", sim)
-    bench = Bench(profile)
-    block = 64
-    n = 20 * block                      # on the teaching profile: batches of 8, 8 and 4 blocks
-    body, inputs, outputs, kw, buffers = case(bench, np.random.default_rng(7), n)
-    results = []
-    for _ in range(2):                  # the second launch reuses the first's batches
-        out = bench.lanes(body, inputs, outputs, block=block, **kw)
-        counters = bench.gpu.simt.counters
-        results.append((out, [bench.read(va, like) for va, like in buffers], dataclasses.asdict(counters),
-                        bench.timing(counters).total_ns))
-    return results
+    return _run_twice(case, profile)[1]
 
 
 @pytest.mark.parametrize("profile", ["teaching", "mi300x"])
