@@ -66,9 +66,8 @@ class SimtCore:
         c.waves = -(-total // resident_blocks)
         c.blocks = total
         c.warps_per_block = -(-tpb // self.warp_size)
-        kinds = [i.op if i.op in CONTROL else "" for i in d.program]
+        kinds, targets, pipes, flops = self.caches.per_program(d.program, "facts", program_facts)
         translation = self.caches.translation(d.program, d.registers) if translated else None
-        targets = [branch_target(i, pc) if i.op == "BRA" else 0 for pc, i in enumerate(d.program)]
         try:
             with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
                 for first in range(0, total, per_batch):
@@ -78,11 +77,10 @@ class SimtCore:
                     self._run_blocks(blocks, kinds, targets)
         finally:
             self.caches.end_launch()
-        for pc, inst in enumerate(d.program):
-            pipe = OPCODES[inst.op].pipe
-            c.warp_instructions_by_pipe[pipe] = c.warp_instructions_by_pipe.get(pipe, 0) + c.warp_instructions[pc]
-            if inst.op in FLOPS_PER_LANE and c.thread_instructions[pc]:
-                precision, per_lane = FLOPS_PER_LANE[inst.op]
+        for pipe, pcs in pipes.items():
+            c.warp_instructions_by_pipe[pipe] = sum(c.warp_instructions[pc] for pc in pcs)
+        for pc, precision, per_lane in flops:
+            if c.thread_instructions[pc]:
                 c.flops_by_precision[precision] = (c.flops_by_precision.get(precision, 0)
                                                    + per_lane * c.thread_instructions[pc])
         return c
@@ -184,6 +182,19 @@ class SimtCore:
         if native is not None:
             native.flush()
         c.steps += steps
+
+
+def program_facts(program: list[Instruction]) -> tuple:
+    """What the scheduler looks up per instruction, worked out once per program: the control kind
+    (or ""), the branch target, the instructions of each pipe (in first-use order, as the counters
+    list them), and (pc, precision, FLOPs per lane) of the arithmetic ones."""
+    kinds = [i.op if i.op in CONTROL else "" for i in program]
+    targets = [branch_target(i, pc) if i.op == "BRA" else 0 for pc, i in enumerate(program)]
+    pipes: dict[str, list[int]] = {}
+    for pc, inst in enumerate(program):
+        pipes.setdefault(OPCODES[inst.op].pipe, []).append(pc)
+    flops = [(pc, *FLOPS_PER_LANE[inst.op]) for pc, inst in enumerate(program) if inst.op in FLOPS_PER_LANE]
+    return kinds, targets, pipes, flops
 
 
 def active_counts(blocks: ResidentBlocks, mask: Mask) -> tuple[int, int]:

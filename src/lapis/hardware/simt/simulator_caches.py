@@ -45,6 +45,7 @@ class SimulatorCaches:
         self.generation = 0                # advances whenever `array` hands out a new buffer
         self._programs: dict[bytes, list[Instruction]] = {}
         self._translations: dict[tuple[int, int], tuple[list[Instruction], Translation]] = {}
+        self._per_program: dict[tuple[int, str], tuple[list[Instruction], object]] = {}
         self._arrays: dict[str, np.ndarray] = {}
         self._batches: dict[Hashable, tuple[list[Instruction], ResidentBlocks]] = {}
         self._large: set[Hashable] = set()
@@ -57,6 +58,16 @@ class SimulatorCaches:
         if program is None:
             program = self._programs[code] = decode(code)
         return program
+
+    def per_program(self, program: list[Instruction], what: str, make: Callable[[list[Instruction]], object]):
+        """make(program), once per program (for what the scheduler looks up per instruction)."""
+        if not self.enabled:
+            return make(program)
+        key = (id(program), what)
+        kept = self._per_program.get(key)
+        if kept is None or kept[0] is not program:
+            kept = self._per_program[key] = (program, make(program))
+        return kept[1]
 
     def translation(self, program: list[Instruction], registers: int) -> "Translation":
         """The program's translation for the native engine (`translate.py`), once per program and register count."""
@@ -72,6 +83,7 @@ class SimulatorCaches:
         """After a device reset, nothing decoded before is trusted."""
         self._programs.clear()
         self._translations.clear()
+        self._per_program.clear()
         self._batches.clear()
         self._large.clear()
 
