@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import Bench
+from conftest import Bench, pointers
 from lapis.hardware.simt import KernelFault
 from lapis.hardware.simt.translate import OPS, translate
 from lapis.isa import assemble
@@ -149,6 +149,25 @@ def test_a_faulting_instruction_reports_the_same_fault(sim, instruction, message
     body = f"MOV R60, {buffer & 0xFFFFFFFF:#x} ; MOV R61, {buffer >> 32:#x} ; IADD R40, R8, 0x1 ; {instruction} ;"
     with pytest.raises(KernelFault, match=message):
         bench.lanes(body, np.arange(64, dtype=np.uint32)[:, None], 1, shared=256, local=16)
+
+
+@pytest.mark.parametrize("sim", ["translated", "reference"])
+def test_a_launch_after_a_fault_counts_only_itself(sim, monkeypatch):
+    """A batch kept from a launch that faulted half-way carries nothing over into the next launch."""
+    monkeypatch.setenv("LAPIS_SIM", sim)
+    bench = Bench("teaching")
+    buffer = bench.buffer(np.zeros(64, np.uint32))
+    program = assemble("""
+        S2R R0, SR_TID.X ; LDC.64 R2, c[0x0][0x160] ; LDC R4, c[0x0][0x168] ;
+        IMAD R5, R0, R4, RZ ; IMAD.WIDE R6, R5, 0x4, R2 ;
+        STG.E [R6.64], R0 ;
+        EXIT ;""".replace(" ; ", " ;\n"))
+    with pytest.raises(KernelFault, match="address is not mapped"):
+        bench.run(program, block=(64, 1, 1), args=pointers(buffer) + (4096).to_bytes(4, "little"))
+    counters = bench.run(program, block=(64, 1, 1), args=pointers(buffer) + (1).to_bytes(4, "little"))
+    assert counters.warp_instructions == [2] * len(program)          # 64 lanes: two warps of 32, once each
+    assert counters.thread_instructions == [64] * len(program)
+    assert np.array_equal(bench.read(buffer, np.zeros(64, np.uint32)), np.arange(64, dtype=np.uint32))
 
 
 KERNEL_TESTS = ["tests/test_kernels.py", "tests/test_instructions.py", "tests/test_libdevice.py",

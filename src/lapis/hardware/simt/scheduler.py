@@ -109,6 +109,8 @@ class SimtCore:
         budget, end = blocks.d.watchdog_steps, len(blocks.d.program)
         native = blocks.native
         translated = native.translation.translated if native is not None else None
+        if native is not None:
+            native.begin()
         groups: dict[int, Mask] = {0: None}         # program counter -> the lanes waiting there
         steps = 0
         while groups:

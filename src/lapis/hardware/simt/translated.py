@@ -89,14 +89,18 @@ class NativeRunner:
             self._record_store(pc - 1)
         return status, pc, steps
 
+    def begin(self) -> None:
+        """Start a batch: nothing issued yet (a batch that faulted never flushed what it had)."""
+        self.warp_counts.fill(0)
+        self.thread_counts.fill(0)
+
     def flush(self) -> None:
         """Add what the engine issued to the kernel's per-instruction counts."""
         c = self.blocks.core.counters
         for pc in np.flatnonzero(self.warp_counts).tolist():
             c.warp_instructions[pc] += int(self.warp_counts[pc])
             c.thread_instructions[pc] += int(self.thread_counts[pc])
-        self.warp_counts.fill(0)
-        self.thread_counts.fill(0)
+        self.begin()
 
     def _record_store(self, pc: int) -> None:
         """Keep the physical addresses the store at pc wrote, for `compare.py`."""
