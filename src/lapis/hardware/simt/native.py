@@ -24,6 +24,7 @@ code on disk beside this file (`__pycache__`), as it does for any `cache=True` f
 """
 
 import hashlib
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -63,14 +64,16 @@ def _drop_stale_machine_code() -> None:
     cache = here.parent / "__pycache__"
     stamp = cache / "native.sources"
     try:
-        if stamp.exists() and stamp.read_text() == digest:
+        if stamp.exists() and stamp.read_text() == digest and any(cache.glob("native.execute_path-*.nbi")):
             return
         for stale in [*cache.glob("native.*.nb[ic]"), *cache.glob("native_*.nb[ic]")]:
             stale.unlink()
         cache.mkdir(exist_ok=True)
         stamp.write_text(digest)
-    except OSError:                      # a read-only install: numba then compiles in memory
-        pass
+    except OSError:                      # a read-only install: numba then keeps its code in a user cache
+        return
+    print("lapis: the simulated GPU's native engine compiles at its first kernel (once, about a minute; "
+          "`make` does it ahead)", file=sys.stderr)
 
 
 _drop_stale_machine_code()
