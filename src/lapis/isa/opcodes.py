@@ -47,6 +47,7 @@ CMP = ("F", "LT", "EQ", "LE", "GT", "NE", "GE", "T")
 BOOL_OP = ("AND", "OR", "XOR")
 WIDTH64 = ("", "64")
 MEM_WIDTH = ("", "U8", "S8", "U16", "S16", "64", "128")   # "" is 32 bits
+MEM_BYTES = dict(zip(MEM_WIDTH, (4, 1, 1, 2, 2, 8, 16), strict=True))   # bytes each width moves per lane
 FLOATS = ("F32", "F64", "F16", "BF16")                   # F16 and BF16 live in a register's low half
 HALF = ("F16", "BF16")                                    # packed: two halves per register
 ATOM_OP = ("ADD", "MIN", "MAX", "EXCH", "CAS")

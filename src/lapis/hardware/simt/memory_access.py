@@ -28,8 +28,9 @@ from lapis.hardware.simt.binders import Executor, Mask, binds
 from lapis.hardware.simt.blocks import ResidentBlocks
 from lapis.hardware.simt.registers import I32, I64, U32, U64
 from lapis.isa import RZ, Instruction
+from lapis.isa.opcodes import MEM_BYTES
 
-MEMORY_BYTES = {"": 4, "U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}   # by width modifier
+MEMORY_BYTES = MEM_BYTES         # by width modifier (the ISA's table)
 SECTOR_BITS = 40          # a physical sector number fits in 40 bits (32 TiB), below the warp number
 
 

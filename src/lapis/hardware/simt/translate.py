@@ -7,9 +7,7 @@ number of lanes. QEMU's answer is to translate guest code once into host code; l
 the same in two parts:
 
 - this module decodes each instruction once more, into one row of integers (`Translation.table`:
-  the engine's operation, register rows, immediates, modifiers, guard), and finds the *runs*:
-  straight stretches of instructions the engine implements that no branch enters in the
-  middle (a branch target is where the scheduler may merge lanes, so a run stops before it);
+  the engine's operation, register rows, immediates, modifiers, guard, a branch's target);
 - `native.py` holds the engine, numba-compiled functions (LLVM machine code, compiled once
   and cached on disk by numba) that run a group of lanes through the program, instruction by
   instruction over every lane, as the reference does, so results are the same bit for bit
@@ -20,10 +18,8 @@ Instructions the engine leaves to the reference (atomics, votes, the matrix unit
 halves, transcendental MUFU functions whose numpy results differ from libm's, conversions to
 16-bit formats, and any instruction naming a register the kernel does not declare, which must
 fault as the reference faults) go back to the scheduler, which runs them through their binders,
-as it does branches that split a group.
-Counters of memory instructions are computed by the reference's own counting code from the
-addresses the engine logs (`memory_access.py`), so sectors, L2 hits and bank conflicts cannot
-differ.
+as it does branches that split a group. The engine counts what the reference counts with the
+reference's algorithms (`native_counters.py`).
 """
 
 from dataclasses import dataclass
@@ -31,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lapis.isa import INSTRUCTION_BYTES, OPCODES, RZ, Const, Imm, Instruction, Reg
-from lapis.isa.opcodes import CMP
+from lapis.isa.opcodes import CMP, MEM_BYTES
 
 # The engine's operations, one per row kind (the numbers only link this table to native.py), in
 # families by what they write: a 32-bit register, a float32 register, a register pair, a
@@ -53,9 +49,7 @@ COLUMNS = 25
 B_REG, B_IMM, B_CONST = 0, 1, 2
 NEG_A, NEG_B, NEG_C, ABS_A, ABS_B = 1, 2, 4, 8, 16
 
-_MEMORY = {"LDG", "STG", "LDS", "STS", "LDL", "STL"}
-_WIDTHS = ("", "U8", "S8", "U16", "S16", "64", "128")
-_NBYTES = {"": 4, "U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
+_MEMORY = frozenset(MEMORY_OPS)
 _SIGNED_SUBWORD = {"S8", "S16"}
 _NATIVE_MUFU = ("RCP", "RSQ", "SQRT")     # exact IEEE operations; the others follow numpy's own routines
 
@@ -123,6 +117,14 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
     def mod(group: str) -> str:
         return inst.mod(group)
 
+    def result(wide: bool, wide_kind: str) -> str:
+        """Rd, or the pair Rd:Rd+1 when `wide` (then the operation is `wide_kind`); the kind to use."""
+        if wide:
+            row[D], row[D2] = pair_dst(inst.rd)
+            return wide_kind
+        row[D] = dst(inst.rd)
+        return kind
+
     row[GUARD], row[GUARD_NEG] = inst.guard, inst.guard_neg
     row[PD], row[PS], row[PS_NEG], row[PQ], row[PQ_NEG] = inst.pd, inst.ps, inst.ps_neg, inst.pq, inst.pq_neg
     row[FLAGS] = sum(bit for name, bit in (("a", NEG_A), ("b", NEG_B), ("c", NEG_C)) if name in inst.neg)
@@ -151,11 +153,7 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
     elif op == "S2R":
         row[D], row[BVAL] = dst(inst.rd), b.bits
     elif op == "LDC":
-        if mod("w") == "64":
-            kind = "LDC64"
-            row[D], row[D2] = pair_dst(inst.rd)
-        else:
-            row[D] = dst(inst.rd)
+        kind = result(mod("w") == "64", "LDC64")
     elif op == "SEL":
         row[D], row[A] = dst(inst.rd), src(inst.ra)
     elif op in ("IADD", "IMUL", "LOP"):
@@ -210,19 +208,12 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
         if fr == "S64":
             row[M1], wide_b = 0, True
             row[D] = dst(inst.rd)
-        elif to == "S64":
-            kind = "I2I64"
-            row[M1] = 1 if fr == "S32" else 2
-            row[D], row[D2] = pair_dst(inst.rd)
         else:
-            row[M1] = 3
-            row[D] = dst(inst.rd)
+            row[M1] = (1 if fr == "S32" else 2) if to == "S64" else 3
+            kind = result(to == "S64", "I2I64")
     elif op == "IABS":
-        if mod("w") == "64":
-            kind, wide_b = "IABS64", True
-            row[D], row[D2] = pair_dst(inst.rd)
-        else:
-            row[D] = dst(inst.rd)
+        wide_b = mod("w") == "64"
+        kind = result(wide_b, "IABS64")
     elif op in ("FADD", "FMUL", "FFMA", "FMNMX", "FSETP"):
         row[A] = src(inst.ra)
         if op == "FFMA":
@@ -250,11 +241,7 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
             raise Untranslatable
         row[M1] = ("S32", "U32", "S64").index(fr)
         wide_b = fr == "S64"
-        if to == "F64":
-            kind = "I2F64"
-            row[D], row[D2] = pair_dst(inst.rd)
-        else:
-            row[D] = dst(inst.rd)
+        kind = result(to == "F64", "I2F64")
     elif op == "F2I":
         to, fr = mod("to"), mod("fr")
         if fr not in ("F32", "F64"):
@@ -262,29 +249,17 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
         row[M1], row[M2] = ("S32", "S64", "U32").index(to), fr == "F64"
         row[M3] = ("TRUNC", "FLOOR", "CEIL", "RN").index(mod("rnd"))
         wide_b = fr == "F64"
-        if to == "S64":
-            kind = "F2I64"
-            row[D], row[D2] = pair_dst(inst.rd)
-        else:
-            row[D] = dst(inst.rd)
+        kind = result(to == "S64", "F2I64")
     elif op == "F2F":
         to, fr = mod("to"), mod("fr")
         if to not in ("F32", "F64") or fr not in ("F32", "F64"):
             raise Untranslatable
-        row[M1] = fr == "F64"
-        wide_b = fr == "F64"
-        if to == "F64":
-            kind = "F2F64"
-            row[D], row[D2] = pair_dst(inst.rd)
-        else:
-            row[D] = dst(inst.rd)
+        row[M1] = wide_b = fr == "F64"
+        kind = result(to == "F64", "F2F64")
     elif op == "FRND":
         row[M1] = ("RN", "FLOOR", "CEIL", "TRUNC").index(mod("rnd"))
-        if mod("w") == "F64":
-            kind, wide_b = "FRND64", True
-            row[D], row[D2] = pair_dst(inst.rd)
-        else:
-            row[D] = dst(inst.rd)
+        wide_b = mod("w") == "F64"
+        kind = result(wide_b, "FRND64")
     elif op == "MUFU":
         fn = mod("fn")
         if fn not in _NATIVE_MUFU:
@@ -295,7 +270,7 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
         row[M1] = ("AND", "OR", "XOR").index(mod("op"))
     elif op in _MEMORY:
         width = mod("w")
-        nbytes = _NBYTES[width]
+        nbytes = MEM_BYTES[width]
         row[WIDTH], row[M1] = nbytes, width in _SIGNED_SUBWORD
         words = max(1, nbytes // 4)
         if op == "LDG" or op == "STG":
