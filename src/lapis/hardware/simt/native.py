@@ -1,11 +1,13 @@
-"""The native engine: a run of translated instructions executed as LLVM machine code (numba).
+"""The native engine: translated instructions executed as LLVM machine code (numba).
 
-`execute_run` takes a run of a program's table (`translate.py`) and the state of a batch of
-resident blocks (the same register, predicate, shared and local arrays the reference
-executor uses, and physical memory) and executes it for the lanes of one group: each
-instruction for every active lane in lane order, then the next, which is the order the
-reference executes in, so every value, store and fault comes out the same. What each lane
-computes is in `native_values.py`.
+`execute_path` takes a program's table (`translate.py`), a group of lanes and the state of
+their batch of resident blocks (the same register, predicate, shared and local arrays the
+reference executor uses, the exited lanes, physical memory and the L2's arrays) and runs the
+group from a pc for as long as the scheduler would keep it together: each instruction for
+every active lane in lane order, then the next, which is the order the reference executes in,
+so every value, store and fault comes out the same; through branches, exits and barriers the
+whole group takes alike. What each lane computes is in `native_values.py`, what a memory
+instruction counts in `native_counters.py`.
 
 Each instruction is one loop over every lane into a scratch row, then one copy of the active
 lanes into the destination: LLVM vectorizes both (it would not vectorize a loop that chose the
@@ -15,12 +17,12 @@ FFMA R5, R5, ...). Lanes outside the group compute values that are thrown away.
 Global accesses walk the page table in VRAM exactly as the MMU does (`mmu.py`); the engine
 checks every lane of a memory instruction before touching memory, and on any fault
 (misaligned, unmapped, read-only, outside shared or local memory, both apertures at once) it
-stops *before* that instruction and returns its pc, so the reference executor can run it and
-raise the very fault it would have raised. The addresses of memory instructions are logged
-for the reference's counting code.
+stops *before* that instruction and hands it back, so the reference executor can run it and
+raise the very fault it would have raised. While a checker keeps the writes (`compare.py`),
+the addresses of memory instructions are logged for it.
 
-numba compiles the engine the first time it runs (about half a minute) and caches the machine
-code on disk beside this file (`__pycache__`), as it does for any `cache=True` function.
+numba compiles the engine once (`make` does it, `compile_engine`; about 40 s) and caches the
+machine code on disk beside this file (`__pycache__`), as it does for any `cache=True` function.
 """
 
 import hashlib
@@ -463,7 +465,7 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
             if not group_full:
                 return REFERENCE, pc, steps                  # the binder checks for divergence
             tally[BARRIERS] += warps_n
-        elif kind != NOP and instruction(pc, t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes,
+        elif kind != NOP and instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes,
                                          lanes, l2, scratch, laid, guarded, missed, log_va, log_active,
                                          tally) != DONE:
             return REFERENCE, pc, steps                      # a fault: its binder raises it
@@ -487,7 +489,7 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
 
 
 @_engine
-def instruction(pc, t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch, laid,
+def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch, laid,
                 guarded, missed, log_va, log_active, tally):
     """One translated instruction (not control) for the group's active lanes: DONE, or FAULT when it
     would fault (it did nothing)."""
