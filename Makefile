@@ -11,7 +11,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	@echo "compiling the simulated GPU's native engine (once; numba keeps it on disk)"
-	$(BIN)/python -c "from lapis.hardware.simt.native import compile_engine; compile_engine()"
+	$(BIN)/python -c "from lapis.hardware.simt.native_scheduler import compile_engine; compile_engine()"
 	touch $(STAMP)
 
 lint: $(STAMP)

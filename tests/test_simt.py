@@ -1,6 +1,5 @@
 """Layer 0: the SIMT core's own machinery: its dispatch table against the ISA, its caches against none."""
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -186,7 +185,7 @@ def _run_twice(case, profile: str) -> tuple[bool, list]:
     for _ in range(2):                  # the second launch reuses the first's arrays
         out = bench.lanes(body, inputs, outputs, block=block, **kw)
         counters = bench.gpu.simt.counters
-        results.append((out, [bench.read(va, like) for va, like in buffers], dataclasses.asdict(counters),
+        results.append((out, [bench.read(va, like) for va, like in buffers], counters,
                         bench.timing(counters).total_ns))
     return bench.gpu.simt.caches.enabled, results
 

@@ -165,8 +165,8 @@ def test_a_launch_after_a_fault_counts_only_itself(sim, monkeypatch):
     with pytest.raises(KernelFault, match="address is not mapped"):
         bench.run(program, block=(64, 1, 1), args=pointers(buffer) + (4096).to_bytes(4, "little"))
     counters = bench.run(program, block=(64, 1, 1), args=pointers(buffer) + (1).to_bytes(4, "little"))
-    assert counters.warp_instructions == [2] * len(program)          # 64 lanes: two warps of 32, once each
-    assert counters.thread_instructions == [64] * len(program)
+    assert counters.warp_instructions.tolist() == [2] * len(program)          # 64 lanes: two warps of 32, once each
+    assert counters.thread_instructions.tolist() == [64] * len(program)
     assert np.array_equal(bench.read(buffer, np.zeros(64, np.uint32)), np.arange(64, dtype=np.uint32))
 
 

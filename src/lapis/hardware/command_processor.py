@@ -438,7 +438,7 @@ def _per_instruction(program, counters, timing) -> dict:
     """What Nsight Compute's source view shows per instruction: its text, how many times warps and
     threads executed it, and the cycles a warp waited on its operands each time, with the reason."""
     return {"text": [format_instruction(inst, pc * INSTRUCTION_BYTES) for pc, inst in enumerate(program)],
-            "warp_executions": list(counters.warp_instructions),
-            "thread_executions": list(counters.thread_instructions),
+            "warp_executions": counters.warp_instructions.tolist(),
+            "thread_executions": counters.thread_instructions.tolist(),
             "stall_cycles": [round(wait, 2) for wait, _ in timing.stalls],
             "stall_reasons": [why for _, why in timing.stalls]}

@@ -28,6 +28,8 @@ a warp executed it, and the warp retires when its last result has landed.
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from lapis.hardware.profiles import DeviceProfile
 from lapis.hardware.simt import Counters
 from lapis.isa import OPCODES, Instruction
@@ -146,14 +148,14 @@ def _walk_program(program: list[Instruction], load_cycles: float):
         for r in writes:
             ready[r] = (issue + _latency(inst, load_cycles), kind)
     tail = max(0.0, max((t for t, _ in ready.values()), default=0.0) - now)
-    return stalls, tail
+    return stalls, tail, np.array([1.0 + wait for wait, _ in stalls])
 
 
-def _chain_cycles(stalls: list[tuple[float, str]], tail: float, c: Counters) -> float:
+def _chain_cycles(cycles: np.ndarray, tail: float, c: Counters) -> float:
     """Cycles one warp spends on its dependency chain (see the module docstring): each instruction's issue
-    cycle and wait, weighted by how often a warp executed it, then the wait for the last result."""
+    cycle and wait (`cycles`), weighted by how often a warp executed it, then the wait for the last result."""
     warps = max(1, c.blocks * c.warps_per_block)
-    return sum((1.0 + wait) * c.warp_instructions[pc] / warps for pc, (wait, _) in enumerate(stalls)) + tail
+    return float(cycles @ c.warp_instructions) / warps + tail
 
 
 def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: list[Instruction],
@@ -173,8 +175,8 @@ def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: lis
     terms["shared"] = c.shared_wavefronts / per_unit_clock
     terms["l2"] = (c.global_sectors * 32 + c.local_bytes) / profile.l2_bandwidth * 1e9
     terms["dram"] = c.dram_bytes / (profile.memory_bandwidth * profile.dram_efficiency) * 1e9
-    stalls, tail = _walk(profile, program, c)
-    chain = _chain_cycles(stalls, tail, c)
+    stalls, tail, cycles = _walk(profile, program, c)
+    chain = _chain_cycles(cycles, tail, c)
     terms["latency"] = c.waves * chain / ghz
     limiter = max(terms, key=terms.get)
     duration = terms[limiter]

@@ -68,7 +68,8 @@ def _outcome(core: "SimtCore", d: Dispatch, resident_blocks: int, translated: bo
     try:
         try:
             counters = core.execute(d, resident_blocks, translated)
-            outcome = dataclasses.asdict(counters), counters
+            fields = dataclasses.asdict(counters)
+            outcome = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in fields.items()}, counters
         except KernelFault as fault:
             outcome = str(fault), fault
         return outcome, core.write_log

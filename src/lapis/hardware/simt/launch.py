@@ -40,9 +40,9 @@ FLOPS_PER_LANE: dict[str, tuple[str, int]] = {
 
 @dataclass
 class Counters:
-    """What executing a kernel counted, per program counter and in total."""
-    warp_instructions: list[int]
-    thread_instructions: list[int]
+    """What executing a kernel counted, per program counter (int64 arrays) and in total."""
+    warp_instructions: np.ndarray
+    thread_instructions: np.ndarray
     flops_by_precision: dict[str, int] = field(default_factory=dict)   # fp32, fp64, fp16 (packed), matrix
     warp_instructions_by_pipe: dict[str, int] = field(default_factory=dict)
     global_bytes: int = 0          # bytes requested by global loads, stores and atomics
@@ -61,6 +61,12 @@ class Counters:
     blocks: int = 0
     warps_per_block: int = 0
     steps: int = 0                 # scheduler steps (group-instructions), for the watchdog
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Counters):
+            return NotImplemented
+        return all(np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+                   for a, b in zip(self.__dict__.values(), other.__dict__.values(), strict=True))
 
     @property
     def flops(self) -> int:
@@ -86,15 +92,15 @@ class Counters:
 
     @classmethod
     def for_program(cls, n: int) -> "Counters":
-        return cls([0] * n, [0] * n)
+        return cls(np.zeros(n, np.int64), np.zeros(n, np.int64))
 
     @property
     def total_warp_instructions(self) -> int:
-        return sum(self.warp_instructions)
+        return int(self.warp_instructions.sum())
 
     @property
     def total_thread_instructions(self) -> int:
-        return sum(self.thread_instructions)
+        return int(self.thread_instructions.sum())
 
 
 @dataclass

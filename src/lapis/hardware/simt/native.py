@@ -1,12 +1,11 @@
 """The native engine: translated instructions executed as LLVM machine code (numba).
 
-`execute_path` takes a program's table (`translate.py`), a group of lanes and the state of
-their batch of resident blocks (the same register, predicate, shared and local arrays the
-reference executor uses, the exited lanes, physical memory and the L2's arrays) and runs the
-group from a pc for as long as the scheduler would keep it together: each instruction for
-every active lane in lane order, then the next, which is the order the reference executes in,
-so every value, store and fault comes out the same; through branches, exits and barriers the
-whole group takes alike. What each lane computes is in `native_values.py`, what a memory
+`instruction` runs one instruction of a program's table (`translate.py`) for a group of lanes
+of a batch of resident blocks, on the same register, predicate, shared and local arrays the
+reference executor uses, physical memory and the L2's arrays: every active lane in lane order,
+which is the order the reference executes in, so every value, store and fault comes out the
+same. The native scheduler (`native_scheduler.py`) strings instructions together as the
+reference scheduler does. What each lane computes is in `native_values.py`, what a memory
 instruction counts in `native_counters.py`.
 
 Each instruction is one loop over every lane into a scratch row, then one copy of the active
@@ -21,8 +20,9 @@ stops *before* that instruction and hands it back, so the reference executor can
 raise the very fault it would have raised. While a checker keeps the writes (`compare.py`),
 the addresses of memory instructions are logged for it.
 
-numba compiles the engine once (`make` does it, `compile_engine`; about 40 s) and caches the
-machine code on disk beside this file (`__pycache__`), as it does for any `cache=True` function.
+numba compiles the engine once (`make` does it, `native_scheduler.compile_engine`; about 40 s)
+and caches the machine code on disk beside this file (`__pycache__`), as it does for any
+`cache=True` function.
 """
 
 import hashlib
@@ -34,7 +34,7 @@ from numba import njit
 
 import lapis.hardware.simt.native_loops as loops
 import lapis.hardware.simt.translate as tr
-from lapis.hardware.simt.native_counters import BARRIERS, LOCAL_BYTES, count_global, count_shared
+from lapis.hardware.simt.native_counters import LOCAL_BYTES, count_global, count_shared
 from lapis.hardware.simt.native_values import MASK32, as_f32, pair, put_pair
 from lapis.hardware.simt.translate import F32_OPS, OP, PAIR_OPS, PREDICATE_OPS, U32_OPS
 
@@ -60,13 +60,13 @@ def _drop_stale_machine_code() -> None:
     cached code."""
     here = Path(__file__)
     sources = b"".join(here.with_name(name).read_bytes()
-                       for name in ("native.py", "native_loops.py", "native_values.py", "native_counters.py",
-                                    "translate.py"))
+                       for name in ("native.py", "native_scheduler.py", "native_loops.py", "native_values.py",
+                                    "native_counters.py", "translate.py"))
     digest = hashlib.sha256(sources).hexdigest()
     cache = here.parent / "__pycache__"
     stamp = cache / "native.sources"
     try:
-        if stamp.exists() and stamp.read_text() == digest and any(cache.glob("native.execute_path-*.nbi")):
+        if stamp.exists() and stamp.read_text() == digest and any(cache.glob("native_scheduler.execute_batch-*.nbi")):
             return
         for stale in [*cache.glob("native.*.nb[ic]"), *cache.glob("native_*.nb[ic]")]:
             stale.unlink()
@@ -413,81 +413,6 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
     return DONE
 
 
-# -- the engine ----------------------------------------------------------------------------------------
-# How `execute_path` stops: the instruction at pc is for the scheduler's reference path (not
-# translated, a branch or exit that splits the group, a barrier under divergence, a fault, the
-# watchdog); the group exited; it took a branch while other groups wait (park it at pc); it reached
-# pc where another group waits (merge); it ran past the program's end; it stored while a checker
-# keeps the writes.
-REFERENCE, EXITED, PARK, MERGE, PAST_END, STORED = range(6)
-
-
-@_engine
-def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, warps_n, budget, R, P, special, cbank,
-                 clock, mem, sizes, lanes, l2, scratch, laid, guarded, missed, log_va, log_active, tally,
-                 warp_counts, thread_counts, version, bumps, exited):
-    """Run the group (lanes where `group` is true; all when `group_full`; `lanes_n` of them in `warps_n`
-    warps) from instruction pc for as long as the scheduler would keep it together: through translated
-    instructions and uniform branches, exits and barriers, at most `budget` instructions. Each one it
-    completes counts as the scheduler counts (`warp_counts`, `thread_counts`, register `version`s,
-    memory and barrier counts in `tally`). Returns (how it stopped, pc, instructions completed)."""
-    steps = 0
-    logging = sizes[7]
-    while True:
-        if steps >= budget:
-            return REFERENCE, pc, steps
-        t = table[pc]
-        kind = t[tr.KIND]
-        if kind < 0:
-            return REFERENCE, pc, steps
-        target = pc + 1
-        retired = False
-        if kind == BRA or kind == EXIT:
-            g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0
-            taken = lanes_n
-            if g != PT or gneg:
-                taken = 0
-                for l in range(R.shape[1]):
-                    if group[l] and P[g, l] != gneg:
-                        taken += 1
-            if 0 < taken < lanes_n:
-                return REFERENCE, pc, steps                  # the group splits: the scheduler's work
-            if taken and kind == BRA:
-                target = t[tr.BVAL]
-                if not 0 <= target < end:
-                    return REFERENCE, pc, steps              # its binder raises the fault
-            elif taken:
-                for l in range(R.shape[1]):
-                    if group[l]:
-                        exited[l] = True
-                retired = True
-        elif kind == BAR:
-            if not group_full:
-                return REFERENCE, pc, steps                  # the binder checks for divergence
-            tally[BARRIERS] += warps_n
-        elif kind != NOP and instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes,
-                                         lanes, l2, scratch, laid, guarded, missed, log_va, log_active,
-                                         tally) != DONE:
-            return REFERENCE, pc, steps                      # a fault: its binder raises it
-        warp_counts[pc] += warps_n
-        thread_counts[pc] += lanes_n
-        steps += 1
-        for k in range(bumps.shape[1]):
-            if bumps[pc, k] >= 0:
-                version[bumps[pc, k]] += 1
-        if retired:
-            return EXITED, pc, steps
-        if kind == BRA and target != pc + 1 and not alone:
-            return PARK, target, steps
-        pc = target
-        if logging and kind == STG:                          # the scheduler checks the end and merges itself
-            return STORED, pc, steps
-        if pc >= end:
-            return PAST_END, pc, steps
-        if not alone and waiting[pc]:
-            return MERGE, pc, steps
-
-
 @_engine
 def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch, laid,
                 guarded, missed, log_va, log_active, tally):
@@ -543,19 +468,3 @@ def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, si
                 tally) != DONE:
         return FAULT
     return DONE
-
-
-def compile_engine() -> None:
-    """Compile the engine now, by running one instruction (`make` does this once: numba keeps the code)."""
-    from lapis.isa import assemble
-    table = tr.translate(assemble("IADD R1, R0, 0x1 ;\nEXIT ;"), 4).table
-    no, lanes = np.zeros(1, np.int64), np.ones(32, bool)
-    words, octets = np.zeros(8, np.uint32), np.zeros(32, np.uint8)
-    execute_path(table, 0, 2, lanes, True, True, np.zeros(3, bool), 32, 1, 10, np.zeros((6, 32), np.uint32),
-                 np.ones((8, 32), bool), np.zeros((10, 32), np.uint32), np.zeros(1, np.uint32), 0,
-                 (words, octets, words, octets, words, octets, words, octets, np.zeros(4, np.uint64)),
-                 (0, 0, -1, 32, 32, 1, 1, False), (no, no, no, no, no),
-                 (np.zeros(8, np.uint64), np.zeros(8, np.int32), np.zeros(8, bool)),
-                 np.zeros((3, 32), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
-                 np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(11, np.int64), np.zeros(2, np.int64),
-                 np.zeros(2, np.int64), np.zeros(6, np.int64), np.full((2, 4), -1, np.int64), np.zeros(32, bool))

@@ -26,7 +26,7 @@ from lapis.hardware.simt.binders import CONTROL, Executor, Mask, bind, binds
 from lapis.hardware.simt.blocks import ResidentBlocks
 from lapis.hardware.simt.compare import compare_executors
 from lapis.hardware.simt.launch import FLOPS_PER_LANE, Counters, Dispatch
-from lapis.hardware.simt.native import EXITED, MERGE, PARK, PAST_END, STORED
+from lapis.hardware.simt.native_scheduler import FINISHED, PAST_END, STORED
 from lapis.hardware.simt.simulator_caches import SimulatorCaches
 from lapis.hardware.simt.translate import Translation
 from lapis.hardware.simt.translated import NativeRunner
@@ -78,11 +78,11 @@ class SimtCore:
         finally:
             self.caches.end_launch()
         for pipe, pcs in pipes.items():
-            c.warp_instructions_by_pipe[pipe] = sum(c.warp_instructions[pc] for pc in pcs)
-        for pc, precision, per_lane in flops:
-            if c.thread_instructions[pc]:
-                c.flops_by_precision[precision] = (c.flops_by_precision.get(precision, 0)
-                                                   + per_lane * c.thread_instructions[pc])
+            c.warp_instructions_by_pipe[pipe] = int(c.warp_instructions[pcs].sum())
+        for precision, (pcs, per_lane) in flops.items():
+            lanes = c.thread_instructions[pcs]
+            if lanes.any():
+                c.flops_by_precision[precision] = int(lanes @ per_lane)
         return c
 
     def _batch(self, d: Dispatch, nblocks: int, translation: Translation | None) -> ResidentBlocks:
@@ -103,54 +103,25 @@ class SimtCore:
         return blocks
 
     def _run_blocks(self, blocks: ResidentBlocks, kinds: list[str], targets: list[int]) -> None:
-        """Run one batch until every lane has exited."""
-        c, executors, keep = self.counters, blocks.executors, self.caches.enabled
-        bumps, version = blocks.derived.bumps, blocks.derived.version
-        budget, end = blocks.d.watchdog_steps, len(blocks.d.program)
-        native = blocks.native
-        translated = native.translation.translated if native is not None else None
-        if native is not None:
-            native.begin()
+        """Run one batch until every lane has exited: natively when the program is translated."""
+        if blocks.native is not None:
+            self._run_native(blocks, kinds)
+        else:
+            self._run_reference(blocks, kinds, targets)
+
+    def _run_reference(self, blocks: ResidentBlocks, kinds: list[str], targets: list[int]) -> None:
+        """Run one batch through the binders, group by group."""
         groups: dict[int, Mask] = {0: None}         # program counter -> the lanes waiting there
+        end = len(blocks.d.program)
         steps = 0
         while groups:
             pc = min(groups)
             mask = groups.pop(pc)
             lanes, warps = active_counts(blocks, mask)
             while True:
-                if translated is not None and translated[pc]:     # the native engine takes the group along
-                    status, pc, ran = native.path(pc, mask, lanes, warps, groups, budget - steps)
-                    steps += ran
-                    if status == EXITED:
-                        break
-                    if status in (PARK, MERGE):
-                        park(groups, pc, mask)
-                        break
-                    if status == PAST_END or (status == STORED and pc >= end):
-                        raise blocks.fault(pc - 1, "execution ran past the end of the program (missing EXIT)")
-                    if status == STORED:
-                        if pc in groups:
-                            park(groups, pc, mask)
-                            break
-                        continue
-                steps += 1
-                if steps > budget:
-                    raise blocks.fault(pc, f"watchdog: more than {budget} instruction steps in one batch of blocks "
-                                           "(an infinite loop?); raise LAPIS_WATCHDOG_STEPS if the kernel is just long")
-                c.warp_instructions[pc] += warps
-                c.thread_instructions[pc] += lanes
-                execute = executors[pc]
-                if execute is None:
-                    execute = bind(blocks, pc)
-                    if keep:
-                        executors[pc] = execute
+                steps, execute = self._issue(blocks, pc, mask, lanes, warps, steps)
                 kind = kinds[pc]
-                if not kind:
-                    execute(mask)
-                    for r in bumps[pc]:
-                        version[r] += 1
-                    pc += 1
-                elif kind == "BRA":
+                if kind == "BRA":
                     taken = execute(mask)
                     if taken is True:
                         pc = targets[pc]
@@ -161,7 +132,6 @@ class SimtCore:
                         park(groups, targets[pc], taken)
                         mask = rest
                         lanes, warps = active_counts(blocks, mask)
-                    pc += 1
                 elif kind == "EXIT":
                     taken = execute(mask)
                     if taken is True:
@@ -171,32 +141,96 @@ class SimtCore:
                         blocks.exited |= taken
                         mask = (~taken if mask is None else mask & ~taken)
                         lanes, warps = active_counts(blocks, mask)
-                    pc += 1
                 else:
-                    execute(mask)
-                    c.barriers += warps
-                    pc += 1
+                    self._step(blocks, pc, mask, warps, kind, execute)
+                pc += 1
                 if pc >= end:
-                    raise blocks.fault(pc - 1, "execution ran past the end of the program (missing EXIT)")
+                    raise blocks.fault(pc - 1, PAST_END_TEXT)
                 if pc in groups:
                     park(groups, pc, mask)
                     break
-        if native is not None:
-            native.flush()
-        c.steps += steps
+        self.counters.steps += steps
+
+    def _run_native(self, blocks: ResidentBlocks, kinds: list[str]) -> None:
+        """Run one batch with the native scheduler; the binders run the steps it hands back."""
+        native = blocks.native
+        translated, waiting = native.translation.translated, native.waiting
+        budget, end = blocks.d.watchdog_steps, len(blocks.d.program)
+        native.begin()
+        steps, pc, current = 0, 0, False
+        while True:
+            status, pc, ran = native.run(pc, current, budget - steps)
+            steps += ran
+            if status == FINISHED:
+                break
+            if status == PAST_END:
+                raise blocks.fault(pc - 1, PAST_END_TEXT)
+            current = True
+            if status == STORED:
+                continue
+            mask, lanes, warps = native.current()
+            while True:                               # the running group, through the binders
+                steps, execute = self._issue(blocks, pc, mask, lanes, warps, steps)
+                if kinds[pc] in ("BRA", "EXIT"):
+                    execute(mask)                     # the engine hands these back only to fault
+                    raise RuntimeError(f"the native scheduler handed back the branch at {pc:#x}, which did not fault")
+                self._step(blocks, pc, mask, warps, kinds[pc], execute)
+                pc += 1
+                if pc >= end or translated[pc] or waiting[pc]:
+                    break
+        self.counters.steps += steps
+
+    def _issue(self, blocks: ResidentBlocks, pc: int, mask: Mask, lanes: int, warps: int,
+               steps: int) -> tuple[int, Executor]:
+        """Count instruction pc as issued by a group of `lanes` lanes in `warps` warps, under the watchdog;
+        returns the steps so far and its executor."""
+        steps += 1
+        budget = blocks.d.watchdog_steps
+        if steps > budget:
+            raise blocks.fault(pc, f"watchdog: more than {budget} instruction steps in one batch of blocks "
+                                   "(an infinite loop?); raise LAPIS_WATCHDOG_STEPS if the kernel is just long")
+        c = self.counters
+        c.warp_instructions[pc] += warps
+        c.thread_instructions[pc] += lanes
+        execute = blocks.executors[pc]
+        if execute is None:
+            execute = bind(blocks, pc)
+            if self.caches.enabled:
+                blocks.executors[pc] = execute
+        return steps, execute
+
+    def _step(self, blocks: ResidentBlocks, pc: int, mask: Mask, warps: int, kind: str, execute: Executor) -> None:
+        """Run instruction pc (neither a branch nor an exit) for the group of `mask`."""
+        execute(mask)
+        if kind == "BAR":
+            self.counters.barriers += warps
+        else:
+            derived = blocks.derived
+            for r in derived.bumps[pc]:
+                derived.version[r] += 1
+
+
+PAST_END_TEXT = "execution ran past the end of the program (missing EXIT)"
 
 
 def program_facts(program: list[Instruction]) -> tuple:
     """What the scheduler looks up per instruction, worked out once per program: the control kind
     (or ""), the branch target, the instructions of each pipe (in first-use order, as the counters
-    list them), and (pc, precision, FLOPs per lane) of the arithmetic ones."""
+    list them), and per precision the arithmetic instructions and their FLOPs per lane."""
     kinds = [i.op if i.op in CONTROL else "" for i in program]
     targets = [branch_target(i, pc) if i.op == "BRA" else 0 for pc, i in enumerate(program)]
     pipes: dict[str, list[int]] = {}
     for pc, inst in enumerate(program):
         pipes.setdefault(OPCODES[inst.op].pipe, []).append(pc)
-    flops = [(pc, *FLOPS_PER_LANE[inst.op]) for pc, inst in enumerate(program) if inst.op in FLOPS_PER_LANE]
-    return kinds, targets, pipes, flops
+    flops: dict[str, tuple[list[int], list[int]]] = {}
+    for pc, inst in enumerate(program):
+        if inst.op in FLOPS_PER_LANE:
+            precision, per_lane = FLOPS_PER_LANE[inst.op]
+            pcs, counts = flops.setdefault(precision, ([], []))
+            pcs.append(pc)
+            counts.append(per_lane)
+    return (kinds, targets, {pipe: np.array(pcs) for pipe, pcs in pipes.items()},
+            {precision: (np.array(pcs), np.array(counts, np.int64)) for precision, (pcs, counts) in flops.items()})
 
 
 def active_counts(blocks: ResidentBlocks, mask: Mask) -> tuple[int, int]:

@@ -1,16 +1,15 @@
-"""Running translated code: the scheduler hands a group of lanes to the native engine.
+"""Running translated code: the native scheduler runs a batch, and hands steps back to the binders.
 
-`NativeRunner` belongs to one batch of resident blocks (`blocks.py`). When a group of lanes
-reaches a translated instruction (`translate.py`), the scheduler asks the runner to take it
-along (`path`): the engine (`native.py`) runs it on the batch's own arrays (registers,
-predicates, shared and local memory, the exited lanes), physical memory and the L2's arrays,
-through translated instructions and through branches, exits and barriers the whole group takes
-alike, counting as the scheduler counts, and stops where the scheduler has work: an
-instruction the binders run, a branch or exit that splits the group, a barrier under
-divergence, an instruction that would fault (its binder raises the reference's fault, naming
-the same lane and address), the watchdog, another group to merge with or to let run first.
-The runner adds the memory counters to the kernel's, and `flush` the per-instruction counts;
-when a checker keeps the global writes (`compare.py`) it records each store.
+`NativeRunner` belongs to one batch of resident blocks (`blocks.py`). It runs the batch through
+the native scheduler (`native_scheduler.py`), which picks groups of lanes as the reference
+scheduler does and runs them through the engine (`native.py`) on the batch's own arrays
+(registers, predicates, shared and local memory, the exited lanes), physical memory and the
+L2's arrays, counting as the scheduler counts. It stops where Python has work: an instruction
+the binders run, one that would fault (its binder raises the reference's fault, naming the
+same lane and address), a barrier under divergence, the watchdog, the end of the program; the
+scheduler (`SimtCore._run_native`) runs that step on the running group (`current`) and resumes.
+The engine counts into the kernel's counters; when a checker keeps the global writes
+(`compare.py`), the runner records each store.
 
 `LAPIS_SIM=reference` (read by `Gpu`) runs every instruction through the binders instead.
 """
@@ -21,8 +20,8 @@ import numpy as np
 
 from lapis.hardware.simt.binders import Mask
 from lapis.hardware.simt.memory_access import MEMORY_BYTES
-from lapis.hardware.simt.native import STORED, execute_path
 from lapis.hardware.simt.native_counters import TALLY
+from lapis.hardware.simt.native_scheduler import STORED, execute_batch
 from lapis.hardware.simt.registers import U64
 from lapis.hardware.simt.translate import Translation
 
@@ -38,12 +37,12 @@ class NativeRunner:
         b, core = blocks, blocks.core
         n = len(translation.translated)
         self.tally = np.zeros(len(TALLY), np.int64)
-        self.all_lanes = np.ones(b.lanes, bool)
         self.lanes = (b.lane_in_warp, b.warp_base, b.warp_len.astype(np.int64), b.padded_lane, b.shared_base)
         self.l2 = (core.l2.tags, core.l2.writer, core.l2.dirty)
-        self.waiting = np.zeros(n + 1, bool)          # pcs where other groups wait
-        self.warp_counts = np.zeros(n, np.int64)      # what the engine issued since the last `flush`
-        self.thread_counts = np.zeros(n, np.int64)
+        self.waiting = np.zeros(n + 1, np.int64)      # per pc, the lanes waiting there
+        self.lane_pc = np.zeros(b.lanes, np.int64)    # per lane, the pc it waits at (-1: running or exited)
+        self.group = np.zeros(b.lanes, bool)          # the running group's lanes
+        self.cur = np.zeros(2, np.int64)              # its lanes and warps
         self.acquire()
 
     def acquire(self) -> None:
@@ -60,28 +59,24 @@ class NativeRunner:
         self.memories = (b.shared_u32, b.shared_u8, b.local_u32, b.local_u8, core.vram.u32, core.vram.u8,
                          core.sysmem.u32, core.sysmem.u8, core.vram.u64)
 
-    def path(self, pc: int, mask: Mask, lanes: int, warps: int, groups: dict, budget: int) -> tuple[int, int, int]:
-        """Run the group of `mask` from pc for as long as the scheduler would keep it together (see
-        `native.execute_path`); returns (how it stopped, pc, instructions completed)."""
+    def run(self, pc: int, current: bool, budget: int) -> tuple[int, int, int]:
+        """Run the batch (with `current`, the running group first, at pc) until Python has a step to
+        run (see `native_scheduler.execute_batch`); returns (how it stopped, pc, instructions run)."""
         b, core, t = self.blocks, self.blocks.core, self.translation
-        regs, d = b.registers, b.d
+        regs, d, c = b.registers, b.d, core.counters
         mmu = core.mmu
-        if groups:
-            self.waiting[:] = False
-            self.waiting[list(groups)] = True
         self.tally.fill(0)
         logging = core.write_log is not None
         with mmu.lock:
             sizes = (d.shared_bytes, d.local_bytes, mmu.roots.get(d.vmid, -1), core.warp_size, b.threads_per_block,
                      b.warps_per_block, b.nblocks, logging)
-            status, pc, steps = execute_path(
-                t.table, pc, len(t.translated), self.all_lanes if mask is None else mask, mask is None, not groups,
-                self.waiting, lanes, warps, budget, regs.R, regs.P, b.special, regs.cbank, core.counters.steps,
-                self.memories, sizes, self.lanes, self.l2, self.scratch, self.laid, self.guarded, self.missed,
-                self.log_va, self.log_active, self.tally, self.warp_counts, self.thread_counts, b.derived.version,
+            status, pc, steps = execute_batch(
+                t.table, pc, current, len(t.translated), self.group, self.lane_pc, self.waiting, b.lane_warp,
+                self.cur, budget, regs.R, regs.P, b.special, regs.cbank, core.counters.steps, self.memories, sizes,
+                self.lanes, self.l2, self.scratch, self.laid, self.guarded, self.missed, self.log_va,
+                self.log_active, self.tally, c.warp_instructions, c.thread_instructions, b.derived.version,
                 b.derived.bump_rows, b.exited)
         if self.tally.any():
-            c = core.counters
             for name, value in zip(TALLY, self.tally.tolist(), strict=True):
                 if value:
                     setattr(c, name, getattr(c, name) + value)
@@ -89,18 +84,16 @@ class NativeRunner:
             self._record_store(pc - 1)
         return status, pc, steps
 
-    def begin(self) -> None:
-        """Start a batch: nothing issued yet (a batch that faulted never flushed what it had)."""
-        self.warp_counts.fill(0)
-        self.thread_counts.fill(0)
+    def current(self) -> tuple[Mask, int, int]:
+        """The running group: its mask (None for every lane), lanes and warps."""
+        lanes, warps = self.cur.tolist()
+        return (None if lanes == self.blocks.lanes else self.group.copy()), lanes, warps
 
-    def flush(self) -> None:
-        """Add what the engine issued to the kernel's per-instruction counts."""
-        c = self.blocks.core.counters
-        for pc in np.flatnonzero(self.warp_counts).tolist():
-            c.warp_instructions[pc] += int(self.warp_counts[pc])
-            c.thread_instructions[pc] += int(self.thread_counts[pc])
-        self.begin()
+    def begin(self) -> None:
+        """Start a batch: every lane waits at pc 0."""
+        self.lane_pc.fill(0)
+        self.waiting.fill(0)
+        self.waiting[0] = self.blocks.lanes
 
     def _record_store(self, pc: int) -> None:
         """Keep the physical addresses the store at pc wrote, for `compare.py`."""

@@ -1,0 +1,268 @@
+"""The native scheduler: the reference scheduler's loop (`scheduler.py`) as LLVM machine code (numba).
+
+`execute_batch` runs a batch of resident blocks the way `SimtCore._run_reference` does, group
+by group, in the same order: the group at the lowest pc runs next and keeps running until it
+exits, takes a branch while others wait, or reaches a pc where others wait (it then merges with
+them); a branch or exit that splits it parks the lanes that jump at the target (or retires
+those that exit) and runs on with the rest. Each instruction of a group is one of the engine's
+(`native.instruction`), run over every active lane in lane order, so values, stores, faults and
+counters come out exactly as the reference's.
+
+Where the reference keeps a dict of pc -> lanes, this keeps, per lane, the pc it waits at
+(`lane_pc`, -1 for a lane that runs or has exited) and, per pc, how many lanes wait there
+(`waiting`); the running group is a boolean row (`group`) with its lane and warp counts (`cur`).
+
+It hands the running group back to Python (`translated.py`) for an instruction the engine does
+not implement, one that would fault (its binder raises the reference's fault), a barrier under
+divergence (its binder decides), the watchdog, a store a checker must record, and the end of
+the program; Python runs that one step and calls back, and the group carries on.
+"""
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array, populate_array
+
+import lapis.hardware.simt.translate as tr
+from lapis.hardware.simt.native import BAR, BRA, DONE, EXIT, NOP, PT, STG, instruction
+from lapis.hardware.simt.native_counters import BARRIERS
+
+# How `execute_path` stops: the instruction at pc is for the reference (not translated, a branch or
+# exit that splits the group, a barrier under divergence, a fault, the watchdog); the group exited;
+# it took a branch while other groups wait (park it at pc); it reached pc where another group waits
+# (merge); it ran past the program's end; it stored while a checker keeps the writes.
+# `execute_batch` stops with REFERENCE, PAST_END, STORED, or FINISHED when every lane has exited.
+REFERENCE, EXITED, PARK, MERGE, PAST_END, STORED, FINISHED = range(7)
+
+
+def _engine(fn):
+    return njit(cache=True, error_model="numpy")(fn)
+
+
+@intrinsic
+def borrowed(typingctx, a):
+    """Array `a` without its owner: numba counts references to an array's memory with an atomic
+    add on every view and every call that passes it, which cost the engine more than its
+    arithmetic; Python holds every array the engine touches until it returns, so the engine
+    works on borrowed ones, whose views count nothing."""
+    if not isinstance(a, types.Array):
+        return None
+
+    def codegen(context, builder, sig, args):
+        src = make_array(sig.args[0])(context, builder, args[0])
+        out = make_array(sig.return_type)(context, builder)
+        populate_array(out, data=src.data, shape=src.shape, strides=src.strides, itemsize=src.itemsize,
+                       meminfo=None)
+        return out._getvalue()
+    return a(a), codegen
+
+
+@_engine
+def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, warps_n, budget, R, P, special, cbank,
+                 clock, mem, sizes, lanes, l2, scratch, laid, guarded, missed, log_va, log_active, tally,
+                 warp_counts, thread_counts, version, bumps, exited):
+    """Run the group (lanes where `group` is true; all when `group_full`; `lanes_n` of them in `warps_n`
+    warps) from instruction pc for as long as it stays whole and runs alone or first: through
+    translated instructions and uniform branches, exits and barriers, at most `budget` instructions.
+    Each one it completes counts as the scheduler counts (`warp_counts`, `thread_counts`, register
+    `version`s, memory and barrier counts in `tally`). Returns (how it stopped, pc, instructions completed)."""
+    steps = 0
+    logging = sizes[7]
+    while True:
+        if steps >= budget:
+            return REFERENCE, pc, steps
+        t = table[pc]
+        kind = t[tr.KIND]
+        if kind < 0:
+            return REFERENCE, pc, steps
+        target = pc + 1
+        retired = jumped = False
+        if kind == BRA or kind == EXIT:
+            taken = taken_lanes(t, group, lanes_n, P)
+            if 0 < taken < lanes_n:
+                return REFERENCE, pc, steps                  # the group splits: `execute_batch`'s work
+            if taken and kind == BRA:
+                target = t[tr.BVAL]
+                jumped = True
+                if not 0 <= target < end:
+                    return REFERENCE, pc, steps              # its binder raises the fault
+            elif taken:
+                for l in range(R.shape[1]):
+                    if group[l]:
+                        exited[l] = True
+                retired = True
+        elif kind == BAR:
+            if not group_full:
+                return REFERENCE, pc, steps                  # the binder checks for divergence
+            tally[BARRIERS] += warps_n
+        elif kind != NOP and instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes,
+                                         lanes, l2, scratch, laid, guarded, missed, log_va, log_active,
+                                         tally) != DONE:
+            return REFERENCE, pc, steps                      # a fault: its binder raises it
+        issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
+        steps += 1
+        if retired:
+            return EXITED, pc, steps
+        if jumped and not alone:                             # the reference parks it and picks the lowest pc
+            return PARK, target, steps
+        pc = target
+        if logging and kind == STG:
+            return STORED, pc, steps
+        if pc >= end:
+            return PAST_END, pc, steps
+        if not alone and waiting[pc]:
+            return MERGE, pc, steps
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def taken_lanes(t, group, lanes_n, P):
+    """How many lanes of the group a branch or exit (table row t) takes: its guard holds there."""
+    g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0
+    if g == PT and not gneg:
+        return lanes_n
+    taken = 0
+    for l in range(group.size):
+        if group[l] and P[g, l] != gneg:
+            taken += 1
+    return taken
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps):
+    """Count instruction pc as issued by the group, and bump the versions of the registers it writes."""
+    warp_counts[pc] += warps_n
+    thread_counts[pc] += lanes_n
+    for k in range(bumps.shape[1]):
+        if bumps[pc, k] >= 0:
+            version[bumps[pc, k]] += 1
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def count_warps(group, lane_warp):
+    """The warps with a lane in the group (a warp's lanes are consecutive)."""
+    n, last = 0, -1
+    for l in range(group.size):
+        if group[l] and lane_warp[l] != last:
+            n += 1
+            last = lane_warp[l]
+    return n
+
+
+@njit(inline="always", cache=True, error_model="numpy")
+def park(group, lane_pc, waiting, pc, lanes_n):
+    """Leave the group's lanes waiting at pc, with any already there."""
+    for l in range(group.size):
+        if group[l]:
+            lane_pc[l] = pc
+    waiting[pc] += lanes_n
+
+
+@_engine
+def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, cur, budget, R, P, special, cbank,
+                  clock, mem, sizes, lanes, l2, scratch, laid, guarded, missed, log_va, log_active, tally,
+                  warp_counts, thread_counts, version, bumps, exited):
+    """Run the batch's groups as the reference scheduler does, at most `budget` instructions. With
+    `current`, the running group (`group`, its counts in `cur`) goes on at pc after a step Python
+    ran. Returns (how it stopped, pc, instructions completed); on REFERENCE and STORED the running
+    group is in `group` and `cur`."""
+    table, group, lane_pc, waiting, lane_warp, cur = (borrowed(table), borrowed(group), borrowed(lane_pc),
+                                                      borrowed(waiting), borrowed(lane_warp), borrowed(cur))
+    R, P, special, cbank, scratch, laid = borrowed(R), borrowed(P), borrowed(special), borrowed(cbank), \
+        borrowed(scratch), borrowed(laid)
+    guarded, missed, log_va, log_active, tally = (borrowed(guarded), borrowed(missed), borrowed(log_va),
+                                                  borrowed(log_active), borrowed(tally))
+    warp_counts, thread_counts, version, bumps, exited = (borrowed(warp_counts), borrowed(thread_counts),
+                                                          borrowed(version), borrowed(bumps), borrowed(exited))
+    mem = (borrowed(mem[0]), borrowed(mem[1]), borrowed(mem[2]), borrowed(mem[3]), borrowed(mem[4]),
+           borrowed(mem[5]), borrowed(mem[6]), borrowed(mem[7]), borrowed(mem[8]))
+    lanes = (borrowed(lanes[0]), borrowed(lanes[1]), borrowed(lanes[2]), borrowed(lanes[3]), borrowed(lanes[4]))
+    l2 = (borrowed(l2[0]), borrowed(l2[1]), borrowed(l2[2]))
+    L = group.size
+    steps = 0
+    parked = 0
+    for p in range(waiting.size):
+        parked += waiting[p]
+    lanes_n, warps_n = cur[0], cur[1]
+    while True:
+        if current:                                          # where the reference checks after a step
+            if pc >= end:
+                return PAST_END, pc, steps
+            if waiting[pc]:
+                park(group, lane_pc, waiting, pc, lanes_n)
+                parked += lanes_n
+                current = False
+        if not current:                                      # the group at the lowest pc runs next
+            if parked == 0:
+                return FINISHED, pc, steps
+            pc = 0
+            while waiting[pc] == 0:
+                pc += 1
+            lanes_n = waiting[pc]
+            waiting[pc] = 0
+            parked -= lanes_n
+            for l in range(L):
+                here = lane_pc[l] == pc
+                group[l] = here
+                if here:
+                    lane_pc[l] = -1
+            warps_n = count_warps(group, lane_warp)
+            current = True
+        cur[0], cur[1] = lanes_n, warps_n
+        status, pc, ran = execute_path(table, pc, end, group, lanes_n == L, parked == 0, waiting, lanes_n, warps_n,
+                                       budget - steps, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch,
+                                       laid, guarded, missed, log_va, log_active, tally, warp_counts, thread_counts,
+                                       version, bumps, exited)
+        steps += ran
+        if status == EXITED:
+            current = False
+        elif status == PARK or status == MERGE:
+            park(group, lane_pc, waiting, pc, lanes_n)
+            parked += lanes_n
+            current = False
+        elif status != REFERENCE:
+            return status, pc, steps
+        else:                                                # a split branch or exit, or the reference's work
+            t = table[pc]
+            kind = t[tr.KIND]
+            if steps >= budget or not (kind == BRA or kind == EXIT):
+                return REFERENCE, pc, steps
+            taken = taken_lanes(t, group, lanes_n, P)
+            target = t[tr.BVAL]
+            if not 0 < taken < lanes_n or (kind == BRA and not 0 <= target < end):
+                return REFERENCE, pc, steps                  # its binder raises the fault
+            issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
+            steps += 1
+            g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0
+            for l in range(L):
+                if group[l] and P[g, l] != gneg:
+                    group[l] = False
+                    if kind == BRA:
+                        lane_pc[l] = target
+                    else:
+                        exited[l] = True
+            if kind == BRA:
+                waiting[target] += taken
+                parked += taken
+            lanes_n -= taken
+            warps_n = count_warps(group, lane_warp)
+            pc += 1                                          # the rest runs on: the end and merge checks above
+        cur[0], cur[1] = lanes_n, warps_n
+
+
+def compile_engine() -> None:
+    """Compile the engine now, by running one instruction (`make` does this once: numba keeps the code)."""
+    from lapis.isa import assemble
+    table = tr.translate(assemble("IADD R1, R0, 0x1 ;\nEXIT ;"), 4).table
+    no, lanes = np.zeros(1, np.int64), np.zeros(32, bool)
+    words, octets = np.zeros(8, np.uint32), np.zeros(32, np.uint8)
+    waiting = np.zeros(3, np.int64)
+    waiting[0] = 32
+    execute_batch(table, 0, False, 2, lanes, np.zeros(32, np.int64), waiting, np.zeros(32, np.int64),
+                  np.zeros(2, np.int64), 10, np.zeros((6, 32), np.uint32), np.ones((8, 32), bool),
+                  np.zeros((10, 32), np.uint32), np.zeros(1, np.uint32), 0,
+                  (words, octets, words, octets, words, octets, words, octets, np.zeros(4, np.uint64)),
+                  (0, 0, -1, 32, 32, 1, 1, False), (no, no, no, no, no),
+                  (np.zeros(8, np.uint64), np.zeros(8, np.int32), np.zeros(8, bool)),
+                  np.zeros((3, 32), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
+                  np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(11, np.int64), np.zeros(2, np.int64),
+                  np.zeros(2, np.int64), np.zeros(6, np.int64), np.full((2, 4), -1, np.int64), np.zeros(32, bool))
