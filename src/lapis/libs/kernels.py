@@ -66,8 +66,9 @@ def offset_of(i, ndim, shape, strides):
     rest = i
     d = ndim - 1
     while d >= 0:
-        off += rest % shape[d] * strides[d]
-        rest = rest // shape[d]
+        q = rest // shape[d]                  # one division per dimension: the remainder from the quotient
+        off += (rest - q * shape[d]) * strides[d]
+        rest = q
         d -= 1
     return off
 
