@@ -68,8 +68,9 @@ def test_softmax_forward_and_backward(handle, log, cols):
     assert np.allclose(dx.copy_to_host(), numeric_grad(lambda v: softmax(v, log), x, dy), atol=2e-3)
 
 
-def test_layer_norm_forward_and_backward(handle):
-    rows, cols, eps = 4, 33, 1e-5
+@pytest.mark.parametrize("cols", [5, 33, 300])        # blocks of 32, 64 and 128 threads
+def test_layer_norm_forward_and_backward(handle, cols):
+    rows, eps = 4, 1e-5
     x = rng.standard_normal((rows, cols)).astype(np.float32)
     gamma, beta = rng.standard_normal(cols).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
     dy = rng.standard_normal((rows, cols)).astype(np.float32)
@@ -88,6 +89,11 @@ def test_layer_norm_forward_and_backward(handle):
     assert np.allclose(dg.copy_to_host(), numeric_grad(lambda g: ln(x.astype(np.float64), g=g), gamma, dy),
                        atol=2e-3)
     assert np.allclose(db.copy_to_host(), dy.sum(axis=0), atol=1e-4)
+
+
+def test_a_row_gets_a_block_of_its_length_rounded_up_to_a_power_of_two_from_a_warp_to_row_threads():
+    assert [dnn.row_threads(c) for c in (1, 17, 32, 33, 64, 100, 128, 300)] == [32, 32, 32, 64, 64, 128, 128, 128]
+    assert dnn.ROW_THREADS == 128
 
 
 def pool_ref(x, mode, k, s, p):

@@ -5,8 +5,9 @@
     value, index = block_argmax(sv, si, t, value, index)  # the largest value; on ties, the smallest index
 
 Level-1 BLAS (dot, nrm2, asum, iamax), the solver (pivot search, Householder norms) and DNN (softmax,
-layer and batch norm) call these. The caller declares the scratch: a shared array with one slot per
-thread of the block, whose length (the block size, a power of two) sets the tree's first stride.
+layer and batch norm) call these. The caller declares the scratch: a shared array with a slot per
+thread of the block; the block size (a power of two, at most the scratch's length) sets the tree's
+first stride, so one kernel serves rows of any width with as many threads as suit them.
 Each is a tree in shared memory with a fixed order of operations (thread t takes in t + stride, the
 stride halving from half the block), so a float sum comes out the same bits on every run, launch
 and device; warp shuffles would tie the order to the device's warp width. Each ends with a barrier,
@@ -21,7 +22,7 @@ from lapis.cuda import syncthreads
 def block_reduce(s, t, value, take_max):
     s[t] = value
     syncthreads()
-    stride = s.shape[0] // 2
+    stride = min(s.shape[0], cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z) // 2
     while stride > 0:
         if t < stride:
             if take_max:
@@ -40,7 +41,7 @@ def block_argmax(values, indices, t, value, index):
     values[t] = value
     indices[t] = index
     syncthreads()
-    stride = values.shape[0] // 2
+    stride = min(values.shape[0], cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z) // 2
     while stride > 0:
         if t < stride:
             other, at = values[t + stride], indices[t + stride]

@@ -81,7 +81,7 @@ from lapis.libs.dnn.convolution import (
 )
 from lapis.libs.dnn.descriptors import ConvolutionDescriptor, DnnError, FilterDescriptor, TensorDescriptor
 from lapis.libs.dnn.dropout import dropout_backward, dropout_forward, dropout_kernel, uniform
-from lapis.libs.dnn.handle import ROW_THREADS, THREADS, Handle, create
+from lapis.libs.dnn.handle import ROW_THREADS, THREADS, Handle, create, row_threads
 from lapis.libs.dnn.loss import (
     REDUCTIONS,
     nll_backward_kernel,
@@ -124,6 +124,7 @@ __all__ = [
     "group_sum", "layer_norm_backward", "layer_norm_backward_kernel", "layer_norm_forward",
     "layer_norm_forward_kernel", "layer_norm_params_backward_kernel", "make_conv_gemm_kernel", "nll_backward_kernel",
     "nll_forward_kernel", "nll_loss_backward", "nll_loss_forward", "REDUCTIONS", "pooling_backward",
-    "pooling_backward_kernel", "pooling_forward", "pooling_forward_kernel", "pooling_output", "softmax_backward",
+    "pooling_backward_kernel", "pooling_forward", "pooling_forward_kernel", "pooling_output", "row_threads",
+    "softmax_backward",
     "softmax_backward_kernel", "softmax_forward", "softmax_forward_kernel", "uniform",
 ]

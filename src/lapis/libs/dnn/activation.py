@@ -1,5 +1,5 @@
 """Layer 4, DNN: activations and softmax, forward and backward (cudnnActivationForward/Backward,
-cudnnSoftmaxForward/Backward). Softmax gives each row to one block of ROW_THREADS threads, which
+cudnnSoftmaxForward/Backward). Softmax gives each row to one block of up to ROW_THREADS threads (`row_threads`), which
 reduce through shared memory in a fixed order, so results are deterministic."""
 
 import math
@@ -7,9 +7,9 @@ import math
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import blockIdx, shared, threadIdx
+from lapis.cuda import blockDim, blockIdx, shared, threadIdx
 from lapis.libs.dnn.descriptors import DnnError, TensorDescriptor
-from lapis.libs.dnn.handle import ROW_THREADS, THREADS, Handle, _blocks, _flat, _rows
+from lapis.libs.dnn.handle import THREADS, Handle, _blocks, _flat, _rows, row_threads
 from lapis.libs.reduction import block_reduce
 
 ACTIVATIONS = {"relu": 0, "gelu": 1, "silu": 2, "tanh": 3, "sigmoid": 4}
@@ -68,18 +68,24 @@ def softmax_forward_kernel(cols, log, x, y):
     row, t = blockIdx.x, threadIdx.x
     base = row * cols
     m = -math.inf
-    for j in range(t, cols, 128):
+    j = t
+    while j < cols:
         m = max(m, x[base + j])
+        j += blockDim.x
     m = block_reduce(s, t, m, True)
     total = 0.0
-    for j in range(t, cols, 128):
+    j = t
+    while j < cols:
         total += math.exp(x[base + j] - m)
+        j += blockDim.x
     total = block_reduce(s, t, total, False)
-    for j in range(t, cols, 128):
+    j = t
+    while j < cols:
         if log:
             y[base + j] = x[base + j] - m - math.log(total)
         else:
             y[base + j] = math.exp(x[base + j] - m) / total
+        j += blockDim.x
 
 
 def softmax_backward_kernel(cols, log, y, dy, dx):
@@ -88,14 +94,18 @@ def softmax_backward_kernel(cols, log, y, dy, dx):
     row, t = blockIdx.x, threadIdx.x
     base = row * cols
     acc = 0.0
-    for j in range(t, cols, 128):
+    j = t
+    while j < cols:
         acc += dy[base + j] if log else dy[base + j] * y[base + j]
+        j += blockDim.x
     acc = block_reduce(s, t, acc, False)
-    for j in range(t, cols, 128):
+    j = t
+    while j < cols:
         if log:
             dx[base + j] = dy[base + j] - math.exp(y[base + j]) * acc
         else:
             dx[base + j] = y[base + j] * (dy[base + j] - acc)
+        j += blockDim.x
 
 
 def softmax_forward(handle: Handle, x, y, log: bool = False) -> None:
@@ -104,7 +114,7 @@ def softmax_forward(handle: Handle, x, y, log: bool = False) -> None:
     fx, fy = _flat(x, "x"), _flat(y, "y", x.size)
     with trace.span(4, "softmax_forward", rows=rows, cols=cols, log=log):
         if rows and cols:
-            handle.kernel(softmax_forward_kernel)[rows, ROW_THREADS, handle.stream](np.int64(cols), log, fx, fy)
+            handle.kernel(softmax_forward_kernel)[rows, row_threads(cols), handle.stream](np.int64(cols), log, fx, fy)
 
 
 def softmax_backward(handle: Handle, y, dy, dx, log: bool = False) -> None:
@@ -113,5 +123,5 @@ def softmax_backward(handle: Handle, y, dy, dx, log: bool = False) -> None:
     fy, fdy, fdx = _flat(y, "y"), _flat(dy, "dy", y.size), _flat(dx, "dx", y.size)
     with trace.span(4, "softmax_backward", rows=rows, cols=cols, log=log):
         if rows and cols:
-            handle.kernel(softmax_backward_kernel)[rows, ROW_THREADS, handle.stream](
+            handle.kernel(softmax_backward_kernel)[rows, row_threads(cols), handle.stream](
                 np.int64(cols), log, fy, fdy, fdx)

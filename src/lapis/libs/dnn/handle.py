@@ -12,6 +12,12 @@ THREADS = 256
 ROW_THREADS = 128
 
 
+def row_threads(cols: int) -> int:
+    """Threads of a block that reduces one row of `cols` (softmax, layer norm): the row's length rounded
+    up to a power of two, from a warp to ROW_THREADS, so a short row leaves no warp idle."""
+    return min(ROW_THREADS, max(32, 1 << (max(1, cols) - 1).bit_length()))
+
+
 class Handle(LibraryHandle):
     """A cuDNN-style handle: the API, device and stream its routines launch on, a BLAS handle for the
     "gemm" convolutions, and the algorithms its find steps chose."""

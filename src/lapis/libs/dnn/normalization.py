@@ -1,5 +1,6 @@
-"""Layer 4, DNN: layer norm and batch norm, forward and backward. Layer norm gives each row, and batch
-norm each channel, one block of ROW_THREADS threads reducing through shared memory in a fixed order;
+"""Layer 4, DNN: layer norm and batch norm, forward and backward. Layer norm gives each row one block of
+up to ROW_THREADS threads (`row_threads`), batch norm each channel one of ROW_THREADS, reducing through
+shared memory in a fixed order;
 dgamma and dbeta of layer norm are summed in row order, so results are deterministic."""
 
 import math
@@ -7,9 +8,9 @@ import math
 import numpy as np
 
 from lapis import trace
-from lapis.cuda import blockIdx, shared, syncthreads, threadIdx
+from lapis.cuda import blockDim, blockIdx, shared, syncthreads, threadIdx
 from lapis.libs.dnn.descriptors import DnnError, TensorDescriptor
-from lapis.libs.dnn.handle import ROW_THREADS, Handle, _ceil_div, _flat, _rows
+from lapis.libs.dnn.handle import ROW_THREADS, Handle, _ceil_div, _flat, _rows, row_threads
 from lapis.libs.reduction import block_reduce
 
 
@@ -18,16 +19,22 @@ def layer_norm_forward_kernel(cols, eps, x, gamma, beta, y, mean, rstd):
     row, t = blockIdx.x, threadIdx.x
     base = row * cols
     acc = 0.0
-    for j in range(t, cols, 128):
+    j = t
+    while j < cols:
         acc += x[base + j]
+        j += blockDim.x
     mu = block_reduce(s, t, acc, False) / cols
     acc = 0.0
-    for j in range(t, cols, 128):
+    j = t
+    while j < cols:
         d = x[base + j] - mu
         acc += d * d
+        j += blockDim.x
     r = 1.0 / math.sqrt(block_reduce(s, t, acc, False) / cols + eps)
-    for j in range(t, cols, 128):
+    j = t
+    while j < cols:
         y[base + j] = (x[base + j] - mu) * r * gamma[j] + beta[j]
+        j += blockDim.x
     if t == 0:
         mean[row] = mu
         rstd[row] = r
@@ -41,15 +48,19 @@ def layer_norm_backward_kernel(cols, x, dy, gamma, mean, rstd, dx):
     mu, r = mean[row], rstd[row]
     a = 0.0
     b = 0.0
-    for j in range(t, cols, 128):
+    j = t
+    while j < cols:
         g = dy[base + j] * gamma[j]
         a += g
         b += g * (x[base + j] - mu) * r
+        j += blockDim.x
     a = block_reduce(s, t, a, False) / cols
     b = block_reduce(s, t, b, False) / cols
-    for j in range(t, cols, 128):
+    j = t
+    while j < cols:
         xhat = (x[base + j] - mu) * r
         dx[base + j] = r * (dy[base + j] * gamma[j] - a - xhat * b)
+        j += blockDim.x
 
 
 def layer_norm_params_backward_kernel(rows, cols, x, dy, mean, rstd, dgamma, dbeta):
@@ -86,7 +97,7 @@ def layer_norm_forward(handle: Handle, x, gamma, beta, eps: float, y, mean, rstd
             _flat(mean, "mean", rows), _flat(rstd, "rstd", rows)]
     with trace.span(4, "layer_norm_forward", rows=rows, cols=cols, eps=eps):
         if rows and cols:
-            handle.kernel(layer_norm_forward_kernel)[rows, ROW_THREADS, handle.stream](
+            handle.kernel(layer_norm_forward_kernel)[rows, row_threads(cols), handle.stream](
                 np.int64(cols), np.float32(eps), *args)
 
 
@@ -98,7 +109,7 @@ def layer_norm_backward(handle: Handle, x, dy, gamma, mean, rstd, dx, dgamma, db
     fdg, fdb = _flat(dgamma, "dgamma", cols), _flat(dbeta, "dbeta", cols)
     with trace.span(4, "layer_norm_backward", rows=rows, cols=cols):
         if rows and cols:
-            handle.kernel(layer_norm_backward_kernel)[rows, ROW_THREADS, handle.stream](
+            handle.kernel(layer_norm_backward_kernel)[rows, row_threads(cols), handle.stream](
                 np.int64(cols), fx, fdy, fg, fm, fr, fdx)
             handle.kernel(layer_norm_params_backward_kernel)[_ceil_div(cols, 32), (32, 16), handle.stream](
                 np.int64(rows), np.int64(cols), fx, fdy, fm, fr, fdg, fdb)
