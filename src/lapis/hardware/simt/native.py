@@ -20,7 +20,7 @@ stops *before* that instruction and hands it back, so the reference executor can
 raise the very fault it would have raised. While a checker keeps the writes (`compare.py`),
 the addresses of memory instructions are logged for it.
 
-numba compiles the engine once (`make` does it, `native_scheduler.compile_engine`; about 40 s)
+numba compiles the engine once (`make` does it, `native_scheduler.compile_engine`; about a minute)
 and caches the machine code on disk beside this file (`__pycache__`), as it does for any
 `cache=True` function.
 """
@@ -413,7 +413,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
     return DONE
 
 
-@_engine
+@njit(inline="always", cache=True, error_model="numpy")
 def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch, laid,
                 guarded, missed, log_va, log_active, tally):
     """One translated instruction (not control) for the group's active lanes: DONE, or FAULT when it
