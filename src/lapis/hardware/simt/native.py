@@ -82,11 +82,11 @@ _drop_stale_machine_code()
 
 
 def _engine(fn):
-    return njit(cache=True, error_model="numpy")(fn)
+    return njit(cache=True, error_model="numpy", _nrt=False)(fn)
 
 
 # -- one instruction over every lane, by what it writes ------------------------------------------------
-@njit(inline="always", cache=True, error_model="numpy")
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def store(row, values, active, full):
     """row = values, in the active lanes (all of them when `full`)."""
     if full:
@@ -98,7 +98,7 @@ def store(row, values, active, full):
                 row[l] = values[l]
 
 
-@njit(inline="always", cache=True, error_model="numpy")
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def store_pair(R, d, d2, values, active, full):
     """The register pair (R[d], R[d2]) = values, in the active lanes."""
     L = R.shape[1]
@@ -369,7 +369,8 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
     L = R.shape[1]
     k = t[tr.LOG] if logging else 0               # addresses are logged only for a checker (`compare.py`)
     if logging:
-        log_active[k, :] = active
+        for l in range(L):
+            log_active[k, l] = active[l]
     if kind == LDG or kind == STG:
         system = global_addresses(t, active, R, not load, vram_u64, root, logging, log_va[k], where)
         if system == -2:
@@ -413,7 +414,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
     return DONE
 
 
-@njit(inline="always", cache=True, error_model="numpy")
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch, laid,
                 guarded, missed, log_va, log_active, tally):
     """One translated instruction (not control) for the group's active lanes: DONE, or FAULT when it

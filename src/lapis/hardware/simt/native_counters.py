@@ -19,19 +19,47 @@ TALLY = ("global_bytes", "global_sectors", "l2_misses", "dram_read_bytes", "dram
          "shared_bytes", "shared_wavefronts", "shared_ideal_wavefronts", "local_bytes", "barriers")
 SECTOR_BITS = 40          # as memory_access.SECTOR_BITS
 BANKS = 32
+# The tally array has, after the counts, the bank model's working space (the engine allocates nothing:
+# it runs without numba's runtime).
+PER_BANK, ENTRIES = len(TALLY), len(TALLY) + BANKS
+TALLY_SLOTS = len(TALLY) + 2 * BANKS
 
 
 def counter(fn):
-    return njit(cache=True, error_model="numpy")(fn)
+    return njit(cache=True, error_model="numpy", _nrt=False)(fn)
 
 
-@njit(inline="always", cache=True)
+@njit(inline="always", cache=True, _nrt=False)
 def log2(power_of_two):
     """The exponent of a power of two (warp sizes and words per lane are)."""
     shift = 0
     while (1 << shift) < power_of_two:
         shift += 1
     return shift
+
+
+@counter
+def heapsort(a, n):
+    """Sort a[:n] in place (numba's np.sort allocates its result)."""
+    for start in range(n // 2 - 1, -1, -1):
+        sift_down(a, start, n)
+    for end in range(n - 1, 0, -1):
+        a[0], a[end] = a[end], a[0]
+        sift_down(a, 0, end)
+
+
+@njit(inline="always", cache=True, _nrt=False)
+def sift_down(a, root, n):
+    while True:
+        child = 2 * root + 1
+        if child >= n:
+            return
+        if child + 1 < n and a[child] < a[child + 1]:
+            child += 1
+        if a[root] >= a[child]:
+            return
+        a[root], a[child] = a[child], a[root]
+        root = child
 
 
 @counter
@@ -52,7 +80,7 @@ def count_global(active, pa, padded_lane, warp_size, nbytes, write, system, l2_t
             ordered = False
             break
     if not ordered:
-        keys[:n] = np.sort(keys[:n])
+        heapsort(keys, n)
     touched = 0                                       # distinct keys' sectors, compacted to the front, in order
     previous = -1
     for i in range(n):
@@ -99,13 +127,12 @@ def count_global(active, pa, padded_lane, warp_size, nbytes, write, system, l2_t
 
 
 @counter
-def wavefronts(laid, warp_size, words_per_lane):
+def wavefronts(laid, warp_size, words_per_lane, tally):
     """(wavefronts, phases) of shared-memory word indices laid out by warp lane (-1: no access), as
     `caches.shared_wavefronts`: each phase serves 32 words; a bank serving k distinct words takes k."""
     total, phases = 0, 0
     wpl_shift = log2(words_per_lane)
-    per_bank = np.zeros(BANKS, np.int64)
-    entries = np.empty(BANKS, np.int64)
+    per_bank, entries = tally[PER_BANK:PER_BANK + BANKS], tally[ENTRIES:ENTRIES + BANKS]
     warps = laid.size // warp_size
     for w in range(warps):
         for p in range(warp_size * words_per_lane // BANKS):
@@ -138,7 +165,10 @@ def wavefronts(laid, warp_size, words_per_lane):
                         break
                 if not repeat:
                     per_bank[word & (BANKS - 1)] += 1
-            total += per_bank.max()
+            most = 0
+            for bank in range(BANKS):
+                most = max(most, per_bank[bank])
+            total += most
     return total, phases
 
 
@@ -155,7 +185,7 @@ def count_shared(active, full, byte, padded_lane, threads_per_block, warps_per_b
         first[:] = -1
         for l in range(threads_per_block):
             first[l] = byte[l] >> 2
-        w, ideal = wavefronts(first, warp_size, per_lane)
+        w, ideal = wavefronts(first, warp_size, per_lane, tally)
         tally[SHARED_WAVEFRONTS] += w * nblocks
         tally[SHARED_IDEAL_WAVEFRONTS] += ideal * nblocks
         return
@@ -166,6 +196,6 @@ def count_shared(active, full, byte, padded_lane, threads_per_block, warps_per_b
             laid[padded_lane[l]] = byte[l] >> 2
             n += 1
     tally[SHARED_BYTES] += n * nbytes
-    w, ideal = wavefronts(laid, warp_size, per_lane)
+    w, ideal = wavefronts(laid, warp_size, per_lane, tally)
     tally[SHARED_WAVEFRONTS] += w
     tally[SHARED_IDEAL_WAVEFRONTS] += ideal

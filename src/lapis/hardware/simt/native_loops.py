@@ -14,7 +14,7 @@ from lapis.hardware.simt.native_values import MASK32
 
 
 def loop(fn):
-    return njit(cache=True, error_model="numpy")(fn)
+    return njit(cache=True, error_model="numpy", _nrt=False)(fn)
 
 
 # -- u32 results -------------------------------------------------------------------------------------

@@ -19,13 +19,11 @@ the program; Python runs that one step and calls back, and the group carries on.
 """
 
 import numpy as np
-from numba import njit, types
-from numba.extending import intrinsic
-from numba.np.arrayobj import make_array, populate_array
+from numba import njit
 
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.simt.native import BAR, BRA, DONE, EXIT, NOP, PT, STG, instruction
-from lapis.hardware.simt.native_counters import BARRIERS
+from lapis.hardware.simt.native_counters import BARRIERS, TALLY_SLOTS
 
 # How `execute_path` stops: the instruction at pc is for the reference (not translated, a branch or
 # exit that splits the group, a barrier under divergence, a fault, the watchdog); the group exited;
@@ -36,25 +34,10 @@ REFERENCE, EXITED, PARK, MERGE, PAST_END, STORED, FINISHED = range(7)
 
 
 def _engine(fn):
-    return njit(cache=True, error_model="numpy")(fn)
-
-
-@intrinsic
-def borrowed(typingctx, a):
-    """Array `a` without its owner: numba counts references to an array's memory with an atomic
-    add on every view and every call that passes it, which cost the engine more than its
-    arithmetic; Python holds every array the engine touches until it returns, so the engine
-    works on borrowed ones, whose views count nothing."""
-    if not isinstance(a, types.Array):
-        return None
-
-    def codegen(context, builder, sig, args):
-        src = make_array(sig.args[0])(context, builder, args[0])
-        out = make_array(sig.return_type)(context, builder)
-        populate_array(out, data=src.data, shape=src.shape, strides=src.strides, itemsize=src.itemsize,
-                       meminfo=None)
-        return out._getvalue()
-    return a(a), codegen
+    """numba without its runtime (`_nrt=False`): it would count references to every array with an atomic
+    add on each view and call, which cost the engine more than its arithmetic; Python holds every
+    array the engine touches until it returns, so nothing is lost."""
+    return njit(cache=True, error_model="numpy", _nrt=False)(fn)
 
 
 @_engine
@@ -114,7 +97,7 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
             return MERGE, pc, steps
 
 
-@njit(inline="always", cache=True, error_model="numpy")
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def taken_lanes(t, group, lanes_n, P):
     """How many lanes of the group a branch or exit (table row t) takes: its guard holds there."""
     g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0
@@ -127,7 +110,7 @@ def taken_lanes(t, group, lanes_n, P):
     return taken
 
 
-@njit(inline="always", cache=True, error_model="numpy")
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps):
     """Count instruction pc as issued by the group, and bump the versions of the registers it writes."""
     warp_counts[pc] += warps_n
@@ -137,7 +120,7 @@ def issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps):
             version[bumps[pc, k]] += 1
 
 
-@njit(inline="always", cache=True, error_model="numpy")
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def count_warps(group, lane_warp):
     """The warps with a lane in the group (a warp's lanes are consecutive)."""
     n, last = 0, -1
@@ -148,7 +131,7 @@ def count_warps(group, lane_warp):
     return n
 
 
-@njit(inline="always", cache=True, error_model="numpy")
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def park(group, lane_pc, waiting, pc, lanes_n):
     """Leave the group's lanes waiting at pc, with any already there."""
     for l in range(group.size):
@@ -165,18 +148,6 @@ def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, c
     `current`, the running group (`group`, its counts in `cur`) goes on at pc after a step Python
     ran. Returns (how it stopped, pc, instructions completed); on REFERENCE and STORED the running
     group is in `group` and `cur`."""
-    table, group, lane_pc, waiting, lane_warp, cur = (borrowed(table), borrowed(group), borrowed(lane_pc),
-                                                      borrowed(waiting), borrowed(lane_warp), borrowed(cur))
-    R, P, special, cbank, scratch, laid = borrowed(R), borrowed(P), borrowed(special), borrowed(cbank), \
-        borrowed(scratch), borrowed(laid)
-    guarded, missed, log_va, log_active, tally = (borrowed(guarded), borrowed(missed), borrowed(log_va),
-                                                  borrowed(log_active), borrowed(tally))
-    warp_counts, thread_counts, version, bumps, exited = (borrowed(warp_counts), borrowed(thread_counts),
-                                                          borrowed(version), borrowed(bumps), borrowed(exited))
-    mem = (borrowed(mem[0]), borrowed(mem[1]), borrowed(mem[2]), borrowed(mem[3]), borrowed(mem[4]),
-           borrowed(mem[5]), borrowed(mem[6]), borrowed(mem[7]), borrowed(mem[8]))
-    lanes = (borrowed(lanes[0]), borrowed(lanes[1]), borrowed(lanes[2]), borrowed(lanes[3]), borrowed(lanes[4]))
-    l2 = (borrowed(l2[0]), borrowed(l2[1]), borrowed(l2[2]))
     L = group.size
     steps = 0
     parked = 0
@@ -264,5 +235,6 @@ def compile_engine() -> None:
                   (0, 0, -1, 32, 32, 1, 1, False), (no, no, no, no, no),
                   (np.zeros(8, np.uint64), np.zeros(8, np.int32), np.zeros(8, bool)),
                   np.zeros((3, 32), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
-                  np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(11, np.int64), np.zeros(2, np.int64),
-                  np.zeros(2, np.int64), np.zeros(6, np.int64), np.full((2, 4), -1, np.int64), np.zeros(32, bool))
+                  np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(TALLY_SLOTS, np.int64),
+                  np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(6, np.int64), np.full((2, 4), -1, np.int64),
+                  np.zeros(32, bool))

@@ -32,7 +32,7 @@ SIGN64 = -0x8000000000000000
 
 
 def inline(fn):
-    return njit(inline="always", cache=True, error_model="numpy")(fn)
+    return njit(inline="always", cache=True, error_model="numpy", _nrt=False)(fn)
 
 
 # -- reinterpreting bits ---------------------------------------------------------------------------

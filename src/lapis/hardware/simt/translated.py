@@ -20,7 +20,7 @@ import numpy as np
 
 from lapis.hardware.simt.binders import Mask
 from lapis.hardware.simt.memory_access import MEMORY_BYTES
-from lapis.hardware.simt.native_counters import TALLY
+from lapis.hardware.simt.native_counters import TALLY, TALLY_SLOTS
 from lapis.hardware.simt.native_scheduler import STORED, execute_batch
 from lapis.hardware.simt.registers import U64
 from lapis.hardware.simt.translate import Translation
@@ -36,7 +36,7 @@ class NativeRunner:
         self.blocks, self.translation = blocks, translation
         b, core = blocks, blocks.core
         n = len(translation.translated)
-        self.tally = np.zeros(len(TALLY), np.int64)
+        self.tally = np.zeros(TALLY_SLOTS, np.int64)
         self.lanes = (b.lane_in_warp, b.warp_base, b.warp_len.astype(np.int64), b.padded_lane, b.shared_base)
         self.l2 = (core.l2.tags, core.l2.writer, core.l2.dirty)
         self.waiting = np.zeros(n + 1, np.int64)      # per pc, the lanes waiting there
@@ -76,8 +76,9 @@ class NativeRunner:
                 self.lanes, self.l2, self.scratch, self.laid, self.guarded, self.missed, self.log_va,
                 self.log_active, self.tally, c.warp_instructions, c.thread_instructions, b.derived.version,
                 b.derived.bump_rows, b.exited)
-        if self.tally.any():
-            for name, value in zip(TALLY, self.tally.tolist(), strict=True):
+        counts = self.tally[:len(TALLY)]
+        if counts.any():
+            for name, value in zip(TALLY, counts.tolist(), strict=True):
                 if value:
                     setattr(c, name, getattr(c, name) + value)
         if status == STORED:
