@@ -140,14 +140,15 @@ def park(group, lane_pc, waiting, pc, lanes_n):
     waiting[pc] += lanes_n
 
 
-@_engine
+@njit(cache=True, error_model="numpy", _nrt=False, nogil=True)
 def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, cur, budget, R, P, special, cbank,
                   clock, mem, sizes, lanes, l2, scratch, laid, guarded, missed, log_va, log_active, tally,
                   warp_counts, thread_counts, version, bumps, exited):
     """Run the batch's groups as the reference scheduler does, at most `budget` instructions. With
     `current`, the running group (`group`, its counts in `cur`) goes on at pc after a step Python
     ran. Returns (how it stopped, pc, instructions completed); on REFERENCE and STORED the running
-    group is in `group` and `cur`."""
+    group is in `group` and `cur`. It runs without the GIL (`nogil`), so the host's Python goes on
+    while the device computes, on another core, as it would beside a real GPU."""
     L = group.size
     steps = 0
     parked = 0
