@@ -206,8 +206,15 @@ class Function:
     def apply(cls, *args):
         ctx = Context()
         ctx.needs_input_grad = tuple(isinstance(a, Variable) and a.requires_grad for a in args)
-        with _op_span(cls.__name__, args), no_grad():
-            out = cls.forward(ctx, *args)
+        previous, _grad_enabled[0] = _grad_enabled[0], False      # the forward records nothing (no_grad, inlined:
+        try:                                                        # apply runs for every op)
+            if trace.enabled():
+                with _op_span(cls.__name__, args):
+                    out = cls.forward(ctx, *args)
+            else:
+                out = cls.forward(ctx, *args)
+        finally:
+            _grad_enabled[0] = previous
         # an output that is an input itself becomes a new variable over it, so the input keeps its history
         outputs = tuple(o.detach() if any(o is a for a in args) else o
                         for o in (out if isinstance(out, tuple) else (out,)))

@@ -40,6 +40,8 @@ class device:  # noqa: N801 - the name torch users write
         return self if self.type == "cpu" or self.index is not None else device(self.type, 0)
 
     def __eq__(self, other) -> bool:
+        if other is self:
+            return True
         if isinstance(other, str):
             other = device(other)
         return isinstance(other, device) and (self.type, self.index) == (other.type, other.index)

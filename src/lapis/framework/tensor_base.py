@@ -33,11 +33,12 @@ class Size(tuple):
 
 
 class Storage:
-    """A tensor's memory: a flat array and a version counter that in-place ops bump (autograd checks it)."""
-    __slots__ = ("array", "version")
+    """A tensor's memory: a flat array, its dtype, and a version counter that in-place ops bump (autograd checks it)."""
+    __slots__ = ("array", "dtype", "version")
 
     def __init__(self, array):
         self.array, self.version = array, 0
+        self.dtype = _dtype.from_numpy(array.dtype)
 
 
 def device_of(d) -> device:
@@ -77,6 +78,7 @@ class TensorBase(autograd.Variable):
 
     def __init__(self, storage: Storage, shape: tuple, strides: tuple, offset: builtins.int, dev: device):
         self._storage, self._shape, self._strides, self._offset = storage, tuple(shape), tuple(strides), offset
+        self._data_view = None       # `_data`, made at its first use
         self.device = dev
         self.requires_grad = False
         self.grad: TensorBase | None = None
@@ -111,6 +113,11 @@ class TensorBase(autograd.Variable):
     @property
     def _data(self):
         """The strided array the backend reads and writes: a numpy view on cpu, a DeviceNDArray view on a GPU."""
+        if self._data_view is None:
+            self._data_view = self._make_data()
+        return self._data_view
+
+    def _make_data(self):
         flat = self._storage.array
         item = flat.dtype.itemsize
         strides = tuple(s * item for s in self._strides)
@@ -159,7 +166,7 @@ class TensorBase(autograd.Variable):
 
     @property
     def dtype(self) -> _dtype.dtype:
-        return _dtype.from_numpy(self._storage.array.dtype)
+        return self._storage.dtype
 
     @property
     def ndim(self) -> builtins.int:

@@ -156,6 +156,7 @@ class Module:
                     moved = p.detach().to(*args, **kwargs)
                     p._storage, p._shape, p._strides, p._offset = moved._storage, moved._shape, moved._strides, \
                         moved._offset
+                    p._data_view = None
                     p.device = moved.device
             for name, b in list(m._buffers.items()):
                 if b is not None:

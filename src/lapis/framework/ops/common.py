@@ -26,6 +26,8 @@ def check_devices(*tensors) -> device:
 
 def broadcast_shapes(*shapes) -> tuple:
     """torch.broadcast_shapes: numpy's rule, with torch's error."""
+    if shapes and all(s == shapes[0] for s in shapes):
+        return tuple(shapes[0])
     ndim = builtins.max((len(s) for s in shapes), default=0)
     out = [1] * ndim
     for s in shapes:
