@@ -132,3 +132,15 @@ def test_cuda_names_the_amd_gpu_when_it_is_the_only_one():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300,
                          env={**os.environ, "LAPIS_GPUS": "mi300x"}).stdout
     assert out.startswith("[2.0, 2.0, 2.0] cuda:0 hip") and "MI300X" in out       # as a ROCm build of torch
+
+
+def test_dtypes_stay_one_object_through_copies_and_pickles():
+    import copy
+    import pickle
+    t = lapis.ones(3)
+    assert copy.deepcopy(t).dtype is lapis.float32
+    assert pickle.loads(pickle.dumps(t)).dtype is lapis.float32
+    assert copy.deepcopy(lapis.bfloat16) is lapis.bfloat16 and copy.copy(lapis.bool) is lapis.bool
+    model = lapis.nn.Linear(2, 2)
+    copied = copy.deepcopy(model)
+    assert (copied(lapis.ones(1, 2)) @ model.weight).dtype is lapis.float32     # matmul compares dtypes with `is`

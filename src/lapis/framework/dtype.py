@@ -23,6 +23,16 @@ class dtype:  # noqa: N801 - the name torch users write
     def __repr__(self) -> str:
         return f"lapis.{self.name}"
 
+    # One object per dtype, as torch's: copies and pickles of tensors keep comparing with `is`.
+    def __copy__(self) -> "dtype":
+        return self
+
+    def __deepcopy__(self, memo) -> "dtype":
+        return self
+
+    def __reduce__(self):
+        return from_numpy, (self.np,)
+
 
 float32 = dtype("float32", np.float32, 2)
 float64 = dtype("float64", np.float64, 2)
