@@ -183,11 +183,11 @@ class Mmu:
         if size <= 0:
             return []
         needed = PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
-        vpns = np.arange(va >> PAGE_SHIFT, ((va + size - 1) >> PAGE_SHIFT) + 1, dtype=np.uint64)
         with self.lock:
             run = self._lookup_run(vmid, va, va + size - 1)       # the TLB first, as the lanes' path does
             if run is not None and run.flags & needed == needed:
                 return [(run.system, run.pa_start + va - run.va_start, size)]
+            vpns = np.arange(va >> PAGE_SHIFT, ((va + size - 1) >> PAGE_SHIFT) + 1, dtype=np.uint64)
             entries = self._walk(vmid, vpns)
             self._fill(vmid, vpns, entries)
         bad = (entries & np.uint64(needed)) != needed

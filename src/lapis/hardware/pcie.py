@@ -46,6 +46,7 @@ class PcieLink:
         self.transactions += 1
         self.busy_ns += ns
         start, end = self.clock.advance(ns)
-        trace.emit(0, "pcie", sim_start_ns=start, sim_end_ns=end, device=self.device_name,
-                   direction=direction, bytes=nbytes, what=what, modelled_ns=ns)
+        if trace.enabled():
+            trace.emit(0, "pcie", sim_start_ns=start, sim_end_ns=end, device=self.device_name,
+                       direction=direction, bytes=nbytes, what=what, modelled_ns=ns)
         return ns

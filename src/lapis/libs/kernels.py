@@ -252,6 +252,13 @@ def _geometry(api, out: DeviceNDArray, *inputs) -> tuple[tuple, list]:
     return modes, [np.int64(math.prod(shape)), np.int64(len(padded)), *operands]
 
 
+def _span(op: str, out: DeviceNDArray):
+    """The trace span of an elementwise op (its arguments made only when a trace is open)."""
+    if not trace.enabled():
+        return trace.span(4, "elementwise")
+    return trace.span(4, "elementwise", op=op, shape=tuple(out.shape), dtype=str(out.dtype))
+
+
 def _check_function(fn, arity: int) -> None:
     if not isinstance(fn, DeviceFunction) or fn.arity != arity:
         raise KernelArgumentError(f"expected a device function (@cuda.jit(device=True)) of {arity} argument(s), "
@@ -263,7 +270,7 @@ def unary(api, fn, x: DeviceNDArray, out: DeviceNDArray) -> None:
     is the result's (a cast when it differs)."""
     _check_function(fn, 1)
     modes, (n, ndim, shape, sx, x, sout, out) = _geometry(api, out, x)
-    with trace.span(4, "elementwise", op=fn.__name__, shape=tuple(out.shape), dtype=str(out.dtype)):
+    with _span(fn.__name__, out):
         if n:
             _dispatcher(api, ("unary", fn, modes), lambda: make_unary_kernel(fn, modes))[
                 max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sx, x, sout, out)
@@ -279,7 +286,7 @@ def binary(api, fn, a, b, out: DeviceNDArray) -> None:
     operand may be a numpy scalar, passed to the kernel as an argument."""
     _check_function(fn, 2)
     modes, (n, ndim, shape, sa, a, sb, b, sout, out) = _geometry(api, out, a, b)
-    with trace.span(4, "elementwise", op=fn.__name__, shape=tuple(out.shape), dtype=str(out.dtype)):
+    with _span(fn.__name__, out):
         if n:
             _dispatcher(api, ("binary", fn, modes), lambda: make_binary_kernel(fn, modes))[
                 max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sa, a, sb, b, sout, out)
@@ -288,7 +295,7 @@ def binary(api, fn, a, b, out: DeviceNDArray) -> None:
 def where(api, cond: DeviceNDArray, a, b, out: DeviceNDArray) -> None:
     """out = a where cond else b, broadcast; a or b may be a numpy scalar."""
     modes, (n, ndim, shape, sc, cond, sa, a, sb, b, sout, out) = _geometry(api, out, cond, a, b)
-    with trace.span(4, "elementwise", op="where", shape=tuple(out.shape), dtype=str(out.dtype)):
+    with _span("where", out):
         if n:
             _dispatcher(api, ("where", modes), lambda: make_where_kernel(modes))[
                 max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sc, cond, sa, a, sb, b, sout, out)

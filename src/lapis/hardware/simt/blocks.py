@@ -54,6 +54,7 @@ class ResidentBlocks:
         self.special = np.zeros((len(SR), L), U32)      # a row per special register; the blocks' set in `start`
         self.special[SR.TID_X], self.special[SR.TID_Y], self.special[SR.TID_Z] = t % bx, t // bx % by, t // (bx * by)
         self.special[SR.LANEID], self.special[SR.WARPID] = self.lane_in_warp, t // ws
+        self._blocks_set: tuple | None = None          # (first block, grid) the block rows were set for
 
         self.derived = DerivedValues(d.program, d.registers, core.caches.enabled)
         self.exited = np.zeros(L, bool)                  # lanes that ran EXIT
@@ -85,11 +86,13 @@ class ResidentBlocks:
         self.registers.reset()
         self.shared_u32.fill(0)
         self.local_u32.fill(0)
-        gx, gy, _ = self.d.grid
-        b = first_block + self.lane_block
-        self.special[SR.CTAID_X], self.special[SR.CTAID_Y] = b % gx, b // gx % gy
-        self.special[SR.CTAID_Z] = b // (gx * gy)
-        self.special[SR.SMID] = b % self.core.profile.compute_units     # blocks go round-robin to the units
+        if self._blocks_set != (first_block, self.d.grid):     # a kept batch relaunched alike has them already
+            gx, gy, _ = self.d.grid
+            b = first_block + self.lane_block
+            self.special[SR.CTAID_X], self.special[SR.CTAID_Y] = b % gx, b // gx % gy
+            self.special[SR.CTAID_Z] = b // (gx * gy)
+            self.special[SR.SMID] = b % self.core.profile.compute_units     # blocks go round-robin to the units
+            self._blocks_set = (first_block, self.d.grid)
         self.exited.fill(False)
         self.derived.clear()
 
