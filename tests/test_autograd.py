@@ -172,6 +172,29 @@ def test_each_grad_is_memory_of_its_own():
     assert given.tolist() == [2.0, 4.0]                    # the caller's gradient is not c.grad
 
 
+def test_gradients_no_other_tensor_holds_are_stored_without_a_copy():
+    # a Linear's weight gradient is computed in the weight's layout and its bias gradient is a reshape of
+    # a fresh sum: torch's AccumulateGrad steals both, and so does lapis (no copy kernel on a GPU)
+    from lapis import trace
+    lin = lapis.nn.Linear(4, 3).to("cuda")
+    x, c = lapis.randn(5, 4, device="cuda"), lapis.randn(5, 3, device="cuda")
+    loss = (lin(x) * c).sum()                              # (a plain sum's gradient is a broadcast, copied for gemm)
+    with trace() as t:
+        loss.backward()
+    assert not [e for e in t.select(4, "elementwise") if e.args.get("op") == "identity"]
+    theirs = torch.nn.Linear(4, 3)
+    theirs.weight.data, theirs.bias.data = (torch.tensor(p.detach().cpu().numpy()) for p in (lin.weight, lin.bias))
+    (theirs(torch.tensor(x.cpu().numpy())) * torch.tensor(c.cpu().numpy())).sum().backward()
+    np.testing.assert_allclose(lin.weight.grad.cpu().numpy(), theirs.weight.grad.numpy(), rtol=1e-5)
+    np.testing.assert_allclose(lin.bias.grad.cpu().numpy(), theirs.bias.grad.numpy(), rtol=1e-5)
+    assert lin.weight.grad.is_contiguous() and lin.weight.grad.shape == (3, 4)
+    kept = lapis.ones(2, 3, requires_grad=True)
+    g = lapis.ones(6)
+    kept.reshape(6).backward(g)            # the gradient reaching kept is a view of g, which the caller holds
+    kept.grad.mul_(2)
+    assert g.tolist() == [1.0] * 6 and kept.grad.tolist() == [[2.0] * 3] * 2
+
+
 @pytest.mark.parametrize("device", ["cpu", "cuda"])
 def test_gradients_masked_by_a_selection_stay_zero_under_an_infinite_gradient(device):
     # sqrt's gradient at 0 is inf; relu, maximum, where and max select it away, as torch's do (inf * 0 is NaN)

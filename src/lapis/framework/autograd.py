@@ -65,6 +65,7 @@ class Variable:
         numel(), detach(), clone(), new_zeros/new_ones(shape, dtype=, device=), to(dtype), sum_to_size(shape),
         + (accumulation)
         _shares_storage(other)              whether the two read the same memory
+        _alone_on_storage()                 whether no other tensor holds its memory
     """
 
     __slots__ = ()
@@ -325,11 +326,7 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool, captu
                                    "need to backward through the graph a second time.")
             if wanted is None:
                 _retain(node, slots, shared)
-            like = next(g for g in slots if g is not None)
-            for nr, meta in enumerate(node.output_meta):   # an output no gradient reached contributes zeros
-                if slots[nr] is None and meta is not None:
-                    shape, dtype, device = meta
-                    slots[nr] = like.new_zeros(shape, dtype=dtype, device=device)
+            _fill_missing(node, slots)
             with _op_span(node.name(), [g for g in slots if g is not None]):
                 input_grads = node.check(node.function.backward(node.ctx, *slots))
             if create_graph and node.function.once_differentiable:
@@ -342,13 +339,24 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool, captu
     return found
 
 
+def _fill_missing(node: Node, slots: list) -> None:
+    """An output of the node no gradient reached contributes zeros. (A function of its own: a local
+    holding a gradient would keep its memory from being stored without a copy.)"""
+    like = next(g for g in slots if g is not None)
+    for nr, meta in enumerate(node.output_meta):
+        if slots[nr] is None and meta is not None:
+            shape, dtype, device = meta
+            slots[nr] = like.new_zeros(shape, dtype=dtype, device=device)
+
+
 def _accumulate(t: Variable, g, create_graph: bool, shared: set) -> None:
     """t.grad += g. A first gradient is stored as is only when nothing else can see its memory; otherwise as a
     copy: g may be an expanded view (a sum's gradient), the tensor another input received too (an add's), or
     one the caller passed, and an in-place op on .grad must change no other tensor (torch's AccumulateGrad
-    steals a gradient no one else holds and copies the others). `shared` holds the ids of the tensors the
-    caller passed and of those already stored."""
-    own = g.is_contiguous() and not g._is_view and id(g) not in shared
+    steals a gradient no one else holds and copies the others). A view is stolen too when no other tensor
+    shares its memory any more (a reshape of a gradient nothing else kept). `shared` holds the ids of the
+    tensors the caller passed and of those already stored."""
+    own = g.is_contiguous() and id(g) not in shared and (not g._is_view or g._alone_on_storage())
     shared.add(id(g))
     g = g if create_graph else g.detach()
     t.grad = t.grad + g if t.grad is not None else g if own else g.clone()

@@ -13,6 +13,7 @@ PyTorch's C++ core is handed its Python Tensor class, so that ops never import t
 
 import builtins
 import math
+import sys
 
 import numpy as np
 
@@ -141,6 +142,10 @@ class TensorBase(autograd.Variable):
 
     def _shares_storage(self, other: "TensorBase") -> bool:
         return self._storage is other._storage
+
+    def _alone_on_storage(self) -> bool:
+        """No other tensor holds this one's memory (CPython's reference count: this tensor's and the call's)."""
+        return sys.getrefcount(self._storage) <= 2
 
     @property
     def _version(self) -> builtins.int:

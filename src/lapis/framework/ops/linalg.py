@@ -35,7 +35,17 @@ class MatMul(Function):
     @staticmethod
     def backward(ctx, g):
         a, b = ctx.saved_tensors
-        return (g @ b.t() if ctx.needs_input_grad[0] else None, a.t() @ g if ctx.needs_input_grad[1] else None)
+        return (_product_like(a, g, b.t()) if ctx.needs_input_grad[0] else None,
+                _product_like(b, a.t(), g) if ctx.needs_input_grad[1] else None)
+
+
+def _product_like(x: TensorBase, p: TensorBase, q: TensorBase) -> TensorBase:
+    """p @ q, the gradient of x, laid out as x is: for a transposed view x (linear's weight.t()) it is
+    computed as (q.T @ p.T).T, so that the weight's gradient comes out row-major, as the weight is, and is
+    stored without a copy (torch's mm_mat1_backward and mm_mat2_backward do the same)."""
+    if not x.is_contiguous() and x.t().is_contiguous():
+        return matmul(q.t(), p.t()).t()
+    return matmul(p, q)
 
 
 def _bmm_ready(x: TensorBase) -> TensorBase:
