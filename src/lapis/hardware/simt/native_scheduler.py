@@ -140,15 +140,16 @@ def park(group, lane_pc, waiting, pc, lanes_n):
     waiting[pc] += lanes_n
 
 
-@njit(cache=True, error_model="numpy", _nrt=False, nogil=True)
+@njit(cache=True, error_model="numpy", _nrt=False)
 def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, cur, budget, R, P, special, cbank,
                   clock, mem, sizes, lanes, l2, scratch, laid, guarded, missed, log_va, log_active, tally,
                   warp_counts, thread_counts, version, bumps, exited):
     """Run the batch's groups as the reference scheduler does, at most `budget` instructions. With
     `current`, the running group (`group`, its counts in `cur`) goes on at pc after a step Python
     ran. Returns (how it stopped, pc, instructions completed); on REFERENCE and STORED the running
-    group is in `group` and `cur`. It runs without the GIL (`nogil`), so the host's Python goes on
-    while the device computes, on another core, as it would beside a real GPU."""
+    group is in `group` and `cur`. It keeps the GIL: released, the command processor's thread waited
+    up to the interpreter's switch interval (5 ms) to take it back from a host thread issuing work,
+    which cost a tiny kernel more than the overlap won."""
     L = group.size
     steps = 0
     parked = 0
