@@ -172,6 +172,13 @@ def test_each_grad_is_memory_of_its_own():
     assert given.tolist() == [2.0, 4.0]                    # the caller's gradient is not c.grad
 
 
+def test_backward_from_a_leaf_accumulates_into_its_grad():
+    ours, theirs = lapis.ones(2, requires_grad=True), torch.ones(2, requires_grad=True)
+    ours.backward(lapis.tensor([1.0, 2.0]))
+    theirs.backward(torch.tensor([1.0, 2.0]))
+    assert ours.grad.tolist() == theirs.grad.tolist() == [1.0, 2.0]
+
+
 def test_gradients_no_other_tensor_holds_are_stored_without_a_copy():
     # a Linear's weight gradient is computed in the weight's layout and its bias gradient is a reshape of
     # a fresh sum: torch's AccumulateGrad steals both, and so does lapis (no copy kernel on a GPU)

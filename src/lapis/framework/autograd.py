@@ -305,9 +305,10 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool, captu
 
     shared = {id(g) for g in grads}                      # the caller's gradients stay the caller's
     with _GradMode(create_graph):
-        for t, g in zip(roots, grads, strict=True):
-            send(gradient_edge(t), g)
-        for node in _topological([gradient_edge(t)[0] for t in roots]):
+        edges = [gradient_edge(t) for t in roots]       # once: a leaf's accumulator lives only while held
+        for edge, g in zip(edges, grads, strict=True):
+            send(edge, g)
+        for node in _topological([edge[0] for edge in edges]):
             slots = pending.pop(id(node), None)
             if slots is None:
                 continue
