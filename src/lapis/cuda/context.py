@@ -500,22 +500,41 @@ class Event:
         return f"<Event {id(self):#x}{where}>"
 
 
+_SCALAR_FORMATS = {"int32": "i", "uint32": "I", "int64": "q", "float32": "f", "float64": "d", "bool": "I",
+                   "float16": "H", "bfloat16": "H"}
+_PACKERS: dict[int, tuple] = {}       # id(layout) -> (layout, struct, argument order): made at a kernel's first launch
+
+
+def _packer(layout: list[dict], values: list) -> tuple[struct.Struct, list[int]]:
+    """One struct for a kernel's whole segment (gaps as pad bytes), and the arguments in offset order."""
+    kept = _PACKERS.get(id(layout))
+    if kept is not None and kept[0] is layout:
+        return kept[1], kept[2]
+    order = sorted(range(len(layout)), key=lambda i: layout[i]["offset"])
+    fmt, at = "<", 0
+    for i in order:
+        entry, value = layout[i], values[i]
+        field = f"Q{value.ndim}q{value.ndim}q" if entry["kind"] == "array" else _SCALAR_FORMATS[entry["dtype"]]
+        fmt += "x" * (entry["offset"] - at) + field
+        at = entry["offset"] + struct.calcsize("<" + field)
+    size = max((e["offset"] + e["size"] for e in layout), default=0)
+    packer = struct.Struct(fmt + "x" * (-(-size // 8) * 8 - at))
+    _PACKERS[id(layout)] = (layout, packer, order)
+    return packer, order
+
+
 def pack_kernargs(layout: list[dict], values: list) -> bytes:
     """The kernarg segment: each argument at its layout offset (arrays as pointer, shape, strides)."""
-    size = max((e["offset"] + e["size"] for e in layout), default=0)
-    out = bytearray(-(-size // 8) * 8)
-    for entry, value in zip(layout, values, strict=True):
-        off = entry["offset"]
+    packer, order = _packer(layout, values)
+    fields = []
+    for i in order:
+        entry, value = layout[i], values[i]
         if entry["kind"] == "array":
             itemsize = value.dtype.itemsize
-            strides = [s // itemsize for s in value.strides]
-            struct.pack_into(f"<Q{value.ndim}q{value.ndim}q", out, off, value.ptr, *value.shape, *strides)
+            fields += (value.ptr, *value.shape, *(s // itemsize for s in value.strides))
+        elif entry["dtype"] in ("float16", "bfloat16"):         # a half: its 16 bits
+            fields.append(int(np.asarray(value, T.scalar_of(entry["dtype"]).dtype).view(np.uint16)))
         else:
-            if entry["dtype"] in ("float16", "bfloat16"):    # a half: its 16 bits
-                bits = np.asarray(value, T.scalar_of(entry["dtype"]).dtype).view(np.uint16)
-                struct.pack_into("<H", out, off, int(bits))
-                continue
-            fmt = {"int32": "<i", "uint32": "<I", "int64": "<q", "float32": "<f", "float64": "<d", "bool": "<I"}
             v = value.item() if hasattr(value, "item") else value
-            struct.pack_into(fmt[entry["dtype"]], out, off, int(v) if entry["dtype"] == "bool" else v)
-    return bytes(out)
+            fields.append(int(v) if entry["dtype"] == "bool" else v)
+    return packer.pack(*fields)

@@ -23,10 +23,16 @@ from lapis.cuda.context import pack_kernargs
 from lapis.cuda.devicearray import DeviceNDArray
 from lapis.cuda.errors import LaunchError
 
+_ARRAY_TYPES: dict[tuple, T.ArrayType] = {}       # (dtype, ndim, layout) -> its type: launches see few
+
 
 def typeof(value, index: int, name: str):
     if isinstance(value, DeviceNDArray):
-        return T.ArrayType(T.scalar_of(value.dtype), value.ndim, value.layout)
+        key = (value.dtype, len(value.shape), value.layout)
+        kind = _ARRAY_TYPES.get(key)
+        if kind is None:
+            kind = _ARRAY_TYPES[key] = T.ArrayType(T.scalar_of(value.dtype), value.ndim, value.layout)
+        return kind
     if isinstance(value, np.ndarray):
         raise TypeError(f"kernel argument {index} ({name!r}) is a host numpy array; kernels read device memory, "
                         "so copy it first with cuda.to_device(array) (and back with .copy_to_host())")
