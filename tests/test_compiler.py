@@ -159,6 +159,20 @@ def test_math_functions_and_division():
 
 
 @cuda.jit
+def quotient_and_remainder(out, w):
+    i = cuda.grid(1) - 64
+    out[i + 64] = (i // w) * 100 + i % w
+
+
+def test_a_quotient_and_remainder_of_the_same_operands_share_one_division():
+    out = cuda.device_array(128, np.int64)
+    quotient_and_remainder[1, 128](out, np.int64(7))
+    xs = np.arange(-64, 64)
+    assert np.array_equal(out.copy_to_host(), xs // 7 * 100 + xs % 7)        # Python's floor semantics
+    assert quotient_and_remainder.inspect_asm().count("FRND.FLOOR.F64") == 1   # one floored quotient
+
+
+@cuda.jit
 def wide_types(a, b, out_i, out_f):
     i = cuda.grid(1)
     if i < a.size:

@@ -112,6 +112,7 @@ class InstructionSelector:
         self.const_regs: dict[tuple, VReg] = {}
         self.const_home: dict[str, MBlock] = {}
         self.addr_cache: dict[tuple, VReg] = {}
+        self.divmods: dict[tuple, tuple[VReg, VReg]] = {}   # (block, a, b, type) -> (a // b, a % b)
         self.uses = func.uses()
         self.fused: set[ir.Value] = set()
         self.block: MBlock | None = None
@@ -530,9 +531,15 @@ class InstructionSelector:
         The quotient is estimated in float64 (exact operands for 32-bit integers, and for 64-bit
         ones below 2^53), floored, and corrected by one step each way, so the remainder ends up
         with the divisor's sign as Python defines it. A zero divisor gives an unspecified value,
-        as on a GPU, not an exception."""
+        as on a GPU, not an exception. `a // b` and `a % b` in one block share one division."""
         a, b = v.args
         t = v.type
+        key = (self.block.label, a, b, t)
+        if key not in self.divmods:
+            self.divmods[key] = self._divide(a, b, t)
+        return self.divmods[key]
+
+    def _divide(self, a: ir.Value, b: ir.Value, t) -> tuple[VReg, VReg]:
         wide = T.int64 if t.bits == 64 or t.kind == "uint" else T.int32      # uint32 goes through int64
         ra, rb = self.reg(a), self.reg(b)
         if wide != t:
