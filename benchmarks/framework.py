@@ -4,11 +4,12 @@ framework op going down the stack), and of one training step of each example's m
     python benchmarks/framework.py [--device cuda|hip] [--repeat N] [--steps N]
 
 Per op: the mean wall time of `x + y` on 4-element tensors over `repeat` ops, synchronized at the
-end, beside the same on cpu and in PyTorch. Per step: forward, backward and optimizer step of the
-digits MLP, the digits CNN, the character transformer and a tiny GPT (nanoGPT's smallest) at the
-examples' batch sizes, after one warm-up step (which compiles the kernels), with the same step on
-lapis's cpu device, the number of kernels a step launches and their simulated time. `--digits`
-also trains the digits MLP (64-128-10, batch 64) for 330 Adam steps.
+end, the fastest of five rounds after a warm-up round, beside the same on cpu and in PyTorch. Per
+step: forward, backward and optimizer step of the digits MLP, the digits CNN, the character
+transformer and a tiny GPT (nanoGPT's smallest) at the examples' batch sizes, after a warm-up step
+(which compiles the kernels) and a traced one (which counts the kernels a step launches and their
+simulated time), with the same step on lapis's cpu device. `--digits` also trains the digits MLP
+(64-128-10, batch 64) for 330 Adam steps.
 """
 
 import argparse
@@ -31,11 +32,21 @@ def per_op(device: str, repeat: int) -> tuple[float, int]:
     (x + y).cpu()                                    # compiles and warms the caches
     with trace() as t:
         (x + y).cpu()
-    start = time.perf_counter()
-    for _ in range(repeat):
-        z = x + y
-    z.cpu()
-    return (time.perf_counter() - start) / repeat, len(t.select(0, "kernel"))
+    return best_of(lambda: (x + y), lambda z: z.cpu(), repeat), len(t.select(0, "kernel"))
+
+
+def best_of(op, finish, repeat: int, rounds: int = 5) -> float:
+    """The mean time of `op` over `repeat` calls (then `finish` on the last result), the fastest of
+    `rounds` rounds after a warm-up round: the host is shared, and the least disturbed round is the
+    op's own cost."""
+    times = []
+    for _ in range(rounds + 1):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            z = op()
+        finish(z)
+        times.append((time.perf_counter() - start) / repeat)
+    return min(times[1:])
 
 
 def models(device: str):
@@ -118,11 +129,7 @@ def torch_per_op(repeat: int) -> float:
     except ImportError:
         return float("nan")
     x, y = torch.ones(4), torch.ones(4)
-    x + y                                            # the first op initialises torch
-    start = time.perf_counter()
-    for _ in range(repeat):
-        x + y
-    return (time.perf_counter() - start) / repeat
+    return best_of(lambda: x + y, lambda z: None, repeat)
 
 
 if __name__ == "__main__":
