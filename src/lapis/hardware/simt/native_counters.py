@@ -48,6 +48,24 @@ def heapsort(a, n):
         sift_down(a, 0, end)
 
 
+@counter
+def sort_keys(keys, n):
+    """Sort the (warp, sector) keys of keys[:n]. Lanes come warp by warp, so keys are out of order only
+    within a warp (a gather, a transpose): insertion sort then moves each at most a warp's length. Any
+    other order (lanes of one warp far apart) gets a heapsort."""
+    for i in range(1, n):
+        if (keys[i] >> SECTOR_BITS) < (keys[i - 1] >> SECTOR_BITS):
+            heapsort(keys, n)
+            return
+    for i in range(1, n):
+        key = keys[i]
+        j = i - 1
+        while j >= 0 and keys[j] > key:
+            keys[j + 1] = keys[j]
+            j -= 1
+        keys[j + 1] = key
+
+
 @njit(inline="always", cache=True, _nrt=False)
 def sift_down(a, root, n):
     while True:
@@ -80,7 +98,7 @@ def count_global(active, pa, padded_lane, warp_size, nbytes, write, system, l2_t
             ordered = False
             break
     if not ordered:
-        heapsort(keys, n)
+        sort_keys(keys, n)
     touched = 0                                       # distinct keys' sectors, compacted to the front, in order
     previous = -1
     for i in range(n):
