@@ -127,6 +127,13 @@ class TensorBase(autograd.Variable):
         return DeviceNDArray(self._shape, strides, flat.dtype, flat.context, flat.memory,
                              flat.ptr + self._offset * item, "C" if self.is_contiguous() else None)
 
+    def _take(self, other: "TensorBase") -> None:
+        """Become a view of other's memory, layout and device in place (torch's `.data` assignment)."""
+        self._storage, self._shape, self._strides, self._offset = other._storage, other._shape, other._strides, \
+            other._offset
+        self.device = other.device
+        self._data_view = None
+
     def _view(self, shape, strides, offset) -> "TensorBase":
         view = TensorBase.made_class(self._storage, shape, strides, offset, self.device)
         view._is_view = True

@@ -153,11 +153,7 @@ class Module:
         for m in self.modules():
             for p in m._parameters.values():
                 if p is not None:
-                    moved = p.detach().to(*args, **kwargs)
-                    p._storage, p._shape, p._strides, p._offset = moved._storage, moved._shape, moved._strides, \
-                        moved._offset
-                    p._data_view = None
-                    p.device = moved.device
+                    p._take(p.detach().to(*args, **kwargs))
             for name, b in list(m._buffers.items()):
                 if b is not None:
                     m._buffers[name] = b.to(*args, **kwargs)
