@@ -156,9 +156,11 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
         kind = result(mod("w") == "64", "LDC64")
     elif op == "SEL":
         row[D], row[A] = dst(inst.rd), src(inst.ra)
-    elif op in ("IADD", "IMUL", "LOP"):
+    elif op in ("IADD", "IMUL", "LOP", "SHL", "SHR"):
         if op == "LOP":
             row[M1] = ("AND", "OR", "XOR").index(mod("op"))
+        if op == "SHR":
+            row[M1] = mod("t") == "S32"
         if mod("w") == "64":
             kind, wide_b = op + "64", True
             row[D], row[D2] = pair_dst(inst.rd)
@@ -178,15 +180,6 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
                 row[A] = src(inst.ra)
             else:
                 row[A], row[A2] = pair_src(inst.ra)
-    elif op in ("SHL", "SHR"):
-        if op == "SHR":
-            row[M1] = mod("t") == "S32"
-        if mod("w") == "64":
-            kind, wide_b = op + "64", True
-            row[D], row[D2] = pair_dst(inst.rd)
-            row[A], row[A2] = pair_src(inst.ra)
-        else:
-            row[D], row[A] = dst(inst.rd), src(inst.ra)
     elif op in ("IMNMX", "ISETP"):
         t = mod("t")
         if op == "IMNMX":
