@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import pointers
+from lapis.hardware.mmu import MemoryFault
 from lapis.hardware.simt import KernelFault
 
 # out[tid] = a[tid] + b[tid] for a grid of blocks; kernargs: a, b, out pointers at 0x160.
@@ -176,6 +177,22 @@ def test_unmapping_flushes_the_tlb(bench):
     bench.space.unmap(va, data.nbytes)
     with pytest.raises(KernelFault, match="not mapped"):
         bench.run(src, args=pointers(va))
+
+
+def test_one_tlb_miss_fills_the_pages_around_it(bench):
+    """A walk fills the whole leaf table's runs: the other pages of a buffer, and a neighbouring
+    buffer, translate without walking again; a page outside any buffer still faults."""
+    first = bench.buffer(np.zeros(3 * 4096 // 4, np.float32))
+    second = bench.buffer(np.zeros(1024, np.float32))
+    mmu, vmid = bench.gpu.mmu, bench.space.vmid
+    mmu.invalidate(vmid)
+    mmu.translate_range(vmid, first, 4, write=False)
+    walks = mmu.walks
+    assert mmu.translate_range(vmid, first + 2 * 4096 + 8, 8, write=True)[0][2] == 8
+    mmu.translate_range(vmid, second + 100, 4, write=False)
+    assert mmu.walks == walks
+    with pytest.raises(MemoryFault, match="not mapped"):
+        mmu.translate_range(vmid, first + 3 * 4096 + 100 * 4096, 4, write=False)
 
 
 def test_watchdog_stops_an_infinite_loop(bench):

@@ -11,7 +11,9 @@ only), 2 writable, 3 executable, 12-51 physical address of the page or next-leve
 
 The TLB holds runs: spans of virtual pages that map to contiguous physical pages with the
 same flags, so an instruction whose lanes all fall in one buffer is translated with one
-min/max check and one addition, whatever its number of lanes. The driver must call
+min/max check and one addition, whatever its number of lanes. A miss walks every page of the
+leaf tables it touches (512 pages, 2 MiB each), as a GPU's TLB fills a whole fragment of
+contiguous pages from one walk, so neighbouring pages of a buffer share one run. The driver must call
 `invalidate` after it changes a mapping, as a real driver flushes the TLB.
 """
 
@@ -30,7 +32,8 @@ ENTRY_BYTES = 8             # ... of 8 bytes: a table is one page
 VA_BITS = 48
 PTE_VALID, PTE_SYSTEM, PTE_WRITABLE, PTE_EXECUTABLE = 1, 2, 4, 8
 ADDRESS_MASK = ((1 << 52) - 1) & ~(PAGE_BYTES - 1)
-_TLB_RUNS = 64
+TLB_LEAVES = 256            # leaf tables (2 MiB of virtual addresses each) the TLB holds runs for
+LEAF_SHIFT = 12 + 9
 
 
 def level_shift(level: int) -> int:
@@ -71,7 +74,7 @@ class Mmu:
     def __init__(self, vram: PhysicalMemory):
         self.vram = vram
         self.roots: dict[int, int] = {}          # vmid -> physical address of its root table
-        self.tlb: dict[int, list[Run]] = {}
+        self.tlb: dict[int, dict[int, list[Run]]] = {}   # vmid -> leaf table index -> runs in that leaf
         self.walks = 0
         # The driver changes mappings on host threads while the command processor translates on
         # its own: a translation and an invalidation never interleave.
@@ -107,9 +110,15 @@ class Mmu:
             table = entry & np.uint64(ADDRESS_MASK)
         return np.where(valid, entry, 0).astype(np.uint64)
 
+    def _fill_around(self, vmid: int, vpn_lo: int, vpn_hi: int) -> None:
+        """Walk the leaf tables holding pages vpn_lo..vpn_hi, all of their pages, into the TLB."""
+        first, last = vpn_lo & ~(ENTRIES - 1), vpn_hi | (ENTRIES - 1)
+        vpns = np.arange(first, last + 1, dtype=np.uint64)
+        self._fill(vmid, vpns, self._walk(vmid, vpns))
+
     def _fill(self, vmid: int, vpns: np.ndarray, entries: np.ndarray) -> None:
         """Insert runs of consecutive valid pages into the TLB."""
-        runs = self.tlb.setdefault(vmid, [])
+        leaves = self.tlb.setdefault(vmid, {})
         pas = entries & np.uint64(ADDRESS_MASK)
         flags = entries & np.uint64(PAGE_BYTES - 1)
         breaks = np.flatnonzero((np.diff(vpns.astype(np.int64)) != 1) | (np.diff(pas.astype(np.int64)) != PAGE_BYTES)
@@ -118,12 +127,18 @@ class Mmu:
             first, last = chunk[0], chunk[-1]
             if not entries[first] & np.uint64(PTE_VALID):
                 continue
-            runs.insert(0, Run(int(vpns[first]) << PAGE_SHIFT, (int(vpns[last]) + 1) << PAGE_SHIFT,
-                               int(pas[first]), int(flags[first])))
-        del runs[_TLB_RUNS:]
+            run = Run(int(vpns[first]) << PAGE_SHIFT, (int(vpns[last]) + 1) << PAGE_SHIFT, int(pas[first]),
+                      int(flags[first]))
+            for leaf in range(run.va_start >> LEAF_SHIFT, ((run.va_end - 1) >> LEAF_SHIFT) + 1):
+                runs = leaves.pop(leaf, [])          # re-inserted last: the newest leaves are kept
+                if run not in runs:
+                    runs.insert(0, run)
+                leaves[leaf] = runs
+        while len(leaves) > TLB_LEAVES:
+            del leaves[next(iter(leaves))]
 
     def _lookup_run(self, vmid: int, lo: int, hi: int) -> Run | None:
-        for run in self.tlb.get(vmid, ()):
+        for run in self.tlb.get(vmid, {}).get(lo >> LEAF_SHIFT, ()):
             if run.va_start <= lo and hi < run.va_end:
                 return run
         return None
@@ -144,12 +159,11 @@ class Mmu:
         if run is None:
             vpn_lo, vpn_hi = lo >> PAGE_SHIFT, hi >> PAGE_SHIFT
             if vpn_hi - vpn_lo < 4096:
-                vpns = np.arange(vpn_lo, vpn_hi + 1, dtype=np.uint64)
+                self._fill_around(vmid, vpn_lo, vpn_hi)
             else:
                 vpns = np.unique(np.concatenate([va >> np.uint64(PAGE_SHIFT),
                                                  (va + np.uint64(nbytes - 1)) >> np.uint64(PAGE_SHIFT)]))
-            entries = self._walk(vmid, vpns)
-            self._fill(vmid, vpns, entries)
+                self._fill(vmid, vpns, self._walk(vmid, vpns))
             run = self._lookup_run(vmid, lo, hi)
         if run is not None:
             if write and not run.flags & PTE_WRITABLE:
@@ -185,6 +199,9 @@ class Mmu:
         needed = PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
         with self.lock:
             run = self._lookup_run(vmid, va, va + size - 1)       # the TLB first, as the lanes' path does
+            if run is None and size <= PAGE_BYTES:                 # a descriptor, code, arguments, a packet
+                self._fill_around(vmid, va >> PAGE_SHIFT, (va + size - 1) >> PAGE_SHIFT)
+                run = self._lookup_run(vmid, va, va + size - 1)
             if run is not None and run.flags & needed == needed:
                 return [(run.system, run.pa_start + va - run.va_start, size)]
             vpns = np.arange(va >> PAGE_SHIFT, ((va + size - 1) >> PAGE_SHIFT) + 1, dtype=np.uint64)
