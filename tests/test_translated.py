@@ -79,8 +79,8 @@ def integer_arithmetic(bench, rng, n):
 
 
 def global_memory(bench, rng, n):
-    """Byte, halfword, word and 64/128-bit loads and stores, guarded, to VRAM and host memory, and a
-    scatter whose lanes collide."""
+    """Byte, halfword, word and 64/128-bit loads and stores, guarded, to VRAM and host memory, a
+    scatter whose lanes collide, and a load whose lanes read two buffers (pages that are not one run)."""
     table = bench.buffer(rng.integers(0, 2**32, 4096).astype(np.uint32))
     host = bench.buffer(np.zeros(1024, np.uint32), system=True)
     out = bench.buffer(np.zeros(4096, np.uint32))
@@ -97,8 +97,9 @@ def global_memory(bench, rng, n):
         LDG.E R43, [R72.64] ;
         LOP.AND R74, R8, 0x3f ; IMAD.WIDE R76, R74, 0x8, R64 ;
         STG.E.64 [R76.64], R8 ; STG.E.U8 [R76.64+0x1], R9 ;
+        SEL R80, R60, R64, P0 ; SEL R81, R61, R65, P0 ; LDG.E R52, [R80.64+0x40] ;
     """
-    return body, rng.integers(0, 2**32, (n, 2)), 12, {}, [(out, np.zeros(4096, np.uint32)),
+    return body, rng.integers(0, 2**32, (n, 2)), 13, {}, [(out, np.zeros(4096, np.uint32)),
                                                           (host, np.zeros(1024, np.uint32))]
 
 
@@ -141,6 +142,7 @@ def test_the_cases_cover_every_operation_the_engine_has():
     ("LDG.E R40, [R60.64+0x100000]", r"address is not mapped \(read\) at address 0x7f0000100000"),
     ("STS [R0+0x400], R8", r"shared memory access outside the block's 256 bytes"),
     ("LDL R40, [R0-0x4]", r"local memory access outside the thread's 16 bytes"),
+    ("STG.E [R60.64+0x1000], R8", r"address is not mapped \(write\) at address 0x7f0000001000"),
 ])
 def test_a_faulting_instruction_reports_the_same_fault(sim, instruction, message, monkeypatch):
     monkeypatch.setenv("LAPIS_SIM", sim)

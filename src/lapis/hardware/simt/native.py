@@ -265,10 +265,60 @@ def walk(vram_u64, root, vpn):
     return entry
 
 
+RUN_PAGES = 64              # the widest span of pages the one-run path of `global_addresses` walks
+
+
 @_engine
-def global_addresses(t, active, R, write, vram_u64, root, logging, va_log, where):
+def global_addresses(t, active, full, R, write, vram_u64, root, logging, va_log, where):
     """Physical address of each active lane's global access into `where`; returns the aperture
-    (0 VRAM, 1 host memory), -1 when no lane is active, or -2 when a lane would fault."""
+    (0 VRAM, 1 host memory), -1 when no lane is active, or -2 when a lane would fault.
+
+    Lanes mostly fall in one buffer: when every active lane's address is aligned and the pages
+    they span map, in order, to contiguous physical pages that allow the access, one addition
+    translates them all (in loops LLVM vectorizes), as the reference's TLB runs do. Otherwise
+    each lane is walked and checked in lane order (`lane_addresses`)."""
+    nbytes, off = t[tr.WIDTH], t[tr.SIMM]
+    a, a2 = t[tr.A], t[tr.A2]
+    L = R.shape[1]
+    lo, hi, bits, n = np.int64(1 << 62), np.int64(-1), np.int64(0), 0
+    if full:
+        for l in range(L):
+            va = pair(R, a, a2, l) + off
+            where[l] = va
+            lo, hi, bits = min(lo, va), max(hi, va), bits | va
+        n = L
+    else:
+        for l in range(L):
+            va = pair(R, a, a2, l) + off
+            where[l] = va
+            on = active[l]
+            lo, hi = min(lo, va if on else lo), max(hi, va if on else hi)
+            bits |= va if on else 0
+            n += on
+    if n == 0:
+        return -1
+    span = (hi >> 12) - (lo >> 12)
+    if lo < 0 or bits & (nbytes - 1) or span >= RUN_PAGES:
+        return lane_addresses(t, active, R, write, vram_u64, root, logging, va_log, where)
+    first = walk(vram_u64, root, np.uint64(lo) >> np.uint64(12))
+    for page in range(span + 1):
+        entry = walk(vram_u64, root, (np.uint64(lo) >> np.uint64(12)) + np.uint64(page)) if page else first
+        if (not entry & 1 or (write and not entry & 4) or (entry & 2) != (first & 2)
+                or (entry & ADDRESS_MASK) != (first & ADDRESS_MASK) + page * 4096):
+            return lane_addresses(t, active, R, write, vram_u64, root, logging, va_log, where)
+    if logging:
+        for l in range(L):
+            if active[l]:
+                va_log[l] = where[l]
+    base = (first & ADDRESS_MASK) - ((lo >> 12) << 12)
+    for l in range(L):
+        where[l] += base
+    return 1 if first & 2 else 0
+
+
+@_engine
+def lane_addresses(t, active, R, write, vram_u64, root, logging, va_log, where):
+    """`global_addresses` lane by lane: each active lane's address checked and walked in lane order."""
     nbytes, off = t[tr.WIDTH], t[tr.SIMM]
     a, a2 = t[tr.A], t[tr.A2]
     system = -1
@@ -372,7 +422,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
         for l in range(L):
             log_active[k, l] = active[l]
     if kind == LDG or kind == STG:
-        system = global_addresses(t, active, R, not load, vram_u64, root, logging, log_va[k], where)
+        system = global_addresses(t, active, full, R, not load, vram_u64, root, logging, log_va[k], where)
         if system == -2:
             return FAULT
         if system < 0:
@@ -383,7 +433,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
             transfer(load, full, t, active, R, sys_u32, sys_u8, word_of, 1, where)
         else:
             transfer(load, full, t, active, R, vram_u32, vram_u8, word_of, 1, where)
-        count_global(active, where, padded_lane, warp_size, nbytes, not load, system == 1, l2[0], l2[1], l2[2],
+        count_global(active, full, where, padded_lane, warp_size, nbytes, not load, system == 1, l2[0], l2[1], l2[2],
                      keys, word_of, missed, tally)
     elif kind == LDS or kind == STS:
         status = private_addresses(t, active, R, shared_bytes, logging, log_va[k], where)

@@ -81,32 +81,34 @@ def sift_down(a, root, n):
 
 
 @counter
-def count_global(active, pa, padded_lane, warp_size, nbytes, write, system, l2_tags, l2_writer, l2_dirty,
+def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, system, l2_tags, l2_writer, l2_dirty,
                  keys, slot_of, missed, tally):
     """A global load or store of the active lanes at physical addresses `pa`: bytes, the distinct
     32-byte sectors of each warp, and the L2's hits, misses and dirtied sectors, or PCIe bytes."""
-    n = 0
     warp_shift = log2(warp_size)                       # a shift, not a division per lane
-    for l in range(active.size):
-        if active[l]:
-            keys[n] = ((padded_lane[l] >> warp_shift) << SECTOR_BITS) | (pa[l] >> 5)
-            n += 1
+    if full:                                           # every lane: a loop LLVM vectorizes
+        n = active.size
+        for l in range(n):
+            keys[l] = ((padded_lane[l] >> warp_shift) << SECTOR_BITS) | (pa[l] >> 5)
+    else:
+        n = 0
+        for l in range(active.size):
+            if active[l]:
+                keys[n] = ((padded_lane[l] >> warp_shift) << SECTOR_BITS) | (pa[l] >> 5)
+                n += 1
     tally[GLOBAL_BYTES] += n * nbytes
-    ordered = True
+    unordered = False
     for i in range(1, n):
-        if keys[i] < keys[i - 1]:
-            ordered = False
-            break
-    if not ordered:
+        unordered |= keys[i] < keys[i - 1]
+    if unordered:
         sort_keys(keys, n)
     touched = 0                                       # distinct keys' sectors, compacted to the front, in order
     previous = -1
-    for i in range(n):
+    for i in range(n):                                # without a branch: a repeat is overwritten by the next
         key = keys[i]
-        if key != previous:
-            keys[touched] = key & ((1 << SECTOR_BITS) - 1)
-            touched += 1
-            previous = key
+        keys[touched] = key & ((1 << SECTOR_BITS) - 1)
+        touched += key != previous
+        previous = key
     tally[GLOBAL_SECTORS] += touched
     if system:
         tally[PCIE_BYTES] += n * nbytes
