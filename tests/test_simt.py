@@ -7,6 +7,7 @@ import pytest
 from conftest import Bench
 from lapis.hardware.simt import BINDERS, KernelFault
 from lapis.hardware.simt.binders import binds
+from lapis.hardware.simt.simulator_caches import SimulatorCaches
 from lapis.isa import OPCODES
 
 
@@ -202,3 +203,23 @@ def test_the_simulator_caches_change_no_result_and_no_counter(case, profile, mon
         assert np.array_equal(out, out0)
         assert all(np.array_equal(a, b) for a, b in zip(buffers, buffers0, strict=True))
         assert counters == counters0 and ns == ns0
+
+
+def test_kept_batches_stay_within_their_lane_budget():
+    """Batches are kept across launches, the most recently used first, within KEPT_LANES lanes in all;
+    a program whose code changed gets a fresh batch."""
+    caches = SimulatorCaches()
+    caches.KEPT_LANES = 3 * 65536
+    made = []
+
+    def make(name):
+        return lambda: made.append(name) or name
+
+    programs = {name: [] for name in "abcd"}
+    for name in "abc":
+        assert caches.batch(name, programs[name], 65536, make(name)) == name
+    assert caches.batch("a", programs["a"], 65536, make("a again")) == "a"     # kept, even at 64K lanes
+    caches.batch("d", programs["d"], 65536, make("d"))                            # evicts b, the oldest
+    assert caches.batch("b", programs["b"], 65536, make("b again")) == "b again"
+    assert caches.batch("a", [], 65536, make("a changed")) == "a changed"
+    assert made == ["a", "b", "c", "d", "b again", "a changed"]

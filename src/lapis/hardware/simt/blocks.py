@@ -88,10 +88,10 @@ class ResidentBlocks:
         self.local_u32.fill(0)
         if self._blocks_set != (first_block, self.d.grid):     # a kept batch relaunched alike has them already
             gx, gy, _ = self.d.grid
-            b = first_block + self.lane_block
-            self.special[SR.CTAID_X], self.special[SR.CTAID_Y] = b % gx, b // gx % gy
-            self.special[SR.CTAID_Z] = b // (gx * gy)
-            self.special[SR.SMID] = b % self.core.profile.compute_units     # blocks go round-robin to the units
+            b = first_block + np.arange(self.nblocks)                # per block, then repeated over its lanes
+            for row, value in ((SR.CTAID_X, b % gx), (SR.CTAID_Y, b // gx % gy), (SR.CTAID_Z, b // (gx * gy)),
+                               (SR.SMID, b % self.core.profile.compute_units)):   # round-robin to the units
+                self.special[row] = np.repeat(value, self.threads_per_block)
             self._blocks_set = (first_block, self.d.grid)
         self.exited.fill(False)
         self.derived.clear()

@@ -68,15 +68,12 @@ class SimtCore:
         c.warps_per_block = -(-tpb // self.warp_size)
         kinds, targets, pipes, flops = self.caches.per_program(d.program, "facts", program_facts)
         translation = self.caches.translation(d.program, d.registers) if translated else None
-        try:
-            with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
-                for first in range(0, total, per_batch):
-                    nblocks = min(per_batch, total - first)
-                    blocks = self._batch_for(d, nblocks, translation)
-                    blocks.start(first)
-                    self._run_blocks(blocks, kinds, targets)
-        finally:
-            self.caches.end_launch()
+        with np.errstate(all="ignore"):            # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
+            for first in range(0, total, per_batch):
+                nblocks = min(per_batch, total - first)
+                blocks = self._batch_for(d, nblocks, translation)
+                blocks.start(first)
+                self._run_blocks(blocks, kinds, targets)
         for pipe, pcs in pipes.items():
             c.warp_instructions_by_pipe[pipe] = int(c.warp_instructions[pcs].sum())
         for precision, (pcs, per_lane) in flops.items():

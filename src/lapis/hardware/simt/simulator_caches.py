@@ -38,7 +38,7 @@ class SimulatorCaches:
     """The SIMT core's caches; with `enabled` False, every lookup misses and nothing is kept."""
 
     KEPT_BATCHES = 64
-    KEPT_BATCH_LANES = 16384
+    KEPT_LANES = 1 << 19       # lanes of all kept batches together: a lane's layout is about 130 bytes
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
@@ -47,8 +47,8 @@ class SimulatorCaches:
         self._translations: dict[tuple[int, int], tuple[list[Instruction], Translation]] = {}
         self._per_program: dict[tuple[int, str], tuple[list[Instruction], object]] = {}
         self._arrays: dict[str, np.ndarray] = {}
-        self._batches: dict[Hashable, tuple[list[Instruction], ResidentBlocks]] = {}
-        self._large: set[Hashable] = set()
+        self._batches: dict[Hashable, tuple[list[Instruction], ResidentBlocks, int]] = {}
+        self._kept_lanes = 0
 
     def program(self, code: bytes, decode: Callable[[bytes], list[Instruction]]) -> list[Instruction]:
         """A kernel's instructions: decode(code), once per distinct code."""
@@ -85,7 +85,7 @@ class SimulatorCaches:
         self._translations.clear()
         self._per_program.clear()
         self._batches.clear()
-        self._large.clear()
+        self._kept_lanes = 0
 
     def array(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
         """An array for the state of a batch (the register file, shared or local memory), contents undefined."""
@@ -103,27 +103,23 @@ class SimulatorCaches:
         """The state of a batch of blocks kept under `key` (a program and a launch shape), or make().
 
         Building a batch's lane layout costs more than running a small kernel, and frameworks
-        launch the same small kernels over and over, so the last few batches of up to
-        `KEPT_BATCH_LANES` lanes are kept across launches, larger ones to the end of their launch
-        (the caller points a kept one at its new dispatch)."""
+        launch the same kernels over and over, so the most recently used batches are kept across
+        launches, up to `KEPT_BATCHES` of them and `KEPT_LANES` lanes in all (the caller points a
+        kept one at its new dispatch)."""
         if not self.enabled:
             return make()
         kept = self._batches.pop(key, None)
         if kept is None or kept[0] is not program:
-            kept = (program, make())
+            if kept is not None:
+                self._kept_lanes -= kept[2]
+            kept = (program, make(), lanes)
+            self._kept_lanes += lanes
         self._batches[key] = kept                      # the most recently used last
-        if lanes > self.KEPT_BATCH_LANES:
-            self._large.add(key)
-        while len(self._batches) > self.KEPT_BATCHES:
-            self._large.discard(oldest := next(iter(self._batches)))
-            del self._batches[oldest]
+        while len(self._batches) > 1 and (len(self._batches) > self.KEPT_BATCHES
+                                           or self._kept_lanes > self.KEPT_LANES):
+            oldest = next(iter(self._batches))
+            self._kept_lanes -= self._batches.pop(oldest)[2]
         return kept[1]
-
-    def end_launch(self) -> None:
-        """Drop the launch's large batches (their lane layout is megabytes); small ones stay for the next."""
-        for key in self._large:
-            self._batches.pop(key, None)
-        self._large.clear()
 
 
 class DerivedValues:
