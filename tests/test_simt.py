@@ -223,3 +223,17 @@ def test_kept_batches_stay_within_their_lane_budget():
     assert caches.batch("b", programs["b"], 65536, make("b again")) == "b again"
     assert caches.batch("a", [], 65536, make("a changed")) == "a changed"
     assert made == ["a", "b", "c", "d", "b again", "a changed"]
+
+
+def test_programs_of_one_shape_share_a_lane_layout():
+    """Two kernels launched with the same block shape and grid read their lanes' indices from one
+    layout, and a launch over a different grid sets the block rows again."""
+    bench = Bench("teaching")
+    a = bench.lanes("IADD R40, R0, 0x1 ;", np.zeros((256, 1), np.uint32), 1, block=64)
+    b = bench.lanes("IADD R40, R0, 0x2 ;", np.zeros((256, 1), np.uint32), 1, block=64)
+    c = bench.lanes("IADD R40, R0, 0x2 ;", np.zeros((128, 1), np.uint32), 1, block=64)
+    assert np.array_equal(a[:, 0], np.arange(256) + 1) and np.array_equal(b[:, 0], np.arange(256) + 2)
+    assert np.array_equal(c[:, 0], np.arange(128) + 2)
+    batches = [blocks for _, blocks, _ in bench.gpu.simt.caches._batches.values()]
+    four = [blocks for blocks in batches if blocks.nblocks == 4]
+    assert len(four) >= 2 and all(blocks.layout is four[0].layout for blocks in four)

@@ -26,22 +26,20 @@ if TYPE_CHECKING:
     from lapis.hardware.simt.translated import NativeRunner
 
 
-class ResidentBlocks:
-    """The state of `nblocks` resident thread blocks executing together (a batch of the grid)."""
+class LaneLayout:
+    """Where each lane of a batch of `nblocks` blocks of shape `block` sits (its block, warp and
+    thread indices): it depends on the shape alone, so batches of different programs share it."""
 
-    def __init__(self, core: "SimtCore", d: Dispatch, nblocks: int):
-        self.core, self.nblocks = core, nblocks
-        tpb = self.threads_per_block = d.block[0] * d.block[1] * d.block[2]
+    def __init__(self, warp_size: int, block: tuple[int, int, int], nblocks: int):
+        self.nblocks = nblocks
+        tpb = self.threads_per_block = block[0] * block[1] * block[2]
         L = self.lanes = nblocks * tpb
-        self.shared_words = -(-d.shared_bytes // 8) * 2       # per block, 8-byte aligned for 64-bit atomics
-
-        ws = core.warp_size
+        ws = warp_size
         self.warps_per_block = -(-tpb // ws)
         self.warp_aligned = tpb % ws == 0
         self.lane_ids = np.arange(L, dtype=np.int64)
-        t = self.lane_ids % tpb                                    # the thread's index in its block
-        self.lane_block = self.lane_ids // tpb
-        self.shared_base = self.lane_block * self.shared_words    # the lane's block's first shared word
+        t = np.tile(np.arange(tpb, dtype=np.int64), nblocks)           # the thread's index in its block
+        self.lane_block = np.repeat(np.arange(nblocks, dtype=np.int64), tpb)
         # Warps: lane `lane_in_warp` of a warp of `warp_len` lanes whose lane 0 is lane `warp_base`.
         self.lane_in_warp = t % ws
         self.warp_base = self.lane_ids - self.lane_in_warp
@@ -49,15 +47,47 @@ class ResidentBlocks:
         self.warp_starts = np.flatnonzero(self.lane_in_warp == 0)
         self.lane_warp = np.cumsum(self.lane_in_warp == 0) - 1
         self.padded_lane = self.lane_block * (self.warps_per_block * ws) + t   # position counting whole warps
+        self._shared_base: dict[int, np.ndarray] = {}
 
-        bx, by, _ = d.block
-        self.special = np.zeros((len(SR), L), U32)      # a row per special register; the blocks' set in `start`
+        bx, by, _ = block
+        self.special = np.zeros((len(SR), L), U32)      # a row per special register; the blocks' set in `set_blocks`
         self.special[SR.TID_X], self.special[SR.TID_Y], self.special[SR.TID_Z] = t % bx, t // bx % by, t // (bx * by)
         self.special[SR.LANEID], self.special[SR.WARPID] = self.lane_in_warp, t // ws
         self._blocks_set: tuple | None = None          # (first block, grid) the block rows were set for
 
+    def shared_base(self, shared_words: int) -> np.ndarray:
+        """Each lane's block's first word of shared memory, for blocks of `shared_words` words."""
+        base = self._shared_base.get(shared_words)
+        if base is None:
+            base = self._shared_base[shared_words] = self.lane_block * shared_words
+        return base
+
+    def set_blocks(self, first_block: int, grid: tuple[int, int, int], compute_units: int) -> None:
+        """The block-index rows for blocks first_block .. first_block + nblocks - 1 of `grid`."""
+        if self._blocks_set == (first_block, grid):            # a batch relaunched alike has them already
+            return
+        gx, gy, _ = grid
+        b = first_block + np.arange(self.nblocks)                # per block, then repeated over its lanes
+        for row, value in ((SR.CTAID_X, b % gx), (SR.CTAID_Y, b // gx % gy), (SR.CTAID_Z, b // (gx * gy)),
+                           (SR.SMID, b % compute_units)):        # blocks go round-robin to the units
+            self.special[row] = np.repeat(value, self.threads_per_block)
+        self._blocks_set = (first_block, grid)
+
+
+class ResidentBlocks:
+    """The state of `nblocks` resident thread blocks executing together (a batch of the grid)."""
+
+    def __init__(self, core: "SimtCore", d: Dispatch, layout: LaneLayout):
+        self.core, self.layout = core, layout
+        self.nblocks, self.threads_per_block, self.lanes = layout.nblocks, layout.threads_per_block, layout.lanes
+        self.warps_per_block, self.warp_aligned = layout.warps_per_block, layout.warp_aligned
+        self.lane_ids, self.lane_block, self.lane_in_warp = layout.lane_ids, layout.lane_block, layout.lane_in_warp
+        self.warp_base, self.warp_len, self.warp_starts = layout.warp_base, layout.warp_len, layout.warp_starts
+        self.lane_warp, self.padded_lane, self.special = layout.lane_warp, layout.padded_lane, layout.special
+        self.shared_words = -(-d.shared_bytes // 8) * 2       # per block, 8-byte aligned for 64-bit atomics
+        self.shared_base = layout.shared_base(self.shared_words)
         self.derived = DerivedValues(d.program, d.registers, core.caches.enabled)
-        self.exited = np.zeros(L, bool)                  # lanes that ran EXIT
+        self.exited = np.zeros(self.lanes, bool)         # lanes that ran EXIT
         self.native: NativeRunner | None = None          # runs translated code; the scheduler attaches it
         self.launch(d)
 
@@ -86,13 +116,7 @@ class ResidentBlocks:
         self.registers.reset()
         self.shared_u32.fill(0)
         self.local_u32.fill(0)
-        if self._blocks_set != (first_block, self.d.grid):     # a kept batch relaunched alike has them already
-            gx, gy, _ = self.d.grid
-            b = first_block + np.arange(self.nblocks)                # per block, then repeated over its lanes
-            for row, value in ((SR.CTAID_X, b % gx), (SR.CTAID_Y, b // gx % gy), (SR.CTAID_Z, b // (gx * gy)),
-                               (SR.SMID, b % self.core.profile.compute_units)):   # round-robin to the units
-                self.special[row] = np.repeat(value, self.threads_per_block)
-            self._blocks_set = (first_block, self.d.grid)
+        self.layout.set_blocks(first_block, self.d.grid, self.core.profile.compute_units)
         self.exited.fill(False)
         self.derived.clear()
 

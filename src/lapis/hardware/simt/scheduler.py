@@ -23,7 +23,7 @@ from lapis.hardware.memory import PhysicalMemory
 from lapis.hardware.mmu import Mmu
 from lapis.hardware.profiles import DeviceProfile
 from lapis.hardware.simt.binders import CONTROL, Executor, Mask, bind, binds
-from lapis.hardware.simt.blocks import ResidentBlocks
+from lapis.hardware.simt.blocks import LaneLayout, ResidentBlocks
 from lapis.hardware.simt.compare import compare_executors
 from lapis.hardware.simt.launch import FLOPS_PER_LANE, Counters, Dispatch
 from lapis.hardware.simt.native_scheduler import FINISHED, PAST_END, STORED
@@ -84,7 +84,9 @@ class SimtCore:
 
     def _batch(self, d: Dispatch, nblocks: int, translation: Translation | None) -> ResidentBlocks:
         """The state of a batch of `nblocks` blocks, with a native runner when the program is translated."""
-        blocks = ResidentBlocks(self, d, nblocks)
+        layout = self.caches.layout((self.warp_size, d.block, nblocks), nblocks * d.block[0] * d.block[1] * d.block[2],
+                                    partial(LaneLayout, self.warp_size, d.block, nblocks))
+        blocks = ResidentBlocks(self, d, layout)
         if translation is not None:
             blocks.native = NativeRunner(blocks, translation)
         return blocks

@@ -7,10 +7,12 @@ it is the simulator keeping work it would otherwise redo, as QEMU keeps translat
 - The arrays of the register file, shared and local memory, reused from launch to launch:
   fresh host pages fault on first touch, which for a 64K-lane register file is milliseconds
   per launch. One batch runs at a time and each clears what it uses, so batches share them.
-- The state of a batch of resident blocks (its lane layout and special registers), reused by the
-  next batch of the same size, in the same launch with the executors its instructions were bound
-  to (binding reads operands, folds constants and picks functions; see `binders.py`), and by
-  later launches of the same program and shape.
+- The lane layout of a batch shape (its lanes' block, warp and thread indices, the special
+  registers), shared by every program launched with that shape.
+- The state of a batch of resident blocks, reused by the next batch of the same size, in the
+  same launch with the executors its instructions were bound to (binding reads operands, folds
+  constants and picks functions; see `binders.py`), and by later launches of the same program
+  and shape.
 - Each program's translation for the native engine (`translate.py`).
 - Values derived from registers (`DerivedValues`), kept until one of those registers is
   written again: a shared-memory address register's word indices, its bank-conflict count,
@@ -31,14 +33,15 @@ from lapis.hardware.simt.translate import Translation, translate
 from lapis.isa import Instruction
 
 if TYPE_CHECKING:
-    from lapis.hardware.simt.blocks import ResidentBlocks
+    from lapis.hardware.simt.blocks import LaneLayout, ResidentBlocks
 
 
 class SimulatorCaches:
     """The SIMT core's caches; with `enabled` False, every lookup misses and nothing is kept."""
 
     KEPT_BATCHES = 64
-    KEPT_LANES = 1 << 19       # lanes of all kept batches together: a lane's layout is about 130 bytes
+    KEPT_LANES = 1 << 21           # lanes of all kept batches together (about 20 bytes each) ...
+    KEPT_LAYOUT_LANES = 1 << 20    # ... and of all kept lane layouts (about 120 bytes each)
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
@@ -48,7 +51,7 @@ class SimulatorCaches:
         self._per_program: dict[tuple[int, str], tuple[list[Instruction], object]] = {}
         self._arrays: dict[str, np.ndarray] = {}
         self._batches: dict[Hashable, tuple[list[Instruction], ResidentBlocks, int]] = {}
-        self._kept_lanes = 0
+        self._layouts: dict[Hashable, tuple[None, LaneLayout, int]] = {}
 
     def program(self, code: bytes, decode: Callable[[bytes], list[Instruction]]) -> list[Instruction]:
         """A kernel's instructions: decode(code), once per distinct code."""
@@ -85,7 +88,7 @@ class SimulatorCaches:
         self._translations.clear()
         self._per_program.clear()
         self._batches.clear()
-        self._kept_lanes = 0
+        self._layouts.clear()
 
     def array(self, name: str, shape: tuple[int, ...], dtype) -> np.ndarray:
         """An array for the state of a batch (the register file, shared or local memory), contents undefined."""
@@ -102,23 +105,27 @@ class SimulatorCaches:
               make: Callable[[], "ResidentBlocks"]) -> "ResidentBlocks":
         """The state of a batch of blocks kept under `key` (a program and a launch shape), or make().
 
-        Building a batch's lane layout costs more than running a small kernel, and frameworks
-        launch the same kernels over and over, so the most recently used batches are kept across
-        launches, up to `KEPT_BATCHES` of them and `KEPT_LANES` lanes in all (the caller points a
-        kept one at its new dispatch)."""
+        Building a batch costs more than running a small kernel, and frameworks launch the same
+        kernels over and over, so the most recently used batches are kept across launches (the
+        caller points a kept one at its new dispatch)."""
+        return self._kept(self._batches, key, program, lanes, make, self.KEPT_LANES)
+
+    def layout(self, key: Hashable, lanes: int, make: Callable[[], "LaneLayout"]) -> "LaneLayout":
+        """The lane layout of a batch shape (`blocks.LaneLayout`), kept as batches are, or make()."""
+        return self._kept(self._layouts, key, None, lanes, make, self.KEPT_LAYOUT_LANES)
+
+    def _kept(self, kept_by_key: dict, key: Hashable, program, lanes: int, make: Callable, most_lanes: int):
+        """kept_by_key[key]'s value when it was made for `program`, else make()'s; kept by recency
+        (the most recently used last), at most `KEPT_BATCHES` of them and `most_lanes` lanes in all."""
         if not self.enabled:
             return make()
-        kept = self._batches.pop(key, None)
+        kept = kept_by_key.pop(key, None)
         if kept is None or kept[0] is not program:
-            if kept is not None:
-                self._kept_lanes -= kept[2]
             kept = (program, make(), lanes)
-            self._kept_lanes += lanes
-        self._batches[key] = kept                      # the most recently used last
-        while len(self._batches) > 1 and (len(self._batches) > self.KEPT_BATCHES
-                                           or self._kept_lanes > self.KEPT_LANES):
-            oldest = next(iter(self._batches))
-            self._kept_lanes -= self._batches.pop(oldest)[2]
+        kept_by_key[key] = kept
+        while len(kept_by_key) > 1 and (len(kept_by_key) > self.KEPT_BATCHES
+                                        or sum(entry[2] for entry in kept_by_key.values()) > most_lanes):
+            del kept_by_key[next(iter(kept_by_key))]
         return kept[1]
 
 

@@ -37,7 +37,7 @@ class NativeRunner:
         b, core = blocks, blocks.core
         n = len(translation.translated)
         self.tally = np.zeros(TALLY_SLOTS, np.int64)
-        self.lanes = (b.lane_in_warp, b.warp_base, b.warp_len.astype(np.int64), b.padded_lane, b.shared_base)
+        self.lanes = (b.lane_in_warp, b.warp_base, b.warp_len, b.padded_lane, b.shared_base)
         self.l2 = (core.l2.tags, core.l2.writer, core.l2.dirty)
         self.waiting = np.zeros(n + 1, np.int64)      # per pc, the lanes waiting there
         self.lane_pc = np.zeros(b.lanes, np.int64)    # per lane, the pc it waits at (-1: running or exited)
