@@ -164,13 +164,17 @@ def wavefronts(laid, warp_size, words_per_lane, tally):
                     word += slot & (words_per_lane - 1)
                 entries[e] = word
                 if word >= 0:
-                    bit = 1 << (word & (BANKS - 1))
-                    clash = clash or (used & bit) != 0
-                    used |= bit
+                    bank = word & (BANKS - 1)
+                    bit = 1 << bank
+                    if used & bit:                      # a second word in a bank clashes; the same word is a broadcast
+                        clash = clash or per_bank[bank] != word
+                    else:
+                        used |= bit
+                        per_bank[bank] = word
             if used == 0:
                 continue
             phases += 1
-            if not clash:                                # every word in its own bank
+            if not clash:                                # one word per bank
                 total += 1
                 continue
             per_bank[:] = 0
