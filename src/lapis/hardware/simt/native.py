@@ -11,7 +11,8 @@ instruction counts in `native_counters.py`.
 Each instruction is one loop over every lane into a scratch row, then one copy of the active
 lanes into the destination: LLVM vectorizes both (it would not vectorize a loop that chose the
 instruction per lane, nor one whose destination row may also be a source, as in
-FFMA R5, R5, ...). Lanes outside the group compute values that are thrown away.
+FFMA R5, R5, ...). Lanes outside the group compute values that are thrown away. A 32-bit result
+that every lane writes and no source reads skips the scratch row (`writes_in_place`).
 
 Global accesses walk the page table in VRAM exactly as the MMU does (`mmu.py`); the engine
 checks every lane of a memory instruction before touching memory, and on any fault
@@ -113,7 +114,7 @@ def store_pair(R, d, d2, values, active, full):
 
 @_engine
 def run_u32(kind, R, F, P, d, active, full, o, bf, out):
-    """R[d] = instruction `kind`'s value in each active lane."""
+    """R[d] = instruction `kind`'s value in each active lane (`out` may be R[d] itself: see `writes_in_place`)."""
     if kind == IADD:
         loops.iadd(R, F, P, o, bf, out)
     elif kind == IMAD:
@@ -140,12 +141,13 @@ def run_u32(kind, R, F, P, d, active, full, o, bf, out):
         loops.f2f(R, F, P, o, bf, out)
     else:                                               # MOV, LDC
         loops.mov(R, F, P, o, bf, out)
-    store(R[d], out, active, full)
+    if out.ctypes.data != R[d].ctypes.data:
+        store(R[d], out, active, full)
 
 
 @_engine
 def run_f32(kind, R, F, P, d, active, full, o, bf, out):
-    """F[d] = instruction `kind`'s value in each active lane."""
+    """F[d] = instruction `kind`'s value in each active lane (`out` may be F[d] itself)."""
     if kind == FFMA:
         loops.ffma(R, F, P, o, bf, out)
     elif kind == FADD:
@@ -160,7 +162,8 @@ def run_f32(kind, R, F, P, d, active, full, o, bf, out):
         loops.frnd(R, F, P, o, bf, out)
     else:                                               # MUFU
         loops.mufu(R, F, P, o, bf, out)
-    store(F[d], out, active, full)
+    if out.ctypes.data != F[d].ctypes.data:
+        store(F[d], out, active, full)
 
 
 @_engine
@@ -465,6 +468,15 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def writes_in_place(t, full):
+    """Whether a 32-bit result can go straight into its destination row, without the scratch row: every
+    lane writes it, and no source row is the destination (a loop that reads the row it writes does
+    not vectorize, and lanes would read values already written)."""
+    d = t[tr.D]
+    return full and d != t[tr.A] and d != t[tr.B] and d != t[tr.C] and d != t[tr.A2] and d != t[tr.B2] and d != t[tr.C2]
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch, laid,
                 guarded, missed, log_va, log_active, tally):
     """One translated instruction (not control) for the group's active lanes: DONE, or FAULT when it
@@ -502,9 +514,9 @@ def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, si
         o = (o[0], o[1], t[tr.PQ], o[3], o[4], o[5], o[6], t[tr.PQ_NEG], o[8], o[9], o[10], o[11], o[12],
              o[13], o[14], o[15], o[16], o[17], o[18])
     if kind <= LAST_U32:
-        run_u32(kind, R, F, P, t[tr.D], active, full, o, bf, out_u32)
+        run_u32(kind, R, F, P, t[tr.D], active, full, o, bf, R[t[tr.D]] if writes_in_place(t, full) else out_u32)
     elif kind <= LAST_F32:
-        run_f32(kind, R, F, P, t[tr.D], active, full, o, bf, out_f32)
+        run_f32(kind, R, F, P, t[tr.D], active, full, o, bf, F[t[tr.D]] if writes_in_place(t, full) else out_f32)
     elif kind <= LAST_PAIR:
         run_pair(kind, R, F, P, t[tr.D], t[tr.D2], active, full, o, bf, out_pair)
     elif kind <= LAST_PREDICATE:
