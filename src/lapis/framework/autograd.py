@@ -206,7 +206,7 @@ class Function:
     @classmethod
     def apply(cls, *args):
         ctx = Context()
-        ctx.needs_input_grad = tuple(isinstance(a, Variable) and a.requires_grad for a in args)
+        needs = ctx.needs_input_grad = tuple([isinstance(a, Variable) and a.requires_grad for a in args])
         previous, _grad_enabled[0] = _grad_enabled[0], False      # the forward records nothing (no_grad, inlined:
         try:                                                        # apply runs for every op)
             if trace.enabled():
@@ -216,10 +216,12 @@ class Function:
                 out = cls.forward(ctx, *args)
         finally:
             _grad_enabled[0] = previous
-        # an output that is an input itself becomes a new variable over it, so the input keeps its history
-        outputs = tuple(o.detach() if any(o is a for a in args) else o
-                        for o in (out if isinstance(out, tuple) else (out,)))
-        if is_grad_enabled() and any(ctx.needs_input_grad):
+        outputs = out if isinstance(out, tuple) else (out,)
+        storages = [a._storage for a in args if isinstance(a, Variable)]
+        if any(o is a for o in outputs for a in args):
+            # an output that is an input itself becomes a new variable over it, so the input keeps its history
+            outputs = tuple(o.detach() if any(o is a for a in args) else o for o in outputs)
+        if previous and True in needs:
             node = Node(cls, ctx, args)
             for nr, o in enumerate(outputs):
                 differentiable = isinstance(o, Variable) and o.dtype.is_floating_point
@@ -228,7 +230,7 @@ class Function:
                     o.grad_fn, o.requires_grad, o._output_nr = node, True, nr
         for o in outputs:
             if isinstance(o, Variable):                 # a view only if it aliases an input's memory
-                o._is_view = any(isinstance(a, Variable) and o._shares_storage(a) for a in args)
+                o._is_view = o._storage in storages if storages else False
         return outputs if isinstance(out, tuple) else outputs[0]
 
     @staticmethod
