@@ -9,6 +9,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lapis import cuda
 from lapis.libs import kernels
@@ -140,3 +142,25 @@ def test_bad_operands_raise_before_launch():
     with pytest.raises(kernels.KernelArgumentError, match="out must be"):
         kernels.reduce(cuda, "sum", a, 0, out)
     np.testing.assert_array_equal(out.copy_to_host(), 0)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 2**31 - 1), st.integers(0, 2**31 - 1))
+def test_a_divider_divides_every_index_as_integer_division(d, n):
+    """offset_of's quotient by multiplication equals n // d over the whole range it is used for."""
+    magic, shift = kernels.divider(d)
+    assert 0 <= magic < 2**32 and n * magic < 2**63
+    for m in (n, n % (4 * d), d - 1, d, 2**31 - 1):
+        assert (((m * magic) >> 32) + m) >> shift == m // d
+
+
+def test_strided_reads_of_every_rank_find_their_elements():
+    """A permuted view of each rank read through offset_of (quotients by multiplication)."""
+    rng = np.random.default_rng(3)
+    for shape in [(7,), (3, 5), (2, 3, 7), (2, 3, 5, 7), (3, 1, 4, 1, 5)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        d = cuda.to_device(x)
+        view = d._view(x.T.shape, d.strides[::-1], d.dtype)     # reversed axes: every dimension strided
+        out = cuda.device_array(x.T.shape, np.float32)
+        kernels.copy(cuda, view, out)
+        assert np.array_equal(out.copy_to_host(), x.T)

@@ -61,16 +61,32 @@ class KernelArgumentError(ValueError):
 @cuda.jit(device=True)
 def offset_of(i, ndim, shape, strides):
     """The element offset of linear index i (C order over `shape`) in an array with `strides`;
-    strides[ndim] holds the offset of the array's first element in its flat view."""
+    strides[ndim] holds the offset of the array's first element in its flat view.
+
+    `shape` holds the dimensions, then per dimension a magic multiplier and a shift (`divider`) in
+    one word: with them a quotient is a multiply, an add and two shifts instead of a 64-bit
+    division's forty-odd instructions, as PyTorch's IntDivider does. A word of 0 means divide."""
     off = strides[ndim]
     rest = i
     d = ndim - 1
     while d >= 0:
-        q = rest // shape[d]                  # one division per dimension: the remainder from the quotient
-        off += (rest - q * shape[d]) * strides[d]
+        divide = shape[ndim + d]                  # the magic multiplier in the low 32 bits, the shift above
+        if divide:
+            q = (((rest * (divide & 0xFFFFFFFF)) >> 32) + rest) >> (divide >> 32)
+        else:
+            q = rest // shape[d]
+        off += (rest - q * shape[d]) * strides[d]   # the remainder from the quotient
         rest = q
         d -= 1
     return off
+
+
+def divider(d: int) -> tuple[int, int]:
+    """(magic, shift) with q = (((n * magic) >> 32) + n) >> shift equal to n // d for 0 <= n < 2^31 and
+    1 <= d < 2^31 (Granlund and Montgomery's division by invariant integers, PyTorch's IntDivider):
+    shift = ceil(log2 d), magic = floor(2^32 (2^shift - d) / d) + 1 < 2^32, so n * magic fits int64."""
+    shift = (d - 1).bit_length()
+    return (1 << 32) * ((1 << shift) - d) // d + 1, shift
 
 
 # How an operand is read (a compile-time constant per kernel variant): a number passed as an argument,
@@ -239,7 +255,11 @@ def _geometry(api, out: DeviceNDArray, *inputs) -> tuple[tuple, list]:
             broadcast_strides(x, shape)            # raises for operands that do not broadcast
     modes = tuple(_mode(x, shape) for x in (*inputs, out))
     padded = tuple(shape) or (1,)
-    shape_array = _device_ints(api, out.context, padded)
+    if math.prod(padded) < 1 << 31:                 # quotients by multiplication (offset_of)
+        dividers = tuple(magic | shift << 32 for magic, shift in map(divider, (n or 1 for n in padded)))
+    else:
+        dividers = (0,) * len(padded)
+    shape_array = _device_ints(api, out.context, (*padded, *dividers))
     operands = [shape_array]
     for x, mode in zip((*inputs, out), modes, strict=True):
         if mode == SCALAR:
