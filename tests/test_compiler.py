@@ -169,7 +169,28 @@ def test_a_quotient_and_remainder_of_the_same_operands_share_one_division():
     quotient_and_remainder[1, 128](out, np.int64(7))
     xs = np.arange(-64, 64)
     assert np.array_equal(out.copy_to_host(), xs // 7 * 100 + xs % 7)        # Python's floor semantics
-    assert quotient_and_remainder.inspect_asm().count("FRND.FLOOR.F64") == 1   # one floored quotient
+    # one division: a floored quotient and, for 64-bit operands, the remainder's
+    assert quotient_and_remainder.inspect_asm().count("FRND.FLOOR.F64") == 2
+
+
+@cuda.jit
+def divide_pairs(a, b, q, r):
+    i = cuda.grid(1)
+    if i < a.size:
+        q[i] = a[i] // b[i]
+        r[i] = a[i] % b[i]
+
+
+def test_64_bit_division_is_exact_past_2_to_the_53():
+    """Numerators beyond float64's 53 bits (rounded in the quotient's estimate) still divide exactly,
+    by small and large divisors of either sign."""
+    g = np.random.default_rng(5)
+    a = np.concatenate([g.integers(-2**63 + 1, 2**63 - 1, 192), g.integers(-2**20, 2**20, 64)])
+    b = np.concatenate([g.integers(1, 100, 64), -g.integers(1, 2**20, 64), g.integers(-2**62, 2**62, 128)])
+    b[b == 0] = 3
+    q, r = cuda.device_array(a.size, np.int64), cuda.device_array(a.size, np.int64)
+    divide_pairs[1, 256](cuda.to_device(a), cuda.to_device(b), q, r)
+    assert np.array_equal(q.copy_to_host(), a // b) and np.array_equal(r.copy_to_host(), a % b)
 
 
 @cuda.jit

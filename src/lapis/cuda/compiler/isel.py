@@ -529,8 +529,9 @@ class InstructionSelector:
         """Python's floor division and modulo of integers, which the ISA has no instruction for.
 
         The quotient is estimated in float64 (exact operands for 32-bit integers, and for 64-bit
-        ones below 2^53), floored, and corrected by one step each way, so the remainder ends up
-        with the divisor's sign as Python defines it. A zero divisor gives an unspecified value,
+        ones below 2^53; a 64-bit remainder is divided once more, since a larger numerator was
+        rounded), floored, and corrected by one step each way, so the remainder ends up with the
+        divisor's sign as Python defines it. A zero divisor gives an unspecified value,
         as on a GPU, not an exception. `a // b` and `a % b` in one block share one division."""
         a, b = v.args
         t = v.type
@@ -554,6 +555,16 @@ class InstructionSelector:
         self.emit("F2I", mods={"to": cls, "fr": "F64", "rnd": "TRUNC"}, rd=q, b=fq)
         self.emit("IMUL", mods=m64, rd=prod, ra=q, b=rb)
         self.emit("IADD", mods=m64, rd=r, ra=ra, b=prod, neg="b")
+        if wide.bits == 64:                # a numerator past 2^53 was rounded: divide the remainder once more
+            fr, fq1, q1, prod1 = (self.new(x) for x in (T.float64, T.float64, wide, wide))
+            nq, nr = self.new(wide), self.new(wide)
+            self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fr, b=r)
+            self.emit("FRND", mods={"rnd": "FLOOR", "w": "F64"}, rd=fq1, b=self._fdiv64(fr, fb))
+            self.emit("F2I", mods={"to": cls, "fr": "F64", "rnd": "TRUNC"}, rd=q1, b=fq1)
+            self.emit("IMUL", mods=m64, rd=prod1, ra=q1, b=rb)
+            self.emit("IADD", mods=m64, rd=nr, ra=r, b=prod1, neg="b")
+            self.emit("IADD", mods=m64, rd=nq, ra=q, b=q1)
+            q, r = nq, nr
         for step in (-1, 1):               # the estimate may be one off either way
             p, bpos, x, y = (self.new(T.boolean) for _ in range(4))
             q2, r2 = self.new(wide), self.new(wide)
