@@ -155,6 +155,18 @@ def wavefronts(laid, warp_size, words_per_lane, tally):
     per_bank, entries = tally[PER_BANK:PER_BANK + BANKS], tally[ENTRIES:ENTRIES + BANKS]
     warps = laid.size // warp_size
     for w in range(warps):
+        if warp_size == BANKS and words_per_lane == 1:   # one phase: a word per bank, or one word, take one
+            first = laid[w * BANKS]
+            banks, signs, differ = 0, first, 0
+            for e in range(BANKS):                        # integer ors without branches: LLVM vectorizes them
+                word = laid[w * BANKS + e]
+                banks |= 1 << (word & (BANKS - 1))
+                signs |= word                             # negative when a lane does not access
+                differ |= word ^ first
+            if signs >= 0 and (banks == (1 << BANKS) - 1 or differ == 0):
+                total += 1
+                phases += 1
+                continue
         for p in range(warp_size * words_per_lane // BANKS):
             used, clash = 0, False
             for e in range(BANKS):
