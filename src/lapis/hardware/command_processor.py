@@ -88,7 +88,9 @@ class CommandProcessor:
         self.queues: dict[int, HardwareQueue] = {}
         self.by_doorbell: dict[int, HardwareQueue] = {}
         self.halted = False       # after a fatal error, until the driver resets the device
-        self._cond = threading.Condition(threading.RLock())
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)     # a queue's state changed (its packet finished, it stopped)
+        self._work = threading.Condition(lock)     # the processor's thread has a queue to run (a doorbell)
         # Held while a packet runs, by whichever thread runs it: the executor and its caches serve one
         # packet at a time. A packet's run is bounded (a kernel's by the watchdog), and so is this wait.
         self._engine = threading.Lock()
@@ -138,7 +140,7 @@ class CommandProcessor:
                 return              # a write to an unmapped doorbell is dropped, as on hardware
             if not self.launch_blocking:
                 queue.kicked = True
-                self._cond.notify_all()
+                self._work.notify()
                 return
         # Launch blocking: run the ring dry here. A queue that stops at an unmet barrier is left
         # waiting, and the processor's thread (woken by the turn) polls it from there.
@@ -174,7 +176,7 @@ class CommandProcessor:
             with self._cond:
                 runnable = [q for q in self.queues.values() if q.state == "active" and (q.kicked or q.waiting)]
                 while not runnable or self.halted:
-                    self._cond.wait()
+                    self._work.wait()
                     runnable = [q for q in self.queues.values() if q.state == "active" and (q.kicked or q.waiting)]
             all_blocked = True
             for q in runnable:
@@ -187,7 +189,7 @@ class CommandProcessor:
                 all_blocked &= outcome in ("blocked", "stopped")
             if all_blocked:
                 with self._cond:
-                    self._cond.wait(self.POLL_S)
+                    self._work.wait(self.POLL_S)
 
     def _turn(self, q: HardwareQueue) -> str:
         """Run the packet at the head of a queue on the calling thread (the processor's own, or with
@@ -207,6 +209,8 @@ class CommandProcessor:
                 with self._cond:
                     q.busy = False
                     self._cond.notify_all()
+                    if q.waiting:                # at a barrier: the processor's thread polls it
+                        self._work.notify()
             return outcome
 
     def _fatal(self, q: HardwareQueue, error: Exception) -> None:
