@@ -27,7 +27,8 @@ def float32_words(rng, n: int, columns: int) -> np.ndarray:
 
 
 def float32_arithmetic(bench, rng, n):
-    """FADD, FMUL, FFMA with every modifier, min and max of signed zeros and NaN, compares, conversions."""
+    """FADD, FMUL, FFMA with every modifier (and into its own addend), min and max of signed zeros and
+    NaN, compares, conversions."""
     body = """
         FADD R40, R8, -R9 ; FMUL R41, |R8|, 0.5 ; FFMA R42, -R8, R9, -R10 ; FFMA R43, R8, 3.0, R8 ;
         FMNMX.MIN R44, R8, R9 ; FMNMX.MAX R45, R8, -R9 ; FMNMX.MAX R46, R8, -R8 ;
@@ -37,9 +38,10 @@ def float32_arithmetic(bench, rng, n):
         F2I.S64.F32.CEIL R52, R8 ; FRND.RN.F32 R54, R9 ; FRND.TRUNC.F32 R55, R10 ;
         MUFU.RCP R56, R8 ; MUFU.RSQ R57, R9 ; MUFU.SQRT R58, R10 ; MUFU.EX2 R59, R8 ;
         I2F.F32.S32 R60, R11 ; I2F.F32.U32 R61, R11 ; F2F.F64.F32 R62, R8 ;
+        FFMA R64, R8, R9, R64 ; FFMA R64, R10, -2.0, -R64 ; FFMA R65, R9, R65, R65 ;
     """
     words = np.concatenate([float32_words(rng, n, 3), rng.integers(0, 2**32, (n, 1))], axis=1)
-    return body, words, 24, {}, []
+    return body, words, 26, {}, []
 
 
 def float64_arithmetic(bench, rng, n):

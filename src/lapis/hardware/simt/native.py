@@ -12,7 +12,8 @@ Each instruction is one loop over every lane into a scratch row, then one copy o
 lanes into the destination: LLVM vectorizes both (it would not vectorize a loop that chose the
 instruction per lane, nor one whose destination row may also be a source, as in
 FFMA R5, R5, ...). Lanes outside the group compute values that are thrown away. A 32-bit result
-that every lane writes and no source reads skips the scratch row (`writes_in_place`).
+that every lane writes and no source reads skips the scratch row (`writes_in_place`), and so does
+an FFMA that adds into its destination (`accumulates`, the inner loop of every GEMM).
 
 Global accesses walk the page table in VRAM exactly as the MMU does (`mmu.py`); the engine
 checks every lane of a memory instruction before touching memory, and on any fault
@@ -477,6 +478,13 @@ def writes_in_place(t, full):
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def accumulates(t, full):
+    """Whether an FFMA adds into its destination (D is C) for every lane, and reads it nowhere else."""
+    d = t[tr.D]
+    return full and d == t[tr.C] and d != t[tr.A] and (d != t[tr.B] or t[tr.BMODE] != tr.B_REG)
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch, laid,
                 guarded, missed, log_va, log_active, tally):
     """One translated instruction (not control) for the group's active lanes: DONE, or FAULT when it
@@ -515,6 +523,8 @@ def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, si
              o[13], o[14], o[15], o[16], o[17], o[18])
     if kind <= LAST_U32:
         run_u32(kind, R, F, P, t[tr.D], active, full, o, bf, R[t[tr.D]] if writes_in_place(t, full) else out_u32)
+    elif kind == FFMA and accumulates(t, full):
+        loops.ffma_accumulate(R, F, P, o, bf, F[t[tr.D]])
     elif kind <= LAST_F32:
         run_f32(kind, R, F, P, t[tr.D], active, full, o, bf, F[t[tr.D]] if writes_in_place(t, full) else out_f32)
     elif kind <= LAST_PAIR:

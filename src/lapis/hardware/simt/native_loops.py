@@ -104,6 +104,14 @@ def ffma(R, F, P, o, bf, out):
 
 
 @loop
+def ffma_accumulate(R, F, P, o, bf, row):
+    """FFMA whose addend is its destination (a GEMM's accumulator): `row` is F[C] and F[D]. Reading and
+    writing one row through one array lets LLVM vectorize it; through F[C] and F[D] it would not."""
+    for l in range(R.shape[1]):
+        row[l] = v.ffma_with(F, l, o, bf, row[l])
+
+
+@loop
 def fadd(R, F, P, o, bf, out):
     for l in range(R.shape[1]):
         out[l] = v.v_fadd(R, F, P, l, o, bf)

@@ -311,8 +311,13 @@ def v_fmul(R, F, P, l, o, bf):
 
 @inline
 def v_ffma(R, F, P, l, o, bf):
+    return ffma_with(F, l, o, bf, F[o[O_C], l])
+
+
+@inline
+def ffma_with(F, l, o, bf, z):
+    """FFMA's value with addend z (C's value, negated here when the instruction says so)."""
     product = _fa(F, l, o) * _fb(F, l, o, bf)
-    z = F[o[O_C], l]
     return canonical32(product + (-z if o[O_NEGC] else z))
 
 
