@@ -350,23 +350,37 @@ def lane_addresses(t, active, R, write, vram_u64, root, logging, va_log, where):
 
 
 @_engine
-def private_addresses(t, active, R, limit, logging, va_log, where):
+def private_addresses(t, active, full, R, limit, logging, va_log, where):
     """Byte offset of each active lane's shared or local access into `where`; returns -1 when no
-    lane is active, -2 when a lane would fault (outside `limit` bytes or misaligned), else 0."""
+    lane is active, -2 when a lane would fault (outside `limit` bytes or misaligned), else 0. Every
+    lane's offset is computed, and the active lanes' range and alignment checked once after, in
+    loops LLVM vectorizes (a fault is found again, lane by lane, by the instruction's binder)."""
     nbytes, off, a = t[tr.WIDTH], t[tr.SIMM], t[tr.A]
-    status = -1
-    for l in range(R.shape[1]):
-        if not active[l]:
-            continue
-        x = np.int64(R[a, l])
-        if logging:
-            va_log[l] = x
-        byte = x + off
-        if byte < 0 or byte + nbytes > limit or byte & (nbytes - 1):
-            return -2
-        where[l] = byte
-        status = 0
-    return status
+    L = R.shape[1]
+    lo, hi, bits, n = np.int64(1 << 62), np.int64(-(1 << 62)), np.int64(0), 0
+    if full:
+        for l in range(L):
+            byte = np.int64(R[a, l]) + off
+            where[l] = byte
+            lo, hi, bits = min(lo, byte), max(hi, byte), bits | byte
+        n = L
+    else:
+        for l in range(L):
+            byte = np.int64(R[a, l]) + off
+            where[l] = byte
+            on = active[l]
+            lo, hi = min(lo, byte if on else lo), max(hi, byte if on else hi)
+            bits |= byte if on else 0
+            n += on
+    if logging:
+        for l in range(L):
+            if active[l]:
+                va_log[l] = where[l] - off
+    if n == 0:
+        return -1
+    if lo < 0 or hi + nbytes > limit or bits & (nbytes - 1):
+        return -2
+    return 0
 
 
 @_engine
@@ -440,7 +454,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
         count_global(active, full, where, padded_lane, warp_size, nbytes, not load, system == 1, l2[0], l2[1], l2[2],
                      keys, word_of, missed, tally)
     elif kind == LDS or kind == STS:
-        status = private_addresses(t, active, R, shared_bytes, logging, log_va[k], where)
+        status = private_addresses(t, active, full, R, shared_bytes, logging, log_va[k], where)
         if status == -2:
             return FAULT
         if status < 0:
@@ -454,7 +468,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
         count_shared(active, full, where, padded_lane, threads_per_block, warps_per_block, warp_size, nblocks,
                      nbytes, fast, laid, tally)
     else:
-        status = private_addresses(t, active, R, local_bytes, logging, log_va[k], where)
+        status = private_addresses(t, active, full, R, local_bytes, logging, log_va[k], where)
         if status == -2:
             return FAULT
         if status < 0:

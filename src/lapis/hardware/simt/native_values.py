@@ -227,7 +227,8 @@ def v_mov(R, F, P, l, o, bf):
 
 @inline
 def v_sel(R, F, P, l, o, bf):
-    return np.int64(R[o[O_A], l]) if P[o[O_PS], l] != o[O_PSNEG] else _b(R, l, o)
+    x, y = np.int64(R[o[O_A], l]), _b(R, l, o)        # both read first: a select LLVM vectorizes
+    return x if P[o[O_PS], l] != o[O_PSNEG] else y
 
 
 @inline
