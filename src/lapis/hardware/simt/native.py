@@ -213,7 +213,7 @@ def run_pair(kind, R, F, P, d, d2, active, full, o, bf, out):
 
 @_engine
 def run_predicate(kind, R, F, P, d, active, full, o, bf, out):
-    """P[d] = instruction `kind`'s value in each active lane (writes to PT are dropped)."""
+    """P[d] = instruction `kind`'s value in each active lane (writes to PT are dropped; `out` may be P[d])."""
     if kind == ISETP:
         loops.isetp(R, F, P, o, bf, out)
     elif kind == ISETP64:
@@ -224,7 +224,7 @@ def run_predicate(kind, R, F, P, d, active, full, o, bf, out):
         loops.dsetp(R, F, P, o, bf, out)
     else:                                               # PLOP
         loops.plop(R, F, P, o, bf, out)
-    if d != PT:
+    if d != PT and out.ctypes.data != P[d].ctypes.data:
         store(P[d], out, active, full)
 
 
@@ -544,7 +544,9 @@ def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, si
     elif kind <= LAST_PAIR:
         run_pair(kind, R, F, P, t[tr.D], t[tr.D2], active, full, o, bf, out_pair)
     elif kind <= LAST_PREDICATE:
-        run_predicate(kind, R, F, P, t[tr.PD], active, full, o, bf, out_bool)
+        pd = t[tr.PD]
+        in_place = full and pd != PT and pd != t[tr.PS] and (kind != PLOP or pd != t[tr.PQ])
+        run_predicate(kind, R, F, P, pd, active, full, o, bf, P[pd] if in_place else out_bool)
     elif kind == S2R:
         for l in range(L):
             if active[l]:
