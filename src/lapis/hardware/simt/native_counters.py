@@ -114,25 +114,28 @@ def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, system
         tally[PCIE_BYTES] += n * nbytes
         return
     slots = l2_tags.size
-    for i in range(touched):                           # the L2 slot of each sector, into `slot_of`
-        step = keys[i] - keys[i - 1] if i else slots
+    any_missed = False
+    for i in range(touched):                           # each sector's L2 slot, and whether the L2 has it:
+        step = keys[i] - keys[i - 1] if i else slots   # every lookup sees the tags as they were
         if 0 <= step < slots:                          # sorted, mostly consecutive: no division
             slot = slot_of[i - 1] + step
-            slot_of[i] = slot - slots if slot >= slots else slot
+            slot = slot - slots if slot >= slots else slot
         else:
-            slot_of[i] = keys[i] % slots
-    for i in range(touched):                           # every lookup sees the tags as they were
-        missed[i] = l2_tags[slot_of[i]] != np.uint64(keys[i] + 1)
-    for i in range(touched):
-        if missed[i]:
-            slot = slot_of[i]
-            l2_tags[slot] = keys[i] + 1
-            l2_dirty[slot] = False
-            l2_writer[slot] = i
+            slot = keys[i] % slots
+        slot_of[i] = slot
+        missed[i] = l2_tags[slot] != np.uint64(keys[i] + 1)
+        any_missed |= missed[i]
     misses = 0
-    for i in range(touched):                           # a slot filled twice by this access misses once
-        if missed[i] and l2_writer[slot_of[i]] == i:
-            misses += 1
+    if any_missed:
+        for i in range(touched):
+            if missed[i]:
+                slot = slot_of[i]
+                l2_tags[slot] = keys[i] + 1
+                l2_dirty[slot] = False
+                l2_writer[slot] = i
+        for i in range(touched):                       # a slot filled twice by this access misses once
+            if missed[i] and l2_writer[slot_of[i]] == i:
+                misses += 1
     tally[L2_MISSES] += misses
     if not write:
         tally[DRAM_READ_BYTES] += misses * 32
