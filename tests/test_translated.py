@@ -82,7 +82,8 @@ def integer_arithmetic(bench, rng, n):
 
 def global_memory(bench, rng, n):
     """Byte, halfword, word and 64/128-bit loads and stores, guarded, to VRAM and host memory, a
-    scatter whose lanes collide, and a load whose lanes read two buffers (pages that are not one run)."""
+    scatter whose lanes collide, a load whose lanes read two buffers (pages that are not one run), and
+    loads of consecutive elements starting inside a sector (neighbouring warps share one)."""
     table = bench.buffer(rng.integers(0, 2**32, 4096).astype(np.uint32))
     host = bench.buffer(np.zeros(1024, np.uint32), system=True)
     out = bench.buffer(np.zeros(4096, np.uint32))
@@ -100,8 +101,10 @@ def global_memory(bench, rng, n):
         LOP.AND R74, R8, 0x3f ; IMAD.WIDE R76, R74, 0x8, R64 ;
         STG.E.64 [R76.64], R8 ; STG.E.U8 [R76.64+0x1], R9 ;
         SEL R80, R60, R64, P0 ; SEL R81, R61, R65, P0 ; LDG.E R52, [R80.64+0x40] ;
+        IMAD.WIDE R82, R0, 0x4, R60 ; LDG.E R53, [R82.64+0xc] ; IMAD.WIDE R84, R0, 0x8, R60 ;
+        LDG.E.64 R54, [R84.64+0x8] ;
     """
-    return body, rng.integers(0, 2**32, (n, 2)), 13, {}, [(out, np.zeros(4096, np.uint32)),
+    return body, rng.integers(0, 2**32, (n, 2)), 16, {}, [(out, np.zeros(4096, np.uint32)),
                                                           (host, np.zeros(1024, np.uint32))]
 
 

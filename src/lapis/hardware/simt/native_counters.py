@@ -81,10 +81,27 @@ def sift_down(a, root, n):
 
 
 @counter
-def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, system, l2_tags, l2_writer, l2_dirty,
-                 keys, slot_of, missed, tally):
-    """A global load or store of the active lanes at physical addresses `pa`: bytes, the distinct
-    32-byte sectors of each warp, and the L2's hits, misses and dirtied sectors, or PCIe bytes."""
+def run_sectors(pa, n, warp_size, nbytes, keys):
+    """When lane l of n reads pa[0] + l * nbytes, each warp's sectors are a range: write them to keys
+    (as `lane_sectors` would, without a per-lane key) and return how many; else -1."""
+    first = pa[0]
+    off = 0
+    for l in range(n):                                 # an or of differences: LLVM vectorizes it
+        off |= pa[l] ^ (first + l * nbytes)
+    if off:
+        return -1
+    touched = 0
+    for w0 in range(0, n, warp_size):
+        for sector in range(pa[w0] >> 5, (pa[min(w0 + warp_size, n) - 1] >> 5) + 1):
+            keys[touched] = sector
+            touched += 1
+    return touched
+
+
+@counter
+def lane_sectors(active, full, pa, padded_lane, warp_size, keys):
+    """The distinct sectors of each warp's active lanes in (warp, sector) order, into keys: returns
+    (active lanes, sectors)."""
     warp_shift = log2(warp_size)                       # a shift, not a division per lane
     if full:                                           # every lane: a loop LLVM vectorizes
         n = active.size
@@ -96,7 +113,6 @@ def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, system
             if active[l]:
                 keys[n] = ((padded_lane[l] >> warp_shift) << SECTOR_BITS) | (pa[l] >> 5)
                 n += 1
-    tally[GLOBAL_BYTES] += n * nbytes
     unordered = False
     for i in range(1, n):
         unordered |= keys[i] < keys[i - 1]
@@ -109,6 +125,21 @@ def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, system
         keys[touched] = key & ((1 << SECTOR_BITS) - 1)
         touched += key != previous
         previous = key
+    return n, touched
+
+
+@counter
+def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, system, l2_tags, l2_writer, l2_dirty,
+                 keys, slot_of, missed, tally):
+    """A global load or store of the active lanes at physical addresses `pa`: bytes, the distinct
+    32-byte sectors of each warp, and the L2's hits, misses and dirtied sectors, or PCIe bytes."""
+    n = active.size if full else 0
+    touched = -1
+    if full and padded_lane[n - 1] == n - 1:           # every lane, warps packed: perhaps one run of addresses
+        touched = run_sectors(pa, n, warp_size, nbytes, keys)
+    if touched < 0:
+        n, touched = lane_sectors(active, full, pa, padded_lane, warp_size, keys)
+    tally[GLOBAL_BYTES] += n * nbytes
     tally[GLOBAL_SECTORS] += touched
     if system:
         tally[PCIE_BYTES] += n * nbytes
