@@ -390,6 +390,21 @@ def transfer(load, full, t, active, R, words32, words8, word_of, stride, where):
     nbytes, signed = t[tr.WIDTH], t[tr.M1] != 0
     rows = (t[tr.D], t[tr.D2], t[tr.C], t[tr.C2])
     L = R.shape[1]
+    if nbytes == 4 and full:                         # one word per lane: consecutive words are one copy
+        first = word_of[0]
+        off = 0
+        for l in range(L):
+            off |= word_of[l] ^ (first + l)
+        if off == 0:
+            row = R[rows[0]]
+            words = words32[first:first + L]
+            if load:
+                for l in range(L):
+                    row[l] = words[l]
+            else:
+                for l in range(L):
+                    words[l] = row[l]
+            return
     if nbytes >= 4:
         for i in range(nbytes // 4):
             row = rows[i]
