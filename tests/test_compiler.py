@@ -174,26 +174,6 @@ def test_a_quotient_and_remainder_of_the_same_operands_share_one_division():
 
 
 @cuda.jit
-def divide_pairs(a, b, q, r):
-    i = cuda.grid(1)
-    if i < a.size:
-        q[i] = a[i] // b[i]
-        r[i] = a[i] % b[i]
-
-
-def test_64_bit_division_is_exact_past_2_to_the_53():
-    """Numerators beyond float64's 53 bits (rounded in the quotient's estimate) still divide exactly,
-    by small and large divisors of either sign."""
-    g = np.random.default_rng(5)
-    a = np.concatenate([g.integers(-2**63 + 1, 2**63 - 1, 192), g.integers(-2**20, 2**20, 64)])
-    b = np.concatenate([g.integers(1, 100, 64), -g.integers(1, 2**20, 64), g.integers(-2**62, 2**62, 128)])
-    b[b == 0] = 3
-    q, r = cuda.device_array(a.size, np.int64), cuda.device_array(a.size, np.int64)
-    divide_pairs[1, 256](cuda.to_device(a), cuda.to_device(b), q, r)
-    assert np.array_equal(q.copy_to_host(), a // b) and np.array_equal(r.copy_to_host(), a % b)
-
-
-@cuda.jit
 def wide_types(a, b, out_i, out_f):
     i = cuda.grid(1)
     if i < a.size:

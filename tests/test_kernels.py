@@ -344,6 +344,18 @@ def test_integer_division_follows_python(dtype):
     assert np.array_equal(q.copy_to_host(), a // b) and np.array_equal(r.copy_to_host(), a % b)
 
 
+def test_64_bit_division_is_exact_past_2_to_the_53():
+    """Numerators beyond float64's 53 bits (rounded in the quotient's estimate) still divide exactly,
+    by small and large divisors of either sign."""
+    g = np.random.default_rng(5)
+    a = np.concatenate([g.integers(-2**63 + 1, 2**63 - 1, 192), g.integers(-2**20, 2**20, 64)])
+    b = np.concatenate([g.integers(1, 100, 64), -g.integers(1, 2**20, 64), g.integers(-2**62, 2**62, 128)])
+    b[b == 0] = 3
+    q, r = cuda.device_array_like(a), cuda.device_array_like(a)
+    int_division[1, 256](cuda.to_device(a), cuda.to_device(b), q, r)
+    assert np.array_equal(q.copy_to_host(), a // b) and np.array_equal(r.copy_to_host(), a % b)
+
+
 @cuda.jit
 def true_division(a, b, out):
     i = cuda.grid(1)
