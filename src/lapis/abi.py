@@ -12,6 +12,7 @@ runtime (Layer 2) writes these bytes; the command processor (Layer 0) reads them
   launch dimensions first, kernel arguments from KERNARG_CBANK_OFFSET).
 """
 
+import functools
 import struct
 from dataclasses import dataclass, fields
 
@@ -51,14 +52,22 @@ class _Layout:
     FORMAT = ""
 
     def pack(self) -> bytes:
-        return struct.pack(self.FORMAT, *(getattr(self, f.name) for f in fields(self)))
+        codec, names = _codec(type(self))
+        return codec.pack(*[getattr(self, name) for name in names])
 
     @classmethod
     def unpack(cls, data: bytes):
-        return cls(*struct.unpack(cls.FORMAT, bytes(data[:struct.calcsize(cls.FORMAT)])))
+        codec = _codec(cls)[0]
+        return cls(*codec.unpack(bytes(data[:codec.size])))
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("reserved")}
+
+
+@functools.cache
+def _codec(cls) -> tuple[struct.Struct, tuple[str, ...]]:
+    """A layout's compiled struct and its field names in order (packets are packed on every launch)."""
+    return struct.Struct(cls.FORMAT), tuple(f.name for f in fields(cls))
 
 
 @dataclass
