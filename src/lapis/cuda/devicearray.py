@@ -46,13 +46,14 @@ def _collected(context, buffer) -> None:
 class DeviceNDArray:
     def __init__(self, shape, strides, dtype, context, memory: Allocation, ptr: int | None = None,
                  layout: str | None = None):
-        self.shape = tuple(int(s) for s in shape)
-        self.strides = tuple(int(s) for s in strides)
-        self.dtype = np.dtype(dtype)
-        self.context = context
-        self.memory = memory
-        self.ptr = memory.va if ptr is None else ptr
-        self._size = math.prod(self.shape)          # shape and strides never change: size and layout are fixed
+        self._set(tuple(int(s) for s in shape), tuple(int(s) for s in strides), np.dtype(dtype), context, memory,
+                  memory.va if ptr is None else ptr, layout)
+
+    def _set(self, shape: tuple, strides: tuple, dtype: np.dtype, context, memory: Allocation, ptr: int,
+             layout: str | None) -> None:
+        self.shape, self.strides, self.dtype = shape, strides, dtype
+        self.context, self.memory, self.ptr = context, memory, ptr
+        self._size = math.prod(shape)              # shape and strides never change: size and layout are fixed
         self._layout = layout                      # "C", "F", "A", or None to work it out when asked
 
     @classmethod
@@ -60,8 +61,9 @@ class DeviceNDArray:
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
         dtype = np.dtype(dtype)
         strides = _contiguous_strides(shape, dtype.itemsize, order)
-        nbytes = max(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, 1)
-        return cls(shape, strides, dtype, context, Allocation(context, context.allocate(nbytes), nbytes))
+        nbytes = max(math.prod(int(n) for n in shape) * dtype.itemsize, 1)
+        return cls(shape, strides, dtype, context, Allocation(context, context.allocate(nbytes), nbytes),
+                   layout=None if len(shape) > 1 else "C")
 
     @property
     def ndim(self) -> int:
@@ -184,9 +186,10 @@ class DeviceNDArray:
     def ravel(self, order: str = "C") -> "DeviceNDArray":
         """The elements as a 1-D view, read in `order` (numba's DeviceNDArray.ravel); NotImplementedError
         for an array not contiguous in that order, as numba (numpy would copy)."""
-        if not self._dense(self._order(order)):
+        order = self._order(order)
+        if not (self.layout == "C" if order == "C" else self._dense(order)):
             raise NotImplementedError("operation requires copying")
-        return self._view((self._size,), (self.dtype.itemsize,), self.dtype)
+        return self._view((self._size,), (self.dtype.itemsize,), self.dtype, layout="C")
 
     def view(self, dtype) -> "DeviceNDArray":
         """The same bytes read as another dtype (numba's DeviceNDArray.view): the last dimension grows
@@ -209,9 +212,14 @@ class DeviceNDArray:
             raise ValueError("order not C|F|A")
         return ("F" if self.layout == "F" else "C") if order == "A" else order
 
-    def _view(self, shape: tuple, strides: tuple, dtype, ptr: int | None = None) -> "DeviceNDArray":
-        """Another array over this one's memory (from this one's first element unless `ptr` says)."""
-        return DeviceNDArray(shape, strides, dtype, self.context, self.memory, self.ptr if ptr is None else ptr)
+    def _view(self, shape: tuple, strides: tuple, dtype, ptr: int | None = None,
+              layout: str | None = None) -> "DeviceNDArray":
+        """Another array over this one's memory (from this one's first element unless `ptr` says;
+        `layout` when the caller knows it)."""
+        view = object.__new__(DeviceNDArray)       # without the constructor's conversions: these are ints already
+        view._set(tuple(shape), tuple(strides), np.dtype(dtype), self.context, self.memory,
+                  self.ptr if ptr is None else ptr, layout)
+        return view
 
     def __repr__(self) -> str:
         return f"<DeviceNDArray shape={self.shape} dtype={self.dtype} on {self.device} at {self.ptr:#x}>"

@@ -224,6 +224,20 @@ def _device_ints(api, context, values: tuple) -> DeviceNDArray:
     return array
 
 
+def _shape_ints(api, context, shape: tuple) -> DeviceNDArray:
+    """The shape array `offset_of` reads: the dimensions, then each one's divider word (0, a division,
+    for tensors of 2^31 elements or more), uploaded once per context and shape."""
+    key = (id(context), shape, "dividers")
+    array = _geometries.get(key)
+    if array is None:
+        if math.prod(shape) < 1 << 31:
+            dividers = tuple(magic | shift << 32 for magic, shift in map(divider, (n or 1 for n in shape)))
+        else:
+            dividers = (0,) * len(shape)
+        array = _geometries[key] = _device_ints(api, context, (*shape, *dividers))
+    return array
+
+
 def _is_scalar(x) -> bool:
     return isinstance(x, np.generic)
 
@@ -255,11 +269,7 @@ def _geometry(api, out: DeviceNDArray, *inputs) -> tuple[tuple, list]:
             broadcast_strides(x, shape)            # raises for operands that do not broadcast
     modes = tuple(_mode(x, shape) for x in (*inputs, out))
     padded = tuple(shape) or (1,)
-    if math.prod(padded) < 1 << 31:                 # quotients by multiplication (offset_of)
-        dividers = tuple(magic | shift << 32 for magic, shift in map(divider, (n or 1 for n in padded)))
-    else:
-        dividers = (0,) * len(padded)
-    shape_array = _device_ints(api, out.context, (*padded, *dividers))
+    shape_array = _shape_ints(api, out.context, padded)
     operands = [shape_array]
     for x, mode in zip((*inputs, out), modes, strict=True):
         if mode == SCALAR:
