@@ -7,9 +7,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import Bench, pointers
+from lapis.hardware.caches import shared_wavefronts
 from lapis.hardware.simt import KernelFault
+from lapis.hardware.simt.native_counters import TALLY_SLOTS, wavefronts
 from lapis.hardware.simt.translate import OPS, translate
 from lapis.isa import assemble
 from test_simt import _run_twice, atomics, divergence, local_memory, matrix_unit, shared_memory, warp_operations
@@ -192,3 +196,21 @@ def test_the_kernel_tests_pass_with_every_dispatch_run_both_ways():
     result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", "not slow", "-p", "no:cacheprovider",
                              *KERNEL_TESTS], cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([32, 64]), st.sampled_from([1, 2, 4]), st.integers(1, 3),
+       st.sampled_from(["consecutive", "broadcast", "padded", "random"]), st.integers(0, 2**32 - 1))
+def test_the_engine_counts_bank_conflicts_as_the_reference(warp_size, words_per_lane, warps, pattern, seed):
+    """native_counters.wavefronts (its one-pass cases included) against caches.shared_wavefronts."""
+    rng = np.random.default_rng(seed)
+    n = warps * warp_size
+    laid = {"consecutive": np.arange(n) * words_per_lane,
+            "broadcast": np.repeat(rng.integers(0, 100, warps), warp_size),
+            "padded": np.arange(n) % 32 * 33 * words_per_lane,
+            "random": rng.integers(0, 64, n)}[pattern].astype(np.int64)
+    if seed % 3 == 0:
+        laid[rng.random(n) < 0.3] = -1                    # lanes that do not access
+    tally = np.zeros(TALLY_SLOTS, np.int64)
+    assert (tuple(wavefronts(laid.copy(), warp_size, words_per_lane, tally))
+            == shared_wavefronts(laid.reshape(warps, warp_size), words_per_lane))

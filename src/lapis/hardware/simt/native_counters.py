@@ -189,19 +189,21 @@ def wavefronts(laid, warp_size, words_per_lane, tally):
     per_bank, entries = tally[PER_BANK:PER_BANK + BANKS], tally[ENTRIES:ENTRIES + BANKS]
     warps = laid.size // warp_size
     for w in range(warps):
-        if warp_size == BANKS and words_per_lane == 1:   # one phase: a word per bank, or one word, take one
-            first = laid[w * BANKS]
+        for p in range(warp_size * words_per_lane // BANKS):
+            # First, without branches (LLVM vectorizes it): every bank once, or one word (per lane) for all
+            # lanes, is one wavefront.
+            first = laid[w * warp_size + ((p * BANKS) >> wpl_shift)]
             banks, signs, differ = 0, first, 0
-            for e in range(BANKS):                        # integer ors without branches: LLVM vectorizes them
-                word = laid[w * BANKS + e]
-                banks |= 1 << (word & (BANKS - 1))
+            for e in range(BANKS):
+                slot = p * BANKS + e
+                word = laid[w * warp_size + (slot >> wpl_shift)]
                 signs |= word                             # negative when a lane does not access
                 differ |= word ^ first
+                banks |= 1 << ((word + (slot & (words_per_lane - 1))) & (BANKS - 1))
             if signs >= 0 and (banks == (1 << BANKS) - 1 or differ == 0):
                 total += 1
                 phases += 1
                 continue
-        for p in range(warp_size * words_per_lane // BANKS):
             used, clash = 0, False
             for e in range(BANKS):
                 slot = p * BANKS + e                    # the phase's e-th word: lane slot // wpl, word slot % wpl
