@@ -13,10 +13,9 @@ def pooling_forward_kernel(n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, 
     # One thread per output element; sx, sy: element strides of N, C, H, W.
     i = cuda.grid(1)
     if i < n * c * oh * ow:
-        ox = i % ow
-        oy = i // ow % oh
-        ch = i // (ow * oh) % c
-        b = i // (ow * oh * c)
+        ox, rest = i % ow, i // ow                     # each quotient divides the last: three divisions
+        oy, rest = rest % oh, rest // oh
+        ch, b = rest % c, rest // c
         best = -math.inf
         total = 0.0
         for dy_ in range(kh):
@@ -37,10 +36,9 @@ def pooling_backward_kernel(n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average,
     # the gradient goes to the first element equal to the window's maximum.
     i = cuda.grid(1)
     if i < n * c * h * w:
-        ix = i % w
-        iy = i // w % h
-        ch = i // (w * h) % c
-        b = i // (w * h * c)
+        ix, rest = i % w, i // w
+        iy, rest = rest % h, rest // h
+        ch, b = rest % c, rest // c
         grad = 0.0
         for oy in range(max(0, (iy + ph - kh) // sh + 1), min(oh, (iy + ph) // sh + 1)):
             for ox in range(max(0, (ix + pw - kw) // sw + 1), min(ow, (ix + pw) // sw + 1)):
