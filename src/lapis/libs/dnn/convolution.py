@@ -68,10 +68,9 @@ def conv_direct_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, strid
                        xs_n, xs_c, xs_h, xs_w, ys_n, ys_k, ys_p, ys_q, ws_k, ws_c, ws_r, ws_s, x, w, y):
     i = cuda.grid(1)
     if i < n * k * p * q:
-        oq = i % q
-        op = i // q % p
-        ok = i // (q * p) % k
-        b = i // (q * p * k)
+        oq, rest = i % q, i // q                       # each quotient divides the last: three divisions
+        op, rest = rest % p, rest // p
+        ok, b = rest % k, rest // k
         cg = c // groups
         first = ok // (k // groups) * cg
         acc = 0.0
@@ -203,14 +202,14 @@ def make_conv_gemm_kernel(direction: str):
             orow, ocol = row0 + ty + i, col0 + tx + j
             if orow < rows and ocol < columns:
                 if MODE == "forward":
-                    out[ocol // (q * p) * ys_n + (group * kg + orow) * ys_k + ocol // q % p * ys_p
-                        + ocol % q * ys_q] = v
+                    lo, hi = ocol % q, ocol // q           # the column's digits, two divisions
+                    out[hi // p * ys_n + (group * kg + orow) * ys_k + hi % p * ys_p + lo * ys_q] = v
                 elif MODE == "backward_data":
-                    out[ocol // (wd * h) * xs_n + (group * cg + orow) * xs_c + ocol // wd % h * xs_h
-                        + ocol % wd * xs_w] = v
+                    lo, hi = ocol % wd, ocol // wd
+                    out[hi // h * xs_n + (group * cg + orow) * xs_c + hi % h * xs_h + lo * xs_w] = v
                 else:
-                    cuda.atomic.add(out, (group * kg + orow) * ws_k + ocol // (r * s) * ws_c
-                                    + ocol // s % r * ws_r + ocol % s * ws_s, v)
+                    lo, hi = ocol % s, ocol // s
+                    cuda.atomic.add(out, (group * kg + orow) * ws_k + hi // r * ws_c + hi % r * ws_r + lo * ws_s, v)
     return conv_gemm_kernel
 
 
@@ -223,11 +222,10 @@ def conv_im2col_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, strid
     # per image and group a (cg * r * s) x (p * q) matrix, that the "gemm" algorithm multiplies with BLAS
     i = cuda.grid(1)
     if i < n * c * r * s * p * q:
-        oq = i % q
-        op = i // q % p
-        ss = i // (q * p) % s
-        rr = i // (q * p * s) % r
-        bc = i // (q * p * s * r)                          # b * c + ch
+        oq, rest = i % q, i // q                           # each quotient divides the last
+        op, rest = rest % p, rest // p
+        ss, rest = rest % s, rest // s
+        rr, bc = rest % r, rest // r                       # bc: b * c + ch
         iy = op * stride_h - pad_h + rr * dil_h
         ix = oq * stride_w - pad_w + ss * dil_w
         v = 0.0
@@ -260,10 +258,9 @@ def conv_backward_data_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h
                               xs_n, xs_c, xs_h, xs_w, ys_n, ys_k, ys_p, ys_q, ws_k, ws_c, ws_r, ws_s, dy, w, dx):
     i = cuda.grid(1)
     if i < n * c * h * wd:
-        ix = i % wd
-        iy = i // wd % h
-        ch = i // (wd * h) % c
-        b = i // (wd * h * c)
+        ix, rest = i % wd, i // wd                     # each quotient divides the last: three divisions
+        iy, rest = rest % h, rest // h
+        ch, b = rest % c, rest // c
         cg = c // groups
         kg = k // groups
         group = ch // cg
@@ -286,10 +283,9 @@ def conv_backward_filter_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride
     i = cuda.grid(1)
     cg = c // groups
     if i < k * cg * r * s:
-        ss = i % s
-        rr = i // s % r
-        cc = i // (s * r) % cg
-        ok = i // (s * r * cg)
+        ss, rest = i % s, i // s                       # each quotient divides the last: three divisions
+        rr, rest = rest % r, rest // r
+        cc, ok = rest % cg, rest // cg
         ch = ok // (k // groups) * cg + cc
         acc = 0.0
         for b in range(n):
