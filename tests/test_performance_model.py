@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import pointers
+from lapis.hardware import perf
+from lapis.isa import OPCODES, assemble
 
 TID = "S2R R0, SR_TID.X ;\nS2R R1, SR_CTAID.X ;\nIMAD R0, R1, c[0x0][0x0], R0 ;\n"
 
@@ -219,3 +221,18 @@ def test_latency_term_shrinks_as_occupancy_grows(bench):
     t = bench.timing(c)
     assert t.limiter == "latency"
     assert t.chain_cycles >= 2 * p.l2_latency_cycles
+
+
+def test_the_scoreboard_walk_waits_on_the_latest_writer_of_each_source():
+    """A load's consumer waits the load latency (long scoreboard); an instruction reading two results
+    waits for the later one; the tail is the last result's latency."""
+    program = assemble("LDG.E R4, [R2.64] ;\nFADD R5, R4, R4 ;\nMOV R6, R7 ;\nFADD R8, R5, R6 ;\nEXIT ;")
+    load = 400.0
+    fadd, mov = OPCODES["FADD"].latency, OPCODES["MOV"].latency
+    stalls, tail, cycles = perf._walk_program(perf._dataflow(program), load)
+    issue1 = 1.0 + load                                   # the LDG issues at cycle 1
+    issue3 = max(issue1 + 2.0, issue1 + fadd, issue1 + 1.0 + mov)
+    assert stalls[:2] == [(0.0, ""), (load - 1.0, "long scoreboard")]
+    assert stalls[2] == (0.0, "")
+    assert stalls[3] == (issue3 - (issue1 + 1.0) - 1.0, "wait" if issue3 > issue1 + 2.0 else "")
+    assert tail == max(0.0, issue3 + fadd - (issue3 + 1.0)) and np.array_equal(cycles, [1 + s for s, _ in stalls])

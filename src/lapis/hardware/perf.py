@@ -100,12 +100,6 @@ class KernelTiming:
         return amount / (self.duration_ns * 1e-9) / rate if self.duration_ns else 0.0
 
 
-def _latency(inst: Instruction, load_cycles: float) -> float:
-    if inst.op in ("LDG", "ATOMG"):
-        return load_cycles
-    return OPCODES[inst.op].latency
-
-
 # Nsight Compute's names for why a warp waited: on a memory result (long scoreboard), on shared
 # memory, a shuffle or the special-function unit (short scoreboard), on a fixed-latency result (wait)
 _LONG = {"LDG", "ATOMG", "LDL"}
@@ -130,24 +124,51 @@ def _walk(profile: DeviceProfile, program: list[Instruction], c: Counters):
         return kept[1]
     if len(_WALKS) >= _KEPT_WALKS:
         _WALKS.clear()
-    walked = _walk_program(program, load_cycles)
+    walked = _walk_program(_dataflow(program), load_cycles)
     _WALKS[key] = (program, walked)
     return walked
 
 
-def _walk_program(program: list[Instruction], load_cycles: float):
-    ready: dict[int, tuple[float, str]] = {}
-    now, stalls = 0.0, []
-    for inst in program:
+# Each program's dataflow, which the walk needs whatever the load latency: per instruction the
+# instructions that last wrote the registers it reads, its latency (None for a global load, whose
+# latency is the walk's) and its stall kind; and the last writer of every register.
+_DATAFLOWS: dict[int, tuple[list[Instruction], tuple]] = {}
+
+
+def _dataflow(program: list[Instruction]) -> tuple:
+    kept = _DATAFLOWS.get(id(program))
+    if kept is not None and kept[0] is program:
+        return kept[1]
+    if len(_DATAFLOWS) >= _KEPT_WALKS:
+        _DATAFLOWS.clear()
+    writer: dict[int, int] = {}
+    deps, latencies, kinds = [], [], []
+    for pc, inst in enumerate(program):
         reads, writes = registers(inst)
-        waits = [ready.get(r, (0.0, "")) for r in reads]
-        issue, reason = max([(now + 1.0, "")] + waits)
+        deps.append(tuple(writer[r] for r in reads if r in writer))
+        latencies.append(None if inst.op in ("LDG", "ATOMG") else OPCODES[inst.op].latency)
+        kinds.append("long scoreboard" if inst.op in _LONG else "short scoreboard" if inst.op in _SHORT else "wait")
+        for r in writes:
+            writer[r] = pc
+    flow = (deps, latencies, kinds, tuple(set(writer.values())))
+    _DATAFLOWS[id(program)] = (program, flow)
+    return flow
+
+
+def _walk_program(flow: tuple, load_cycles: float):
+    deps, latencies, kinds, last_writers = flow
+    ready: list[float] = []                       # per instruction, when its result lands
+    now, stalls = 0.0, []
+    for pc, sources in enumerate(deps):
+        issue, reason = now + 1.0, ""
+        for w in sources:                         # the latest (then the greatest kind, as max of tuples)
+            if (ready[w], kinds[w]) > (issue, reason):
+                issue, reason = ready[w], kinds[w]
         stalls.append((issue - now - 1.0, reason if issue > now + 1.0 else ""))
         now = issue
-        kind = "long scoreboard" if inst.op in _LONG else "short scoreboard" if inst.op in _SHORT else "wait"
-        for r in writes:
-            ready[r] = (issue + _latency(inst, load_cycles), kind)
-    tail = max(0.0, max((t for t, _ in ready.values()), default=0.0) - now)
+        latency = latencies[pc]
+        ready.append(issue + (load_cycles if latency is None else latency))
+    tail = max(0.0, max((ready[w] for w in last_writers), default=0.0) - now)
     return stalls, tail, np.array([1.0 + wait for wait, _ in stalls])
 
 
