@@ -74,12 +74,11 @@ class SimtCore:
                 blocks = self._batch_for(d, nblocks, translation)
                 blocks.start(first)
                 self._run_blocks(blocks, kinds, targets)
-        for pipe, pcs in pipes.items():
-            c.warp_instructions_by_pipe[pipe] = int(c.warp_instructions[pcs].sum())
-        for precision, (pcs, per_lane) in flops.items():
-            lanes = c.thread_instructions[pcs]
-            if lanes.any():
-                c.flops_by_precision[precision] = int(lanes @ per_lane)
+        (pipe_names, per_pipe), (precisions, flops_per_lane) = pipes, flops
+        c.warp_instructions_by_pipe.update(zip(pipe_names, (per_pipe @ c.warp_instructions).tolist(), strict=True))
+        for precision, total in zip(precisions, (flops_per_lane @ c.thread_instructions).tolist(), strict=True):
+            if total:
+                c.flops_by_precision[precision] = total
         return c
 
     def _batch(self, d: Dispatch, nblocks: int, translation: Translation | None) -> ResidentBlocks:
@@ -214,22 +213,22 @@ PAST_END_TEXT = "execution ran past the end of the program (missing EXIT)"
 
 def program_facts(program: list[Instruction]) -> tuple:
     """What the scheduler looks up per instruction, worked out once per program: the control kind
-    (or ""), the branch target, the instructions of each pipe (in first-use order, as the counters
-    list them), and per precision the arithmetic instructions and their FLOPs per lane."""
+    (or ""), the branch target; the pipes (in first-use order, as the counters list them) with a
+    (pipes, instructions) matrix marking each one's instructions; the precisions with a matrix of
+    each arithmetic instruction's FLOPs per lane. A launch's totals are then one product each."""
     kinds = [i.op if i.op in CONTROL else "" for i in program]
     targets = [branch_target(i, pc) if i.op == "BRA" else 0 for pc, i in enumerate(program)]
-    pipes: dict[str, list[int]] = {}
+    pipe_names = list(dict.fromkeys(OPCODES[inst.op].pipe for inst in program))
+    per_pipe = np.zeros((len(pipe_names), len(program)), np.int64)
     for pc, inst in enumerate(program):
-        pipes.setdefault(OPCODES[inst.op].pipe, []).append(pc)
-    flops: dict[str, tuple[list[int], list[int]]] = {}
+        per_pipe[pipe_names.index(OPCODES[inst.op].pipe), pc] = 1
+    precisions = list(dict.fromkeys(FLOPS_PER_LANE[inst.op][0] for inst in program if inst.op in FLOPS_PER_LANE))
+    flops_per_lane = np.zeros((len(precisions), len(program)), np.int64)
     for pc, inst in enumerate(program):
         if inst.op in FLOPS_PER_LANE:
             precision, per_lane = FLOPS_PER_LANE[inst.op]
-            pcs, counts = flops.setdefault(precision, ([], []))
-            pcs.append(pc)
-            counts.append(per_lane)
-    return (kinds, targets, {pipe: np.array(pcs) for pipe, pcs in pipes.items()},
-            {precision: (np.array(pcs), np.array(counts, np.int64)) for precision, (pcs, counts) in flops.items()})
+            flops_per_lane[precisions.index(precision), pc] = per_lane
+    return kinds, targets, (pipe_names, per_pipe), (precisions, flops_per_lane)
 
 
 def active_counts(blocks: ResidentBlocks, mask: Mask) -> tuple[int, int]:
