@@ -272,6 +272,24 @@ def walk(vram_u64, root, vpn):
 RUN_PAGES = 64              # the widest span of pages the one-run path of `global_addresses` walks
 
 
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def active_range(where, active, full):
+    """(active lanes, lowest and highest of their `where`, the or of their `where`), in loops LLVM
+    vectorizes: what a memory instruction checks once for all its lanes."""
+    lo, hi, bits, n = np.int64(1 << 62), np.int64(-(1 << 62)), np.int64(0), 0
+    if full:
+        for l in range(where.size):
+            x = where[l]
+            lo, hi, bits = min(lo, x), max(hi, x), bits | x
+        return where.size, lo, hi, bits
+    for l in range(where.size):
+        x, on = where[l], active[l]
+        lo, hi = min(lo, x if on else lo), max(hi, x if on else hi)
+        bits |= x if on else 0
+        n += on
+    return n, lo, hi, bits
+
+
 @_engine
 def global_addresses(t, active, full, R, write, vram_u64, root, logging, va_log, where):
     """Physical address of each active lane's global access into `where`; returns the aperture
@@ -284,21 +302,9 @@ def global_addresses(t, active, full, R, write, vram_u64, root, logging, va_log,
     nbytes, off = t[tr.WIDTH], t[tr.SIMM]
     a, a2 = t[tr.A], t[tr.A2]
     L = R.shape[1]
-    lo, hi, bits, n = np.int64(1 << 62), np.int64(-1), np.int64(0), 0
-    if full:
-        for l in range(L):
-            va = pair(R, a, a2, l) + off
-            where[l] = va
-            lo, hi, bits = min(lo, va), max(hi, va), bits | va
-        n = L
-    else:
-        for l in range(L):
-            va = pair(R, a, a2, l) + off
-            where[l] = va
-            on = active[l]
-            lo, hi = min(lo, va if on else lo), max(hi, va if on else hi)
-            bits |= va if on else 0
-            n += on
+    for l in range(L):
+        where[l] = pair(R, a, a2, l) + off
+    n, lo, hi, bits = active_range(where, active, full)
     if n == 0:
         return -1
     span = (hi >> 12) - (lo >> 12)
@@ -357,21 +363,9 @@ def private_addresses(t, active, full, R, limit, logging, va_log, where):
     loops LLVM vectorizes (a fault is found again, lane by lane, by the instruction's binder)."""
     nbytes, off, a = t[tr.WIDTH], t[tr.SIMM], t[tr.A]
     L = R.shape[1]
-    lo, hi, bits, n = np.int64(1 << 62), np.int64(-(1 << 62)), np.int64(0), 0
-    if full:
-        for l in range(L):
-            byte = np.int64(R[a, l]) + off
-            where[l] = byte
-            lo, hi, bits = min(lo, byte), max(hi, byte), bits | byte
-        n = L
-    else:
-        for l in range(L):
-            byte = np.int64(R[a, l]) + off
-            where[l] = byte
-            on = active[l]
-            lo, hi = min(lo, byte if on else lo), max(hi, byte if on else hi)
-            bits |= byte if on else 0
-            n += on
+    for l in range(L):
+        where[l] = np.int64(R[a, l]) + off
+    n, lo, hi, bits = active_range(where, active, full)
     if logging:
         for l in range(L):
             if active[l]:
