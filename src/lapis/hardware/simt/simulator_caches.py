@@ -120,9 +120,10 @@ class SimulatorCaches:
         if not self.enabled:
             return make()
         kept = kept_by_key.pop(key, None)
-        if kept is None or kept[0] is not program:
-            kept = (program, make(), lanes)
-        kept_by_key[key] = kept
+        if kept is not None and kept[0] is program:
+            kept_by_key[key] = kept                        # a hit changes no total: nothing to evict
+            return kept[1]
+        kept = kept_by_key[key] = (program, make(), lanes)
         while len(kept_by_key) > 1 and (len(kept_by_key) > self.KEPT_BATCHES
                                         or sum(entry[2] for entry in kept_by_key.values()) > most_lanes):
             del kept_by_key[next(iter(kept_by_key))]
