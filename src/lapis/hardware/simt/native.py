@@ -103,7 +103,7 @@ def store(row, values, active, full):
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def store_pair(R, d, d2, values, active, full):
     """The register pair (R[d], R[d2]) = values, in the active lanes."""
-    L = R.shape[1]
+    L = values.size
     if full:
         for l in range(L):
             put_pair(R, d, d2, l, values[l])
@@ -143,7 +143,7 @@ def run_u32(kind, R, F, P, d, active, full, o, bf, out):
     else:                                               # MOV, LDC
         loops.mov(R, F, P, o, bf, out)
     if out.ctypes.data != R[d].ctypes.data:
-        store(R[d], out, active, full)
+        store(R[d, :out.size], out, active, full)
 
 
 @_engine
@@ -164,7 +164,7 @@ def run_f32(kind, R, F, P, d, active, full, o, bf, out):
     else:                                               # MUFU
         loops.mufu(R, F, P, o, bf, out)
     if out.ctypes.data != F[d].ctypes.data:
-        store(F[d], out, active, full)
+        store(F[d, :out.size], out, active, full)
 
 
 @_engine
@@ -225,7 +225,7 @@ def run_predicate(kind, R, F, P, d, active, full, o, bf, out):
     else:                                               # PLOP
         loops.plop(R, F, P, o, bf, out)
     if d != PT and out.ctypes.data != P[d].ctypes.data:
-        store(P[d], out, active, full)
+        store(P[d, :out.size], out, active, full)
 
 
 @_engine
@@ -233,7 +233,7 @@ def shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out
     """SHFL: every lane's source value read before any is written; a source outside the warp gives
     the lane its own value."""
     d, a, breg, mode, is_breg = t[tr.D], t[tr.A], t[tr.B], t[tr.M1], t[tr.BMODE] == tr.B_REG
-    L = R.shape[1]
+    L = active.size
     for l in range(L):
         x = np.int64(R[breg, l]) if is_breg else b32
         lane = lane_in_warp[l]
@@ -246,7 +246,7 @@ def shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out
         else:
             src = lane ^ x
         out[l] = R[a, warp_base[l] + src if 0 <= src < warp_len[l] else l]
-    store(R[d], out, active, False)
+    store(R[d, :L], out, active, False)
 
 
 # -- memory ------------------------------------------------------------------------------------------
@@ -301,7 +301,7 @@ def global_addresses(t, active, full, R, write, vram_u64, root, logging, va_log,
     each lane is walked and checked in lane order (`lane_addresses`)."""
     nbytes, off = t[tr.WIDTH], t[tr.SIMM]
     a, a2 = t[tr.A], t[tr.A2]
-    L = R.shape[1]
+    L = active.size
     for l in range(L):
         where[l] = pair(R, a, a2, l) + off
     n, lo, hi, bits = active_range(where, active, full)
@@ -333,7 +333,7 @@ def lane_addresses(t, active, R, write, vram_u64, root, logging, va_log, where):
     a, a2 = t[tr.A], t[tr.A2]
     system = -1
     last_vpn, entry = np.uint64(1) << np.uint64(63), np.int64(0)     # lanes mostly share a page
-    for l in range(R.shape[1]):
+    for l in range(active.size):
         if not active[l]:
             continue
         va = pair(R, a, a2, l) + off
@@ -362,7 +362,7 @@ def private_addresses(t, active, full, R, limit, logging, va_log, where):
     lane's offset is computed, and the active lanes' range and alignment checked once after, in
     loops LLVM vectorizes (a fault is found again, lane by lane, by the instruction's binder)."""
     nbytes, off, a = t[tr.WIDTH], t[tr.SIMM], t[tr.A]
-    L = R.shape[1]
+    L = active.size
     for l in range(L):
         where[l] = np.int64(R[a, l]) + off
     n, lo, hi, bits = active_range(where, active, full)
@@ -383,14 +383,14 @@ def transfer(load, full, t, active, R, words32, words8, word_of, stride, where):
     is word_of[l] (or, for 1- and 2-byte accesses, its byte is 4 * word_of[l] + where[l] % 4)."""
     nbytes, signed = t[tr.WIDTH], t[tr.M1] != 0
     rows = (t[tr.D], t[tr.D2], t[tr.C], t[tr.C2])
-    L = R.shape[1]
+    L = active.size
     if nbytes == 4 and full:                         # one word per lane: consecutive words are one copy
         first = word_of[0]
         off = 0
         for l in range(L):
             off |= word_of[l] ^ (first + l)
         if off == 0:
-            row = R[rows[0]]
+            row = R[rows[0], :L]
             words = words32[first:first + L]
             if load:
                 for l in range(L):
@@ -443,7 +443,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
     where, word_of, keys = scratch[1], scratch[2], scratch[0]
     load = kind == LDG or kind == LDS or kind == LDL
     nbytes = t[tr.WIDTH]
-    L = R.shape[1]
+    L = active.size
     k = t[tr.LOG] if logging else 0               # addresses are logged only for a checker (`compare.py`)
     if logging:
         for l in range(L):
@@ -513,7 +513,7 @@ def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, si
     """One translated instruction (not control) for the group's active lanes: DONE, or FAULT when it
     would fault (it did nothing)."""
     F = R.view(np.float32)
-    L = R.shape[1]
+    L = group.size
     out_u32, out_f32 = scratch[0].view(np.uint32)[:L], scratch[0].view(np.float32)[:L]
     out_bool = scratch[0].view(np.bool_)[:L]
     out_pair = scratch[0]
@@ -545,17 +545,17 @@ def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, si
         o = (o[0], o[1], t[tr.PQ], o[3], o[4], o[5], o[6], t[tr.PQ_NEG], o[8], o[9], o[10], o[11], o[12],
              o[13], o[14], o[15], o[16], o[17], o[18])
     if kind <= LAST_U32:
-        run_u32(kind, R, F, P, t[tr.D], active, full, o, bf, R[t[tr.D]] if writes_in_place(t, full) else out_u32)
+        run_u32(kind, R, F, P, t[tr.D], active, full, o, bf, R[t[tr.D], :L] if writes_in_place(t, full) else out_u32)
     elif kind == FFMA and accumulates(t, full):
-        loops.ffma_accumulate(R, F, P, o, bf, F[t[tr.D]])
+        loops.ffma_accumulate(R, F, P, o, bf, F[t[tr.D], :L])
     elif kind <= LAST_F32:
-        run_f32(kind, R, F, P, t[tr.D], active, full, o, bf, F[t[tr.D]] if writes_in_place(t, full) else out_f32)
+        run_f32(kind, R, F, P, t[tr.D], active, full, o, bf, F[t[tr.D], :L] if writes_in_place(t, full) else out_f32)
     elif kind <= LAST_PAIR:
         run_pair(kind, R, F, P, t[tr.D], t[tr.D2], active, full, o, bf, out_pair)
     elif kind <= LAST_PREDICATE:
         pd = t[tr.PD]
         in_place = full and pd != PT and pd != t[tr.PS] and (kind != PLOP or pd != t[tr.PQ])
-        run_predicate(kind, R, F, P, pd, active, full, o, bf, P[pd] if in_place else out_bool)
+        run_predicate(kind, R, F, P, pd, active, full, o, bf, P[pd, :L] if in_place else out_bool)
     elif kind == S2R:
         for l in range(L):
             if active[l]:

@@ -70,7 +70,7 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
                 if not 0 <= target < end:
                     return REFERENCE, pc, steps              # its binder raises the fault
             elif taken:
-                for l in range(R.shape[1]):
+                for l in range(group.size):
                     if group[l]:
                         exited[l] = True
                 retired = True

@@ -72,8 +72,8 @@ class NativeRunner:
                      b.warps_per_block, b.nblocks, logging)
             status, pc, steps = execute_batch(
                 t.table, pc, current, len(t.translated), self.group, self.lane_pc, self.waiting, b.lane_warp,
-                self.cur, budget, regs.R, regs.P, b.special, regs.cbank, core.counters.steps, self.memories, sizes,
-                self.lanes, self.l2, self.scratch, self.laid, self.guarded, self.missed, self.log_va,
+                self.cur, budget, regs.R_rows, regs.P_rows, b.special, regs.cbank, core.counters.steps, self.memories,
+                sizes, self.lanes, self.l2, self.scratch, self.laid, self.guarded, self.missed, self.log_va,
                 self.log_active, self.tally, c.warp_instructions, c.thread_instructions, b.derived.version,
                 b.derived.bump_rows, b.exited)
         counts = self.tally[:len(TALLY)]
