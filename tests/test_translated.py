@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from conftest import Bench, pointers
 from lapis.hardware.caches import shared_wavefronts
-from lapis.hardware.simt import KernelFault
+from lapis.hardware.simt import KernelFault, scheduler
+from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.native_counters import TALLY_SLOTS, wavefronts
 from lapis.hardware.simt.translate import OPS, translate
 from lapis.isa import assemble
@@ -143,6 +144,28 @@ def test_the_cases_cover_every_operation_the_engine_has():
         program = assemble(body.replace(" ; ", " ;\n") + "\nEXIT ;")
         used |= {OPS[k] for k in translate(program, 96).table[:, 0]}
     assert used >= set(OPS) - {"LDC", "LDC64", "S2R"}           # those three are in every kernel's prologue
+
+
+@pytest.mark.parametrize("case", [divergence, float32_arithmetic, float64_arithmetic, integer_arithmetic])
+def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch):
+    """Every run of arithmetic compiled into one LLVM function (`fused.py`, LAPIS_FUSE_AFTER=0) against the
+    reference: blocks of 33 lanes, so that the last vector of 16 lanes runs into the rows' padding; divergent
+    groups run the masked loops; the first launch runs unfused, the second fused."""
+    runs = []
+    monkeypatch.setattr(scheduler, "fuse_hot", lambda *args: runs.append(fuse_hot(*args)))
+    results = []
+    for sim, after in (("translated", "0"), ("reference", "never")):
+        monkeypatch.setenv("LAPIS_SIM", sim)
+        monkeypatch.setenv("LAPIS_FUSE_AFTER", after)
+        bench = Bench("teaching")
+        body, inputs, outputs, kw, _ = case(bench, np.random.default_rng(5), 33 * 20)
+        launches = [bench.lanes(body, inputs, outputs, block=33, **kw) for _ in range(2)]
+        results.append((launches, bench.gpu.simt.counters, bench.timing(bench.gpu.simt.counters).total_ns))
+    assert sum(runs) > 0
+    (fused, counters, ns), (reference, counters0, ns0) = results
+    for out, out0 in zip(fused, reference, strict=True):
+        assert out.shape == out0.shape and np.array_equal(out, out0), np.argwhere(out != out0)[:5]
+    assert counters == counters0 and ns == ns0
 
 
 @pytest.mark.parametrize("sim", ["translated", "reference"])

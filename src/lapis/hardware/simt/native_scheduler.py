@@ -19,7 +19,9 @@ the program; Python runs that one step and calls back, and the group carries on.
 """
 
 import numpy as np
-from numba import njit
+from llvmlite import ir
+from numba import njit, types
+from numba.extending import intrinsic
 
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.simt.native import BAR, BRA, DONE, EXIT, NOP, PT, STG, instruction
@@ -31,6 +33,11 @@ from lapis.hardware.simt.native_counters import BARRIERS, TALLY_SLOTS
 # (merge); it ran past the program's end; it stored while a checker keeps the writes.
 # `execute_batch` stops with REFERENCE, PAST_END, STORED, or FINISHED when every lane has exited.
 REFERENCE, EXITED, PARK, MERGE, PAST_END, STORED, FINISHED = range(7)
+
+# A fused run (`fused.py`): void run(R, P, group, group is full, lanes, cbank, cbank's words); it was compiled
+# for R's and P's row length (the table's RUN_STRIDE).
+_I8P, _I32P, _I64 = ir.IntType(8).as_pointer(), ir.IntType(32).as_pointer(), ir.IntType(64)
+FUSED_SIGNATURE = ir.FunctionType(ir.VoidType(), [_I32P, _I8P, _I8P, _I64, _I64, _I32P, _I64])
 
 
 def _engine(fn):
@@ -58,6 +65,18 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
         kind = t[tr.KIND]
         if kind < 0:
             return REFERENCE, pc, steps
+        n = t[tr.RUN_LEN]
+        if n and t[tr.RUN_STRIDE] == R.shape[1] and steps + n <= budget and (alone or quiet(waiting, pc, n)):
+            run_fused(t[tr.RUN_FN], R, P, group, group_full, cbank)   # a fused run (`fused.py`)
+            for k in range(n):
+                issued(pc + k, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
+            steps += n
+            pc += n
+            if pc >= end:
+                return PAST_END, pc, steps
+            if not alone and waiting[pc]:
+                return MERGE, pc, steps
+            continue
         target = pc + 1
         retired = jumped = False
         if kind == BRA or kind == EXIT:
@@ -98,15 +117,39 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def quiet(waiting, pc, n):
+    """Whether no lanes wait inside the run pc .. pc + n - 1 (past its first), where the group would merge."""
+    for k in range(1, n):
+        if waiting[pc + k]:
+            return False
+    return True
+
+
+@intrinsic
+def run_fused(typingctx, fn, R, P, group, full, cbank):
+    """Call the fused run at address fn (`FUSED_SIGNATURE`) on the register file, predicates, group and
+    constant bank: each array's data pointer, and the group's lanes (rows are longer:
+    `registers.padded_lanes`)."""
+    def codegen(context, builder, sig, args):
+        r, p, g, c = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (1, 2, 3, 5))
+        call = builder.inttoptr(args[0], FUSED_SIGNATURE.as_pointer())
+        builder.call(call, [builder.bitcast(r.data, _I32P), builder.bitcast(p.data, _I8P),
+                            builder.bitcast(g.data, _I8P), builder.zext(args[4], _I64),
+                            builder.extract_value(g.shape, 0), builder.bitcast(c.data, _I32P),
+                            builder.extract_value(c.shape, 0)])
+        return context.get_dummy_value()
+    return types.void(fn, R, P, group, full, cbank), codegen
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def taken_lanes(t, group, lanes_n, P):
     """How many lanes of the group a branch or exit (table row t) takes: its guard holds there."""
     g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0
     if g == PT and not gneg:
         return lanes_n
     taken = 0
-    for l in range(group.size):
-        if group[l] and P[g, l] != gneg:
-            taken += 1
+    for l in range(group.size):                 # without a branch: LLVM vectorizes it
+        taken += group[l] & (P[g, l] != gneg)
     return taken
 
 

@@ -36,14 +36,17 @@ def write(dst: np.ndarray, value, mask: Mask) -> None:
         np.copyto(dst, value, where=mask, casting="unsafe")
 
 
+ROW_ALIGNMENT = 16            # lanes: a row's length is a multiple (a fused run computes 16 lanes at a time)
+
+
 def padded_lanes(lanes: int) -> int:
     """The length of a register or predicate row in memory: `lanes` rounded up to whole 64-byte lines of
     registers, and on to 3 lines past a multiple of 4, so that no two of 64 consecutive rows lie a multiple
     of 4 KiB apart. Rows that do share the L1's sets, and a store to one makes a load from the other wait
     (4K aliasing): rows 16 KiB apart made an FFMA loop over 65,536 lanes a quarter slower."""
-    padded = -(-lanes // 16) * 16
-    while padded // 16 % 4 != 3:
-        padded += 16
+    padded = -(-lanes // ROW_ALIGNMENT) * ROW_ALIGNMENT
+    while padded // ROW_ALIGNMENT % 4 != 3:
+        padded += ROW_ALIGNMENT
     return padded
 
 

@@ -25,8 +25,10 @@ from lapis.hardware.profiles import DeviceProfile
 from lapis.hardware.simt.binders import CONTROL, Executor, Mask, bind, binds
 from lapis.hardware.simt.blocks import LaneLayout, ResidentBlocks
 from lapis.hardware.simt.compare import compare_executors
+from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.launch import FLOPS_PER_LANE, Counters, Dispatch
 from lapis.hardware.simt.native_scheduler import FINISHED, PAST_END, STORED
+from lapis.hardware.simt.registers import padded_lanes
 from lapis.hardware.simt.simulator_caches import SimulatorCaches
 from lapis.hardware.simt.translate import Translation
 from lapis.hardware.simt.translated import NativeRunner
@@ -37,11 +39,15 @@ class SimtCore:
     """Runs dispatches: splits the grid into batches of resident blocks and executes each."""
 
     MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
+    # A run of arithmetic is compiled into an LLVM function (`fused.py`) once it has run this many
+    # thread-instructions, over all launches: a few milliseconds of the engine, a few runs' compiling.
+    FUSE_AFTER = 1 << 24
 
     def __init__(self, profile: DeviceProfile, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory,
                  caches: bool = True, translated: bool = True, compare: bool = False):
         self.profile = profile
         self.translated = translated            # run translated code natively (`translated.py`), or only the binders
+        self.fuse_after = self.FUSE_AFTER       # thread-instructions before a run is fused; None: never
         self.compare = compare                  # run every dispatch both ways and check they agree (`compare.py`)
         self.write_log: list | None = None       # global writes (host memory?, byte addresses, old bytes), when kept
         self.warp_size = profile.warp_size
@@ -74,6 +80,8 @@ class SimtCore:
                 blocks = self._batch_for(d, nblocks, translation)
                 blocks.start(first)
                 self._run_blocks(blocks, kinds, targets)
+        if translation is not None and self.fuse_after is not None:           # for a whole batch's register file
+            fuse_hot(translation, c.thread_instructions, self.fuse_after, padded_lanes(min(per_batch, total) * tpb))
         (pipe_names, per_pipe), (precisions, flops_per_lane) = pipes, flops
         c.warp_instructions_by_pipe.update(zip(pipe_names, (per_pipe @ c.warp_instructions).tolist(), strict=True))
         for precision, total in zip(precisions, (flops_per_lane @ c.thread_instructions).tolist(), strict=True):

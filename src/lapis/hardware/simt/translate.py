@@ -44,8 +44,8 @@ OP = {name: i for i, name in enumerate(OPS)}
 
 # Columns of a table row.
 (KIND, D, A, B, C, BMODE, BVAL, FLAGS, M1, M2, M3, GUARD, GUARD_NEG, PD, PS, PS_NEG, PQ, PQ_NEG,
- WIDTH, SIMM, D2, A2, B2, C2, LOG) = range(25)
-COLUMNS = 25
+ WIDTH, SIMM, D2, A2, B2, C2, LOG, RUN_FN, RUN_STRIDE, RUN_LEN) = range(28)
+COLUMNS = 28
 B_REG, B_IMM, B_CONST = 0, 1, 2
 NEG_A, NEG_B, NEG_C, ABS_A, ABS_B = 1, 2, 4, 8, 16
 
@@ -65,6 +65,8 @@ class Translation:
     translated: list[bool]       # per pc: the engine runs it
     logged: list[int]            # pc of each logged memory instruction, by log slot
     log_of: dict[int, int]       # pc -> log slot
+    executed: np.ndarray | None = None     # per pc, thread-instructions run by every launch so far (`fused.py`)
+    unfused: np.ndarray | None = None      # (first pc, length) of each run of arithmetic not yet compiled
 
 
 UNTRANSLATED = -1

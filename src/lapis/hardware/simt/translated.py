@@ -22,7 +22,7 @@ from lapis.hardware.simt.binders import Mask
 from lapis.hardware.simt.memory_access import MEMORY_BYTES
 from lapis.hardware.simt.native_counters import TALLY, TALLY_SLOTS
 from lapis.hardware.simt.native_scheduler import STORED, execute_batch
-from lapis.hardware.simt.registers import U64
+from lapis.hardware.simt.registers import U64, padded_lanes
 from lapis.hardware.simt.translate import Translation
 
 if TYPE_CHECKING:
@@ -41,7 +41,8 @@ class NativeRunner:
         self.l2 = (core.l2.tags, core.l2.writer, core.l2.dirty)
         self.waiting = np.zeros(n + 1, np.int64)      # per pc, the lanes waiting there
         self.lane_pc = np.zeros(b.lanes, np.int64)    # per lane, the pc it waits at (-1: running or exited)
-        self.group = np.zeros(b.lanes, bool)          # the running group's lanes
+        # The running group's lanes (in padded storage: a fused run reads whole vectors of them).
+        self.group = np.zeros(padded_lanes(b.lanes), bool)[:b.lanes]
         self.cur = np.zeros(2, np.int64)              # its lanes and warps
         self.acquire()
 
