@@ -40,7 +40,7 @@ class Gpu:
             raise ValueError(f"LAPIS_SIM={sim!r}: expected translated, reference or compare")
         self.simt = SimtCore(profile, self.mmu, self.vram, sysmem, caches=caches, translated=sim != "reference",
                              compare=sim == "compare")
-        # LAPIS_FUSE_AFTER=N compiles a run of arithmetic (`simt/fused.py`) once it has run N thread-instructions
+        # LAPIS_FUSE_AFTER=N compiles a run of arithmetic (`simt/fused.py`) once threads have run it N times
         # (`never`: none); LAPIS_SIM=compare compiles every run that has run, so that its check covers them.
         fuse_after = os.environ.get("LAPIS_FUSE_AFTER", "1" if sim == "compare" else str(SimtCore.FUSE_AFTER))
         if fuse_after.strip().lower() == "never":
@@ -48,7 +48,7 @@ class Gpu:
         elif fuse_after.strip().isdigit():
             self.simt.fuse_after = int(fuse_after)
         else:
-            raise ValueError(f"LAPIS_FUSE_AFTER={fuse_after!r}: expected a number of thread-instructions or never")
+            raise ValueError(f"LAPIS_FUSE_AFTER={fuse_after!r}: expected a number of times or never")
         # As CUDA_LAUNCH_BLOCKING: the command processor runs packets on the thread that rings a doorbell.
         self.cp = CommandProcessor(self, launch_blocking=os.environ.get("LAPIS_LAUNCH_BLOCKING", "0") not in ("", "0"))
         self.copy_engine = CopyEngine(self)

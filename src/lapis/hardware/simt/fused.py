@@ -20,7 +20,7 @@ groups), and `LAPIS_SIM=compare` fuses every run that runs.
 
 A run (`runs`) is a stretch of instructions with an entry in `EMITTERS`, none of them a branch
 target but the first. After each launch the scheduler adds the launch's counts to the program's
-(`fuse_hot`) and compiles the runs that have run `SimtCore.FUSE_AFTER` thread-instructions in all:
+(`fuse_hot`) and compiles the runs that threads have run `SimtCore.FUSE_AFTER` times in all:
 compiling costs about a millisecond per instruction (half of it building the IR in Python), so
 only hot runs pay. Each function's address and length go into its run's first table row
 (`RUN_FN`, `RUN_LEN`); the native scheduler calls it there and counts the run's instructions as
@@ -568,9 +568,10 @@ def _write(path: Path | None, code: bytes) -> None:
 
 
 def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: int) -> int:
-    """Add a launch's per-pc thread-instruction counts to the program's, and compile the runs that have now
-    run `after` thread-instructions, for register files of rows `stride` lanes long; returns how many it
-    compiled."""
+    """Add a launch's per-pc thread-instruction counts to the program's, and compile the runs that threads
+    have now run `after` times, for register files of rows `stride` lanes long; returns how many it compiled.
+    (Compiling costs about as much per instruction as fusing saves per instruction and thread, so a run's
+    length does not enter.)"""
     if translation.unfused is None:
         translation.unfused = runs(translation.table)
         translation.executed = np.zeros(len(translation.translated), np.int64)
@@ -578,7 +579,7 @@ def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: i
     pending = translation.unfused
     if not pending.size:
         return 0
-    hot = translation.executed[pending[:, 0]] * pending[:, 1] >= after
+    hot = translation.executed[pending[:, 0]] >= after
     if not hot.any():
         return 0
     translation.unfused = pending[~hot]

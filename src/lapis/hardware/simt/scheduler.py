@@ -39,15 +39,16 @@ class SimtCore:
     """Runs dispatches: splits the grid into batches of resident blocks and executes each."""
 
     MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
-    # A run of arithmetic is compiled into an LLVM function (`fused.py`) once it has run this many
-    # thread-instructions, over all launches: a few milliseconds of the engine, a few runs' compiling.
-    FUSE_AFTER = 1 << 24
+    # A run of arithmetic is compiled into an LLVM function (`fused.py`) once threads have run it this many
+    # times, over all launches: compiling costs about 1.5 ms per instruction, and saves about 0.15 ns per
+    # instruction and thread, so a run fused then pays for itself within a few times as many more.
+    FUSE_AFTER = 1 << 22
 
     def __init__(self, profile: DeviceProfile, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory,
                  caches: bool = True, translated: bool = True, compare: bool = False):
         self.profile = profile
         self.translated = translated            # run translated code natively (`translated.py`), or only the binders
-        self.fuse_after = self.FUSE_AFTER       # thread-instructions before a run is fused; None: never
+        self.fuse_after = self.FUSE_AFTER       # times threads run a run before it is fused; None: never
         self.compare = compare                  # run every dispatch both ways and check they agree (`compare.py`)
         self.write_log: list | None = None       # global writes (host memory?, byte addresses, old bytes), when kept
         self.warp_size = profile.warp_size
