@@ -33,7 +33,7 @@ def float32_words(rng, n: int, columns: int) -> np.ndarray:
 
 def float32_arithmetic(bench, rng, n):
     """FADD, FMUL, FFMA with every modifier (and into its own addend), min and max of signed zeros and
-    NaN, compares, conversions."""
+    NaN, compares, conversions; a sum whose bits a MOV and a min read before an FFMA overwrites it."""
     body = """
         FADD R40, R8, -R9 ; FMUL R41, |R8|, 0.5 ; FFMA R42, -R8, R9, -R10 ; FFMA R43, R8, 3.0, R8 ;
         FMNMX.MIN R44, R8, R9 ; FMNMX.MAX R45, R8, -R9 ; FMNMX.MAX R46, R8, -R8 ;
@@ -44,9 +44,10 @@ def float32_arithmetic(bench, rng, n):
         MUFU.RCP R56, R8 ; MUFU.RSQ R57, R9 ; MUFU.SQRT R58, R10 ; MUFU.EX2 R59, R8 ;
         I2F.F32.S32 R60, R11 ; I2F.F32.U32 R61, R11 ; F2F.F64.F32 R62, R8 ;
         FFMA R64, R8, R9, R64 ; FFMA R64, R10, -2.0, -R64 ; FFMA R65, R9, R65, R65 ;
+        FADD R66, R8, R9 ; MOV R67, R66 ; FMNMX.MIN R68, R66, R10 ; FFMA R66, R66, R9, R10 ;
     """
     words = np.concatenate([float32_words(rng, n, 3), rng.integers(0, 2**32, (n, 1))], axis=1)
-    return body, words, 26, {}, []
+    return body, words, 29, {}, []
 
 
 def float64_arithmetic(bench, rng, n):

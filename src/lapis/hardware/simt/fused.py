@@ -97,6 +97,7 @@ class Lanes:
         self.b, self.run, self.l = builder, run, l
         self.mask = None
         self.rows: dict[int, ir.Value] = {}
+        self.raw: dict[int, ir.Value] = {}   # row -> a float32 result not yet canonicalized (`put_float`)
         self.pred_rows: dict[int, ir.Value] = {}
         self.last_writes = last_writes       # ("R" or "P", row) -> the pc that writes it last in the run
         self.pc = -1                         # the instruction being emitted
@@ -123,8 +124,16 @@ class Lanes:
     def u32(self, row: int) -> ir.Value:
         """Register row `row` in these lanes, as i32."""
         if row not in self.rows:
-            self.rows[row] = self.b.load(self.address("R", row, I32), align=4)
+            if row in self.raw:
+                self.rows[row] = self.canonical(self.raw[row], 32)
+            else:
+                self.rows[row] = self.b.load(self.address("R", row, I32), align=4)
         return self.rows[row]
+
+    def arithmetic(self, row: int) -> ir.Value:
+        """Register row `row` as float32 for a float operation whose result is canonicalized or compared: a
+        NaN's payload cannot show there, so a raw result serves."""
+        return self.raw[row] if row in self.raw else self.float_of(self.u32(row), 32)
 
     def pred(self, p: int) -> ir.Value:
         """Predicate p in these lanes, as i1."""
@@ -144,8 +153,19 @@ class Lanes:
         """Row = value in the active lanes; stored at once if no later instruction of the run writes the row
         (a value held to the end of a 32-FFMA run would outgrow the vector registers)."""
         self.rows[row] = value if active is None else self.b.select(active, value, self.u32(row))
+        self.raw.pop(row, None)
         if self.last_writes["R", row] == self.pc:
             self.b.store(self.rows[row], self.address("R", row, I32), align=4)
+
+    def put_float(self, row: int, value: ir.Value, active) -> None:
+        """Row = a float32 arithmetic result, which the engine canonicalizes (`native_values.canonical32`).
+        Written by every lane and read before the run stores it only by float operations, it need not be:
+        FFMA R1, R1, ... twice in a run canonicalizes once."""
+        if active is not None or self.last_writes["R", row] == self.pc:
+            self.put_u32(row, self.canonical(value, 32), active)
+            return
+        self.rows.pop(row, None)
+        self.raw[row] = value
 
     def put_pair(self, lo: int, hi: int, value: ir.Value, active) -> None:
         """The pair (lo, hi) = the i64 value, low word first (as `native_values.put_pair`)."""
@@ -219,13 +239,21 @@ class Lanes:
     def bits_of(self, value: ir.Value, width: int) -> ir.Value:
         return self.b.bitcast(value, self.type(I32 if width == 32 else I64))
 
-    def fa(self, t) -> ir.Value:
+    def fa(self, t, arithmetic: bool = False) -> ir.Value:
+        """Operand A as float32 with its modifiers; `arithmetic`: for an operation that cannot show a NaN's
+        payload (see `arithmetic`)."""
         flags = t[tr.FLAGS]
-        return self.float_of(self.modified(self.u32(int(t[tr.A])), flags & tr.NEG_A, flags & tr.ABS_A, 32), 32)
+        a = int(t[tr.A])
+        bits = self.bits_of(self.arithmetic(a), 32) if arithmetic else self.u32(a)
+        return self.float_of(self.modified(bits, flags & tr.NEG_A, flags & tr.ABS_A, 32), 32)
 
-    def fb(self, t, pc: int) -> ir.Value:
+    def fb(self, t, pc: int, arithmetic: bool = False) -> ir.Value:
         flags = t[tr.FLAGS]
-        return self.float_of(self.modified(self.b32(t, pc), flags & tr.NEG_B, flags & tr.ABS_B, 32), 32)
+        if arithmetic and t[tr.BMODE] == tr.B_REG:
+            bits = self.bits_of(self.arithmetic(int(t[tr.B])), 32)
+        else:
+            bits = self.b32(t, pc)
+        return self.float_of(self.modified(bits, flags & tr.NEG_B, flags & tr.ABS_B, 32), 32)
 
     def da(self, t) -> ir.Value:
         flags = t[tr.FLAGS]
@@ -360,9 +388,17 @@ def _to_float(x: Lanes, t, pc, target: ir.Type):
     return x.b.sitofp(b32, x.type(target)) if m1 == 0 else x.b.uitofp(b32, x.type(target))
 
 
+def _float(value: Callable) -> Callable:
+    """A float32 arithmetic operation: its result goes to Rd canonicalized, when it must be (`put_float`)."""
+    def emit(x: Lanes, t, pc: int) -> None:
+        x.put_float(int(t[tr.D]), value(x, t, pc), x.active(t))
+    emit.writes = "register"
+    return emit
+
+
 def _ffma(x: Lanes, t, pc):
-    z = x.float_of(x.modified(x.u32(int(t[tr.C])), t[tr.FLAGS] & tr.NEG_C, False, 32), 32)
-    return x.canonical(x.b.fadd(x.b.fmul(x.fa(t), x.fb(t, pc)), z), 32)
+    z = x.float_of(x.modified(x.bits_of(x.arithmetic(int(t[tr.C])), 32), t[tr.FLAGS] & tr.NEG_C, False, 32), 32)
+    return x.b.fadd(x.b.fmul(x.fa(t, True), x.fb(t, pc, True)), z)
 
 
 def _dfma(x: Lanes, t, pc):
@@ -389,9 +425,9 @@ EMITTERS: dict[int, Callable[[Lanes, np.ndarray, int], None]] = {OP[name]: emit 
     "IMNMX": _u32(lambda x, t, pc: _integer_minmax(x, t, x.u32(int(t[tr.A])), x.b32(t, pc), t[tr.M2])),
     "IABS": _u32(lambda x, t, pc: _absolute(x, x.b32(t, pc), I32)),
     # float32
-    "FADD": _u32(lambda x, t, pc: x.canonical(x.b.fadd(x.fa(t), x.fb(t, pc)), 32)),
-    "FMUL": _u32(lambda x, t, pc: x.canonical(x.b.fmul(x.fa(t), x.fb(t, pc)), 32)),
-    "FFMA": _u32(_ffma),
+    "FADD": _float(lambda x, t, pc: x.b.fadd(x.fa(t, True), x.fb(t, pc, True))),
+    "FMUL": _float(lambda x, t, pc: x.b.fmul(x.fa(t, True), x.fb(t, pc, True))),
+    "FFMA": _float(_ffma),
     "FMNMX": _u32(lambda x, t, pc: x.bits_of(x.minmax(x.fa(t), x.fb(t, pc), t[tr.M1], 32), 32)),
     "I2F": _u32(lambda x, t, pc: x.bits_of(_to_float(x, t, pc, F32), 32)),
     # 64-bit results
@@ -417,7 +453,8 @@ EMITTERS: dict[int, Callable[[Lanes, np.ndarray, int], None]] = {OP[name]: emit 
                                                                 False, bool(t[tr.M2])))),
     "ISETP64": _predicate(lambda x, t, pc: x.with_ps(t, x.compare(int(t[tr.M1]), x.a64(t), x.b64(t, pc), False,
                                                                   bool(t[tr.M2])))),
-    "FSETP": _predicate(lambda x, t, pc: x.with_ps(t, x.compare(int(t[tr.M1]), x.fa(t), x.fb(t, pc), True))),
+    "FSETP": _predicate(lambda x, t, pc: x.with_ps(t, x.compare(int(t[tr.M1]), x.fa(t, True), x.fb(t, pc, True),
+                                                                True))),
     "DSETP": _predicate(lambda x, t, pc: x.with_ps(t, x.compare(int(t[tr.M1]), x.da(t), x.db(t, pc), True))),
     "PLOP": _predicate(_plop),
 }.items()}
