@@ -147,11 +147,26 @@ def test_the_cases_cover_every_operation_the_engine_has():
     assert used >= set(OPS) - {"LDC", "LDC64", "S2R"}           # those three are in every kernel's prologue
 
 
-@pytest.mark.parametrize("case", [divergence, float32_arithmetic, float64_arithmetic, integer_arithmetic])
+def uniform_loop(bench, rng, n):
+    """A loop every lane runs 16 times: its body, the branch back and the compare run as one fused chain."""
+    body = """
+        MOV R40, 0x0 ; MOV R41, 0x0 ; I2F.F32.U32 R42, R8 ;
+    top:
+        ISETP.GE.S32.AND P0, R41, 0x10, PT ;
+        @P0 BRA done ;
+        FFMA R42, R42, 0.5, R42 ; IADD R40, R40, R8 ; IADD R41, R41, 0x1 ;
+        BRA top ;
+    done:
+    """
+    return body, rng.integers(0, 2**32, (n, 1)), 3, {}, []
+
+
+@pytest.mark.parametrize("case", [divergence, uniform_loop, float32_arithmetic, float64_arithmetic,
+                                  integer_arithmetic])
 def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch):
     """Every run of arithmetic compiled into one LLVM function (`fused.py`, LAPIS_FUSE_AFTER=0) against the
     reference: blocks of 33 lanes, so that the last vector of 16 lanes runs into the rows' padding; divergent
-    groups run the masked loops; the first launch runs unfused, the second fused."""
+    groups run the masked loops, a group alone a loop's chain; the first launch runs unfused, the second fused."""
     runs = []
     monkeypatch.setattr(scheduler, "fuse_hot", lambda *args: runs.append(fuse_hot(*args)))
     results = []

@@ -19,11 +19,15 @@ its arithmetic cases fused against the reference (special values, every modifier
 groups), and `LAPIS_SIM=compare` fuses every run that runs.
 
 A run (`runs`) is a stretch of instructions with an entry in `EMITTERS`, none of them a branch
-target but the first. After each launch the scheduler adds the launch's counts to the program's
-(`fuse_hot`) and compiles the runs that threads have run `SimtCore.FUSE_AFTER` times in all:
-compiling costs about a millisecond per instruction (half of it building the IR in Python), so
-only hot runs pay. Each function's address and length go into its run's first table row
-(`RUN_FN`, `RUN_LEN`); the native scheduler calls it there and counts the run's instructions as
+target but the first. A run followed by an unconditional branch to another run (a loop's body,
+its branch back and its compare) is also compiled as one function with that run (`chain`),
+which the scheduler calls when the group runs alone (no other group waits to be scheduled).
+
+After each launch the scheduler adds the launch's counts to the program's (`fuse_hot`) and
+compiles the runs that threads have run `SimtCore.FUSE_AFTER` times in all: compiling costs
+about 1.5 ms per instruction (half of it building the IR in Python), so only hot runs pay.
+Each function's address and length go into its run's first table row (`RUN_FN`, `RUN_LEN`,
+`CHAIN_FN`, `CHAIN_LEN`); the native scheduler calls it there and counts the instructions as
 issued. The object code is kept on disk, under $LAPIS_CACHE_DIR/fused or ~/.cache/lapis/fused,
 keyed by the rows it was made from, this file and the host CPU; LAPIS_CACHE_DIR=off keeps none.
 """
@@ -99,8 +103,8 @@ class Lanes:
         self.rows: dict[int, ir.Value] = {}
         self.raw: dict[int, ir.Value] = {}   # row -> a float32 result not yet canonicalized (`put_float`)
         self.pred_rows: dict[int, ir.Value] = {}
-        self.last_writes = last_writes       # ("R" or "P", row) -> the pc that writes it last in the run
-        self.pc = -1                         # the instruction being emitted
+        self.last_writes = last_writes       # ("R" or "P", row) -> the step that writes it last in the run
+        self.step = -1                       # the step being emitted (its place in the run)
 
     # -- types and constants -----------------------------------------------------------------------------
     def type(self, scalar: ir.Type) -> ir.Type:
@@ -154,14 +158,14 @@ class Lanes:
         (a value held to the end of a 32-FFMA run would outgrow the vector registers)."""
         self.rows[row] = value if active is None else self.b.select(active, value, self.u32(row))
         self.raw.pop(row, None)
-        if self.last_writes["R", row] == self.pc:
+        if self.last_writes["R", row] == self.step:
             self.b.store(self.rows[row], self.address("R", row, I32), align=4)
 
     def put_float(self, row: int, value: ir.Value, active) -> None:
         """Row = a float32 arithmetic result, which the engine canonicalizes (`native_values.canonical32`).
         Written by every lane and read before the run stores it only by float operations, it need not be:
         FFMA R1, R1, ... twice in a run canonicalizes once."""
-        if active is not None or self.last_writes["R", row] == self.pc:
+        if active is not None or self.last_writes["R", row] == self.step:
             self.put_u32(row, self.canonical(value, 32), active)
             return
         self.rows.pop(row, None)
@@ -176,7 +180,7 @@ class Lanes:
         if p == PT:
             return
         self.pred_rows[p] = value if active is None else self.b.select(active, value, self.pred(p))
-        if self.last_writes["P", p] == self.pc:
+        if self.last_writes["P", p] == self.step:
             self.b.store(self.b.zext(self.pred_rows[p], self.type(I8)), self.address("P", p, I8), align=1)
 
     # -- operands, as `native_values` reads them -------------------------------------------------------------
@@ -492,19 +496,21 @@ def _writes(t) -> list[tuple[str, int]]:
     return [("R", int(t[tr.D]))]
 
 
-def _emit_run(module: ir.Module, name: str, table: np.ndarray, start: int, length: int, stride: int) -> None:
-    """One function running instructions start .. start + length - 1 over the lanes, WIDTH at a time: over
-    every lane when the group is full, else under the group's mask. The lanes past the last whole vector
-    are computed too, into the rows' padding (`registers.padded_lanes`), where no one reads them. The register
-    file's rows are `stride` lanes long."""
+def _emit_run(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], stride: int) -> None:
+    """One function running the instructions at `pcs` (a run, or a run, an unconditional branch and the run at
+    its target: the branch emits nothing) over the lanes, WIDTH at a time: over every lane when the group is
+    full, else under the group's mask. The lanes past the last whole vector are computed too, into the rows'
+    padding (`registers.padded_lanes`), where no one reads them. The register file's rows are `stride` lanes
+    long."""
     fn = ir.Function(module, FUSED_SIGNATURE, name)
     for arg in fn.args[0], fn.args[1], fn.args[2], fn.args[5]:
         arg.add_attribute("noalias")                 # registers, predicates, group, constants: four arrays
     entry = ir.IRBuilder(fn.append_basic_block("entry"))
     run = Run(fn, entry, stride)
+    steps = [(k, table[pc], pc) for k, pc in enumerate(pcs) if int(table[pc, tr.KIND]) in EMITTERS]
     last_writes = {}
-    for pc in range(start, start + length):
-        last_writes.update({written: pc for written in _writes(table[pc])})
+    for k, t, _ in steps:
+        last_writes.update({written: k for written in _writes(t)})
     padded = entry.and_(entry.add(run.lanes, ir.Constant(I64, WIDTH - 1)), ir.Constant(I64, -WIDTH))
     done = fn.append_basic_block("done")
     ir.IRBuilder(done).ret_void()
@@ -518,14 +524,27 @@ def _emit_run(module: ir.Module, name: str, table: np.ndarray, start: int, lengt
         x = Lanes(b, run, lane, last_writes)
         if masked:
             x.load_mask()
-        for pc in range(start, start + length):
-            x.pc = pc
-            EMITTERS[int(table[pc, tr.KIND])](x, table[pc], pc)
+        for k, t, pc in steps:
+            x.step = k
+            EMITTERS[int(t[tr.KIND])](x, t, pc)
         lane.add_incoming(ir.Constant(I64, 0), entry.block)
         lane.add_incoming(b.add(lane, ir.Constant(I64, WIDTH)), b.block)
         b.branch(head)
         starts.append(head)
     entry.cbranch(entry.icmp_signed("!=", run.full, ir.Constant(I64, 0)), *starts)
+
+
+def chain(table: np.ndarray, start: int, length: int, run_at: dict[int, int]) -> list[int] | None:
+    """The pcs of the run at `start`, the unconditional branch after it and the run at its target, when there
+    are both (a loop's body, its branch back and its compare: one call where the group runs alone); else None."""
+    after = start + length
+    if after >= len(table):
+        return None
+    t = table[after]
+    target = int(t[tr.BVAL])
+    if t[tr.KIND] != OP["BRA"] or t[tr.GUARD] != PT or t[tr.GUARD_NEG] or target not in run_at:
+        return None
+    return [*range(start, after), after, *range(target, target + run_at[target])]
 
 
 class _Jit:
@@ -624,23 +643,32 @@ def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: i
 
 
 def fuse(table: np.ndarray, found: list[tuple[int, int]], stride: int) -> int:
-    """Compile the runs `found` ((first pc, length) each) of a program's table, for register files of rows
-    `stride` lanes long, and enter them in it (the engine calls one only on such a file); returns how many."""
+    """Compile the runs `found` ((first pc, length) each) of a program's table, and each one's `chain` where it
+    has one, for register files of rows `stride` lanes long, and enter them in it (the engine calls one only on
+    such a file); returns how many runs."""
     jit = _jit()
-    rows = np.concatenate([table[start:start + length, :tr.RUN_FN] for start, length in found])
-    key = hashlib.sha256(rows.tobytes() + repr((found, stride)).encode() + jit.source_hash.encode()
+    run_at = dict(runs(table).tolist())
+    traces = {}                                       # (first pc, "run" or "chain") -> pcs
+    for start, length in found:
+        traces[start, "run"] = list(range(start, start + length))
+        chained = chain(table, start, length, run_at)
+        if chained is not None:
+            traces[start, "chain"] = chained
+    rows = np.concatenate([table[pcs, :tr.RUN_FN] for pcs in traces.values()])
+    key = hashlib.sha256(rows.tobytes() + repr((sorted(traces), stride)).encode() + jit.source_hash.encode()
                          + f"{llvmlite.__version__} {jit.cpu} {jit.features} {WIDTH}".encode()).hexdigest()[:32]
-    names = [f"lapis_fused_{key}_{start}" for start, _ in found]
+    names = {trace: f"lapis_fused_{key}_{trace[0]}_{trace[1]}" for trace in traces}
 
     def build() -> ir.Module:
         module = ir.Module(name=key)
         module.triple = llvm.get_process_triple()
-        for name, (start, length) in zip(names, found, strict=True):
-            _emit_run(module, name, table, start, length, stride)
+        for trace, pcs in traces.items():
+            _emit_run(module, names[trace], table, pcs, stride)
         return module
 
-    addresses = jit.load(key, build, names)
-    for name, (start, length) in zip(names, found, strict=True):
-        table[start, tr.RUN_FN], table[start, tr.RUN_STRIDE] = addresses[name], stride
-        table[start, tr.RUN_LEN] = length          # last: the engine reads the length first
+    addresses = jit.load(key, build, list(names.values()))
+    for (start, what), pcs in traces.items():
+        fn, length = (tr.RUN_FN, tr.RUN_LEN) if what == "run" else (tr.CHAIN_FN, tr.CHAIN_LEN)
+        table[start, fn], table[start, tr.RUN_STRIDE] = addresses[names[start, what]], stride
+        table[start, length] = len(pcs)             # last: the engine reads the length first
     return len(found)

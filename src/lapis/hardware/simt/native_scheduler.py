@@ -65,13 +65,18 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
         kind = t[tr.KIND]
         if kind < 0:
             return REFERENCE, pc, steps
-        n = t[tr.RUN_LEN]
-        if n and t[tr.RUN_STRIDE] == R.shape[1] and steps + n <= budget and (alone or quiet(waiting, pc, n)):
-            run_fused(t[tr.RUN_FN], R, P, group, group_full, cbank)   # a fused run (`fused.py`)
-            for k in range(n):
-                issued(pc + k, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
+        n, fn = t[tr.RUN_LEN], 0                 # a fused run (`fused.py`) starts here
+        if n and t[tr.RUN_STRIDE] == R.shape[1]:
+            if alone and t[tr.CHAIN_LEN] and steps + t[tr.CHAIN_LEN] <= budget:
+                fn, n = t[tr.CHAIN_FN], t[tr.CHAIN_LEN]  # with its branch and the run at the target
+            elif steps + n <= budget and (alone or quiet(waiting, pc, n)):
+                fn = t[tr.RUN_FN]
+        if fn:
+            run_fused(fn, R, P, group, group_full, cbank)
+            for _ in range(n):
+                issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
+                pc = table[pc, tr.BVAL] if table[pc, tr.KIND] == BRA else pc + 1
             steps += n
-            pc += n
             if pc >= end:
                 return PAST_END, pc, steps
             if not alone and waiting[pc]:
