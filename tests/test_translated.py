@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import Bench, pointers
 from lapis.hardware.caches import shared_wavefronts
-from lapis.hardware.simt import KernelFault, scheduler
+from lapis.hardware.simt import KernelFault, fused, scheduler
 from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.native_counters import TALLY_SLOTS, wavefronts
 from lapis.hardware.simt.translate import OPS, translate
@@ -182,6 +182,20 @@ def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch):
     for out, out0 in zip(fused, reference, strict=True):
         assert out.shape == out0.shape and np.array_equal(out, out0), np.argwhere(out != out0)[:5]
     assert counters == counters0 and ns == ns0
+
+
+def test_a_run_that_fails_to_compile_runs_unfused(monkeypatch):
+    """Fusing is only for speed: when compiling fails, the launch warns and its runs stay with the engine."""
+    monkeypatch.setenv("LAPIS_FUSE_AFTER", "0")
+
+    def broken(*args):
+        raise RuntimeError("no LLVM today")
+    monkeypatch.setattr(fused, "fuse", broken)
+    bench = Bench("teaching")
+    body, inputs, outputs, kw, _ = uniform_loop(bench, np.random.default_rng(1), 64)
+    with pytest.warns(RuntimeWarning, match="no LLVM today"):      # fusing at the launch's end
+        first = bench.lanes(body, inputs, outputs, block=32, **kw)
+    assert np.array_equal(bench.lanes(body, inputs, outputs, block=32, **kw), first)
 
 
 @pytest.mark.parametrize("sim", ["translated", "reference"])

@@ -36,6 +36,7 @@ import hashlib
 import os
 import tempfile
 import threading
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -639,7 +640,13 @@ def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: i
     if not hot.any():
         return 0
     translation.unfused = pending[~hot]
-    return fuse(translation.table, [tuple(run) for run in pending[hot].tolist()], stride)
+    try:
+        return fuse(translation.table, [tuple(run) for run in pending[hot].tolist()], stride)
+    except Exception as error:                  # the runs stay with the engine, whose results are the same
+        translation.unfused = pending[:0]
+        warnings.warn(f"lapis: compiling a kernel's hot arithmetic failed ({error!r}); it runs unfused",
+                      RuntimeWarning, stacklevel=2)
+        return 0
 
 
 def fuse(table: np.ndarray, found: list[tuple[int, int]], stride: int) -> int:
