@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import lapis
-from lapis.framework.ops.elementwise import OPS
+from lapis.framework.ops.elementwise import FUNCTIONS, OPS, _plain_cpu
 
 rng = np.random.default_rng(11)
 DEVICES = ["cpu", "cuda"]
@@ -133,3 +133,24 @@ def test_rows_refuse_what_torch_refuses():
         lapis.ones(2).exp_(1)
     with pytest.raises(TypeError, match=r"add_\(\) takes 1 operand"):
         lapis.ones(2).add_()
+
+
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64, np.bool_])
+@pytest.mark.parametrize("name", [name for name, op in OPS.items() if op.arity == 2])
+def test_the_plain_cpu_path_gives_the_general_paths_result(name, dt):
+    """A call of two cpu tensors of one dtype and shape takes `_plain_cpu` (numpy on the arrays, no Function);
+    it must give exactly what the general path gives, or decline. Float32 add, the tiny op, must take it."""
+    values = rng.uniform(-3, 3, (2, 2, 5)) * (rng.random((2, 2, 5)) < 0.8)       # zeros too: division
+    a, b = (lapis.tensor(v.astype(dt)) for v in values)
+    fast = _plain_cpu(OPS[name], a, b)
+    try:
+        general = FUNCTIONS[name].apply(a, b)
+    except (RuntimeError, TypeError, ValueError):                    # what the row refuses, the fast path declines
+        assert fast is None
+        return
+    if fast is not None:
+        assert fast.dtype == general.dtype and fast.shape == general.shape and not fast.requires_grad
+        np.testing.assert_array_equal(fast.numpy(), general.numpy())
+    if name == "add" and dt is np.float32:
+        assert fast is not None
+    assert _plain_cpu(OPS[name], a.requires_grad_() if a.dtype.is_floating_point else a[:1], b) is None

@@ -90,9 +90,12 @@ def result_type(*operands) -> dtype:
     decide, then 0-d tensors, then numbers, a later group only when its category is higher (an int32 tensor
     + 2.5 is float32, a float16 tensor + 2.5 stays float16)."""
     first = getattr(operands[0], "dtype", None) if operands else None
-    if isinstance(first, dtype) and all(getattr(x, "dtype", None) is first and getattr(x, "ndim", 0)
-                                        for x in operands):
-        return first                       # the common case: dimensioned tensors of one dtype
+    if isinstance(first, dtype):           # the common case, dimensioned tensors of one dtype, without a generator
+        for x in operands:
+            if getattr(x, "dtype", None) is not first or not getattr(x, "ndim", 0):
+                break
+        else:
+            return first
     groups: list[list[dtype]] = [[], [], []]
     for x in operands:
         if hasattr(x, "dtype") and hasattr(x, "ndim"):

@@ -59,6 +59,8 @@ def parse_shape(size: tuple) -> tuple:
 
 
 def contiguous_strides(shape: tuple) -> tuple:
+    if len(shape) == 1:
+        return (1,)
     strides, acc = [], 1
     for s in reversed(shape):
         strides.append(acc)
@@ -102,7 +104,8 @@ class TensorBase(autograd.Variable):
 
     @staticmethod
     def _from_numpy(array: np.ndarray, dev: device) -> "TensorBase":
-        array = np.ascontiguousarray(array)
+        if not array.flags.c_contiguous:
+            array = np.ascontiguousarray(array)
         if dev.type == "cpu":
             flat = array.reshape(-1) if array.size else np.empty(1, array.dtype)
             return TensorBase.made_class(Storage(flat), array.shape, contiguous_strides(array.shape), 0, dev)

@@ -21,7 +21,7 @@ import numpy as np
 from lapis import cuda, trace
 from lapis.framework import backend
 from lapis.framework import dtype as _dtype
-from lapis.framework.autograd import Function
+from lapis.framework.autograd import Function, is_grad_enabled
 from lapis.framework.device import device
 from lapis.framework.ops import inplace
 from lapis.framework.ops.common import broadcast_shapes, check_devices, new, operand, shape_of
@@ -308,6 +308,29 @@ FUNCTIONS = {name: type(name.capitalize(), (Pointwise,), {"op": op, "__doc__": f
              for name, op in OPS.items()}
 
 
+def _plain_cpu(op: Op, a, b) -> TensorBase | None:
+    """The call programs make most: two cpu tensors of one dtype and shape that the op computes in, no gradient
+    to record and no trace open, done without the general path (a Function, casts, broadcasting): numpy on
+    their arrays. None for any other call, which takes the general path; the result is the same either way."""
+    if not (isinstance(a, TensorBase) and isinstance(b, TensorBase)) or a.dtype is not b.dtype:
+        return None
+    if a.device.type != "cpu" or b.device.type != "cpu" or a._shape != b._shape or not a._shape:
+        return None
+    if ((a.requires_grad or b.requires_grad) and is_grad_enabled()) or trace.enabled():
+        return None
+    dt, out_dt = op.rule((a, b))
+    if dt is not a.dtype:
+        return None
+    try:
+        with np.errstate(all="ignore"):
+            value = op.cpu(a._data, b._data)
+    except (TypeError, ValueError):          # numpy refuses (bool - bool): the general path says it torch's way
+        return None
+    if not isinstance(value, np.ndarray) or value.dtype != out_dt.np:
+        return None
+    return TensorBase._from_numpy(value, a.device)
+
+
 def _public(op: Op) -> Callable:
     """lapis.<op>: the row's Function applied (with torch's alpha for add and sub)."""
     function = FUNCTIONS[op.name]
@@ -320,6 +343,8 @@ def _public(op: Op) -> Callable:
         return unary
 
     def binary(a, b, *, alpha=1):
+        if alpha == 1 and (out := _plain_cpu(op, a, b)) is not None:
+            return out
         if not isinstance(a, TensorBase) and not isinstance(b, TensorBase):
             raise TypeError(f"{op.name}(): expected a Tensor operand, got {type(a).__name__} and "
                             f"{type(b).__name__}")
