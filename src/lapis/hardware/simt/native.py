@@ -377,6 +377,15 @@ def private_addresses(t, active, full, R, limit, logging, va_log, where):
     return 0
 
 
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def paired(word_of, L):
+    """Whether every lane's first word is even: its 8-byte pairs are aligned 64-bit words."""
+    bits = 0
+    for l in range(L):
+        bits |= word_of[l]
+    return bits & 1 == 0
+
+
 @_engine
 def transfer(load, full, t, active, R, words32, words8, word_of, stride, where):
     """Move the data of every active lane between its registers and memory; lane l's first word
@@ -399,6 +408,15 @@ def transfer(load, full, t, active, R, words32, words8, word_of, stride, where):
                 for l in range(L):
                     words[l] = row[l]
             return
+    if nbytes >= 8 and load and full and stride == 1 and words32.size % 2 == 0 and paired(word_of, L):
+        words64 = words32.view(np.uint64)            # two words a load: a lane's are consecutive and aligned
+        for i in range(0, nbytes // 4, 2):
+            lo, hi = R[rows[i], :L], R[rows[i + 1], :L]
+            for l in range(L):
+                pair_of_words = words64[(word_of[l] >> 1) + (i >> 1)]
+                lo[l] = np.uint32(pair_of_words & np.uint64(MASK32))
+                hi[l] = np.uint32(pair_of_words >> np.uint64(32))
+        return
     if nbytes >= 4:
         for i in range(nbytes // 4):
             row = rows[i]
