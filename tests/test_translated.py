@@ -148,12 +148,13 @@ def test_the_cases_cover_every_operation_the_engine_has():
 
 
 def uniform_loop(bench, rng, n):
-    """A loop every lane runs 16 times: its body, the branch back and the compare run as one fused chain."""
+    """A loop every lane runs 16 times: its body, the branch back and the compare run as one fused chain, which
+    counts the lanes its exit branch (on a negated predicate) takes."""
     body = """
         MOV R40, 0x0 ; MOV R41, 0x0 ; I2F.F32.U32 R42, R8 ;
     top:
-        ISETP.GE.S32.AND P0, R41, 0x10, PT ;
-        @P0 BRA done ;
+        ISETP.LT.S32.AND P0, R41, 0x10, PT ;
+        @!P0 BRA done ;
         FFMA R42, R42, 0.5, R42 ; IADD R40, R40, R8 ; IADD R41, R41, 0x1 ;
         BRA top ;
     done:
