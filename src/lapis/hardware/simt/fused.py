@@ -120,13 +120,17 @@ class _Jit:
 
 
 _JIT: _Jit | None = None
+_JIT_LOCK = threading.Lock()
 
 
 def _jit() -> _Jit:
+    """The process's one JIT. Made under a lock: two GPUs' command processors may fuse at once, and a second
+    engine would leave the first's functions (whose addresses tables hold) to be freed with it."""
     global _JIT
-    if _JIT is None:
-        _JIT = _Jit()
-    return _JIT
+    with _JIT_LOCK:
+        if _JIT is None:
+            _JIT = _Jit()
+        return _JIT
 
 
 def _cache_directory() -> Path | None:
