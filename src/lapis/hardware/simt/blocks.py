@@ -67,10 +67,10 @@ class LaneLayout:
         if self._blocks_set == (first_block, grid):            # a batch relaunched alike has them already
             return
         gx, gy, _ = grid
-        b = first_block + np.arange(self.nblocks)                # per block, then repeated over its lanes
+        b = first_block + np.arange(self.nblocks)                # per block, then broadcast over its lanes
         for row, value in ((SR.CTAID_X, b % gx), (SR.CTAID_Y, b // gx % gy), (SR.CTAID_Z, b // (gx * gy)),
                            (SR.SMID, b % compute_units)):        # blocks go round-robin to the units
-            self.special[row] = np.repeat(value, self.threads_per_block)
+            self.special[row].reshape(self.nblocks, self.threads_per_block)[:] = value.astype(U32)[:, None]
         self._blocks_set = (first_block, grid)
 
 
