@@ -168,10 +168,10 @@ def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: i
     if translation.unfused is None:
         translation.unfused = runs(translation.table)
         translation.executed = np.zeros(len(translation.translated), np.int64)
-    translation.executed += counts
     pending = translation.unfused
-    if not pending.size:
+    if not pending.size:                        # nothing left to fuse: no counting either
         return 0
+    translation.executed += counts
     hot = translation.executed[pending[:, 0]] >= after
     if not hot.any():
         return 0

@@ -16,12 +16,12 @@ from llvmlite import ir
 
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.simt.native_scheduler import FUSED_SIGNATURE
+from lapis.hardware.simt.native_values import MASK32
 from lapis.hardware.simt.registers import ROW_ALIGNMENT
 from lapis.hardware.simt.translate import OP
+from lapis.isa import PT  # the predicate that is always true (its row stays true; writes to it are dropped)
 
 WIDTH = ROW_ALIGNMENT         # lanes per vector: one AVX-512 register of float32; LLVM splits it where narrower
-PT = 7                        # the predicate that is always true (its row stays true; writes to it are dropped)
-MASK32 = 0xFFFFFFFF
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
@@ -281,21 +281,29 @@ class Lanes:
 
 
 # -- one emitter per operation: (lanes, row, pc), writing the destination ---------------------------------------
-# Where each kind of result goes: (lanes, table row, value, active lanes) -> None, and what `_writes` reads of it.
+# Where each kind of result goes: (lanes, table row, value, active lanes) -> None, and the rows that is, as
+# ("R", register row) or ("P", predicate) (`emit_run` finds each row's last write from them).
 _PUT = {
     "register": lambda x, t, v, active: x.put_u32(int(t[tr.D]), v, active),          # 32 bits (or a float's)
     "float": lambda x, t, v, active: x.put_float(int(t[tr.D]), v, active),           # a float32 result
     "pair": lambda x, t, v, active: x.put_pair(int(t[tr.D]), int(t[tr.D2]), v, active),
     "predicate": lambda x, t, v, active: x.put_pred(int(t[tr.PD]), v, active),
 }
+_ROWS = {
+    "register": lambda t: [("R", int(t[tr.D]))],
+    "float": lambda t: [("R", int(t[tr.D]))],
+    "pair": lambda t: [("R", int(t[tr.D])), ("R", int(t[tr.D2]))],
+    "predicate": lambda t: [("P", int(t[tr.PD]))],
+}
 
 
 def _writing(result: str) -> Callable:
-    """The emitter maker for operations whose `value` (lanes, row, pc) -> IR goes where `_PUT[result]` says."""
+    """The emitter maker for operations whose `value` (lanes, row, pc) -> IR goes where `_PUT[result]` says;
+    an emitter's `writes` (table row -> rows) says which rows that is."""
     def make(value: Callable) -> Callable:
         def emit(x: Lanes, t, pc: int) -> None:
             _PUT[result](x, t, value(x, t, pc), x.active(t))
-        emit.writes = "register" if result == "float" else result
+        emit.writes = _ROWS[result]
         return emit
     return make
 
@@ -430,16 +438,6 @@ def _signed32(value: int) -> int:
     return value - (1 << 32) if value >> 31 else value
 
 
-def _writes(t) -> list[tuple[str, int]]:
-    """The rows instruction t writes: ("R", register row) or ("P", predicate)."""
-    kind = int(t[tr.KIND])
-    if EMITTERS[kind].writes == "predicate":
-        return [("P", int(t[tr.PD]))]
-    if EMITTERS[kind].writes == "pair":
-        return [("R", int(t[tr.D])), ("R", int(t[tr.D2]))]
-    return [("R", int(t[tr.D]))]
-
-
 def emit_run(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], stride: int) -> None:
     """One function running the instructions at `pcs` (a run, or a run, an unconditional branch and the run at
     its target: the branch emits nothing) over the lanes, WIDTH at a time: over every lane when the group is
@@ -454,7 +452,7 @@ def emit_run(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], st
     steps = [(k, table[pc], pc) for k, pc in enumerate(pcs) if int(table[pc, tr.KIND]) in EMITTERS]
     last_writes = {}
     for k, t, _ in steps:
-        last_writes.update({written: k for written in _writes(t)})
+        last_writes.update({written: k for written in EMITTERS[int(t[tr.KIND])].writes(t)})
     padded = entry.and_(entry.add(run.lanes, ir.Constant(I64, WIDTH - 1)), ir.Constant(I64, -WIDTH))
     done = fn.append_basic_block("done")
     ir.IRBuilder(done).ret_void()
