@@ -85,9 +85,9 @@ class SimtCore:
             fuse_hot(translation, c.thread_instructions, self.fuse_after, padded_lanes(min(per_batch, total) * tpb))
         (pipe_names, per_pipe), (precisions, flops_per_lane) = pipes, flops
         c.warp_instructions_by_pipe.update(zip(pipe_names, (per_pipe @ c.warp_instructions).tolist(), strict=True))
-        for precision, total in zip(precisions, (flops_per_lane @ c.thread_instructions).tolist(), strict=True):
-            if total:
-                c.flops_by_precision[precision] = total
+        for precision, count in zip(precisions, (flops_per_lane @ c.thread_instructions).tolist(), strict=True):
+            if count:
+                c.flops_by_precision[precision] = count
         return c
 
     def _batch(self, d: Dispatch, nblocks: int, translation: Translation | None) -> ResidentBlocks:
