@@ -199,6 +199,37 @@ def test_a_run_that_fails_to_compile_runs_unfused(monkeypatch):
     assert np.array_equal(bench.lanes(body, inputs, outputs, block=32, **kw), first)
 
 
+FUSE_ONE_RUN = """
+import sys
+from lapis.isa import assemble
+import lapis.hardware.simt.translate as tr
+from lapis.hardware.simt.fused import fuse
+table = tr.translate(assemble("FFMA R1, R1, 0.5, R2 ;\\nFADD R3, R1, R2 ;\\nEXIT ;"), 8).table
+print(fuse(table, [(0, 2)], 304), table[0, tr.RUN_FN] != 0)
+"""
+
+
+@pytest.mark.slow
+def test_a_damaged_cached_object_is_compiled_again(tmp_path):
+    """Fused code kept on disk is checked before LLVM loads it (an object file that is not one crashes the
+    process): a damaged file is compiled again and replaced. Each step runs in a process of its own, since a
+    process loads a module once."""
+    env = dict(os.environ, LAPIS_CACHE_DIR=str(tmp_path))
+
+    def fuse_in_a_new_process():
+        done = subprocess.run([sys.executable, "-c", FUSE_ONE_RUN], env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+
+    assert fuse_in_a_new_process() == ["1", "True"]
+    [kept] = (tmp_path / "fused").iterdir()
+    good = kept.read_bytes()
+    kept.write_bytes(b"not an object file" * 8)
+    assert fuse_in_a_new_process() == ["1", "True"]
+    assert kept.read_bytes() == good
+
+
 @pytest.mark.parametrize("sim", ["translated", "reference"])
 @pytest.mark.parametrize("instruction, message", [
     ("LDG.E R40, [R60.64+0x1]", r"misaligned 4-byte access at address 0x7f0000000001"),

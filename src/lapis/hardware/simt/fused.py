@@ -141,20 +141,26 @@ def _cache_directory() -> Path | None:
 
 
 def _read(path: Path | None) -> bytes | None:
+    """The object code kept at path, or None when there is none or it is damaged: the file starts with the
+    code's SHA-256, and LLVM would crash the process on an object file that is not one."""
     try:
-        return path.read_bytes() if path is not None else None
+        stored = path.read_bytes() if path is not None else None
     except OSError:
         return None
+    if stored is None or hashlib.sha256(stored[32:]).digest() != stored[:32]:
+        return None
+    return stored[32:]
 
 
 def _write(path: Path | None, code: bytes) -> None:
-    """Atomically (a temporary file, then a rename), so a reader never sees half an object."""
+    """The code's SHA-256, then the code, written atomically (a temporary file, then a rename), so a reader
+    never sees half an object."""
     if path is None:
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, delete=False) as f:
-            f.write(code)
+            f.write(hashlib.sha256(code).digest() + code)
         os.replace(f.name, path)
     except OSError:
         pass
