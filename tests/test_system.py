@@ -8,6 +8,7 @@ import time
 import numpy as np
 import pytest
 
+import lapis
 from conftest import launch_blocking
 from lapis import abi, driver, runtime
 from lapis.hardware import get_profile
@@ -57,6 +58,34 @@ def test_dispatch_returns_before_the_kernel_runs(rt):
     gate.store(0)
     assert queue.wait(done, timeout_s=5) == 0
     assert np.all(np.frombuffer(rt.copy_to_host(gpu, out.va, 256), np.float32) == 5.0)
+
+
+def test_the_thread_that_waits_runs_the_kernels_and_the_processor_thread_those_nobody_waits_for(monkeypatch):
+    """Asynchronous launches, without a second thread fighting the first for the interpreter: the
+    host thread that waits for the device runs what is queued itself, and the processor's thread runs
+    what nobody waits for once no doorbell has rung for DEFER_S."""
+    from lapis.hardware.command_processor import CommandProcessor
+    with launch_blocking(False):
+        rt = runtime.Runtime()
+        try:
+            gpu = rt.gpu_agents[0]
+            sym, queue, out = load(rt, gpu), rt.create_queue(gpu), rt.device_pool(gpu).allocate(512)
+            monkeypatch.setattr(CommandProcessor, "DEFER_S", 1.0)
+            with lapis.trace() as t:
+                first = dispatch(rt, queue, sym, struct.pack("<Qf", out.va, 1.0), 64)
+                assert first.load() == 1                             # the launch returned before the kernel ran
+                assert queue.wait(first, timeout_s=5) == 0           # ... which this wait ran
+                second = dispatch(rt, queue, sym, struct.pack("<Qf", out.va + 256, 2.0), 64)
+                deadline = time.monotonic() + 10
+                while second.load() != 0 and time.monotonic() < deadline:
+                    time.sleep(0.001)                                # polls, never waits
+                assert second.load() == 0
+            me = threading.get_ident()
+            assert [k.thread == me for k in t.select(0, "kernel")] == [True, False]
+            got = np.frombuffer(rt.copy_to_host(gpu, out.va, 512), np.float32)
+            assert np.array_equal(got, np.repeat([1.0, 2.0], 64).astype(np.float32))
+        finally:
+            rt.shutdown()
 
 
 def test_queue_wait_raises_and_the_error_callback_fires(rt):

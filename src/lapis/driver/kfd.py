@@ -427,6 +427,8 @@ class KfdProcess:
         # Waiting must not hold the driver lock, or the interrupt that ends the wait could not run.
         self.system.lock.release()
         try:
+            for gpu_id, space in list(self.spaces.items()):      # the device's work, on the waiting thread
+                self._node(gpu_id).gpu.cp.run_ready(space.vmid)
             return WaitEventsResult(self.events.wait(args.event_ids, args.wait_for_all, timeout))
         finally:
             self.system.lock.acquire()

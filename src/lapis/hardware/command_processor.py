@@ -14,11 +14,19 @@ core. A malformed packet or a faulting kernel puts only its own queue into the e
 state and posts a queue-error interrupt; other queues go on.
 
 The processor runs on its own thread, as the CP firmware runs on its own microcontroller:
-a doorbell write only wakes it, and returns at once. It serves the queues round robin, one
-packet per queue per turn, so work from several queues interleaves; within a queue packets
-run strictly in order (so the barrier bit, which asks a packet to wait for the ones before
-it, always holds). A queue stopped at a barrier packet re-reads its dependency signals
-every `POLL_S`, as a packet processor polls. Anything but a packet error escaping a packet
+a doorbell write only marks the queue kicked, and returns at once. It serves the queues round
+robin, one packet per queue per turn, so work from several queues interleaves; within a queue
+packets run strictly in order (so the barrier bit, which asks a packet to wait for the ones
+before it, always holds). A queue stopped at a barrier packet re-reads its dependency signals
+every `POLL_S`, as a packet processor polls.
+
+Python runs one thread at a time, though, and handing the interpreter from a launching thread
+to the processor's and back cost about 100 us a launch (the two ran on different cores, and each
+pulled its working set back through the caches). So the processor's thread leaves kicked queues
+alone while doorbells keep ringing (until none has for `DEFER_S`), and a host thread about to
+wait for the device (in the driver's WAIT_EVENTS, or for a queue to go idle) first runs the
+ready packets itself (`run_ready`): a launch still returns before its kernel runs, and the
+kernel mostly runs on the thread that would otherwise sleep. Anything but a packet error escaping a packet
 (a bug in the simulator) is a fatal device error: the processor stops every queue and
 posts a `fatal` interrupt, and the driver resets the device.
 
@@ -81,6 +89,10 @@ class PacketError(Exception):
 
 class CommandProcessor:
     POLL_S = 0.0005           # how often a queue stopped at a barrier packet re-reads its dependencies
+    # How long the processor's thread leaves a kicked queue to a host thread that comes to wait for
+    # the device (`run_ready`): Python runs one thread at a time, and handing the interpreter from the
+    # launching thread to this one and back cost about 100 us a launch. Python's own switch interval.
+    DEFER_S = 0.005
 
     def __init__(self, gpu, launch_blocking: bool = False):
         self.gpu = gpu
@@ -95,6 +107,8 @@ class CommandProcessor:
         # packet at a time. A packet's run is bounded (a kernel's by the watchdog), and so is this wait.
         self._engine = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._timed_wait = False       # the processor's thread sleeps until kicked queues are due
+        self._last_doorbell = 0.0      # time.monotonic() of the last doorbell write
 
     def map_queue(self, queue: HardwareQueue) -> None:
         if queue.ring_packets & (queue.ring_packets - 1) or queue.ring_packets < 1:
@@ -139,8 +153,11 @@ class CommandProcessor:
             if queue is None:
                 return              # a write to an unmapped doorbell is dropped, as on hardware
             if not self.launch_blocking:
-                queue.kicked = True
-                self._work.notify()
+                self._last_doorbell = time.monotonic()
+                if not queue.kicked:
+                    queue.kicked = True
+                    if not self._timed_wait:           # else it wakes to a deadline no later than this one's
+                        self._work.notify()
                 return
         # Launch blocking: run the ring dry here. A queue that stops at an unmet barrier is left
         # waiting, and the processor's thread (woken by the turn) polls it from there.
@@ -154,6 +171,7 @@ class CommandProcessor:
                            for q in self.queues.values())
 
     def wait_idle(self, vmid: int, timeout_s: float) -> bool:
+        self.run_ready(vmid)
         deadline = time.monotonic() + timeout_s
         with self._cond:
             while not self.idle(vmid):
@@ -170,24 +188,55 @@ class CommandProcessor:
         except MemoryFault:
             return False
 
+    def run_ready(self, vmid: int) -> None:
+        """Run the kicked queues of address space `vmid` on the calling thread, round robin, until none
+        has a packet it can run: a host thread about to wait for the device does the device's work
+        instead of sleeping while the processor's thread does it. A queue stopped at a barrier packet
+        is left to the processor's thread, which polls it (the caller may be the thread that would
+        open the barrier)."""
+        while True:
+            with self._cond:
+                if self.halted:
+                    return
+                kicked = [q for q in self.queues.values() if q.vmid == vmid and q.state == "active" and q.kicked]
+            if not kicked:
+                return
+            self._round(kicked)
+
+    def _round(self, queues: list[HardwareQueue]) -> bool:
+        """One turn of each queue; a queue that ran a packet stays kicked for the next round. Returns
+        whether every queue was blocked at a barrier or stopped."""
+        all_blocked = True
+        for q in queues:
+            with self._cond:
+                q.kicked = False
+            outcome = self._turn(q)
+            if outcome == "ran":
+                with self._cond:
+                    q.kicked = True          # come back for the next packet on the next round
+            all_blocked &= outcome in ("blocked", "stopped")
+        return all_blocked
+
     # -- the processor's own thread -----------------------------------------------------------------
+    def _due(self) -> tuple[list[HardwareQueue], float | None]:
+        """The queues this thread should serve now, and how long until kicked ones are due (None: none is
+        waiting to be). A queue waiting at a barrier is due at once; kicked ones once no doorbell has rung
+        for DEFER_S (until then the host is still launching, and will run them when it waits)."""
+        active = [q for q in self.queues.values() if q.state == "active" and (q.kicked or q.waiting)]
+        quiet_in = self._last_doorbell + self.DEFER_S - time.monotonic()
+        due = [q for q in active if q.waiting or quiet_in <= 0]
+        return due, (quiet_in if len(due) < len(active) else None)
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                runnable = [q for q in self.queues.values() if q.state == "active" and (q.kicked or q.waiting)]
-                while not runnable or self.halted:
-                    self._work.wait()
-                    runnable = [q for q in self.queues.values() if q.state == "active" and (q.kicked or q.waiting)]
-            all_blocked = True
-            for q in runnable:
-                with self._cond:
-                    q.kicked = False
-                outcome = self._turn(q)
-                if outcome == "ran":
-                    with self._cond:
-                        q.kicked = True          # come back for the next packet on the next round
-                all_blocked &= outcome in ("blocked", "stopped")
-            if all_blocked:
+                due, soonest = self._due()
+                while not due or self.halted:
+                    self._timed_wait = soonest is not None and not self.halted
+                    self._work.wait(soonest if self._timed_wait else None)
+                    self._timed_wait = False
+                    due, soonest = self._due()
+            if self._round(due):
                 with self._cond:
                     self._work.wait(self.POLL_S)
 
