@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import blockDim, blockIdx, shared, threadIdx
+from lapis.cuda import blockDim, blockIdx, float32, shared, threadIdx
 from lapis.libs.dnn.descriptors import DnnError, TensorDescriptor
 from lapis.libs.dnn.handle import THREADS, Handle, _blocks, _flat, _rows, row_threads
 from lapis.libs.reduction import block_reduce
@@ -20,18 +20,20 @@ def activate(kind, v):
     # returns (f(v), f'(v))
     if kind == 0:
         return (v if v > 0 else v * 0), (v * 0 + 1 if v > 0 else v * 0)
+    # in float32 throughout, as torch's kernels compute a float tensor's activation
+    one, half = float32(1.0), float32(0.5)
     if kind == 1:                                  # gelu, exact: v * Phi(v)
-        cdf = 0.5 * (1.0 + math.erf(v * 0.7071067811865476))
-        pdf = math.exp(-0.5 * v * v) * 0.3989422804014327
+        cdf = half * (one + math.erf(v * float32(0.7071067811865476)))
+        pdf = math.exp(-half * v * v) * float32(0.3989422804014327)
         return v * cdf, cdf + v * pdf
     if kind == 2:                                  # silu: v * sigmoid(v)
-        s = 1.0 / (1.0 + math.exp(-v))
-        return v * s, s * (1.0 + v * (1.0 - s))
+        s = one / (one + math.exp(-v))
+        return v * s, s * (one + v * (one - s))
     if kind == 3:
         t = math.tanh(v)
-        return t, 1.0 - t * t
-    s = 1.0 / (1.0 + math.exp(-v))
-    return s, s * (1.0 - s)
+        return t, one - t * t
+    s = one / (one + math.exp(-v))
+    return s, s * (one - s)
 
 
 def activation_kernel(n, kind, backward, x, dy, out):
@@ -67,13 +69,13 @@ def softmax_forward_kernel(cols, log, x, y):
     s = shared.array(128, np.float32)
     row, t = blockIdx.x, threadIdx.x
     base = row * cols
-    m = -math.inf
+    m = float32(-math.inf)
     j = t
     while j < cols:
         m = max(m, x[base + j])
         j += blockDim.x
     m = block_reduce(s, t, m, True)
-    total = 0.0
+    total = float32(0.0)
     j = t
     while j < cols:
         total += math.exp(x[base + j] - m)
@@ -93,7 +95,7 @@ def softmax_backward_kernel(cols, log, y, dy, dx):
     s = shared.array(128, np.float32)
     row, t = blockIdx.x, threadIdx.x
     base = row * cols
-    acc = 0.0
+    acc = float32(0.0)
     j = t
     while j < cols:
         acc += dy[base + j] if log else dy[base + j] * y[base + j]

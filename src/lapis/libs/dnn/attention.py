@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, blockIdx, shared, syncthreads, threadIdx
+from lapis.cuda import DeviceNDArray, blockIdx, float32, shared, syncthreads, threadIdx
 from lapis.libs.dnn.descriptors import DnnError
 from lapis.libs.dnn.handle import THREADS, Handle, _ceil_div, _flat
 
@@ -28,8 +28,8 @@ def attention_forward_kernel(t_q, t_k, d, scale, causal, q, k, v, o, lse):
     for c in range(d):
         qi[c] = q[(bh * t_q + i) * d + c] * scale if live else 0.0
         acc[c] = 0.0
-    m = -math.inf
-    total = 0.0
+    m = float32(-math.inf)
+    total = float32(0.0)
     for k0 in range(0, t_k, 32):
         for e in range(t, 32 * d, 64):                      # the block stages 32 keys and values
             jj = e // d
@@ -41,7 +41,7 @@ def attention_forward_kernel(t_q, t_k, d, scale, causal, q, k, v, o, lse):
         for jj in range(32):
             j = k0 + jj
             if live and j < t_k and (not causal or j <= i):
-                score = 0.0
+                score = float32(0.0)
                 for c in range(d):
                     score += qi[c] * sk[jj, c]
                 new_max = max(m, score)
@@ -62,7 +62,7 @@ def attention_delta_kernel(rows, d, o, do, delta):
     # delta_i = sum_c dO[i, c] * O[i, c]
     i = cuda.grid(1)
     if i < rows:
-        acc = 0.0
+        acc = float32(0.0)
         for c in range(d):
             acc += do[i * d + c] * o[i * d + c]
         delta[i] = acc
@@ -80,8 +80,8 @@ def attention_dq_kernel(bh_count, t_q, t_k, d, scale, causal, q, k, v, do, lse, 
         m, dl = lse[row], delta[row]
         for j in range(t_k if not causal else min(t_k, i + 1)):
             kv = (bh * t_k + j) * d
-            score = 0.0
-            dp = 0.0
+            score = float32(0.0)
+            dp = float32(0.0)
             for c in range(d):
                 score += q[base + c] * k[kv + c]
                 dp += do[base + c] * v[kv + c]
@@ -103,8 +103,8 @@ def attention_dkv_kernel(bh_count, t_q, t_k, d, scale, causal, q, k, v, do, lse,
         for i in range(j if causal else 0, t_q):
             qrow = bh * t_q + i
             qb = qrow * d
-            score = 0.0
-            dp = 0.0
+            score = float32(0.0)
+            dp = float32(0.0)
             for c in range(d):
                 score += q[qb + c] * k[base + c]
                 dp += do[qb + c] * v[base + c]
@@ -134,9 +134,9 @@ def attention_forward_lanes_kernel(rows, t_q, t_k, d, scale, causal, q, k, v, o,
     r = min(row, rows - 1)
     bh, i = r // t_q, r % t_q
     qc = q[r * d + c] * scale
-    m = -math.inf
-    total = 0.0
-    acc = 0.0
+    m = float32(-math.inf)
+    total = float32(0.0)
+    acc = float32(0.0)
     for j in range(t_k):
         kb = (bh * t_k + j) * d + c
         score = group_sum(qc * k[kb], d)
@@ -159,7 +159,7 @@ def attention_dq_lanes_kernel(rows, t_q, t_k, d, scale, causal, q, k, v, do, lse
     r = min(row, rows - 1)
     bh, i = r // t_q, r % t_q
     qc, doc, m, dl = q[r * d + c], do[r * d + c], lse[r], delta[r]
-    acc = 0.0
+    acc = float32(0.0)
     for j in range(t_k):
         kb = (bh * t_k + j) * d + c
         kc = k[kb]
@@ -178,8 +178,8 @@ def attention_dkv_lanes_kernel(rows, t_q, t_k, d, scale, causal, q, k, v, do, ls
     r = min(row, rows - 1)
     bh, j = r // t_k, r % t_k
     kc, vc = k[r * d + c], v[r * d + c]
-    dkc = 0.0
-    dvc = 0.0
+    dkc = float32(0.0)
+    dvc = float32(0.0)
     for i in range(t_q):
         qrow = bh * t_q + i
         qc, doc = q[qrow * d + c], do[qrow * d + c]

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, blockIdx, shared, syncthreads, threadIdx
+from lapis.cuda import DeviceNDArray, blockIdx, float32, shared, syncthreads, threadIdx
 from lapis.libs import blas, kernels
 from lapis.libs.dnn.descriptors import ConvolutionDescriptor, DnnError, TensorDescriptor, _filter
 from lapis.libs.dnn.handle import THREADS, Handle, _ceil_div, _flat
@@ -73,7 +73,7 @@ def conv_direct_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, strid
         ok, b = rest % k, rest // k
         cg = c // groups
         first = ok // (k // groups) * cg
-        acc = 0.0
+        acc = float32(0.0)
         for cc in range(cg):
             for rr in range(r):
                 iy = op * stride_h - pad_h + rr * dil_h
@@ -119,10 +119,10 @@ def make_conv_gemm_kernel(direction: str):
         tx, ty = threadIdx.x, threadIdx.y                  # a 16 x 16 block; each thread 2 x 2 outputs
         row0 = blockIdx.y * 32
         col0 = blockIdx.x * 32
-        acc00 = 0.0
-        acc01 = 0.0
-        acc10 = 0.0
-        acc11 = 0.0
+        acc00 = float32(0.0)
+        acc01 = float32(0.0)
+        acc10 = float32(0.0)
+        acc11 = float32(0.0)
         lid = ty * 16 + tx
         dd = lid // 32                                     # 256 threads stage 8 x 32 of each operand
         m = lid % 32
@@ -142,7 +142,7 @@ def make_conv_gemm_kernel(direction: str):
         i0, i1, i2 = 8 // (rad1 * rad2), 8 // rad2 % rad1, 8 % rad2
         unit_stride = stride_h == 1 and stride_w == 1            # backward-data divides by the stride otherwise
         for _ in range(start, end, 8):
-            av = 0.0
+            av = float32(0.0)
             if row < rows and d < end:
                 if MODE == "forward":                      # w[k, (cc, rr, ss)]
                     av = a_src[(group * kg + row) * ws_k + d0 * ws_c + d1 * ws_r + d2 * ws_s]
@@ -151,7 +151,7 @@ def make_conv_gemm_kernel(direction: str):
                 else:                                      # dy[k, (b, op, oq)]
                     av = a_src[d0 * ys_n + (group * kg + row) * ys_k + d1 * ys_p + d2 * ys_q]
             sa[dd, m] = av
-            bv = 0.0
+            bv = float32(0.0)
             if col < columns and d < end:
                 if MODE == "forward":                      # depth (cc, rr, ss), column (b, op, oq)
                     iy = c1 * stride_h - pad_h + d1 * dil_h
@@ -228,7 +228,7 @@ def conv_im2col_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, strid
         rr, bc = rest % r, rest // r                       # bc: b * c + ch
         iy = op * stride_h - pad_h + rr * dil_h
         ix = oq * stride_w - pad_w + ss * dil_w
-        v = 0.0
+        v = float32(0.0)
         if 0 <= iy < h and 0 <= ix < wd:
             v = x[bc // c * xs_n + bc % c * xs_c + iy * xs_h + ix * xs_w]
         col[i] = v
@@ -243,7 +243,7 @@ def conv_col2im_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, strid
         ix = i % wd
         iy = i // wd % h
         bc = i // (wd * h)
-        acc = 0.0
+        acc = float32(0.0)
         for rr in range(r):
             oy = iy + pad_h - rr * dil_h
             if oy >= 0 and oy % stride_h == 0 and oy // stride_h < p:
@@ -264,7 +264,7 @@ def conv_backward_data_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h
         cg = c // groups
         kg = k // groups
         group = ch // cg
-        acc = 0.0
+        acc = float32(0.0)
         for kk in range(kg):
             ok = group * kg + kk
             for rr in range(r):
@@ -287,7 +287,7 @@ def conv_backward_filter_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride
         rr, rest = rest % r, rest // r
         cc, ok = rest % cg, rest // cg
         ch = ok // (k // groups) * cg + cc
-        acc = 0.0
+        acc = float32(0.0)
         for b in range(n):
             for op in range(p):
                 iy = op * stride_h - pad_h + rr * dil_h

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import shared, threadIdx
+from lapis.cuda import float32, shared, threadIdx
 from lapis.libs.dnn.descriptors import DnnError
 from lapis.libs.dnn.handle import ROW_THREADS, THREADS, Handle, _blocks, _flat
 from lapis.libs.reduction import block_reduce
@@ -26,11 +26,11 @@ def nll_forward_kernel(rows, cols, ignore_index, reduction, logp, target, out, k
     # kept rows (divided by their count for mean); kept_rows[0] = that count
     s = shared.array(128, np.float32)
     t = threadIdx.x
-    total = 0.0
-    kept = 0.0
+    total = float32(0.0)
+    kept = float32(0.0)
     for i in range(t, rows, 128):
         c = target[i]
-        loss = 0.0
+        loss = float32(0.0)
         if c != ignore_index:
             if c < 0 or c >= cols:
                 loss = math.nan
@@ -54,7 +54,7 @@ def nll_backward_kernel(rows, cols, ignore_index, reduction, target, dloss, kept
     while k < rows * cols:
         i = k // cols
         c = target[i]
-        grad = 0.0
+        grad = float32(0.0)
         if c == k - i * cols and c != ignore_index:
             if reduction == 0:
                 grad = -dloss[i]

@@ -8,7 +8,7 @@ import math
 import numpy as np
 
 from lapis import trace
-from lapis.cuda import blockDim, blockIdx, shared, syncthreads, threadIdx
+from lapis.cuda import blockDim, blockIdx, float32, shared, syncthreads, threadIdx
 from lapis.libs.dnn.descriptors import DnnError, TensorDescriptor
 from lapis.libs.dnn.handle import ROW_THREADS, Handle, _ceil_div, _flat, _rows, row_threads
 from lapis.libs.reduction import block_reduce
@@ -18,19 +18,19 @@ def layer_norm_forward_kernel(cols, eps, x, gamma, beta, y, mean, rstd):
     s = shared.array(128, np.float32)
     row, t = blockIdx.x, threadIdx.x
     base = row * cols
-    acc = 0.0
+    acc = float32(0.0)
     j = t
     while j < cols:
         acc += x[base + j]
         j += blockDim.x
-    mu = block_reduce(s, t, acc, False) / cols
-    acc = 0.0
+    mu = block_reduce(s, t, acc, False) / float32(cols)
+    acc = float32(0.0)
     j = t
     while j < cols:
         d = x[base + j] - mu
         acc += d * d
         j += blockDim.x
-    r = 1.0 / math.sqrt(block_reduce(s, t, acc, False) / cols + eps)
+    r = float32(1.0) / math.sqrt(block_reduce(s, t, acc, False) / float32(cols) + eps)
     j = t
     while j < cols:
         y[base + j] = (x[base + j] - mu) * r * gamma[j] + beta[j]
@@ -46,16 +46,16 @@ def layer_norm_backward_kernel(cols, x, dy, gamma, mean, rstd, dx):
     row, t = blockIdx.x, threadIdx.x
     base = row * cols
     mu, r = mean[row], rstd[row]
-    a = 0.0
-    b = 0.0
+    a = float32(0.0)
+    b = float32(0.0)
     j = t
     while j < cols:
         g = dy[base + j] * gamma[j]
         a += g
         b += g * (x[base + j] - mu) * r
         j += blockDim.x
-    a = block_reduce(s, t, a, False) / cols
-    b = block_reduce(s, t, b, False) / cols
+    a = block_reduce(s, t, a, False) / float32(cols)
+    b = block_reduce(s, t, b, False) / float32(cols)
     j = t
     while j < cols:
         xhat = (x[base + j] - mu) * r
@@ -70,8 +70,8 @@ def layer_norm_params_backward_kernel(rows, cols, x, dy, mean, rstd, dgamma, dbe
     sb = shared.array((16, 32), np.float32)
     tx, ty = threadIdx.x, threadIdx.y
     j = blockIdx.x * 32 + tx
-    dg = 0.0
-    db = 0.0
+    dg = float32(0.0)
+    db = float32(0.0)
     if j < cols:
         for row in range(ty, rows, 16):
             xhat = (x[row * cols + j] - mean[row]) * rstd[row]
@@ -81,8 +81,8 @@ def layer_norm_params_backward_kernel(rows, cols, x, dy, mean, rstd, dgamma, dbe
     sb[ty, tx] = db
     syncthreads()
     if ty == 0 and j < cols:
-        dg = 0.0
-        db = 0.0
+        dg = float32(0.0)
+        db = float32(0.0)
         for lane in range(16):
             dg += sg[lane, tx]
             db += sb[lane, tx]
@@ -122,25 +122,25 @@ def batch_norm_forward_kernel(n, c, hw, sx, training, eps, momentum, x, gamma, b
     ch, t = blockIdx.x, threadIdx.x
     count = n * hw
     if training:
-        acc = 0.0
+        acc = float32(0.0)
         for e in range(t, count, 128):
             acc += x[e // hw * sx[0] + ch * sx[1] + e % hw * sx[2]]
-        mu = block_reduce(s, t, acc, False) / count
-        acc = 0.0
+        mu = block_reduce(s, t, acc, False) / float32(count)
+        acc = float32(0.0)
         for e in range(t, count, 128):
             d = x[e // hw * sx[0] + ch * sx[1] + e % hw * sx[2]] - mu
             acc += d * d
-        var = block_reduce(s, t, acc, False) / count
+        var = block_reduce(s, t, acc, False) / float32(count)
         if t == 0:
             mean[ch] = mu
-            rstd[ch] = 1.0 / math.sqrt(var + eps)
+            rstd[ch] = float32(1.0) / math.sqrt(var + eps)
             unbiased = var * count / max(count - 1, 1)
             running_mean[ch] = (1.0 - momentum) * running_mean[ch] + momentum * mu
             running_var[ch] = (1.0 - momentum) * running_var[ch] + momentum * unbiased
     else:
         mu = running_mean[ch]
         var = running_var[ch]
-    r = 1.0 / math.sqrt(var + eps)
+    r = float32(1.0) / math.sqrt(var + eps)
     for e in range(t, count, 128):
         at = e // hw * sx[0] + ch * sx[1] + e % hw * sx[2]
         y[at] = (x[at] - mu) * r * gamma[ch] + beta[ch]
@@ -151,8 +151,8 @@ def batch_norm_backward_kernel(n, c, hw, sx, x, dy, gamma, mean, rstd, dx, dgamm
     ch, t = blockIdx.x, threadIdx.x
     count = n * hw
     mu, r = mean[ch], rstd[ch]
-    a = 0.0
-    b = 0.0
+    a = float32(0.0)
+    b = float32(0.0)
     for e in range(t, count, 128):
         at = e // hw * sx[0] + ch * sx[1] + e % hw * sx[2]
         a += dy[at]
@@ -162,7 +162,7 @@ def batch_norm_backward_kernel(n, c, hw, sx, x, dy, gamma, mean, rstd, dx, dgamm
     if t == 0:
         dbeta[ch] = a
         dgamma[ch] = b
-    g = gamma[ch] * r / count
+    g = gamma[ch] * r / float32(count)
     for e in range(t, count, 128):
         at = e // hw * sx[0] + ch * sx[1] + e % hw * sx[2]
         dx[at] = g * (count * dy[at] - a - (x[at] - mu) * r * b)
