@@ -37,9 +37,10 @@ debugger or a traceback. Everything else stays as it is (the packet is fetched t
 MMU, the signal decremented, the interrupt posted). One exception keeps it from hanging: a
 barrier packet whose dependencies are not met cannot be waited out on the ringing thread,
 which may be the very thread that would meet them (a host thread storing a gate signal, or
-submitting the work another queue waits on), so that queue is left to the processor's own
-thread, which polls it as always and runs what follows it there. Either way one packet runs
-at a time per device (`_engine`), as one processor thread guarantees by itself otherwise.
+submitting the work another queue waits on), so that queue is left waiting: the processor's own
+thread polls it as always, as does a host thread that comes to wait (`run_ready`), and whichever
+finds it open runs what follows it. Either way one packet runs at a time per device (`_engine`),
+and one thread at a time serves the queues round robin (`_serving`).
 """
 
 import struct
@@ -106,6 +107,9 @@ class CommandProcessor:
         # Held while a packet runs, by whichever thread runs it: the executor and its caches serve one
         # packet at a time. A packet's run is bounded (a kernel's by the watchdog), and so is this wait.
         self._engine = threading.Lock()
+        # Held by the thread serving the queues round robin (the processor's, or a host thread in
+        # `run_ready`), so that one order of turns interleaves the queues.
+        self._serving = threading.Lock()
         self._thread: threading.Thread | None = None
         self._timed_wait = False       # the processor's thread sleeps until kicked queues are due
         self._last_doorbell = 0.0      # time.monotonic() of the last doorbell write
@@ -189,23 +193,28 @@ class CommandProcessor:
             return False
 
     def run_ready(self, vmid: int) -> None:
-        """Run the kicked queues of address space `vmid` on the calling thread, round robin, until none
-        has a packet it can run: a host thread about to wait for the device does the device's work
-        instead of sleeping while the processor's thread does it. A queue stopped at a barrier packet
-        is left to the processor's thread, which polls it (the caller may be the thread that would
-        open the barrier)."""
-        while True:
-            with self._cond:
-                if self.halted:
+        """Run the queues of address space `vmid` on the calling thread, round robin, until none has a
+        packet it can run: a host thread about to wait for the device does the device's work instead of
+        sleeping while the processor's thread does it. A barrier packet whose dependencies are not met
+        is only polled, never waited out (the caller may be the thread that would meet them); nor does
+        the caller wait for the processor's thread when that is serving: it returns, to sleep."""
+        if not self._serving.acquire(blocking=False):
+            return
+        try:
+            while True:
+                with self._cond:
+                    if self.halted:
+                        return
+                    ready = [q for q in self.queues.values()
+                             if q.vmid == vmid and q.state == "active" and (q.kicked or q.waiting)]
+                if not ready or self._round(ready):
                     return
-                kicked = [q for q in self.queues.values() if q.vmid == vmid and q.state == "active" and q.kicked]
-            if not kicked:
-                return
-            self._round(kicked)
+        finally:
+            self._serving.release()
 
     def _round(self, queues: list[HardwareQueue]) -> bool:
         """One turn of each queue; a queue that ran a packet stays kicked for the next round. Returns
-        whether every queue was blocked at a barrier or stopped."""
+        whether every queue was blocked at a barrier or stopped (not whether any was empty)."""
         all_blocked = True
         for q in queues:
             with self._cond:
@@ -236,7 +245,9 @@ class CommandProcessor:
                     self._work.wait(soonest if self._timed_wait else None)
                     self._timed_wait = False
                     due, soonest = self._due()
-            if self._round(due):
+            with self._serving:
+                all_blocked = self._round(due)
+            if all_blocked:
                 with self._cond:
                     self._work.wait(self.POLL_S)
 
