@@ -253,6 +253,25 @@ def test_event_elapsed_time_is_the_device_time_between_the_events(stream_launche
     assert ms * 1e6 == pytest.approx(sum(e.sim_end_ns - e.sim_start_ns for e in inside), abs=2)
 
 
+def test_a_context_reuses_its_completion_signals(stream_launches):
+    """Launches and event records take spare completion signals, re-armed, instead of a new one (and
+    a new driver event) each; the results and the events' device times are those of fresh ones."""
+    d = cuda.to_device(np.zeros(N, np.float32))
+    start, end = cuda.event(), cuda.event()
+    for _ in range(2):                                         # the second round reuses the first's
+        with lapis.trace() as t:
+            start.record()
+            for k in range(5):
+                axpb[blocks(N), 128](d, f32(1), f32(k))
+            end.record()
+            end.synchronize()
+    assert [e for e in t.select(1) if e.name in ("CREATE_EVENT", "DESTROY_EVENT")] == []
+    np.testing.assert_array_equal(d.copy_to_host(), np.full(N, 20, np.float32))
+    kernels = t.select(0, "kernel")
+    assert len(kernels) == 5 and start._work.end_ns <= kernels[0].sim_start_ns
+    assert kernels[-1].sim_end_ns <= end._work.end_ns + 1 and start.elapsed_time(end) > 0
+
+
 def test_event_states_and_misuse():
     e = cuda.event()
     assert e.query()                                  # never recorded: nothing to wait for

@@ -25,6 +25,7 @@ from lapis.cuda.memory_pool import MemoryPool
 
 KERNARG_SLOT = abi.MAX_KERNARG_BYTES
 KERNARG_SLOTS = 256
+SPARE_SIGNALS = 64          # completion signals a context keeps for reuse
 QUEUE_PACKETS = 1024
 
 MemoryInfo = namedtuple("MemoryInfo", ["free", "total"])
@@ -100,6 +101,9 @@ class Context:
         self.stopped_queues: list[runtime.AqlQueue] = []    # replaced after a fault, destroyed once idle
         self.kernargs = self.rt.kernarg_pool(self.agent).allocate(KERNARG_SLOT * KERNARG_SLOTS)
         self.free_slots = list(range(KERNARG_SLOTS - 1, -1, -1))
+        # Completed signals, re-armed for the next launch or event record (as HIP's queue tracker reuses
+        # its ring of signals): a fresh one costs the driver an event, created and later destroyed.
+        self.spare_signals: list[runtime.Signal] = []
         self.loaded: dict[int, tuple[object, runtime.Executable]] = {}
         self.allocations: dict[int, weakref.ref] = {}       # by address; `Allocation`s register themselves
         self.pool = MemoryPool(self)                        # device memory, cached by size class
@@ -276,7 +280,7 @@ class Context:
             slot = self.free_slots.pop()
             va = self.kernargs.va + slot * KERNARG_SLOT
             self.kernargs.host[slot * KERNARG_SLOT:slot * KERNARG_SLOT + len(kernargs)] = memoryview(kernargs)
-            signal = self.rt.create_signal(1)
+            signal = self._signal()
             dims = 3 if grid[2] > 1 or block[2] > 1 else 2 if grid[1] > 1 or block[1] > 1 else 1
             packet = abi.KernelDispatchPacket(
                 header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH, barrier=True), setup=dims,
@@ -295,7 +299,7 @@ class Context:
             self.raise_completed_faults()
             self._revive(state)
             self._order_before(state)
-            work = Work(self.rt.create_signal(1))
+            work = Work(self._signal())
             state.pending.append(work)
             state.queue.submit(abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND, barrier=True),
                                                  completion_signal=work.signal.handle))
@@ -308,12 +312,29 @@ class Context:
             self.stopped_queues.append(state.queue)
             state.queue = self.rt.create_queue(self.agent, QUEUE_PACKETS)
 
+    def _signal(self) -> runtime.Signal:
+        """A completion signal at 1: a spare one re-armed, or a new one."""
+        if self.spare_signals:
+            signal = self.spare_signals.pop()
+            signal.store(1)
+            return signal
+        return self.rt.create_signal(1)
+
+    def _spare(self, signal: runtime.Signal) -> None:
+        """Keep a signal whose packet is done (or will never run) for reuse, or destroy it. Its driver
+        event may still be set from the completion nobody waited for: a wait on it after re-arming
+        wakes once, finds the value still 1 and sleeps again."""
+        if len(self.spare_signals) < SPARE_SIGNALS:
+            self.spare_signals.append(signal)
+        else:
+            signal.destroy()
+
     # -- completion ---------------------------------------------------------------------------
     def _retire(self, state: StreamState, work: Work, value: int) -> None:
         state.pending.remove(work)
         if work.kernel is None and value == 0:
             work.end_ns = work.signal.timestamps()[1]
-        work.signal.destroy()
+        self._spare(work.signal)
         if work.kernarg_slot is not None:
             self.free_slots.append(work.kernarg_slot)
         work.status = "done" if value == 0 else "failed"
@@ -371,7 +392,7 @@ class Context:
         for other in list(state.pending):      # later packets on the stopped queue never run
             state.pending.remove(other)
             other.status = "failed"
-            other.signal.destroy()
+            other.signal.destroy()           # not reused: the stopped queue's packet still names it
             if other.kernarg_slot is not None:
                 self.free_slots.append(other.kernarg_slot)
         self.stopped_queues.append(state.queue)

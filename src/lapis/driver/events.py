@@ -32,13 +32,14 @@ class EventTable:
         self.events: dict[int, Event] = {}
         self.mailbox_base_va = mailbox_base_va
         self.slots = slots
+        self.free = list(range(slots - 1, -1, -1))      # unused event ids
         self.failures = 0          # bumped when a queue of the process errs, waking every waiter
 
     def create(self, auto_reset: bool) -> Event:
         with self.cond:
-            free = next((i for i in range(self.slots) if i not in self.events), None)
-            if free is None:
+            if not self.free:
                 raise RuntimeError(f"out of driver events ({self.slots} per process)")
+            free = self.free.pop()
             event = Event(free, auto_reset, self.mailbox_base_va + 8 * free)
             self.events[free] = event
             return event
@@ -47,6 +48,7 @@ class EventTable:
         with self.cond:
             if self.events.pop(event_id, None) is None:
                 raise KeyError(f"event {event_id} does not exist")
+            self.free.append(event_id)
             self.cond.notify_all()
 
     def set(self, event_id: int) -> None:
