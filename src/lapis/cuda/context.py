@@ -25,7 +25,10 @@ from lapis.cuda.memory_pool import MemoryPool
 
 KERNARG_SLOT = abi.MAX_KERNARG_BYTES
 KERNARG_SLOTS = 256
-SPARE_SIGNALS = 64          # completion signals a context keeps for reuse
+# Completion signals a context keeps for reuse: as many as launches it can have in flight, so a
+# synchronize's worth of retired ones serves the next batch of launches (pending and spare together
+# never hold more than were in flight at once).
+SPARE_SIGNALS = KERNARG_SLOTS
 QUEUE_PACKETS = 1024
 
 MemoryInfo = namedtuple("MemoryInfo", ["free", "total"])
