@@ -88,6 +88,30 @@ def test_the_thread_that_waits_runs_the_kernels_and_the_processor_thread_those_n
             rt.shutdown()
 
 
+def test_an_interrupt_of_a_thread_running_packets_while_it_waits_stops_only_their_queue(monkeypatch):
+    """Ctrl-C reaches a host thread that runs the device's work while it waits: the packet stops part-way,
+    so its queue stops as on a fault and the wait's caller gets the interrupt; other queues go on."""
+    with launch_blocking(False):
+        rt = runtime.Runtime()
+        try:
+            gpu = rt.gpu_agents[0]
+            sym, queue, out = load(rt, gpu), rt.create_queue(gpu), rt.device_pool(gpu).allocate(256)
+
+            def interrupted(*args):
+                raise KeyboardInterrupt
+            monkeypatch.setattr(driver.system().nodes[gpu.gpu_id].gpu.simt, "run", interrupted)
+            done = dispatch(rt, queue, sym, struct.pack("<Qf", out.va, 1.0), 64)
+            with pytest.raises(KeyboardInterrupt):
+                queue.wait(done, timeout_s=5)
+            monkeypatch.undo()
+            with pytest.raises(QueueError, match="interrupted"):
+                queue.wait(done, timeout_s=5)
+            other = rt.create_queue(gpu)
+            assert other.wait(dispatch(rt, other, sym, struct.pack("<Qf", out.va, 2.0), 64), timeout_s=5) == 0
+        finally:
+            rt.shutdown()
+
+
 def test_queue_wait_raises_and_the_error_callback_fires(rt):
     gpu = rt.gpu_agents[0]
     sym = load(rt, gpu)

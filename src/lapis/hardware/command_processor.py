@@ -318,9 +318,9 @@ class CommandProcessor:
             self._fail_signal(q, struct.unpack_from("<Q", packet, 56)[0])
             return "empty"
         except KeyboardInterrupt:
-            # Only launch blocking runs a packet on a thread that can be interrupted, the program's. The
-            # packet stopped part-way, so its queue stops as on a fault (nobody waits for it forever),
-            # and the interrupt goes on up to the program.
+            # The program's thread runs packets under launch blocking and while it waits for the device, and
+            # Ctrl-C interrupts it there. The packet stopped part-way, so its queue stops as on a fault
+            # (nobody waits for it forever), and the interrupt goes on up to the program.
             self._queue_error(q, "interrupted: the host thread running the packet got a KeyboardInterrupt", {})
             self._fail_signal(q, struct.unpack_from("<Q", packet, 56)[0])
             raise
