@@ -167,6 +167,31 @@ def test_optimizers_follow_torch_for_several_steps(device, name, make):
     close(ours.bias, theirs.bias, 2e-5)
 
 
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_adam_steps_many_parameters_a_few_to_a_launch_as_torch_does(decoupled):
+    """Nine parameters of assorted sizes (one empty, one spanning many blocks): the fused kernels step
+    them four to a launch, and every one follows torch's Adam."""
+    sizes = [5, 300, 1, 4097, 64, 0, 7, 2, 1000]
+    rng = np.random.default_rng(3)
+    start = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+    ours = [nn.Parameter(lapis.tensor(a, device="cuda")) for a in start]
+    theirs = [torch.nn.Parameter(torch.tensor(a)) for a in start]
+    make = "AdamW" if decoupled else "Adam"
+    opt_o = getattr(lapis.optim, make)(ours, lr=0.05, weight_decay=0.01)
+    opt_t = getattr(torch.optim, make)(theirs, lr=0.05, weight_decay=0.01)
+    for _ in range(3):
+        grads = [rng.standard_normal(n).astype(np.float32) for n in sizes]
+        for p, q, gr in zip(ours, theirs, grads, strict=True):
+            p.grad, q.grad = lapis.tensor(gr, device="cuda"), torch.tensor(gr)
+        with lapis.trace() as t:
+            opt_o.step()
+        opt_t.step()
+    launches = [e for e in t.select(3, "launch") if e.args["kernel"] == "adam_kernel"]
+    assert len(launches) == 2                         # eight non-empty parameters, four to a launch
+    for p, q in zip(ours, theirs, strict=True):
+        close(p, q, 2e-5)
+
+
 def test_schedulers_follow_torch():
     p = [nn.Parameter(lapis.zeros(1))]
     q = [torch.nn.Parameter(torch.zeros(1))]

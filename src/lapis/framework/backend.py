@@ -183,22 +183,24 @@ def bmm(a, b, out) -> None:
                               0.0, _dense(out), max(n, 1), m * n, batch)
 
 
-def adam(p, g, m, v, *, lr, beta1, beta2, eps, step, weight_decay, decoupled) -> None:
-    """A fused Adam step, in place (contiguous float32 arrays of one size)."""
-    if on_gpu(p):
-        kernels.adam(_api(p), p, g, m, v, lr=lr, beta1=beta1, beta2=beta2, eps=eps, step=step,
+def adam(params: list[tuple], *, lr, beta1, beta2, eps, step, weight_decay, decoupled) -> None:
+    """A fused Adam step, in place, on each (p, g, m, v) of `params` (contiguous float32 arrays of one size,
+    all on one device)."""
+    if params and on_gpu(params[0][0]):
+        kernels.adam(_api(params[0][0]), params, lr=lr, beta1=beta1, beta2=beta2, eps=eps, step=step,
                      weight_decay=weight_decay, decoupled=decoupled)
         return
-    f = p.dtype.type
-    grad = g.copy()
-    if decoupled:
-        p *= f(1 - lr * weight_decay)
-    else:
-        grad += f(weight_decay) * p
-    m += (grad - m) * f(1 - beta1)
-    v *= f(beta2)
-    v += grad * grad * f(1 - beta2)
-    p -= m / (np.sqrt(v) / f(math.sqrt(1 - beta2 ** step)) + f(eps)) * f(lr / (1 - beta1 ** step))
+    for p, g, m, v in params:
+        f = p.dtype.type
+        grad = g.copy()
+        if decoupled:
+            p *= f(1 - lr * weight_decay)
+        else:
+            grad += f(weight_decay) * p
+        m += (grad - m) * f(1 - beta1)
+        v *= f(beta2)
+        v += grad * grad * f(1 - beta2)
+        p -= m / (np.sqrt(v) / f(math.sqrt(1 - beta2 ** step)) + f(eps)) * f(lr / (1 - beta1 ** step))
 
 
 def _dnn(x) -> dnn.Handle:

@@ -6,7 +6,7 @@
     kernels.binary(api, fn, a, b, out)           # out = fn(a, b), numpy broadcasting over any strides, up to 6-D
     kernels.where(api, cond, a, b, out)
     kernels.reduce(api, "argmax", x, dim, out)   # along one dimension, in order (deterministic)
-    kernels.adam(api, p, g, m, v, lr=..., ...)    # one fused Adam/AdamW step over a parameter
+    kernels.adam(api, [(p, g, m, v), ...], lr=..., ...)   # a fused Adam/AdamW step over parameters
     kernels.gather(api, x, dim, index, out)      # out[.., j, ..] = x[.., index[.., j, ..], ..] (torch.gather)
     kernels.scatter_add(api, out, dim, index, src)   # out[.., index[.., j, ..], ..] += src[.., j, ..]
 
@@ -400,7 +400,11 @@ def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None
 
 
 # -- fused optimizer step --------------------------------------------------------------------------------
-def adam_kernel(n, p, g, m, v, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled):
+ADAM_SLOTS = 4          # parameters one Adam launch steps
+
+
+@cuda.jit(device=True)
+def adam_update(n, p, g, m, v, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled):
     # one parameter's Adam step in torch's order of operations: m and v move toward the gradient, then
     # p -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps)
     i = cuda.grid(1)
@@ -419,21 +423,44 @@ def adam_kernel(n, p, g, m, v, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_
         i += cuda.gridsize(1)
 
 
-def adam(api, p: DeviceNDArray, g: DeviceNDArray, m: DeviceNDArray, v: DeviceNDArray, *, lr: float, beta1: float,
-         beta2: float, eps: float, step: int, weight_decay: float = 0.0, decoupled: bool = False) -> None:
-    """One Adam (or, decoupled, AdamW) step on a float32 parameter, in place: a single kernel instead of the
-    dozen elementwise ops the update is made of (torch's fused=True)."""
-    arrays = (p, g, m, v)
-    if not all(isinstance(a, DeviceNDArray) and a.dtype == np.float32 and a.is_c_contiguous() for a in arrays) or \
-            len({a.size for a in arrays}) != 1:
-        raise KernelArgumentError("adam takes four C-contiguous float32 device arrays of one size")
-    flat = [a.ravel() for a in arrays]
+def adam_kernel(n0, p0, g0, m0, v0, n1, p1, g1, m1, v1, n2, p2, g2, m2, v2, n3, p3, g3, m3, v3,
+                lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled):
+    # parameter blockIdx.y of the ADAM_SLOTS in the arguments, as torch's multi_tensor_apply packs lists of
+    # tensors into its kernels' arguments; a slot left empty has n = 0
+    slot = cuda.blockIdx.y
+    if slot == 0:
+        adam_update(n0, p0, g0, m0, v0, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+    elif slot == 1:
+        adam_update(n1, p1, g1, m1, v1, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+    elif slot == 2:
+        adam_update(n2, p2, g2, m2, v2, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+    else:
+        adam_update(n3, p3, g3, m3, v3, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+
+
+def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps: float, step: int,
+         weight_decay: float = 0.0, decoupled: bool = False) -> None:
+    """One Adam (or, decoupled, AdamW) step, in place, on each (p, g, m, v) of `params`: float32 parameter,
+    gradient and moments, C-contiguous and of one size. One kernel steps ADAM_SLOTS parameters, instead of
+    the dozen elementwise ops the update of each is made of (torch's fused=True)."""
+    for arrays in params:
+        if len(arrays) != 4 or not all(isinstance(a, DeviceNDArray) and a.dtype == np.float32 and
+                                       a.is_c_contiguous() for a in arrays) or len({a.size for a in arrays}) != 1:
+            raise KernelArgumentError("adam takes (p, g, m, v): four C-contiguous float32 device arrays of one size")
+    # by size, so that a launch's parameters need alike numbers of blocks (its grid is its largest's)
+    live = sorted(([a.ravel() for a in arrays] for arrays in params if arrays[0].size), key=lambda a: -a[0].size)
     f = np.float32
-    with trace.span(4, "adam", elements=p.size, step=step):
-        if p.size:
-            _dispatcher(api, ("adam",), lambda: adam_kernel)[max(1, min(1024, -(-p.size // THREADS))), THREADS](
-                np.int64(p.size), *flat, f(lr), f(beta1), f(beta2), f(eps), f(1 - beta1 ** step),
-                f(math.sqrt(1 - beta2 ** step)), f(weight_decay), bool(decoupled))
+    scalars = (f(lr), f(beta1), f(beta2), f(eps), f(1 - beta1 ** step), f(math.sqrt(1 - beta2 ** step)),
+               f(weight_decay), bool(decoupled))
+    with trace.span(4, "adam", parameters=len(params), elements=sum(a[0].size for a in params), step=step):
+        for first in range(0, len(live), ADAM_SLOTS):
+            chunk = live[first:first + ADAM_SLOTS]
+            args = []
+            for slot in range(ADAM_SLOTS):
+                p, g, m, v = chunk[min(slot, len(chunk) - 1)]
+                args += [np.int64(p.size if slot < len(chunk) else 0), p, g, m, v]
+            blocks = max(1, min(1024, -(-max(a[0].size for a in chunk) // THREADS)))
+            _dispatcher(api, ("adam",), lambda: adam_kernel)[(blocks, len(chunk)), THREADS](*args, *scalars)
 
 
 # -- gather and scatter along one dimension -----------------------------------------------------------------

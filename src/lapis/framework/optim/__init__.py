@@ -93,23 +93,29 @@ class Adam(Optimizer):
     @no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
+        # Fused kernels over lists of parameters (torch's fused=True): those of one group, device and step
+        # count go together, a few to a launch. m and v move toward the gradient, then
+        # p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+        together: dict[tuple, list] = {}
         for g, p, state in self._params():
             if not state:
                 state["step"] = 0
                 state["exp_avg"] = zeros_like(p)
                 state["exp_avg_sq"] = zeros_like(p)
             state["step"] += 1
-            beta1, beta2 = g["betas"]
             grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
             if not p.is_contiguous() or p.dtype is not _dtype.float32:
                 raise NotImplementedError("Adam here steps contiguous float32 parameters")
-            # one fused kernel per parameter (torch's fused=True): m and v move toward the gradient, then
-            # p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
-            backend.adam(p._data, grad._data, state["exp_avg"]._data, state["exp_avg_sq"]._data, lr=g["lr"],
-                          beta1=beta1, beta2=beta2, eps=g["eps"], step=state["step"],
-                          weight_decay=g["weight_decay"], decoupled=self.decoupled)
-            for t in (p, state["exp_avg"], state["exp_avg_sq"]):
-                t._storage.version += 1
+            together.setdefault((id(g), str(p.device), state["step"]), []).append((g, p, grad, state))
+        for (_, _, step), members in together.items():
+            g = members[0][0]
+            beta1, beta2 = g["betas"]
+            backend.adam([(p._data, grad._data, state["exp_avg"]._data, state["exp_avg_sq"]._data)
+                          for _, p, grad, state in members], lr=g["lr"], beta1=beta1, beta2=beta2, eps=g["eps"],
+                         step=step, weight_decay=g["weight_decay"], decoupled=self.decoupled)
+            for _, p, _, state in members:
+                for t in (p, state["exp_avg"], state["exp_avg_sq"]):
+                    t._storage.version += 1
         return loss
 
 
