@@ -26,9 +26,11 @@ pulled its working set back through the caches). So the processor's thread leave
 alone while doorbells keep ringing (until none has for `DEFER_S`), and a host thread about to
 wait for the device (in the driver's WAIT_EVENTS, or for a queue to go idle) first runs the
 ready packets itself (`run_ready`): a launch still returns before its kernel runs, and the
-kernel mostly runs on the thread that would otherwise sleep. Anything but a packet error escaping a packet
-(a bug in the simulator) is a fatal device error: the processor stops every queue and
-posts a `fatal` interrupt, and the driver resets the device.
+kernel mostly runs on the thread that would otherwise sleep.
+
+Anything but a packet error escaping a packet (a bug in the simulator) is a fatal device
+error: the processor stops every queue and posts a `fatal` interrupt, and the driver resets
+the device.
 
 With `launch_blocking` (LAPIS_LAUNCH_BLOCKING=1, as CUDA_LAUNCH_BLOCKING), the doorbell write
 runs the queue's packets itself, on the thread that rang it, until the ring is empty: one
@@ -92,7 +94,7 @@ class CommandProcessor:
     POLL_S = 0.0005           # how often a queue stopped at a barrier packet re-reads its dependencies
     # How long the processor's thread leaves a kicked queue to a host thread that comes to wait for
     # the device (`run_ready`): Python runs one thread at a time, and handing the interpreter from the
-    # launching thread to this one and back cost about 100 us a launch. Python's own switch interval.
+    # launching thread to this one and back cost about 100 us a launch. Python's default switch interval.
     DEFER_S = 0.005
 
     def __init__(self, gpu, launch_blocking: bool = False):
