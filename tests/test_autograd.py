@@ -111,6 +111,8 @@ NAMED = [
     ("conv2d", lambda m, a: m.nn.functional.conv2d(a.reshape(1, 1, 2, 3), m.ones(1, 1, 1, 1))),
     ("max_pool2d", lambda m, a: m.nn.functional.max_pool2d(a.reshape(1, 1, 2, 3), 1)),
     ("batch_norm", lambda m, a: m.nn.functional.batch_norm(a, None, None, training=True)),
+    ("split", lambda m, a: a.split(1)[1]), ("split_with_sizes", lambda m, a: a.split([1, 2], 1)[1]),
+    ("chunk", lambda m, a: a.chunk(2, 1)[0]), ("narrow", lambda m, a: a.narrow(1, 1, 2)),
 ]
 
 

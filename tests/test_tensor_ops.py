@@ -301,6 +301,21 @@ def test_indexing_ops_with_gradients(device):
     same(lambda m, x: x[0].split([1, 3], 0)[1].sum(0), f32(4, 3), device=device)
 
 
+def test_the_pieces_of_a_chunk_send_their_gradients_back_through_one_join():
+    """A packed projection split three ways (attention's q, k, v): one node joins the pieces' gradients,
+    zeros for the piece none reached, instead of a zeros tensor, a copy and a sum per piece."""
+    x = lapis.tensor(f32(4, 9), device="cuda", requires_grad=True)
+    q, k, v = x.chunk(3, 1)
+    loss = (q * 2 + k * 3).sum()
+    with lapis.trace() as t:
+        loss.backward()
+    fills = [e for e in t.select(3, "launch") if e.args["kernel"] == "fill_kernel"]
+    assert len(fills) == 2                              # the loss's ones and v's zeros, no more
+    want = np.repeat(np.array([2, 3, 0], np.float32), 3)[None].repeat(4, 0)
+    np.testing.assert_array_equal(x.grad.cpu().numpy(), want)
+    assert q.grad_fn is k.grad_fn and q.grad_fn.name() == "SplitBackward0"
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_embedding_and_save_load(device, tmp_path):
     emb = lapis.nn.Embedding(10, 4).to(device)

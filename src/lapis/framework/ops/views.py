@@ -247,22 +247,41 @@ def narrow(x, dim, start, length):
     return Index.apply(x, (slice(None),) * d + (slice(start, start + length),))
 
 
+class Split(Function):
+    """Consecutive pieces of x along dimension d, as views. One node takes all their gradients and joins
+    them (a cat, zeros for a piece no gradient reached), as torch's SplitBackward does: a narrow per piece
+    would cost a zeros tensor, a copy into it and a sum per piece in the backward pass."""
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, d: builtins.int, sizes: tuple, node_name: str):
+        ctx.node_name, ctx.d = node_name, d
+        pieces, at = [], 0
+        for n in sizes:
+            shape = list(x._shape)
+            shape[d] = n
+            pieces.append(x._view(tuple(shape), x._strides, x._offset + at * x._strides[d] if n else x._offset))
+            at += n
+        return tuple(pieces)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return cat(list(grads), ctx.d), None, None, None
+
+
 def split(x, split_size_or_sections, dim=0):
     d = wrap_dim(dim, x.ndim)
     n = x.shape[d]
     if isinstance(split_size_or_sections, builtins.int):
         size = split_size_or_sections
         sizes = [builtins.min(size, n - s) for s in range(0, n, size)] or [0]
+        name = "SplitBackward0"
     else:
         sizes = list(split_size_or_sections)
         if builtins.sum(sizes) != n:
             raise RuntimeError(f"split_with_sizes expects split_sizes to sum exactly to {n} (input tensor's size at "
                                f"dimension {d}), but got split_sizes={sizes}")
-    out, at = [], 0
-    for size in sizes:
-        out.append(narrow(x, d, at, size))
-        at += size
-    return tuple(out)
+        name = "SplitWithSizesBackward0"
+    return Split.apply(x, d, tuple(sizes), name)
 
 
 def chunk(x, chunks, dim=0):
