@@ -107,8 +107,7 @@ _SHORT = {"LDS", "ATOMS", "MUFU", "SHFL"}
 
 
 # Walks already done, by (program, load latency): frameworks launch the same kernels over and over,
-# and a walk is a Python loop over the program. The program is kept with its walk so that its id
-# cannot be reused by another while the entry lives.
+# and a walk is a Python loop over the program.
 _WALKS: dict[tuple[int, float, str], tuple[list[Instruction], tuple]] = {}
 _KEPT_WALKS = 512
 
@@ -118,29 +117,33 @@ def _walk(profile: DeviceProfile, program: list[Instruction], c: Counters):
     issue cycle) and why; then the cycles after the last issue until the last result lands."""
     hit = c.l2_hits / c.global_sectors if c.global_sectors else 1.0
     load_cycles = hit * profile.l2_latency_cycles + (1 - hit) * profile.dram_latency_cycles
-    key = (id(program), load_cycles, profile.name)
-    kept = _WALKS.get(key)
-    if kept is not None and kept[0] is program:
-        return kept[1]
-    if len(_WALKS) >= _KEPT_WALKS:
-        _WALKS.clear()
-    walked = _walk_program(_dataflow(program), load_cycles)
-    _WALKS[key] = (program, walked)
-    return walked
+
+    def walk():
+        return _walk_program(_kept(_DATAFLOWS, id(program), program, lambda: _dataflow(program)), load_cycles)
+    return _kept(_WALKS, (id(program), load_cycles, profile.name), program, walk)
 
 
-# Each program's dataflow, which the walk needs whatever the load latency: per instruction the
-# instructions that last wrote the registers it reads, its latency (None for a global load, whose
-# latency is the walk's) and its stall kind; and the last writer of every register.
+# Each program's dataflow, which the walk needs whatever the load latency, kept as walks are.
 _DATAFLOWS: dict[int, tuple[list[Instruction], tuple]] = {}
 
 
-def _dataflow(program: list[Instruction]) -> tuple:
-    kept = _DATAFLOWS.get(id(program))
+def _kept(cache: dict, key, program: list[Instruction], make):
+    """make(), kept in `cache` under `key` beside `program` (so that the program's id, which the key
+    holds, cannot be reused by another while the entry lives); past _KEPT_WALKS entries the cache
+    starts over."""
+    kept = cache.get(key)
     if kept is not None and kept[0] is program:
         return kept[1]
-    if len(_DATAFLOWS) >= _KEPT_WALKS:
-        _DATAFLOWS.clear()
+    if len(cache) >= _KEPT_WALKS:
+        cache.clear()
+    value = make()
+    cache[key] = (program, value)
+    return value
+
+
+def _dataflow(program: list[Instruction]) -> tuple:
+    """Per instruction the instructions that last wrote the registers it reads, its latency (None for a
+    global load, whose latency is the walk's) and its stall kind; and the last writer of every register."""
     writer: dict[int, int] = {}
     deps, latencies, kinds = [], [], []
     for pc, inst in enumerate(program):
@@ -150,9 +153,7 @@ def _dataflow(program: list[Instruction]) -> tuple:
         kinds.append("long scoreboard" if inst.op in _LONG else "short scoreboard" if inst.op in _SHORT else "wait")
         for r in writes:
             writer[r] = pc
-    flow = (deps, latencies, kinds, tuple(set(writer.values())))
-    _DATAFLOWS[id(program)] = (program, flow)
-    return flow
+    return deps, latencies, kinds, tuple(set(writer.values()))
 
 
 def _walk_program(flow: tuple, load_cycles: float):
