@@ -5,7 +5,7 @@ import struct
 import numpy as np
 import pytest
 
-from conftest import pointers
+from conftest import Bench, pointers
 from lapis.hardware.mmu import MemoryFault
 from lapis.hardware.simt import KernelFault
 
@@ -132,6 +132,26 @@ def test_shared_memory_is_per_block_and_barriers_order_it(bench):
     blk, tid = np.divmod(np.arange(96), 32)
     assert np.array_equal(bench.read(po, out), blk * 100 + (tid + 1) % 32)
     assert c.barriers == 3
+
+
+@pytest.mark.parametrize("sim", ["translated", "reference"])
+def test_lanes_waiting_at_a_branch_target_stay_the_lanes_that_jumped(sim, monkeypatch):
+    # The lanes that fall through rewrite the branch's predicate and exit before the others run.
+    monkeypatch.setenv("LAPIS_SIM", sim)
+    bench = Bench()
+    src = """
+        S2R R0, SR_TID.X ;
+        MOV R5, 0x2 ;
+        ISETP.LT.S32.AND P0, R0, 0x10, PT ;
+        @P0 BRA jumped ;
+        ISETP.GE.S32.AND P0, R0, 0x0, PT ;
+        EXIT ;
+    jumped:
+    """ + _store_r5()
+    out = np.zeros(32, np.int32)
+    po = bench.buffer(out)
+    bench.run(src, args=pointers(po))
+    assert np.array_equal(bench.read(po, out), np.where(np.arange(32) < 16, 2, 0))
 
 
 def test_barrier_under_divergence_faults(bench):

@@ -274,7 +274,7 @@ def guarded_lanes(blocks: ResidentBlocks, inst: Instruction, mask: Mask):
     if inst.guard == PT and not inst.guard_neg:
         return True
     p = blocks.registers.P[inst.guard]
-    taken = ~p if inst.guard_neg else p
+    taken = ~p if inst.guard_neg else p.copy()      # not a view: the lanes that jump wait with it, P changes
     if mask is not None:
         taken = taken & mask
     if not taken.any():
