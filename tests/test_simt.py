@@ -69,6 +69,43 @@ def divergence(bench, rng, n):
     return body, rng.integers(0, 1000, (n, 1)), 4, {}, []
 
 
+def rotated_loop(bench, rng, n):
+    """A loop tested at its bottom, as the compiler lays loops out, with a different trip count per lane:
+    lanes that branch back run first, so every lane reaches the barrier after the loop together; then each
+    lane reads its neighbour's sum through shared memory."""
+    body = """
+        S2R R60, SR_TID.X ;
+        LOP.AND R61, R8, 0x7 ;
+        MOV R40, 0x0 ; MOV R62, 0x0 ;
+        ISETP.GE.S32.AND P0, R62, R61, PT ;
+        @P0 BRA done ;
+    again:
+        IADD R40, R40, R62 ;
+        IADD R62, R62, 0x1 ;
+        ISETP.LT.S32.AND P0, R62, R61, PT ;
+        @P0 BRA again ;
+    done:
+        SHL R63, R60, 0x2 ;
+        STS [R63], R40 ;
+        BAR.SYNC 0x0 ;
+        LOP.XOR R63, R63, 0x4 ;
+        LDS R41, [R63] ;
+    """
+    return body, rng.integers(0, 1000, (n, 1)), 2, {"shared": 256}, []
+
+
+@pytest.mark.parametrize("sim", ["translated", "reference"])
+def test_a_loop_tested_at_its_bottom_reconverges_before_a_barrier(sim, monkeypatch):
+    monkeypatch.setenv("LAPIS_SIM", sim)
+    bench = Bench()
+    body, inputs, n_out, kw, _ = rotated_loop(bench, np.random.default_rng(5), 128)
+    out = bench.lanes(body, inputs, n_out, block=64, **kw).astype(np.int64)
+    trips = inputs[:, 0] & 7
+    sums = trips * (trips - 1) // 2
+    assert np.array_equal(out[:, 0], sums)
+    assert np.array_equal(out[:, 1], sums[np.arange(128) ^ 1])
+
+
 def shared_memory(bench, rng, n):
     """A pointer stepping through shared memory, a register with a 4-way bank conflict and then none,
     diverged and sub-word accesses."""
@@ -192,7 +229,8 @@ def _run_twice(case, profile: str) -> tuple[bool, list]:
 
 
 @pytest.mark.parametrize("profile", ["teaching", "mi300x"])
-@pytest.mark.parametrize("case", [divergence, shared_memory, atomics, warp_operations, matrix_unit, local_memory])
+@pytest.mark.parametrize("case", [divergence, rotated_loop, shared_memory, atomics, warp_operations, matrix_unit,
+                                  local_memory])
 def test_the_simulator_caches_change_no_result_and_no_counter(case, profile, monkeypatch):
     monkeypatch.delenv("LAPIS_SIM_CACHES", raising=False)
     on, cached = _run_twice(case, profile)

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import test_simt as simt
 from conftest import Bench, pointers
 from lapis.hardware.caches import shared_wavefronts
 from lapis.hardware.simt import KernelFault, fused, scheduler
@@ -17,7 +18,7 @@ from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.native_counters import TALLY_SLOTS, wavefronts
 from lapis.hardware.simt.translate import OPS, translate
 from lapis.isa import assemble
-from test_simt import _run_twice, atomics, divergence, local_memory, matrix_unit, shared_memory, warp_operations
+from test_simt import _run_twice
 
 SPECIAL_FLOATS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.5, -2.5, 1e-39, -1e-39, 3.4e38, 7.0, 0.5],
                           np.float32)
@@ -114,8 +115,8 @@ def global_memory(bench, rng, n):
                                                           (host, np.zeros(1024, np.uint32))]
 
 
-CASES = [divergence, shared_memory, atomics, warp_operations, matrix_unit, local_memory, float32_arithmetic,
-         float64_arithmetic, integer_arithmetic, global_memory]
+CASES = [simt.divergence, simt.rotated_loop, simt.shared_memory, simt.atomics, simt.warp_operations, simt.matrix_unit,
+         simt.local_memory, float32_arithmetic, float64_arithmetic, integer_arithmetic, global_memory]
 
 
 def _run(case, profile: str, sim: str, monkeypatch) -> list:
@@ -162,7 +163,7 @@ def uniform_loop(bench, rng, n):
     return body, rng.integers(0, 2**32, (n, 1)), 3, {}, []
 
 
-@pytest.mark.parametrize("case", [divergence, uniform_loop, float32_arithmetic, float64_arithmetic,
+@pytest.mark.parametrize("case", [simt.divergence, uniform_loop, float32_arithmetic, float64_arithmetic,
                                   integer_arithmetic])
 def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch):
     """Every run of arithmetic compiled into one LLVM function (`fused.py`, LAPIS_FUSE_AFTER=0) against the

@@ -4,7 +4,8 @@
 by group, in the same order: the group at the lowest pc runs next and keeps running until it
 exits, takes a branch while others wait, or reaches a pc where others wait (it then merges with
 them); a branch or exit that splits it parks the lanes that jump at the target (or retires
-those that exit) and runs on with the rest. Each instruction of a group is one of the engine's
+those that exit) and runs on with the rest (unless the branch went back: the rest then waits
+too, and the lowest pc runs next). Each instruction of a group is one of the engine's
 (`native.instruction`), run over every active lane in lane order, so values, stores, faults and
 counters come out exactly as the reference's.
 
@@ -267,6 +268,10 @@ def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, c
             lanes_n -= taken
             warps_n = count_warps(group, lane_warp)
             pc += 1                                          # the rest runs on: the end and merge checks above
+            if kind == BRA and target < pc < end:            # unless the branch went back: the lowest pc first
+                park(group, lane_pc, waiting, pc, lanes_n)
+                parked += lanes_n
+                current = False
         cur[0], cur[1] = lanes_n, warps_n
 
 

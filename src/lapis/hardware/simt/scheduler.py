@@ -6,9 +6,11 @@ PC runs next, and groups that reach the same PC merge. Because the compiler lays
 structured order (join points after both arms of an `if`, loop exits after the loop), this
 reconverges exactly where the SIMT stack of a GPU's warp scheduler would (the "thread
 frontier" scheme of Diamos et al., MICRO 2011). A branch splits a group into the lanes that
-jump and those that fall through; EXIT retires lanes; a barrier (BAR) is a no-op when its
-group holds every live lane of each block it touches and otherwise is a barrier under
-divergence, which faults. A watchdog on scheduler steps stops a kernel that never ends.
+jump and those that fall through; those that fall through run on, unless the branch goes back
+(a loop's test at its bottom), when they wait and the lanes at the lower pc run first. EXIT
+retires lanes; a barrier (BAR) is a no-op when its group holds every live lane of each block
+it touches and otherwise is a barrier under divergence, which faults. A watchdog on scheduler
+steps stops a kernel that never ends.
 
 Every step counts the warp- and thread-instructions it issued; instruction latencies do not
 delay execution here (they feed the performance model through the counters).
@@ -137,6 +139,9 @@ class SimtCore:
                     if taken is not False:
                         rest = ~taken if mask is None else mask & ~taken
                         park(groups, targets[pc], taken)
+                        if targets[pc] <= pc < end - 1:     # a branch back: the lowest pc runs first
+                            park(groups, pc + 1, rest)
+                            break
                         mask = rest
                         lanes, warps = active_counts(blocks, mask)
                 elif kind == "EXIT":
