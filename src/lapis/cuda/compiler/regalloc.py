@@ -25,7 +25,7 @@ from lapis.cuda.compiler.isel import MBlock, MInst, Part, VReg
 from lapis.isa import NUM_PREDICATES, NUM_REGISTERS, Imm
 
 MAX_SPILL_ROUNDS = 512
-COALESCE_ROUNDS = 8
+COALESCE_ROUNDS = 12
 COPIES = {"MOV": "b", "MOV64": "ra", "MOV128": "ra"}         # copy opcode -> the field holding its source
 
 
@@ -88,24 +88,23 @@ def _copy_source(inst: MInst):
     return None
 
 
-def _pairs(blocks: list[MBlock], live_out: dict) -> tuple[list, set]:
-    """Candidate (destination, source) pairs for one register: every copy, and every unguarded
-    instruction whose source of the same width dies there (an accumulator's update), with the pairs
-    found to interfere: one is live where the other is defined (a copy's own source excepted)."""
-    copies, updates, partners, interfering = [], [], {}, set()
+def _pairs(blocks: list[MBlock], live_out: dict, updates: bool) -> tuple[list, set]:
+    """Candidate (destination, source) pairs for one register: every copy, and with `updates` every
+    unguarded instruction whose source of the same width dies there (an accumulator's update), with
+    the pairs found to interfere: one is live where the other is defined (a copy's own source excepted)."""
+    pairs, partners, interfering = [], {}, set()
     for b in blocks:
         live = set(live_out[b.label])
         for inst in reversed(b.insts):
             src = _copy_source(inst)
             if src is not None:
-                copies.append((inst.rd, src))
-            elif inst.guard is None and isinstance(inst.rd, VReg) and not inst.rd.pred:
-                updates += [(inst.rd, s) for s in {id(r): r for r in (inst.ra, inst.b, inst.rc)}.values()
+                pairs.append((inst.rd, src))
+            elif updates and inst.guard is None and isinstance(inst.rd, VReg) and not inst.rd.pred:
+                pairs += [(inst.rd, s) for s in {id(r): r for r in (inst.ra, inst.b, inst.rc)}.values()
                           if type(s) is VReg and s.id >= 0 and s.width == inst.rd.width and s is not inst.rd
                           and s not in live]
             live.difference_update(inst.defs())
             live.update(inst.uses())
-    pairs = copies + updates                    # copies first: merging those deletes instructions
     for d, s in pairs:
         partners.setdefault(d, set()).add(s)
         partners.setdefault(s, set()).add(d)
@@ -125,11 +124,13 @@ def _pairs(blocks: list[MBlock], live_out: dict) -> tuple[list, set]:
 def coalesce(blocks: list[MBlock]) -> int:
     """Give a copy's destination and source, or an instruction's result and a source that dies there,
     one register where they never interfere (Chaitin's rule); returns how many pairs merged. Each
-    round merges disjoint pairs, then liveness is recomputed for the next."""
-    merged = 0
+    round merges disjoint pairs, then liveness is recomputed for the next. Copies go first, in rounds
+    of their own: merging those deletes instructions, and an update merged early can make a copy
+    interfere (a loop's `v = v + shfl(v)` given the shuffle's register keeps the copy back to v)."""
+    merged, updates = 0, False
     for _ in range(COALESCE_ROUNDS):
         _, live_out, _ = liveness(blocks)
-        pairs, interfering = _pairs(blocks, live_out)
+        pairs, interfering = _pairs(blocks, live_out, updates)
         rename, taken = {}, set()
         for d, src in pairs:
             if d in taken or src in taken or frozenset((d, src)) in interfering:
@@ -137,7 +138,10 @@ def coalesce(blocks: list[MBlock]) -> int:
             taken |= {d, src}
             rename[d] = src
         if not rename:
-            break
+            if updates:
+                break
+            updates = True
+            continue
         for b in blocks:
             for inst in b.insts:
                 for name in ("rd", "ra", "b", "rc"):
