@@ -469,6 +469,33 @@ def test_invariant_code_leaves_loops_and_multiplies_become_adds():
 
 
 @cuda.jit
+def butterfly_sum(x, out, lanes):
+    i = cuda.grid(1)
+    v = x[i]
+    off = lanes // 2
+    while off > 0:
+        v += cuda.shfl_xor_sync(0xFFFFFFFF, v, off)
+        off //= 2
+    out[i] = v
+
+
+def test_a_loop_runs_its_test_at_the_bottom_with_no_copies():
+    x = rng.standard_normal(64).astype(np.float32)
+    out = cuda.device_array(64, np.float32)
+    butterfly_sum[2, 32](cuda.to_device(x), out, 32)
+    assert np.allclose(out.copy_to_host(), np.repeat(x.reshape(2, 32).sum(axis=1), 32), rtol=1e-5)
+    lines = [line.split("*/", 1)[1].split(";")[0].strip() for line in butterfly_sum.inspect_asm().splitlines()
+             if line.strip().startswith("/*0")]
+    shfl = next(k for k, line in enumerate(lines) if line.startswith("SHFL"))
+    back = next(k for k in range(shfl, len(lines)) if "BRA" in lines[k])
+    start = int(lines[back].split()[-1], 16) // 16
+    assert lines[back].startswith("@P") and start <= shfl            # the test at the bottom branches back
+    trip = lines[start:back + 1]
+    assert sum("BRA" in line for line in trip) == 1                  # one branch a trip
+    assert not any(line.startswith("MOV") for line in trip)          # v and off updated in place
+
+
+@cuda.jit
 def register_pressure(x, out):
     i = cuda.grid(1)
     buf = cuda.local.array(300, np.float32)          # constant indices: 300 values in registers at once

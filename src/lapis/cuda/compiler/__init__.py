@@ -1,7 +1,8 @@
 """Layer 3: the lapis kernel compiler (the nvcc + ptxas of the stack).
 
     Python source --frontend--> typed SSA IR --passes--> clean IR --isel--> machine code on
-    virtual registers --regalloc--> physical registers --codegen--> scheduled, encoded ISA
+    virtual registers --regalloc--> physical registers --layout--> rotated loops --codegen-->
+    scheduled, encoded ISA
     --> an ELF code object (lapis.runtime.CodeObject)
 
 `compile_kernel(pyfunc, argtypes)` runs every stage and keeps what each produced, so a
@@ -15,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 
 from lapis import abi, trace
-from lapis.cuda.compiler import cache, codegen, isel, passes, regalloc
+from lapis.cuda.compiler import cache, codegen, isel, layout, passes, regalloc
 from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.frontend import build_ir, kernarg_layout
 from lapis.isa import INSTRUCTION_BYTES, disassemble, encode_program
@@ -81,6 +82,7 @@ def _compile(pyfunc, argtypes) -> CompiledKernel:
     machine_ir = "\n".join(f"{b.label}:\n" + "\n".join("    " + i.format() for i in b.insts) for b in blocks)
     assignment, registers, predicates, spill_bytes = regalloc.allocate(blocks, func)
     local_bytes = func.local_bytes + spill_bytes
+    layout.arrange(blocks)
     insts = codegen.lower(blocks, assignment)
     targets = {x.branch_target(i * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
                for i, x in enumerate(insts) if x.op == "BRA"}
