@@ -334,14 +334,47 @@ def int_division(a, b, q, r):
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32])
 def test_integer_division_follows_python(dtype):
-    lo = 0 if dtype == np.uint32 else -2**31
-    a = rng.integers(lo, 2**31 - 1, 600).astype(dtype)
-    b = rng.integers(1, 5000, 600).astype(dtype)
-    if dtype != np.uint32:
+    """Random operands over the type's whole range, exact multiples and their neighbours (where a
+    quotient estimated in floating point falls just short of an integer), and the type's extremes."""
+    info = np.iinfo(dtype)
+    g = np.random.default_rng(3)
+    b = np.concatenate([g.integers(1, 5000, 300), g.integers(1, info.max, 300, endpoint=True)])
+    multiples = [min(max(int(q) * int(d) + int(e), info.min), info.max)        # q b - 1, q b, q b + 1
+                 for q, d, e in zip(g.integers(0, 2**16, 600), b, g.integers(-1, 2, 600), strict=True)]
+    a = np.concatenate([g.integers(info.min, info.max, 600, endpoint=True), np.array(multiples, np.int64)])
+    b = np.concatenate([b, b])
+    if info.min:
         b[::2] *= -1
+        a[1::4] *= -1
+    edges = np.array([info.min, info.min + 1, -1, 1, 2, info.max - 1, info.max], np.int64)
+    edges = edges[(edges >= info.min) & (edges <= info.max)]
+    a = np.concatenate([a, np.repeat(edges, len(edges))]).astype(dtype)
+    b = np.concatenate([b, np.tile(edges, len(edges))]).astype(dtype)
+    keep = (b != 0) & ~((a == info.min) & (b == -1) if info.min else False)
+    a, b = a[keep], b[keep]
     q, r = cuda.device_array_like(a), cuda.device_array_like(a)
-    int_division[3, 256](cuda.to_device(a), cuda.to_device(b), q, r)
+    int_division[(a.size + 255) // 256, 256](cuda.to_device(a), cuda.to_device(b), q, r)
     assert np.array_equal(q.copy_to_host(), a // b) and np.array_equal(r.copy_to_host(), a % b)
+
+
+def test_a_64_bit_division_of_operands_within_32_bits_takes_the_short_path():
+    def instructions(a, b):
+        q, r = cuda.device_array_like(a), cuda.device_array_like(a)
+        with trace() as t:
+            int_division[1, 64](cuda.to_device(a), cuda.to_device(b), q, r)
+            cuda.synchronize()
+        assert np.array_equal(q.copy_to_host(), a // b) and np.array_equal(r.copy_to_host(), a % b)
+        return t.select(0, "kernel")[0].args["thread_instructions"]
+    g = np.random.default_rng(4)
+    a, b = g.integers(0, 2**31, 64), g.integers(1, 2**20, 64)
+    assert instructions(a, b) < 0.5 * instructions(a + 2**40, b)        # the full division costs 3x more
+
+
+def test_int32_division_of_the_minimum_by_minus_one_wraps():
+    a, b = np.array([-2**31], np.int32), np.array([-1], np.int32)
+    q, r = cuda.device_array_like(a), cuda.device_array_like(a)
+    int_division[1, 32](cuda.to_device(a), cuda.to_device(b), q, r)
+    assert q.copy_to_host()[0] == -2**31 and r.copy_to_host()[0] == 0       # 2^31 wraps, as int32 adds do
 
 
 def test_64_bit_division_is_exact_past_2_to_the_53():

@@ -153,6 +153,10 @@ class InstructionSelector:
             raise self.error(v, f"internal: {v.name} ({v.op}) used before it was selected")
         return self.vmap[v]
 
+    def const64(self, value: float) -> VReg:
+        """A float64 constant in a register pair, loaded before the loops it is used in."""
+        return self.reg(ir.Value(0, Op.CONST, T.float64, attrs={"value": value}))
+
     def load_const(self, r: VReg, t, value) -> None:
         if t == T.boolean:
             self.emit("ISETP", mods={"cmp": "T" if value else "F"}, pd=r, ps=(None, False))
@@ -528,26 +532,62 @@ class InstructionSelector:
     def _divmod(self, v) -> tuple[VReg, VReg]:
         """Python's floor division and modulo of integers, which the ISA has no instruction for.
 
-        The quotient is estimated in float64 (exact operands for 32-bit integers, and for 64-bit
-        ones below 2^53; a 64-bit remainder is divided once more, since a larger numerator was
-        rounded), floored, and corrected by one step each way, so the remainder ends up with the
-        divisor's sign as Python defines it. A zero divisor gives an unspecified value,
-        as on a GPU, not an exception. `a // b` and `a % b` in one block share one division."""
+        Operands below 2^32 in magnitude (32-bit types, and 64-bit divisions `passes.narrow_divisions`
+        found to fit) take `_divide_exact`: one float64 quotient, floored. Other 64-bit operands take
+        `_divide`. A zero divisor gives an unspecified value, as on a GPU, not an exception.
+        `a // b` and `a % b` in one block share one division."""
         a, b = v.args
         t = v.type
         key = (self.block.label, a, b, t)
         if key not in self.divmods:
-            self.divmods[key] = self._divide(a, b, t)
+            exact = t.bits == 32 or v.attrs.get("narrow")
+            self.divmods[key] = (self._divide_exact if exact else self._divide)(a, b, t)
         return self.divmods[key]
 
+    def _divide_exact(self, a: ir.Value, b: ir.Value, t) -> tuple[VReg, VReg]:
+        """Floor division of integers below 2^32 in magnitude (exact in float64), with no correction step.
+
+        The reciprocal after one Newton step is within about 2^-46 of 1/b, so q0 = a * (1/b) is within
+        2^-45 |a/b| of a/b. Where a/b is an integer n, q0 may fall just short of it; where it is not, it
+        is at least 1/|b| from the integers on either side. Raising q0 by |q0| 2^-40 clears the first
+        case and, as 2^-39 |a| < 1, stays short of the next integer in the second: its floor is Python's
+        quotient. (Correcting q0 by its residual would need the residual exact, which a DFMA that rounds
+        its product, as this simulator's does, does not give.) An int32 quotient is converted through
+        int64, so INT_MIN // -1 wraps as the other int32 arithmetic does."""
+        cls = _int_class(t)
+        m64 = {"w": "64"} if t.bits == 64 else {}
+        fa, fb, r0, e0, r1, q0, raised = (self.new(T.float64) for _ in range(7))
+        f0, f1 = self.new(T.float32), self.new(T.float32)
+        ra = self.reg(a)
+        self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fa, b=ra)
+        self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fb, b=self.reg(b))
+        self.emit("F2F", mods={"to": "F32", "fr": "F64"}, rd=f0, b=fb)
+        self.emit("MUFU", mods={"fn": "RCP"}, rd=f1, b=f0)
+        self.emit("F2F", mods={"to": "F64", "fr": "F32"}, rd=r0, b=f1)
+        self.emit("DFMA", rd=e0, ra=fb, b=r0, rc=self.const64(1.0), neg="a")     # Newton: r0 + r0 (1 - b r0)
+        self.emit("DFMA", rd=r1, ra=r0, b=e0, rc=r0)
+        self.emit("DMUL", rd=q0, ra=fa, b=r1)
+        self.emit("DFMA", rd=raised, ra=q0, b=self.const64(2.0**-40), rc=q0, abs_="a")
+        q, r, prod = self.new(t), self.new(t), self.new(t)
+        if t == T.int32:
+            wide = self.new(T.int64)
+            self.emit("F2I", mods={"to": "S64", "fr": "F64", "rnd": "FLOOR"}, rd=wide, b=raised)
+            self.emit("I2I", mods={"to": "S32", "fr": "S64"}, rd=q, b=wide)
+        else:
+            self.emit("F2I", mods={"to": cls if t.bits == 32 else "S64", "fr": "F64", "rnd": "FLOOR"}, rd=q,
+                      b=raised)
+        self.emit("IMUL", mods=m64, rd=prod, ra=q, b=self.operand_b(b))
+        self.emit("IADD", mods=m64, rd=r, ra=ra, b=prod, neg="b")
+        return q, r
+
     def _divide(self, a: ir.Value, b: ir.Value, t) -> tuple[VReg, VReg]:
-        wide = T.int64 if t.bits == 64 or t.kind == "uint" else T.int32      # uint32 goes through int64
+        """Floor division of 64-bit integers: the quotient estimated in float64 (exact operands below
+        2^53; the remainder is divided once more, since a larger numerator was rounded), floored, and
+        corrected by one step each way, so the remainder ends up with the divisor's sign as Python
+        defines it."""
         ra, rb = self.reg(a), self.reg(b)
-        if wide != t:
-            ra, rb = self._widen(ra, t), self._widen(rb, t)
-        m64 = {"w": "64"} if wide.bits == 64 else {}
-        cls = "S64" if wide.bits == 64 else "S32"
-        fa, fb, fq, q, r, prod = (self.new(x) for x in (T.float64, T.float64, T.float64, wide, wide, wide))
+        m64, cls = {"w": "64"}, "S64"
+        fa, fb, fq, q, r, prod = (self.new(x) for x in (T.float64, T.float64, T.float64, t, t, t))
         self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fa, b=ra)
         self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fb, b=rb)
         quotient = self._fdiv64(fa, fb)
@@ -555,19 +595,18 @@ class InstructionSelector:
         self.emit("F2I", mods={"to": cls, "fr": "F64", "rnd": "TRUNC"}, rd=q, b=fq)
         self.emit("IMUL", mods=m64, rd=prod, ra=q, b=rb)
         self.emit("IADD", mods=m64, rd=r, ra=ra, b=prod, neg="b")
-        if wide.bits == 64:                # a numerator past 2^53 was rounded: divide the remainder once more
-            fr, fq1, q1, prod1 = (self.new(x) for x in (T.float64, T.float64, wide, wide))
-            nq, nr = self.new(wide), self.new(wide)
-            self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fr, b=r)
-            self.emit("FRND", mods={"rnd": "FLOOR", "w": "F64"}, rd=fq1, b=self._fdiv64(fr, fb))
-            self.emit("F2I", mods={"to": cls, "fr": "F64", "rnd": "TRUNC"}, rd=q1, b=fq1)
-            self.emit("IMUL", mods=m64, rd=prod1, ra=q1, b=rb)
-            self.emit("IADD", mods=m64, rd=nr, ra=r, b=prod1, neg="b")
-            self.emit("IADD", mods=m64, rd=nq, ra=q, b=q1)
-            q, r = nq, nr
+        fr, fq1, q1, prod1 = (self.new(x) for x in (T.float64, T.float64, t, t))
+        nq, nr = self.new(t), self.new(t)
+        self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fr, b=r)
+        self.emit("FRND", mods={"rnd": "FLOOR", "w": "F64"}, rd=fq1, b=self._fdiv64(fr, fb))
+        self.emit("F2I", mods={"to": cls, "fr": "F64", "rnd": "TRUNC"}, rd=q1, b=fq1)
+        self.emit("IMUL", mods=m64, rd=prod1, ra=q1, b=rb)
+        self.emit("IADD", mods=m64, rd=nr, ra=r, b=prod1, neg="b")
+        self.emit("IADD", mods=m64, rd=nq, ra=q, b=q1)
+        q, r = nq, nr
         for step in (-1, 1):               # the estimate may be one off either way
             p, bpos, x, y = (self.new(T.boolean) for _ in range(4))
-            q2, r2 = self.new(wide), self.new(wide)
+            q2, r2 = self.new(t), self.new(t)
             self.emit("ISETP", mods={"cmp": "GT", "t": cls}, pd=bpos, ra=rb, b=Imm(0), ps=(None, False))
             if step < 0:                   # remainder on the wrong side of zero: q -= 1, r += b
                 self.emit("ISETP", mods={"cmp": "LT", "t": cls}, pd=x, ra=r, b=Imm(0), ps=(None, False))
@@ -583,24 +622,11 @@ class InstructionSelector:
             self.emit("PLOP", mods={"op": "AND"}, pd=both, ps=(both, False), pq=(p, False))
             self.emit("IADD", mods=m64, rd=q2, ra=q, b=Imm(step & 0xFFFFFFFF))
             self.emit("IADD", mods=m64, rd=r2, ra=r, b=rb, neg="" if step < 0 else "b")
-            sel = "SEL64" if wide.bits == 64 else "SEL"
-            nq, nr = self.new(wide), self.new(wide)
-            self.emit(sel, rd=nq, ra=q2, b=q, ps=(both, False))
-            self.emit(sel, rd=nr, ra=r2, b=r, ps=(both, False))
+            nq, nr = self.new(t), self.new(t)
+            self.emit("SEL64", rd=nq, ra=q2, b=q, ps=(both, False))
+            self.emit("SEL64", rd=nr, ra=r2, b=r, ps=(both, False))
             q, r = nq, nr
-        if wide != t:
-            q, r = self._narrow(q), self._narrow(r)
         return q, r
-
-    def _widen(self, x: VReg, t) -> VReg:
-        r = self.new(T.int64)
-        self.emit("I2I", mods={"to": "S64", "fr": "U32" if t.kind == "uint" else "S32"}, rd=r, b=x)
-        return r
-
-    def _narrow(self, x: VReg) -> VReg:
-        r = self.new(T.int32)
-        self.emit("I2I", mods={"to": "S32", "fr": "S64"}, rd=r, b=x)
-        return r
 
     def op_div(self, v):
         a, b = v.args

@@ -9,6 +9,7 @@
   reduce_strength       i * c, for an induction variable i stepping by a constant, becomes a
                         second induction variable stepping by step * c (a multiply becomes an add)
   eliminate_dead_code   drop values nothing uses (stores and barriers stay)
+  narrow_divisions      a 64-bit // or % tests whether its operands fit 32 bits, for a fast path
   legalize_halves       float16/bfloat16 arithmetic becomes float32 arithmetic between casts
   split_critical_edges  give every phi copy a block of its own to live in
 
@@ -17,6 +18,7 @@ built the IR.
 """
 
 from dataclasses import replace
+from functools import partial
 
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
@@ -250,6 +252,60 @@ def eliminate_dead_code(func: ir.Function) -> None:
             return
 
 
+def narrow_divisions(func: ir.Function) -> None:
+    """Give each 64-bit `//` or `%` by a value a fast path, as nvcc does: where both operands lie in
+    [0, 2^32) (indices and sizes, nearly always), a division exact in float64 (isel's `narrow`);
+    elsewhere the full 64-bit one. The block splits at the division into a test, the two paths and
+    a join whose phis take the quotient and remainder; `a // b` and `a % b` of one block go together."""
+    count = 0
+    blocks = list(func.blocks)
+    while blocks:
+        b = blocks.pop(0)
+        at = next((k for k, v in enumerate(b.instrs) if v.op in (Op.DIV, Op.MOD) and v.type == T.int64
+                   and "narrow" not in v.attrs and not _power_of_two(v.args[1])), None)
+        if at is None:
+            continue
+        count += 1
+        head = b.instrs[at]
+        x, d = head.args
+        pair = [v for v in b.instrs[at:] if v.op in (Op.DIV, Op.MOD) and v.args == [x, d] and v.type == T.int64]
+        narrow, wide, join = (ir.Block(f"{kind}{count}_{b.name}") for kind in ("narrow", "wide", "join"))
+        join.instrs, join.term = [v for v in b.instrs[at + 1:] if v not in pair], b.term
+        for v in join.instrs:
+            v.block = join
+        for succ in join.succs:
+            succ.preds = [join if p is b else p for p in succ.preds]
+        value = partial(_append, func, line=head.line)
+        b.instrs = b.instrs[:at]
+        both = value(Op.OR, T.int64, [x, d], b)
+        high = value(Op.SHR, T.int64, [both, value(Op.CONST, T.int64, [], b, value=32)], b)
+        fits = value(Op.CMP, T.boolean, [high, value(Op.CONST, T.int64, [], b, value=0)], b, op="eq")
+        b.term = ir.Branch(fits, narrow, wide)
+        repl = {}
+        for v in pair:
+            fast = value(v.op, v.type, [x, d], narrow, narrow=True)
+            slow = value(v.op, v.type, [x, d], wide, **v.attrs)
+            repl[v] = value(Op.PHI, v.type, [fast, slow], join)
+        narrow.preds, wide.preds, join.preds = [b], [b], [narrow, wide]
+        narrow.term, wide.term = ir.Jump(join), ir.Jump(join)
+        where = func.blocks.index(b) + 1
+        func.blocks[where:where] = [narrow, wide, join]
+        _rewrite(func, repl)
+        blocks.insert(0, join)
+
+
+def _append(func: ir.Function, kind: Op, t, args: list, block: ir.Block, line: int = 0, **attrs) -> ir.Value:
+    """A new value at the end of block (among its phis for a phi)."""
+    v = func.new_value(kind, t, args, attrs, block, line)
+    (block.phis if kind is Op.PHI else block.instrs).append(v)
+    return v
+
+
+def _power_of_two(v: ir.Value) -> bool:
+    """Whether v is a constant power of two (isel divides by one with a shift)."""
+    return v.op is Op.CONST and v.attrs["value"] > 0 and v.attrs["value"] & (v.attrs["value"] - 1) == 0
+
+
 def split_critical_edges(func: ir.Function) -> None:
     """An edge from a block with two successors to one with phis gets a block between them,
     placed just before the successor (all such edges go forward, so layout stays structured)."""
@@ -277,6 +333,7 @@ def optimize(func: ir.Function) -> ir.Function:
     reduce_strength(func)
     dominator_cse(func)
     eliminate_dead_code(func)
+    narrow_divisions(func)
     legalize_halves(func)
     split_critical_edges(func)
     return func
