@@ -45,7 +45,7 @@ def test_sgemm_matches_numpy(handle, transa, transb, m, n, k):
     assert np.all(padding == 0)                                   # rows between m and ldc untouched
 
 
-@pytest.mark.parametrize("tiles", blas.TILE_CANDIDATES, ids=str)
+@pytest.mark.parametrize("tiles", blas.TILE_CANDIDATES + blas.NARROW_TILES, ids=str)
 def test_every_tiling_computes_inner_and_edge_tiles(handle, tiles):
     # 300 x 140 holds whole tiles (staged without bounds tests) and partial ones; k = 37 ends mid-slice
     m, n, k = 300, 140, 37
@@ -137,6 +137,13 @@ def test_the_autotuner_ranks_tilings_by_predicted_time_and_remembers(handle):
         assert blas.choose_tiles(fresh, m, n, k, np.float32) == chosen
     assert not t.select(4, "gemm_autotune")
     assert blas.choose_tiles(handle, 64, 64, 64, np.float32) == blas.DEFAULT_TILES      # small: no tuning
+
+
+@pytest.mark.parametrize("m,n,tiles", [(32, 128, blas.NARROW_TILES[0]), (96, 128, blas.NARROW_TILES[0]),
+                                       (128, 32, blas.NARROW_TILES[1]), (51, 128, blas.DEFAULT_TILES),
+                                       (64, 64, blas.DEFAULT_TILES)])
+def test_a_small_gemm_takes_the_tiling_with_the_least_padding(handle, m, n, tiles):
+    assert blas.choose_tiles(handle, m, n, 32, np.float32) == tiles
 
 
 @pytest.mark.slow

@@ -11,7 +11,8 @@ cuBLAS reads device pointers. Row-major callers (the framework) swap the operand
 row-major C = A B is column-major C^T = B^T A^T.
 
 The float32-pipe gemm kernel tiles C into bm x bn blocks (the autotuner picks among
-`TILE_CANDIDATES` by predicted time) computed by 256 threads, each keeping a tm x tn block of C in
+`TILE_CANDIDATES` by predicted time; a small C with 32 rows or columns takes `NARROW_TILES`)
+computed by 256 threads, each keeping a tm x tn block of C in
 registers (a `cuda.local.array` the compiler keeps in registers) in runs of four rows and four
 columns, so every k-step reads its slices of op(A) and op(B) with 128-bit shared loads. k is walked
 in slices of bk staged in shared memory; the next slice is loaded into registers while the current
@@ -63,6 +64,9 @@ class GemmTiles:
 TILE_CANDIDATES = (GemmTiles(64, 64, 16, 4, 4), GemmTiles(128, 128, 8, 8, 8), GemmTiles(128, 64, 8, 8, 4),
                    GemmTiles(64, 128, 8, 4, 8))
 DEFAULT_TILES = TILE_CANDIDATES[0]
+# For a small C of 32 rows or columns or fewer (a transformer's 32-wide activations), 256 threads over
+# 32 x 128 or 128 x 32: the default's 64 x 64 would compute twice the products needed.
+NARROW_TILES = (GemmTiles(32, 128, 8, 4, 4), GemmTiles(128, 32, 8, 4, 4))
 TUNE_ABOVE = 1 << 27          # multiply-adds above which a gemm's tiles are chosen by the autotuner
 PROBE_K = 64                  # the depth the autotuner runs candidates at
 SPLIT_K_BLOCKS = 64           # split-K aims at this many blocks ...
@@ -438,14 +442,15 @@ def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, l
 
 
 def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
-    """The tiling for a gemm: below TUNE_ABOVE multiply-adds, the default; above, the candidate the
+    """The tiling for a gemm: below TUNE_ABOVE multiply-adds, the default or a narrow tiling, whichever
+    covers m x n with the fewest padded elements (the default on a tie); above, the candidate the
     Layer 0 performance model predicts fastest (cuBLAS's heuristics, made an autotuner).
 
     Each candidate runs once on this m x n with a depth of PROBE_K on scratch operands, timed with
     events on the handle's stream (simulated device time); the choice is kept per device profile,
     shape and dtype, so later calls of the same shape skip the probing."""
     if m * n * k <= TUNE_ABOVE:
-        return DEFAULT_TILES
+        return min((DEFAULT_TILES, *NARROW_TILES), key=lambda t: -(-m // t.bm) * t.bm * -(-n // t.bn) * t.bn)
     profile = handle.properties.profile
     key = (profile, m, n, -(-k // 256), np.dtype(dtype).name)
     chosen = handle.tiles.get(key) or _stored_choice(key)
