@@ -77,9 +77,9 @@ class NativeRunner:
                 sizes, self.lanes, self.l2, self.scratch, self.laid, self.guarded, self.missed, self.log_va,
                 self.log_active, self.tally, c.warp_instructions, c.thread_instructions, b.derived.version,
                 b.derived.bump_rows, b.exited)
-        counts = self.tally[:len(TALLY)]
-        if counts.any():
-            for name, value in zip(TALLY, counts.tolist(), strict=True):
+        counts = self.tally[:len(TALLY)].tolist()        # a list: numpy's any() costs more than the loop
+        if any(counts):
+            for name, value in zip(TALLY, counts, strict=True):
                 if value:
                     setattr(c, name, getattr(c, name) + value)
         if status == STORED:
