@@ -65,11 +65,12 @@ def offset_of(i, ndim, shape, strides):
 
     `shape` holds the dimensions, then per dimension a magic multiplier and a shift (`divider`) in
     one word: with them a quotient is a multiply, an add and two shifts instead of a 64-bit
-    division's forty-odd instructions, as PyTorch's IntDivider does. A word of 0 means divide."""
+    division's twenty-odd instructions, as PyTorch's IntDivider does. A word of 0 means divide.
+    What is left after the inner dimensions is the outermost index (i < n): it needs no division."""
     off = strides[ndim]
     rest = i
     d = ndim - 1
-    while d >= 0:
+    while d > 0:
         divide = shape[ndim + d]                  # the magic multiplier in the low 32 bits, the shift above
         if divide:
             q = (((rest * (divide & 0xFFFFFFFF)) >> 32) + rest) >> (divide >> 32)
@@ -78,7 +79,7 @@ def offset_of(i, ndim, shape, strides):
         off += (rest - q * shape[d]) * strides[d]   # the remainder from the quotient
         rest = q
         d -= 1
-    return off
+    return off + rest * strides[0]
 
 
 def divider(d: int) -> tuple[int, int]:
