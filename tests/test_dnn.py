@@ -386,6 +386,50 @@ def test_fused_attention_forward_and_backward(handle, causal, t, d):
                        atol=2e-3)
 
 
+def _strided(base_dev, base_host: np.ndarray, view: np.ndarray) -> cuda.DeviceNDArray:
+    """The device twin of `view`, a numpy view of base_host, over base_dev (a copy of base_host)."""
+    offset = view.__array_interface__["data"][0] - base_host.__array_interface__["data"][0]
+    return cuda.DeviceNDArray(view.shape, view.strides, view.dtype, base_dev.context, base_dev.memory,
+                              base_dev.ptr + offset)
+
+
+@pytest.mark.parametrize("d", [8, 24])                  # the lanes kernels, then the tiled ones
+def test_fused_attention_reads_and_writes_strided_heads(handle, d):
+    # q, k, v: (B, H, T, D) views of one packed projection (B, T, 3 H D), as a transformer's heads are;
+    # o and the gradients: (B, H, T, D) views of (B, T, H, D) storage.
+    b, h, t = 2, 3, 6
+    packed = rng.standard_normal((b, t, 3 * h * d)).astype(np.float32)
+    heads = [packed[:, :, n * h * d:(n + 1) * h * d].reshape(b, t, h, d).transpose(0, 2, 1, 3) for n in range(3)]
+    packed_dev = dev(packed)
+    q, k, v = (_strided(packed_dev, packed, x) for x in heads)
+    storage = [cuda.device_array((b, t, h, d), np.float32) for _ in range(5)]
+    host = np.empty((b, t, h, d), np.float32)
+    o, do, dq, dk, dv = (_strided(x, host, host.transpose(0, 2, 1, 3)) for x in storage)
+    g = rng.standard_normal((b, t, h, d)).astype(np.float32)
+    storage[1].copy_to_device(g)
+    lse = cuda.device_array((b * h, t), np.float32)
+    dnn.attention_forward(handle, q, k, v, o, lse, causal=True)
+    q3, k3, v3 = (np.ascontiguousarray(x).reshape(b * h, t, d).astype(np.float64) for x in heads)
+    rows = lambda x: x.transpose(0, 2, 1, 3).reshape(b * h, t, d)       # noqa: E731  (B, T, H, D) -> (BH, T, D)
+    assert np.allclose(rows(storage[0].copy_to_host()), attention_ref(q3, k3, v3, True), atol=1e-5)
+    dnn.attention_backward(handle, q, k, v, o, do, lse, dq, dk, dv, causal=True)
+    s = np.where(np.tril(np.ones((t, t), bool))[None], q3 @ k3.transpose(0, 2, 1) / np.sqrt(d), -np.inf)
+    p, g3 = softmax(s), rows(g)
+    dp = g3 @ v3.transpose(0, 2, 1)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) / np.sqrt(d)
+    assert np.allclose(rows(storage[4].copy_to_host()), p.transpose(0, 2, 1) @ g3, atol=1e-4)
+    assert np.allclose(rows(storage[2].copy_to_host()), ds @ k3, atol=1e-4)
+    assert np.allclose(rows(storage[3].copy_to_host()), ds.transpose(0, 2, 1) @ q3, atol=1e-4)
+
+
+def test_fused_attention_refuses_a_strided_head_dimension(handle):
+    x = cuda.device_array((2, 4, 8, 2), np.float32)
+    transposed = cuda.DeviceNDArray((2, 4, 2, 8), (256, 64, 4, 8), np.float32, x.context, x.memory, x.ptr)
+    with pytest.raises(dnn.DnnError, match="q must have a contiguous head dimension"):
+        dnn.attention_forward(handle, transposed, transposed, transposed, transposed,
+                              cuda.device_array((8, 2), np.float32))
+
+
 def test_the_package_exports_every_family_name_and_keeps_kernels_beside_their_wrappers():
     from lapis.libs.dnn import activation, attention, convolution, descriptors, dropout, handle, normalization, pooling
     for module in (activation, attention, convolution, descriptors, dropout, handle, normalization, pooling):

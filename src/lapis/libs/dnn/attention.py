@@ -16,7 +16,19 @@ from lapis.libs.dnn.handle import THREADS, Handle, _ceil_div, _flat
 KEY_TILE, QUERY_TILE, MAX_HEAD_DIM = 32, 64, 64
 
 
-def attention_forward_kernel(t_q, t_k, d, scale, causal, q, k, v, o, lse):
+# Every tensor is read as (batch, heads, tokens, d) with its own element strides between batches,
+# heads and tokens (`_layout`), its d elements contiguous: a row r = (b * heads + h) * tokens + i of
+# the batch-heads' rows starts at b * s_b + h * s_h + i * s_t. So q, k and v may be views into one packed
+# projection, and o and the gradients may be laid out (batch, tokens, heads, d), as the framework's
+# heads are, with no copy either way (PyTorch's flash attention reads and writes such strides too).
+@cuda.jit(device=True)
+def row_start(bh, i, heads, s_b, s_h, s_t):
+    """Where token i of batch-head bh starts."""
+    return bh // heads * s_b + bh % heads * s_h + i * s_t
+
+
+def attention_forward_kernel(t_q, t_k, d, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b, v_h,
+                             v_t, o, o_b, o_h, o_t, lse):
     # q, o: (BH, Tq, D); k, v: (BH, Tk, D); lse: (BH, Tq). Block: QUERY_TILE rows of one head.
     sk = shared.array((32, 64), np.float32)
     sv = shared.array((32, 64), np.float32)
@@ -25,9 +37,11 @@ def attention_forward_kernel(t_q, t_k, d, scale, causal, q, k, v, o, lse):
     bh, t = blockIdx.y, threadIdx.x
     i = blockIdx.x * 64 + t
     live = i < t_q
+    qrow = row_start(bh, i, heads, q_b, q_h, q_t)
     for c in range(d):
-        qi[c] = q[(bh * t_q + i) * d + c] * scale if live else 0.0
+        qi[c] = q[qrow + c] * scale if live else 0.0
         acc[c] = 0.0
+    kbase, vbase = row_start(bh, 0, heads, k_b, k_h, k_t), row_start(bh, 0, heads, v_b, v_h, v_t)
     m = float32(-math.inf)
     total = float32(0.0)
     for k0 in range(0, t_k, 32):
@@ -35,8 +49,8 @@ def attention_forward_kernel(t_q, t_k, d, scale, causal, q, k, v, o, lse):
             jj = e // d
             c = e % d
             if k0 + jj < t_k:
-                sk[jj, c] = k[(bh * t_k + k0 + jj) * d + c]
-                sv[jj, c] = v[(bh * t_k + k0 + jj) * d + c]
+                sk[jj, c] = k[kbase + (k0 + jj) * k_t + c]
+                sv[jj, c] = v[vbase + (k0 + jj) * v_t + c]
         syncthreads()
         for jj in range(32):
             j = k0 + jj
@@ -53,66 +67,75 @@ def attention_forward_kernel(t_q, t_k, d, scale, causal, q, k, v, o, lse):
                 m = new_max
         syncthreads()
     if live:
+        orow = row_start(bh, i, heads, o_b, o_h, o_t)
         for c in range(d):
-            o[(bh * t_q + i) * d + c] = acc[c] / total
+            o[orow + c] = acc[c] / total
         lse[bh * t_q + i] = m + math.log(total)
 
 
-def attention_delta_kernel(rows, d, o, do, delta):
+def attention_delta_kernel(rows, t_q, d, heads, o, o_b, o_h, o_t, do, do_b, do_h, do_t, delta):
     # delta_i = sum_c dO[i, c] * O[i, c]
-    i = cuda.grid(1)
-    if i < rows:
+    r = cuda.grid(1)
+    if r < rows:
+        bh, i = r // t_q, r % t_q
+        orow, dorow = row_start(bh, i, heads, o_b, o_h, o_t), row_start(bh, i, heads, do_b, do_h, do_t)
         acc = float32(0.0)
         for c in range(d):
-            acc += do[i * d + c] * o[i * d + c]
-        delta[i] = acc
+            acc += do[dorow + c] * o[orow + c]
+        delta[r] = acc
 
 
-def attention_dq_kernel(bh_count, t_q, t_k, d, scale, causal, q, k, v, do, lse, delta, dq):
+def attention_dq_kernel(bh_count, t_q, t_k, d, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
+                        v_h, v_t, do, do_b, do_h, do_t, lse, delta, dq, dq_b, dq_h, dq_t):
     # One thread per query row: dq_i = scale * sum_j p_ij (dO_i . v_j - delta_i) k_j
     row = cuda.grid(1)
     if row < bh_count * t_q:
         bh = row // t_q
         i = row % t_q
-        base = row * d
+        qrow, dorow = row_start(bh, i, heads, q_b, q_h, q_t), row_start(bh, i, heads, do_b, do_h, do_t)
+        dqrow = row_start(bh, i, heads, dq_b, dq_h, dq_t)
+        kbase, vbase = row_start(bh, 0, heads, k_b, k_h, k_t), row_start(bh, 0, heads, v_b, v_h, v_t)
         for c in range(d):
-            dq[base + c] = 0.0
+            dq[dqrow + c] = 0.0
         m, dl = lse[row], delta[row]
         for j in range(t_k if not causal else min(t_k, i + 1)):
-            kv = (bh * t_k + j) * d
+            krow, vrow = kbase + j * k_t, vbase + j * v_t
             score = float32(0.0)
             dp = float32(0.0)
             for c in range(d):
-                score += q[base + c] * k[kv + c]
-                dp += do[base + c] * v[kv + c]
+                score += q[qrow + c] * k[krow + c]
+                dp += do[dorow + c] * v[vrow + c]
             ds = math.exp(score * scale - m) * (dp - dl) * scale
             for c in range(d):
-                dq[base + c] += ds * k[kv + c]
+                dq[dqrow + c] += ds * k[krow + c]
 
 
-def attention_dkv_kernel(bh_count, t_q, t_k, d, scale, causal, q, k, v, do, lse, delta, dk, dv):
+def attention_dkv_kernel(bh_count, t_q, t_k, d, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
+                         v_h, v_t, do, do_b, do_h, do_t, lse, delta, dk, dk_b, dk_h, dk_t, dv, dv_b, dv_h, dv_t):
     # One thread per key row: dv_j = sum_i p_ij dO_i;  dk_j = scale * sum_i p_ij (dO_i . v_j - delta_i) q_i
     row = cuda.grid(1)
     if row < bh_count * t_k:
         bh = row // t_k
         j = row % t_k
-        base = row * d
+        krow, vrow = row_start(bh, j, heads, k_b, k_h, k_t), row_start(bh, j, heads, v_b, v_h, v_t)
+        dkrow, dvrow = row_start(bh, j, heads, dk_b, dk_h, dk_t), row_start(bh, j, heads, dv_b, dv_h, dv_t)
+        qbase, dobase = row_start(bh, 0, heads, q_b, q_h, q_t), row_start(bh, 0, heads, do_b, do_h, do_t)
         for c in range(d):
-            dk[base + c] = 0.0
-            dv[base + c] = 0.0
+            dk[dkrow + c] = 0.0
+            dv[dvrow + c] = 0.0
         for i in range(j if causal else 0, t_q):
             qrow = bh * t_q + i
-            qb = qrow * d
+            qb, dob = qbase + i * q_t, dobase + i * do_t
             score = float32(0.0)
             dp = float32(0.0)
             for c in range(d):
-                score += q[qb + c] * k[base + c]
-                dp += do[qb + c] * v[base + c]
+                score += q[qb + c] * k[krow + c]
+                dp += do[dob + c] * v[vrow + c]
             p = math.exp(score * scale - lse[qrow])
             ds = p * (dp - delta[qrow]) * scale
             for c in range(d):
-                dv[base + c] += p * do[qb + c]
-                dk[base + c] += ds * q[qb + c]
+                dv[dvrow + c] += p * do[dob + c]
+                dk[dkrow + c] += ds * q[qb + c]
 
 
 # Head dimensions that are powers of two up to 32 take the "lanes" kernels: a group of d lanes per row
@@ -128,61 +151,66 @@ def group_sum(value, lanes):
     return value
 
 
-def attention_forward_lanes_kernel(rows, t_q, t_k, d, scale, causal, q, k, v, o, lse):
+def attention_forward_lanes_kernel(rows, t_q, t_k, d, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v,
+                                   v_b, v_h, v_t, o, o_b, o_h, o_t, lse):
     t = cuda.grid(1)
     row, c = t // d, t % d
     r = min(row, rows - 1)
     bh, i = r // t_q, r % t_q
-    qc = q[r * d + c] * scale
+    qc = q[row_start(bh, i, heads, q_b, q_h, q_t) + c] * scale
+    kc, vc = row_start(bh, 0, heads, k_b, k_h, k_t) + c, row_start(bh, 0, heads, v_b, v_h, v_t) + c
     m = float32(-math.inf)
     total = float32(0.0)
     acc = float32(0.0)
     for j in range(t_k):
-        kb = (bh * t_k + j) * d + c
-        score = group_sum(qc * k[kb], d)
+        score = group_sum(qc * k[kc + j * k_t], d)
         if not causal or j <= i:                            # the online softmax of the tiled kernel
             new_max = max(m, score)
             correction = math.exp(m - new_max)
             weight = math.exp(score - new_max)
             total = total * correction + weight
-            acc = acc * correction + weight * v[kb]
+            acc = acc * correction + weight * v[vc + j * v_t]
             m = new_max
     if row < rows:
-        o[r * d + c] = acc / total
+        o[row_start(bh, i, heads, o_b, o_h, o_t) + c] = acc / total
         if c == 0:
             lse[r] = m + math.log(total)
 
 
-def attention_dq_lanes_kernel(rows, t_q, t_k, d, scale, causal, q, k, v, do, lse, delta, dq):
+def attention_dq_lanes_kernel(rows, t_q, t_k, d, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
+                              v_h, v_t, do, do_b, do_h, do_t, lse, delta, dq, dq_b, dq_h, dq_t):
     t = cuda.grid(1)
     row, c = t // d, t % d
     r = min(row, rows - 1)
     bh, i = r // t_q, r % t_q
-    qc, doc, m, dl = q[r * d + c], do[r * d + c], lse[r], delta[r]
+    qc, doc = q[row_start(bh, i, heads, q_b, q_h, q_t) + c], do[row_start(bh, i, heads, do_b, do_h, do_t) + c]
+    m, dl = lse[r], delta[r]
+    kc, vc = row_start(bh, 0, heads, k_b, k_h, k_t) + c, row_start(bh, 0, heads, v_b, v_h, v_t) + c
     acc = float32(0.0)
     for j in range(t_k):
-        kb = (bh * t_k + j) * d + c
-        kc = k[kb]
-        score = group_sum(qc * kc, d)
-        dp = group_sum(doc * v[kb], d)
+        kj = k[kc + j * k_t]
+        score = group_sum(qc * kj, d)
+        dp = group_sum(doc * v[vc + j * v_t], d)
         if not causal or j <= i:
-            acc += math.exp(score * scale - m) * (dp - dl) * scale * kc
+            acc += math.exp(score * scale - m) * (dp - dl) * scale * kj
     if row < rows:
-        dq[r * d + c] = acc
+        dq[row_start(bh, i, heads, dq_b, dq_h, dq_t) + c] = acc
 
 
-def attention_dkv_lanes_kernel(rows, t_q, t_k, d, scale, causal, q, k, v, do, lse, delta, dk, dv):
+def attention_dkv_lanes_kernel(rows, t_q, t_k, d, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
+                               v_h, v_t, do, do_b, do_h, do_t, lse, delta, dk, dk_b, dk_h, dk_t, dv, dv_b, dv_h, dv_t):
     # rows: key rows (BH x Tk)
     t = cuda.grid(1)
     row, c = t // d, t % d
     r = min(row, rows - 1)
     bh, j = r // t_k, r % t_k
-    kc, vc = k[r * d + c], v[r * d + c]
+    kc, vc = k[row_start(bh, j, heads, k_b, k_h, k_t) + c], v[row_start(bh, j, heads, v_b, v_h, v_t) + c]
+    qi, doi = row_start(bh, 0, heads, q_b, q_h, q_t) + c, row_start(bh, 0, heads, do_b, do_h, do_t) + c
     dkc = float32(0.0)
     dvc = float32(0.0)
     for i in range(t_q):
         qrow = bh * t_q + i
-        qc, doc = q[qrow * d + c], do[qrow * d + c]
+        qc, doc = q[qi + i * q_t], do[doi + i * do_t]
         score = group_sum(qc * kc, d)
         dp = group_sum(doc * vc, d)
         if not causal or j <= i:
@@ -190,8 +218,8 @@ def attention_dkv_lanes_kernel(rows, t_q, t_k, d, scale, causal, q, k, v, do, ls
             dvc += p * doc
             dkc += p * (dp - delta[qrow]) * scale * qc
     if row < rows:
-        dk[r * d + c] = dkc
-        dv[r * d + c] = dvc
+        dk[row_start(bh, j, heads, dk_b, dk_h, dk_t) + c] = dkc
+        dv[row_start(bh, j, heads, dv_b, dv_h, dv_t) + c] = dvc
 
 
 def _lanes(d: int) -> bool:
@@ -199,56 +227,102 @@ def _lanes(d: int) -> bool:
     return d <= 32 and d & (d - 1) == 0
 
 
-def _attention_shapes(q, k, v) -> tuple[int, int, int, int]:
-    for name, a in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(a, DeviceNDArray) or a.ndim != 3:
-            raise DnnError(f"{name} must be a 3-D device array (batch x heads, tokens, head dim)")
-    if k.shape != v.shape or q.shape[0] != k.shape[0] or q.shape[2] != k.shape[2]:
+def _heads(arrays: dict) -> int:
+    """The heads dimension of the 4-D arrays among `arrays` (1 when all are 3-D), checking each is a float32
+    device array of 3 or 4 dimensions and that the 4-D ones agree on batches and heads."""
+    split = set()
+    for name, a in arrays.items():
+        if not isinstance(a, DeviceNDArray) or a.ndim not in (3, 4):
+            raise DnnError(f"{name} must be a 3-D (batch x heads, tokens, head dim) or 4-D (batch, heads, tokens, "
+                           f"head dim) device array")
+        if a.dtype != np.float32:
+            raise DnnError(f"{name} must hold float32, not {a.dtype}")
+        if a.ndim == 4:
+            split.add(a.shape[:2])
+    if len(split) > 1:
+        raise DnnError(f"the 4-D arrays disagree on (batch, heads): {sorted(split)}")
+    return split.pop()[1] if split else 1
+
+
+def _rows_of(a: DeviceNDArray) -> tuple[int, int, int]:
+    """(batch x heads, tokens, head dim) of a 3-D or 4-D array."""
+    return (a.shape[0] * a.shape[1], *a.shape[2:]) if a.ndim == 4 else tuple(a.shape)
+
+
+def _layout(a: DeviceNDArray, name: str, heads: int) -> list:
+    """a as the kernels read it: a flat view from its first element, then its element strides between
+    batches, heads and tokens (see `row_start`). Its head dimension must be contiguous."""
+    item = a.dtype.itemsize
+    own = [s // item if n > 1 else 0 for n, s in zip(a.shape, a.strides, strict=True)]   # size 1: never stepped
+    strides = [own[0] * heads, *own] if a.ndim == 3 else own      # 3-D row bh: (bh // heads) heads s0 + (bh % heads) s0
+    if strides[3] not in (0, 1) or min(strides) < 0:
+        raise DnnError(f"{name} must have a contiguous head dimension and no negative strides (strides "
+                       f"{tuple(s // item for s in a.strides)} in elements)")
+    span = max(1, sum((n - 1) * s for n, s in zip(a.shape, own, strict=True)) + 1)
+    flat = DeviceNDArray((span,), (item,), a.dtype, a.context, a.memory, a.ptr)
+    return [flat, *(np.int32(x) for x in strides[:3])]
+
+
+def _attention_shapes(arrays: dict) -> tuple[int, int, int, int, int]:
+    """(batch x heads, query tokens, key tokens, head dim, heads) of q, k, v and the arrays shaped like them."""
+    heads = _heads(arrays)
+    q, k, v = arrays["q"], arrays["k"], arrays["v"]
+    (bh, t_q, d), (bh_k, t_k, d_k) = _rows_of(q), _rows_of(k)
+    if _rows_of(v) != (bh_k, t_k, d_k) or bh != bh_k or d != d_k:
         raise DnnError(f"q {q.shape}, k {k.shape} and v {v.shape} do not match")
-    bh, t_q, d = q.shape
+    for name, a in arrays.items():
+        want = (bh, t_q, d) if name in ("q", "o", "do", "dq") else (bh, t_k, d)
+        if name not in ("q", "k", "v") and _rows_of(a) != want:
+            raise DnnError(f"{name} {a.shape} does not match q {q.shape} and k {k.shape}")
     if not 0 < d <= MAX_HEAD_DIM:
         raise DnnError(f"head dimension {d} is outside 1..{MAX_HEAD_DIM}")
-    return bh, t_q, k.shape[1], d
+    return bh, t_q, t_k, d, heads
 
 
 def attention_forward(handle: Handle, q, k, v, o, lse, scale: float | None = None, causal: bool = False) -> None:
     """o = softmax(q k^T * scale (+ causal mask)) v per (batch x head), fused; lse (bh, Tq) is saved
-    for the backward pass (cudnn's fused flash attention, FlashAttention's forward)."""
-    bh, t_q, t_k, d = _attention_shapes(q, k, v)
+    for the backward pass (cudnn's fused flash attention, FlashAttention's forward). q, k, v and o are
+    (batch x heads, tokens, head dim) or (batch, heads, tokens, head dim), strided as they come, with
+    their head dimension contiguous."""
+    arrays = {"q": q, "k": k, "v": v, "o": o}
+    bh, t_q, t_k, d, heads = _attention_shapes(arrays)
     scale = 1 / math.sqrt(d) if scale is None else scale
-    args = [_flat(q, "q"), _flat(k, "k"), _flat(v, "v"), _flat(o, "o", q.size), _flat(lse, "lse", bh * t_q)]
+    args = [x for name, a in arrays.items() for x in _layout(a, name, heads)] + [_flat(lse, "lse", bh * t_q)]
+    shape = (np.int32(t_q), np.int32(t_k), np.int32(d), np.int32(heads), np.float32(scale), causal)
     with trace.span(4, "attention_forward", batch_heads=bh, t_q=t_q, t_k=t_k, head_dim=d, causal=causal):
         if bh and t_q and t_k and _lanes(d):
             handle.kernel(attention_forward_lanes_kernel)[_ceil_div(bh * t_q * d, THREADS), THREADS, handle.stream](
-                np.int32(bh * t_q), np.int32(t_q), np.int32(t_k), np.int32(d), np.float32(scale), causal, *args)
+                np.int32(bh * t_q), *shape, *args)
         elif bh and t_q and t_k:
             handle.kernel(attention_forward_kernel)[(-(-t_q // QUERY_TILE), bh), QUERY_TILE, handle.stream](
-                np.int32(t_q), np.int32(t_k), np.int32(d), np.float32(scale), causal, *args)
+                *shape, *args)
 
 
 def attention_backward(handle: Handle, q, k, v, o, do, lse, dq, dk, dv, scale: float | None = None,
                        causal: bool = False) -> None:
-    """dq, dk, dv from the forward's o and lse, recomputing the probabilities (FlashAttention's backward)."""
-    bh, t_q, t_k, d = _attention_shapes(q, k, v)
+    """dq, dk, dv from the forward's o and lse, recomputing the probabilities (FlashAttention's backward).
+    Every array but lse may be strided, as in `attention_forward`."""
+    arrays = {"q": q, "k": k, "v": v, "o": o, "do": do, "dq": dq, "dk": dk, "dv": dv}
+    bh, t_q, t_k, d, heads = _attention_shapes(arrays)
     scale = 1 / math.sqrt(d) if scale is None else scale
-    fq, fk, fv = _flat(q, "q"), _flat(k, "k"), _flat(v, "v")
-    fo, fdo, flse = _flat(o, "o", q.size), _flat(do, "do", q.size), _flat(lse, "lse", bh * t_q)
-    fdq, fdk, fdv = _flat(dq, "dq", q.size), _flat(dk, "dk", k.size), _flat(dv, "dv", v.size)
+    lq, lk, lv, lo, ldo, ldq, ldk, ldv = (_layout(a, name, heads) for name, a in arrays.items())
+    flse = _flat(lse, "lse", bh * t_q)
     delta = handle.api.device_array(bh * t_q, np.float32)
-    geometry = (np.int32(bh), np.int32(t_q), np.int32(t_k), np.int32(d), np.float32(scale), causal)
+    shape = (np.int32(t_q), np.int32(t_k), np.int32(d), np.int32(heads), np.float32(scale), causal)
     with trace.span(4, "attention_backward", batch_heads=bh, t_q=t_q, t_k=t_k, head_dim=d, causal=causal):
         if bh and t_q and t_k:
             rows = bh * t_q
             handle.kernel(attention_delta_kernel)[-(-rows // THREADS), THREADS, handle.stream](
-                np.int32(rows), np.int32(d), fo, fdo, delta)
+                np.int32(rows), np.int32(t_q), np.int32(d), np.int32(heads), *lo, *ldo, delta)
+            inputs = (*lq, *lk, *lv, *ldo, flse, delta)
             if _lanes(d):
                 handle.kernel(attention_dq_lanes_kernel)[_ceil_div(rows * d, THREADS), THREADS, handle.stream](
-                    np.int32(rows), *geometry[1:], fq, fk, fv, fdo, flse, delta, fdq)
+                    np.int32(rows), *shape, *inputs, *ldq)
                 handle.kernel(attention_dkv_lanes_kernel)[_ceil_div(bh * t_k * d, THREADS), THREADS,
                                                              handle.stream](
-                    np.int32(bh * t_k), *geometry[1:], fq, fk, fv, fdo, flse, delta, fdk, fdv)
+                    np.int32(bh * t_k), *shape, *inputs, *ldk, *ldv)
                 return
             handle.kernel(attention_dq_kernel)[-(-rows // THREADS), THREADS, handle.stream](
-                *geometry, fq, fk, fv, fdo, flse, delta, fdq)
+                np.int32(bh), *shape, *inputs, *ldq)
             handle.kernel(attention_dkv_kernel)[-(-(bh * t_k) // THREADS), THREADS, handle.stream](
-                *geometry, fq, fk, fv, fdo, flse, delta, fdk, fdv)
+                np.int32(bh), *shape, *inputs, *ldk, *ldv)
