@@ -332,6 +332,28 @@ def test_scaled_dot_product_attention_matches_torch(device, mask):
         close(a.grad, b.grad, 1e-4)
 
 
+def test_attention_reads_the_heads_in_place_and_merges_them_as_a_view():
+    # The heads (4-D views of the packed projection) go to the fused kernels as they lie, and the output and
+    # gradients come back laid out (batch, tokens, heads, head dim): no 4-D copy either way.
+    lapis.manual_seed(0)
+    mha = nn.MultiheadAttention(32, 2, batch_first=True).to("cuda")
+    x = lapis.randn(4, 16, 32, device="cuda", requires_grad=True)
+    mask = lapis.ones(16, 16, dtype=lapis.bool, device="cuda").triu(1)
+    with lapis.trace() as t:
+        out, _ = mha(x, x, x, attn_mask=mask, is_causal=True, need_weights=False)
+        out.sum().backward()
+    copies = [e.args["args"]["ndim"] for e in t.select(3, "launch") if e.args["kernel"] == "unary_kernel"]
+    assert copies and max(copies) < 4                 # the chunks' gradients are still joined (3-D copies)
+    q, k, v = (w.detach().cpu().numpy() for w in mha.in_proj_weight.chunk(3))
+    xs = x.detach().cpu().numpy()
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        *(torch.from_numpy(xs @ w.T + b).view(4, 16, 2, 16).transpose(1, 2)
+          for w, b in zip((q, k, v), mha.in_proj_bias.detach().cpu().numpy().reshape(3, 32), strict=True)),
+        is_causal=True)
+    merged = ref.transpose(1, 2).reshape(4, 16, 32).numpy() @ mha.out_proj.weight.detach().cpu().numpy().T
+    assert np.allclose(out.detach().cpu().numpy(), merged + mha.out_proj.bias.detach().cpu().numpy(), atol=1e-5)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("batch_first,need_weights", [(True, False), (False, True)])

@@ -431,10 +431,10 @@ def layer_norm_backward(x, dy, weight, mean, rstd, dx, dweight, dbias) -> None:
 
 
 def _attention_probabilities(q, k, lse, scale: float, causal: bool):
-    # q: (BH, Tq, D), k: (BH, Tk, D) -> p: (BH, Tq, Tk); a causal row i sees keys j <= i (top-left aligned)
-    scores = np.matmul(q, np.swapaxes(k, 1, 2)) * scale
+    # q: (..., Tq, D), k: (..., Tk, D) -> p: (..., Tq, Tk); a causal row i sees keys j <= i (top-left aligned)
+    scores = np.matmul(q, np.swapaxes(k, -1, -2)) * scale
     if causal:
-        scores = np.where(np.tri(q.shape[1], k.shape[1], dtype=bool), scores, -np.inf)
+        scores = np.where(np.tri(q.shape[-2], k.shape[-2], dtype=bool), scores, -np.inf)
     if lse is not None:
         return np.exp(scores - lse[..., None])
     top = scores.max(axis=-1, keepdims=True)
@@ -455,11 +455,11 @@ def attention_backward(q, k, v, o, do, lse, dq, dk, dv, scale: float, causal: bo
     if on_gpu(dq):
         dnn.attention_backward(_dnn(dq), q, k, v, o, do, lse, dq, dk, dv, scale, causal)
         return
-    p = _attention_probabilities(q, k, lse, scale, causal)             # (BH, Tq, Tk)
-    dv[...] = np.matmul(np.swapaxes(p, 1, 2), do)
-    ds = p * (np.matmul(do, np.swapaxes(v, 1, 2)) - (do * o).sum(axis=-1, keepdims=True)) * scale
+    p = _attention_probabilities(q, k, lse, scale, causal)             # (..., Tq, Tk)
+    dv[...] = np.matmul(np.swapaxes(p, -1, -2), do)
+    ds = p * (np.matmul(do, np.swapaxes(v, -1, -2)) - (do * o).sum(axis=-1, keepdims=True)) * scale
     dq[...] = np.matmul(ds, k)
-    dk[...] = np.matmul(np.swapaxes(ds, 1, 2), q)
+    dk[...] = np.matmul(np.swapaxes(ds, -1, -2), q)
 
 
 def _activation_numpy(mode: str, x):

@@ -223,7 +223,12 @@ class LayerNorm(Function):
 
 class Attention(Function):
     """softmax(q k^T * scale) v over the last two dimensions, with an optional causal mask: FlashAttention's
-    forward and backward (cuDNN's fused attention, `libs.dnn`) on a GPU, the scores never stored."""
+    forward and backward (cuDNN's fused attention, `libs.dnn`) on a GPU, the scores never stored.
+
+    4-D (batch, heads, tokens, head dim) operands are read as they lie, strided, when their head dimension
+    is contiguous (a transformer's heads, views of one packed projection); the output and the gradients are
+    (batch, heads, tokens, head dim) views of (batch, tokens, heads, head dim) memory, as PyTorch's flash
+    attention returns them, so merging the heads back is a view too. Other operands are made contiguous."""
     once_differentiable = True
     node_name = "ScaledDotProductFlashAttentionBackward0"
 
@@ -231,23 +236,40 @@ class Attention(Function):
     def forward(ctx, q: TensorBase, k: TensorBase, v: TensorBase, scale: float, causal: bool):
         # q: (..., Tq, D), k and v: (..., Tk, D) -> (..., Tq, D)
         check_devices(q, k, v)
-        batch = q.shape[:-2]
-        q3, k3, v3 = (t._contiguous().reshape(-1, *t.shape[-2:]) for t in (q, k, v))
-        o = new(q3.shape, q.dtype, q.device)
-        lse = new(q3.shape[:2], q.dtype, q.device)
-        backend.attention(q3._data, k3._data, v3._data, o._data, lse._data, scale, causal)
-        ctx.save_for_backward(q3, k3, v3, o, lse)
-        ctx.args = scale, causal, q.shape, k.shape
-        return o.reshape(*batch, *o.shape[1:])
+        shapes = q.shape, k.shape
+        q, k, v = (_attention_operand(t) for t in (q, k, v))
+        o = _attention_result(q)
+        lse = new(q.shape[:-1], q.dtype, q.device)
+        backend.attention(q._data, k._data, v._data, o._data, lse._data, scale, causal)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.args = scale, causal, shapes
+        return o.reshape(shapes[0])
 
     @staticmethod
     def backward(ctx, g):
-        q3, k3, v3, o, lse = ctx.saved_tensors
-        scale, causal, q_shape, k_shape = ctx.args
-        dq, dk, dv = (new(t.shape, t.dtype, t.device) for t in (q3, k3, v3))
-        backend.attention_backward(q3._data, k3._data, v3._data, o._data, g._contiguous().reshape(o.shape)._data,
+        q, k, v, o, lse = ctx.saved_tensors
+        scale, causal, (q_shape, k_shape) = ctx.args
+        dq, dk, dv = (_attention_result(t) for t in (q, k, v))
+        backend.attention_backward(q._data, k._data, v._data, o._data, _attention_operand(g.reshape(o.shape))._data,
                                     lse._data, dq._data, dk._data, dv._data, scale, causal)
         return dq.reshape(q_shape), dk.reshape(k_shape), dv.reshape(k_shape), None, None
+
+
+def _attention_operand(t: TensorBase) -> TensorBase:
+    """t as attention reads it: a 4-D tensor with a contiguous head dimension as it lies; any other contiguous,
+    as (batch x heads, tokens, head dim)."""
+    if t.ndim == 4 and (t.stride(-1) == 1 or t.shape[-1] == 1) and min(t.stride()) >= 0:
+        return t
+    return t._contiguous().reshape(-1, *t.shape[-2:])
+
+
+def _attention_result(like: TensorBase) -> TensorBase:
+    """A result shaped like `like`: 4-D (batch, heads, tokens, head dim) as a view of (batch, tokens, heads, head
+    dim) memory; otherwise contiguous."""
+    if like.ndim != 4:
+        return new(like.shape, like.dtype, like.device)
+    b, h, t, d = like.shape
+    return new((b, t, h, d), like.dtype, like.device)._view((b, h, t, d), (t * h * d, d, h * d, 1), 0)
 
 
 def _fused_softmax(x, dim) -> bool:
