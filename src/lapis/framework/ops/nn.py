@@ -249,7 +249,7 @@ class Attention(Function):
     def backward(ctx, g):
         q, k, v, o, lse = ctx.saved_tensors
         scale, causal, (q_shape, k_shape) = ctx.args
-        dq, dk, dv = (_attention_result(t) for t in (q, k, v))
+        dq, dk, dv = _attention_gradients(q, k, v)
         backend.attention_backward(q._data, k._data, v._data, o._data, _attention_operand(g.reshape(o.shape))._data,
                                     lse._data, dq._data, dk._data, dv._data, scale, causal)
         return dq.reshape(q_shape), dk.reshape(k_shape), dv.reshape(k_shape), None, None
@@ -261,6 +261,18 @@ def _attention_operand(t: TensorBase) -> TensorBase:
     if t.ndim == 4 and (t.stride(-1) == 1 or t.shape[-1] == 1) and min(t.stride()) >= 0:
         return t
     return t._contiguous().reshape(-1, *t.shape[-2:])
+
+
+def _attention_gradients(q: TensorBase, k: TensorBase, v: TensorBase) -> tuple:
+    """dq, dk, dv. Where q, k and v are the three parts of one memory laid out alike (a packed projection's
+    heads), views of one new memory laid out as theirs, so joining them back (the projection's split) is
+    a view too; else each as `_attention_result`."""
+    storage = q._storage
+    if (k._storage is storage and v._storage is storage and q._strides == k._strides == v._strides
+            and q._shape == k._shape == v._shape and storage.array.size == 3 * q.numel()):
+        memory = new((storage.array.size,), q.dtype, q.device)
+        return tuple(memory._view(t._shape, t._strides, t._offset) for t in (q, k, v))
+    return tuple(_attention_result(t) for t in (q, k, v))
 
 
 def _attention_result(like: TensorBase) -> TensorBase:

@@ -250,11 +250,13 @@ def narrow(x, dim, start, length):
 class Split(Function):
     """Consecutive pieces of x along dimension d, as views. One node takes all their gradients and joins
     them (a cat, zeros for a piece no gradient reached), as torch's SplitBackward does: a narrow per piece
-    would cost a zeros tensor, a copy into it and a sum per piece in the backward pass."""
+    would cost a zeros tensor, a copy into it and a sum per piece in the backward pass. Gradients that
+    already lie side by side in one memory, as the pieces did (attention's for a packed projection's q, k
+    and v), are joined as a view of it."""
 
     @staticmethod
     def forward(ctx, x: TensorBase, d: builtins.int, sizes: tuple, node_name: str):
-        ctx.node_name, ctx.d = node_name, d
+        ctx.node_name, ctx.d, ctx.shape = node_name, d, x._shape
         pieces, at = [], 0
         for n in sizes:
             shape = list(x._shape)
@@ -265,7 +267,23 @@ class Split(Function):
 
     @staticmethod
     def backward(ctx, *grads):
-        return cat(list(grads), ctx.d), None, None, None
+        joined = _side_by_side(grads, ctx.d, ctx.shape)
+        return (cat(list(grads), ctx.d) if joined is None else joined), None, None, None
+
+
+def _side_by_side(pieces: tuple, d: builtins.int, shape: tuple) -> TensorBase | None:
+    """The tensor of `shape` that `pieces` are consecutive slices of along d, as a view of their memory, when
+    they are such slices (one storage, one layout, each starting where the one before ends); else None."""
+    first = pieces[0]
+    if any(p is None for p in pieces) or not first._strides[d]:
+        return None
+    at = first._offset
+    for p in pieces:
+        if (p._storage is not first._storage or p._strides != first._strides or p._offset != at
+                or p._shape[:d] != shape[:d] or p._shape[d + 1:] != shape[d + 1:]):
+            return None
+        at += p._shape[d] * p._strides[d]
+    return first._view(shape, first._strides, first._offset)
 
 
 def split(x, split_size_or_sections, dim=0):
