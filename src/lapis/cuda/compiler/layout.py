@@ -17,8 +17,9 @@ MAX_TEST = 6        # instructions in a block worth copying, its branch included
 
 
 def arrange(blocks: list[MBlock]) -> None:
-    """Rotate loops (copy short tests into the jumps to them), then drop branches to the next
-    instruction. Changes `blocks` in place."""
+    """Drop branches to the next instruction, rotate loops (copy short tests into the jumps left to
+    them), and drop the branches that leaves to the next instruction. Changes `blocks` in place."""
+    drop_jumps_to_next(blocks)
     copy_tests(blocks)
     drop_jumps_to_next(blocks)
 
