@@ -332,6 +332,28 @@ def test_scaled_dot_product_attention_matches_torch(device, mask):
         close(a.grad, b.grad, 1e-4)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", ["same", "packed", "broadcast"])
+def test_scaled_dot_product_attention_on_shared_and_strided_operands_matches_torch(device, layout):
+    """q, k and v as one tensor, as the heads of one packed projection (strided views of one memory, whose
+    gradients are laid out alike), and broadcast over the batch (a stride of 0)."""
+    def operands(m, x):
+        if layout == "same":
+            return x, x, x
+        if layout == "broadcast":
+            return x, x[:1].expand(2, 3, 6, 4), x[1:].expand(2, 3, 6, 4)
+        return tuple(p.reshape(2, 6, 3, 4).transpose(1, 2) for p in x.chunk(3, -1))
+    a = f32(2, 6, 36) if layout == "packed" else f32(2, 3, 6, 4)
+    ours, theirs = lapis.tensor(a, device=device, requires_grad=True), torch.tensor(a, requires_grad=True)
+    yo = nn.functional.scaled_dot_product_attention(*operands(lapis, ours), is_causal=True)
+    yt = torch.nn.functional.scaled_dot_product_attention(*operands(torch, theirs), is_causal=True)
+    close(yo, yt, 1e-5)
+    w = f32(*yt.shape)
+    (yo * lapis.tensor(w, device=device)).sum().backward()
+    (yt * torch.tensor(w)).sum().backward()
+    close(ours.grad, theirs.grad, 1e-4)
+
+
 def test_attention_reads_the_heads_in_place_and_merges_them_as_a_view():
     # The heads (4-D views of the packed projection) go to the fused kernels as they lie, the output and
     # gradients come back laid out (batch, tokens, heads, head dim), and the gradients of q, k and v lie side

@@ -264,15 +264,17 @@ def _attention_operand(t: TensorBase) -> TensorBase:
 
 
 def _attention_gradients(q: TensorBase, k: TensorBase, v: TensorBase) -> tuple:
-    """dq, dk, dv. Where q, k and v are the three parts of one memory laid out alike (a packed projection's
-    heads), views of one new memory laid out as theirs, so joining them back (the projection's split) is
-    a view too; else each as `_attention_result`."""
-    storage = q._storage
-    if (k._storage is storage and v._storage is storage and q._strides == k._strides == v._strides
-            and q._shape == k._shape == v._shape and storage.array.size == 3 * q.numel()):
-        memory = new((storage.array.size,), q.dtype, q.device)
-        return tuple(memory._view(t._shape, t._strides, t._offset) for t in (q, k, v))
-    return tuple(_attention_result(t) for t in (q, k, v))
+    """dq, dk, dv. Where q, k and v are the heads of one packed projection (batch, tokens, 3 x heads x head
+    dim), split in three and each viewed (batch, heads, tokens, head dim), views of one new memory laid out
+    the same, so joining them back (the projection's split) is a view too; else each as `_attention_result`."""
+    if q.ndim == 4 and k._shape == v._shape == q._shape and k._storage is q._storage is v._storage:
+        b, h, t, d = q._shape
+        packed = (t * 3 * h * d, d, 3 * h * d, 1)
+        if (q._strides == k._strides == v._strides == packed and q._offset == 0 and k._offset == h * d
+                and v._offset == 2 * h * d and q._storage.array.size == 3 * q.numel()):
+            memory = new((3 * q.numel(),), q.dtype, q.device)
+            return tuple(memory._view(x._shape, packed, x._offset) for x in (q, k, v))
+    return tuple(_attention_result(x) for x in (q, k, v))
 
 
 def _attention_result(like: TensorBase) -> TensorBase:
