@@ -37,29 +37,35 @@ class Gather(Function):
     @staticmethod
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
-        return ScatterAdd.apply(g.new_zeros(ctx.shape), ctx.d, index, g), None, None
+        return ScatterAdd.apply(tuple(ctx.shape), ctx.d, index, g), None, None     # into zeros of x's shape
 
 
 class ScatterAdd(Function):
-    """x.scatter_add(dim, index, src): a copy of x with src added at index along dim."""
+    """x.scatter_add(dim, index, src): a copy of x with src added at index along dim. x may be a shape, for
+    zeros of it (a gather's gradient: filled once, not filled and then copied)."""
     node_name = "ScatterAddBackward0"
 
     @staticmethod
-    def forward(ctx, x: TensorBase, dim: int, index: TensorBase, src: TensorBase):
+    def forward(ctx, x, dim: int, index: TensorBase, src: TensorBase):
         _check_index(index)
-        check_devices(x, index, src)
-        d = wrap_dim(dim, x.ndim)
-        out = new(x.shape, x.dtype, x.device)
-        backend.copy(x._data, out._data)
-        backend.scatter_add(out._data, d, index._contiguous()._data, src.to(x.dtype)._contiguous()._data)
-        ctx.d = d
+        zeros = isinstance(x, tuple)
+        check_devices(*(() if zeros else (x,)), index, src)
+        shape, dtype = (x, src.dtype) if zeros else (x.shape, x.dtype)
+        d = wrap_dim(dim, len(shape))
+        out = new(shape, dtype, src.device)
+        if zeros:
+            backend.fill(out._data, 0)
+        else:
+            backend.copy(x._data, out._data)
+        backend.scatter_add(out._data, d, index._contiguous()._data, src.to(dtype)._contiguous()._data)
+        ctx.d, ctx.zeros = d, zeros
         ctx.save_for_backward(index)
         return out
 
     @staticmethod
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
-        return g, None, None, gather(g, ctx.d, index)
+        return (None if ctx.zeros else g), None, None, gather(g, ctx.d, index)
 
 
 def gather(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
