@@ -442,5 +442,5 @@ def test_the_package_exports_every_family_name_and_keeps_kernels_beside_their_wr
                             (dnn.batch_norm_forward_kernel, dnn.batch_norm_forward),
                             (dnn.pooling_backward_kernel, dnn.pooling_backward),
                             (dnn.conv_col2im_kernel, dnn.convolution_backward_data),
-                            (dnn.attention_dq_lanes_kernel, dnn.attention_backward)):
+                            (dnn.lanes_kernels, dnn.attention_backward)):
         assert kernel.__module__ == wrapper.__module__

@@ -4,6 +4,7 @@ in tiles staged in shared memory, keeping a running maximum and sum (online soft
 score matrix is never stored; the backward pass recomputes the probabilities from the saved
 log-sum-exp. Head dimensions that are powers of two up to 32 take the "lanes" kernels instead."""
 
+import functools
 import math
 
 import numpy as np
@@ -141,85 +142,92 @@ def attention_dkv_kernel(bh_count, t_q, t_k, d, heads, scale, causal, q, q_b, q_
 # Head dimensions that are powers of two up to 32 take the "lanes" kernels: a group of d lanes per row
 # (lane c holds column c), each dot product a butterfly of shuffles within the group, so a thread does
 # O(T) work instead of O(T d). Rows past the end compute on a clamped row and store nothing, so every
-# lane of a warp runs the same loop and the shuffles never meet an inactive lane.
-@cuda.jit(device=True)
-def group_sum(value, lanes):
-    off = lanes // 2
-    while off > 0:
-        value += cuda.shfl_xor_sync(0xFFFFFFFF, value, off)
-        off //= 2
-    return value
+# lane of a warp runs the same loop and the shuffles never meet an inactive lane. The kernels are made
+# per head dimension, a compile-time constant, as a templated CUDA kernel's would be: the butterfly's
+# log2(d) steps unroll into one shuffle and one add each, and a row and column are a shift and a mask.
+@functools.cache
+def lanes_kernels(d: int) -> tuple:
+    """(forward, dq, dkv) lanes kernels for head dimension d."""
+    D, STEPS = d, d.bit_length() - 1
 
+    @cuda.jit(device=True)
+    def group_sum(value):
+        off = D // 2
+        for _ in range(STEPS):
+            value += cuda.shfl_xor_sync(0xFFFFFFFF, value, off)
+            off //= 2
+        return value
 
-def attention_forward_lanes_kernel(rows, t_q, t_k, d, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v,
-                                   v_b, v_h, v_t, o, o_b, o_h, o_t, lse):
-    t = cuda.grid(1)
-    row, c = t // d, t % d
-    r = min(row, rows - 1)
-    bh, i = r // t_q, r % t_q
-    qc = q[row_start(bh, i, heads, q_b, q_h, q_t) + c] * scale
-    kc, vc = row_start(bh, 0, heads, k_b, k_h, k_t) + c, row_start(bh, 0, heads, v_b, v_h, v_t) + c
-    m = float32(-math.inf)
-    total = float32(0.0)
-    acc = float32(0.0)
-    for j in range(t_k):
-        score = group_sum(qc * k[kc + j * k_t], d)
-        if not causal or j <= i:                            # the online softmax of the tiled kernel
-            new_max = max(m, score)
-            correction = math.exp(m - new_max)
-            weight = math.exp(score - new_max)
-            total = total * correction + weight
-            acc = acc * correction + weight * v[vc + j * v_t]
-            m = new_max
-    if row < rows:
-        o[row_start(bh, i, heads, o_b, o_h, o_t) + c] = acc / total
-        if c == 0:
-            lse[r] = m + math.log(total)
+    def attention_forward_lanes_kernel(rows, t_q, t_k, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t,
+                                       v, v_b, v_h, v_t, o, o_b, o_h, o_t, lse):
+        t = cuda.grid(1)
+        row, c = t // D, t % D
+        r = min(row, rows - 1)
+        bh, i = r // t_q, r % t_q
+        qc = q[row_start(bh, i, heads, q_b, q_h, q_t) + c] * scale
+        kc, vc = row_start(bh, 0, heads, k_b, k_h, k_t) + c, row_start(bh, 0, heads, v_b, v_h, v_t) + c
+        m = float32(-math.inf)
+        total = float32(0.0)
+        acc = float32(0.0)
+        for j in range(t_k):
+            score = group_sum(qc * k[kc + j * k_t])
+            if not causal or j <= i:                        # the online softmax of the tiled kernel
+                new_max = max(m, score)
+                correction = math.exp(m - new_max)
+                weight = math.exp(score - new_max)
+                total = total * correction + weight
+                acc = acc * correction + weight * v[vc + j * v_t]
+                m = new_max
+        if row < rows:
+            o[row_start(bh, i, heads, o_b, o_h, o_t) + c] = acc / total
+            if c == 0:
+                lse[r] = m + math.log(total)
 
+    def attention_dq_lanes_kernel(rows, t_q, t_k, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
+                                  v_h, v_t, do, do_b, do_h, do_t, lse, delta, dq, dq_b, dq_h, dq_t):
+        t = cuda.grid(1)
+        row, c = t // D, t % D
+        r = min(row, rows - 1)
+        bh, i = r // t_q, r % t_q
+        qc, doc = q[row_start(bh, i, heads, q_b, q_h, q_t) + c], do[row_start(bh, i, heads, do_b, do_h, do_t) + c]
+        m, dl = lse[r], delta[r]
+        kc, vc = row_start(bh, 0, heads, k_b, k_h, k_t) + c, row_start(bh, 0, heads, v_b, v_h, v_t) + c
+        acc = float32(0.0)
+        for j in range(t_k):
+            kj = k[kc + j * k_t]
+            score = group_sum(qc * kj)
+            dp = group_sum(doc * v[vc + j * v_t])
+            if not causal or j <= i:
+                acc += math.exp(score * scale - m) * (dp - dl) * scale * kj
+        if row < rows:
+            dq[row_start(bh, i, heads, dq_b, dq_h, dq_t) + c] = acc
 
-def attention_dq_lanes_kernel(rows, t_q, t_k, d, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
-                              v_h, v_t, do, do_b, do_h, do_t, lse, delta, dq, dq_b, dq_h, dq_t):
-    t = cuda.grid(1)
-    row, c = t // d, t % d
-    r = min(row, rows - 1)
-    bh, i = r // t_q, r % t_q
-    qc, doc = q[row_start(bh, i, heads, q_b, q_h, q_t) + c], do[row_start(bh, i, heads, do_b, do_h, do_t) + c]
-    m, dl = lse[r], delta[r]
-    kc, vc = row_start(bh, 0, heads, k_b, k_h, k_t) + c, row_start(bh, 0, heads, v_b, v_h, v_t) + c
-    acc = float32(0.0)
-    for j in range(t_k):
-        kj = k[kc + j * k_t]
-        score = group_sum(qc * kj, d)
-        dp = group_sum(doc * v[vc + j * v_t], d)
-        if not causal or j <= i:
-            acc += math.exp(score * scale - m) * (dp - dl) * scale * kj
-    if row < rows:
-        dq[row_start(bh, i, heads, dq_b, dq_h, dq_t) + c] = acc
+    def attention_dkv_lanes_kernel(rows, t_q, t_k, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
+                                   v_h, v_t, do, do_b, do_h, do_t, lse, delta, dk, dk_b, dk_h, dk_t, dv, dv_b, dv_h,
+                                   dv_t):
+        # rows: key rows (BH x Tk)
+        t = cuda.grid(1)
+        row, c = t // D, t % D
+        r = min(row, rows - 1)
+        bh, j = r // t_k, r % t_k
+        kc, vc = k[row_start(bh, j, heads, k_b, k_h, k_t) + c], v[row_start(bh, j, heads, v_b, v_h, v_t) + c]
+        qi, doi = row_start(bh, 0, heads, q_b, q_h, q_t) + c, row_start(bh, 0, heads, do_b, do_h, do_t) + c
+        dkc = float32(0.0)
+        dvc = float32(0.0)
+        for i in range(t_q):
+            qrow = bh * t_q + i
+            qc, doc = q[qi + i * q_t], do[doi + i * do_t]
+            score = group_sum(qc * kc)
+            dp = group_sum(doc * vc)
+            if not causal or j <= i:
+                p = math.exp(score * scale - lse[qrow])
+                dvc += p * doc
+                dkc += p * (dp - delta[qrow]) * scale * qc
+        if row < rows:
+            dk[row_start(bh, j, heads, dk_b, dk_h, dk_t) + c] = dkc
+            dv[row_start(bh, j, heads, dv_b, dv_h, dv_t) + c] = dvc
 
-
-def attention_dkv_lanes_kernel(rows, t_q, t_k, d, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
-                               v_h, v_t, do, do_b, do_h, do_t, lse, delta, dk, dk_b, dk_h, dk_t, dv, dv_b, dv_h, dv_t):
-    # rows: key rows (BH x Tk)
-    t = cuda.grid(1)
-    row, c = t // d, t % d
-    r = min(row, rows - 1)
-    bh, j = r // t_k, r % t_k
-    kc, vc = k[row_start(bh, j, heads, k_b, k_h, k_t) + c], v[row_start(bh, j, heads, v_b, v_h, v_t) + c]
-    qi, doi = row_start(bh, 0, heads, q_b, q_h, q_t) + c, row_start(bh, 0, heads, do_b, do_h, do_t) + c
-    dkc = float32(0.0)
-    dvc = float32(0.0)
-    for i in range(t_q):
-        qrow = bh * t_q + i
-        qc, doc = q[qi + i * q_t], do[doi + i * do_t]
-        score = group_sum(qc * kc, d)
-        dp = group_sum(doc * vc, d)
-        if not causal or j <= i:
-            p = math.exp(score * scale - lse[qrow])
-            dvc += p * doc
-            dkc += p * (dp - delta[qrow]) * scale * qc
-    if row < rows:
-        dk[row_start(bh, j, heads, dk_b, dk_h, dk_t) + c] = dkc
-        dv[row_start(bh, j, heads, dv_b, dv_h, dv_t) + c] = dvc
+    return attention_forward_lanes_kernel, attention_dq_lanes_kernel, attention_dkv_lanes_kernel
 
 
 def _lanes(d: int) -> bool:
@@ -291,8 +299,8 @@ def attention_forward(handle: Handle, q, k, v, o, lse, scale: float | None = Non
     shape = (np.int32(t_q), np.int32(t_k), np.int32(d), np.int32(heads), np.float32(scale), causal)
     with trace.span(4, "attention_forward", batch_heads=bh, t_q=t_q, t_k=t_k, head_dim=d, causal=causal):
         if bh and t_q and t_k and _lanes(d):
-            handle.kernel(attention_forward_lanes_kernel)[_ceil_div(bh * t_q * d, THREADS), THREADS, handle.stream](
-                np.int32(bh * t_q), *shape, *args)
+            handle.kernel(lanes_kernels(d)[0])[_ceil_div(bh * t_q * d, THREADS), THREADS, handle.stream](
+                np.int32(bh * t_q), *shape[:2], *shape[3:], *args)
         elif bh and t_q and t_k:
             handle.kernel(attention_forward_kernel)[(-(-t_q // QUERY_TILE), bh), QUERY_TILE, handle.stream](
                 *shape, *args)
@@ -316,11 +324,11 @@ def attention_backward(handle: Handle, q, k, v, o, do, lse, dq, dk, dv, scale: f
                 np.int32(rows), np.int32(t_q), np.int32(d), np.int32(heads), *lo, *ldo, delta)
             inputs = (*lq, *lk, *lv, *ldo, flse, delta)
             if _lanes(d):
-                handle.kernel(attention_dq_lanes_kernel)[_ceil_div(rows * d, THREADS), THREADS, handle.stream](
-                    np.int32(rows), *shape, *inputs, *ldq)
-                handle.kernel(attention_dkv_lanes_kernel)[_ceil_div(bh * t_k * d, THREADS), THREADS,
-                                                             handle.stream](
-                    np.int32(bh * t_k), *shape, *inputs, *ldk, *ldv)
+                _, dq_kernel, dkv_kernel = lanes_kernels(d)
+                handle.kernel(dq_kernel)[_ceil_div(rows * d, THREADS), THREADS, handle.stream](
+                    np.int32(rows), *shape[:2], *shape[3:], *inputs, *ldq)
+                handle.kernel(dkv_kernel)[_ceil_div(bh * t_k * d, THREADS), THREADS, handle.stream](
+                    np.int32(bh * t_k), *shape[:2], *shape[3:], *inputs, *ldk, *ldv)
                 return
             handle.kernel(attention_dq_kernel)[-(-rows // THREADS), THREADS, handle.stream](
                 np.int32(bh), *shape, *inputs, *ldq)
