@@ -374,9 +374,38 @@ def make_reduce_kernel(op: str):
     return reduce_kernel
 
 
+# A sum down long columns (a bias's gradient: many rows, few outputs) splits each column over the
+# COLUMN_ROWS threads of a block's y dimension: thread y adds rows y, y + COLUMN_ROWS, ... in order, then
+# thread 0 adds the partial sums in order of y, so the result is deterministic; x spans 32 adjacent
+# columns, so each row's reads coalesce. One thread per output would walk the whole column alone.
+COLUMN_ROWS = 32
+COLUMN_MIN_LENGTH = 64       # columns at least this long, of at least 32 outputs side by side, take it
+
+
+def column_sum_kernel(outer, length, inner, x, out):
+    # out[o, i] = sum over j of x[o, j, i]; block (32, COLUMN_ROWS): columns blockIdx.x * 32 + threadIdx.x
+    # of matrix blockIdx.y
+    partial = cuda.shared.array((COLUMN_ROWS, 32), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    i = cuda.blockIdx.x * 32 + tx
+    o = cuda.blockIdx.y
+    acc = x[0] * 0
+    if i < inner:
+        for j in range(ty, length, COLUMN_ROWS):
+            acc += x[(o * length + j) * inner + i]
+    partial[ty, tx] = acc
+    cuda.syncthreads()
+    if ty == 0 and i < inner:
+        total = partial[0, tx]
+        for y in range(1, COLUMN_ROWS):
+            total += partial[y, tx]
+        out[o * inner + i] = total
+
+
 def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None:
     """out = op of x along `dim` (out holds x's shape without that dimension, C-contiguous); argmax and
-    argmin write int64 indices of the first extreme, as torch does."""
+    argmin write int64 indices of the first extreme, as torch does. A float32 sum down long columns takes
+    `column_sum_kernel`."""
     if op not in REDUCTIONS:
         raise KernelArgumentError(f"reduction must be one of {', '.join(REDUCTIONS)}, not {op!r}")
     if not isinstance(x, DeviceNDArray) or not isinstance(out, DeviceNDArray):
@@ -394,7 +423,10 @@ def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None
     outer, length, inner = int(np.prod(x.shape[:dim])), x.shape[dim], int(np.prod(x.shape[dim + 1:]))
     flat_x, flat_out = flat_view(x)[0], flat_view(out)[0]
     with trace.span(4, "reduce", op=op, shape=tuple(x.shape), dim=dim, dtype=str(x.dtype)):
-        if out.size:
+        if out.size and op == "sum" and x.dtype == np.float32 and length >= COLUMN_MIN_LENGTH and inner >= 32:
+            _dispatcher(api, ("column_sum",), lambda: column_sum_kernel)[(-(-inner // 32), outer), (32, COLUMN_ROWS)](
+                np.int64(outer), np.int64(length), np.int64(inner), flat_x, flat_out)
+        elif out.size:
             _dispatcher(api, ("reduce", op), lambda: make_reduce_kernel(op))[-(-out.size // THREADS), THREADS](
                 np.int64(outer), np.int64(length), np.int64(inner), np.int64(length * inner), np.int64(inner),
                 np.int64(1), flat_x, flat_out)
