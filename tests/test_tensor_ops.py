@@ -301,6 +301,16 @@ def test_indexing_ops_with_gradients(device):
     same(lambda m, x: x[0].split([1, 3], 0)[1].sum(0), f32(4, 3), device=device)
 
 
+@pytest.mark.parametrize("dims,kernels", [((0, 1), 1), ((1, 2), 1), ((0, 2), 2), ((0, 1, 2), 1)])
+def test_a_sum_over_adjacent_dimensions_is_one_kernel(dims, kernels):
+    a = f32(4, 5, 6)
+    with lapis.trace() as t:
+        got = lapis.tensor(a, device="cuda").sum(dims).cpu().numpy()
+    assert len([e for e in t.select(3, "launch") if e.args["kernel"] == "reduce_kernel"]) == kernels
+    np.testing.assert_allclose(got, a.sum(dims), rtol=1e-5)
+    assert got.shape == a.sum(dims).shape
+
+
 def test_the_pieces_of_a_chunk_send_their_gradients_back_through_one_join():
     """A packed projection split three ways (attention's q, k, v): one node joins the pieces' gradients,
     zeros for the piece none reached, instead of a zeros tensor, a copy and a sum per piece."""

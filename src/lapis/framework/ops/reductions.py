@@ -1,6 +1,7 @@
 """Layer 5: reductions (sum, prod, max/min with their indices, argmax, mean, var, std, logsumexp) with their
-gradients. A reduction over several dimensions runs one dimension at a time, highest first; each step is one
-kernel on a GPU (`lapis.libs.kernels.reduce`), reading in order, so results are deterministic."""
+gradients. A reduction over several dimensions runs one dimension at a time, highest first, adjacent ones
+merged into one; each step is one kernel on a GPU (`lapis.libs.kernels.reduce`), reading in order, so results
+are deterministic."""
 
 import builtins
 from collections import namedtuple
@@ -19,12 +20,17 @@ return_types = namedtuple("return_types", ["values", "indices"])
 
 
 def reduce(op: str, x: TensorBase, dims: list, keepdim: bool, out_dtype: _dtype.dtype) -> TensorBase:
-    """Reduce x over `dims`, one dimension at a time (highest first), in out_dtype, without autograd."""
+    """Reduce x over `dims`, one dimension at a time (highest first), in out_dtype, without autograd. Adjacent
+    reduced dimensions are one dimension of the contiguous input, reduced in one step (a bias's gradient,
+    summed over batch and tokens: one kernel, not two)."""
     cur = (x if x.dtype is out_dtype or op.startswith("arg") else x.to(out_dtype))._contiguous()
     if x.ndim == 0:
         cur = cur.reshape(1)
         dims = [0]
-    for d in sorted(dims, reverse=True):
+    shape, merged = _merge_adjacent(cur._shape, sorted(dims))
+    if shape != cur._shape:
+        cur = cur.reshape(shape)
+    for d in reversed(merged):
         shape = cur._shape[:d] + cur._shape[d + 1:]
         if cur._shape[d] == 0:
             if op in ("max", "min", "argmax", "argmin"):
@@ -38,6 +44,19 @@ def reduce(op: str, x: TensorBase, dims: list, keepdim: bool, out_dtype: _dtype.
     if keepdim:
         cur = cur.reshape([1 if i in dims else n for i, n in enumerate(x.shape)])
     return cur
+
+
+def _merge_adjacent(shape: tuple, dims: list) -> tuple[tuple, list]:
+    """shape with each run of adjacent dims (sorted) merged into one dimension, and the merged runs' places."""
+    out, places = [], []
+    for i, n in enumerate(shape):
+        if i in dims and i - 1 in dims:
+            out[-1] *= n
+        else:
+            if i in dims:
+                places.append(len(out))
+            out.append(n)
+    return tuple(out), places
 
 
 def _kept(shape: tuple, dims: list) -> list:
