@@ -311,6 +311,28 @@ def test_a_sum_over_adjacent_dimensions_is_one_kernel(dims, kernels):
     assert got.shape == a.sum(dims).shape
 
 
+@pytest.mark.parametrize("dim", [0, 1, 2])
+def test_index_select_reads_its_index_as_it_is(dim):
+    """An embedding's lookup: one gather kernel forward and one scatter back, the index never spread over
+    the other dimensions (no copy of it), with torch's values and gradients."""
+    a, idx = f32(5, 6, 7), np.array([4, 0, 4, 1], np.int64)
+    x = lapis.tensor(a, device="cuda", requires_grad=True)
+    with lapis.trace() as t:
+        y = x.index_select(dim, lapis.tensor(idx, device="cuda"))
+        (y * 2).sum().backward()
+    assert y.grad_fn.name() == "IndexSelectBackward0"
+    kernels = [e.args["kernel"] for e in t.select(3, "launch")]
+    assert "unary_kernel" not in kernels[:kernels.index("gather_kernel")]            # no copy before the gather
+    xt = torch.tensor(a, requires_grad=True)
+    yt = xt.index_select(dim, torch.tensor(idx))
+    (yt * 2).sum().backward()
+    np.testing.assert_allclose(y.detach().cpu().numpy(), yt.detach().numpy())
+    assert y.shape == yt.shape
+    np.testing.assert_allclose(x.grad.cpu().numpy(), xt.grad.numpy())
+    with pytest.raises(RuntimeError, match="same number of dimensions"):
+        x.gather(dim, lapis.tensor(idx, device="cuda"))
+
+
 def test_the_pieces_of_a_chunk_send_their_gradients_back_through_one_join():
     """A packed projection split three ways (attention's q, k, v): one node joins the pieces' gradients,
     zeros for the piece none reached, instead of a zeros tensor, a copy and a sum per piece."""

@@ -271,6 +271,8 @@ def nll_loss_backward(target, ignore_index: int, reduction: str, dloss, kept_row
 def gather(x, dim: int, index, out) -> None:
     if on_gpu(out):
         kernels.gather(_api(out), x, dim, index, out)
+    elif index.ndim == 1 and x.ndim > 1:                     # a vector along dim: index_select
+        out[...] = np.take(x, index, axis=dim)
     else:
         out[...] = np.take_along_axis(x, index, axis=dim)
 
@@ -279,7 +281,8 @@ def scatter_add(out, dim: int, index, src) -> None:
     if on_gpu(out):
         kernels.scatter_add(_api(out), out, dim, index, src)
     else:
-        where = list(np.indices(index.shape, sparse=True))
+        vector = index.ndim == 1 and out.ndim > 1              # index_add along dim
+        where = [slice(None)] * out.ndim if vector else list(np.indices(index.shape, sparse=True))
         where[dim] = index
         np.add.at(out, tuple(where), src)
 

@@ -497,25 +497,39 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
 
 
 # -- gather and scatter along one dimension -----------------------------------------------------------------
-def gather_kernel(n, length, inner, src_length, x, index, out):
-    # out and index are (outer, length, inner) and x is (outer, src_length, inner), all contiguous:
-    # out[o, j, k] = x[o, index[o, j, k], k]
-    t = cuda.grid(1)
-    while t < n:
-        o = t // (length * inner)
-        k = t % inner
-        out[t] = x[(o * src_length + index[t]) * inner + k]
-        t += cuda.gridsize(1)
+def make_gather_kernel(vector: bool):
+    """The gather kernel for an index of out's shape, or (`vector`) for a 1-D index along the dimension
+    (index_select: the index is not spread over the other dimensions first)."""
+    VECTOR = vector
+
+    def gather_kernel(n, length, inner, src_length, x, index, out):
+        # out is (outer, length, inner), index the same (or (length,)) and x (outer, src_length, inner), all
+        # contiguous: out[o, j, k] = x[o, index[o, j, k], k] (or x[o, index[j], k])
+        t = cuda.grid(1)
+        while t < n:
+            o = t // (length * inner)
+            k = t % inner
+            at = index[t // inner % length] if VECTOR else index[t]
+            out[t] = x[(o * src_length + at) * inner + k]
+            t += cuda.gridsize(1)
+    return gather_kernel
 
 
-def scatter_add_kernel(n, length, inner, dst_length, out, index, src):
-    # out[o, index[o, j, k], k] += src[o, j, k], with atomics (applied in lane order here: deterministic)
-    t = cuda.grid(1)
-    while t < n:
-        o = t // (length * inner)
-        k = t % inner
-        cuda.atomic.add(out, (o * dst_length + index[t]) * inner + k, src[t])
-        t += cuda.gridsize(1)
+def make_scatter_add_kernel(vector: bool):
+    """The scatter-add kernel for an index of src's shape, or (`vector`) a 1-D index along the dimension."""
+    VECTOR = vector
+
+    def scatter_add_kernel(n, length, inner, dst_length, out, index, src):
+        # out[o, index[o, j, k], k] += src[o, j, k] (or out[o, index[j], k]), with atomics (applied in lane
+        # order here: deterministic)
+        t = cuda.grid(1)
+        while t < n:
+            o = t // (length * inner)
+            k = t % inner
+            at = index[t // inner % length] if VECTOR else index[t]
+            cuda.atomic.add(out, (o * dst_length + at) * inner + k, src[t])
+            t += cuda.gridsize(1)
+    return scatter_add_kernel
 
 
 def _along(x: DeviceNDArray, dim: int) -> tuple[int, int, int]:
@@ -523,44 +537,52 @@ def _along(x: DeviceNDArray, dim: int) -> tuple[int, int, int]:
     return int(np.prod(x.shape[:dim])), x.shape[dim], int(np.prod(x.shape[dim + 1:]))
 
 
-def _check_index_op(name, x, dim, index, other, other_name) -> int:
+def _check_index_op(name, x, dim, index, other, other_name) -> tuple[int, bool]:
+    """dim made non-negative, and whether index is a vector along it (a 1-D index of other's length there, for
+    an x of more dimensions) rather than of other's shape."""
     arrays = (x, index, other)
     if not all(isinstance(a, DeviceNDArray) and a.is_c_contiguous() for a in arrays):
         raise KernelArgumentError(f"{name} takes C-contiguous device arrays")
     if index.dtype != np.int64:
         raise KernelArgumentError(f"{name}: index must hold int64, not {index.dtype}")
-    if not -x.ndim <= dim < x.ndim or index.ndim != x.ndim or tuple(index.shape) != tuple(other.shape):
-        raise KernelArgumentError(f"{name}: index {index.shape} and {other_name} {other.shape} must match and have "
-                                  f"the {x.ndim} dimensions of the array")
+    if not -x.ndim <= dim < x.ndim or other.ndim != x.ndim:
+        raise KernelArgumentError(f"{name}: dimension {dim} and {other_name} {other.shape} must fit the {x.ndim} "
+                                  f"dimensions of the array")
     dim %= x.ndim
-    if any(a != b for i, (a, b) in enumerate(zip(index.shape, x.shape, strict=True)) if i != dim):
-        raise KernelArgumentError(f"{name}: index {index.shape} must match {x.shape} outside dimension {dim}")
-    return dim
+    vector = index.ndim == 1 and x.ndim > 1
+    if vector and index.shape[0] != other.shape[dim] or not vector and tuple(index.shape) != tuple(other.shape):
+        raise KernelArgumentError(f"{name}: index {index.shape} does not match {other_name} {other.shape}")
+    if any(a != b for i, (a, b) in enumerate(zip(other.shape, x.shape, strict=True)) if i != dim):
+        raise KernelArgumentError(f"{name}: {other_name} {other.shape} must match {x.shape} outside dimension {dim}")
+    return dim, vector
 
 
 def gather(api, x: DeviceNDArray, dim: int, index: DeviceNDArray, out: DeviceNDArray) -> None:
     """out = x gathered along dim at int64 `index` (torch.gather; index and out share a shape, equal to x's
-    outside dim). Indices must lie in [0, x.shape[dim]): one outside reads another element or faults."""
-    dim = _check_index_op("gather", x, dim, index, out, "out")
+    outside dim), or at a 1-D index of out's length along dim (torch.index_select). Indices must lie in
+    [0, x.shape[dim]): one outside reads another element or faults."""
+    dim, vector = _check_index_op("gather", x, dim, index, out, "out")
     outer, length, inner = _along(out, dim)
     with trace.span(4, "gather", shape=tuple(out.shape), dim=dim, dtype=str(x.dtype)):
         if out.size:
-            _dispatcher(api, ("gather",), lambda: gather_kernel)[max(1, min(1024, -(-out.size // THREADS))), THREADS](
+            _dispatcher(api, ("gather", vector), lambda: make_gather_kernel(vector))[
+                max(1, min(1024, -(-out.size // THREADS))), THREADS](
                 np.int64(out.size), np.int64(length), np.int64(inner), np.int64(x.shape[dim]), x.ravel(),
                 index.ravel(), out.ravel())
 
 
 def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: DeviceNDArray) -> None:
-    """out[.., index[.., j, ..], ..] += src[.., j, ..] along dim (torch.scatter_add_, in place), with atomic
-    adds, so float32 or int32 (what the atomic unit adds)."""
-    dim = _check_index_op("scatter_add", out, dim, index, src, "src")
+    """out[.., index[.., j, ..], ..] += src[.., j, ..] along dim (torch.scatter_add_, in place), or with a 1-D
+    index out[.., index[j], ..] += src[.., j, ..] (torch.index_add_), with atomic adds, so float32 or int32
+    (what the atomic unit adds)."""
+    dim, vector = _check_index_op("scatter_add", out, dim, index, src, "src")
     if out.dtype != src.dtype or out.dtype not in (np.float32, np.int32):
         raise KernelArgumentError(f"scatter_add adds float32 or int32 into the same dtype, not {src.dtype} into "
                                   f"{out.dtype}")
     outer, length, inner = _along(src, dim)
     with trace.span(4, "scatter_add", shape=tuple(src.shape), dim=dim, dtype=str(out.dtype)):
         if src.size:
-            _dispatcher(api, ("scatter_add",), lambda: scatter_add_kernel)[
+            _dispatcher(api, ("scatter_add", vector), lambda: make_scatter_add_kernel(vector))[
                 max(1, min(1024, -(-src.size // THREADS))), THREADS](
                 np.int64(src.size), np.int64(length), np.int64(inner), np.int64(out.shape[dim]), out.ravel(),
                 index.ravel(), src.ravel())

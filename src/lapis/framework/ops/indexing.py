@@ -21,6 +21,8 @@ def _check_index(index: TensorBase) -> None:
 
 
 class Gather(Function):
+    """x.gather(dim, index); with a 1-D index of an x of more dimensions, x.index_select(dim, index): the
+    index is read as it is, not spread over the other dimensions first."""
     node_name = "GatherBackward0"
 
     @staticmethod
@@ -28,7 +30,10 @@ class Gather(Function):
         _check_index(index)
         check_devices(x, index)
         d = wrap_dim(dim, x.ndim)
-        out = new(index.shape, x.dtype, x.device)
+        shape = index.shape
+        if index.ndim == 1 and x.ndim > 1:
+            ctx.node_name, shape = "IndexSelectBackward0", x.shape[:d] + index.shape + x.shape[d + 1:]
+        out = new(shape, x.dtype, x.device)
         backend.gather(x._contiguous()._data, d, index._contiguous()._data, out._data)
         ctx.shape, ctx.d = x.shape, d
         ctx.save_for_backward(index)
@@ -65,10 +70,12 @@ class ScatterAdd(Function):
     @staticmethod
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
-        return (None if ctx.zeros else g), None, None, gather(g, ctx.d, index)
+        return (None if ctx.zeros else g), None, None, Gather.apply(g, ctx.d, index)
 
 
 def gather(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
+    if isinstance(index, TensorBase) and index.ndim != x.ndim:
+        raise RuntimeError("Index tensor must have the same number of dimensions as input tensor")
     return Gather.apply(x, dim, index)
 
 
@@ -77,14 +84,10 @@ def scatter_add(x: TensorBase, dim: int, index: TensorBase, src: TensorBase) -> 
 
 
 def index_select(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
-    """x's slices at `index` along dim: a gather with the index broadcast over the other dimensions."""
+    """x's slices at `index` along dim: a gather that reads the 1-D index as it is."""
     if index.ndim != 1:
         raise IndexError("index_select(): Index is supposed to be a vector")
-    d = wrap_dim(dim, x.ndim)
-    shape = list(x.shape)
-    shape[d] = index.shape[0]
-    spread = index.reshape([-1 if i == d else 1 for i in range(x.ndim)]).expand(shape).contiguous()
-    return gather(x, d, spread)
+    return Gather.apply(x, wrap_dim(dim, x.ndim), index)
 
 
 def masked_select(x, mask):
