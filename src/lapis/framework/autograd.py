@@ -305,7 +305,7 @@ def _run(roots: list, grads: list, retain_graph: bool, create_graph: bool, captu
         slots = pending.setdefault(id(node), [None] * max(len(getattr(node, "output_meta", ())), nr + 1))
         slots[nr] = _add(slots[nr], g)
 
-    shared = {id(g) for g in grads}                      # the caller's gradients stay the caller's
+    shared = {id(g): g for g in grads}                   # the caller's gradients stay the caller's
     with _GradMode(create_graph):
         edges = [gradient_edge(t) for t in roots]       # once: a leaf's accumulator lives only while held
         for edge, g in zip(edges, grads, strict=True):
@@ -352,24 +352,25 @@ def _fill_missing(node: Node, slots: list) -> None:
             slots[nr] = like.new_zeros(shape, dtype=dtype, device=device)
 
 
-def _accumulate(t: Variable, g, create_graph: bool, shared: set) -> None:
+def _accumulate(t: Variable, g, create_graph: bool, shared: dict) -> None:
     """t.grad += g. A first gradient is stored as is only when nothing else can see its memory; otherwise as a
     copy: g may be an expanded view (a sum's gradient), the tensor another input received too (an add's), or
     one the caller passed, and an in-place op on .grad must change no other tensor (torch's AccumulateGrad
     steals a gradient no one else holds and copies the others). A view is stolen too when no other tensor
-    shares its memory any more (a reshape of a gradient nothing else kept). `shared` holds the ids of the
-    tensors the caller passed and of those already stored."""
+    shares its memory any more (a reshape of a gradient nothing else kept). `shared` maps the ids of the
+    tensors the caller passed and of those already stored to the tensors, held so that no id is reused by
+    another tensor while the backward pass runs."""
     own = g.is_contiguous() and id(g) not in shared and (not g._is_view or g._alone_on_storage())
-    shared.add(id(g))
+    shared[id(g)] = g
     g = g if create_graph else g.detach()
     t.grad = t.grad + g if t.grad is not None else g if own else g.clone()
 
 
-def _retain(node: Node, slots: list, shared: set) -> None:
+def _retain(node: Node, slots: list, shared: dict) -> None:
     for nr, ref in node.retained.items():
         t = ref()
         if t is not None and slots[nr] is not None:
-            shared.add(id(slots[nr]))                # the engine passes it on: the retained copy must be its own
+            shared[id(slots[nr])] = slots[nr]        # the engine passes it on: the retained copy must be its own
             _accumulate(t, slots[nr], False, shared)
 
 
