@@ -354,6 +354,14 @@ def test_scaled_dot_product_attention_on_shared_and_strided_operands_matches_tor
     close(ours.grad, theirs.grad, 1e-4)
 
 
+@pytest.mark.parametrize("device,contiguous", [("cpu", True), ("cuda", False)])
+def test_attention_output_is_laid_out_as_torchs_on_that_device(device, contiguous):
+    # torch's cpu attention returns a contiguous output; its flash kernels a view of (batch, tokens, heads, dim)
+    q = lapis.tensor(f32(2, 3, 5, 8), device=device)
+    y = nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    assert y.is_contiguous() is contiguous and y.transpose(1, 2).is_contiguous() is not contiguous
+
+
 def test_attention_reads_the_heads_in_place_and_merges_them_as_a_view():
     # The heads (4-D views of the packed projection) go to the fused kernels as they lie, the output and
     # gradients come back laid out (batch, tokens, heads, head dim), and the gradients of q, k and v lie side

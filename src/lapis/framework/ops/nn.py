@@ -226,9 +226,10 @@ class Attention(Function):
     forward and backward (cuDNN's fused attention, `libs.dnn`) on a GPU, the scores never stored.
 
     4-D (batch, heads, tokens, head dim) operands are read as they lie, strided, when their head dimension
-    is contiguous (a transformer's heads, views of one packed projection); the output and the gradients are
-    (batch, heads, tokens, head dim) views of (batch, tokens, heads, head dim) memory, as PyTorch's flash
-    attention returns them, so merging the heads back is a view too. Other operands are made contiguous."""
+    is contiguous (a transformer's heads, views of one packed projection); on a GPU the output and the
+    gradients are (batch, heads, tokens, head dim) views of (batch, tokens, heads, head dim) memory, as
+    PyTorch's flash attention returns them, so merging the heads back is a view too. Other operands are
+    made contiguous."""
     once_differentiable = True
     node_name = "ScaledDotProductFlashAttentionBackward0"
 
@@ -267,7 +268,8 @@ def _attention_gradients(q: TensorBase, k: TensorBase, v: TensorBase) -> tuple:
     """dq, dk, dv. Where q, k and v are the heads of one packed projection (batch, tokens, 3 x heads x head
     dim), split in three and each viewed (batch, heads, tokens, head dim), views of one new memory laid out
     the same, so joining them back (the projection's split) is a view too; else each as `_attention_result`."""
-    if q.ndim == 4 and k._shape == v._shape == q._shape and k._storage is q._storage is v._storage:
+    if (q.ndim == 4 and q.device.type != "cpu" and k._shape == v._shape == q._shape
+            and k._storage is q._storage is v._storage):
         b, h, t, d = q._shape
         packed = (t * 3 * h * d, d, 3 * h * d, 1)
         if (q._strides == k._strides == v._strides == packed and q._offset == 0 and k._offset == h * d
@@ -278,9 +280,10 @@ def _attention_gradients(q: TensorBase, k: TensorBase, v: TensorBase) -> tuple:
 
 
 def _attention_result(like: TensorBase) -> TensorBase:
-    """A result shaped like `like`: 4-D (batch, heads, tokens, head dim) as a view of (batch, tokens, heads, head
-    dim) memory; otherwise contiguous."""
-    if like.ndim != 4:
+    """A result shaped like `like`: on a GPU, 4-D (batch, heads, tokens, head dim) as a view of (batch, tokens,
+    heads, head dim) memory, as PyTorch's flash attention lays it out; otherwise contiguous, as PyTorch's cpu
+    attention returns it."""
+    if like.ndim != 4 or like.device.type == "cpu":
         return new(like.shape, like.dtype, like.device)
     b, h, t, d = like.shape
     return new((b, t, h, d), like.dtype, like.device)._view((b, h, t, d), (t * h * d, d, h * d, 1), 0)
