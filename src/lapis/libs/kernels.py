@@ -497,37 +497,46 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
 
 
 # -- gather and scatter along one dimension -----------------------------------------------------------------
-def make_gather_kernel(vector: bool):
-    """The gather kernel for an index of out's shape, or (`vector`) for a 1-D index along the dimension
-    (index_select: the index is not spread over the other dimensions first)."""
+def make_indexed(vector: bool):
+    """The device function giving where element t of an (outer, length, inner) array meets an (outer, other,
+    inner) one along the middle dimension: at index[t], an index of the first array's shape, or (`vector`)
+    at index[j], a 1-D index along the dimension (index_select: not spread over the other dimensions)."""
     VECTOR = vector
 
+    def indexed(t, length, inner, other, index):
+        o = t // (length * inner)
+        at = index[t // inner % length] if VECTOR else index[t]
+        return (o * other + at) * inner + t % inner
+    return cuda.jit(indexed, device=True)
+
+
+INDEXED = {vector: make_indexed(vector) for vector in (False, True)}
+
+
+def make_gather_kernel(vector: bool):
+    """The gather kernel for an index of out's shape, or (`vector`) for a 1-D index along the dimension."""
+    indexed = INDEXED[vector]
+
     def gather_kernel(n, length, inner, src_length, x, index, out):
-        # out is (outer, length, inner), index the same (or (length,)) and x (outer, src_length, inner), all
-        # contiguous: out[o, j, k] = x[o, index[o, j, k], k] (or x[o, index[j], k])
+        # out is (outer, length, inner), x (outer, src_length, inner), all contiguous:
+        # out[o, j, k] = x[o, index[o, j, k], k] (or x[o, index[j], k])
         t = cuda.grid(1)
         while t < n:
-            o = t // (length * inner)
-            k = t % inner
-            at = index[t // inner % length] if VECTOR else index[t]
-            out[t] = x[(o * src_length + at) * inner + k]
+            out[t] = x[indexed(t, length, inner, src_length, index)]
             t += cuda.gridsize(1)
     return gather_kernel
 
 
 def make_scatter_add_kernel(vector: bool):
     """The scatter-add kernel for an index of src's shape, or (`vector`) a 1-D index along the dimension."""
-    VECTOR = vector
+    indexed = INDEXED[vector]
 
     def scatter_add_kernel(n, length, inner, dst_length, out, index, src):
         # out[o, index[o, j, k], k] += src[o, j, k] (or out[o, index[j], k]), with atomics (applied in lane
         # order here: deterministic)
         t = cuda.grid(1)
         while t < n:
-            o = t // (length * inner)
-            k = t % inner
-            at = index[t // inner % length] if VECTOR else index[t]
-            cuda.atomic.add(out, (o * dst_length + at) * inner + k, src[t])
+            cuda.atomic.add(out, indexed(t, length, inner, dst_length, index), src[t])
             t += cuda.gridsize(1)
     return scatter_add_kernel
 
