@@ -495,11 +495,7 @@ class InstructionSelector:
         spoil it: where the residual e is NaN (a zero or infinite divisor, or an infinite dividend: +-inf, +-0
         or NaN) and where a is +-0 (a zero quotient keeps its sign: -0 / 2 is -0)."""
         nan, keep, out = self.new(T.boolean), self.new(T.boolean), self.new(t)
-        if t.bits == 32:
-            zero = self.imm(T.float32, 0.0)
-        else:
-            zero = self.new(T.float64)
-            self.emit("MOV64", rd=zero, b=Imm64(float_bits64(0.0)))
+        zero = self.imm(T.float32, 0.0) if t.bits == 32 else self.const64(0.0)
         setp = "FSETP" if t.bits == 32 else "DSETP"
         self.emit(setp, mods={"cmp": "NE"}, pd=nan, ra=e, b=e, ps=(None, False))
         self.emit(setp, mods={"cmp": "EQ", "bop": "OR"}, pd=keep, ra=a, b=zero, ps=(nan, False))
@@ -508,11 +504,11 @@ class InstructionSelector:
 
     def _fdiv64(self, a: VReg, d: VReg) -> VReg:
         f = [self.new(T.float32) for _ in range(2)]
-        r0, r1, r2, e0, e1, one, q, e, refined, q0 = (self.new(T.float64) for _ in range(10))
+        r0, r1, r2, e0, e1, q, e, refined, q0 = (self.new(T.float64) for _ in range(9))
+        one = self.const64(1.0)
         self.emit("F2F", mods={"to": "F32", "fr": "F64"}, rd=f[0], b=d)
         self.emit("MUFU", mods={"fn": "RCP"}, rd=f[1], b=f[0])
         self.emit("F2F", mods={"to": "F64", "fr": "F32"}, rd=r0, b=f[1])
-        self.emit("MOV64", rd=one, b=Imm64(float_bits64(1.0)))
         self.emit("DFMA", rd=e0, ra=d, b=r0, rc=one, neg="a")      # Newton: r = r + r(1 - d r)
         self.emit("DFMA", rd=r1, ra=r0, b=e0, rc=r0)
         self.emit("DFMA", rd=e1, ra=d, b=r1, rc=one, neg="a")
