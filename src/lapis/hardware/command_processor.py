@@ -207,8 +207,7 @@ class CommandProcessor:
                 with self._cond:
                     if self.halted:
                         return
-                    ready = [q for q in self.queues.values()
-                             if q.vmid == vmid and q.state == "active" and (q.kicked or q.waiting)]
+                    ready = [q for q in self._runnable() if q.vmid == vmid]
                 if not ready or self._round(ready):
                     return
         finally:
@@ -228,12 +227,16 @@ class CommandProcessor:
             all_blocked &= outcome in ("blocked", "stopped")
         return all_blocked
 
+    def _runnable(self) -> list[HardwareQueue]:
+        """The active queues with something to do: kicked by a doorbell, or waiting at a barrier."""
+        return [q for q in self.queues.values() if q.state == "active" and (q.kicked or q.waiting)]
+
     # -- the processor's own thread -----------------------------------------------------------------
     def _due(self) -> tuple[list[HardwareQueue], float | None]:
         """The queues this thread should serve now, and how long until kicked ones are due (None: none is
         waiting to be). A queue waiting at a barrier is due at once; kicked ones once no doorbell has rung
         for DEFER_S (until then the host is still launching, and will run them when it waits)."""
-        active = [q for q in self.queues.values() if q.state == "active" and (q.kicked or q.waiting)]
+        active = self._runnable()
         quiet_in = self._last_doorbell + self.DEFER_S - time.monotonic()
         due = [q for q in active if q.waiting or quiet_in <= 0]
         return due, (quiet_in if len(due) < len(active) else None)
