@@ -16,7 +16,7 @@ from lapis.hardware.caches import shared_wavefronts
 from lapis.hardware.simt import KernelFault, fused, scheduler
 from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.native_counters import TALLY_SLOTS, wavefronts
-from lapis.hardware.simt.translate import OPS, translate
+from lapis.hardware.simt.translate import LOOP_LEN, OPS, translate
 from lapis.isa import assemble
 from test_simt import _run_twice
 
@@ -163,8 +163,8 @@ def uniform_loop(bench, rng, n):
     return body, rng.integers(0, 2**32, (n, 1)), 3, {}, []
 
 
-@pytest.mark.parametrize("case", [simt.divergence, uniform_loop, float32_arithmetic, float64_arithmetic,
-                                  integer_arithmetic])
+@pytest.mark.parametrize("case", [simt.divergence, simt.rotated_loop, uniform_loop, float32_arithmetic,
+                                  float64_arithmetic, integer_arithmetic])
 def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch):
     """Every run of arithmetic compiled into one LLVM function (`fused.py`, LAPIS_FUSE_AFTER=0) against the
     reference: blocks of 33 lanes, so that the last vector of 16 lanes runs into the rows' padding; divergent
@@ -184,6 +184,67 @@ def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch):
     for out, out0 in zip(fused, reference, strict=True):
         assert out.shape == out0.shape and np.array_equal(out, out0), np.argwhere(out != out0)[:5]
     assert counters == counters0 and ns == ns0
+
+
+# A loop tested at its bottom whose trips each lane takes from its input (0 to 1,023, and 2^31 in the
+# watchdog's test): its body and branch run as one fused loop to the end, lane vector by lane vector.
+COUNTED_LOOP = """
+    MOV R40, 0x0 ; MOV R41, 0x0 ; I2F.F32.U32 R42, R8 ;
+again:
+    IADD R40, R40, R8 ; FFMA R42, R42, 0.5, R42 ; IADD R41, R41, 0x1 ;
+    ISETP.LT.U32.AND P0, R41, R8, PT ;
+    @P0 BRA again ;
+"""
+
+
+def _fused_loops(bench) -> int:
+    """How many fused loops the program the bench ran last has."""
+    return int(np.count_nonzero(bench.gpu.simt.caches.translation(bench.last[0], 96).table[:, LOOP_LEN]))
+
+
+def test_a_fused_loop_counts_every_trip_as_the_reference(monkeypatch):
+    """Lanes leave the loop after different trips (in blocks of 33, so warps and vectors end part full):
+    the fused loop gives the reference's registers and counters, and each warp issues a trip while any of
+    its lanes is still in the loop."""
+    inputs = np.random.default_rng(3).integers(1, 1024, (33 * 8, 1))
+    inputs[::7] = 1
+    results = []
+    for sim, after in (("translated", "0"), ("reference", "never")):
+        monkeypatch.setenv("LAPIS_SIM", sim)
+        monkeypatch.setenv("LAPIS_FUSE_AFTER", after)
+        bench = Bench("teaching")
+        outs = [bench.lanes(COUNTED_LOOP, inputs, 3, block=33) for _ in range(2)]
+        results.append((outs, bench.gpu.simt.counters, bench))
+    (fused_outs, counters, bench), (reference_outs, counters0, _) = results
+    assert _fused_loops(bench) == 1
+    for out, out0 in zip(fused_outs, reference_outs, strict=True):
+        assert np.array_equal(out, out0)
+    assert np.array_equal(fused_outs[1][:, 1], inputs[:, 0])
+    assert counters == counters0
+    trips = inputs[:, 0]
+    warps = [trips[b * 33:(b + 1) * 33] for b in range(8)]
+    most = sum(int(w[:32].max()) + int(w[32:].max()) for w in warps)
+    assert counters.thread_instructions.max() == trips.sum()
+    assert counters.warp_instructions.max() == most
+
+
+def test_the_watchdog_stops_a_fused_loop_where_it_stops_the_reference(monkeypatch):
+    """A fused loop runs at most the trips the watchdog's budget leaves; the lanes still looping run on
+    instruction by instruction, and the watchdog faults at the same instruction as the reference's."""
+    faults = []
+    for sim, after in (("translated", "0"), ("reference", "never")):
+        monkeypatch.setenv("LAPIS_SIM", sim)
+        monkeypatch.setenv("LAPIS_FUSE_AFTER", after)
+        bench = Bench("teaching")
+        inputs = np.full((64, 1), 5)
+        bench.lanes(COUNTED_LOOP, inputs, 3, block=32)
+        inputs[::3] = 2**31
+        with pytest.raises(KernelFault, match="watchdog") as fault:
+            bench.lanes(COUNTED_LOOP, inputs, 3, block=32, watchdog=10_007)
+        faults.append((str(fault.value), fault.value.pc, bench.gpu.simt.counters))
+        if sim == "translated":
+            assert _fused_loops(bench) == 1
+    assert faults[0] == faults[1]
 
 
 def test_a_run_that_fails_to_compile_runs_unfused(monkeypatch):

@@ -20,13 +20,16 @@ groups), and `LAPIS_SIM=compare` fuses every run that runs.
 A run (`runs`) is a stretch of instructions with an entry in `EMITTERS`, none of them a branch
 target but the first. A run followed by an unconditional branch to another run (a loop's body,
 its branch back and its compare) is also compiled as one function with that run (`chain`),
-which the scheduler calls when the group runs alone (no other group waits to be scheduled).
+which the scheduler calls when the group runs alone (no other group waits to be scheduled). A run
+followed by a conditional branch back to its start (a loop as the compiler lays it out) is also
+compiled as a loop run to its end (`loop`, `fused_loops.py`), which the scheduler calls when no lanes
+wait below the loop's exit.
 
 After each launch the scheduler adds the launch's counts to the program's (`fuse_hot`) and
 compiles the runs that threads have run `SimtCore.FUSE_AFTER` times in all: compiling costs
 about 1.5 ms per instruction (half of it building the IR in Python), so only hot runs pay.
 Each function's address and length go into its run's first table row (`RUN_FN`, `RUN_LEN`,
-`CHAIN_FN`, `CHAIN_LEN`); the native scheduler calls it there and counts the instructions as
+`CHAIN_FN`, `CHAIN_LEN`, `LOOP_FN`, `LOOP_LEN`); the native scheduler calls it there and counts the instructions as
 issued. The object code is kept on disk, under $LAPIS_CACHE_DIR/fused or ~/.cache/lapis/fused,
 keyed by the rows it was made from, these files and the host CPU; LAPIS_CACHE_DIR=off keeps none.
 """
@@ -46,7 +49,11 @@ from llvmlite import ir
 
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.simt.fused_ir import EMITTERS, PT, WIDTH, emit_run
+from lapis.hardware.simt.fused_loops import emit_loop
 from lapis.hardware.simt.translate import OP, Translation
+
+# Where each kind of compiled function goes in its first row: (the function's address, its instructions).
+COLUMNS_OF = {"run": (tr.RUN_FN, tr.RUN_LEN), "chain": (tr.CHAIN_FN, tr.CHAIN_LEN), "loop": (tr.LOOP_FN, tr.LOOP_LEN)}
 
 
 def runs(table: np.ndarray) -> np.ndarray:
@@ -78,6 +85,18 @@ def chain(table: np.ndarray, start: int, length: int, run_at: dict[int, int]) ->
     return [*range(start, after), after, *range(target, target + run_at[target])]
 
 
+def loop(table: np.ndarray, start: int, length: int) -> list[int] | None:
+    """The pcs of the run at `start` and the conditional branch after it, when that branch goes back to the
+    run's start (a loop as the compiler lays it out, tested at its bottom); else None."""
+    after = start + length
+    if after >= len(table):
+        return None
+    t = table[after]
+    if t[tr.KIND] != OP["BRA"] or (t[tr.GUARD] == PT and not t[tr.GUARD_NEG]) or t[tr.BVAL] != start:
+        return None
+    return [*range(start, after), after]
+
+
 class _Jit:
     """One LLVM JIT for the process: a target machine for the host CPU and an MCJIT engine that object
     code is added to (from the disk cache or freshly compiled)."""
@@ -93,7 +112,7 @@ class _Jit:
         self.lock = threading.Lock()
         here = Path(__file__)
         self.source_hash = hashlib.sha256(b"".join(path.read_bytes() for path in (
-            here, here.with_name("fused_ir.py"), Path(tr.__file__)))).hexdigest()
+            here, here.with_name("fused_ir.py"), here.with_name("fused_loops.py"), Path(tr.__file__)))).hexdigest()
 
     def object_code(self, module: ir.Module) -> bytes:
         """Machine code for the module. The IR is already what LLVM's optimizer would make of it (each row
@@ -200,9 +219,11 @@ def fuse(table: np.ndarray, found: list[tuple[int, int]], stride: int) -> int:
     traces = {}                                       # (first pc, "run" or "chain") -> pcs
     for start, length in found:
         traces[start, "run"] = list(range(start, start + length))
-        chained = chain(table, start, length, run_at)
+        chained, looped = chain(table, start, length, run_at), loop(table, start, length)
         if chained is not None:
             traces[start, "chain"] = chained
+        if looped is not None:
+            traces[start, "loop"] = looped
     rows = np.concatenate([table[pcs, :tr.RUN_FN] for pcs in traces.values()])
     key = hashlib.sha256(rows.tobytes() + repr((sorted(traces), stride)).encode() + jit.source_hash.encode()
                          + f"{llvmlite.__version__} {jit.cpu} {jit.features} {WIDTH}".encode()).hexdigest()[:32]
@@ -212,12 +233,12 @@ def fuse(table: np.ndarray, found: list[tuple[int, int]], stride: int) -> int:
         module = ir.Module(name=key)
         module.triple = llvm.get_process_triple()
         for trace, pcs in traces.items():
-            emit_run(module, names[trace], table, pcs, stride)
+            (emit_loop if trace[1] == "loop" else emit_run)(module, names[trace], table, pcs, stride)
         return module
 
     addresses = jit.load(key, build, list(names.values()))
     for (start, what), pcs in traces.items():
-        fn, length = (tr.RUN_FN, tr.RUN_LEN) if what == "run" else (tr.CHAIN_FN, tr.CHAIN_LEN)
+        fn, length = COLUMNS_OF[what]
         table[start, fn], table[start, tr.RUN_STRIDE] = addresses[names[start, what]], stride
         table[start, length] = len(pcs)             # last: the engine reads the length first
     return len(found)

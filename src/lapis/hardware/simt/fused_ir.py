@@ -34,7 +34,7 @@ class Run:
 
     def __init__(self, fn: ir.Function, entry: ir.IRBuilder, stride: int):
         self.entry, self.stride = entry, stride
-        self.regs, self.preds, self.group, self.full, self.lanes, self.cbank, self.cbank_words = fn.args
+        self.regs, self.preds, self.group, self.full, self.lanes, self.cbank, self.cbank_words = fn.args[:7]
         self.uniforms: dict[int, tuple[ir.Value, ir.Value]] = {}
 
     def operand_b(self, t, pc: int) -> tuple[ir.Value, ir.Value]:
@@ -86,6 +86,12 @@ class Lanes:
             value -= (value >> (scalar.width - 1)) << scalar.width
         return ir.Constant(self.type(scalar), [value] * WIDTH)
 
+    def splat(self, value: ir.Value) -> ir.Value:
+        """A scalar in every lane."""
+        one = self.b.insert_element(ir.Constant(self.type(value.type), ir.Undefined), value, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(one, ir.Constant(self.type(value.type), ir.Undefined),
+                                     ir.Constant(self.type(I32), [0] * WIDTH))
+
     # -- rows -----------------------------------------------------------------------------------------------
     def address(self, which: str, row: int, scalar: ir.Type):
         """These lanes of a row of the registers ("R", i32), the predicates ("P", i8) or the group ("group", row
@@ -95,13 +101,26 @@ class Lanes:
         offset = self.b.add(self.l, ir.Constant(I64, row * self.run.stride))
         return self.b.bitcast(self.b.gep(base, [offset]), self.type(scalar).as_pointer())
 
+    def read_row(self, which: str, row: int) -> ir.Value:
+        """Register row `row` ("R", as i32) or predicate `row` ("P", as i1) in these lanes, from memory."""
+        if which == "R":
+            return self.b.load(self.address("R", row, I32), align=4)
+        return self.b.icmp_unsigned("!=", self.b.load(self.address("P", row, I8), align=1), self.const(I8, 0))
+
+    def write_row(self, which: str, row: int, value: ir.Value) -> None:
+        """`read_row`'s converse: the row's value in these lanes, to memory."""
+        if which == "R":
+            self.b.store(value, self.address("R", row, I32), align=4)
+        else:
+            self.b.store(self.b.zext(value, self.type(I8)), self.address("P", row, I8), align=1)
+
     def u32(self, row: int) -> ir.Value:
         """Register row `row` in these lanes, as i32."""
         if row not in self.rows:
             if row in self.raw:
                 self.rows[row] = self.canonical(self.raw[row], 32)
             else:
-                self.rows[row] = self.b.load(self.address("R", row, I32), align=4)
+                self.rows[row] = self.read_row("R", row)
         return self.rows[row]
 
     def arithmetic(self, row: int) -> ir.Value:
@@ -114,8 +133,7 @@ class Lanes:
         if p == PT:
             return self.const(I1, 1)
         if p not in self.pred_rows:
-            octets = self.b.load(self.address("P", p, I8), align=1)
-            self.pred_rows[p] = self.b.icmp_unsigned("!=", octets, self.const(I8, 0))
+            self.pred_rows[p] = self.read_row("P", p)
         return self.pred_rows[p]
 
     def load_mask(self) -> None:
@@ -129,7 +147,7 @@ class Lanes:
         self.rows[row] = value if active is None else self.b.select(active, value, self.u32(row))
         self.raw.pop(row, None)
         if self.last_writes["R", row] == self.step:
-            self.b.store(self.rows[row], self.address("R", row, I32), align=4)
+            self.write_row("R", row, self.rows[row])
 
     def put_float(self, row: int, value: ir.Value, active) -> None:
         """Row = a float32 arithmetic result, which the engine canonicalizes (`native_values.canonical32`).
@@ -151,7 +169,7 @@ class Lanes:
             return
         self.pred_rows[p] = value if active is None else self.b.select(active, value, self.pred(p))
         if self.last_writes["P", p] == self.step:
-            self.b.store(self.b.zext(self.pred_rows[p], self.type(I8)), self.address("P", p, I8), align=1)
+            self.write_row("P", p, self.pred_rows[p])
 
     # -- operands, as `native_values` reads them -------------------------------------------------------------
     def active(self, t) -> ir.Value | None:
@@ -438,22 +456,35 @@ def _signed32(value: int) -> int:
     return value - (1 << 32) if value >> 31 else value
 
 
+def steps_of(table: np.ndarray, pcs: list[int]) -> tuple[list, dict]:
+    """The instructions at `pcs` that emit code, as (place, row, pc), and the place of the last write to each
+    register and predicate row."""
+    steps = [(k, table[pc], pc) for k, pc in enumerate(pcs) if int(table[pc, tr.KIND]) in EMITTERS]
+    last_writes = {}
+    for k, t, _ in steps:
+        last_writes.update({written: k for written in EMITTERS[int(t[tr.KIND])].writes(t)})
+    return steps, last_writes
+
+
+def function(module: ir.Module, name: str, signature: ir.FunctionType, stride: int):
+    """A fused function's declaration, its entry block and `Run`, and the lanes rounded up to whole vectors."""
+    fn = ir.Function(module, signature, name)
+    for arg in fn.args[0], fn.args[1], fn.args[2], fn.args[5]:
+        arg.add_attribute("noalias")                 # registers, predicates, group, constants: four arrays
+    entry = ir.IRBuilder(fn.append_basic_block("entry"))
+    run = Run(fn, entry, stride)
+    padded = entry.and_(entry.add(run.lanes, ir.Constant(I64, WIDTH - 1)), ir.Constant(I64, -WIDTH))
+    return fn, entry, run, padded
+
+
 def emit_run(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], stride: int) -> None:
     """One function running the instructions at `pcs` (a run, or a run, an unconditional branch and the run at
     its target: the branch emits nothing) over the lanes, WIDTH at a time: over every lane when the group is
     full, else under the group's mask. The lanes past the last whole vector are computed too, into the rows'
     padding (`registers.padded_lanes`), where no one reads them. The register file's rows are `stride` lanes
     long."""
-    fn = ir.Function(module, FUSED_SIGNATURE, name)
-    for arg in fn.args[0], fn.args[1], fn.args[2], fn.args[5]:
-        arg.add_attribute("noalias")                 # registers, predicates, group, constants: four arrays
-    entry = ir.IRBuilder(fn.append_basic_block("entry"))
-    run = Run(fn, entry, stride)
-    steps = [(k, table[pc], pc) for k, pc in enumerate(pcs) if int(table[pc, tr.KIND]) in EMITTERS]
-    last_writes = {}
-    for k, t, _ in steps:
-        last_writes.update({written: k for written in EMITTERS[int(t[tr.KIND])].writes(t)})
-    padded = entry.and_(entry.add(run.lanes, ir.Constant(I64, WIDTH - 1)), ir.Constant(I64, -WIDTH))
+    fn, entry, run, padded = function(module, name, FUSED_SIGNATURE, stride)
+    steps, last_writes = steps_of(table, pcs)
     done = fn.append_basic_block("done")
     ir.IRBuilder(done).ret_void()
     starts = []

@@ -458,10 +458,10 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
     shared_u32, shared_u8, local_u32, local_u8, vram_u32, vram_u8, sys_u32, sys_u8, vram_u64 = mem
     shared_bytes, local_bytes, root, warp_size, threads_per_block, warps_per_block, nblocks, logging = sizes
     lane_in_warp, warp_base, warp_len, padded_lane, shared_base = lanes
-    where, word_of, keys = scratch[1], scratch[2], scratch[0]
+    L = active.size
+    where, word_of, keys = scratch[1, :L], scratch[2, :L], scratch[0, :L]
     load = kind == LDG or kind == LDS or kind == LDL
     nbytes = t[tr.WIDTH]
-    L = active.size
     k = t[tr.LOG] if logging else 0               # addresses are logged only for a checker (`compare.py`)
     if logging:
         for l in range(L):
@@ -534,7 +534,7 @@ def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, si
     L = group.size
     out_u32, out_f32 = scratch[0].view(np.uint32)[:L], scratch[0].view(np.float32)[:L]
     out_bool = scratch[0].view(np.bool_)[:L]
-    out_pair = scratch[0]
+    out_pair = scratch[0, :L]
     lane_in_warp, warp_base, warp_len = lanes[0], lanes[1], lanes[2]
     warp_size = sizes[3]
     g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0

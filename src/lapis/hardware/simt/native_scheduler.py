@@ -33,12 +33,16 @@ from lapis.hardware.simt.native_counters import BARRIERS, TALLY_SLOTS
 # it took a branch while other groups wait (park it at pc); it reached pc where another group waits
 # (merge); it ran past the program's end; it stored while a checker keeps the writes.
 # `execute_batch` stops with REFERENCE, PAST_END, STORED, or FINISHED when every lane has exited.
-REFERENCE, EXITED, PARK, MERGE, PAST_END, STORED, FINISHED = range(7)
+# LOOPED: a fused loop ran into the watchdog's budget with lanes still looping (`execute_batch` parks the rest).
+REFERENCE, EXITED, PARK, MERGE, PAST_END, STORED, FINISHED, LOOPED = range(8)
 
 # A fused run (`fused.py`): void run(R, P, group, group is full, lanes, cbank, cbank's words); it was compiled
 # for R's and P's row length (the table's RUN_STRIDE).
 _I8P, _I32P, _I64 = ir.IntType(8).as_pointer(), ir.IntType(32).as_pointer(), ir.IntType(64)
 FUSED_SIGNATURE = ir.FunctionType(ir.VoidType(), [_I32P, _I8P, _I8P, _I64, _I64, _I32P, _I64])
+# A fused loop (`fused.py`) takes as well each lane's trips (written: i64 per lane, in padded storage) and the
+# most trips any vector may run.
+LOOP_SIGNATURE = ir.FunctionType(ir.VoidType(), [*FUSED_SIGNATURE.args, ir.IntType(64).as_pointer(), _I64])
 
 
 def _engine(fn):
@@ -67,10 +71,29 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
         if kind < 0:
             return REFERENCE, pc, steps
         n, fn = t[tr.RUN_LEN], 0                 # a fused run (`fused.py`) starts here
-        if n and t[tr.RUN_STRIDE] == R.shape[1]:
+        fits = n and t[tr.RUN_STRIDE] == R.shape[1]
+        if fits and t[tr.LOOP_LEN]:
+            # A loop runs to its end where the reference would run it so: no lanes wait below its exit.
+            n = t[tr.LOOP_LEN]
+            cap = (budget - steps) // n
+            if cap > 0 and (alone or quiet(waiting, 0, pc + n)):
+                trips = scratch[0]
+                run_loop(t[tr.LOOP_FN], R, P, group, group_full, cbank, trips, cap)
+                most = count_trips(pc, n, trips, lanes[0], warp_counts, thread_counts, version, bumps)
+                steps += most * n
+                if most == cap and still_looping(table[pc + n - 1], group, group_full, trips, cap, P):
+                    return LOOPED, pc, steps
+                pc += n
+                if pc >= end:
+                    return PAST_END, pc, steps
+                if not alone and waiting[pc]:
+                    return MERGE, pc, steps
+                continue
+            n = t[tr.RUN_LEN]
+        if fits:
             if alone and t[tr.CHAIN_LEN] and steps + t[tr.CHAIN_LEN] <= budget:
                 fn, n = t[tr.CHAIN_FN], t[tr.CHAIN_LEN]  # with its branch and the run at the target
-            elif steps + n <= budget and (alone or quiet(waiting, pc, n)):
+            elif steps + n <= budget and (alone or quiet(waiting, pc + 1, pc + n)):
                 fn = t[tr.RUN_FN]
         if fn:
             run_fused(fn, R, P, group, group_full, cbank)
@@ -123,12 +146,50 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
-def quiet(waiting, pc, n):
-    """Whether no lanes wait inside the run pc .. pc + n - 1 (past its first), where the group would merge."""
-    for k in range(1, n):
-        if waiting[pc + k]:
+def quiet(waiting, start, stop):
+    """Whether no lanes wait at start .. stop - 1, where the group would merge with them or they would run first."""
+    for pc in range(start, stop):
+        if waiting[pc]:
             return False
     return True
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def count_trips(pc, n, trips, lane_in_warp, warp_counts, thread_counts, version, bumps):
+    """Count the n instructions of a fused loop at pc as the reference issues them, from each lane's trips
+    (0 for a lane outside the group): trip k is one issue by the lanes that run k trips or more, so each
+    instruction counts every lane's trips and, per warp, the trips of its longest-running lane. Returns
+    the most trips."""
+    lanes_trips, warps_trips, most, warp_most = 0, 0, 0, 0
+    for l in range(lane_in_warp.size):
+        if lane_in_warp[l] == 0:                 # a warp's first lane
+            warps_trips += warp_most
+            warp_most = 0
+        k = trips[l]
+        lanes_trips += k
+        warp_most = max(warp_most, k)
+        most = max(most, k)
+    warps_trips += warp_most
+    for i in range(pc, pc + n):
+        warp_counts[i] += warps_trips
+        thread_counts[i] += lanes_trips
+        for k in range(bumps.shape[1]):
+            if bumps[i, k] >= 0:
+                version[bumps[i, k]] += most
+    return most
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def still_looping(branch, group, group_full, trips, cap, P):
+    """After a fused loop stopped at `cap` trips: whether any lane would branch back (its trips are cap and
+    the branch's guard holds); marks those lanes 1 in trips, the others 0."""
+    g, gneg = branch[tr.GUARD], branch[tr.GUARD_NEG] != 0
+    again = False
+    for l in range(group.size):
+        looping = (group_full or group[l]) and trips[l] == cap and P[g, l] != gneg
+        trips[l] = looping
+        again |= looping
+    return again
 
 
 @intrinsic
@@ -145,6 +206,21 @@ def run_fused(typingctx, fn, R, P, group, full, cbank):
                             builder.extract_value(c.shape, 0)])
         return context.get_dummy_value()
     return types.void(fn, R, P, group, full, cbank), codegen
+
+
+@intrinsic
+def run_loop(typingctx, fn, R, P, group, full, cbank, trips, cap):
+    """Call the fused loop at address fn (`LOOP_SIGNATURE`): `run_fused`'s arguments, then each lane's trips
+    and the most trips."""
+    def codegen(context, builder, sig, args):
+        r, p, g, c, k = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (1, 2, 3, 5, 6))
+        call = builder.inttoptr(args[0], LOOP_SIGNATURE.as_pointer())
+        builder.call(call, [builder.bitcast(r.data, _I32P), builder.bitcast(p.data, _I8P),
+                            builder.bitcast(g.data, _I8P), builder.zext(args[4], _I64),
+                            builder.extract_value(g.shape, 0), builder.bitcast(c.data, _I32P),
+                            builder.extract_value(c.shape, 0), builder.bitcast(k.data, _I64.as_pointer()), args[7]])
+        return context.get_dummy_value()
+    return types.void(fn, R, P, group, full, cbank, trips, cap), codegen
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
@@ -237,6 +313,18 @@ def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, c
         steps += ran
         if status == EXITED:
             current = False
+        elif status == LOOPED:                               # the lanes that left the loop wait at its exit
+            after = pc + table[pc, tr.LOOP_LEN]
+            left = 0
+            for l in range(L):
+                if group[l] and not scratch[0, l]:
+                    group[l] = False
+                    lane_pc[l] = after
+                    left += 1
+            waiting[after] += left
+            parked += left
+            lanes_n -= left
+            warps_n = count_warps(group, lane_warp)
         elif status == PARK or status == MERGE:
             park(group, lane_pc, waiting, pc, lanes_n)
             parked += lanes_n

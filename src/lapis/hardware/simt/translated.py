@@ -53,7 +53,8 @@ class NativeRunner:
         slots = max(1, len(self.translation.logged))
         self.log_va = caches.array("native log va", (slots, lanes), np.int64)
         self.log_active = caches.array("native log active", (slots, lanes), bool)
-        self.scratch = caches.array("native scratch", (3, lanes), np.int64)
+        # Padded as the rows are: a fused loop writes each vector's trips to row 0 whole.
+        self.scratch = caches.array("native scratch", (3, padded_lanes(lanes)), np.int64)
         self.laid = caches.array("native laid", (b.nblocks * b.warps_per_block * core.warp_size,), np.int64)
         self.guarded = caches.array("native guarded", (lanes,), bool)
         self.missed = caches.array("native missed", (lanes,), bool)
