@@ -96,7 +96,7 @@ def main() -> None:
 
     out = api.device_array(n, np.float32)
     alu = alu_kernel(api)
-    r = timed(lambda: alu[n // 256, 256](out, 64), api, args.repeat)
+    r = timed(lambda: alu[n // 256, 256](out, 64), api, 4 * args.repeat)     # milliseconds each: more tries
     report("ALU-bound kernel (16 independent FMAs per loop trip, 64 trips)", r)
 
     m = 256 * n                           # 64 MiB each way at the default: more than the L2 holds
