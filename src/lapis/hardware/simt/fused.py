@@ -29,8 +29,8 @@ After each launch the scheduler adds the launch's counts to the program's (`fuse
 compiles the runs that threads have run `SimtCore.FUSE_AFTER` times in all: compiling costs
 about 1.5 ms per instruction (half of it building the IR in Python), so only hot runs pay.
 Each function's address and length go into its run's first table row (`RUN_FN`, `RUN_LEN`,
-`CHAIN_FN`, `CHAIN_LEN`, `LOOP_FN`, `LOOP_LEN`); the native scheduler calls it there and counts the instructions as
-issued. The object code is kept on disk, under $LAPIS_CACHE_DIR/fused or ~/.cache/lapis/fused,
+`CHAIN_FN`, `CHAIN_LEN`, `LOOP_FN`, `LOOP_LEN`); the native scheduler calls it there and counts
+the instructions as issued. The object code is kept on disk, under $LAPIS_CACHE_DIR/fused or ~/.cache/lapis/fused,
 keyed by the rows it was made from, these files and the host CPU; LAPIS_CACHE_DIR=off keeps none.
 """
 
@@ -211,12 +211,12 @@ def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: i
 
 
 def fuse(table: np.ndarray, found: list[tuple[int, int]], stride: int) -> int:
-    """Compile the runs `found` ((first pc, length) each) of a program's table, and each one's `chain` where it
-    has one, for register files of rows `stride` lanes long, and enter them in it (the engine calls one only on
-    such a file); returns how many runs."""
+    """Compile the runs `found` ((first pc, length) each) of a program's table, and each one's `chain` and
+    `loop` where it has them, for register files of rows `stride` lanes long, and enter them in it (the engine
+    calls one only on such a file); returns how many runs."""
     jit = _jit()
     run_at = dict(runs(table).tolist())
-    traces = {}                                       # (first pc, "run" or "chain") -> pcs
+    traces = {}                                       # (first pc, "run", "chain" or "loop") -> pcs
     for start, length in found:
         traces[start, "run"] = list(range(start, start + length))
         chained, looped = chain(table, start, length, run_at), loop(table, start, length)

@@ -27,6 +27,13 @@ I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
 
 
+def splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
+    """A scalar in every lane of a vector."""
+    one = b.insert_element(ir.Constant(ir.VectorType(value.type, 1), ir.Undefined), value, ir.Constant(I32, 0))
+    return b.shuffle_vector(one, ir.Constant(ir.VectorType(value.type, 1), ir.Undefined),
+                            ir.Constant(ir.VectorType(I32, WIDTH), [0] * WIDTH))
+
+
 class Run:
     """What the two loops of a fused function share: its arguments, the register file's row length, and what
     is computed once in its entry block: operand B of each instruction whose B is an immediate or a constant
@@ -56,10 +63,7 @@ class Run:
         return self.uniforms[pc]
 
     def splat(self, value: ir.Value) -> ir.Value:
-        one = self.entry.insert_element(ir.Constant(ir.VectorType(value.type, 1), ir.Undefined), value,
-                                        ir.Constant(I32, 0))
-        return self.entry.shuffle_vector(one, ir.Constant(ir.VectorType(value.type, 1), ir.Undefined),
-                                         ir.Constant(ir.VectorType(I32, WIDTH), [0] * WIDTH))
+        return splat(self.entry, value)
 
 
 class Lanes:
@@ -87,10 +91,7 @@ class Lanes:
         return ir.Constant(self.type(scalar), [value] * WIDTH)
 
     def splat(self, value: ir.Value) -> ir.Value:
-        """A scalar in every lane."""
-        one = self.b.insert_element(ir.Constant(self.type(value.type), ir.Undefined), value, ir.Constant(I32, 0))
-        return self.b.shuffle_vector(one, ir.Constant(self.type(value.type), ir.Undefined),
-                                     ir.Constant(self.type(I32), [0] * WIDTH))
+        return splat(self.b, value)
 
     # -- rows -----------------------------------------------------------------------------------------------
     def address(self, which: str, row: int, scalar: ir.Type):

@@ -72,35 +72,29 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
             return REFERENCE, pc, steps
         n, fn = t[tr.RUN_LEN], 0                 # a fused run (`fused.py`) starts here
         fits = n and t[tr.RUN_STRIDE] == R.shape[1]
-        if fits and t[tr.LOOP_LEN]:
+        cap = (budget - steps) // t[tr.LOOP_LEN] if fits and t[tr.LOOP_LEN] else 0
+        looped = cap > 0 and (alone or quiet(waiting, 0, pc + t[tr.LOOP_LEN]))
+        if looped:
             # A loop runs to its end where the reference would run it so: no lanes wait below its exit.
-            n = t[tr.LOOP_LEN]
-            cap = (budget - steps) // n
-            if cap > 0 and (alone or quiet(waiting, 0, pc + n)):
-                trips = scratch[0]
-                run_loop(t[tr.LOOP_FN], R, P, group, group_full, cbank, trips, cap)
-                most = count_trips(pc, n, trips, lanes[0], warp_counts, thread_counts, version, bumps)
-                steps += most * n
-                if most == cap and still_looping(table[pc + n - 1], group, group_full, trips, cap, P):
-                    return LOOPED, pc, steps
-                pc += n
-                if pc >= end:
-                    return PAST_END, pc, steps
-                if not alone and waiting[pc]:
-                    return MERGE, pc, steps
-                continue
-            n = t[tr.RUN_LEN]
-        if fits:
+            n, trips = t[tr.LOOP_LEN], scratch[0]
+            run_loop(t[tr.LOOP_FN], R, P, group, group_full, cbank, trips, cap)
+            most = count_trips(pc, n, trips, lanes[0], warp_counts, thread_counts, version, bumps)
+            steps += most * n
+            if most == cap and still_looping(table[pc + n - 1], group, group_full, trips, cap, P):
+                return LOOPED, pc, steps
+            pc += n
+        elif fits:
             if alone and t[tr.CHAIN_LEN] and steps + t[tr.CHAIN_LEN] <= budget:
                 fn, n = t[tr.CHAIN_FN], t[tr.CHAIN_LEN]  # with its branch and the run at the target
             elif steps + n <= budget and (alone or quiet(waiting, pc + 1, pc + n)):
                 fn = t[tr.RUN_FN]
-        if fn:
-            run_fused(fn, R, P, group, group_full, cbank)
-            for _ in range(n):
-                issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
-                pc = table[pc, tr.BVAL] if table[pc, tr.KIND] == BRA else pc + 1
-            steps += n
+            if fn:
+                run_fused(fn, R, P, group, group_full, cbank)
+                for _ in range(n):
+                    issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
+                    pc = table[pc, tr.BVAL] if table[pc, tr.KIND] == BRA else pc + 1
+                steps += n
+        if looped or fn:
             if pc >= end:
                 return PAST_END, pc, steps
             if not alone and waiting[pc]:
@@ -192,18 +186,22 @@ def still_looping(branch, group, group_full, trips, cap, P):
     return again
 
 
+def _fused_arguments(context, builder, sig, args) -> list:
+    """`FUSED_SIGNATURE`'s arguments from (fn, R, P, group, full, cbank, ...): each array's data pointer, and
+    the group's lanes (rows are longer: `registers.padded_lanes`)."""
+    r, p, g, c = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (1, 2, 3, 5))
+    return [builder.bitcast(r.data, _I32P), builder.bitcast(p.data, _I8P), builder.bitcast(g.data, _I8P),
+            builder.zext(args[4], _I64), builder.extract_value(g.shape, 0), builder.bitcast(c.data, _I32P),
+            builder.extract_value(c.shape, 0)]
+
+
 @intrinsic
 def run_fused(typingctx, fn, R, P, group, full, cbank):
     """Call the fused run at address fn (`FUSED_SIGNATURE`) on the register file, predicates, group and
-    constant bank: each array's data pointer, and the group's lanes (rows are longer:
-    `registers.padded_lanes`)."""
+    constant bank."""
     def codegen(context, builder, sig, args):
-        r, p, g, c = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (1, 2, 3, 5))
-        call = builder.inttoptr(args[0], FUSED_SIGNATURE.as_pointer())
-        builder.call(call, [builder.bitcast(r.data, _I32P), builder.bitcast(p.data, _I8P),
-                            builder.bitcast(g.data, _I8P), builder.zext(args[4], _I64),
-                            builder.extract_value(g.shape, 0), builder.bitcast(c.data, _I32P),
-                            builder.extract_value(c.shape, 0)])
+        builder.call(builder.inttoptr(args[0], FUSED_SIGNATURE.as_pointer()),
+                     _fused_arguments(context, builder, sig, args))
         return context.get_dummy_value()
     return types.void(fn, R, P, group, full, cbank), codegen
 
@@ -213,12 +211,10 @@ def run_loop(typingctx, fn, R, P, group, full, cbank, trips, cap):
     """Call the fused loop at address fn (`LOOP_SIGNATURE`): `run_fused`'s arguments, then each lane's trips
     and the most trips."""
     def codegen(context, builder, sig, args):
-        r, p, g, c, k = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (1, 2, 3, 5, 6))
-        call = builder.inttoptr(args[0], LOOP_SIGNATURE.as_pointer())
-        builder.call(call, [builder.bitcast(r.data, _I32P), builder.bitcast(p.data, _I8P),
-                            builder.bitcast(g.data, _I8P), builder.zext(args[4], _I64),
-                            builder.extract_value(g.shape, 0), builder.bitcast(c.data, _I32P),
-                            builder.extract_value(c.shape, 0), builder.bitcast(k.data, _I64.as_pointer()), args[7]])
+        k = context.make_array(sig.args[6])(context, builder, args[6])
+        builder.call(builder.inttoptr(args[0], LOOP_SIGNATURE.as_pointer()),
+                     [*_fused_arguments(context, builder, sig, args), builder.bitcast(k.data, _I64.as_pointer()),
+                      args[7]])
         return context.get_dummy_value()
     return types.void(fn, R, P, group, full, cbank, trips, cap), codegen
 
