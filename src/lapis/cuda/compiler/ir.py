@@ -102,6 +102,14 @@ class Value:
         return f"{lhs}{self.op} {args}{' ' + attrs if attrs else ''}".rstrip()
 
 
+def power_of_two(v: Value) -> int | None:
+    """The value of an integer constant that is a positive power of two (a multiply or a divide by it is a
+    shift), else None."""
+    if v.op is not Op.CONST or v.attrs["value"] <= 0 or v.attrs["value"] & (v.attrs["value"] - 1):
+        return None
+    return v.attrs["value"]
+
+
 @dataclass(frozen=True, eq=False)
 class Jump:
     """Go to `target`."""

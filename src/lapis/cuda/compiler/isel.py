@@ -342,8 +342,7 @@ class InstructionSelector:
 
     def op_mul(self, v):
         a, b = v.args
-        if v.type.kind in ("int", "uint") and b.op is Op.CONST and b.attrs["value"] > 0 and \
-                b.attrs["value"] & (b.attrs["value"] - 1) == 0:
+        if v.type.kind in ("int", "uint") and ir.power_of_two(b):
             r = self.new(v.type)
             mods = {"w": "64"} if v.type.bits == 64 else {}
             self.emit("SHL", mods=mods, rd=r, ra=self.reg(a), b=Imm(b.attrs["value"].bit_length() - 1))
@@ -519,12 +518,6 @@ class InstructionSelector:
         self.emit("DMUL", rd=q0, ra=a, b=r0)                        # IEEE's answer where Newton's steps give NaN
         return self._unless_special(a, e, q0, refined, T.float64)
 
-    @staticmethod
-    def _pow2(b: ir.Value) -> int | None:
-        if b.op is not Op.CONST or b.attrs["value"] <= 0 or b.attrs["value"] & (b.attrs["value"] - 1):
-            return None
-        return b.attrs["value"]
-
     def _divmod(self, v) -> tuple[VReg, VReg]:
         """Python's floor division and modulo of integers, which the ISA has no instruction for.
 
@@ -632,7 +625,7 @@ class InstructionSelector:
             r = self.new(t)
             self.emit("FRND", mods={"rnd": "FLOOR", "w": f"F{t.bits}"}, rd=r, b=q)
             return r
-        n = self._pow2(b)
+        n = ir.power_of_two(b)
         if n is None:
             return self._divmod(v)[0]
         r = self.new(t)
@@ -651,7 +644,7 @@ class InstructionSelector:
             op, b_op = ("FFMA", self.operand_b(b)) if t.bits == 32 else ("DFMA", self.reg(b))
             self.emit(op, rd=r, ra=floor, b=b_op, rc=self.reg(a), neg="a")     # a - floor(a/b)*b
             return r
-        n = self._pow2(b)
+        n = ir.power_of_two(b)
         if n is None:
             return self._divmod(v)[1]
         r = self.new(t)

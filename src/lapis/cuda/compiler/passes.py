@@ -262,7 +262,7 @@ def narrow_divisions(func: ir.Function) -> None:
     while blocks:
         b = blocks.pop(0)
         at = next((k for k, v in enumerate(b.instrs) if v.op in (Op.DIV, Op.MOD) and v.type == T.int64
-                   and "narrow" not in v.attrs and not _power_of_two(v.args[1])), None)
+                   and "narrow" not in v.attrs and not ir.power_of_two(v.args[1])), None)   # those are shifts
         if at is None:
             continue
         count += 1
@@ -299,11 +299,6 @@ def _append(func: ir.Function, kind: Op, t, args: list, block: ir.Block, line: i
     v = func.new_value(kind, t, args, attrs, block, line)
     (block.phis if kind is Op.PHI else block.instrs).append(v)
     return v
-
-
-def _power_of_two(v: ir.Value) -> bool:
-    """Whether v is a constant power of two (isel divides by one with a shift)."""
-    return v.op is Op.CONST and v.attrs["value"] > 0 and v.attrs["value"] & (v.attrs["value"] - 1) == 0
 
 
 def split_critical_edges(func: ir.Function) -> None:
