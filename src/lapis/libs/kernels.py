@@ -27,6 +27,13 @@ from lapis.cuda import DeviceNDArray, float32, grid
 from lapis.cuda.compiler.device_function import DeviceFunction
 
 THREADS = 256
+MAX_BLOCKS = 1024             # a grid-stride kernel's most blocks: past them each thread takes several elements
+
+
+def _blocks(n) -> int:
+    """The blocks of THREADS a grid-stride kernel launches over n elements: one element a thread, up to
+    MAX_BLOCKS."""
+    return max(1, min(MAX_BLOCKS, -(-int(n) // THREADS)))
 
 
 def fill_kernel(out, value, n):
@@ -304,7 +311,7 @@ def unary(api, fn, x: DeviceNDArray, out: DeviceNDArray) -> None:
     with _span(fn.__name__, out):
         if n:
             _dispatcher(api, ("unary", fn, modes), lambda: make_unary_kernel(fn, modes))[
-                max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sx, x, sout, out)
+                _blocks(n), THREADS](n, ndim, shape, sx, x, sout, out)
 
 
 def copy(api, x: DeviceNDArray, out: DeviceNDArray) -> None:
@@ -320,7 +327,7 @@ def binary(api, fn, a, b, out: DeviceNDArray) -> None:
     with _span(fn.__name__, out):
         if n:
             _dispatcher(api, ("binary", fn, modes), lambda: make_binary_kernel(fn, modes))[
-                max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sa, a, sb, b, sout, out)
+                _blocks(n), THREADS](n, ndim, shape, sa, a, sb, b, sout, out)
 
 
 def where(api, cond: DeviceNDArray, a, b, out: DeviceNDArray) -> None:
@@ -329,7 +336,7 @@ def where(api, cond: DeviceNDArray, a, b, out: DeviceNDArray) -> None:
     with _span("where", out):
         if n:
             _dispatcher(api, ("where", modes), lambda: make_where_kernel(modes))[
-                max(1, min(1024, -(-int(n) // THREADS))), THREADS](n, ndim, shape, sc, cond, sa, a, sb, b, sout, out)
+                _blocks(n), THREADS](n, ndim, shape, sc, cond, sa, a, sb, b, sout, out)
 
 
 # -- reductions along one dimension ----------------------------------------------------------------------
@@ -492,7 +499,7 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
             for slot in range(ADAM_SLOTS):
                 p, g, m, v = chunk[min(slot, len(chunk) - 1)]
                 args += [np.int64(p.size if slot < len(chunk) else 0), p, g, m, v]
-            blocks = max(1, min(1024, -(-max(a[0].size for a in chunk) // THREADS)))
+            blocks = _blocks(max(a[0].size for a in chunk))
             _dispatcher(api, ("adam",), lambda: adam_kernel)[(blocks, len(chunk)), THREADS](*args, *scalars)
 
 
@@ -575,7 +582,7 @@ def gather(api, x: DeviceNDArray, dim: int, index: DeviceNDArray, out: DeviceNDA
     with trace.span(4, "gather", shape=tuple(out.shape), dim=dim, dtype=str(x.dtype)):
         if out.size:
             _dispatcher(api, ("gather", vector), lambda: make_gather_kernel(vector))[
-                max(1, min(1024, -(-out.size // THREADS))), THREADS](
+                _blocks(out.size), THREADS](
                 np.int64(out.size), np.int64(length), np.int64(inner), np.int64(x.shape[dim]), x.ravel(),
                 index.ravel(), out.ravel())
 
@@ -592,6 +599,6 @@ def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: De
     with trace.span(4, "scatter_add", shape=tuple(src.shape), dim=dim, dtype=str(out.dtype)):
         if src.size:
             _dispatcher(api, ("scatter_add", vector), lambda: make_scatter_add_kernel(vector))[
-                max(1, min(1024, -(-src.size // THREADS))), THREADS](
+                _blocks(src.size), THREADS](
                 np.int64(src.size), np.int64(length), np.int64(inner), np.int64(out.shape[dim]), out.ravel(),
                 index.ravel(), src.ravel())
