@@ -241,6 +241,19 @@ def test_telemetry_reports_work_memory_and_processes(rt):
     assert any(m.pid == kfd.pid and m.memory_bytes >= held.size for m in t.processes)
 
 
+def test_telemetry_waits_for_a_command_changing_the_buffer_tables(rt):
+    """sysfs's thread asks for telemetry while the program's thread allocates and frees: it reads each
+    process's buffers only between commands (once, reading them mid-change killed the publisher)."""
+    kfd, results = rt.kfd, []
+    with kfd.system.lock:                                  # as a command holds it
+        reader = threading.Thread(target=lambda: results.append(kfd.system.telemetry(0)))
+        reader.start()
+        reader.join(0.2)
+        assert reader.is_alive() and not results
+    reader.join(10)
+    assert not reader.is_alive() and results[0].gpu_id == 0
+
+
 def test_a_power_limit_throttles_the_clock_and_slows_compute_bound_kernels(rt):
     gpu = rt.gpu_agents[0]
     sym, queue = load(rt, gpu, "spin", SPIN), rt.create_queue(gpu)

@@ -151,9 +151,11 @@ class KfdSystem:
         node = self.nodes[gpu_id]
         t = node.gpu.power.telemetry()
         processes = []
-        for process in {id(p): p for p in node.owners.values()}.values():
-            held = sum(bo.size for bo in process.buffers.values() if bo.gpu_id == gpu_id and bo.flags & MemFlags.VRAM)
-            processes.append(ProcessMemory(process.pid, held))
+        with self.lock:           # sysfs's thread reads the buffer tables while commands change them
+            for process in {id(p): p for p in node.owners.values()}.values():
+                held = sum(bo.size for bo in process.buffers.values()
+                           if bo.gpu_id == gpu_id and bo.flags & MemFlags.VRAM)
+                processes.append(ProcessMemory(process.pid, held))
         return TelemetryResult(gpu_id, t.power_watts, t.power_limit_watts, t.temperature_c, t.sm_clock_mhz,
                                t.memory_clock_mhz, node.vram.used, node.gpu.profile.memory_bytes, t.utilisation,
                                t.energy_joules, t.throttle_reasons, sorted(processes, key=lambda m: m.pid))
