@@ -16,7 +16,7 @@ from lapis.hardware.caches import shared_wavefronts
 from lapis.hardware.simt import KernelFault, fused, scheduler
 from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.native_counters import TALLY_SLOTS, wavefronts
-from lapis.hardware.simt.translate import LOOP_LEN, OPS, translate
+from lapis.hardware.simt.translate import LOOP_LEN, OPS, RUN_LOADS, translate
 from lapis.isa import assemble
 from test_simt import _run_twice
 
@@ -186,6 +186,66 @@ def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch):
     assert counters == counters0 and ns == ns0
 
 
+# Loads of shared memory inside a run of arithmetic, each through a register the run does not write: lane l's
+# four words from word 4l on (consecutive, and again 16 words on: counted once), a pair of words per lane
+# (consecutive), the same word for every lane (a broadcast), lanes eight words apart (a 4-way bank conflict,
+# gathered); the last ones only where R8 is even (a divergent group runs the run under its mask).
+SHARED_LOADS = """
+    S2R R60, SR_TID.X ; SHL R61, R60, 0x2 ;
+    STS [R61], R8 ; STS [R61+0x100], R9 ; STS [R61+0x200], R8 ;
+    BAR.SYNC 0x0 ;
+    SHL R62, R60, 0x4 ; SHL R63, R60, 0x3 ; LOP.AND R64, R60, 0x7 ; SHL R64, R64, 0x5 ; MOV R65, 0x40 ;
+    LOP.AND R66, R8, 0x1 ; ISETP.EQ.U32.AND P1, R66, 0x0, PT ;
+    LDS.128 R40, [R62] ; LDS.64 R44, [R63+0x100] ; LDS R46, [R65+0x4] ; LDS R47, [R61+0x200] ;
+    FFMA R48, R40, R41, R42 ; IADD R49, R44, R46 ; IADD R50, R45, R47 ;
+    LDS.64 R51, [R62+0x8] ; LDS.128 R68, [R62+0x40] ; IADD R48, R48, R70 ;
+    @!P1 BRA skip ;
+    LDS.128 R53, [R64] ; FADD R57, R53, R56 ; LDS R58, [R61+0x100] ; IADD R59, R58, R55 ;
+skip:
+"""
+
+
+@pytest.mark.parametrize("block", [33, 64])
+def test_fused_loads_of_shared_memory_give_the_reference_results_and_counters(block, monkeypatch):
+    """Runs that load from shared memory, fused (blocks of 64 lanes: whole vectors of one block, whose loads
+    are broadcasts or consecutive; of 33: vectors across blocks, gathered) against the reference."""
+    results = []
+    for sim, after in (("translated", "0"), ("reference", "never")):
+        monkeypatch.setenv("LAPIS_SIM", sim)
+        monkeypatch.setenv("LAPIS_FUSE_AFTER", after)
+        bench = Bench("teaching")
+        inputs = np.random.default_rng(block).integers(0, 2**32, (block * 8, 2))
+        outs = [bench.lanes(SHARED_LOADS, inputs, 20, block=block, shared=0x800) for _ in range(2)]
+        results.append((outs, bench.gpu.simt.counters, bench))
+    (fused_outs, counters, bench), (reference_outs, counters0, _) = results
+    table = bench.gpu.simt.caches.translation(bench.last[0], 96).table
+    assert table[:, RUN_LOADS].tolist().count(0) == len(table) - 2 and table[:, RUN_LOADS].sum() == 8  # 8 in 2 runs
+    for out, out0 in zip(fused_outs, reference_outs, strict=True):
+        assert out.shape == out0.shape and np.array_equal(out, out0), np.argwhere(out != out0)[:5]
+    assert counters == counters0
+    assert counters.bank_conflicts > 0
+
+
+@pytest.mark.parametrize("sim, after", [("translated", "0"), ("reference", "never")])
+def test_a_fused_load_that_would_fault_faults_where_the_reference_does(sim, after, monkeypatch):
+    """The engine checks a fused run's loads before the run: when one lane's would fault, the run goes one
+    instruction at a time, and the load faults as the reference's does: issued, with nothing after it."""
+    monkeypatch.setenv("LAPIS_SIM", sim)
+    monkeypatch.setenv("LAPIS_FUSE_AFTER", after)
+    bench = Bench("teaching")
+    body = "SHL R61, R8, 0x2 ; IADD R40, R8, 0x1 ; FADD R41, R40, R40 ; LDS R42, [R61] ; IADD R43, R42, R40 ;"
+    inputs = np.arange(64, dtype=np.uint32)[:, None]
+    bench.lanes(body, inputs, 4, shared=256)
+    inputs[37] = 64                                                 # word 64: past the block's 256 bytes
+    with pytest.raises(KernelFault, match="shared memory access outside the block's 256 bytes") as fault:
+        bench.lanes(body, inputs, 4, shared=256)
+    if sim == "translated":
+        assert bench.gpu.simt.caches.translation(bench.last[0], 96).table[:, RUN_LOADS].sum() == 1
+    pc = fault.value.pc // 16
+    counted = bench.gpu.simt.counters.thread_instructions
+    assert counted[:pc + 1].min() == 64 and counted[pc + 1:].sum() == 0     # issued up to the load, none after
+
+
 # A loop tested at its bottom whose trips each lane takes from its input (0 to 1,023, and 2^31 in the
 # watchdog's test): its body and branch run as one fused loop to the end, lane vector by lane vector.
 COUNTED_LOOP = """
@@ -349,7 +409,8 @@ def test_the_kernel_tests_pass_with_every_dispatch_run_both_ways():
 @given(st.sampled_from([32, 64]), st.sampled_from([1, 2, 4]), st.integers(1, 3),
        st.sampled_from(["consecutive", "broadcast", "padded", "random"]), st.integers(0, 2**32 - 1))
 def test_the_engine_counts_bank_conflicts_as_the_reference(warp_size, words_per_lane, warps, pattern, seed):
-    """native_counters.wavefronts (its one-pass cases included) against caches.shared_wavefronts."""
+    """native_counters.wavefronts (its one-pass cases included) against caches.shared_wavefronts, and for the
+    same words shifted by one offset."""
     rng = np.random.default_rng(seed)
     n = warps * warp_size
     laid = {"consecutive": np.arange(n) * words_per_lane,
@@ -359,5 +420,8 @@ def test_the_engine_counts_bank_conflicts_as_the_reference(warp_size, words_per_
     if seed % 3 == 0:
         laid[rng.random(n) < 0.3] = -1                    # lanes that do not access
     tally = np.zeros(TALLY_SLOTS, np.int64)
-    assert (tuple(wavefronts(laid.copy(), warp_size, words_per_lane, tally))
-            == shared_wavefronts(laid.reshape(warps, warp_size), words_per_lane))
+    counted = tuple(wavefronts(laid.copy(), warp_size, words_per_lane, tally))
+    assert counted == shared_wavefronts(laid.reshape(warps, warp_size), words_per_lane)
+    # the same lanes' words one offset further count alike (`native_scheduler.check_loads` counts them once)
+    shifted = np.where(laid >= 0, laid + int(rng.integers(1, 1000)), -1)
+    assert tuple(wavefronts(shifted, warp_size, words_per_lane, tally)) == counted

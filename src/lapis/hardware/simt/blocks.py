@@ -16,7 +16,7 @@ import numpy as np
 
 from lapis.hardware.simt.binders import Executor
 from lapis.hardware.simt.launch import Dispatch, KernelFault
-from lapis.hardware.simt.registers import U32, U64, RegisterFile
+from lapis.hardware.simt.registers import U32, U64, RegisterFile, padded_lanes
 from lapis.hardware.simt.simulator_caches import DerivedValues
 from lapis.isa import INSTRUCTION_BYTES, format_instruction
 from lapis.isa import SpecialRegister as SR
@@ -56,10 +56,13 @@ class LaneLayout:
         self._blocks_set: tuple | None = None          # (first block, grid) the block rows were set for
 
     def shared_base(self, shared_words: int) -> np.ndarray:
-        """Each lane's block's first word of shared memory, for blocks of `shared_words` words."""
+        """Each lane's block's first word of shared memory, for blocks of `shared_words` words (in storage padded
+        as register rows are: a fused run reads whole vectors of it)."""
         base = self._shared_base.get(shared_words)
         if base is None:
-            base = self._shared_base[shared_words] = self.lane_block * shared_words
+            storage = np.zeros(padded_lanes(self.lanes), np.int64)
+            storage[:self.lanes] = self.lane_block * shared_words
+            base = self._shared_base[shared_words] = storage[:self.lanes]
         return base
 
     def set_blocks(self, first_block: int, grid: tuple[int, int, int], compute_units: int) -> None:

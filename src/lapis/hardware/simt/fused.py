@@ -2,20 +2,22 @@
 
 The engine (`native.py`) runs one instruction at a time over every lane of a group, as the
 reference does: each instruction reads its source rows from the register file and writes its
-destination row back, and costs a dispatch. For a run of arithmetic instructions (no memory, no
+destination row back, and costs a dispatch. For a run of arithmetic instructions (no stores, no
 control, nothing that can fault) the order does not matter: every lane's values depend only on
 its own registers and predicates, so running the whole run for one lane, then the next, gives the
-same bits. QEMU's translation blocks do this for guest code; here a hot program's runs become
+same bits. That holds for loads of shared memory too, which nothing in the run writes, once the
+engine has checked that none would fault (a gemm's tile loads and multiply-adds become one run).
+QEMU's translation blocks do this for guest code; here a hot program's runs become
 LLVM IR, built with llvmlite (the LLVM numba is built on) and compiled to machine code, one
 function per run that takes 16 lanes at a time (`WIDTH`) through every instruction of the run
 with their registers held in vector registers: each register row is read once and written once
 per run, not once per instruction.
 
-What each operation computes is written a second time, in LLVM IR, in `fused_ir.py`, to mean
-exactly what `native_values.py` means; this module finds the runs, compiles them and enters them
-in the program's table. `tests/test_translated.py` runs
-its arithmetic cases fused against the reference (special values, every modifier, divergent
-groups), and `LAPIS_SIM=compare` fuses every run that runs.
+What each operation computes is written a second time, in LLVM IR, in `fused_ir.py` (over the lanes of
+`fused_lanes.py`), to mean exactly what `native_values.py` and `native.memory` mean; this module finds the
+runs, compiles them and enters them in the program's table. `tests/test_translated.py` runs its
+arithmetic and shared-memory cases fused against the reference (special values, every modifier,
+divergent groups, loads that would fault), and `LAPIS_SIM=compare` fuses every run that runs.
 
 A run (`runs`) is a stretch of instructions with an entry in `EMITTERS`, none of them a branch
 target but the first. A run followed by an unconditional branch to another run (a loop's body,
@@ -29,9 +31,10 @@ After each launch the scheduler adds the launch's counts to the program's (`fuse
 compiles the runs that threads have run `SimtCore.FUSE_AFTER` times in all: compiling costs
 about 1.5 ms per instruction (half of it building the IR in Python), so only hot runs pay.
 Each function's address and length go into its run's first table row (`RUN_FN`, `RUN_LEN`,
-`CHAIN_FN`, `CHAIN_LEN`, `LOOP_FN`, `LOOP_LEN`); the native scheduler calls it there and counts
-the instructions as issued. The object code is kept on disk, under $LAPIS_CACHE_DIR/fused or ~/.cache/lapis/fused,
-keyed by the rows it was made from, these files and the host CPU; LAPIS_CACHE_DIR=off keeps none.
+`CHAIN_FN`, `CHAIN_LEN`, `LOOP_FN`, `LOOP_LEN`; a run's loads in `RUN_LOADS`); the native scheduler
+calls it there and counts the instructions as issued. The object code is kept on disk, under
+$LAPIS_CACHE_DIR/fused or ~/.cache/lapis/fused, keyed by the rows it was made from, these files and
+the host CPU; LAPIS_CACHE_DIR=off keeps none.
 """
 
 import hashlib
@@ -48,7 +51,8 @@ from llvmlite import binding as llvm
 from llvmlite import ir
 
 import lapis.hardware.simt.translate as tr
-from lapis.hardware.simt.fused_ir import EMITTERS, PT, WIDTH, emit_run
+from lapis.hardware.simt.fused_ir import EMITTERS, emit_run
+from lapis.hardware.simt.fused_lanes import PT, WIDTH
 from lapis.hardware.simt.fused_loops import emit_loop
 from lapis.hardware.simt.translate import OP, Translation
 
@@ -59,17 +63,32 @@ COLUMNS_OF = {"run": (tr.RUN_FN, tr.RUN_LEN), "chain": (tr.CHAIN_FN, tr.CHAIN_LE
 def runs(table: np.ndarray) -> np.ndarray:
     """(first pc, length) of each run, one per row: consecutive instructions the emitters take, none of them a
     branch target but the first (a group arriving at a target starts there), so that every instruction of a
-    run executes as often as its first."""
+    run executes as often as its first.
+
+    A run may hold loads of whole words from shared memory (LDS of 4, 8 or 16 bytes, unguarded) whose address
+    register no earlier instruction of the run writes: the engine checks and counts each of them, from the
+    registers as they are before the run, before it calls the run (`native_scheduler.check_loads`). Nothing
+    in a run stores to shared memory, so a lane's loads see what they would see one instruction at a time."""
     kinds = table[:, tr.KIND]
     targets = set(table[kinds == OP["BRA"], tr.BVAL].tolist())
-    found, start = [], None
+    found, start, written = [], None, set()
     for pc, kind in enumerate(kinds.tolist() + [-1]):
-        if start is not None and (kind not in EMITTERS or pc in targets):
+        load = kind == OP["LDS"]
+        if start is not None and (kind not in EMITTERS or pc in targets or
+                                  load and not loads_before(table[pc], written)):
             found.append((start, pc - start))
             start = None
-        if kind in EMITTERS and start is None:
-            start = pc
+        if kind in EMITTERS and (not load or loads_before(table[pc], set())):
+            if start is None:
+                start, written = pc, set()
+            written.update(EMITTERS[kind].writes(table[pc]))
     return np.array(found, np.int64).reshape(-1, 2)
+
+
+def loads_before(t: np.ndarray, written: set) -> bool:
+    """Whether a run may hold the LDS in table row t after instructions that write the rows `written`: whole
+    words, unguarded, through an address register none of them writes."""
+    return t[tr.WIDTH] >= 4 and t[tr.GUARD] == PT and not t[tr.GUARD_NEG] and ("R", int(t[tr.A])) not in written
 
 
 def chain(table: np.ndarray, start: int, length: int, run_at: dict[int, int]) -> list[int] | None:
@@ -112,7 +131,8 @@ class _Jit:
         self.lock = threading.Lock()
         here = Path(__file__)
         self.source_hash = hashlib.sha256(b"".join(path.read_bytes() for path in (
-            here, here.with_name("fused_ir.py"), here.with_name("fused_loops.py"), Path(tr.__file__)))).hexdigest()
+            here, *(here.with_name(f"{name}.py") for name in ("fused_ir", "fused_lanes", "fused_loops")),
+            Path(tr.__file__)))).hexdigest()
 
     def object_code(self, module: ir.Module) -> bytes:
         """Machine code for the module. The IR is already what LLVM's optimizer would make of it (each row
@@ -219,11 +239,9 @@ def fuse(table: np.ndarray, found: list[tuple[int, int]], stride: int) -> int:
     traces = {}                                       # (first pc, "run", "chain" or "loop") -> pcs
     for start, length in found:
         traces[start, "run"] = list(range(start, start + length))
-        chained, looped = chain(table, start, length, run_at), loop(table, start, length)
-        if chained is not None:
-            traces[start, "chain"] = chained
-        if looped is not None:
-            traces[start, "loop"] = looped
+        for what, pcs in (("chain", chain(table, start, length, run_at)), ("loop", loop(table, start, length))):
+            if pcs is not None and not (table[pcs, tr.KIND] == OP["LDS"]).any():   # loads are checked per run
+                traces[start, what] = pcs
     rows = np.concatenate([table[pcs, :tr.RUN_FN] for pcs in traces.values()])
     key = hashlib.sha256(rows.tobytes() + repr((sorted(traces), stride)).encode() + jit.source_hash.encode()
                          + f"{llvmlite.__version__} {jit.cpu} {jit.features} {WIDTH}".encode()).hexdigest()[:32]
@@ -240,5 +258,7 @@ def fuse(table: np.ndarray, found: list[tuple[int, int]], stride: int) -> int:
     for (start, what), pcs in traces.items():
         fn, length = COLUMNS_OF[what]
         table[start, fn], table[start, tr.RUN_STRIDE] = addresses[names[start, what]], stride
+        if what == "run":
+            table[start, tr.RUN_LOADS] = np.count_nonzero(table[pcs, tr.KIND] == OP["LDS"])
         table[start, length] = len(pcs)             # last: the engine reads the length first
     return len(found)

@@ -13,8 +13,9 @@ import numpy as np
 from llvmlite import ir
 
 import lapis.hardware.simt.translate as tr
-from lapis.hardware.simt.fused_ir import EMITTERS, I1, I64, WIDTH, Lanes, Run, function, steps_of
-from lapis.hardware.simt.native_scheduler import LOOP_SIGNATURE
+from lapis.hardware.simt.fused_ir import EMITTERS, function, steps_of
+from lapis.hardware.simt.fused_lanes import I1, I64, WIDTH, Lanes, Run
+from lapis.hardware.simt.native_scheduler import FUSED_SIGNATURE, LOOP_SIGNATURE
 
 
 class Carried:
@@ -61,7 +62,7 @@ def emit_loop(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], s
     through memory, each trip waited for the last one's stores. Each lane's trips go to `trips[lane]`, for
     the engine to count the instructions as the reference issues them."""
     fn, entry, run, padded = function(module, name, LOOP_SIGNATURE, stride)
-    trips, cap = fn.args[7:]
+    trips, cap = fn.args[len(FUSED_SIGNATURE.args):]
     steps, last_writes = steps_of(table, pcs[:-1])
     guard, negated = int(table[pcs[-1], tr.GUARD]), bool(table[pcs[-1], tr.GUARD_NEG])
     done, head, tile, trip, latch, tail = (fn.append_basic_block(what) for what in (

@@ -456,7 +456,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
     """One load or store for the active lanes: every lane checked first, then the transfer, then
     what it counts. Returns DONE, or FAULT when a lane would fault (nothing moved, nothing counted)."""
     shared_u32, shared_u8, local_u32, local_u8, vram_u32, vram_u8, sys_u32, sys_u8, vram_u64 = mem
-    shared_bytes, local_bytes, root, warp_size, threads_per_block, warps_per_block, nblocks, logging = sizes
+    shared_bytes, local_bytes, root, warp_size, _, _, _, logging = sizes
     lane_in_warp, warp_base, warp_len, padded_lane, shared_base = lanes
     L = active.size
     where, word_of, keys = scratch[1, :L], scratch[2, :L], scratch[0, :L]
@@ -489,11 +489,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
         for l in range(L):
             word_of[l] = shared_base[l] + (where[l] >> 2)
         transfer(load, full, t, active, R, shared_u32, shared_u8, word_of, 1, where)
-        # The reference counts an unmasked access of whole aligned words through a register (not RZ)
-        # on the first block only (`memory_access._shared_fast`).
-        fast = t[tr.A] != R.shape[0] - 2 and nbytes >= 4 and t[tr.SIMM] % nbytes == 0
-        count_shared(active, full, where, padded_lane, threads_per_block, warps_per_block, warp_size, nblocks,
-                     nbytes, fast, laid, tally)
+        count_shared_access(t, active, full, R, where, sizes, lanes, laid, tally)
     else:
         status = private_addresses(t, active, full, R, local_bytes, logging, log_va[k], where)
         if status == -2:
@@ -507,6 +503,16 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
         transfer(load, full, t, active, R, local_u32, local_u8, word_of, L, where)
         tally[LOCAL_BYTES] += n * nbytes
     return DONE
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def count_shared_access(t, active, full, R, where, sizes, lanes, laid, tally):
+    """Count the active lanes' shared-memory access at block byte offsets `where` (bytes, bank wavefronts).
+    The reference counts an unmasked access of whole aligned words through a register (not RZ) on the
+    first block only (`memory_access._shared_fast`)."""
+    nbytes = t[tr.WIDTH]
+    fast = t[tr.A] != R.shape[0] - 2 and nbytes >= 4 and t[tr.SIMM] % nbytes == 0
+    count_shared(active, full, where, lanes[3], sizes[4], sizes[5], sizes[3], sizes[6], nbytes, fast, laid, tally)
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)

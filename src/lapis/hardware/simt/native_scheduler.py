@@ -25,8 +25,26 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 import lapis.hardware.simt.translate as tr
-from lapis.hardware.simt.native import BAR, BRA, DONE, EXIT, NOP, PT, STG, instruction
-from lapis.hardware.simt.native_counters import BARRIERS, TALLY_SLOTS
+from lapis.hardware.simt.native import (
+    BAR,
+    BRA,
+    DONE,
+    EXIT,
+    LDS,
+    NOP,
+    PT,
+    STG,
+    count_shared_access,
+    instruction,
+    private_addresses,
+)
+from lapis.hardware.simt.native_counters import (
+    BARRIERS,
+    SHARED_BYTES,
+    SHARED_IDEAL_WAVEFRONTS,
+    SHARED_WAVEFRONTS,
+    TALLY_SLOTS,
+)
 
 # How `execute_path` stops: the instruction at pc is for the reference (not translated, a branch or
 # exit that splits the group, a barrier under divergence, a fault, the watchdog); the group exited;
@@ -36,10 +54,12 @@ from lapis.hardware.simt.native_counters import BARRIERS, TALLY_SLOTS
 # LOOPED: a fused loop ran into the watchdog's budget with lanes still looping (`execute_batch` parks the rest).
 REFERENCE, EXITED, PARK, MERGE, PAST_END, STORED, FINISHED, LOOPED = range(8)
 
-# A fused run (`fused.py`): void run(R, P, group, group is full, lanes, cbank, cbank's words); it was compiled
-# for R's and P's row length (the table's RUN_STRIDE).
+# A fused run (`fused.py`): void run(R, P, group, group is full, lanes, cbank, cbank's words, the batch's shared
+# memory, each lane's first word of it, its words); it was compiled for R's and P's row length (the table's
+# RUN_STRIDE).
 _I8P, _I32P, _I64 = ir.IntType(8).as_pointer(), ir.IntType(32).as_pointer(), ir.IntType(64)
-FUSED_SIGNATURE = ir.FunctionType(ir.VoidType(), [_I32P, _I8P, _I8P, _I64, _I64, _I32P, _I64])
+FUSED_SIGNATURE = ir.FunctionType(ir.VoidType(), [_I32P, _I8P, _I8P, _I64, _I64, _I32P, _I64, _I32P, _I64.as_pointer(),
+                                                  _I64])
 # A fused loop (`fused.py`) takes as well each lane's trips (written: i64 per lane, in padded storage) and the
 # most trips any vector may run.
 LOOP_SIGNATURE = ir.FunctionType(ir.VoidType(), [*FUSED_SIGNATURE.args, ir.IntType(64).as_pointer(), _I64])
@@ -77,7 +97,7 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
         if looped:
             # A loop runs to its end where the reference would run it so: no lanes wait below its exit.
             n, trips = t[tr.LOOP_LEN], scratch[0]
-            run_loop(t[tr.LOOP_FN], R, P, group, group_full, cbank, trips, cap)
+            run_loop(t[tr.LOOP_FN], R, P, group, group_full, cbank, mem[0], lanes[4], trips, cap)
             most = count_trips(pc, n, trips, lanes[0], warp_counts, thread_counts, version, bumps)
             steps += most * n
             if most == cap and still_looping(table[pc + n - 1], group, group_full, trips, cap, P):
@@ -88,8 +108,11 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
                 fn, n = t[tr.CHAIN_FN], t[tr.CHAIN_LEN]  # with its branch and the run at the target
             elif steps + n <= budget and (alone or quiet(waiting, pc + 1, pc + n)):
                 fn = t[tr.RUN_FN]
+            if fn and t[tr.RUN_LOADS] and not check_loads(table, pc, n, group, group_full, R, sizes, lanes, scratch,
+                                                          laid, tally):
+                fn = 0                                   # a load would fault: one instruction at a time, to it
             if fn:
-                run_fused(fn, R, P, group, group_full, cbank)
+                run_fused(fn, R, P, group, group_full, cbank, mem[0], lanes[4])
                 for _ in range(n):
                     issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
                     pc = table[pc, tr.BVAL] if table[pc, tr.KIND] == BRA else pc + 1
@@ -187,36 +210,85 @@ def still_looping(branch, group, group_full, trips, cap, P):
 
 
 def _fused_arguments(context, builder, sig, args) -> list:
-    """`FUSED_SIGNATURE`'s arguments from (fn, R, P, group, full, cbank, ...): each array's data pointer, and
-    the group's lanes (rows are longer: `registers.padded_lanes`)."""
-    r, p, g, c = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (1, 2, 3, 5))
+    """`FUSED_SIGNATURE`'s arguments from (fn, R, P, group, full, cbank, shared, shared base, ...): each array's
+    data pointer, the group's lanes (rows are longer: `registers.padded_lanes`) and the words of the constant
+    bank and of shared memory."""
+    r, p, g, c, m, base = (context.make_array(sig.args[i])(context, builder, args[i]) for i in (1, 2, 3, 5, 6, 7))
     return [builder.bitcast(r.data, _I32P), builder.bitcast(p.data, _I8P), builder.bitcast(g.data, _I8P),
             builder.zext(args[4], _I64), builder.extract_value(g.shape, 0), builder.bitcast(c.data, _I32P),
-            builder.extract_value(c.shape, 0)]
+            builder.extract_value(c.shape, 0), builder.bitcast(m.data, _I32P),
+            builder.bitcast(base.data, _I64.as_pointer()), builder.extract_value(m.shape, 0)]
 
 
 @intrinsic
-def run_fused(typingctx, fn, R, P, group, full, cbank):
-    """Call the fused run at address fn (`FUSED_SIGNATURE`) on the register file, predicates, group and
-    constant bank."""
+def run_fused(typingctx, fn, R, P, group, full, cbank, shared, shared_base):
+    """Call the fused run at address fn (`FUSED_SIGNATURE`) on the register file, predicates, group, constant
+    bank and shared memory."""
     def codegen(context, builder, sig, args):
         builder.call(builder.inttoptr(args[0], FUSED_SIGNATURE.as_pointer()),
                      _fused_arguments(context, builder, sig, args))
         return context.get_dummy_value()
-    return types.void(fn, R, P, group, full, cbank), codegen
+    return types.void(fn, R, P, group, full, cbank, shared, shared_base), codegen
 
 
 @intrinsic
-def run_loop(typingctx, fn, R, P, group, full, cbank, trips, cap):
+def run_loop(typingctx, fn, R, P, group, full, cbank, shared, shared_base, trips, cap):
     """Call the fused loop at address fn (`LOOP_SIGNATURE`): `run_fused`'s arguments, then each lane's trips
     and the most trips."""
     def codegen(context, builder, sig, args):
-        k = context.make_array(sig.args[6])(context, builder, args[6])
+        k = context.make_array(sig.args[8])(context, builder, args[8])
         builder.call(builder.inttoptr(args[0], LOOP_SIGNATURE.as_pointer()),
                      [*_fused_arguments(context, builder, sig, args), builder.bitcast(k.data, _I64.as_pointer()),
-                      args[7]])
+                      args[9]])
         return context.get_dummy_value()
-    return types.void(fn, R, P, group, full, cbank, trips, cap), codegen
+    return types.void(fn, R, P, group, full, cbank, shared, shared_base, trips, cap), codegen
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def check_loads(table, pc, n, group, group_full, R, sizes, lanes, scratch, laid, tally):
+    """Before the fused run of n instructions at pc, which loads from shared memory: whether no lane's load
+    would fault, from the address registers as they are before the run (no instruction of the run writes
+    them: `fused.runs`). If none would, each load is counted as the engine counts it; else none is, and the
+    engine runs the instructions one at a time, up to the load that faults.
+
+    Loads through one address register of one width (a tile's, at several offsets) count alike: their
+    lanes' words differ by one constant, which maps each bank to another and keeps each bank's distinct
+    words. So each such kind is counted once (bank wavefronts cost a pass over every warp) and its counts
+    are added again for the others."""
+    where = scratch[1, :group.size]
+    kinds = scratch[2]          # per kind counted: address row, width, aligned offset?, bytes, wavefronts, ideal
+    most = kinds.size // 6
+    known = 0
+    bytes0, wavefronts0, ideal0 = tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS]
+    for i in range(pc, pc + n):
+        t = table[i]
+        if t[tr.KIND] != LDS:
+            continue
+        status = private_addresses(t, group, group_full, R, sizes[0], False, where, where)
+        if status == -2:
+            tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS] = bytes0, wavefronts0, ideal0
+            return False
+        if status != 0:
+            continue
+        aligned = t[tr.SIMM] % t[tr.WIDTH] == 0           # which of the engine's two ways counts it
+        k = 0
+        while k < known and not (kinds[6 * k] == t[tr.A] and kinds[6 * k + 1] == t[tr.WIDTH]
+                                  and kinds[6 * k + 2] == aligned):
+            k += 1
+        if k < known:
+            tally[SHARED_BYTES] += kinds[6 * k + 3]
+            tally[SHARED_WAVEFRONTS] += kinds[6 * k + 4]
+            tally[SHARED_IDEAL_WAVEFRONTS] += kinds[6 * k + 5]
+            continue
+        before = (tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS])
+        count_shared_access(t, group, group_full, R, where, sizes, lanes, laid, tally)
+        if known < most:
+            kinds[6 * known], kinds[6 * known + 1], kinds[6 * known + 2] = t[tr.A], t[tr.WIDTH], aligned
+            kinds[6 * known + 3] = tally[SHARED_BYTES] - before[0]
+            kinds[6 * known + 4] = tally[SHARED_WAVEFRONTS] - before[1]
+            kinds[6 * known + 5] = tally[SHARED_IDEAL_WAVEFRONTS] - before[2]
+            known += 1
+    return True
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
