@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 import test_simt as simt
 from conftest import Bench, pointers
+from lapis.hardware import PTE_WRITABLE
 from lapis.hardware.caches import shared_wavefronts
 from lapis.hardware.simt import KernelFault, fused, scheduler
 from lapis.hardware.simt.fused import fuse_hot
@@ -113,6 +114,32 @@ def global_memory(bench, rng, n):
     """
     return body, rng.integers(0, 2**32, (n, 2)), 16, {}, [(out, np.zeros(4096, np.uint32)),
                                                           (host, np.zeros(1024, np.uint32))]
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_loads_spread_over_hundreds_of_pages_read_their_words(split, monkeypatch):
+    """Batches of 2,048 lanes, each 256 bytes from the last, loading from a 4 MiB buffer (a span of 128 pages,
+    and past the 2 MiB of pages one last-level page table maps), in one run of physical pages or (`split`) with
+    its halves' pages swapped: every lane reads its own word, and the translated code counts as the reference."""
+    lanes, half = np.arange(1 << 13), 1 << 21
+    words = np.random.default_rng(2).integers(0, 2**32, 1 << 20).astype(np.uint32)
+    results = []
+    for sim in ("translated", "reference"):
+        monkeypatch.setenv("LAPIS_SIM", sim)
+        bench = Bench("teaching")
+        table = bench.buffer(np.zeros_like(words) if split else words)
+        if split:                                   # mapped again: the second half's pages first
+            second, first = bench.vram.alloc(half), bench.vram.alloc(half)
+            bench.space.map(table, first, half, PTE_WRITABLE)
+            bench.space.map(table + half, second, half, PTE_WRITABLE)
+            bench.gpu.vram.write(first, words[:half // 4].tobytes())
+            bench.gpu.vram.write(second, words[half // 4:].tobytes())
+        body = f"""MOV R60, {table & 0xFFFFFFFF:#x} ; MOV R61, {table >> 32:#x} ; IMAD.WIDE R68, R0, 0x100, R60 ;
+            LDG.E R40, [R68.64] ; LDG.E R41, [R68.64+0x1f0000] ;"""
+        out = bench.lanes(body, np.zeros((lanes.size, 1)), 2, block=256)
+        assert np.array_equal(out[:, 0], words[lanes * 64]) and np.array_equal(out[:, 1], words[lanes * 64 + 0x7c000])
+        results.append(bench.gpu.simt.counters)
+    assert results[0] == results[1]
 
 
 CASES = [simt.divergence, simt.rotated_loop, simt.shared_memory, simt.atomics, simt.warp_operations, simt.matrix_unit,

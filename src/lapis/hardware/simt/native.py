@@ -253,23 +253,57 @@ def shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out
 @_engine
 def walk(vram_u64, root, vpn):
     """The page table's leaf entry for a virtual page (0 when unmapped), as `Mmu._walk` reads it."""
-    if root < 0:
+    table = leaf_table(vram_u64, root, vpn)
+    slot = (table + np.int64(vpn & np.uint64(511)) * 8) >> 3
+    if table < 0 or slot >= vram_u64.size:
         return np.int64(0)
+    entry = np.int64(vram_u64[slot])
+    return entry if entry & 1 else np.int64(0)
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def leaf_table(vram_u64, root, vpn):
+    """The address of the last-level page table that holds a virtual page's entry (-1 when a level above it
+    is unmapped): the table 512 consecutive pages share."""
+    if root < 0:
+        return np.int64(-1)
     table = np.int64(root)
-    entry = np.int64(0)
-    for level in range(3, -1, -1):
+    for level in range(3, 0, -1):
         index = np.int64((vpn >> np.uint64(9 * level)) & np.uint64(511))
         slot = (table + index * 8) >> 3
         if slot < 0 or slot >= vram_u64.size:
-            return np.int64(0)
+            return np.int64(-1)
         entry = np.int64(vram_u64[slot])
         if not entry & 1:
-            return np.int64(0)
+            return np.int64(-1)
         table = entry & ADDRESS_MASK
-    return entry
+    return table
 
 
-RUN_PAGES = 64              # the widest span of pages the one-run path of `global_addresses` walks
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def maps_in_one_run(vram_u64, root, vpn, pages, write, first):
+    """Whether pages vpn .. vpn + pages - 1 all allow the access and map, in order, to the physical pages
+    from leaf entry `first`'s on, in its aperture: each last-level table is found once, then read in order."""
+    table = np.int64(-1)
+    for page in range(pages):
+        v = vpn + np.uint64(page)
+        if table < 0 or v & np.uint64(511) == 0:
+            table = leaf_table(vram_u64, root, v)
+            if table < 0:
+                return False
+        slot = (table + np.int64(v & np.uint64(511)) * 8) >> 3
+        if slot >= vram_u64.size:
+            return False
+        entry = np.int64(vram_u64[slot])
+        if (not entry & 1 or (write and not entry & 4) or (entry & 2) != (first & 2)
+                or (entry & ADDRESS_MASK) != (first & ADDRESS_MASK) + page * 4096):
+            return False
+    return True
+
+
+# The widest span of pages the one-run path of `global_addresses` reads the page table for: RUN_PAGES, or a
+# page for every LANES_PER_RUN_PAGE active lanes (reading an entry costs less than walking for a lane).
+RUN_PAGES, LANES_PER_RUN_PAGE = 64, 8
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
@@ -308,14 +342,11 @@ def global_addresses(t, active, full, R, write, vram_u64, root, logging, va_log,
     if n == 0:
         return -1
     span = (hi >> 12) - (lo >> 12)
-    if lo < 0 or bits & (nbytes - 1) or span >= RUN_PAGES:
+    if lo < 0 or bits & (nbytes - 1) or span >= max(RUN_PAGES, n // LANES_PER_RUN_PAGE):
         return lane_addresses(t, active, R, write, vram_u64, root, logging, va_log, where)
     first = walk(vram_u64, root, np.uint64(lo) >> np.uint64(12))
-    for page in range(span + 1):
-        entry = walk(vram_u64, root, (np.uint64(lo) >> np.uint64(12)) + np.uint64(page)) if page else first
-        if (not entry & 1 or (write and not entry & 4) or (entry & 2) != (first & 2)
-                or (entry & ADDRESS_MASK) != (first & ADDRESS_MASK) + page * 4096):
-            return lane_addresses(t, active, R, write, vram_u64, root, logging, va_log, where)
+    if not maps_in_one_run(vram_u64, root, np.uint64(lo) >> np.uint64(12), span + 1, write, first):
+        return lane_addresses(t, active, R, write, vram_u64, root, logging, va_log, where)
     if logging:
         for l in range(L):
             if active[l]:
