@@ -17,7 +17,7 @@ from lapis.hardware.caches import shared_wavefronts
 from lapis.hardware.simt import KernelFault, fused, scheduler
 from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.native_counters import TALLY_SLOTS, wavefronts
-from lapis.hardware.simt.translate import LOOP_LEN, OPS, RUN_LOADS, translate
+from lapis.hardware.simt.translate import LOOP_LEN, OPS, RUN_LEN, RUN_LOADS, translate
 from lapis.isa import assemble
 from test_simt import _run_twice
 
@@ -213,6 +213,12 @@ def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch):
     assert counters == counters0 and ns == ns0
 
 
+def _fused_table(bench) -> np.ndarray:
+    """The table of the program the bench ran last, as fused for its launches (one row length)."""
+    (translation,) = bench.gpu.simt.caches.translations(bench.last[0])
+    return translation.table
+
+
 # Loads of shared memory inside a run of arithmetic, each through a register the run does not write: lane l's
 # four words from word 4l on (consecutive, and again 16 words on: counted once), a pair of words per lane
 # (consecutive), the same word for every lane (a broadcast), lanes eight words apart (a 4-way bank conflict,
@@ -245,7 +251,7 @@ def test_fused_loads_of_shared_memory_give_the_reference_results_and_counters(bl
         outs = [bench.lanes(SHARED_LOADS, inputs, 20, block=block, shared=0x800) for _ in range(2)]
         results.append((outs, bench.gpu.simt.counters, bench))
     (fused_outs, counters, bench), (reference_outs, counters0, _) = results
-    table = bench.gpu.simt.caches.translation(bench.last[0], 96).table
+    table = _fused_table(bench)
     assert table[:, RUN_LOADS].tolist().count(0) == len(table) - 2 and table[:, RUN_LOADS].sum() == 8  # 8 in 2 runs
     for out, out0 in zip(fused_outs, reference_outs, strict=True):
         assert out.shape == out0.shape and np.array_equal(out, out0), np.argwhere(out != out0)[:5]
@@ -267,10 +273,27 @@ def test_a_fused_load_that_would_fault_faults_where_the_reference_does(sim, afte
     with pytest.raises(KernelFault, match="shared memory access outside the block's 256 bytes") as fault:
         bench.lanes(body, inputs, 4, shared=256)
     if sim == "translated":
-        assert bench.gpu.simt.caches.translation(bench.last[0], 96).table[:, RUN_LOADS].sum() == 1
+        assert _fused_table(bench)[:, RUN_LOADS].sum() == 1
     pc = fault.value.pc // 16
     counted = bench.gpu.simt.counters.thread_instructions
     assert counted[:pc + 1].min() == 64 and counted[pc + 1:].sum() == 0     # issued up to the load, none after
+
+
+def test_launches_over_grids_of_other_sizes_each_run_their_own_fused_code(monkeypatch):
+    """Fused runs are compiled for one register-file row length: a kernel launched over 8 blocks, then 1, then
+    8 again keeps a translation for each length and runs fused code in both, with the reference's results."""
+    body, inputs, outputs, kw, _ = float32_arithmetic(None, np.random.default_rng(4), 32 * 8)
+    results = []
+    for sim, after in (("translated", "0"), ("reference", "never")):
+        monkeypatch.setenv("LAPIS_SIM", sim)
+        monkeypatch.setenv("LAPIS_FUSE_AFTER", after)
+        bench = Bench("teaching")
+        results.append([bench.lanes(body, inputs[:n], outputs, block=32, **kw) for n in (256, 32, 256, 32)])
+        if sim == "translated":
+            tables = [t.table for t in bench.gpu.simt.caches.translations(bench.last[0])]
+            assert len(tables) == 2 and all(np.count_nonzero(table[:, RUN_LEN]) for table in tables)
+    for out, out0 in zip(*results, strict=True):
+        assert np.array_equal(out, out0)
 
 
 # A loop tested at its bottom whose trips each lane takes from its input (0 to 1,023, and 2^31 in the
@@ -286,7 +309,7 @@ again:
 
 def _fused_loops(bench) -> int:
     """How many fused loops the program the bench ran last has."""
-    return int(np.count_nonzero(bench.gpu.simt.caches.translation(bench.last[0], 96).table[:, LOOP_LEN]))
+    return int(np.count_nonzero(_fused_table(bench)[:, LOOP_LEN]))
 
 
 def test_a_fused_loop_counts_every_trip_as_the_reference(monkeypatch):

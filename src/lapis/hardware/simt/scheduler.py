@@ -76,15 +76,16 @@ class SimtCore:
         c.blocks = total
         c.warps_per_block = -(-tpb // self.warp_size)
         kinds, targets, pipes, flops = self.caches.per_program(d.program, "facts", program_facts)
-        translation = self.caches.translation(d.program, d.registers) if translated else None
+        stride = padded_lanes(min(per_batch, total) * tpb)       # a whole batch's register file's row length
+        translation = self.caches.translation(d.program, d.registers, stride) if translated else None
         with np.errstate(all="ignore"):            # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
             for first in range(0, total, per_batch):
                 nblocks = min(per_batch, total - first)
                 blocks = self._batch_for(d, nblocks, translation)
                 blocks.start(first)
                 self._run_blocks(blocks, kinds, targets)
-        if translation is not None and self.fuse_after is not None:           # for a whole batch's register file
-            fuse_hot(translation, c.thread_instructions, self.fuse_after, padded_lanes(min(per_batch, total) * tpb))
+        if translation is not None and self.fuse_after is not None:
+            fuse_hot(translation, c.thread_instructions, self.fuse_after, stride)
         (pipe_names, per_pipe), (precisions, flops_per_lane) = pipes, flops
         c.warp_instructions_by_pipe.update(zip(pipe_names, (per_pipe @ c.warp_instructions).tolist(), strict=True))
         for precision, count in zip(precisions, (flops_per_lane @ c.thread_instructions).tolist(), strict=True):
@@ -109,6 +110,8 @@ class SimtCore:
                                    partial(self._batch, d, nblocks, translation))
         if blocks.d is not d:
             blocks.launch(d)
+        if blocks.native is not None:       # kept from a launch over another grid: that launch's translation
+            blocks.native.translation = translation
         return blocks
 
     def _run_blocks(self, blocks: ResidentBlocks, kinds: list[str], targets: list[int]) -> None:

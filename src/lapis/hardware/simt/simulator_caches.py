@@ -47,7 +47,7 @@ class SimulatorCaches:
         self.enabled = enabled
         self.generation = 0                # advances whenever `array` hands out a new buffer
         self._programs: dict[bytes, list[Instruction]] = {}
-        self._translations: dict[tuple[int, int], tuple[list[Instruction], Translation]] = {}
+        self._translations: dict[tuple[int, int, int], tuple[list[Instruction], Translation]] = {}
         self._per_program: dict[tuple[int, str], tuple[list[Instruction], object]] = {}
         self._arrays: dict[str, np.ndarray] = {}
         self._batches: dict[Hashable, tuple[list[Instruction], ResidentBlocks, int]] = {}
@@ -72,15 +72,21 @@ class SimulatorCaches:
             kept = self._per_program[key] = (program, make(program))
         return kept[1]
 
-    def translation(self, program: list[Instruction], registers: int) -> "Translation":
-        """The program's translation for the native engine (`translate.py`), once per program and register count."""
+    def translation(self, program: list[Instruction], registers: int, stride: int) -> "Translation":
+        """The program's translation for the native engine (`translate.py`), once per program, register count
+        and register-file row length `stride`: the runs `fused.py` compiles into it are for one row length, so
+        launches of the same kernel over grids of other sizes keep their own."""
         if not self.enabled:
             return translate(program, registers)
-        key = (id(program), registers)
+        key = (id(program), registers, stride)
         kept = self._translations.get(key)
         if kept is None or kept[0] is not program:
             kept = self._translations[key] = (program, translate(program, registers))
         return kept[1]
+
+    def translations(self, program: list[Instruction]) -> list["Translation"]:
+        """Every translation kept of the program (one per register count and row length)."""
+        return [translation for kept, translation in self._translations.values() if kept is program]
 
     def forget_programs(self) -> None:
         """After a device reset, nothing decoded before is trusted."""
