@@ -402,6 +402,33 @@ def test_a_damaged_cached_object_is_compiled_again(tmp_path):
     assert kept.read_bytes() == good
 
 
+FUSE_HOT_ONCE = """
+import sys
+import numpy as np
+from lapis.isa import assemble
+import lapis.hardware.simt.translate as tr
+from lapis.hardware.simt.fused import fuse_hot
+translation = tr.translate(assemble("FFMA R1, R1, 0.5, R2 ;\\nFADD R3, R1, R2 ;\\nEXIT ;"), 8)
+print(fuse_hot(translation, np.full(3, 64), int(sys.argv[1]), 304), translation.table[0, tr.RUN_FN] != 0)
+"""
+
+
+@pytest.mark.slow
+def test_runs_compiled_by_an_earlier_process_are_fused_at_the_first_launch(tmp_path):
+    """A run made hot and compiled in one process is on disk: the next process's first launch of the program
+    loads it, however far from hot the run is there; a process with another cache compiles nothing."""
+    def first_launch(cache, after: int) -> list[str]:
+        env = dict(os.environ, LAPIS_CACHE_DIR=str(cache))
+        done = subprocess.run([sys.executable, "-c", FUSE_HOT_ONCE, str(after)], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout.split()
+
+    assert first_launch(tmp_path / "a", 0) == ["1", "True"]
+    assert first_launch(tmp_path / "a", 10**9) == ["1", "True"]
+    assert first_launch(tmp_path / "b", 10**9) == ["0", "False"]
+
+
 @pytest.mark.parametrize("sim", ["translated", "reference"])
 @pytest.mark.parametrize("instruction, message", [
     ("LDG.E R40, [R60.64+0x1]", r"misaligned 4-byte access at address 0x7f0000000001"),

@@ -146,8 +146,8 @@ class _Jit:
         """The addresses of `names`, from the module `build` makes (its object code cached on disk under key)."""
         with self.lock:
             if key not in self.loaded:
-                path = _cache_directory()
-                path = path / f"{key}.o" if path is not None else None
+                directory = _cache_directory()
+                path = directory / f"{key}.o" if directory is not None else None
                 code = _read(path)
                 if code is None:
                     code = self.object_code(build())
@@ -207,12 +207,16 @@ def _write(path: Path | None, code: bytes) -> None:
 
 def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: int) -> int:
     """Add a launch's per-pc thread-instruction counts to the program's, and compile the runs that threads
-    have now run `after` times, for register files of rows `stride` lanes long; returns how many it compiled.
-    (Compiling costs about as much per instruction as fusing saves per instruction and thread, so a run's
-    length does not enter.)"""
+    have now run `after` times, for register files of rows `stride` lanes long; returns how many it compiled
+    or loaded. At a translation's first launch, runs compiled before (by this process or an earlier one)
+    are loaded from the disk cache at once. (Compiling costs about as much per instruction as fusing saves
+    per instruction and thread, so a run's length does not enter.)"""
     if translation.unfused is None:
         translation.unfused = runs(translation.table)
         translation.executed = np.zeros(len(translation.translated), np.int64)
+        kept = _compiled_before(translation.table, translation.unfused, stride)
+        if kept.any():
+            return _fuse_pending(translation, kept, stride)
     pending = translation.unfused
     if not pending.size:                        # nothing left to fuse: no counting either
         return 0
@@ -220,45 +224,72 @@ def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: i
     hot = translation.executed[pending[:, 0]] >= after
     if not hot.any():
         return 0
-    translation.unfused = pending[~hot]
+    return _fuse_pending(translation, hot, stride)
+
+
+def _compiled_before(table: np.ndarray, found: np.ndarray, stride: int) -> np.ndarray:
+    """Which of the runs `found` the disk cache has object code for, for rows `stride` lanes long."""
+    directory, run_at = _cache_directory(), dict(found.tolist())
+    if directory is None or not found.size:
+        return np.zeros(len(found), bool)
+    return np.array([(directory / f"{_key(table, _traces(table, run, run_at), stride)}.o").exists()
+                     for run in found.tolist()])
+
+
+def _fuse_pending(translation: Translation, chosen: np.ndarray, stride: int) -> int:
+    """Fuse the runs of `translation.unfused` that `chosen` marks."""
+    pending = translation.unfused
+    translation.unfused = pending[~chosen]
     try:
-        return fuse(translation.table, [tuple(run) for run in pending[hot].tolist()], stride)
+        return fuse(translation.table, [tuple(run) for run in pending[chosen].tolist()], stride)
     except Exception as error:                  # the runs stay with the engine, whose results are the same
         translation.unfused = pending[:0]
         warnings.warn(f"lapis: compiling a kernel's hot arithmetic failed ({error!r}); it runs unfused",
-                      RuntimeWarning, stacklevel=2)
+                      RuntimeWarning, stacklevel=3)
         return 0
 
 
 def fuse(table: np.ndarray, found: list[tuple[int, int]], stride: int) -> int:
-    """Compile the runs `found` ((first pc, length) each) of a program's table, and each one's `chain` and
+    """Compile the runs `found` ((first pc, length) each) of a program's table, each with its `chain` and
     `loop` where it has them, for register files of rows `stride` lanes long, and enter them in it (the engine
-    calls one only on such a file); returns how many runs."""
-    jit = _jit()
-    run_at = dict(runs(table).tolist())
-    traces = {}                                       # (first pc, "run", "chain" or "loop") -> pcs
-    for start, length in found:
-        traces[start, "run"] = list(range(start, start + length))
-        for what, pcs in (("chain", chain(table, start, length, run_at)), ("loop", loop(table, start, length))):
-            if pcs is not None and not (table[pcs, tr.KIND] == OP["LDS"]).any():   # loads are checked per run
-                traces[start, what] = pcs
-    rows = np.concatenate([table[pcs, :tr.RUN_FN] for pcs in traces.values()])
-    key = hashlib.sha256(rows.tobytes() + repr((sorted(traces), stride)).encode() + jit.source_hash.encode()
-                         + f"{llvmlite.__version__} {jit.cpu} {jit.features} {WIDTH}".encode()).hexdigest()[:32]
-    names = {trace: f"lapis_fused_{key}_{trace[0]}_{trace[1]}" for trace in traces}
+    calls one only on such a file); returns how many runs. Each run is a module of its own, kept on disk."""
+    jit, run_at = _jit(), dict(runs(table).tolist())
+    for run in found:
+        traces = _traces(table, run, run_at)
+        key = _key(table, traces, stride)
+        names = {trace: f"lapis_fused_{key}_{trace[0]}_{trace[1]}" for trace in traces}
 
-    def build() -> ir.Module:
-        module = ir.Module(name=key)
-        module.triple = llvm.get_process_triple()
-        for trace, pcs in traces.items():
-            (emit_loop if trace[1] == "loop" else emit_run)(module, names[trace], table, pcs, stride)
-        return module
+        def build(key=key, traces=traces, names=names) -> ir.Module:
+            module = ir.Module(name=key)
+            module.triple = llvm.get_process_triple()
+            for trace, pcs in traces.items():
+                (emit_loop if trace[1] == "loop" else emit_run)(module, names[trace], table, pcs, stride)
+            return module
 
-    addresses = jit.load(key, build, list(names.values()))
-    for (start, what), pcs in traces.items():
-        fn, length = COLUMNS_OF[what]
-        table[start, fn], table[start, tr.RUN_STRIDE] = addresses[names[start, what]], stride
-        if what == "run":
-            table[start, tr.RUN_LOADS] = np.count_nonzero(table[pcs, tr.KIND] == OP["LDS"])
-        table[start, length] = len(pcs)             # last: the engine reads the length first
+        addresses = jit.load(key, build, list(names.values()))
+        for (start, what), pcs in traces.items():
+            fn, length = COLUMNS_OF[what]
+            table[start, fn], table[start, tr.RUN_STRIDE] = addresses[names[start, what]], stride
+            if what == "run":
+                table[start, tr.RUN_LOADS] = np.count_nonzero(table[pcs, tr.KIND] == OP["LDS"])
+            table[start, length] = len(pcs)             # last: the engine reads the length first
     return len(found)
+
+
+def _traces(table: np.ndarray, run: tuple[int, int], run_at: dict[int, int]) -> dict[tuple[int, str], list[int]]:
+    """(first pc, "run", "chain" or "loop") -> pcs: what one run is compiled as (`run_at`: the program's runs)."""
+    start, length = run
+    traces = {(start, "run"): list(range(start, start + length))}
+    for what, pcs in (("chain", chain(table, start, length, run_at)), ("loop", loop(table, start, length))):
+        if pcs is not None and not (table[pcs, tr.KIND] == OP["LDS"]).any():   # loads are checked per run
+            traces[start, what] = pcs
+    return traces
+
+
+def _key(table: np.ndarray, traces: dict, stride: int) -> str:
+    """The disk cache's name for a run's module: its rows, its traces, the row length, these files and the CPU."""
+    jit = _jit()
+    rows = np.concatenate([table[pcs, :tr.RUN_FN] for pcs in traces.values()])
+    return hashlib.sha256(rows.tobytes() + repr((sorted(traces), stride)).encode() + jit.source_hash.encode()
+                          + f"{llvmlite.__version__} {jit.cpu} {jit.features} {WIDTH}".encode()).hexdigest()[:32]
+
