@@ -46,10 +46,10 @@ def float32_arithmetic(bench, rng, n):
         MUFU.RCP R56, R8 ; MUFU.RSQ R57, R9 ; MUFU.SQRT R58, R10 ; MUFU.EX2 R59, R8 ;
         I2F.F32.S32 R60, R11 ; I2F.F32.U32 R61, R11 ; F2F.F64.F32 R62, R8 ;
         FFMA R64, R8, R9, R64 ; FFMA R64, R10, -2.0, -R64 ; FFMA R65, R9, R65, R65 ;
-        FADD R66, R8, R9 ; MOV R67, R66 ; FMNMX.MIN R68, R66, R10 ; FFMA R66, R66, R9, R10 ;
+        FADD R66, R8, R9 ; MOV R67, R66 ; FMNMX.MIN R68, R66, R10 ; FFMA R66, R66, R9, R10 ; MUFU.LG2 R69, R9 ;
     """
     words = np.concatenate([float32_words(rng, n, 3), rng.integers(0, 2**32, (n, 1))], axis=1)
-    return body, words, 29, {}, []
+    return body, words, 30, {}, []
 
 
 def float64_arithmetic(bench, rng, n):

@@ -7,8 +7,11 @@ are in `launch.FLOPS_PER_LANE`.
 
 Simplifications, on purpose: FFMA rounds the product and the sum separately (numpy has no
 fused float32 multiply-add) and DFMA is likewise a multiply then an add; packed-half results
-are computed in float64 and rounded once to the format; denormals are kept; MUFU uses
-numpy's float32 functions, not the unit's approximations. Min and max are IEEE 754-2019
+are computed in float64 and rounded once to the format; denormals are kept; MUFU computes
+exact results (reciprocal, square root), exp2 and log2 in float64 rounded once to float32 (the
+float32 result correctly rounded: numpy's float64 routines and libm's, which the native engine
+calls, round alike to float32 for every float32 input; their float32 routines differ in the last
+bit), and sine and cosine with numpy's float32 functions, not the unit's approximations. Min and max are IEEE 754-2019
 minimumNumber and maximumNumber (`numerics.float_min`), as on NVIDIA and AMD GPUs. Arithmetic
 that gives NaN gives the canonical NaN (`numerics.canonical`), as NVIDIA GPUs do.
 """
@@ -217,6 +220,7 @@ def packed_half(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
 def mufu(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     regs = blocks.registers
     fn = {"RCP": lambda x: F32(1) / x, "RSQ": lambda x: F32(1) / np.sqrt(x), "SQRT": np.sqrt,
-          "EX2": np.exp2, "LG2": np.log2, "SIN": np.sin, "COS": np.cos}[inst.mod("fn")]
+          "EX2": lambda x: np.exp2(np.asarray(x, np.float64)), "LG2": lambda x: np.log2(np.asarray(x, np.float64)),
+          "SIN": np.sin, "COS": np.cos}[inst.mod("fn")]
     d, b = regs.F[regs.dest(inst.rd)], regs.b32(inst, regs.F, F32)
     return lambda mask: write(d, canonical(np.asarray(fn(b), F32)), mask)

@@ -344,13 +344,18 @@ def v_frnd(R, F, P, l, o, bf):
 
 @inline
 def v_mufu(R, F, P, l, o, bf):
-    """RCP, RSQ, SQRT (the exact ones; the others are left to the reference)."""
+    """RCP, RSQ, SQRT (exact), EX2 and LG2 (in float64, rounded once, as `floating.mufu`); SIN and COS are
+    left to the reference."""
     x = F[o[O_B], l] if o[O_BREG] else bf
     if o[O_M1] == 0:
         return canonical32(np.float32(1) / x)
     if o[O_M1] == 1:
         return canonical32(np.float32(1) / np.sqrt(x))
-    return canonical32(np.sqrt(x))
+    if o[O_M1] == 2:
+        return canonical32(np.sqrt(x))
+    if o[O_M1] == 3:
+        return canonical32(np.float32(math.exp2(np.float64(x))))
+    return canonical32(np.float32(math.log2(np.float64(x))))
 
 
 # -- 64-bit results (register pairs) ----------------------------------------------------------------

@@ -15,7 +15,7 @@ the same in two parts:
   together (uniform branches, exits and barriers included).
 
 Instructions the engine leaves to the reference (atomics, votes, the matrix unit, packed
-halves, transcendental MUFU functions whose numpy results differ from libm's, conversions to
+halves, the sine and cosine of MUFU, whose numpy results differ from libm's, conversions to
 16-bit formats, and any instruction naming a register the kernel does not declare, which must
 fault as the reference faults) go back to the scheduler, which runs them through their binders,
 as it does branches that split a group. The engine counts what the reference counts with the
@@ -52,7 +52,7 @@ NEG_A, NEG_B, NEG_C, ABS_A, ABS_B = 1, 2, 4, 8, 16
 
 _MEMORY = frozenset(MEMORY_OPS)
 _SIGNED_SUBWORD = {"S8", "S16"}
-_NATIVE_MUFU = ("RCP", "RSQ", "SQRT")     # exact IEEE operations; the others follow numpy's own routines
+_NATIVE_MUFU = ("RCP", "RSQ", "SQRT", "EX2", "LG2")    # exact, or float64 rounded once; SIN, COS are numpy's own
 
 
 class Untranslatable(Exception):
