@@ -191,6 +191,14 @@ class Mmu:
         system = (entries & np.uint64(PTE_SYSTEM)) != 0
         return pa, bool(system[0]) if system.all() or not system.any() else system
 
+    def hit(self, vmid: int, va: int, size: int, write: bool, execute: bool = False) -> Run | None:
+        """The TLB's run that holds all of [va, va+size) and allows the access, if it has one (no walk): the
+        front end's common case, one piece (`translate_range` does the rest)."""
+        needed = PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
+        with self.lock:
+            run = self._lookup_run(vmid, va, va + size - 1)
+        return run if run is not None and run.flags & needed == needed and size > 0 else None
+
     def translate_range(self, vmid: int, va: int, size: int, write: bool, execute: bool = False
                         ) -> list[tuple[bool, int, int]]:
         """(system, pa, length) pieces covering [va, va+size), for the front end and copy engine."""
