@@ -211,20 +211,21 @@ def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: i
     or loaded. At a translation's first launch, runs compiled before (by this process or an earlier one)
     are loaded from the disk cache at once. (Compiling costs about as much per instruction as fusing saves
     per instruction and thread, so a run's length does not enter.)"""
+    loaded = 0
     if translation.unfused is None:
         translation.unfused = runs(translation.table)
         translation.executed = np.zeros(len(translation.translated), np.int64)
         kept = _compiled_before(translation.table, translation.unfused, stride)
         if kept.any():
-            return _fuse_pending(translation, kept, stride)
+            loaded = _fuse_pending(translation, kept, stride)
     pending = translation.unfused
     if not pending.size:                        # nothing left to fuse: no counting either
-        return 0
+        return loaded
     translation.executed += counts
     hot = translation.executed[pending[:, 0]] >= after
     if not hot.any():
-        return 0
-    return _fuse_pending(translation, hot, stride)
+        return loaded
+    return loaded + _fuse_pending(translation, hot, stride)
 
 
 def _compiled_before(table: np.ndarray, found: np.ndarray, stride: int) -> np.ndarray:
