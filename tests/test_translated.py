@@ -18,7 +18,7 @@ from lapis.hardware.simt import KernelFault, fused, scheduler
 from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.native_counters import TALLY_SLOTS, wavefronts
 from lapis.hardware.simt.translate import LOOP_LEN, OPS, RUN_LEN, RUN_LOADS, translate
-from lapis.isa import assemble
+from lapis.isa import assemble, format_instruction
 from test_simt import _run_twice
 
 SPECIAL_FLOATS = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1.5, -2.5, 1e-39, -1e-39, 3.4e38, 7.0, 0.5],
@@ -259,24 +259,29 @@ def test_fused_loads_of_shared_memory_give_the_reference_results_and_counters(bl
     assert counters.bank_conflicts > 0
 
 
+@pytest.mark.parametrize("loads, bad", [
+    ("LDS R42, [R61] ;", 64),                                   # word 64: past the block's 256 bytes
+    ("LDS R42, [R61] ; LDS R44, [R61+0x40] ;", 50),             # the second, 16 words on, is past them
+])
 @pytest.mark.parametrize("sim, after", [("translated", "0"), ("reference", "never")])
-def test_a_fused_load_that_would_fault_faults_where_the_reference_does(sim, after, monkeypatch):
+def test_a_fused_load_that_would_fault_faults_where_the_reference_does(loads, bad, sim, after, monkeypatch):
     """The engine checks a fused run's loads before the run: when one lane's would fault, the run goes one
     instruction at a time, and the load faults as the reference's does: issued, with nothing after it."""
     monkeypatch.setenv("LAPIS_SIM", sim)
     monkeypatch.setenv("LAPIS_FUSE_AFTER", after)
     bench = Bench("teaching")
-    body = "SHL R61, R8, 0x2 ; IADD R40, R8, 0x1 ; FADD R41, R40, R40 ; LDS R42, [R61] ; IADD R43, R42, R40 ;"
-    inputs = np.arange(64, dtype=np.uint32)[:, None]
-    bench.lanes(body, inputs, 4, shared=256)
-    inputs[37] = 64                                                 # word 64: past the block's 256 bytes
+    body = f"SHL R61, R8, 0x2 ; IADD R40, R8, 0x1 ; FADD R41, R40, R40 ; {loads} IADD R43, R42, R40 ;"
+    inputs = np.arange(64, dtype=np.uint32)[:, None] % 48
+    bench.lanes(body, inputs, 5, shared=256)
+    inputs[37] = bad
     with pytest.raises(KernelFault, match="shared memory access outside the block's 256 bytes") as fault:
-        bench.lanes(body, inputs, 4, shared=256)
+        bench.lanes(body, inputs, 5, shared=256)
     if sim == "translated":
-        assert _fused_table(bench)[:, RUN_LOADS].sum() == 1
+        assert _fused_table(bench)[:, RUN_LOADS].sum() == loads.count("LDS")
     pc = fault.value.pc // 16
     counted = bench.gpu.simt.counters.thread_instructions
     assert counted[:pc + 1].min() == 64 and counted[pc + 1:].sum() == 0     # issued up to the load, none after
+    assert format_instruction(bench.last[0][pc], 0).startswith(loads.split(" ;")[-2].strip())
 
 
 def test_launches_over_grids_of_other_sizes_each_run_their_own_fused_code(monkeypatch):

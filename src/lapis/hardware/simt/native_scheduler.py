@@ -34,6 +34,7 @@ from lapis.hardware.simt.native import (
     NOP,
     PT,
     STG,
+    active_range,
     count_shared_access,
     instruction,
     private_addresses,
@@ -251,44 +252,62 @@ def check_loads(table, pc, n, group, group_full, R, sizes, lanes, scratch, laid,
     them: `fused.runs`). If none would, each load is counted as the engine counts it; else none is, and the
     engine runs the instructions one at a time, up to the load that faults.
 
-    Loads through one address register of one width (a tile's, at several offsets) count alike: their
-    lanes' words differ by one constant, which maps each bank to another and keeps each bank's distinct
-    words. So each such kind is counted once (bank wavefronts cost a pass over every warp) and its counts
-    are added again for the others."""
+    Loads through one address register of one width (a tile's, at several offsets) differ only by their
+    offset. Their lanes' words differ by one constant, which maps each bank to another and keeps each bank's
+    distinct words, so they count alike: each such kind is counted once (bank wavefronts cost a pass over
+    every warp) and its counts added again for the others. And where the offsets are whole multiples of the
+    width, alignment holds for all or none, so the first's lowest and highest address, moved by the offset,
+    check the others without another pass over the lanes."""
     where = scratch[1, :group.size]
-    kinds = scratch[2]          # per kind counted: address row, width, aligned offset?, bytes, wavefronts, ideal
-    most = kinds.size // 6
+    kinds = scratch[2]          # per kind counted: KIND_SLOTS values (see below)
+    most = kinds.size // KIND_SLOTS
     known = 0
     bytes0, wavefronts0, ideal0 = tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS]
     for i in range(pc, pc + n):
         t = table[i]
         if t[tr.KIND] != LDS:
             continue
-        status = private_addresses(t, group, group_full, R, sizes[0], False, where, where)
-        if status == -2:
-            tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS] = bytes0, wavefronts0, ideal0
-            return False
-        if status != 0:
-            continue
-        aligned = t[tr.SIMM] % t[tr.WIDTH] == 0           # which of the engine's two ways counts it
+        width, offset = t[tr.WIDTH], t[tr.SIMM]
+        aligned = offset % width == 0                     # which of the engine's two ways counts it
         k = 0
-        while k < known and not (kinds[6 * k] == t[tr.A] and kinds[6 * k + 1] == t[tr.WIDTH]
-                                  and kinds[6 * k + 2] == aligned):
+        while k < known and not (kinds[KIND_SLOTS * k] == t[tr.A] and kinds[KIND_SLOTS * k + 1] == width
+                                  and kinds[KIND_SLOTS * k + 2] == aligned):
             k += 1
+        kind = kinds[KIND_SLOTS * k:KIND_SLOTS * (k + 1)]
+        if k < known and aligned:
+            moved = offset - kind[6]
+            if kind[7] + moved < 0 or kind[8] + moved + width > sizes[0]:
+                tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS] = (bytes0, wavefronts0,
+                                                                                                  ideal0)
+                return False
+        else:
+            status = private_addresses(t, group, group_full, R, sizes[0], False, where, where)
+            if status == -2:
+                tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS] = (bytes0, wavefronts0,
+                                                                                                  ideal0)
+                return False
+            if status != 0:
+                continue
         if k < known:
-            tally[SHARED_BYTES] += kinds[6 * k + 3]
-            tally[SHARED_WAVEFRONTS] += kinds[6 * k + 4]
-            tally[SHARED_IDEAL_WAVEFRONTS] += kinds[6 * k + 5]
+            tally[SHARED_BYTES] += kind[3]
+            tally[SHARED_WAVEFRONTS] += kind[4]
+            tally[SHARED_IDEAL_WAVEFRONTS] += kind[5]
             continue
         before = (tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS])
         count_shared_access(t, group, group_full, R, where, sizes, lanes, laid, tally)
         if known < most:
-            kinds[6 * known], kinds[6 * known + 1], kinds[6 * known + 2] = t[tr.A], t[tr.WIDTH], aligned
-            kinds[6 * known + 3] = tally[SHARED_BYTES] - before[0]
-            kinds[6 * known + 4] = tally[SHARED_WAVEFRONTS] - before[1]
-            kinds[6 * known + 5] = tally[SHARED_IDEAL_WAVEFRONTS] - before[2]
+            _, lo, hi, _ = active_range(where, group, group_full)
+            kind[0], kind[1], kind[2], kind[6], kind[7], kind[8] = t[tr.A], width, aligned, offset, lo, hi
+            kind[3] = tally[SHARED_BYTES] - before[0]
+            kind[4] = tally[SHARED_WAVEFRONTS] - before[1]
+            kind[5] = tally[SHARED_IDEAL_WAVEFRONTS] - before[2]
             known += 1
     return True
+
+
+# A kind of load `check_loads` has counted: address row, width, offset a multiple of the width?, its bytes, bank
+# wavefronts and ideal wavefronts, then the first one's offset and its active lanes' lowest and highest address.
+KIND_SLOTS = 9
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
