@@ -29,15 +29,17 @@ def splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
 
 
 class Run:
-    """What the two loops of a fused function share: its arguments, the register file's row length, and what
-    is computed once in its entry block: operand B of each instruction whose B is an immediate or a constant
-    (`native.instruction`'s b32 and b64: a constant word past the bank reads 0), in every lane."""
+    """What the two loops of a fused function share: its arguments (`FUSED_SIGNATURE`: the register file,
+    predicates, group, constant bank, the batch's shared memory and each lane's first word of it), the register
+    file's row length, and what is computed once in its entry block: operand B of each instruction whose B is
+    an immediate or a constant (`native.instruction`'s b32 and b64: a constant word past the bank reads 0), and
+    the words of shared memory, in every lane."""
 
     def __init__(self, fn: ir.Function, entry: ir.IRBuilder, stride: int):
         self.entry, self.stride = entry, stride
         self.regs, self.preds, self.group, self.full, self.lanes, self.cbank, self.cbank_words = fn.args[:7]
-        self.shared, self.shared_base, self.shared_words_64 = fn.args[7:10]
-        self.shared_words = self.splat(entry.trunc(self.shared_words_64, I32))
+        self.shared, self.shared_base, self.shared_size = fn.args[7:10]          # shared memory's words: i64
+        self.shared_words = self.splat(entry.trunc(self.shared_size, I32))
         self.uniforms: dict[int, tuple[ir.Value, ir.Value]] = {}
 
     def operand_b(self, t, pc: int) -> tuple[ir.Value, ir.Value]:
@@ -172,7 +174,7 @@ class Lanes:
     def inside(self, word: ir.Value, count: int) -> ir.Value:
         """Whether `count` words from `word` (an i32, read unsigned) lie inside the batch's shared memory."""
         end = self.b.add(self.b.zext(word, I64), ir.Constant(I64, count))
-        return self.b.icmp_unsigned("<=", end, self.run.shared_words_64)
+        return self.b.icmp_unsigned("<=", end, self.run.shared_size)
 
     def _word_pointer(self, word: ir.Value, vector: bool = False) -> ir.Value:
         pointer = self.b.gep(self.run.shared, [self.b.zext(word, I64)])
