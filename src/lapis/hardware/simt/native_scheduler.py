@@ -276,18 +276,15 @@ def check_loads(table, pc, n, group, group_full, R, sizes, lanes, scratch, laid,
         kind = kinds[KIND_SLOTS * k:KIND_SLOTS * (k + 1)]
         if k < known and aligned:
             moved = offset - kind[6]
-            if kind[7] + moved < 0 or kind[8] + moved + width > sizes[0]:
-                tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS] = (bytes0, wavefronts0,
-                                                                                                  ideal0)
-                return False
+            faults = kind[7] + moved < 0 or kind[8] + moved + width > sizes[0]
         else:
             status = private_addresses(t, group, group_full, R, sizes[0], False, where, where)
-            if status == -2:
-                tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS] = (bytes0, wavefronts0,
-                                                                                                  ideal0)
-                return False
-            if status != 0:
+            if status == -1:                              # no lane loads: nothing to check or count
                 continue
+            faults = status == -2
+        if faults:
+            tally[SHARED_BYTES], tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS] = bytes0, wavefronts0, ideal0
+            return False
         if k < known:
             tally[SHARED_BYTES] += kind[3]
             tally[SHARED_WAVEFRONTS] += kind[4]
