@@ -253,7 +253,12 @@ def shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out
 @_engine
 def walk(vram_u64, root, vpn):
     """The page table's leaf entry for a virtual page (0 when unmapped), as `Mmu._walk` reads it."""
-    table = leaf_table(vram_u64, root, vpn)
+    return leaf_entry(vram_u64, leaf_table(vram_u64, root, vpn), vpn)
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def leaf_entry(vram_u64, table, vpn):
+    """A virtual page's entry in the last-level table at `table` (0 when there is no table or it is unmapped)."""
     slot = (table + np.int64(vpn & np.uint64(511)) * 8) >> 3
     if table < 0 or slot >= vram_u64.size:
         return np.int64(0)
@@ -291,10 +296,7 @@ def maps_in_one_run(vram_u64, root, vpn, pages, write, first):
             table = leaf_table(vram_u64, root, v)
             if table < 0:
                 return False
-        slot = (table + np.int64(v & np.uint64(511)) * 8) >> 3
-        if slot >= vram_u64.size:
-            return False
-        entry = np.int64(vram_u64[slot])
+        entry = leaf_entry(vram_u64, table, v)
         if (not entry & 1 or (write and not entry & 4) or (entry & 2) != (first & 2)
                 or (entry & ADDRESS_MASK) != (first & ADDRESS_MASK) + page * 4096):
             return False
