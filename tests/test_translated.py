@@ -16,7 +16,14 @@ from lapis.hardware import PTE_WRITABLE
 from lapis.hardware.caches import shared_wavefronts
 from lapis.hardware.simt import KernelFault, fused, scheduler
 from lapis.hardware.simt.fused import fuse_hot
-from lapis.hardware.simt.native_counters import TALLY_SLOTS, wavefronts
+from lapis.hardware.simt.native_counters import (
+    SHARED_BYTES,
+    SHARED_IDEAL_WAVEFRONTS,
+    SHARED_WAVEFRONTS,
+    TALLY_SLOTS,
+    count_shared,
+    wavefronts,
+)
 from lapis.hardware.simt.translate import LOOP_LEN, OPS, RUN_LEN, RUN_LOADS, translate
 from lapis.isa import assemble, format_instruction
 from test_simt import _run_twice
@@ -507,3 +514,36 @@ def test_the_engine_counts_bank_conflicts_as_the_reference(warp_size, words_per_
     # the same lanes' words one offset further count alike (`native_scheduler.check_loads` counts them once)
     shifted = np.where(laid >= 0, laid + int(rng.integers(1, 1000)), -1)
     assert tuple(wavefronts(shifted, warp_size, words_per_lane, tally)) == counted
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from([32, 64]), st.sampled_from([32, 48, 64, 96]), st.integers(1, 4), st.booleans(),
+       st.integers(0, 2**32 - 1))
+def test_a_masked_shared_access_counts_every_block(warp_size, threads_per_block, nblocks, alike, seed):
+    """native_counters.count_shared with some lanes inactive (a divergent access) counts each active lane's
+    word, as the bank model over every warp does: where all blocks lay out the same words it counts the
+    first block times the blocks, which must come to the same; where one block differs, every warp."""
+    rng = np.random.default_rng(seed)
+    warps_per_block = -(-threads_per_block // warp_size)
+    per_block = warps_per_block * warp_size
+    thread = np.tile(np.arange(threads_per_block), nblocks)
+    padded_lane = (np.repeat(np.arange(nblocks), threads_per_block) * per_block + thread).astype(np.int64)
+    words = rng.integers(0, 96, threads_per_block)
+    word = np.tile(words, nblocks)
+    active = np.tile(rng.random(threads_per_block) < 0.6, nblocks)
+    if not alike:                                   # one block reads other words, or other lanes of it read
+        block = int(rng.integers(nblocks))
+        lanes = slice(block * threads_per_block, (block + 1) * threads_per_block)
+        if rng.random() < 0.5:
+            word[lanes] = rng.integers(0, 96, threads_per_block)
+        else:
+            active[lanes] = rng.random(threads_per_block) < 0.6
+    active[0] = False                               # never the whole batch: the masked path
+    laid, tally = np.empty(nblocks * per_block, np.int64), np.zeros(TALLY_SLOTS, np.int64)
+    count_shared(active, False, word * 4, padded_lane, threads_per_block, warps_per_block, warp_size, nblocks,
+                 4, False, laid, tally)
+    every = np.full(nblocks * per_block, -1, np.int64)
+    every[padded_lane[active]] = word[active]
+    assert (tally[SHARED_WAVEFRONTS], tally[SHARED_IDEAL_WAVEFRONTS]) == shared_wavefronts(
+        every.reshape(-1, warp_size), 1)
+    assert tally[SHARED_BYTES] == 4 * np.count_nonzero(active)

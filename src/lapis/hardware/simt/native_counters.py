@@ -262,12 +262,26 @@ def count_shared(active, full, byte, padded_lane, threads_per_block, warps_per_b
         tally[SHARED_IDEAL_WAVEFRONTS] += ideal * nblocks
         return
     n = 0
-    laid[:] = -1
-    for l in range(active.size):
-        if active[l]:
-            laid[padded_lane[l]] = byte[l] >> 2
-            n += 1
+    if padded_lane[active.size - 1] == laid.size - 1:  # lanes in warps without padding: a select per lane
+        for l in range(active.size):
+            laid[l] = byte[l] >> 2 if active[l] else -1
+            n += active[l]
+    else:
+        laid[:] = -1
+        for l in range(active.size):
+            if active[l]:
+                laid[padded_lane[l]] = byte[l] >> 2
+                n += 1
     tally[SHARED_BYTES] += n * nbytes
-    w, ideal = wavefronts(laid, warp_size, per_lane, tally)
-    tally[SHARED_WAVEFRONTS] += w
-    tally[SHARED_IDEAL_WAVEFRONTS] += ideal
+    # Warps count apart, so where every block laid out the same words (the same lanes of each block active at
+    # the same offsets: a block-wide tree reduction's `if t < stride`), the first block's count, times the
+    # blocks, is the whole count: one pass over the lanes instead of the bank model's over every warp.
+    per_block = warps_per_block * warp_size
+    differ = 0
+    for k in range(per_block, nblocks * per_block, per_block):
+        for i in range(per_block):                    # an or of differences: LLVM vectorizes it
+            differ |= laid[k + i] ^ laid[i]
+    copies = nblocks if differ == 0 else 1
+    w, ideal = wavefronts(laid[:per_block] if copies > 1 else laid, warp_size, per_lane, tally)
+    tally[SHARED_WAVEFRONTS] += w * copies
+    tally[SHARED_IDEAL_WAVEFRONTS] += ideal * copies
