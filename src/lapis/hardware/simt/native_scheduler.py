@@ -382,12 +382,15 @@ def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, c
             lanes_n = waiting[pc]
             waiting[pc] = 0
             parked -= lanes_n
+            warps_n, last = 0, -1                            # one pass: the group, and its warps
             for l in range(L):
                 here = lane_pc[l] == pc
                 group[l] = here
                 if here:
                     lane_pc[l] = -1
-            warps_n = count_warps(group, lane_warp)
+                    if lane_warp[l] != last:
+                        warps_n += 1
+                        last = lane_warp[l]
             current = True
         cur[0], cur[1] = lanes_n, warps_n
         status, pc, ran = execute_path(table, pc, end, group, lanes_n == L, parked == 0, waiting, lanes_n, warps_n,
@@ -427,18 +430,22 @@ def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, c
             issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
             steps += 1
             g, gneg = t[tr.GUARD], t[tr.GUARD_NEG] != 0
+            warps_n, last = 0, -1                            # one pass: the lanes that go, the warps that stay
             for l in range(L):
-                if group[l] and P[g, l] != gneg:
-                    group[l] = False
-                    if kind == BRA:
-                        lane_pc[l] = target
-                    else:
-                        exited[l] = True
+                if group[l]:
+                    if P[g, l] != gneg:
+                        group[l] = False
+                        if kind == BRA:
+                            lane_pc[l] = target
+                        else:
+                            exited[l] = True
+                    elif lane_warp[l] != last:
+                        warps_n += 1
+                        last = lane_warp[l]
             if kind == BRA:
                 waiting[target] += taken
                 parked += taken
             lanes_n -= taken
-            warps_n = count_warps(group, lane_warp)
             pc += 1                                          # the rest runs on: the end and merge checks above
             if kind == BRA and target < pc < end:            # unless the branch went back: the lowest pc first
                 park(group, lane_pc, waiting, pc, lanes_n)
