@@ -232,21 +232,33 @@ def run_predicate(kind, R, F, P, d, active, full, o, bf, out):
 def shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out):
     """SHFL: every lane's source value read before any is written; a source outside the warp gives
     the lane its own value."""
-    d, a, breg, mode, is_breg = t[tr.D], t[tr.A], t[tr.B], t[tr.M1], t[tr.BMODE] == tr.B_REG
+    d, a, breg, mode = t[tr.D], t[tr.A], t[tr.B], t[tr.M1]
     L = active.size
-    for l in range(L):
-        x = np.int64(R[breg, l]) if is_breg else b32
-        lane = lane_in_warp[l]
-        if mode == 0:
-            src = x & (warp_size - 1)
-        elif mode == 1:
-            src = lane - x
-        elif mode == 2:
-            src = lane + x
-        else:
-            src = lane ^ x
-        out[l] = R[a, warp_base[l] + src if 0 <= src < warp_len[l] else l]
+    source = R[a]
+    if t[tr.BMODE] == tr.B_REG:
+        for l in range(L):
+            src = shuffle_source(mode, lane_in_warp[l], np.int64(R[breg, l]), warp_size)
+            out[l] = source[warp_base[l] + src if 0 <= src < warp_len[l] else l]
+    else:
+        x = np.int64(b32)
+        for m in range(4):                  # a loop per mode, in which the mode is a constant
+            if m == mode:
+                for l in range(L):
+                    src = shuffle_source(m, lane_in_warp[l], x, warp_size)
+                    out[l] = source[warp_base[l] + src if 0 <= src < warp_len[l] else l]
     store(R[d, :L], out, active, False)
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def shuffle_source(mode, lane, x, warp_size):
+    """The lane of its warp that `lane` reads in SHFL's mode IDX, UP, DOWN or BFLY (0 to 3) with operand x."""
+    if mode == 0:
+        return x & (warp_size - 1)
+    if mode == 1:
+        return lane - x
+    if mode == 2:
+        return lane + x
+    return lane ^ x
 
 
 # -- memory ------------------------------------------------------------------------------------------
