@@ -25,7 +25,7 @@ from lapis.hardware.simt.native_counters import (
     lane_sectors,
     wavefronts,
 )
-from lapis.hardware.simt.translate import LOOP_LEN, OPS, RUN_LEN, RUN_LOADS, translate
+from lapis.hardware.simt.translate import LOOP_LEN, OPS, RUN_LEN, RUN_LOADS, RUN_WARP, translate
 from lapis.isa import assemble, format_instruction
 from test_simt import _run_twice
 
@@ -267,6 +267,48 @@ def test_fused_loads_of_shared_memory_give_the_reference_results_and_counters(bl
     assert counters.bank_conflicts > 0
 
 
+# Shuffles by an immediate inside runs of arithmetic: a butterfly sum, each mode, sources past the warp (the lane's
+# own value on 32-wide warps, another's on 64-wide), a divergent group (the masked loop) and a guarded shuffle,
+# then a loop whose lanes leave it after one to four trips while the rest shuffle with their last values.
+SHUFFLES = """
+    I2F.F32.U32 R40, R8 ;
+    SHFL.BFLY R41, R40, 0x10 ; FADD R40, R40, R41 ; SHFL.BFLY R41, R40, 0x8 ; FADD R40, R40, R41 ;
+    SHFL.DOWN R42, R8, 0x3 ; IADD R43, R42, R8 ; SHFL.UP R44, R8, 0x5 ; SHFL.IDX R45, R8, 0x7 ;
+    SHFL.IDX R46, R8, 0x27 ; SHFL.BFLY R47, R8, 0x21 ; SHFL.DOWN R48, R8, 0x30 ;
+    LOP.AND R60, R8, 0x1 ; ISETP.EQ.U32.AND P1, R60, 0x0, PT ; MOV R49, 0x0 ; MOV R50, 0x0 ;
+    @!P1 BRA skip ;
+    SHFL.DOWN R61, R8, 0x1 ; IADD R49, R61, 0x1 ; LOP.AND R62, R9, 0x1 ; ISETP.EQ.U32.AND P3, R62, 0x0, PT ;
+    @P3 SHFL.UP R50, R9, 0x2 ;
+skip:
+    MOV R51, R8 ; MOV R52, 0x0 ; LOP.AND R63, R9, 0x3 ;
+top:
+    SHFL.BFLY R53, R51, 0x1 ; IADD R51, R51, R53 ; IADD R52, R52, 0x1 ; ISETP.LE.U32.AND P2, R52, R63, PT ;
+    @P2 BRA top ;
+"""
+
+
+@pytest.mark.parametrize("profile, block", [("teaching", 64), ("teaching", 48), ("mi300x", 128), ("mi300x", 96)])
+def test_fused_shuffles_give_the_reference_results_and_counters(profile, block, monkeypatch):
+    """Runs that shuffle, fused with a whole warp per vector (blocks of whole warps) or left to the engine (blocks
+    that end in part of a warp), against the reference: values and every counter."""
+    results = []
+    for sim, after in (("translated", "0"), ("reference", "never")):
+        monkeypatch.setenv("LAPIS_SIM", sim)
+        monkeypatch.setenv("LAPIS_FUSE_AFTER", after)
+        bench = Bench(profile)
+        inputs = np.random.default_rng(block).integers(0, 2**32, (block * 6, 2))
+        outs = [bench.lanes(SHUFFLES, inputs, 14, block=block) for _ in range(2)]
+        results.append((outs, bench.gpu.simt.counters, bench))
+    (fused, counters, bench), (reference, counters0, _) = results
+    for out, out0 in zip(fused, reference, strict=True):
+        assert out.shape == out0.shape and np.array_equal(out, out0), np.argwhere(out != out0)[:5]
+    assert counters == counters0
+    table = _fused_table(bench)
+    shuffling = table[:, RUN_WARP] != 0
+    assert shuffling.any() and (table[shuffling, RUN_WARP] == bench.gpu.simt.warp_size).all()
+    assert table[:, LOOP_LEN].any()                      # the loop that shuffles, fused as a loop
+
+
 @pytest.mark.parametrize("loads, bad", [
     ("LDS R42, [R61] ;", 64),                                   # word 64: past the block's 256 bytes
     ("LDS R42, [R61] ; LDS R44, [R61+0x40] ;", 50),             # the second, 16 words on, is past them
@@ -390,7 +432,7 @@ from lapis.isa import assemble
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.simt.fused import fuse
 table = tr.translate(assemble("FFMA R1, R1, 0.5, R2 ;\\nFADD R3, R1, R2 ;\\nEXIT ;"), 8).table
-print(fuse(table, [(0, 2)], 304), table[0, tr.RUN_FN] != 0)
+print(fuse(table, [(0, 2)], 304, 32), table[0, tr.RUN_FN] != 0)
 """
 
 
@@ -422,7 +464,7 @@ from lapis.isa import assemble
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.simt.fused import fuse_hot
 translation = tr.translate(assemble("FFMA R1, R1, 0.5, R2 ;\\nFADD R3, R1, R2 ;\\nEXIT ;"), 8)
-print(fuse_hot(translation, np.full(3, 64), int(sys.argv[1]), 304), translation.table[0, tr.RUN_FN] != 0)
+print(fuse_hot(translation, np.full(3, 64), int(sys.argv[1]), 304, 32), translation.table[0, tr.RUN_FN] != 0)
 """
 
 

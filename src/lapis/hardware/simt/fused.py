@@ -11,7 +11,8 @@ QEMU's translation blocks do this for guest code; here a hot program's runs beco
 LLVM IR, built with llvmlite (the LLVM numba is built on) and compiled to machine code, one
 function per run that takes 16 lanes at a time (`WIDTH`) through every instruction of the run
 with their registers held in vector registers: each register row is read once and written once
-per run, not once per instruction.
+per run, not once per instruction. A run that shuffles by an immediate (a warp reduction's
+butterfly) takes a whole warp at a time instead, so each shuffle is one vector shuffle.
 
 What each operation computes is written a second time, in LLVM IR, in `fused_ir.py` (over the lanes of
 `fused_lanes.py`), to mean exactly what `native_values.py` and `native.memory` mean; this module finds the
@@ -31,8 +32,9 @@ After each launch the scheduler adds the launch's counts to the program's (`fuse
 compiles the runs that threads have run `SimtCore.FUSE_AFTER` times in all: compiling costs
 about 1.5 ms per instruction (half of it building the IR in Python), so only hot runs pay.
 Each function's address and length go into its run's first table row (`RUN_FN`, `RUN_LEN`,
-`CHAIN_FN`, `CHAIN_LEN`, `LOOP_FN`, `LOOP_LEN`; a run's loads in `RUN_LOADS`); the native scheduler
-calls it there and counts the instructions as issued. The object code is kept on disk, under
+`CHAIN_FN`, `CHAIN_LEN`, `LOOP_FN`, `LOOP_LEN`; a run's loads in `RUN_LOADS`, the warp size of a run that
+shuffles in `RUN_WARP`); the native scheduler calls it there (one that shuffles only where every block is
+whole warps) and counts the instructions as issued. The object code is kept on disk, under
 $LAPIS_CACHE_DIR/fused or ~/.cache/lapis/fused, keyed by the rows it was made from, these files and
 the host CPU; LAPIS_CACHE_DIR=off keeps none.
 """
@@ -68,17 +70,20 @@ def runs(table: np.ndarray) -> np.ndarray:
     A run may hold loads of whole words from shared memory (LDS of 4, 8 or 16 bytes, unguarded) whose address
     register no earlier instruction of the run writes: the engine checks and counts each of them, from the
     registers as they are before the run, before it calls the run (`native_scheduler.check_loads`). Nothing
-    in a run stores to shared memory, so a lane's loads see what they would see one instruction at a time."""
+    in a run stores to shared memory, so a lane's loads see what they would see one instruction at a time.
+
+    It may hold shuffles by an immediate (SHFL's lane from a constant): such a run takes a whole warp per
+    vector (`fuse`), so a lane's source is in its vector, and the engine calls it only on whole warps."""
     kinds = table[:, tr.KIND]
     targets = set(table[kinds == OP["BRA"], tr.BVAL].tolist())
     found, start, written = [], None, set()
     for pc, kind in enumerate(kinds.tolist() + [-1]):
         load = kind == OP["LDS"]
-        if start is not None and (kind not in EMITTERS or pc in targets or
-                                  load and not loads_before(table[pc], written)):
+        fusable = kind in EMITTERS and (kind != OP["SHFL"] or table[pc, tr.BMODE] == tr.B_IMM)
+        if start is not None and (not fusable or pc in targets or load and not loads_before(table[pc], written)):
             found.append((start, pc - start))
             start = None
-        if kind in EMITTERS and (not load or loads_before(table[pc], set())):
+        if fusable and (not load or loads_before(table[pc], set())):
             if start is None:
                 start, written = pc, set()
             written.update(EMITTERS[kind].writes(table[pc]))
@@ -205,9 +210,10 @@ def _write(path: Path | None, code: bytes) -> None:
         pass
 
 
-def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: int) -> int:
+def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: int, warp_size: int) -> int:
     """Add a launch's per-pc thread-instruction counts to the program's, and compile the runs that threads
-    have now run `after` times, for register files of rows `stride` lanes long; returns how many it compiled
+    have now run `after` times, for register files of rows `stride` lanes long (and warps of `warp_size`
+    lanes, for runs that shuffle); returns how many it compiled
     or loaded. At a translation's first launch, runs compiled before (by this process or an earlier one)
     are loaded from the disk cache at once. (Compiling costs about as much per instruction as fusing saves
     per instruction and thread, so a run's length does not enter.)"""
@@ -215,9 +221,9 @@ def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: i
     if translation.unfused is None:
         translation.unfused = runs(translation.table)
         translation.executed = np.zeros(len(translation.translated), np.int64)
-        kept = _compiled_before(translation.table, translation.unfused, stride)
+        kept = _compiled_before(translation.table, translation.unfused, stride, warp_size)
         if kept.any():
-            loaded = _fuse_pending(translation, kept, stride)
+            loaded = _fuse_pending(translation, kept, stride, warp_size)
     pending = translation.unfused
     if not pending.size:                        # nothing left to fuse: no counting either
         return loaded
@@ -225,24 +231,24 @@ def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: i
     hot = translation.executed[pending[:, 0]] >= after
     if not hot.any():
         return loaded
-    return loaded + _fuse_pending(translation, hot, stride)
+    return loaded + _fuse_pending(translation, hot, stride, warp_size)
 
 
-def _compiled_before(table: np.ndarray, found: np.ndarray, stride: int) -> np.ndarray:
+def _compiled_before(table: np.ndarray, found: np.ndarray, stride: int, warp_size: int) -> np.ndarray:
     """Which of the runs `found` the disk cache has object code for, for rows `stride` lanes long."""
     directory, run_at = _cache_directory(), dict(found.tolist())
     if directory is None or not found.size:
         return np.zeros(len(found), bool)
-    return np.array([(directory / f"{_key(table, _traces(table, run, run_at), stride)}.o").exists()
+    return np.array([(directory / f"{_key(table, _traces(table, run, run_at), stride, warp_size)}.o").exists()
                      for run in found.tolist()])
 
 
-def _fuse_pending(translation: Translation, chosen: np.ndarray, stride: int) -> int:
+def _fuse_pending(translation: Translation, chosen: np.ndarray, stride: int, warp_size: int) -> int:
     """Fuse the runs of `translation.unfused` that `chosen` marks."""
     pending = translation.unfused
     translation.unfused = pending[~chosen]
     try:
-        return fuse(translation.table, [tuple(run) for run in pending[chosen].tolist()], stride)
+        return fuse(translation.table, [tuple(run) for run in pending[chosen].tolist()], stride, warp_size)
     except Exception as error:                  # the runs stay with the engine, whose results are the same
         translation.unfused = pending[:0]
         warnings.warn(f"lapis: compiling a kernel's hot arithmetic failed ({error!r}); it runs unfused",
@@ -250,27 +256,28 @@ def _fuse_pending(translation: Translation, chosen: np.ndarray, stride: int) -> 
         return 0
 
 
-def fuse(table: np.ndarray, found: list[tuple[int, int]], stride: int) -> int:
+def fuse(table: np.ndarray, found: list[tuple[int, int]], stride: int, warp_size: int) -> int:
     """Compile the runs `found` ((first pc, length) each) of a program's table, each with its `chain` and
     `loop` where it has them, for register files of rows `stride` lanes long, and enter them in it (the engine
     calls one only on such a file); returns how many runs. Each run is a module of its own, kept on disk."""
     jit, run_at = _jit(), dict(runs(table).tolist())
     for run in found:
         traces = _traces(table, run, run_at)
-        key = _key(table, traces, stride)
+        key, width = _key(table, traces, stride, warp_size), _width(table, traces, warp_size)
         names = {trace: f"lapis_fused_{key}_{trace[0]}_{trace[1]}" for trace in traces}
 
-        def build(key=key, traces=traces, names=names) -> ir.Module:
+        def build(key=key, traces=traces, names=names, width=width) -> ir.Module:
             module = ir.Module(name=key)
             module.triple = llvm.get_process_triple()
             for trace, pcs in traces.items():
-                (emit_loop if trace[1] == "loop" else emit_run)(module, names[trace], table, pcs, stride)
+                (emit_loop if trace[1] == "loop" else emit_run)(module, names[trace], table, pcs, stride, width)
             return module
 
         addresses = jit.load(key, build, list(names.values()))
         for (start, what), pcs in traces.items():
             fn, length = COLUMNS_OF[what]
             table[start, fn], table[start, tr.RUN_STRIDE] = addresses[names[start, what]], stride
+            table[start, tr.RUN_WARP] = warp_size if width == warp_size else 0
             if what == "run":
                 table[start, tr.RUN_LOADS] = np.count_nonzero(table[pcs, tr.KIND] == OP["LDS"])
             table[start, length] = len(pcs)             # last: the engine reads the length first
@@ -287,10 +294,18 @@ def _traces(table: np.ndarray, run: tuple[int, int], run_at: dict[int, int]) -> 
     return traces
 
 
-def _key(table: np.ndarray, traces: dict, stride: int) -> str:
-    """The disk cache's name for a run's module: its rows, its traces, the row length, these files and the CPU."""
+def _width(table: np.ndarray, traces: dict, warp_size: int) -> int:
+    """The lanes per vector of a run's functions: a warp's where a trace shuffles, else `WIDTH`."""
+    shuffles = any((table[pcs, tr.KIND] == OP["SHFL"]).any() for pcs in traces.values())
+    return warp_size if shuffles else WIDTH
+
+
+def _key(table: np.ndarray, traces: dict, stride: int, warp_size: int) -> str:
+    """The disk cache's name for a run's module: its rows, its traces, the row length, the lanes per vector,
+    these files and the CPU."""
     jit = _jit()
     rows = np.concatenate([table[pcs, :tr.RUN_FN] for pcs in traces.values()])
-    return hashlib.sha256(rows.tobytes() + repr((sorted(traces), stride)).encode() + jit.source_hash.encode()
-                          + f"{llvmlite.__version__} {jit.cpu} {jit.features} {WIDTH}".encode()).hexdigest()[:32]
+    shape = (sorted(traces), stride, _width(table, traces, warp_size))
+    return hashlib.sha256(rows.tobytes() + repr(shape).encode() + jit.source_hash.encode()
+                          + f"{llvmlite.__version__} {jit.cpu} {jit.features}".encode()).hexdigest()[:32]
 

@@ -1,13 +1,13 @@
 """Fused runs, the IR: what each operation a fused run can hold computes, written in LLVM IR over a vector of lanes.
 
 `fused.py` decides which runs to compile and compiles them; this module writes them. `emit_run` writes one
-function: a loop over the lanes, `WIDTH` at a time, that takes every lane of a vector through every
-instruction of the run (`Lanes`, in `fused_lanes.py`, holds the IR values of the rows the run has read or
-written so far, `Run` what the function computes once). `EMITTERS` has one emitter per operation, each
-written to mean exactly what `native_values.py` means: integers wrap at 32 or 64 bits, float32 and float64
-round at every operation and are never contracted into fused multiply-adds, NaN results are the canonical
-NaN, min and max are IEEE 754-2019's minimumNumber and maximumNumber; a load of shared memory reads what
-`native.memory` reads.
+function: a loop over the lanes, a vector at a time (`fused_lanes.WIDTH`, or a warp where the run shuffles),
+that takes every lane of a vector through every instruction of the run (`Lanes`, in `fused_lanes.py`, holds
+the IR values of the rows the run has read or written so far, `Run` what the function computes once).
+`EMITTERS` has one emitter per operation, each written to mean exactly what `native_values.py` means: integers
+wrap at 32 or 64 bits, float32 and float64 round at every operation and are never contracted into fused
+multiply-adds, NaN results are the canonical NaN, min and max are IEEE 754-2019's minimumNumber and
+maximumNumber; a load of shared memory reads what `native.memory` reads, a shuffle what `native.shuffle` does.
 """
 
 from collections.abc import Callable
@@ -16,7 +16,8 @@ import numpy as np
 from llvmlite import ir
 
 import lapis.hardware.simt.translate as tr
-from lapis.hardware.simt.fused_lanes import F32, F64, I32, I64, WIDTH, Lanes, Run
+from lapis.hardware.simt.fused_lanes import F32, F64, I32, I64, Lanes, Run
+from lapis.hardware.simt.native import shuffle_source
 from lapis.hardware.simt.native_scheduler import FUSED_SIGNATURE
 from lapis.hardware.simt.native_values import MASK32
 from lapis.hardware.simt.translate import OP
@@ -146,6 +147,16 @@ def _load_shared(x: Lanes, t, pc) -> None:
 _load_shared.writes = lambda t: [("R", row) for row in _loaded_rows(t)]
 
 
+def _shuffle(x: Lanes, t, pc):
+    """SHFL by an immediate, the vector a whole warp: each lane's source lane is a constant, so the shuffle is one
+    vector shuffle; a source outside the warp gives the lane its own value (`native.shuffle`)."""
+    mode, operand, lanes = int(t[tr.M1]), int(t[tr.BVAL]) & MASK32, x.width
+    sources = [shuffle_source(mode, lane, operand, lanes) for lane in range(lanes)]
+    picks = [source if 0 <= source < lanes else lane for lane, source in enumerate(sources)]
+    value = x.u32(int(t[tr.A]))
+    return x.b.shuffle_vector(value, ir.Constant(value.type, ir.Undefined), ir.Constant(x.type(I32), picks))
+
+
 EMITTERS: dict[int, Callable[[Lanes, np.ndarray, int], None]] = {OP[name]: emit for name, emit in {
     # 32-bit integers
     "MOV": _u32(lambda x, t, pc: x.b32(t, pc)),
@@ -195,6 +206,8 @@ EMITTERS: dict[int, Callable[[Lanes, np.ndarray, int], None]] = {OP[name]: emit 
     "PLOP": _predicate(_plop),
     # loads of shared memory the engine has checked
     "LDS": _load_shared,
+    # shuffles by an immediate, in whole warps
+    "SHFL": _u32(_shuffle),
 }.items()}
 
 
@@ -208,24 +221,25 @@ def steps_of(table: np.ndarray, pcs: list[int]) -> tuple[list, dict]:
     return steps, last_writes
 
 
-def function(module: ir.Module, name: str, signature: ir.FunctionType, stride: int):
-    """A fused function's declaration, its entry block and `Run`, and the lanes rounded up to whole vectors."""
+def function(module: ir.Module, name: str, signature: ir.FunctionType, stride: int, width: int):
+    """A fused function's declaration, its entry block and `Run` (vectors of `width` lanes), and the lanes
+    rounded up to whole vectors."""
     fn = ir.Function(module, signature, name)
     for arg in (fn.args[i] for i in (0, 1, 2, 5, 7, 8)):
         arg.add_attribute("noalias")     # registers, predicates, group, constants, shared memory, its bases
     entry = ir.IRBuilder(fn.append_basic_block("entry"))
-    run = Run(fn, entry, stride)
-    padded = entry.and_(entry.add(run.lanes, ir.Constant(I64, WIDTH - 1)), ir.Constant(I64, -WIDTH))
+    run = Run(fn, entry, stride, width)
+    padded = entry.and_(entry.add(run.lanes, ir.Constant(I64, width - 1)), ir.Constant(I64, -width))
     return fn, entry, run, padded
 
 
-def emit_run(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], stride: int) -> None:
+def emit_run(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], stride: int, width: int) -> None:
     """One function running the instructions at `pcs` (a run, or a run, an unconditional branch and the run at
-    its target: the branch emits nothing) over the lanes, WIDTH at a time: over every lane when the group is
+    its target: the branch emits nothing) over the lanes, `width` at a time: over every lane when the group is
     full, else under the group's mask. The lanes past the last whole vector are computed too, into the rows'
     padding (`registers.padded_lanes`), where no one reads them. The register file's rows are `stride` lanes
     long."""
-    fn, entry, run, padded = function(module, name, FUSED_SIGNATURE, stride)
+    fn, entry, run, padded = function(module, name, FUSED_SIGNATURE, stride, width)
     steps, last_writes = steps_of(table, pcs)
     done = fn.append_basic_block("done")
     ir.IRBuilder(done).ret_void()
@@ -243,7 +257,7 @@ def emit_run(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], st
             x.step = k
             EMITTERS[int(t[tr.KIND])](x, t, pc)
         lane.add_incoming(ir.Constant(I64, 0), entry.block)
-        lane.add_incoming(b.add(lane, ir.Constant(I64, WIDTH)), b.block)
+        lane.add_incoming(b.add(lane, ir.Constant(I64, width)), b.block)
         b.branch(head)
         starts.append(head)
     entry.cbranch(entry.icmp_signed("!=", run.full, ir.Constant(I64, 0)), *starts)

@@ -1,4 +1,4 @@
-"""Fused runs, the lanes: what a fused function's IR works on, a vector of `WIDTH` lanes at a time.
+"""Fused runs, the lanes: what a fused function's IR works on, a vector of lanes at a time (`WIDTH`, or a warp).
 
 `Run` holds the function's arguments and what it computes once (operands that are the same in every lane);
 `Lanes` holds, for one vector of lanes, the IR values of the register and predicate rows the run has read or
@@ -16,27 +16,28 @@ from lapis.hardware.simt.registers import ROW_ALIGNMENT
 from lapis.isa import PT  # the predicate that is always true (its row stays true; writes to it are dropped)
 
 WIDTH = ROW_ALIGNMENT         # lanes per vector: one AVX-512 register of float32; LLVM splits it where narrower
+# A run that shuffles takes a whole warp per vector instead (32 or 64 lanes: two or four AVX-512 registers).
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 F32, F64 = ir.FloatType(), ir.DoubleType()
 
 
-def splat(b: ir.IRBuilder, value: ir.Value) -> ir.Value:
-    """A scalar in every lane of a vector."""
+def splat(b: ir.IRBuilder, value: ir.Value, width: int) -> ir.Value:
+    """A scalar in every lane of a vector of `width` lanes."""
     one = b.insert_element(ir.Constant(ir.VectorType(value.type, 1), ir.Undefined), value, ir.Constant(I32, 0))
     return b.shuffle_vector(one, ir.Constant(ir.VectorType(value.type, 1), ir.Undefined),
-                            ir.Constant(ir.VectorType(I32, WIDTH), [0] * WIDTH))
+                            ir.Constant(ir.VectorType(I32, width), [0] * width))
 
 
 class Run:
     """What the two loops of a fused function share: its arguments (`FUSED_SIGNATURE`: the register file,
     predicates, group, constant bank, the batch's shared memory and each lane's first word of it), the register
-    file's row length, and what is computed once in its entry block: operand B of each instruction whose B is
-    an immediate or a constant (`native.instruction`'s b32 and b64: a constant word past the bank reads 0), and
-    the words of shared memory, in every lane."""
+    file's row length, the lanes per vector (`width`), and what is computed once in its entry block: operand B
+    of each instruction whose B is an immediate or a constant (`native.instruction`'s b32 and b64: a constant
+    word past the bank reads 0), and the words of shared memory, in every lane."""
 
-    def __init__(self, fn: ir.Function, entry: ir.IRBuilder, stride: int):
-        self.entry, self.stride = entry, stride
+    def __init__(self, fn: ir.Function, entry: ir.IRBuilder, stride: int, width: int = WIDTH):
+        self.entry, self.stride, self.width = entry, stride, width
         self.regs, self.preds, self.group, self.full, self.lanes, self.cbank, self.cbank_words = fn.args[:7]
         self.shared, self.shared_base, self.shared_size = fn.args[7:10]          # shared memory's words: i64
         self.shared_words = self.splat(entry.trunc(self.shared_size, I32))
@@ -61,13 +62,13 @@ class Run:
         return self.uniforms[pc]
 
     def splat(self, value: ir.Value) -> ir.Value:
-        return splat(self.entry, value)
+        return splat(self.entry, value, self.width)
 
 
 class Lanes:
-    """The IR for one instruction run over WIDTH lanes from lane `l` (an i64), with the running group's
-    lanes in `mask` (an i1 per lane, or None when all run). Rows are read at their first use and kept
-    as values, and stored after the run's last write to them."""
+    """The IR for one instruction run over a vector of lanes (`Run.width` of them) from lane `l` (an i64), with
+    the running group's lanes in `mask` (an i1 per lane, or None when all run). Rows are read at their first use
+    and kept as values, and stored after the run's last write to them."""
 
     def __init__(self, builder: ir.IRBuilder, run: Run, l: ir.Value, last_writes: dict[tuple[str, int], int]):
         self.b, self.run, self.l = builder, run, l
@@ -77,19 +78,20 @@ class Lanes:
         self.pred_rows: dict[int, ir.Value] = {}
         self.last_writes = last_writes       # ("R" or "P", row) -> the step that writes it last in the run
         self.step = -1                       # the step being emitted (its place in the run)
+        self.width = run.width
 
     # -- types and constants -----------------------------------------------------------------------------
     def type(self, scalar: ir.Type) -> ir.Type:
-        return ir.VectorType(scalar, WIDTH)
+        return ir.VectorType(scalar, self.width)
 
     def const(self, scalar: ir.Type, value) -> ir.Value:
         if isinstance(scalar, ir.IntType) and scalar.width > 1:      # IR integers are written signed
             value &= (1 << scalar.width) - 1
             value -= (value >> (scalar.width - 1)) << scalar.width
-        return ir.Constant(self.type(scalar), [value] * WIDTH)
+        return ir.Constant(self.type(scalar), [value] * self.width)
 
     def splat(self, value: ir.Value) -> ir.Value:
-        return splat(self.b, value)
+        return splat(self.b, value, self.width)
 
     # -- rows -----------------------------------------------------------------------------------------------
     def address(self, which: str, row: int, scalar: ir.Type):
@@ -145,10 +147,10 @@ class Lanes:
         memory (a padding lane's, an inactive lane's) are never read: the engine has checked the lanes that load."""
         b = self.b
         lane0 = b.extract_element(first, ir.Constant(I32, 0))
-        step = ir.Constant(self.type(I32), [lane * words for lane in range(WIDTH)])
-        uniform = b.and_(self.every(b.icmp_unsigned("==", first, splat(b, lane0))), self.inside(lane0, words))
-        consecutive = b.and_(self.every(b.icmp_unsigned("==", first, b.add(splat(b, lane0), step))),
-                             self.inside(lane0, words * WIDTH))
+        step = ir.Constant(self.type(I32), [lane * words for lane in range(self.width)])
+        uniform = b.and_(self.every(b.icmp_unsigned("==", first, self.splat(lane0))), self.inside(lane0, words))
+        consecutive = b.and_(self.every(b.icmp_unsigned("==", first, b.add(self.splat(lane0), step))),
+                             self.inside(lane0, words * self.width))
         fn = b.function
         ways = [(fn.append_basic_block(name), load) for name, load in (
             ("broadcast", self._broadcast), ("consecutive", self._consecutive), ("gathered", self._gathered))]
@@ -169,7 +171,8 @@ class Lanes:
 
     def every(self, lanes: ir.Value) -> ir.Value:
         """Whether an i1 holds in every lane."""
-        return self.b.icmp_unsigned("==", self.b.bitcast(lanes, ir.IntType(WIDTH)), ir.Constant(ir.IntType(WIDTH), -1))
+        every = ir.IntType(self.width)
+        return self.b.icmp_unsigned("==", self.b.bitcast(lanes, every), ir.Constant(every, -1))
 
     def inside(self, word: ir.Value, count: int) -> ir.Value:
         """Whether `count` words from `word` (an i32, read unsigned) lie inside the batch's shared memory."""
@@ -181,25 +184,25 @@ class Lanes:
         return self.b.bitcast(pointer, self.type(I32).as_pointer()) if vector else pointer
 
     def _broadcast(self, first, lane0, words) -> list[ir.Value]:
-        return [splat(self.b, self.b.load(self._word_pointer(self.b.add(lane0, ir.Constant(I32, i))), align=4))
+        return [self.splat(self.b.load(self._word_pointer(self.b.add(lane0, ir.Constant(I32, i))), align=4))
                 for i in range(words)]
 
     def _consecutive(self, first, lane0, words) -> list[ir.Value]:
         b = self.b
-        vectors = [b.load(self._word_pointer(b.add(lane0, ir.Constant(I32, WIDTH * k)), True), align=4)
+        vectors = [b.load(self._word_pointer(b.add(lane0, ir.Constant(I32, self.width * k)), True), align=4)
                    for k in range(words)]
         if words == 1:
             return vectors
         if words == 2:
-            return [b.shuffle_vector(vectors[0], vectors[1], ir.Constant(ir.VectorType(I32, WIDTH),
-                                                                          list(range(i, 2 * WIDTH, 2))))
+            return [b.shuffle_vector(vectors[0], vectors[1], ir.Constant(ir.VectorType(I32, self.width),
+                                                                          list(range(i, 2 * self.width, 2))))
                     for i in range(2)]
-        half = WIDTH // 2                   # four words: each half of the lanes from one pair of vectors
+        half = self.width // 2                   # four words: each half of the lanes from one pair of vectors
         rows = []
         for i in range(words):
-            picks = ir.Constant(ir.VectorType(I32, half), list(range(i, 2 * WIDTH, 4)))
+            picks = ir.Constant(ir.VectorType(I32, half), list(range(i, 2 * self.width, 4)))
             low, high = (b.shuffle_vector(vectors[k], vectors[k + 1], picks) for k in (0, 2))
-            rows.append(b.shuffle_vector(low, high, ir.Constant(ir.VectorType(I32, WIDTH), list(range(WIDTH)))))
+            rows.append(b.shuffle_vector(low, high, ir.Constant(self.type(I32), list(range(self.width)))))
         return rows
 
     def _gathered(self, first, lane0, words) -> list[ir.Value]:
@@ -211,10 +214,11 @@ class Lanes:
         b, words = self.b, self.type(I32)
         inside = b.icmp_unsigned("<", index, self.run.shared_words)
         index = b.sext(b.select(inside, index, self.const(I32, 0)), self.type(I64))
-        base = splat(b, b.ptrtoint(self.run.shared, I64))
-        pointers = b.inttoptr(b.add(base, b.shl(index, self.const(I64, 2))), ir.VectorType(I32.as_pointer(), WIDTH))
+        base = self.splat(b.ptrtoint(self.run.shared, I64))
+        pointers = b.inttoptr(b.add(base, b.shl(index, self.const(I64, 2))),
+                              ir.VectorType(I32.as_pointer(), self.width))
         module = b.module
-        name = f"llvm.masked.gather.v{WIDTH}i32.v{WIDTH}p0"
+        name = f"llvm.masked.gather.v{self.width}i32.v{self.width}p0"
         gather = module.globals.get(name) or ir.Function(module, ir.FunctionType(
             words, [pointers.type, I32, self.type(I1), words]), name)
         return b.call(gather, [pointers, ir.Constant(I32, 4), self.const(I1, 1), ir.Constant(words, ir.Undefined)])

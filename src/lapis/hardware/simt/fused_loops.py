@@ -4,7 +4,7 @@ A loop whose body is one run of arithmetic (`fused.runs`) and ends in a conditio
 start is, where no other lanes wait below its exit, run by the reference scheduler trip after trip until
 every lane has left it (`scheduler.py`: the lanes that branch back run first). The order does not matter
 to the values: each lane's trips depend only on its own registers. So `emit_loop` writes one function that
-takes WIDTH lanes through every one of their trips before the next WIDTH, with the rows in vector registers
+takes a vector of lanes through every one of their trips before the next vector, with the rows in vector registers
 throughout (`Carried`), and writes each lane's trips out for the engine (`native_scheduler.count_trips`) to
 count the instructions as the reference issues them. The operations are `fused_ir`'s emitters.
 """
@@ -14,7 +14,7 @@ from llvmlite import ir
 
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.simt.fused_ir import EMITTERS, function, steps_of
-from lapis.hardware.simt.fused_lanes import I1, I64, WIDTH, Lanes, Run
+from lapis.hardware.simt.fused_lanes import I1, I64, Lanes, Run
 from lapis.hardware.simt.native_scheduler import FUSED_SIGNATURE, LOOP_SIGNATURE
 
 
@@ -53,15 +53,15 @@ class CarriedLanes(Lanes):
         return held.get(row, self.carried.phis[which, row])
 
 
-def emit_loop(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], stride: int) -> None:
+def emit_loop(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], stride: int, width: int) -> None:
     """One function running a loop to its end: the run at `pcs[:-1]` and the conditional branch back to its
-    start at `pcs[-1]`, WIDTH lanes at a time, each vector trip after trip until none of its lanes branches
+    start at `pcs[-1]`, `width` lanes at a time, each vector trip after trip until none of its lanes branches
     back or `cap` trips have run (`LOOP_SIGNATURE`). A trip runs unmasked while all the vector's lanes are in
     the loop, else under the mask of those still in it (the group's lanes, never one past the last, on the
     first). The rows stay in vector registers from the first trip to the last (loaded before, stored after):
     through memory, each trip waited for the last one's stores. Each lane's trips go to `trips[lane]`, for
     the engine to count the instructions as the reference issues them."""
-    fn, entry, run, padded = function(module, name, LOOP_SIGNATURE, stride)
+    fn, entry, run, padded = function(module, name, LOOP_SIGNATURE, stride, width)
     trips, cap = fn.args[len(FUSED_SIGNATURE.args):]
     steps, last_writes = steps_of(table, pcs[:-1])
     guard, negated = int(table[pcs[-1], tr.GUARD]), bool(table[pcs[-1], tr.GUARD_NEG])
@@ -75,8 +75,8 @@ def emit_loop(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], s
     b = ir.IRBuilder(tile)
     before = Lanes(b, run, lane, last_writes)
     before.load_mask()
-    vector, ones = before.type, ir.IntType(WIDTH)
-    index = b.add(before.splat(lane), ir.Constant(vector(I64), list(range(WIDTH))))
+    vector, ones = before.type, ir.IntType(width)
+    index = b.add(before.splat(lane), ir.Constant(vector(I64), list(range(width))))
     everyone = b.select(b.icmp_signed("!=", run.full, ir.Constant(I64, 0)), before.const(I1, 1), before.mask)
     entering = b.and_(everyone, b.icmp_signed("<", index, before.splat(run.lanes)))
     # A trip: the lanes in the loop, their trips so far, the vector's trips; then the body, whole or masked.
@@ -127,6 +127,6 @@ def emit_loop(module: ir.Module, name: str, table: np.ndarray, pcs: list[int], s
             after.write_row(*key, value)
     b.store(counted_now, b.bitcast(b.gep(trips, [lane]), vector(I64).as_pointer()), align=8)
     lane.add_incoming(ir.Constant(I64, 0), entry.block)
-    lane.add_incoming(b.add(lane, ir.Constant(I64, WIDTH)), tail)
+    lane.add_incoming(b.add(lane, ir.Constant(I64, width)), tail)
     b.branch(head)
     entry.branch(head)                          # last: operands hoisted into the entry block come first

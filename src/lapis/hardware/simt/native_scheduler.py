@@ -84,6 +84,7 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
     `version`s, memory and barrier counts in `tally`). Returns (how it stopped, pc, instructions completed)."""
     steps = 0
     logging = sizes[7]
+    whole_warps = sizes[4] % sizes[3] == 0      # no block ends in part of a warp: runs that shuffle may run
     while True:
         if steps >= budget:
             return REFERENCE, pc, steps
@@ -92,7 +93,7 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
         if kind < 0:
             return REFERENCE, pc, steps
         n, fn = t[tr.RUN_LEN], 0                 # a fused run (`fused.py`) starts here
-        fits = n and t[tr.RUN_STRIDE] == R.shape[1]
+        fits = n and t[tr.RUN_STRIDE] == R.shape[1] and (whole_warps or t[tr.RUN_WARP] == 0)
         cap = (budget - steps) // t[tr.LOOP_LEN] if fits and t[tr.LOOP_LEN] else 0
         looped = cap > 0 and (alone or quiet(waiting, 0, pc + t[tr.LOOP_LEN]))
         if looped:

@@ -85,7 +85,7 @@ class SimtCore:
                 blocks.start(first)
                 self._run_blocks(blocks, kinds, targets)
         if translation is not None and self.fuse_after is not None:
-            fuse_hot(translation, c.thread_instructions, self.fuse_after, stride)
+            fuse_hot(translation, c.thread_instructions, self.fuse_after, stride, self.warp_size)
         (pipe_names, per_pipe), (precisions, flops_per_lane) = pipes, flops
         c.warp_instructions_by_pipe.update(zip(pipe_names, (per_pipe @ c.warp_instructions).tolist(), strict=True))
         for precision, count in zip(precisions, (flops_per_lane @ c.thread_instructions).tolist(), strict=True):

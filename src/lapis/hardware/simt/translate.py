@@ -45,8 +45,8 @@ OP = {name: i for i, name in enumerate(OPS)}
 # Columns of a table row.
 (KIND, D, A, B, C, BMODE, BVAL, FLAGS, M1, M2, M3, GUARD, GUARD_NEG, PD, PS, PS_NEG, PQ, PQ_NEG,
  WIDTH, SIMM, D2, A2, B2, C2, LOG, RUN_FN, RUN_STRIDE, RUN_LEN, CHAIN_FN, CHAIN_LEN, LOOP_FN, LOOP_LEN,
- RUN_LOADS) = range(33)
-COLUMNS = 33
+ RUN_LOADS, RUN_WARP) = range(34)
+COLUMNS = 34
 B_REG, B_IMM, B_CONST = 0, 1, 2
 NEG_A, NEG_B, NEG_C, ABS_A, ABS_B = 1, 2, 4, 8, 16
 
