@@ -170,7 +170,8 @@ def test_optimizers_follow_torch_for_several_steps(device, name, make):
 @pytest.mark.parametrize("decoupled", [False, True])
 def test_adam_steps_many_parameters_a_few_to_a_launch_as_torch_does(decoupled):
     """Nine parameters of assorted sizes (one empty, one spanning many blocks): the fused kernels step
-    them four to a launch, and every one follows torch's Adam."""
+    them up to four to a launch, one that needs under a quarter of a launch's blocks in a launch of its
+    own, and every one follows torch's Adam."""
     sizes = [5, 300, 1, 4097, 64, 0, 7, 2, 1000]
     rng = np.random.default_rng(3)
     start = [rng.standard_normal(n).astype(np.float32) for n in sizes]
@@ -187,7 +188,8 @@ def test_adam_steps_many_parameters_a_few_to_a_launch_as_torch_does(decoupled):
             opt_o.step()
         opt_t.step()
     launches = [e for e in t.select(3, "launch") if e.args["kernel"] == "adam_kernel"]
-    assert len(launches) == 2                         # eight non-empty parameters, four to a launch
+    # eight non-empty parameters: 4097 elements (17 blocks) alone, as the next needs 4; then four to a launch
+    assert [e.args["grid"][:2] for e in launches] == [(17, 1), (4, 4), (1, 3)]
     for p, q in zip(ours, theirs, strict=True):
         close(p, q, 2e-5)
 

@@ -441,6 +441,10 @@ def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None
 
 # -- fused optimizer step --------------------------------------------------------------------------------
 ADAM_SLOTS = 4          # parameters one Adam launch steps
+# A launch's grid is its largest parameter's, and a smaller one's blocks past its end only exit: on a real GPU
+# they cost next to nothing, but a simulated block costs its lanes' work whether they do anything or not. So a
+# parameter needing under 1/ADAM_SPREAD of the blocks of the launch's largest starts a launch of its own.
+ADAM_SPREAD = 4
 
 
 @cuda.jit(device=True)
@@ -481,20 +485,26 @@ def adam_kernel(n0, p0, g0, m0, v0, n1, p1, g1, m1, v1, n2, p2, g2, m2, v2, n3, 
 def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps: float, step: int,
          weight_decay: float = 0.0, decoupled: bool = False) -> None:
     """One Adam (or, decoupled, AdamW) step, in place, on each (p, g, m, v) of `params`: float32 parameter,
-    gradient and moments, C-contiguous and of one size. One kernel steps ADAM_SLOTS parameters, instead of
-    the dozen elementwise ops the update of each is made of (torch's fused=True)."""
+    gradient and moments, C-contiguous and of one size. One kernel steps up to ADAM_SLOTS parameters of alike
+    sizes, instead of the dozen elementwise ops the update of each is made of (torch's fused=True)."""
     for arrays in params:
         if len(arrays) != 4 or not all(isinstance(a, DeviceNDArray) and a.dtype == np.float32 and
                                        a.is_c_contiguous() for a in arrays) or len({a.size for a in arrays}) != 1:
             raise KernelArgumentError("adam takes (p, g, m, v): four C-contiguous float32 device arrays of one size")
     # by size, so that a launch's parameters need alike numbers of blocks (its grid is its largest's)
     live = sorted(([a.ravel() for a in arrays] for arrays in params if arrays[0].size), key=lambda a: -a[0].size)
+    chunks: list[list] = []                 # the launches: up to ADAM_SLOTS parameters of alike sizes each
+    for arrays in live:
+        if chunks and len(chunks[-1]) < ADAM_SLOTS and \
+                ADAM_SPREAD * _blocks(arrays[0].size) >= _blocks(chunks[-1][0][0].size):
+            chunks[-1].append(arrays)
+        else:
+            chunks.append([arrays])
     f = np.float32
     scalars = (f(lr), f(beta1), f(beta2), f(eps), f(1 - beta1 ** step), f(math.sqrt(1 - beta2 ** step)),
                f(weight_decay), bool(decoupled))
     with trace.span(4, "adam", parameters=len(params), elements=sum(a[0].size for a in params), step=step):
-        for first in range(0, len(live), ADAM_SLOTS):
-            chunk = live[first:first + ADAM_SLOTS]
+        for chunk in chunks:
             args = []
             for slot in range(ADAM_SLOTS):
                 p, g, m, v = chunk[min(slot, len(chunk) - 1)]
