@@ -267,9 +267,10 @@ def test_fused_loads_of_shared_memory_give_the_reference_results_and_counters(bl
     assert counters.bank_conflicts > 0
 
 
-# Shuffles by an immediate inside runs of arithmetic: a butterfly sum, each mode, sources past the warp (the lane's
-# own value on 32-wide warps, another's on 64-wide), a divergent group (the masked loop) and a guarded shuffle,
-# then a loop whose lanes leave it after one to four trips while the rest shuffle with their last values.
+# Shuffles inside runs of arithmetic: a butterfly sum, each mode by an immediate and by a register, sources past
+# the warp (the lane's own value on 32-wide warps, another's on 64-wide), a divergent group (the masked loop) and
+# a guarded shuffle, then a loop whose lanes leave it after one to four trips while the rest shuffle with their
+# last values, and a warp sum whose offset halves in a register from 16 (a loop as a numba kernel writes it).
 SHUFFLES = """
     I2F.F32.U32 R40, R8 ;
     SHFL.BFLY R41, R40, 0x10 ; FADD R40, R40, R41 ; SHFL.BFLY R41, R40, 0x8 ; FADD R40, R40, R41 ;
@@ -284,20 +285,26 @@ skip:
 top:
     SHFL.BFLY R53, R51, 0x1 ; IADD R51, R51, R53 ; IADD R52, R52, 0x1 ; ISETP.LE.U32.AND P2, R52, R63, PT ;
     @P2 BRA top ;
+    LOP.AND R64, R9, 0x3f ; SHFL.IDX R54, R8, R64 ; SHFL.DOWN R55, R8, R64 ; SHFL.UP R56, R9, R64 ;
+    SHFL.BFLY R57, R8, R64 ; I2F.F32.U32 R58, R9 ; MOV R65, 0x10 ;
+halve:
+    SHFL.DOWN R66, R58, R65 ; FADD R58, R58, R66 ; SHR.U32 R65, R65, 0x1 ; ISETP.NE.U32.AND P4, R65, 0x0, PT ;
+    @P4 BRA halve ;
 """
 
 
 @pytest.mark.parametrize("profile, block", [("teaching", 64), ("teaching", 48), ("mi300x", 128), ("mi300x", 96)])
 def test_fused_shuffles_give_the_reference_results_and_counters(profile, block, monkeypatch):
     """Runs that shuffle, fused with a whole warp per vector (blocks of whole warps) or left to the engine (blocks
-    that end in part of a warp), against the reference: values and every counter."""
+    that end in part of a warp), against the reference: values and every counter. Both loops are fused as
+    loops."""
     results = []
     for sim, after in (("translated", "0"), ("reference", "never")):
         monkeypatch.setenv("LAPIS_SIM", sim)
         monkeypatch.setenv("LAPIS_FUSE_AFTER", after)
         bench = Bench(profile)
         inputs = np.random.default_rng(block).integers(0, 2**32, (block * 6, 2))
-        outs = [bench.lanes(SHUFFLES, inputs, 14, block=block) for _ in range(2)]
+        outs = [bench.lanes(SHUFFLES, inputs, 19, block=block) for _ in range(2)]
         results.append((outs, bench.gpu.simt.counters, bench))
     (fused, counters, bench), (reference, counters0, _) = results
     for out, out0 in zip(fused, reference, strict=True):
@@ -306,7 +313,7 @@ def test_fused_shuffles_give_the_reference_results_and_counters(profile, block, 
     table = _fused_table(bench)
     shuffling = table[:, RUN_WARP] != 0
     assert shuffling.any() and (table[shuffling, RUN_WARP] == bench.gpu.simt.warp_size).all()
-    assert table[:, LOOP_LEN].any()                      # the loop that shuffles, fused as a loop
+    assert np.count_nonzero(table[:, LOOP_LEN]) == 2
 
 
 @pytest.mark.parametrize("loads, bad", [

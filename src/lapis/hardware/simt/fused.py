@@ -11,8 +11,8 @@ QEMU's translation blocks do this for guest code; here a hot program's runs beco
 LLVM IR, built with llvmlite (the LLVM numba is built on) and compiled to machine code, one
 function per run that takes 16 lanes at a time (`WIDTH`) through every instruction of the run
 with their registers held in vector registers: each register row is read once and written once
-per run, not once per instruction. A run that shuffles by an immediate (a warp reduction's
-butterfly) takes a whole warp at a time instead, so each shuffle is one vector shuffle.
+per run, not once per instruction. A run that shuffles (a warp reduction's butterfly) takes a
+whole warp at a time instead, so that every lane's source is in its vector.
 
 What each operation computes is written a second time, in LLVM IR, in `fused_ir.py` (over the lanes of
 `fused_lanes.py`), to mean exactly what `native_values.py` and `native.memory` mean; this module finds the
@@ -72,14 +72,14 @@ def runs(table: np.ndarray) -> np.ndarray:
     registers as they are before the run, before it calls the run (`native_scheduler.check_loads`). Nothing
     in a run stores to shared memory, so a lane's loads see what they would see one instruction at a time.
 
-    It may hold shuffles by an immediate (SHFL's lane from a constant): such a run takes a whole warp per
-    vector (`fuse`), so a lane's source is in its vector, and the engine calls it only on whole warps."""
+    It may hold shuffles: such a run takes a whole warp per vector (`fuse`), so a lane's source is in its
+    vector, and the engine calls it only on whole warps."""
     kinds = table[:, tr.KIND]
     targets = set(table[kinds == OP["BRA"], tr.BVAL].tolist())
     found, start, written = [], None, set()
     for pc, kind in enumerate(kinds.tolist() + [-1]):
         load = kind == OP["LDS"]
-        fusable = kind in EMITTERS and (kind != OP["SHFL"] or table[pc, tr.BMODE] == tr.B_IMM)
+        fusable = kind in EMITTERS
         if start is not None and (not fusable or pc in targets or load and not loads_before(table[pc], written)):
             found.append((start, pc - start))
             start = None

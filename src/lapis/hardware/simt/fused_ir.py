@@ -148,13 +148,22 @@ _load_shared.writes = lambda t: [("R", row) for row in _loaded_rows(t)]
 
 
 def _shuffle(x: Lanes, t, pc):
-    """SHFL by an immediate, the vector a whole warp: each lane's source lane is a constant, so the shuffle is one
-    vector shuffle; a source outside the warp gives the lane its own value (`native.shuffle`)."""
-    mode, operand, lanes = int(t[tr.M1]), int(t[tr.BVAL]) & MASK32, x.width
-    sources = [shuffle_source(mode, lane, operand, lanes) for lane in range(lanes)]
-    picks = [source if 0 <= source < lanes else lane for lane, source in enumerate(sources)]
+    """SHFL, the vector a whole warp (`native.shuffle`): each lane reads another lane's value of A; a source
+    outside the warp gives the lane its own. By an immediate every lane's source is a constant: one vector
+    shuffle. By a register (or a constant) each lane computes its source, and reads the warp's values
+    through the stack."""
+    mode, lanes, b = int(t[tr.M1]), x.width, x.b
     value = x.u32(int(t[tr.A]))
-    return x.b.shuffle_vector(value, ir.Constant(value.type, ir.Undefined), ir.Constant(x.type(I32), picks))
+    if t[tr.BMODE] == tr.B_IMM:
+        sources = [shuffle_source(mode, lane, int(t[tr.BVAL]) & MASK32, lanes) for lane in range(lanes)]
+        picks = [source if 0 <= source < lanes else lane for lane, source in enumerate(sources)]
+        return b.shuffle_vector(value, ir.Constant(value.type, ir.Undefined), ir.Constant(x.type(I32), picks))
+    lane = ir.Constant(x.type(I64), list(range(lanes)))
+    operand = b.zext(x.b32(t, pc), x.type(I64))
+    source = (b.and_(operand, x.const(I64, lanes - 1)), b.sub(lane, operand), b.add(lane, operand),
+              b.xor(lane, operand))[mode]
+    inside = b.icmp_unsigned("<", source, x.const(I64, lanes))          # a negative source is a large one
+    return x.permute(value, b.select(inside, source, lane))
 
 
 EMITTERS: dict[int, Callable[[Lanes, np.ndarray, int], None]] = {OP[name]: emit for name, emit in {
@@ -206,7 +215,7 @@ EMITTERS: dict[int, Callable[[Lanes, np.ndarray, int], None]] = {OP[name]: emit 
     "PLOP": _predicate(_plop),
     # loads of shared memory the engine has checked
     "LDS": _load_shared,
-    # shuffles by an immediate, in whole warps
+    # shuffles, in whole warps
     "SHFL": _u32(_shuffle),
 }.items()}
 

@@ -42,6 +42,7 @@ class Run:
         self.shared, self.shared_base, self.shared_size = fn.args[7:10]          # shared memory's words: i64
         self.shared_words = self.splat(entry.trunc(self.shared_size, I32))
         self.uniforms: dict[int, tuple[ir.Value, ir.Value]] = {}
+        self.slots: ir.Value | None = None
 
     def operand_b(self, t, pc: int) -> tuple[ir.Value, ir.Value]:
         """Operand B of the instruction at pc (table row t), not a register: (32 bits, 64 bits) in every lane."""
@@ -63,6 +64,12 @@ class Run:
 
     def splat(self, value: ir.Value) -> ir.Value:
         return splat(self.entry, value, self.width)
+
+    def stack(self, words: int) -> ir.Value:
+        """A place of `words` i32 on the stack, made once in the entry block (a shuffle's copy of a warp)."""
+        if self.slots is None:
+            self.slots = self.entry.alloca(ir.ArrayType(I32, words))
+        return self.slots
 
 
 class Lanes:
@@ -211,10 +218,21 @@ class Lanes:
     def gather(self, index: ir.Value) -> ir.Value:
         """The shared-memory words at `index` (an i32 per lane), one AVX-512 gather. An index outside the batch's
         shared memory reads word 0 instead."""
-        b, words = self.b, self.type(I32)
+        b = self.b
         inside = b.icmp_unsigned("<", index, self.run.shared_words)
-        index = b.sext(b.select(inside, index, self.const(I32, 0)), self.type(I64))
-        base = self.splat(b.ptrtoint(self.run.shared, I64))
+        return self.gather_words(self.run.shared, b.sext(b.select(inside, index, self.const(I32, 0)), self.type(I64)))
+
+    def permute(self, value: ir.Value, source: ir.Value) -> ir.Value:
+        """Lane l of `value` (an i32 per lane) moved to every lane whose `source` (an i64 per lane, each inside
+        the vector) is l: the vector stored to the stack and gathered back."""
+        slots = self.run.stack(self.width)
+        self.b.store(value, self.b.bitcast(slots, self.type(I32).as_pointer()), align=4)
+        return self.gather_words(self.b.bitcast(slots, I32.as_pointer()), source)
+
+    def gather_words(self, first: ir.Value, index: ir.Value) -> ir.Value:
+        """first[index] in each lane (first: an i32 pointer; index: an i64 per lane, each inside), one gather."""
+        b, words = self.b, self.type(I32)
+        base = self.splat(b.ptrtoint(first, I64))
         pointers = b.inttoptr(b.add(base, b.shl(index, self.const(I64, 2))),
                               ir.VectorType(I32.as_pointer(), self.width))
         module = b.module
