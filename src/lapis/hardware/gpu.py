@@ -12,7 +12,7 @@ import os
 from lapis.hardware.command_processor import CommandProcessor, HardwareQueue, Interrupt
 from lapis.hardware.copy_engine import CopyEngine
 from lapis.hardware.memory import PhysicalMemory
-from lapis.hardware.mmu import PTE_SYSTEM, Mmu
+from lapis.hardware.mmu import Mmu
 from lapis.hardware.pcie import TO_DEVICE, TO_HOST, DeviceClock, PcieLink
 from lapis.hardware.power import PowerModel
 from lapis.hardware.profiles import DeviceProfile, GiB, get_profile
@@ -109,30 +109,31 @@ class Gpu:
     def read_virtual(self, vmid: int, va: int, size: int, what: str, execute: bool = False) -> bytes:
         """A device-initiated read through the MMU (a packet, a descriptor, code, kernel arguments)."""
         run = self.mmu.hit(vmid, va, size, False, execute)
-        if run is not None:                                   # one piece, in the TLB
-            if run.flags & PTE_SYSTEM:
-                self.pcie.transfer(TO_DEVICE, size, what)
-            return self.memory(run.flags & PTE_SYSTEM).read(run.pa_start + va - run.va_start, size)
-        chunks = []
-        for system, pa, length in self.mmu.translate_range(vmid, va, size, write=False, execute=execute):
-            if system:
-                self.pcie.transfer(TO_DEVICE, length, what)
-            chunks.append(self.memory(system).read(pa, length))
-        return b"".join(chunks)
+        if run is not None:                                   # one piece, in the TLB: no walk, no list
+            return self._read(run.system, run.pa_start + va - run.va_start, size, what)
+        return b"".join(self._read(system, pa, length, what)
+                        for system, pa, length in self.mmu.translate_range(vmid, va, size, False, execute))
 
     def write_virtual(self, vmid: int, va: int, data: bytes, what: str) -> None:
         run = self.mmu.hit(vmid, va, len(data), True)
-        if run is not None:                                   # one piece, in the TLB
-            if run.flags & PTE_SYSTEM:
-                self.pcie.transfer(TO_HOST, len(data), what)
-            self.memory(run.flags & PTE_SYSTEM).write(run.pa_start + va - run.va_start, data)
+        if run is not None:                                   # one piece, in the TLB: no walk, no list
+            self._write(run.system, run.pa_start + va - run.va_start, data, what)
             return
         offset = 0
-        for system, pa, length in self.mmu.translate_range(vmid, va, len(data), write=True):
-            if system:
-                self.pcie.transfer(TO_HOST, length, what)
-            self.memory(system).write(pa, data[offset:offset + length])
+        for system, pa, length in self.mmu.translate_range(vmid, va, len(data), True):
+            self._write(system, pa, data[offset:offset + length], what)
             offset += length
+
+    def _read(self, system: bool, pa: int, length: int, what: str) -> bytes:
+        """One piece of a device-initiated read: from VRAM, or from host memory over PCIe."""
+        if system:
+            self.pcie.transfer(TO_DEVICE, length, what)
+        return self.memory(system).read(pa, length)
+
+    def _write(self, system: bool, pa: int, data: bytes, what: str) -> None:
+        if system:
+            self.pcie.transfer(TO_HOST, len(data), what)
+        self.memory(system).write(pa, data)
 
     def post_interrupt(self, entry: Interrupt) -> None:
         self.pcie.transfer(TO_HOST, 4, f"MSI interrupt ({entry.source})")

@@ -194,7 +194,7 @@ class Mmu:
     def hit(self, vmid: int, va: int, size: int, write: bool, execute: bool = False) -> Run | None:
         """The TLB's run that holds all of [va, va+size) and allows the access, if it has one (no walk): the
         front end's common case, one piece (`translate_range` does the rest)."""
-        needed = PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
+        needed = _needed(write, execute)
         with self.lock:
             run = self._lookup_run(vmid, va, va + size - 1)
         return run if run is not None and run.flags & needed == needed and size > 0 else None
@@ -204,7 +204,7 @@ class Mmu:
         """(system, pa, length) pieces covering [va, va+size), for the front end and copy engine."""
         if size <= 0:
             return []
-        needed = PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
+        needed = _needed(write, execute)
         with self.lock:
             run = self._lookup_run(vmid, va, va + size - 1)       # the TLB first, as the lanes' path does
             if run is None and size <= PAGE_BYTES:                 # a descriptor, code, arguments, a packet
@@ -233,3 +233,8 @@ class Mmu:
             end = min(va + size, (int(vpns[last]) + 1) << PAGE_SHIFT)
             pieces.append((bool(system[first]), int(pas[first]) + (start & (PAGE_BYTES - 1)), end - start))
         return pieces
+
+
+def _needed(write: bool, execute: bool) -> int:
+    """The page-table bits an access needs: valid, and writable or executable when it writes or runs code."""
+    return PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
