@@ -533,3 +533,62 @@ def test_constant_math_python_refuses_is_computed_on_the_device():
     specials[1, 1](out)
     got = out.copy_to_host()
     assert got[0] == -np.inf and np.isnan(got[1]) and got[2] == np.inf and np.isnan(got[3]) and got[4] == np.inf
+
+
+def choose_in_branches(x, out):
+    if x[0] > 0:
+        a = x
+    else:
+        a = out
+    out[0] = a[1]
+
+
+def rebind_in_a_branch(x, out):
+    a = x
+    if x[0] > 0:
+        a = out
+    out[1] = a[0]
+
+
+def swap_in_a_loop(x, out):
+    src, dst = x, out
+    for i in range(cuda.grid(1)):
+        dst[i] = src[i]
+        src, dst = dst, src
+
+
+RUN_TIME_ARRAYS = [
+    (choose_in_branches, 5, r"'a' names array 'x' on one side and array 'out' on the other after the branch at line "),
+    (rebind_in_a_branch, 3, r"'a' names array 'x' \(line \d+\) and is bound to another one inside a branch or loop"),
+    (swap_in_a_loop, 4, r"'src' names array 'x' \(line \d+\) and is bound to another one inside a branch or loop"),
+]
+
+
+@pytest.mark.parametrize("kernel, offset, message", RUN_TIME_ARRAYS, ids=[k.__name__ for k, _, _ in RUN_TIME_ARRAYS])
+def test_an_array_chosen_at_run_time_is_a_compile_error(kernel, offset, message):
+    # arrays are bound when the kernel compiles: a name that a run-time branch or loop would point at another
+    # array used to keep the last one walked, and read or wrote the wrong array
+    with pytest.raises(cuda.CompileError, match=message) as e:
+        cuda.jit(kernel)[1, 1](cuda.to_device(np.ones(4, np.float32)), cuda.device_array(4, np.float32))
+    assert e.value.line == kernel.__code__.co_firstlineno + offset
+
+
+def test_arrays_chosen_at_compile_time_or_inside_each_branch_stay_right():
+    @cuda.jit(device=True)
+    def bump(n, a):
+        for i in range(n):
+            a[i] += 1.0
+
+    @cuda.jit
+    def per_slot(n0, a0, n1, a1):
+        pair = (a0, a1)                         # a tuple of arrays, indexed by constants
+        first = pair[0]
+        if cuda.blockIdx.x == 0:
+            bump(n0, first)
+        else:
+            bump(n1, pair[1])
+
+    a0, a1 = cuda.to_device(np.zeros(5, np.float32)), cuda.to_device(np.zeros(3, np.float32))
+    per_slot[2, 1](np.int64(5), a0, np.int64(2), a1)
+    np.testing.assert_array_equal(a0.copy_to_host(), np.ones(5, np.float32))
+    np.testing.assert_array_equal(a1.copy_to_host(), np.array([1, 1, 0], np.float32))

@@ -15,6 +15,7 @@ import copy
 import inspect
 import operator
 import textwrap
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -84,6 +85,10 @@ class Frontend(IRBuilder):
         self.arg_offsets = {n: entry["offset"] for n, entry in zip(names, layout, strict=True)}
         self.assigned = {t.id for node in ast.walk(self.fdef) for t in _targets(node) if isinstance(t, ast.Name)}
         self.static: dict[str, object] = {}          # names bound at compile time: constants, arrays, modules
+        # How many run-time branches and loops enclose the code being walked, and where each static name was bound
+        # (`assign_name`): a static name is one value for the whole kernel, so no run-time path may choose it.
+        self.depth = 0
+        self.static_at: dict[str, tuple[int, int]] = {}      # name -> (depth, line)
         self.loops: list[tuple[ir.Block, ir.Block]] = []     # (continue target, break target)
         self.sregs: dict[str, ir.Value] = {}
         self.shared_bytes = 0
@@ -204,7 +209,16 @@ class Frontend(IRBuilder):
 
     def assign_name(self, name: str, value) -> None:
         if not isinstance(value, Const | ir.Value):
-            self.static[name] = value           # an array, a tuple, a module: known at compile time
+            # An array, a tuple, a module: known at compile time, so the same on every path. Rebinding a name
+            # bound outside a run-time branch or loop to another one inside it would choose at run time.
+            old = self.static.get(name)
+            depth, line = self.static_at.get(name, (0, self.line))
+            if old is not None and old != value and depth < self.depth:
+                raise self.error(f"{name!r} names {describe(old)} (line {line}) and is bound to another one "
+                                 "inside a branch or loop decided at run time; a kernel's array names are fixed "
+                                 "when it compiles: index each array where the branch chooses it")
+            self.static[name] = value
+            self.static_at[name] = (self.depth, self.line)
             return
         self.static.pop(name, None)
         t = self.typeof(value)
@@ -223,16 +237,24 @@ class Frontend(IRBuilder):
             return
         then, join = self.new_block("then"), self.new_block("endif")
         other = self.new_block("else") if node.orelse else join
+        line = self.line
         self.branch(cond, then, other)
+        before = dict(self.static)
+        self.depth += 1
         self.place(then)
         self.seal(then)
         self.statements(node.body)
+        then_static = self.static
         self.jump(join)
+        self.static = dict(before)
         if node.orelse:
             self.place(other)
             self.seal(other)
             self.statements(node.orelse)
-            self.jump(join)
+        else_static = self.static
+        self.jump(join)
+        self.depth -= 1
+        self.static = _merge_static(then_static, else_static, line)
         if join.preds:
             self.place(join)
         self.seal(join)
@@ -253,7 +275,9 @@ class Frontend(IRBuilder):
         self.place(body)
         self.seal(body)
         self.loops.append((header, exit_))
+        self.depth += 1
         self.statements(node.body)
+        self.depth -= 1
         self.loops.pop()
         self.jump(header)
         self.seal(header)
@@ -323,7 +347,9 @@ class Frontend(IRBuilder):
         self.seal(body)
         self.assign_name(name, self.read(counter, body))
         self.loops.append((latch, exit_))
+        self.depth += 1
         self.statements(node.body)
+        self.depth -= 1
         self.loops.pop()
         self.jump(latch)
         if latch.preds:
@@ -365,7 +391,12 @@ class Frontend(IRBuilder):
 
     def lookup(self, name: str):
         if name in self.static:
-            return self.static[name]
+            value = self.static[name]
+            if isinstance(value, _Diverged):
+                raise self.error(f"{name!r} names {value.what} after the branch at line {value.line}, decided at run "
+                                 "time; a kernel's array names are fixed when it compiles: index each array inside "
+                                 "the branch that chooses it")
+            return value
         if name in self.var_types:
             return self.read(name, self.current)
         if name in self.argtypes:
@@ -734,6 +765,8 @@ class Frontend(IRBuilder):
         if prefix in self.returned_tuples:
             return tuple(self.read(f"{prefix}$return.{k}", exit_) for k in range(self.returned_tuples[prefix]))
         result = prefix + "$return"
+        if result in self.static:              # an array or a tuple, the same from every return (else an error)
+            return self.lookup(result)
         if result in self.var_types:
             return self.read(result, exit_)
         return Const(0, T.WEAK_INT)
@@ -763,6 +796,26 @@ class Frontend(IRBuilder):
             self.local_bytes = base + size
             return ArrayRef(name, T.ArrayType(dtype, len(dims), "C", "local_memory", dims), base=base)
         return ArrayRef(name, T.ArrayType(dtype, len(dims), "C", "local", dims))
+
+
+@dataclass(frozen=True)
+class _Diverged:
+    """A static name the two sides of a run-time branch bound to different values (an error once read)."""
+    what: str
+    line: int
+
+
+def _merge_static(then: dict, other: dict, line: int) -> dict:
+    """The static names after a run-time branch from those of its two sides: a name they bound differently is
+    `_Diverged`. (A side that returns, breaks or continues counts too: a return from an inlined device function
+    goes on to its caller.)"""
+    merged = dict(then)
+    for name, value in other.items():
+        if name in then and then[name] != value:
+            merged[name] = _Diverged(f"{describe(then[name])} on one side and {describe(value)} on the other", line)
+        elif name not in then:
+            merged[name] = value
+    return merged
 
 
 class _Renamer(ast.NodeTransformer):
