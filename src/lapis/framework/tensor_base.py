@@ -30,7 +30,7 @@ class Size(tuple):
         return f"lapis.Size({list(self)})"
 
     def numel(self) -> int:
-        return int(np.prod(self, dtype=np.int64))
+        return math.prod(self)
 
 
 class Storage:

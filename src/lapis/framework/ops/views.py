@@ -3,8 +3,7 @@ transpose, expand, basic indexing, narrow, split, chunk, squeeze, unsqueeze, fla
 and `cat`/`stack`, the joins that undo split and chunk, which copy."""
 
 import builtins
-
-import numpy as np
+import math
 
 from lapis.framework import backend
 from lapis.framework import dtype as _dtype
@@ -20,12 +19,12 @@ def infer_shape(shape, numel: int) -> tuple:
     shape = list(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple | list | Size) else list(shape)
     if shape.count(-1) > 1:
         raise RuntimeError("only one dimension can be inferred")
-    known = int(np.prod([s for s in shape if s != -1], dtype=np.int64))
+    known = math.prod(s for s in shape if s != -1)
     if -1 in shape:
         if known == 0 or numel % known:
             raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
         shape[shape.index(-1)] = numel // known
-    if int(np.prod(shape, dtype=np.int64)) != numel:
+    if math.prod(shape) != numel:
         raise RuntimeError(f"shape '{list(shape)}' is invalid for input of size {numel}")
     return tuple(shape)
 
@@ -87,7 +86,7 @@ class Permute(Function):
         dims = tuple(wrap_dim(d, x.ndim) for d in dims)
         if sorted(dims) != list(range(x.ndim)):
             raise RuntimeError(f"permute(): dims {list(dims)} is not a permutation of the {x.ndim} dimensions")
-        ctx.inverse, ctx.node_name = tuple(int(i) for i in np.argsort(dims)), node_name
+        ctx.inverse, ctx.node_name = tuple(sorted(range(len(dims)), key=dims.__getitem__)), node_name
         return x._view(tuple(x._shape[d] for d in dims), tuple(x._strides[d] for d in dims), x._offset)
 
     @staticmethod
