@@ -188,8 +188,11 @@ def test_adam_steps_many_parameters_a_few_to_a_launch_as_torch_does(decoupled):
             opt_o.step()
         opt_t.step()
     launches = [e for e in t.select(3, "launch") if e.args["kernel"] == "adam_kernel"]
-    # eight non-empty parameters: 4097 elements (17 blocks) alone, as the next needs 4; then four to a launch
-    assert [e.args["grid"][:2] for e in launches] == [(17, 1), (4, 4), (1, 3)]
+    # eight non-empty parameters by size: 4097 elements (17 blocks) alone, as the next needs 4; then four to
+    # a launch, over the grid of the launch's largest
+    slots = [[int(e.args["args"][f"n{k}"]) for k in range(4)] for e in launches]
+    assert slots == [[4097, 0, 0, 0], [1000, 300, 64, 7], [5, 2, 1, 0]]
+    assert [e.args["grid"] for e in launches] == [(17, 1, 1), (4, 1, 1), (1, 1, 1)]
     for p, q in zip(ours, theirs, strict=True):
         close(p, q, 2e-5)
 

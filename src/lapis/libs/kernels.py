@@ -441,9 +441,10 @@ def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None
 
 # -- fused optimizer step --------------------------------------------------------------------------------
 ADAM_SLOTS = 4          # parameters one Adam launch steps
-# A launch's grid is its largest parameter's, and a smaller one's blocks past its end only exit: on a real GPU
-# they cost next to nothing, but a simulated block costs its lanes' work whether they do anything or not. So a
-# parameter needing under 1/ADAM_SPREAD of the blocks of the launch's largest starts a launch of its own.
+# A launch's grid is its largest parameter's, and each thread steps its elements of every parameter in turn, so a
+# smaller parameter's threads past its end only skip it: on a real GPU that costs next to nothing, but a
+# simulated lane costs its work whether it does anything or not. So a parameter needing under 1/ADAM_SPREAD of
+# the blocks of the launch's largest starts a launch of its own.
 ADAM_SPREAD = 4
 
 
@@ -469,17 +470,14 @@ def adam_update(n, p, g, m, v, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_
 
 def adam_kernel(n0, p0, g0, m0, v0, n1, p1, g1, m1, v1, n2, p2, g2, m2, v2, n3, p3, g3, m3, v3,
                 lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled):
-    # parameter blockIdx.y of the ADAM_SLOTS in the arguments, as torch's multi_tensor_apply packs lists of
-    # tensors into its kernels' arguments; a slot left empty has n = 0
-    slot = cuda.blockIdx.y
-    if slot == 0:
-        adam_update(n0, p0, g0, m0, v0, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
-    elif slot == 1:
-        adam_update(n1, p1, g1, m1, v1, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
-    elif slot == 2:
-        adam_update(n2, p2, g2, m2, v2, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
-    else:
-        adam_update(n3, p3, g3, m3, v3, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+    # the ADAM_SLOTS parameters in the arguments, as torch's multi_tensor_apply packs lists of tensors into its
+    # kernels' arguments (a slot left empty has n = 0); every thread steps its elements of each in turn, so
+    # all of a launch's threads run the same instructions: a slot per block would split each warp-instruction's
+    # work into one group per slot, each over every lane in flight
+    adam_update(n0, p0, g0, m0, v0, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+    adam_update(n1, p1, g1, m1, v1, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+    adam_update(n2, p2, g2, m2, v2, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+    adam_update(n3, p3, g3, m3, v3, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
 
 
 def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps: float, step: int,
@@ -510,7 +508,7 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
                 p, g, m, v = chunk[min(slot, len(chunk) - 1)]
                 args += [np.int64(p.size if slot < len(chunk) else 0), p, g, m, v]
             blocks = _blocks(max(a[0].size for a in chunk))
-            _dispatcher(api, ("adam",), lambda: adam_kernel)[(blocks, len(chunk)), THREADS](*args, *scalars)
+            _dispatcher(api, ("adam",), lambda: adam_kernel)[blocks, THREADS](*args, *scalars)
 
 
 # -- gather and scatter along one dimension -----------------------------------------------------------------
