@@ -130,3 +130,22 @@ def test_the_isa_reference_page_is_generated_from_the_table():
     page = Path(__file__).resolve().parent.parent / "docs" / "isa.md"
     assert page.read_text() == markdown(), "regenerate it: python -m lapis.isa > docs/isa.md"
     assert all(f"| `{op}` |" in page.read_text() for op in OPCODES)
+
+
+READ_BEFORE_WRITTEN = [
+    ("MOV R1, 0x1 ;\nIADD R2, R1, R1 ;\nEXIT ;", set()),                      # written first
+    ("IADD R2, R1, 0x1 ;\nEXIT ;", {1}),                                        # read first
+    ("@P0 MOV R1, 0x1 ;\nIADD R2, R1, 0x1 ;\nEXIT ;", {1}),                     # a guarded write may not happen
+    ("@P0 BRA 0x20 ;\nMOV R1, 0x1 ;\nIADD R2, R1, 0x1 ;\nEXIT ;", {1}),         # a path around the write
+    ("@P0 BRA 0x30 ;\nMOV R1, 0x1 ;\nBRA 0x40 ;\nMOV R1, 0x2 ;\nIADD R2, R1, 0x1 ;\nEXIT ;", set()),  # both paths
+    ("MOV R3, 0x0 ;\nIADD R3, R3, R4 ;\nISETP.LT.S32.AND P0, R3, 0x10, PT ;\n@P0 BRA 0x10 ;\nEXIT ;", {4}),     # a loop
+    ("LDG.E.64 R4, [R6.64] ;\nDADD R8, R4, R4 ;\nEXIT ;", {6, 7}),             # a pair read, a pair written
+    ("FRND.FLOOR.F64 R4, R6 ;\nEXIT ;", {6, 7}),
+    ("EXIT ;\nIADD R2, R1, 0x1 ;", set()),                                      # never reached
+]
+
+
+@pytest.mark.parametrize("source, expected", READ_BEFORE_WRITTEN)
+def test_registers_read_before_written_follow_every_path(source, expected):
+    from lapis.isa.dataflow import read_before_written
+    assert read_before_written(isa.assemble(source)) == expected
