@@ -275,3 +275,22 @@ def test_programs_of_one_shape_share_a_lane_layout():
     batches = [blocks for _, blocks, _ in bench.gpu.simt.caches._batches.values()]
     four = [blocks for blocks in batches if blocks.nblocks == 4]
     assert len(four) >= 2 and all(blocks.layout is four[0].layout for blocks in four)
+
+
+@pytest.mark.parametrize("translated", [True, False], ids=["translated", "reference"])
+def test_a_register_read_before_any_write_reads_zero_after_another_kernel(bench, translated):
+    # a launch zeroes only the registers a thread may read before writing them (`isa.dataflow`), so the
+    # first kernel's R5 must not show through where the second's guarded write skips a lane
+    bench.gpu.simt.translated = translated
+    bench.run("MOV R5, 0x7 ;\nMOV R6, 0x7 ;\nEXIT ;", registers=16)
+    out = bench.reserve(32 * 4)
+    bench.run("""
+        S2R R0, SR_TID.X ;
+        ISETP.LT.S32.AND P0, R0, 0x10, PT ;
+        @P0 MOV R5, 0x3 ;
+        LDC.64 R2, c[0x0][0x160] ;
+        IMAD.WIDE R2, R0, 0x4, R2 ;
+        STG.E [R2.64], R5 ;
+        EXIT ;""", args=out.to_bytes(8, "little"), registers=16)
+    expected = np.array([3] * 16 + [0] * 16, np.uint32)
+    np.testing.assert_array_equal(bench.read(out, expected), expected)

@@ -20,10 +20,16 @@ from lapis.hardware.simt.registers import U32, U64, RegisterFile, padded_lanes
 from lapis.hardware.simt.simulator_caches import DerivedValues
 from lapis.isa import INSTRUCTION_BYTES, format_instruction
 from lapis.isa import SpecialRegister as SR
+from lapis.isa.dataflow import read_before_written
 
 if TYPE_CHECKING:
     from lapis.hardware.simt.scheduler import SimtCore
     from lapis.hardware.simt.translated import NativeRunner
+
+
+def _unset_rows(program: list) -> np.ndarray:
+    """The registers a launch of `program` must zero (`RegisterFile.reset`), as row numbers."""
+    return np.array(sorted(read_before_written(program)), np.int64)
 
 
 class LaneLayout:
@@ -90,6 +96,7 @@ class ResidentBlocks:
         self.shared_words = -(-d.shared_bytes // 8) * 2       # per block, 8-byte aligned for 64-bit atomics
         self.shared_base = layout.shared_base(self.shared_words)
         self.derived = DerivedValues(d.program, d.registers, core.caches.enabled)
+        self.unset = core.caches.per_program(d.program, "read before written", _unset_rows)
         self.exited = np.zeros(self.lanes, bool)         # lanes that ran EXIT
         self.native: NativeRunner | None = None          # runs translated code; the scheduler attaches it
         self.launch(d)
@@ -116,7 +123,7 @@ class ResidentBlocks:
 
     def start(self, first_block: int) -> None:
         """Reset the state for blocks first_block .. first_block + nblocks - 1."""
-        self.registers.reset()
+        self.registers.reset(self.unset)
         self.shared_u32.fill(0)
         self.local_u32.fill(0)
         self.layout.set_blocks(first_block, self.d.grid, self.core.profile.compute_units)

@@ -6,7 +6,8 @@ MI300X) with its operand collectors. Register Rn of every lane in flight is row 
 so; a 64-bit value is an even-aligned pair of registers, low word first, as in SASS. Row
 `registers` reads as zero (RZ) and the last row takes the writes to RZ, so no instruction
 special-cases the zero register. Predicates P0-P6 and PT (always true) are rows of a boolean
-array.
+array. A launch starts with the registers its threads may read before writing them at zero
+(`reset`); real GPUs leave them undefined.
 
 Operand B is a register, a 32-bit immediate or a word of constant bank 0, and sources may
 carry the `-x` and `|x|` modifiers; the readers here resolve all that when an instruction is
@@ -60,8 +61,13 @@ class RegisterFile:
         self.R, self.P = self.R_rows[:, :lanes], self.P_rows[:, :lanes]
         self.F, self.S = self.R.view(F32), self.R.view(I32)          # the same registers read as float32, int32
 
-    def reset(self) -> None:
-        self.R.fill(0)
+    def reset(self, unset: np.ndarray) -> None:
+        """Start a batch: the registers in `unset` (those a thread may read before writing them,
+        `isa.dataflow.read_before_written`) and RZ's row at zero, every predicate false but PT. The
+        other rows keep what the last batch left: no thread of this one can read it, and zeroing a
+        register file of many lanes costs more than running a small kernel."""
+        self.R[unset[unset < self.count]] = 0
+        self.R[self.count] = 0
         self.P.fill(False)
         self.P[PT] = True
 
