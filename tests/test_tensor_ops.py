@@ -406,3 +406,35 @@ def test_division_by_zero_and_infinity_follows_ieee_as_torch(device):
             np.testing.assert_array_equal(got, want)
             numbers = ~np.isnan(want)
             assert np.array_equal(np.signbit(got[numbers]), np.signbit(want[numbers]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_triangles_of_batches_views_and_every_dtype_follow_torch(device):
+    same(lambda m, x: m.triu(x[0], 1) * 2, f32(2, 3, 4, 5), device=device)                 # a batch of matrices
+    same(lambda m, x: x[0].transpose(1, 2).tril(-2), f32(2, 5, 4), device=device)          # a strided view
+    same(lambda m, x: m.tril(x[0], 7) - m.triu(x[0], -9), f32(3, 4), device=device)         # all or nothing kept
+    ints = rng.integers(-5, 5, (4, 6)).astype(np.int32)
+    same(lambda m, x: x[0].triu(2), ints, device=device)
+    same(lambda m, x: m.ones(4, 4, dtype=m.bool, device=x[0].device).triu(1), f32(1), device=device, grad=False)
+    with pytest.raises(RuntimeError, match="triu: input tensor must have at least 2 dimensions"):
+        lapis.ones(3, device=device).triu()
+
+
+@pytest.mark.parametrize("args", [(5,), (2, 9), (9, 2, -3), (-4, 7, 3), (3, 3)])
+def test_an_integer_arange_on_a_gpu_follows_torch(args):
+    for dtype in (None, lapis.int32):
+        got = lapis.arange(*args, device="cuda", dtype=dtype)
+        want = torch.arange(*args, dtype=None if dtype is None else torch.int32)
+        assert got.device.type == "cuda" and tuple(got.shape) == tuple(want.shape)
+        assert got.dtype.name == str(want.dtype).removeprefix("torch.")
+        np.testing.assert_array_equal(got.cpu().numpy(), want.numpy())
+
+
+def test_triangles_and_an_arange_on_a_gpu_are_one_kernel_each_and_upload_nothing():
+    # torch launches one kernel for each; building them on the host would copy, and wait for the work before
+    x = lapis.ones(16, 16, device="cuda")
+    for make in (lambda: x.triu(1), lambda: x.tril(), lambda: lapis.arange(16, device="cuda")):
+        make()
+        with lapis.trace() as t:
+            make()
+        assert len(t.select(3, "launch")) == 1 and not t.select(3, "memcpy")

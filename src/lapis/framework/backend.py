@@ -29,7 +29,7 @@ import numpy as np
 
 from lapis import cuda, hip
 from lapis.cuda import DeviceNDArray
-from lapis.libs import blas, dnn, kernels
+from lapis.libs import blas, dnn, kernels, patterns
 
 _API = {"cuda": cuda, "hip": hip}
 _blas_handles: dict = {}
@@ -93,6 +93,22 @@ def where(cond, a, b, out) -> None:
         kernels.where(_api(out), cond, a, b, out)
     else:
         out[...] = np.where(cond, a, b)
+
+
+def arange(out, start: int, step: int) -> None:
+    """out[i] = start + i * step, for an integer out."""
+    if on_gpu(out):
+        patterns.arange(_api(out), out, start, step)
+    else:
+        out[...] = np.arange(start, start + step * out.size, step, dtype=np.int64)[:out.size]
+
+
+def triangle(x, out, diagonal: int, lower: bool) -> None:
+    """out = tril(x, diagonal) (triu when not `lower`) over the last two dimensions."""
+    if on_gpu(out):
+        patterns.triangle(_api(out), x, out, diagonal, lower)
+    else:
+        out[...] = np.tril(x, diagonal) if lower else np.triu(x, diagonal)
 
 
 def reduce(op: str, x, dim: int, out) -> None:

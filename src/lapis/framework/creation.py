@@ -125,8 +125,18 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool
     if dtype is None:
         dtype = _dtype.int64 if all(isinstance(v, builtins.int) for v in (start, end, step)) else \
             _dtype.get_default_dtype()
-    values = np.arange(start, end, step, dtype=np.float64 if dtype.is_floating_point else np.int64)
-    return _finish(Tensor._from_numpy(values.astype(dtype.np), device_of(device)), requires_grad)
+    dev = device_of(device)
+    if dtype.is_floating_point:         # numpy's values (computed in float64, rounded once) on every device
+        values = np.arange(start, end, step, dtype=np.float64)
+        return _finish(Tensor._from_numpy(values.astype(dtype.np), dev), requires_grad)
+    # integers are made where they live (on a GPU by a kernel, as torch does: an upload would wait for the work
+    # before it)
+    if step == 0:
+        raise RuntimeError("step must be nonzero")
+    out = Tensor._empty((len(range(start, end, step)),), dtype, dev)
+    if out.numel():
+        backend.arange(out._data, start, step)
+    return _finish(out, requires_grad)
 
 
 def linspace(start, end, steps: builtins.int, dtype=None, device=None, requires_grad: bool = False) -> Tensor:

@@ -102,20 +102,30 @@ def masked_fill(x, mask, value):
     return where(mask, value if isinstance(value, TensorBase) else x.new_full((), value), x)
 
 
-def _triangle(x, diagonal, lower: bool):
-    rows, cols = x.shape[-2], x.shape[-1]
-    i = TensorBase._from_numpy(np.arange(rows, dtype=np.int64).reshape(rows, 1), x.device)
-    j = TensorBase._from_numpy(np.arange(cols, dtype=np.int64).reshape(1, cols), x.device)
-    keep = (j - i <= diagonal) if lower else (j - i >= diagonal)
-    return where(keep, x, 0)
+class Triangle(Function):
+    """tril (`lower`) or triu of the last two dimensions: one kernel; the gradient is the same triangle of g."""
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, diagonal: int, lower: bool):
+        name = "tril" if lower else "triu"
+        if x.ndim < 2:
+            raise RuntimeError(f"{name}: input tensor must have at least 2 dimensions")
+        ctx.diagonal, ctx.lower, ctx.node_name = diagonal, lower, f"{name.capitalize()}Backward0"
+        out = new(x.shape, x.dtype, x.device)
+        backend.triangle(x._contiguous()._data, out._data, diagonal, lower)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return Triangle.apply(g, ctx.diagonal, ctx.lower), None, None
 
 
 def tril(x, diagonal=0):
-    return _triangle(x, diagonal, True)
+    return Triangle.apply(x, int(diagonal), True)
 
 
 def triu(x, diagonal=0):
-    return _triangle(x, diagonal, False)
+    return Triangle.apply(x, int(diagonal), False)
 
 
 def getitem(x, index):
