@@ -8,10 +8,13 @@ Level-1 BLAS (dot, nrm2, asum, iamax), the solver (pivot search, Householder nor
 layer and batch norm) call these. The caller declares the scratch: a shared array with a slot per
 thread of the block; the block size (a power of two, at most the scratch's length) sets the tree's
 first stride, so one kernel serves rows of any width with as many threads as suit them.
-Each is a tree in shared memory with a fixed order of operations (thread t takes in t + stride, the
-stride halving from half the block), so a float sum comes out the same bits on every run, launch
-and device; warp shuffles would tie the order to the device's warp width. Each ends with a barrier,
-so the caller may use the scratch again at once.
+Each is a tree with a fixed order of operations (thread t takes in t + stride, the stride halving from
+half the block), so a float sum comes out the same bits on every run, launch and device. `block_reduce`
+runs the levels with strides of 32 and more in shared memory, a barrier between them, and the last five
+among the first 32 threads by warp shuffles (`shfl_down_sync` brings lane t + stride to lane t, the same
+pairs, so the bits do not depend on the warp's width; CUB's block reductions end in shuffles too). A block
+of one warp's 32 threads touches no shared memory and waits at no barrier. Each ends with a barrier when
+it used the scratch, so the caller may use the scratch again at once.
 """
 
 from lapis import cuda
@@ -19,11 +22,28 @@ from lapis.cuda import syncthreads
 
 
 @cuda.jit(device=True)
-def block_reduce(s, t, value, take_max):
-    s[t] = value
-    syncthreads()
-    stride = min(s.shape[0], cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z) // 2
+def warp_tree(value, stride, take_max):
+    """The levels of a block tree from `stride` down to 1 among lanes 0-31 (lane t takes lane t + stride);
+    lane 0 ends with the total."""
     while stride > 0:
+        other = cuda.shfl_down_sync(0xFFFFFFFF, value, stride)
+        if take_max:
+            value = max(value, other)
+        else:
+            value = value + other
+        stride //= 2
+    return value
+
+
+@cuda.jit(device=True)
+def block_reduce(s, t, value, take_max):
+    n = min(s.shape[0], cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z)
+    if n <= 32:                                 # one warp: shuffles only
+        return cuda.shfl_sync(0xFFFFFFFF, warp_tree(value, n // 2, take_max), 0)
+    s[t] = value                                # down to 32 partial results through shared memory
+    syncthreads()
+    stride = n // 2
+    while stride >= 32:
         if t < stride:
             if take_max:
                 s[t] = max(s[t], s[t + stride])
@@ -31,6 +51,11 @@ def block_reduce(s, t, value, take_max):
                 s[t] = s[t] + s[t + stride]
         syncthreads()
         stride //= 2
+    if t < 32:                                  # the first warp finishes, thread 0 publishes the total
+        total = warp_tree(s[t], stride, take_max)
+        if t == 0:
+            s[0] = total
+    syncthreads()
     result = s[0]
     syncthreads()
     return result
