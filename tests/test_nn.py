@@ -94,6 +94,24 @@ def test_losses_match_torch(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_bce_with_logits_has_torchs_gradients_at_a_logit_of_zero(device):
+    # the stable form's |x| and relu have no slope at 0; the loss has sigmoid(x) - y there (zero-initialized
+    # weights give such logits), and -x for the target
+    x = np.array([[0, 0, -3.5], [2, 50, -60]], np.float32)
+    y = np.array([[1, 0, 1], [0, 0.3, 1]], np.float32)
+    ours = [lapis.tensor(a, device=device, requires_grad=True) for a in (x, y)]
+    theirs = [torch.tensor(a, requires_grad=True) for a in (x, y)]
+    for reduction in ("mean", "sum"):
+        a = lapis.nn.functional.binary_cross_entropy_with_logits(*ours, reduction=reduction)
+        b = torch.nn.functional.binary_cross_entropy_with_logits(*theirs, reduction=reduction)
+        close(a, b)
+        a.backward()
+        b.backward()
+        for o, t in zip(ours, theirs, strict=True):
+            close(o.grad, t.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_is_log_softmax_and_one_loss_kernel_each_way(device):
     """As PyTorch: forward launches log-softmax and the loss (2 kernels), backward their two gradients."""
     logits, target = f32(40, 7), rng.integers(0, 7, 40)

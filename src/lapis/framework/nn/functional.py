@@ -7,6 +7,7 @@ GPU. Losses reduce with torch's `reduction` ('mean', 'sum', 'none').
 import math
 
 from lapis.framework import dtype as _dtype
+from lapis.framework.autograd import Function
 from lapis.framework.creation import arange, full, ones, rand, zeros
 from lapis.framework.ops.common import broadcast_shapes
 from lapis.framework.ops.elementwise import where
@@ -142,10 +143,26 @@ def mse_loss(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(d * d, reduction)
 
 
+class _BinaryCrossEntropyWithLogits(Function):
+    """log(1 + exp(-|x|)) + max(x, 0) - x y, the stable form torch uses, with torch's gradients: sigmoid(x) - y
+    for x and -x for y. (The form's |x| and max(x, 0) have no slope at 0, where their sum has 1/2: through
+    them a logit of exactly 0, as zero-initialized weights give, would get -y.) The backward is made of
+    differentiable ops, so a second derivative follows."""
+    node_name = "BinaryCrossEntropyWithLogitsBackward0"
+
+    @staticmethod
+    def forward(ctx, x: Tensor, y: Tensor):
+        ctx.save_for_backward(x, y)
+        return (1 + (-x.abs()).exp()).log() + x.relu() - x * y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * (x.sigmoid() - y), -g * x
+
+
 def binary_cross_entropy_with_logits(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
-    # log(1 + exp(-|x|)) + max(x, 0) - x y, the stable form torch uses
-    loss = (1 + (-x.abs()).exp()).log() + x.relu() - x * y
-    return _reduce(loss, reduction)
+    return _reduce(_BinaryCrossEntropyWithLogits.apply(x, y), reduction)
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
