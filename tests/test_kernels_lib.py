@@ -142,6 +142,31 @@ def test_max_propagates_nan_and_argmax_takes_the_first():
     np.testing.assert_array_equal(idx.copy_to_host(), [1, 1])
 
 
+@pytest.mark.parametrize("op", kernels.REDUCTIONS)
+@pytest.mark.parametrize("shape,dim", [((20000,), 0), ((2, 9001, 3), 1), ((5000, 6), 0)])
+def test_a_reduction_of_few_long_rows_splits_them_into_chunks(op, shape, dim):
+    # x.sum() of a whole tensor: one thread per output would walk 20,000 elements alone (and a bigger tensor ran
+    # into the watchdog); chunks of the row in parallel, then their partials in order, keep torch's answers:
+    # the first extreme's index, a NaN winning, ties going to the first
+    x = rng.uniform(0.999, 1.001, shape).astype(np.float32)
+    flat = x.reshape(-1)
+    flat[[7, 4100, 4101]] = 2.0                              # a tie for the maximum, across two chunks
+    flat[[9, 13000]] = 0.5
+    if op in ("max", "argmax"):
+        np.moveaxis(x, dim, -1)[..., 5000 if x.shape[dim] > 5000 else 3] = np.nan
+    want = NP_REDUCE[op](x.astype(np.float64), axis=dim)
+    out = cuda.device_array(want.shape, np.int64 if op.startswith("arg") else np.float32)
+    with trace() as t:
+        kernels.reduce(cuda, op, cuda.to_device(x), dim, out)
+        cuda.synchronize()
+    assert [e.args["kernel"] for e in t.select(3, "launch")][0] == "split_reduce_kernel"
+    got = out.copy_to_host()
+    if op.startswith("arg"):
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 def test_bad_operands_raise_before_launch():
     a = cuda.to_device(np.ones((3, 4), np.float32))
     out = cuda.to_device(np.zeros((3, 5), np.float32))

@@ -381,6 +381,74 @@ def make_reduce_kernel(op: str):
     return reduce_kernel
 
 
+def make_split_reduce_kernel(op: str):
+    """The first pass of a reduction with few outputs along a long dimension: each thread reduces one chunk of
+    one output's elements, in order, into partial[o, c, i] (and, for argmax and argmin, the index of its first
+    extreme into where[o, c, i]); the partials are then reduced along c in order, which keeps the first extreme
+    first and lets a NaN win."""
+    OP = op
+
+    def split_reduce_kernel(outer, length, inner, chunks, chunk, x, partial, where):
+        t = cuda.grid(1)
+        if t < outer * chunks * inner:
+            i = t % inner
+            oc = t // inner
+            c = oc % chunks
+            start = c * chunk
+            base = oc // chunks * length * inner + i
+            best = x[base + start * inner]
+            at = start
+            acc = best * 0
+            if OP == "prod":
+                acc = acc + 1
+            for j in range(start, min(length, start + chunk)):
+                v = x[base + j * inner]
+                if OP == "sum":
+                    acc += v
+                elif OP == "prod":
+                    acc *= v
+                elif OP == "max" or OP == "argmax":
+                    if v > best or (v != v and best == best):          # NaN wins, as in torch
+                        best = v
+                        at = j
+                else:
+                    if v < best or (v != v and best == best):
+                        best = v
+                        at = j
+            if OP == "sum" or OP == "prod":
+                partial[t] = acc
+            else:
+                partial[t] = best
+            if OP == "argmax" or OP == "argmin":
+                where[t] = at
+    return split_reduce_kernel
+
+
+def make_split_arg_kernel(op: str):
+    """The second pass of a split argmax or argmin: the index of the first chunk's extreme among the chunks'."""
+    MAX = op == "argmax"
+
+    def split_arg_kernel(outer, chunks, inner, partial, where, out):
+        t = cuda.grid(1)
+        if t < outer * inner:
+            base = t // inner * chunks * inner + t % inner
+            best = partial[base]
+            at = where[base]
+            for c in range(1, chunks):
+                v = partial[base + c * inner]
+                if ((v > best) if MAX else (v < best)) or (v != v and best == best):
+                    best = v
+                    at = where[base + c * inner]
+            out[t] = at
+    return split_arg_kernel
+
+
+# A reduction with fewer outputs than SPLIT_OUTPUTS along more than SPLIT_LENGTH elements (x.sum() of a whole
+# tensor) would leave a thread alone with each output's elements: it splits them into at most SPLIT_LENGTH
+# chunks of at least SPLIT_CHUNK, about SPLIT_THREADS threads in all, and reduces the partial results again.
+SPLIT_LENGTH, SPLIT_OUTPUTS, SPLIT_CHUNK, SPLIT_THREADS = 4096, 4096, 256, 1 << 16
+
+
 # A sum down long columns (a bias's gradient: many rows, few outputs) splits each column over the
 # COLUMN_ROWS threads of a block's y dimension: thread y adds rows y, y + COLUMN_ROWS, ... in order, then
 # thread 0 adds the partial sums in order of y, so the result is deterministic; x spans 32 adjacent
@@ -412,7 +480,7 @@ def column_sum_kernel(outer, length, inner, x, out):
 def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None:
     """out = op of x along `dim` (out holds x's shape without that dimension, C-contiguous); argmax and
     argmin write int64 indices of the first extreme, as torch does. A float32 sum down long columns takes
-    `column_sum_kernel`."""
+    `column_sum_kernel`; a few outputs of long rows split them (`split_reduce_kernel`) and reduce again."""
     if op not in REDUCTIONS:
         raise KernelArgumentError(f"reduction must be one of {', '.join(REDUCTIONS)}, not {op!r}")
     if not isinstance(x, DeviceNDArray) or not isinstance(out, DeviceNDArray):
@@ -433,10 +501,31 @@ def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None
         if out.size and op == "sum" and x.dtype == np.float32 and length >= COLUMN_MIN_LENGTH and inner >= 32:
             _dispatcher(api, ("column_sum",), lambda: column_sum_kernel)[(-(-inner // 32), outer), (32, COLUMN_ROWS)](
                 np.int64(outer), np.int64(length), np.int64(inner), flat_x, flat_out)
+        elif out.size and length > SPLIT_LENGTH and outer * inner < SPLIT_OUTPUTS:
+            _split_reduce(api, op, x, dim, out, outer, length, inner)
         elif out.size:
             _dispatcher(api, ("reduce", op), lambda: make_reduce_kernel(op))[-(-out.size // THREADS), THREADS](
                 np.int64(outer), np.int64(length), np.int64(inner), np.int64(length * inner), np.int64(inner),
                 np.int64(1), flat_x, flat_out)
+
+
+def _split_reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray, outer: int, length: int,
+                  inner: int) -> None:
+    """`reduce` of few outputs along a long dimension: chunks of it in parallel, then their partial results."""
+    chunk = max(SPLIT_CHUNK, -(-length * outer * inner // SPLIT_THREADS), -(-length // SPLIT_LENGTH))
+    chunks = -(-length // chunk)
+    arg = op in ("argmax", "argmin")
+    partial = DeviceNDArray.allocate(out.context, x.shape[:dim] + (chunks,) + x.shape[dim + 1:],
+                                     x.dtype if arg else out.dtype)
+    where = DeviceNDArray.allocate(out.context, partial.shape, np.int64) if arg else partial
+    _dispatcher(api, ("split_reduce", op), lambda: make_split_reduce_kernel(op))[-(-partial.size // THREADS), THREADS](
+        np.int64(outer), np.int64(length), np.int64(inner), np.int64(chunks), np.int64(chunk), flat_view(x)[0],
+        partial.ravel(), where.ravel())
+    if arg:
+        _dispatcher(api, ("split_arg", op), lambda: make_split_arg_kernel(op))[-(-out.size // THREADS), THREADS](
+            np.int64(outer), np.int64(chunks), np.int64(inner), partial.ravel(), where.ravel(), flat_view(out)[0])
+    else:
+        reduce(api, op, partial, dim, out)
 
 
 # -- fused optimizer step --------------------------------------------------------------------------------
