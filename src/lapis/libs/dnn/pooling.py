@@ -5,57 +5,95 @@ import math
 import numpy as np
 
 from lapis import cuda, trace
+from lapis.cuda import float32
 from lapis.libs.dnn.descriptors import DnnError, TensorDescriptor
-from lapis.libs.dnn.handle import THREADS, Handle, _flat
+from lapis.libs.dnn.handle import THREADS, Handle, _ceil_div, _flat
+from lapis.libs.kernels import divider
+
+POOL_MAX_GRID_Y = 65535            # blocks along a plane's pixels: past them each thread takes several
 
 
-def pooling_forward_kernel(n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, x, sx, y, sy):
-    # One thread per output element; sx, sy: element strides of N, C, H, W.
-    i = cuda.grid(1)
-    if i < n * c * oh * ow:
-        ox, rest = i % ow, i // ow                     # each quotient divides the last: three divisions
-        oy, rest = rest % oh, rest // oh
-        ch, b = rest % c, rest // c
-        best = -math.inf
-        total = 0.0
+# A block of up to THREADS threads works along one (image, channel) plane, blockIdx.x, over its pixels (a grid-stride
+# loop along y), so a thread divides only to find its pixel's row and its window, and those quotients take the
+# host's magic multipliers (`kernels.divider`, as offset_of does) instead of 64-bit divisions of dozens of
+# instructions. The element strides of N, C, H and W of x (and dx) and of y (and dy) are kernel arguments.
+@cuda.jit(device=True)
+def plane_quotient(v, word):
+    """v // d for 0 <= v < 2^31, from d's divider word: the magic multiplier in the low 32 bits, the shift above."""
+    return (((v * (word & 0xFFFFFFFF)) >> 32) + v) >> (word >> 32)
+
+
+def pooling_forward_kernel(c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, by_c, by_ow, x, xn, xc, xh, xw,
+                           y, yn, yc, yh, yw):
+    # One thread per output element of plane blockIdx.x.
+    b = plane_quotient(cuda.blockIdx.x, by_c)
+    ch = cuda.blockIdx.x - b * c
+    o = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
+    while o < oh * ow:
+        oy = plane_quotient(o, by_ow)
+        ox = o - oy * ow
+        best = float32(-math.inf)                      # float32 throughout, as the tensors (cuDNN's accumulator)
+        total = float32(0.0)
         for dy_ in range(kh):
             for dx_ in range(kw):
                 iy = oy * sh - ph + dy_
                 ix = ox * sw - pw + dx_
                 if 0 <= iy < h and 0 <= ix < w:
-                    v = x[b * sx[0] + ch * sx[1] + iy * sx[2] + ix * sx[3]]
+                    v = x[b * xn + ch * xc + iy * xh + ix * xw]
                     best = max(best, v)
                     total += v
-        out = b * sy[0] + ch * sy[1] + oy * sy[2] + ox * sy[3]
-        y[out] = total / (kh * kw) if average else best
+        y[b * yn + ch * yc + oy * yh + ox * yw] = total / float32(kh * kw) if average else best
+        o += cuda.gridDim.y * cuda.blockDim.x
 
 
-def pooling_backward_kernel(n, c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, x, sx, y, dy, sy, dx):
-    # One thread per input element gathers the gradients of the windows it is in (no atomics): the
-    # outputs oy with oy * sh - ph <= iy < oy * sh - ph + kh, and likewise for ox. For max pooling,
-    # the gradient goes to the first element equal to the window's maximum.
-    i = cuda.grid(1)
-    if i < n * c * h * w:
-        ix, rest = i % w, i // w
-        iy, rest = rest % h, rest // h
-        ch, b = rest % c, rest // c
-        grad = 0.0
-        for oy in range(max(0, (iy + ph - kh) // sh + 1), min(oh, (iy + ph) // sh + 1)):
-            for ox in range(max(0, (ix + pw - kw) // sw + 1), min(ow, (ix + pw) // sw + 1)):
+def pooling_backward_kernel(c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, by_c, by_w, by_sh, by_sw, x, xn, xc,
+                            xh, xw, y, dy, yn, yc, yh, yw, dx):
+    # One thread per input element of plane blockIdx.x gathers the gradients of the windows it is in (no
+    # atomics): the outputs oy with oy * sh - ph <= iy < oy * sh - ph + kh, that is from
+    # ceil((iy + ph - kh + 1) / sh) (the numerator clamped at 0: no window starts above the image) to
+    # (iy + ph) // sh, and likewise for ox. For max pooling, the gradient goes to the first element equal to
+    # the window's maximum.
+    b = plane_quotient(cuda.blockIdx.x, by_c)
+    ch = cuda.blockIdx.x - b * c
+    i = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
+    while i < h * w:
+        iy = plane_quotient(i, by_w)
+        ix = i - iy * w
+        grad = float32(0.0)
+        first_y, last_y = plane_quotient(max(0, iy + ph - kh + sh), by_sh), plane_quotient(iy + ph, by_sh)
+        first_x, last_x = plane_quotient(max(0, ix + pw - kw + sw), by_sw), plane_quotient(ix + pw, by_sw)
+        for oy in range(first_y, min(oh, last_y + 1)):
+            for ox in range(first_x, min(ow, last_x + 1)):
                 y0, x0 = oy * sh - ph, ox * sw - pw
-                g = dy[b * sy[0] + ch * sy[1] + oy * sy[2] + ox * sy[3]]
+                at = b * yn + ch * yc + oy * yh + ox * yw
+                g = dy[at]
                 if average:
-                    grad += g / (kh * kw)
+                    grad += g / float32(kh * kw)
                 else:
-                    m = y[b * sy[0] + ch * sy[1] + oy * sy[2] + ox * sy[3]]
+                    m = y[at]
                     first = True
                     for wy in range(max(y0, 0), min(y0 + kh, h)):
                         for wx in range(max(x0, 0), min(x0 + kw, w)):
-                            if first and x[b * sx[0] + ch * sx[1] + wy * sx[2] + wx * sx[3]] == m:
+                            if first and x[b * xn + ch * xc + wy * xh + wx * xw] == m:
                                 first = False
                                 if wy == iy and wx == ix:
                                     grad += g
-        dx[b * sx[0] + ch * sx[1] + iy * sx[2] + ix * sx[3]] = grad
+        dx[b * xn + ch * xc + iy * xh + ix * xw] = grad
+        i += cuda.gridDim.y * cuda.blockDim.x
+
+
+def _plane_launch(n: int, c: int, pixels: int) -> tuple[tuple[int, int], int]:
+    """(grid, block) for the kernels above: a block per plane (a warp-multiple of threads, up to THREADS, so a
+    small plane leaves few idle), along y as many as its pixels need; refuses sizes their quotients cannot
+    take (2^31 planes or pixels)."""
+    if n * c >= 1 << 31 or pixels >= 1 << 31:
+        raise DnnError(f"pooling takes fewer than 2^31 planes and pixels per plane, not {n * c} x {pixels}")
+    threads = min(THREADS, 32 * _ceil_div(pixels, 32))
+    return (n * c, min(POOL_MAX_GRID_Y, _ceil_div(pixels, threads))), threads
+
+
+def _words(*divisors: int) -> list:
+    return [np.int64(magic | shift << 32) for magic, shift in map(divider, divisors)]
 
 
 def _pool_geometry(desc, window, stride, padding) -> tuple:
@@ -83,11 +121,12 @@ def pooling_forward(handle: Handle, mode: str, desc: TensorDescriptor, x, window
     geometry = _pool_geometry(desc, window, stride, padding)
     out = pooling_output(desc, window, stride, padding)
     fx, fy = _flat(x, "x", desc.size), _flat(y, "y", out.size)
-    sx, sy = (handle.api.to_device(np.array(d.strides(), np.int64)) for d in (desc, out))
+    sx, sy = (tuple(np.int64(s) for s in d.strides()) for d in (desc, out))
+    n, c, _, _, oh, ow, *_ = geometry
     with trace.span(4, "pooling_forward", mode=mode, dims=desc.dims, window=window, stride=stride):
         if out.size:
-            handle.kernel(pooling_forward_kernel)[-(-out.size // THREADS), THREADS, handle.stream](
-                *(np.int64(v) for v in geometry), mode == "average", fx, sx, fy, sy)
+            handle.kernel(pooling_forward_kernel)[(*_plane_launch(n, c, oh * ow), handle.stream)](
+                *(np.int64(v) for v in geometry[1:]), mode == "average", *_words(c, ow), fx, *sx, fy, *sy)
 
 
 def pooling_backward(handle: Handle, mode: str, desc: TensorDescriptor, x, y, dy, window, stride, padding,
@@ -99,8 +138,10 @@ def pooling_backward(handle: Handle, mode: str, desc: TensorDescriptor, x, y, dy
     out = pooling_output(desc, window, stride, padding)
     fx, fdx = _flat(x, "x", desc.size), _flat(dx, "dx", desc.size)
     fy, fdy = _flat(y, "y", out.size), _flat(dy, "dy", out.size)
-    sx, sy = (handle.api.to_device(np.array(d.strides(), np.int64)) for d in (desc, out))
+    sx, sy = (tuple(np.int64(s) for s in d.strides()) for d in (desc, out))
+    n, c, h, w, _, _, _, _, sh, sw, _, _ = geometry
     with trace.span(4, "pooling_backward", mode=mode, dims=desc.dims, window=window, stride=stride):
         if desc.size:
-            handle.kernel(pooling_backward_kernel)[-(-desc.size // THREADS), THREADS, handle.stream](
-                *(np.int64(v) for v in geometry), mode == "average", fx, sx, fy, fdy, sy, fdx)
+            handle.kernel(pooling_backward_kernel)[(*_plane_launch(n, c, h * w), handle.stream)](
+                *(np.int64(v) for v in geometry[1:]), mode == "average", *_words(c, w, sh, sw), fx, *sx, fy, fdy,
+                *sy, fdx)
