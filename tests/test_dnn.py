@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from lapis import cuda
+from lapis import cuda, trace
 from lapis.libs import dnn
 
 rng = np.random.default_rng(17)
@@ -251,6 +251,32 @@ def test_convolutions_every_algorithm_in_every_direction(handle, x_dims, w_dims,
         assert np.allclose(dx.copy_to_host().reshape(x_dims), want_dx, atol=3e-3), algorithm
         dnn.convolution_backward_filter(handle, desc, dev(x), w_dims, conv, dev(dy), dw, algorithm, workspace)
         assert np.allclose(dw.copy_to_host().reshape(w_dims), want_dw, atol=3e-3), algorithm
+
+
+def test_convolutions_big_enough_take_the_4x4_micro_tile_and_agree_with_the_direct_kernels(handle):
+    # 64 output channels of 48 inputs: every direction's GEMM has 48 or more rows and columns, so each takes
+    # the 64 x 64 tile; a stride of 2 takes backward-data through its dividing branch
+    x_dims, w_dims, conv = (2, 48, 9, 9), (64, 48, 3, 3), dnn.ConvolutionDescriptor((1, 1), (2, 2))
+    x, w = rng.standard_normal(x_dims).astype(np.float32), rng.standard_normal(w_dims).astype(np.float32)
+    desc = dnn.TensorDescriptor(x_dims)
+    out = dnn.convolution_output(desc, w_dims, conv)
+    dy = rng.standard_normal(out.dims).astype(np.float32)
+    got = {}
+    for algorithm in ("implicit_gemm", "direct"):
+        y = cuda.device_array(out.size, np.float32)
+        dx, dw = cuda.device_array(x.size, np.float32), cuda.device_array(w.size, np.float32)
+        with trace() as t:
+            dnn.convolution_forward(handle, desc, dev(x), w_dims, dev(w), conv, y, algorithm)
+            dnn.convolution_backward_data(handle, desc, w_dims, dev(w), conv, dev(dy), dx, algorithm)
+            dnn.convolution_backward_filter(handle, desc, dev(x), w_dims, conv, dev(dy), dw, algorithm)
+            got[algorithm] = [a.copy_to_host() for a in (y, dx, dw)]
+        if algorithm == "implicit_gemm":
+            grids = [e.args["grid"] for e in t.select(3, "launch") if e.args["kernel"] == "conv_gemm_kernel"]
+            assert [g[:2] for g in grids] == [(1, 1), (3, 1), (7, 1)]        # 64 x 64 tiles over 50, 162, 432
+    ref = conv_ref(x.astype(np.float64), w, conv.padding, conv.stride, conv.dilation, conv.groups)
+    assert np.allclose(got["implicit_gemm"][0].reshape(ref.shape), ref, atol=1e-3)
+    for ours, direct in zip(got["implicit_gemm"], got["direct"], strict=True):
+        assert np.allclose(ours, direct, atol=1e-3)
 
 
 def test_every_convolution_kernel_takes_the_geometry_fields_first():

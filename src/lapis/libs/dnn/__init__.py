@@ -58,6 +58,7 @@ from lapis.libs.dnn.convolution import (
     CONV_DIRECTIONS,
     CONV_FORWARD_ALGORITHMS,
     CONV_GEMM_KERNELS,
+    CONV_MICRO_ROWS,
     SPLIT_K_MIN_DEPTH,
     SPLIT_K_TARGET_BLOCKS,
     ConvGeometry,
@@ -110,7 +111,7 @@ from lapis.libs.dnn.pooling import (
 
 __all__ = [
     "ACTIVATIONS", "CONV_ALGORITHMS", "CONV_BACKWARD_DATA_ALGORITHMS", "CONV_BACKWARD_FILTER_ALGORITHMS",
-    "CONV_DIRECTIONS", "CONV_FORWARD_ALGORITHMS", "CONV_GEMM_KERNELS", "KEY_TILE", "POOL_MAX_GRID_Y",
+    "CONV_DIRECTIONS", "CONV_FORWARD_ALGORITHMS", "CONV_GEMM_KERNELS", "CONV_MICRO_ROWS", "KEY_TILE", "POOL_MAX_GRID_Y",
     "MAX_HEAD_DIM", "QUERY_TILE", "ROW_THREADS", "SPLIT_K_MIN_DEPTH", "SPLIT_K_TARGET_BLOCKS", "THREADS",
     "ConvGeometry", "ConvolutionDescriptor", "DnnError", "FilterDescriptor", "Handle", "TensorDescriptor", "activate",
     "activation_backward", "activation_forward", "activation_kernel", "attention_backward", "attention_delta_kernel",

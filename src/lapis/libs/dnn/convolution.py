@@ -86,28 +86,42 @@ def conv_direct_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, strid
         y[b * ys_n + ok * ys_k + op * ys_p + oq * ys_q] = acc
 
 
-def make_conv_gemm_kernel(direction: str):
+def make_conv_gemm_kernel(direction: str, micro: int = 2):
     """The implicit-GEMM kernel of one convolution direction: a rows x columns product over `depth`,
-    tiled 32 x 32 in slices of 8 through shared memory, whose operands are gathered from the tensors
-    as they are staged (the unfolded matrix is never stored):
+    tiled (16 micro) x (16 micro) in slices of 8 through shared memory, each of the block's 16 x 16
+    threads computing micro x micro outputs, whose operands are gathered from the tensors as they are
+    staged (the unfolded matrix is never stored):
 
         forward          y[k, (b, p, q)]   = w[k, (c, r, s)]  x_unfolded[(c, r, s), (b, p, q)]
         backward_data    dx[c, (b, h, w)]  = w^T[c, (k, r, s)] dy_unfolded[(k, r, s), (b, h, w)]
         backward_filter  dw[k, (c, r, s)]  = dy[k, (b, p, q)] x_unfolded^T[(b, p, q), (c, r, s)]
 
-    per group. A thread's depth index is kept as its three digits (the mixed radix of the bracket)
-    and advanced by 8 with carries, so the loop divides nothing. Backward-filter's depth (every output
-    pixel of every image) is long and its output small, so it is split over grid z (split-K): each
-    block sums a `chunk` of the depth and adds its tile into the zeroed dw with atomics. The direction
-    is a closure constant, so each compiles to its own code."""
+    per group. A thread stages one column (or row) of each operand at micro // 2 depths of each slice,
+    keeping each depth index as its three digits (the mixed radix of the bracket), advanced by 8 with
+    carries, so the loop divides nothing. Backward-filter's depth (every output pixel of every image) is
+    long and its output small, so it is split over grid z (split-K): each block sums a `chunk` of the
+    depth and adds its tile into the zeroed dw with atomics. The direction and the micro-tile are closure
+    constants, so each pair compiles to its own code; a 4 x 4 micro-tile reads half the shared memory and
+    issues a third fewer instructions per multiply-add than 2 x 2, which suits tiles the problem fills."""
     MODE = direction
+    MT = micro                          # outputs per thread along rows and along columns
+    TILE = 16 * MT                      # a block's tile: TILE x TILE outputs
+    STAGE = TILE * 8 // 256             # elements of each operand a thread stages per slice
+    SPAN = 256 // TILE                  # depths the block's threads stage in one pass
 
     def conv_gemm_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
                          xs_n, xs_c, xs_h, xs_w, ys_n, ys_k, ys_p, ys_q, ws_k, ws_c, ws_r, ws_s, chunk, a_src, b_src,
                          out):
         # forward: a_src = w, b_src = x, out = y; backward_data: w, dy, dx; backward_filter: dy, x, dw
-        sa = shared.array((8, 32), np.float32)
-        sb = shared.array((8, 33), np.float32)
+        sa = shared.array((8, TILE), np.float32)
+        sb = shared.array((8, TILE + 1), np.float32)
+        acc = cuda.local.array((MT, MT), np.float32)    # registers: every index is a constant once unrolled
+        av_ = cuda.local.array(MT, np.float32)
+        bv_ = cuda.local.array(MT, np.float32)
+        dk = cuda.local.array(STAGE, np.int64)           # the staged depths, and their digits
+        dk0 = cuda.local.array(STAGE, np.int64)
+        dk1 = cuda.local.array(STAGE, np.int64)
+        dk2 = cuda.local.array(STAGE, np.int64)
         kg, cg = k // groups, c // groups
         group = blockIdx.z % groups
         if MODE == "forward":
@@ -116,16 +130,15 @@ def make_conv_gemm_kernel(direction: str):
             rows, columns, depth, rad1, rad2 = cg, n * h * wd, kg * r * s, r, s
         else:
             rows, columns, depth, rad1, rad2 = kg, cg * r * s, n * p * q, p, q
-        tx, ty = threadIdx.x, threadIdx.y                  # a 16 x 16 block; each thread 2 x 2 outputs
-        row0 = blockIdx.y * 32
-        col0 = blockIdx.x * 32
-        acc00 = float32(0.0)
-        acc01 = float32(0.0)
-        acc10 = float32(0.0)
-        acc11 = float32(0.0)
+        tx, ty = threadIdx.x, threadIdx.y                  # a 16 x 16 block
+        row0 = blockIdx.y * TILE
+        col0 = blockIdx.x * TILE
+        for i in range(MT):
+            for j in range(MT):
+                acc[i, j] = float32(0.0)
         lid = ty * 16 + tx
-        dd = lid // 32                                     # 256 threads stage 8 x 32 of each operand
-        m = lid % 32
+        dd = lid // TILE                                   # the block's threads stage 8 x TILE of each operand
+        m = lid % TILE
         row = row0 + m
         col = col0 + m
         # the column's digits: (b, op, oq), (b, iy, ix) or (cc, rr, ss); fixed for the thread
@@ -137,83 +150,96 @@ def make_conv_gemm_kernel(direction: str):
             c0, c1, c2 = col // (r * s), col // s % r, col % s
         start = blockIdx.z // groups * chunk
         end = min(depth, start + chunk)
-        d = start + dd
-        d0, d1, d2 = d // (rad1 * rad2), d // rad2 % rad1, d % rad2
+        for u in range(STAGE):
+            du = start + dd + u * SPAN
+            dk[u] = du
+            dk0[u], dk1[u], dk2[u] = du // (rad1 * rad2), du // rad2 % rad1, du % rad2
         i0, i1, i2 = 8 // (rad1 * rad2), 8 // rad2 % rad1, 8 % rad2
-        unit_stride = stride_h == 1 and stride_w == 1            # backward-data divides by the stride otherwise
+        # backward-data divides by the stride otherwise (a number, not a condition: predicates are few)
+        unit_stride = 1 if stride_h == 1 and stride_w == 1 else 0
         for _ in range(start, end, 8):
-            av = float32(0.0)
-            if row < rows and d < end:
-                if MODE == "forward":                      # w[k, (cc, rr, ss)]
-                    av = a_src[(group * kg + row) * ws_k + d0 * ws_c + d1 * ws_r + d2 * ws_s]
-                elif MODE == "backward_data":              # w[(kk, rr, ss), c]
-                    av = a_src[(group * kg + d0) * ws_k + row * ws_c + d1 * ws_r + d2 * ws_s]
-                else:                                      # dy[k, (b, op, oq)]
-                    av = a_src[d0 * ys_n + (group * kg + row) * ys_k + d1 * ys_p + d2 * ys_q]
-            sa[dd, m] = av
-            bv = float32(0.0)
-            if col < columns and d < end:
-                if MODE == "forward":                      # depth (cc, rr, ss), column (b, op, oq)
-                    iy = c1 * stride_h - pad_h + d1 * dil_h
-                    ix = c2 * stride_w - pad_w + d2 * dil_w
-                    if 0 <= iy < h and 0 <= ix < wd:
-                        bv = b_src[c0 * xs_n + (group * cg + d0) * xs_c + iy * xs_h + ix * xs_w]
-                elif MODE == "backward_data":              # depth (kk, rr, ss), column (b, iy, ix)
-                    oy = c1 + pad_h - d1 * dil_h
-                    ox = c2 + pad_w - d2 * dil_w
-                    if unit_stride:
-                        hit = 0 <= oy < p and 0 <= ox < q
-                    else:
-                        hit = oy >= 0 and ox >= 0 and oy % stride_h == 0 and ox % stride_w == 0
-                        oy, ox = oy // stride_h, ox // stride_w
-                        hit = hit and oy < p and ox < q
-                    if hit:
-                        bv = b_src[c0 * ys_n + (group * kg + d0) * ys_k + oy * ys_p + ox * ys_q]
-                else:                                      # depth (b, op, oq), column (cc, rr, ss)
-                    iy = d1 * stride_h - pad_h + c1 * dil_h
-                    ix = d2 * stride_w - pad_w + c2 * dil_w
-                    if 0 <= iy < h and 0 <= ix < wd:
-                        bv = b_src[d0 * xs_n + (group * cg + c0) * xs_c + iy * xs_h + ix * xs_w]
-            sb[dd, m] = bv
+            for u in range(STAGE):
+                d, d0, d1, d2 = dk[u], dk0[u], dk1[u], dk2[u]
+                av = float32(0.0)
+                if row < rows and d < end:
+                    if MODE == "forward":                      # w[k, (cc, rr, ss)]
+                        av = a_src[(group * kg + row) * ws_k + d0 * ws_c + d1 * ws_r + d2 * ws_s]
+                    elif MODE == "backward_data":              # w[(kk, rr, ss), c]
+                        av = a_src[(group * kg + d0) * ws_k + row * ws_c + d1 * ws_r + d2 * ws_s]
+                    else:                                      # dy[k, (b, op, oq)]
+                        av = a_src[d0 * ys_n + (group * kg + row) * ys_k + d1 * ys_p + d2 * ys_q]
+                sa[dd + u * SPAN, m] = av
+                bv = float32(0.0)
+                if col < columns and d < end:
+                    if MODE == "forward":                      # depth (cc, rr, ss), column (b, op, oq)
+                        iy = c1 * stride_h - pad_h + d1 * dil_h
+                        ix = c2 * stride_w - pad_w + d2 * dil_w
+                        if 0 <= iy < h and 0 <= ix < wd:
+                            bv = b_src[c0 * xs_n + (group * cg + d0) * xs_c + iy * xs_h + ix * xs_w]
+                    elif MODE == "backward_data":              # depth (kk, rr, ss), column (b, iy, ix)
+                        oy = c1 + pad_h - d1 * dil_h
+                        ox = c2 + pad_w - d2 * dil_w
+                        if unit_stride == 0:                   # an output position only where it divides
+                            if oy >= 0 and ox >= 0 and oy % stride_h == 0 and ox % stride_w == 0:
+                                oy, ox = oy // stride_h, ox // stride_w
+                            else:
+                                oy = p                         # no output: outside
+                        if 0 <= oy < p and 0 <= ox < q:
+                            bv = b_src[c0 * ys_n + (group * kg + d0) * ys_k + oy * ys_p + ox * ys_q]
+                    else:                                      # depth (b, op, oq), column (cc, rr, ss)
+                        iy = d1 * stride_h - pad_h + c1 * dil_h
+                        ix = d2 * stride_w - pad_w + c2 * dil_w
+                        if 0 <= iy < h and 0 <= ix < wd:
+                            bv = b_src[d0 * xs_n + (group * cg + c0) * xs_c + iy * xs_h + ix * xs_w]
+                sb[dd + u * SPAN, m] = bv
             syncthreads()
             for step in range(8):
-                a0 = sa[step, ty]
-                a1 = sa[step, ty + 16]
-                b0 = sb[step, tx]
-                b1 = sb[step, tx + 16]
-                acc00 += a0 * b0
-                acc01 += a0 * b1
-                acc10 += a1 * b0
-                acc11 += a1 * b1
+                for i in range(MT):
+                    av_[i] = sa[step, ty + 16 * i]
+                for j in range(MT):
+                    bv_[j] = sb[step, tx + 16 * j]
+                for i in range(MT):
+                    for j in range(MT):
+                        acc[i, j] += av_[i] * bv_[j]
             syncthreads()
-            d += 8                                         # the digits follow with carries
-            d2 += i2
-            carry = 0
-            if d2 >= rad2:
-                d2 -= rad2
-                carry = 1
-            d1 += i1 + carry
-            carry = 0
-            if d1 >= rad1:
-                d1 -= rad1
-                carry = 1
-            d0 += i0 + carry
-        for i, j, v in ((0, 0, acc00), (0, 16, acc01), (16, 0, acc10), (16, 16, acc11)):
-            orow, ocol = row0 + ty + i, col0 + tx + j
-            if orow < rows and ocol < columns:
-                if MODE == "forward":
-                    lo, hi = ocol % q, ocol // q           # the column's digits, two divisions
-                    out[hi // p * ys_n + (group * kg + orow) * ys_k + hi % p * ys_p + lo * ys_q] = v
-                elif MODE == "backward_data":
-                    lo, hi = ocol % wd, ocol // wd
-                    out[hi // h * xs_n + (group * cg + orow) * xs_c + hi % h * xs_h + lo * xs_w] = v
-                else:
-                    lo, hi = ocol % s, ocol // s
-                    cuda.atomic.add(out, (group * kg + orow) * ws_k + hi // r * ws_c + hi % r * ws_r + lo * ws_s, v)
+            for u in range(STAGE):                         # the digits follow with carries
+                dk[u] += 8
+                d2 = dk2[u] + i2
+                carry = 0
+                if d2 >= rad2:
+                    d2 -= rad2
+                    carry = 1
+                d1 = dk1[u] + i1 + carry
+                carry = 0
+                if d1 >= rad1:
+                    d1 -= rad1
+                    carry = 1
+                dk0[u] += i0 + carry
+                dk1[u] = d1
+                dk2[u] = d2
+        for i in range(MT):
+            for j in range(MT):
+                v = acc[i, j]
+                orow, ocol = row0 + ty + 16 * i, col0 + tx + 16 * j
+                if orow < rows and ocol < columns:
+                    if MODE == "forward":
+                        lo, hi = ocol % q, ocol // q           # the column's digits, two divisions
+                        out[hi // p * ys_n + (group * kg + orow) * ys_k + hi % p * ys_p + lo * ys_q] = v
+                    elif MODE == "backward_data":
+                        lo, hi = ocol % wd, ocol // wd
+                        out[hi // h * xs_n + (group * cg + orow) * xs_c + hi % h * xs_h + lo * xs_w] = v
+                    else:
+                        lo, hi = ocol % s, ocol // s
+                        cuda.atomic.add(out, (group * kg + orow) * ws_k + hi // r * ws_c + hi % r * ws_r + lo * ws_s,
+                                        v)
     return conv_gemm_kernel
 
 
-CONV_GEMM_KERNELS = {direction: make_conv_gemm_kernel(direction) for direction in CONV_DIRECTIONS}
+# Rows and columns from which the implicit GEMM takes 4 x 4 micro-tiles (64 x 64 block tiles): fewer leave half a
+# tile idle, and 2 x 2 (32 x 32 tiles) serve them better.
+CONV_MICRO_ROWS = 48
+CONV_GEMM_KERNELS = {(direction, micro): make_conv_gemm_kernel(direction, micro) for direction in CONV_DIRECTIONS
+                     for micro in (2, 4)}
 
 
 def conv_im2col_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
@@ -368,7 +394,9 @@ def _conv_launch(handle, direction, g: ConvGeometry, a_src, b_src, out) -> None:
     rows, columns, depth = {"forward": (kg, g.n * g.p * g.q, cg * g.r * g.s),
                             "backward_data": (cg, g.n * g.h * g.wd, kg * g.r * g.s),
                             "backward_filter": (kg, cg * g.r * g.s, g.n * g.p * g.q)}[direction]
-    tiles = _ceil_div(columns, 32) * _ceil_div(rows, 32)
+    micro = 4 if rows >= CONV_MICRO_ROWS and columns >= CONV_MICRO_ROWS else 2     # 64 x 64 tiles the problem fills
+    tile = 16 * micro
+    tiles = _ceil_div(columns, tile) * _ceil_div(rows, tile)
     splits = 1
     if direction == "backward_filter":
         # enough blocks to fill the units (about 128 on the big profiles), each summing at least 64 deep
@@ -376,8 +404,8 @@ def _conv_launch(handle, direction, g: ConvGeometry, a_src, b_src, out) -> None:
         kernels.fill(handle.api, out, 0.0, handle.stream)
     chunk = 8 * max(1, _ceil_div(_ceil_div(depth, splits), 8))        # a multiple of the 8-deep slice
     splits = max(1, _ceil_div(depth, chunk))
-    grid = (_ceil_div(columns, 32), _ceil_div(rows, 32), g.groups * splits)
-    handle.kernel(CONV_GEMM_KERNELS[direction])[grid, (16, 16), handle.stream](
+    grid = (_ceil_div(columns, tile), _ceil_div(rows, tile), g.groups * splits)
+    handle.kernel(CONV_GEMM_KERNELS[direction, micro])[grid, (16, 16), handle.stream](
         *g.kernel_args(), np.int32(chunk), a_src, b_src, out)
 
 
