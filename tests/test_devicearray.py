@@ -74,3 +74,22 @@ def test_view_rules():
         cuda.to_device(np.zeros(3, np.float32)).view(np.float64)
     halves = cuda.to_device(np.zeros(6, np.float16)).view(np.uint32)
     assert halves.shape == (3,) and halves.strides == (4,)
+
+
+def test_an_integer_for_every_dimension_gives_the_element_on_the_host_as_numba():
+    # numba's d[i] copies the element back as a numpy scalar, so `d[2] == 2.0` and print(d[0]) read as numbers;
+    # any slice keeps a view
+    x = np.arange(12, dtype=np.int32).reshape(3, 4)
+    d = cuda.to_device(x)
+    assert type(d[1, 2]) is np.int32 and d[1, 2] == 6 and d[-1, -1] == 11
+    assert isinstance(d[1], cuda.DeviceNDArray) and d[1].shape == (4,)
+    assert d[1][3] == 7 and d[:, 2][0] == 2
+    with pytest.raises(IndexError, match="out of bounds"):
+        d[3, 0]
+
+
+def test_device_array_like_takes_a_device_array_too():
+    for host in (np.ones((3, 4), np.float32), np.asfortranarray(np.ones((3, 4), np.float64))):
+        like = cuda.device_array_like(cuda.to_device(host))
+        assert like.shape == host.shape and like.dtype == host.dtype
+        assert like.is_f_contiguous() == host.flags.f_contiguous and like.is_c_contiguous() == host.flags.c_contiguous

@@ -172,7 +172,11 @@ class Api:
         return DeviceNDArray.allocate(self.context(), shape, dtype, order)
 
     def device_array_like(self, ary, stream=0) -> DeviceNDArray:
-        order = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
+        """An uninitialized device array of ary's shape, dtype and order; ary is a host or device array."""
+        if isinstance(ary, DeviceNDArray):
+            order = "F" if ary.is_f_contiguous() and not ary.is_c_contiguous() else "C"
+        else:
+            order = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
         return self.device_array(ary.shape, ary.dtype, order)
 
     def to_device(self, obj, stream=0, copy: bool = True, to=None) -> DeviceNDArray:

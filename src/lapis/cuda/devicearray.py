@@ -141,9 +141,11 @@ class DeviceNDArray:
             if self.nbytes:
                 self.context.copy_to_device(self.ptr, np.asarray(data, order=order).ravel(order=order), stream)
 
-    def __getitem__(self, index) -> "DeviceNDArray":
+    def __getitem__(self, index):
         """A view, as numpy's basic indexing makes one: integers drop a dimension, slices keep it
-        with a new start, stop and step. No data moves; the view shares the allocation."""
+        with a new start, stop and step. No data moves; the view shares the allocation. An integer
+        for every dimension gives the element itself, copied to the host as a numpy scalar (numba's
+        `d[i]`, which waits for the work before it as any copy does)."""
         items = index if isinstance(index, tuple) else (index,)
         if any(i is Ellipsis for i in items):
             at = items.index(Ellipsis)
@@ -166,7 +168,8 @@ class DeviceNDArray:
             else:
                 raise IndexError(f"device arrays take integers and slices, not {type(item).__name__} "
                                  "(fancy indexing would copy; do it on the host)")
-        return self._view(tuple(shape), tuple(strides), self.dtype, ptr)
+        view = self._view(tuple(shape), tuple(strides), self.dtype, ptr)
+        return view.copy_to_host()[()] if not shape else view
 
     def reshape(self, *newshape, order: str = "C") -> "DeviceNDArray":
         """The same elements in a new shape, read in `order` (numba's DeviceNDArray.reshape): a view
