@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lapis import cuda, trace
-from lapis.libs import kernels
+from lapis.libs import kernels, reductions
 
 rng = np.random.default_rng(23)
 
@@ -110,13 +110,13 @@ NP_REDUCE = {"sum": np.sum, "prod": np.prod, "max": np.max, "min": np.min, "argm
              "argmin": np.argmin}
 
 
-@pytest.mark.parametrize("op", kernels.REDUCTIONS)
+@pytest.mark.parametrize("op", reductions.REDUCTIONS)
 @pytest.mark.parametrize("dim", [0, 1, -1])
 def test_reductions(op, dim):
     x = rng.uniform(0.5, 1.5, (3, 17, 4)).astype(np.float32)
     want = NP_REDUCE[op](x, axis=dim)
     out = cuda.device_array(want.shape, np.int64 if op.startswith("arg") else np.float32)
-    kernels.reduce(cuda, op, cuda.to_device(x), dim, out)
+    reductions.reduce(cuda, op, cuda.to_device(x), dim, out)
     np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-5)
 
 
@@ -126,7 +126,7 @@ def test_a_sum_down_long_columns_splits_them_over_a_block(shape, dim):
     x = rng.standard_normal(shape).astype(np.float32)
     out = cuda.device_array(np.sum(x, axis=dim).shape, np.float32)
     with trace() as t:
-        kernels.reduce(cuda, "sum", cuda.to_device(x), dim, out)
+        reductions.reduce(cuda, "sum", cuda.to_device(x), dim, out)
         cuda.synchronize()
     assert [e.args["kernel"] for e in t.select(3, "launch")] == ["column_sum_kernel"]
     np.testing.assert_allclose(out.copy_to_host(), np.sum(x.astype(np.float64), axis=dim), rtol=1e-5, atol=1e-5)
@@ -135,14 +135,14 @@ def test_a_sum_down_long_columns_splits_them_over_a_block(shape, dim):
 def test_max_propagates_nan_and_argmax_takes_the_first():
     x = np.array([[1, 5, 5, 2], [3, np.nan, 9, 9]], np.float32)
     out = cuda.device_array((2,), np.float32)
-    kernels.reduce(cuda, "max", cuda.to_device(x), 1, out)
+    reductions.reduce(cuda, "max", cuda.to_device(x), 1, out)
     np.testing.assert_array_equal(out.copy_to_host(), [5, np.nan])
     idx = cuda.device_array((2,), np.int64)
-    kernels.reduce(cuda, "argmax", cuda.to_device(x), 1, idx)
+    reductions.reduce(cuda, "argmax", cuda.to_device(x), 1, idx)
     np.testing.assert_array_equal(idx.copy_to_host(), [1, 1])
 
 
-@pytest.mark.parametrize("op", kernels.REDUCTIONS)
+@pytest.mark.parametrize("op", reductions.REDUCTIONS)
 @pytest.mark.parametrize("shape,dim", [((20000,), 0), ((2, 9001, 3), 1), ((5000, 6), 0)])
 def test_a_reduction_of_few_long_rows_splits_them_into_chunks(op, shape, dim):
     # x.sum() of a whole tensor: one thread per output would walk 20,000 elements alone (and a bigger tensor ran
@@ -157,7 +157,7 @@ def test_a_reduction_of_few_long_rows_splits_them_into_chunks(op, shape, dim):
     want = NP_REDUCE[op](x.astype(np.float64), axis=dim)
     out = cuda.device_array(want.shape, np.int64 if op.startswith("arg") else np.float32)
     with trace() as t:
-        kernels.reduce(cuda, op, cuda.to_device(x), dim, out)
+        reductions.reduce(cuda, op, cuda.to_device(x), dim, out)
         cuda.synchronize()
     assert [e.args["kernel"] for e in t.select(3, "launch")][0] == "split_reduce_kernel"
     got = out.copy_to_host()
@@ -177,7 +177,7 @@ def test_bad_operands_raise_before_launch():
     with pytest.raises(kernels.KernelArgumentError, match="device function"):
         kernels.unary(cuda, "floor", a, a)
     with pytest.raises(kernels.KernelArgumentError, match="out must be"):
-        kernels.reduce(cuda, "sum", a, 0, out)
+        reductions.reduce(cuda, "sum", a, 0, out)
     np.testing.assert_array_equal(out.copy_to_host(), 0)
 
 

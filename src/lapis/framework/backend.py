@@ -29,7 +29,7 @@ import numpy as np
 
 from lapis import cuda, hip
 from lapis.cuda import DeviceNDArray
-from lapis.libs import blas, dnn, kernels, patterns
+from lapis.libs import blas, dnn, kernels, patterns, reductions
 
 _API = {"cuda": cuda, "hip": hip}
 _blas_handles: dict = {}
@@ -113,7 +113,7 @@ def triangle(x, out, diagonal: int, lower: bool) -> None:
 
 def reduce(op: str, x, dim: int, out) -> None:
     if on_gpu(out):
-        kernels.reduce(_api(out), op, x, dim, out)
+        reductions.reduce(_api(out), op, x, dim, out)
     else:
         out[...] = _REDUCE[op](x, axis=dim)
 

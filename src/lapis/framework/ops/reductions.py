@@ -1,6 +1,6 @@
 """Layer 5: reductions (sum, prod, max/min with their indices, argmax, mean, var, std, logsumexp) with their
 gradients. A reduction over several dimensions runs one dimension at a time, highest first, adjacent ones
-merged into one; each step is one kernel on a GPU (`lapis.libs.kernels.reduce`), reading in order, so results
+merged into one; each step is one kernel on a GPU (`lapis.libs.reductions.reduce`), reading in order, so results
 are deterministic."""
 
 import builtins

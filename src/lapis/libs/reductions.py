@@ -1,0 +1,202 @@
+"""Layer 4: reductions of device arrays along one dimension (ATen's sum, prod, max, min, argmax and argmin
+kernels).
+
+    reductions.reduce(api, "argmax", x, dim, out)    # along one dimension, in order (deterministic)
+
+One thread per output reads its row in order (`reduce_kernel`); a float32 sum down long columns (a bias's
+gradient) splits each column over a block (`column_sum_kernel`); a few outputs of long rows (`x.sum()` of a
+whole tensor) split the rows into chunks reduced in parallel, then reduce the chunks' results
+(`split_reduce_kernel`). Every order of operations is fixed, so results are the same on every run.
+"""
+
+import numpy as np
+
+from lapis import cuda, trace
+from lapis.cuda import DeviceNDArray, float32
+from lapis.libs.kernels import THREADS, KernelArgumentError, _dispatcher, flat_view
+
+REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin")
+
+
+def make_reduce_step(op: str):
+    """The device function folding element v, the j-th of its row, into a reduction's running (acc, best, at):
+    the sum or product so far, the extreme so far and where it was (the first of equals; a NaN wins, as in
+    torch)."""
+    OP = op
+
+    def reduce_step(acc, best, at, v, j):
+        if OP == "sum":
+            acc += v
+        elif OP == "prod":
+            acc *= v
+        elif OP == "max" or OP == "argmax":
+            if v > best or (v != v and best == best):
+                best = v
+                at = j
+        else:
+            if v < best or (v != v and best == best):
+                best = v
+                at = j
+        return acc, best, at
+    return cuda.jit(reduce_step, device=True)
+
+
+def make_reduce_kernel(op: str):
+    OP, step = op, make_reduce_step(op)
+
+    def reduce_kernel(outer, length, inner, sx_outer, sx_len, sx_inner, x, out):
+        # out[o, i] = op over j of x[o, j, i], one thread per (o, i); in order of j, so deterministic
+        t = cuda.grid(1)
+        if t < outer * inner:
+            o = t // inner
+            i = t % inner
+            base = o * sx_outer + i * sx_inner
+            best = x[base]
+            where = 0
+            acc = best * 0
+            if OP == "prod":
+                acc = acc + 1
+            for j in range(length):
+                acc, best, where = step(acc, best, where, x[base + j * sx_len], j)
+            if OP == "sum" or OP == "prod":
+                out[t] = acc
+            elif OP == "max" or OP == "min":
+                out[t] = best
+            else:
+                out[t] = where
+    return reduce_kernel
+
+
+def make_split_reduce_kernel(op: str):
+    """The first pass of a reduction with few outputs along a long dimension: each thread reduces one chunk of
+    one output's elements, in order, into partial[o, c, i] (and, for argmax and argmin, the index of its first
+    extreme into where[o, c, i]); the partials are then reduced along c in order, which keeps the first extreme
+    first and lets a NaN win."""
+    OP, step = op, make_reduce_step(op)
+
+    def split_reduce_kernel(outer, length, inner, chunks, chunk, x, partial, where):
+        t = cuda.grid(1)
+        if t < outer * chunks * inner:
+            i = t % inner
+            oc = t // inner
+            c = oc % chunks
+            start = c * chunk
+            base = oc // chunks * length * inner + i
+            best = x[base + start * inner]
+            at = start
+            acc = best * 0
+            if OP == "prod":
+                acc = acc + 1
+            for j in range(start, min(length, start + chunk)):
+                acc, best, at = step(acc, best, at, x[base + j * inner], j)
+            if OP == "sum" or OP == "prod":
+                partial[t] = acc
+            else:
+                partial[t] = best
+            if OP == "argmax" or OP == "argmin":
+                where[t] = at
+    return split_reduce_kernel
+
+
+def make_split_arg_kernel(op: str):
+    """The second pass of a split argmax or argmin: the index of the first chunk's extreme among the chunks'."""
+    MAX = op == "argmax"
+
+    def split_arg_kernel(outer, chunks, inner, partial, where, out):
+        t = cuda.grid(1)
+        if t < outer * inner:
+            base = t // inner * chunks * inner + t % inner
+            best = partial[base]
+            at = where[base]
+            for c in range(1, chunks):
+                v = partial[base + c * inner]
+                if ((v > best) if MAX else (v < best)) or (v != v and best == best):
+                    best = v
+                    at = where[base + c * inner]
+            out[t] = at
+    return split_arg_kernel
+
+
+# A reduction with fewer outputs than SPLIT_OUTPUTS along more than SPLIT_LENGTH elements (x.sum() of a whole
+# tensor) would leave a thread alone with each output's elements: it splits them into at most SPLIT_LENGTH
+# chunks of at least SPLIT_CHUNK, about SPLIT_THREADS threads in all, and reduces the partial results again.
+SPLIT_LENGTH, SPLIT_OUTPUTS, SPLIT_CHUNK, SPLIT_THREADS = 4096, 4096, 256, 1 << 16
+
+
+# A sum down long columns (a bias's gradient: many rows, few outputs) splits each column over the
+# COLUMN_ROWS threads of a block's y dimension: thread y adds rows y, y + COLUMN_ROWS, ... in order, then
+# thread 0 adds the partial sums in order of y, so the result is deterministic; x spans 32 adjacent
+# columns, so each row's reads coalesce. One thread per output would walk the whole column alone.
+COLUMN_ROWS = 32
+COLUMN_MIN_LENGTH = 64       # columns at least this long, of at least 32 outputs side by side, take it
+
+
+def column_sum_kernel(outer, length, inner, x, out):
+    # out[o, i] = sum over j of x[o, j, i]; block (32, COLUMN_ROWS): columns blockIdx.x * 32 + threadIdx.x
+    # of matrix blockIdx.y
+    partial = cuda.shared.array((COLUMN_ROWS, 32), float32)
+    tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+    i = cuda.blockIdx.x * 32 + tx
+    o = cuda.blockIdx.y
+    acc = x[0] * 0
+    if i < inner:
+        for j in range(ty, length, COLUMN_ROWS):
+            acc += x[(o * length + j) * inner + i]
+    partial[ty, tx] = acc
+    cuda.syncthreads()
+    if ty == 0 and i < inner:
+        total = partial[0, tx]
+        for y in range(1, COLUMN_ROWS):
+            total += partial[y, tx]
+        out[o * inner + i] = total
+
+
+def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None:
+    """out = op of x along `dim` (out holds x's shape without that dimension, C-contiguous); argmax and
+    argmin write int64 indices of the first extreme, as torch does. A float32 sum down long columns takes
+    `column_sum_kernel`; a few outputs of long rows split them (`split_reduce_kernel`) and reduce again."""
+    if op not in REDUCTIONS:
+        raise KernelArgumentError(f"reduction must be one of {', '.join(REDUCTIONS)}, not {op!r}")
+    if not isinstance(x, DeviceNDArray) or not isinstance(out, DeviceNDArray):
+        raise KernelArgumentError("reductions take device arrays")
+    if not -x.ndim <= dim < x.ndim:
+        raise KernelArgumentError(f"dimension {dim} is out of range for a {x.ndim}-d array")
+    dim %= x.ndim
+    if x.shape[dim] == 0:
+        raise KernelArgumentError("cannot reduce over an empty dimension")
+    kept = x.shape[:dim] + x.shape[dim + 1:]
+    if tuple(out.shape) != tuple(kept) or not out.is_c_contiguous():
+        raise KernelArgumentError(f"out must be a C-contiguous array of shape {kept}, not {out.shape}")
+    if not x.is_c_contiguous():
+        raise KernelArgumentError("reduce reads a C-contiguous array; make a contiguous copy first (unary 'copy')")
+    outer, length, inner = int(np.prod(x.shape[:dim])), x.shape[dim], int(np.prod(x.shape[dim + 1:]))
+    flat_x, flat_out = flat_view(x)[0], flat_view(out)[0]
+    with trace.span(4, "reduce", op=op, shape=tuple(x.shape), dim=dim, dtype=str(x.dtype)):
+        if out.size and op == "sum" and x.dtype == np.float32 and length >= COLUMN_MIN_LENGTH and inner >= 32:
+            _dispatcher(api, ("column_sum",), lambda: column_sum_kernel)[(-(-inner // 32), outer), (32, COLUMN_ROWS)](
+                np.int64(outer), np.int64(length), np.int64(inner), flat_x, flat_out)
+        elif out.size and length > SPLIT_LENGTH and outer * inner < SPLIT_OUTPUTS:
+            _split_reduce(api, op, x, dim, out, outer, length, inner)
+        elif out.size:
+            _dispatcher(api, ("reduce", op), lambda: make_reduce_kernel(op))[-(-out.size // THREADS), THREADS](
+                np.int64(outer), np.int64(length), np.int64(inner), np.int64(length * inner), np.int64(inner),
+                np.int64(1), flat_x, flat_out)
+
+
+def _split_reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray, outer: int, length: int,
+                  inner: int) -> None:
+    """`reduce` of few outputs along a long dimension: chunks of it in parallel, then their partial results."""
+    chunk = max(SPLIT_CHUNK, -(-length * outer * inner // SPLIT_THREADS), -(-length // SPLIT_LENGTH))
+    chunks = -(-length // chunk)
+    arg = op in ("argmax", "argmin")
+    partial = DeviceNDArray.allocate(out.context, x.shape[:dim] + (chunks,) + x.shape[dim + 1:],
+                                     x.dtype if arg else out.dtype)
+    where = DeviceNDArray.allocate(out.context, partial.shape, np.int64) if arg else partial
+    _dispatcher(api, ("split_reduce", op), lambda: make_split_reduce_kernel(op))[-(-partial.size // THREADS), THREADS](
+        np.int64(outer), np.int64(length), np.int64(inner), np.int64(chunks), np.int64(chunk), flat_view(x)[0],
+        partial.ravel(), where.ravel())
+    if arg:
+        _dispatcher(api, ("split_arg", op), lambda: make_split_arg_kernel(op))[-(-out.size // THREADS), THREADS](
+            np.int64(outer), np.int64(chunks), np.int64(inner), partial.ravel(), where.ravel(), flat_view(out)[0])
+    else:
+        reduce(api, op, partial, dim, out)
