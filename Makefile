@@ -44,7 +44,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/simulator.py
 	$(BIN)/python benchmarks/libs.py
 	$(BIN)/python benchmarks/seed_matmul.py
-	$(BIN)/python benchmarks/framework.py
+	$(BIN)/python benchmarks/framework.py --digits
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
