@@ -257,6 +257,53 @@ def test_gradients_flow_through_in_place_ops_as_in_torch(device):
         r.sum().backward()
 
 
+def _augmented_program(m, device):
+    """Python's augmented assignments as torch users write them: names and views that share storage, the manual
+    SGD step under no_grad, index assignment through autograd, and the errors torch gives."""
+    kw = {} if m is torch else {"device": device}
+    a = m.zeros(3, **kw)
+    alias = a
+    a += 1
+    a *= 3
+    a /= 4
+    a **= 2
+    a -= 0.5
+    x = m.zeros(2, 3, **kw)
+    row = x[0]
+    row += m.arange(3, **kw).to(x.dtype)                    # through a view, into x
+    lin = m.nn.Linear(2, 1)
+    if m is lapis:
+        lin = lin.to(device)
+    with m.no_grad():
+        lin.weight.copy_(m.tensor([[0.5, -1.0]]))
+        lin.bias.zero_()
+    for _ in range(2):
+        lin.zero_grad()
+        lin(m.ones(1, 2, **kw)).sum().backward()           # a second backward: the leaf still requires grad
+        with m.no_grad():
+            for p in lin.parameters():
+                p -= 0.25 * p.grad
+    w = m.tensor([1.0, 2.0, 3.0], requires_grad=True, **kw)
+    z = w * m.ones(2, 3, **kw)
+    z[0] += w * w                                          # a view of a graph's tensor: x[0] = x[0] + ...
+    z.sum().backward()
+    return [alias, a, x, lin.weight, lin.bias, z, w.grad]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_augmented_assignment_works_in_place_as_in_torch(device):
+    ours, theirs = _augmented_program(lapis, device), _augmented_program(torch, None)
+    assert ours[0] is ours[1]
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().numpy(), rtol=1e-6)
+    leaf = lapis.ones(3, device=device, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad is being used in an in-place"):
+        leaf += 1
+    ints = lapis.ones(3, dtype=lapis.int64, device=device)
+    with pytest.raises(RuntimeError, match="result type Float can't be cast to the desired output type Long"):
+        ints += 1.5
+
+
 def test_errors_match_torch():
     a, b = lapis.zeros(2, 3, device="cuda"), lapis.zeros(4, 3, device="cuda")
     with pytest.raises(RuntimeError, match=r"size of tensor a \(2\) must match the size of tensor b \(4\)"):

@@ -360,8 +360,12 @@ def _public(op: Op) -> Callable:
 PUBLIC = {name: _public(op) for name, op in OPS.items()}
 
 
+AUGMENTED = {"__add__": "__iadd__", "__sub__": "__isub__", "__mul__": "__imul__", "__truediv__": "__itruediv__",
+             "__pow__": "__ipow__"}          # Python's x += y and the like: in place, as torch's
+
+
 def _methods() -> dict:
-    """Tensor's methods from the table: x.exp(), x.exp_() in place, and the Python operators."""
+    """Tensor's methods from the table: x.exp(), x.exp_() in place, and the Python operators (x += y in place)."""
     methods = {}
     for name, op in OPS.items():
         fn = PUBLIC[name]
@@ -369,6 +373,8 @@ def _methods() -> dict:
         methods[name + "_"] = inplace.op(fn, op)
         for dunder in op.operators:
             methods[dunder] = (lambda f: lambda a, b: f(b, a))(fn) if dunder.startswith("__r") else fn
+            if dunder in AUGMENTED:
+                methods[AUGMENTED[dunder]] = inplace.augmented(methods[name + "_"], fn, AUGMENTED[dunder])
     return methods
 
 

@@ -97,6 +97,19 @@ class SetRegion(Function):
         return dx, None, g[ctx.index] if ctx.needs_input_grad[2] else None
 
 
+def augmented(in_place, out_of_place, name: str):
+    """x op= y (x.__iadd__(y) and the like): in place, as torch does, so every name and view of x's storage sees
+    the new value and a leaf keeps requires_grad (`p -= lr * p.grad` under no_grad is the manual SGD step). A
+    view that autograd records (x[0] += y with x in a graph) is computed out of place instead: Python assigns
+    the result back (x[0] = ...), and that index assignment is what autograd records."""
+    def method(x, other):
+        if x._is_view and records(x, other):
+            return out_of_place(x, other)
+        return in_place(x, other)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
 def op(fn, row):
     """The in-place method of an elementwise op (x.exp_(), x.add_(y, alpha=2)): `fn` is the op's out-of-place
     function, `row` its table entry."""
