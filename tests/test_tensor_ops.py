@@ -486,3 +486,19 @@ def test_triangles_and_an_arange_on_a_gpu_are_one_kernel_each_and_upload_nothing
         with lapis.trace() as t:
             make()
         assert len(t.select(3, "launch")) == 1 and not t.select(3, "memcpy")
+
+
+def test_randint_takes_torchs_two_forms():
+    # randint(high, size) and randint(low, high, size): randint(2, (8,)) was read as low=2, high=(8,)
+    for args, kwargs, low, high, shape in (((2, (8,)), {}, 0, 2, (8,)), ((300, (2, 3)), {}, 0, 300, (2, 3)),
+                                           ((5, 7, (50,)), {}, 5, 7, (50,)), ((), {"low": 1, "high": 3, "size": (4,)},
+                                                                              1, 3, (4,)),
+                                           ((3,), {"size": (2, 2)}, 0, 3, (2, 2))):
+        got = lapis.randint(*args, **kwargs)
+        assert tuple(got.shape) == shape and got.dtype is lapis.int64
+        values = got.numpy()
+        assert values.min() >= low and values.max() < high
+    with pytest.raises(TypeError, match="size"):
+        lapis.randint(5)
+    with pytest.raises(RuntimeError, match="expects 'from' to be less than 'to'"):
+        lapis.randint(5, 5, (2,))

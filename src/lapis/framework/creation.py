@@ -9,7 +9,7 @@ from lapis.framework import backend
 from lapis.framework import dtype as _dtype
 from lapis.framework.generator import default_generator
 from lapis.framework.tensor import Tensor
-from lapis.framework.tensor_base import Storage, device_of, parse_shape
+from lapis.framework.tensor_base import Size, Storage, device_of, parse_shape
 
 
 def _float(dtype) -> _dtype.dtype:
@@ -166,12 +166,31 @@ def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=
     return _finish(Tensor._from_numpy(rng.random(parse_shape(size)).astype(dt.np), device_of(device)), requires_grad)
 
 
-def randint(low, high=None, size=(), dtype=None, device=None, generator=None) -> Tensor:
-    if high is None:
-        low, high = 0, low
+def randint(*args, size=None, low=None, high=None, dtype=None, device=None, generator=None,
+            requires_grad: bool = False) -> Tensor:
+    """Integers drawn uniformly from [low, high), torch's two forms: randint(high, size) and
+    randint(low, high, size), the size a tuple (also as keywords)."""
+    args = list(args)
+    if size is None and args and isinstance(args[-1], tuple | list | Size):
+        size = args.pop()
+    if size is None:
+        raise TypeError("randint() missing 1 required positional arguments: \"size\"")
+    if len(args) > 2:
+        raise TypeError(f"randint() takes at most 3 positional arguments (low, high, size), got {len(args) + 1}")
+    bounds = dict(zip(("low", "high")[2 - len(args):], args, strict=True))     # one positional bound is high
+    for name, value in (("low", low), ("high", high)):
+        if value is not None:
+            if name in bounds:
+                raise TypeError(f"randint() got multiple values for argument '{name}'")
+            bounds[name] = value
+    if "high" not in bounds:
+        raise TypeError("randint() missing 1 required positional arguments: \"high\"")
+    lo, hi = bounds.get("low", 0), bounds["high"]
+    if lo >= hi:
+        raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= to={hi}")
     rng = generator or default_generator()
-    values = rng.integers(low, high, size=parse_shape(size if isinstance(size, tuple) else (size,)))
-    return Tensor._from_numpy(values.astype((dtype or _dtype.int64).np), device_of(device))
+    values = rng.integers(lo, hi, size=parse_shape(tuple(size)))
+    return _finish(Tensor._from_numpy(values.astype((dtype or _dtype.int64).np), device_of(device)), requires_grad)
 
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, generator=None) -> Tensor:
