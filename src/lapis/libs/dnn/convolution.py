@@ -86,42 +86,58 @@ def conv_direct_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, strid
         y[b * ys_n + ok * ys_k + op * ys_p + oq * ys_q] = acc
 
 
-def make_conv_gemm_kernel(direction: str, micro: int = 2):
+@cuda.jit(device=True)
+def advance_digits(d0, d1, d2, i0, i1, i2, rad1, rad2):
+    """A depth index's three digits (mixed radix: rad1, rad2) moved on by the digits (i0, i1, i2), with carries."""
+    d2 += i2
+    carry = 0
+    if d2 >= rad2:
+        d2 -= rad2
+        carry = 1
+    d1 += i1 + carry
+    carry = 0
+    if d1 >= rad1:
+        d1 -= rad1
+        carry = 1
+    return d0 + i0 + carry, d1, d2
+
+
+def make_conv_gemm_kernel(direction: str, micro_rows: int = 2, micro_columns: int = 2):
     """The implicit-GEMM kernel of one convolution direction: a rows x columns product over `depth`,
-    tiled (16 micro) x (16 micro) in slices of 8 through shared memory, each of the block's 16 x 16
-    threads computing micro x micro outputs, whose operands are gathered from the tensors as they are
-    staged (the unfolded matrix is never stored):
+    tiled (16 micro_rows) x (16 micro_columns) in slices of 8 through shared memory, each of the block's
+    16 x 16 threads computing micro_rows x micro_columns outputs, whose operands are gathered from the
+    tensors as they are staged (the unfolded matrix is never stored):
 
         forward          y[k, (b, p, q)]   = w[k, (c, r, s)]  x_unfolded[(c, r, s), (b, p, q)]
         backward_data    dx[c, (b, h, w)]  = w^T[c, (k, r, s)] dy_unfolded[(k, r, s), (b, h, w)]
         backward_filter  dw[k, (c, r, s)]  = dy[k, (b, p, q)] x_unfolded^T[(b, p, q), (c, r, s)]
 
-    per group. A thread stages one column (or row) of each operand at micro // 2 depths of each slice,
-    keeping each depth index as its three digits (the mixed radix of the bracket), advanced by 8 with
-    carries, so the loop divides nothing. Backward-filter's depth (every output pixel of every image) is
-    long and its output small, so it is split over grid z (split-K): each block sums a `chunk` of the
-    depth and adds its tile into the zeroed dw with atomics. The direction and the micro-tile are closure
-    constants, so each pair compiles to its own code; a 4 x 4 micro-tile reads half the shared memory and
-    issues a third fewer instructions per multiply-add than 2 x 2, which suits tiles the problem fills."""
+    per group. A thread stages one row of the first operand at micro_rows // 2 depths of each slice and
+    one column of the second at micro_columns // 2, keeping each depth index as its three digits (the
+    mixed radix of the bracket), advanced by 8 with carries, so the loop divides nothing. Backward-filter's
+    depth (every output pixel of every image) is long and its output small, so it is split over grid z
+    (split-K): each block sums a `chunk` of the depth and adds its tile into the zeroed dw with atomics. The
+    direction and the micro-tile are closure constants, so each compiles to its own code; a 4 x 4 micro-tile
+    reads half the shared memory of 2 x 2 per multiply-add, and issues a third fewer instructions, where the
+    problem fills its tile."""
     MODE = direction
-    MT = micro                          # outputs per thread along rows and along columns
-    TILE = 16 * MT                      # a block's tile: TILE x TILE outputs
-    STAGE = TILE * 8 // 256             # elements of each operand a thread stages per slice
-    SPAN = 256 // TILE                  # depths the block's threads stage in one pass
+    MR, MC = micro_rows, micro_columns  # outputs per thread along rows and along columns
+    TR, TC = 16 * MR, 16 * MC           # a block's tile: TR x TC outputs
+    SA, SB = TR * 8 // 256, TC * 8 // 256     # elements of each operand a thread stages per slice
+    PA, PB = 256 // TR, 256 // TC       # depths the block's threads stage in one pass, per operand
+    SAME = MR == MC                     # both operands staged at the same depths: one set of digits
 
     def conv_gemm_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
                          xs_n, xs_c, xs_h, xs_w, ys_n, ys_k, ys_p, ys_q, ws_k, ws_c, ws_r, ws_s, chunk, a_src, b_src,
                          out):
         # forward: a_src = w, b_src = x, out = y; backward_data: w, dy, dx; backward_filter: dy, x, dw
-        sa = shared.array((8, TILE), np.float32)
-        sb = shared.array((8, TILE + 1), np.float32)
-        acc = cuda.local.array((MT, MT), np.float32)    # registers: every index is a constant once unrolled
-        av_ = cuda.local.array(MT, np.float32)
-        bv_ = cuda.local.array(MT, np.float32)
-        dk = cuda.local.array(STAGE, np.int64)           # the staged depths, and their digits
-        dk0 = cuda.local.array(STAGE, np.int64)
-        dk1 = cuda.local.array(STAGE, np.int64)
-        dk2 = cuda.local.array(STAGE, np.int64)
+        sa = shared.array((8, TR), np.float32)
+        sb = shared.array((8, TC + 1), np.float32)
+        acc = cuda.local.array((MR, MC), np.float32)    # registers: every index is a constant once unrolled
+        av_ = cuda.local.array(MR, np.float32)
+        bv_ = cuda.local.array(MC, np.float32)
+        da = cuda.local.array((SA, 4), np.int64)         # the first operand's staged depths and their digits
+        db = cuda.local.array((SB, 4), np.int64)         # the second's
         kg, cg = k // groups, c // groups
         group = blockIdx.z % groups
         if MODE == "forward":
@@ -131,16 +147,15 @@ def make_conv_gemm_kernel(direction: str, micro: int = 2):
         else:
             rows, columns, depth, rad1, rad2 = kg, cg * r * s, n * p * q, p, q
         tx, ty = threadIdx.x, threadIdx.y                  # a 16 x 16 block
-        row0 = blockIdx.y * TILE
-        col0 = blockIdx.x * TILE
-        for i in range(MT):
-            for j in range(MT):
+        row0 = blockIdx.y * TR
+        col0 = blockIdx.x * TC
+        for i in range(MR):
+            for j in range(MC):
                 acc[i, j] = float32(0.0)
         lid = ty * 16 + tx
-        dd = lid // TILE                                   # the block's threads stage 8 x TILE of each operand
-        m = lid % TILE
-        row = row0 + m
-        col = col0 + m
+        dda, ddb = lid // TR, lid // TC                    # the threads stage 8 x TR and 8 x TC of the operands
+        row = row0 + lid % TR
+        col = col0 + lid % TC
         # the column's digits: (b, op, oq), (b, iy, ix) or (cc, rr, ss); fixed for the thread
         if MODE == "forward":
             c0, c1, c2 = col // (q * p), col // q % p, col % q
@@ -150,16 +165,22 @@ def make_conv_gemm_kernel(direction: str, micro: int = 2):
             c0, c1, c2 = col // (r * s), col // s % r, col % s
         start = blockIdx.z // groups * chunk
         end = min(depth, start + chunk)
-        for u in range(STAGE):
-            du = start + dd + u * SPAN
-            dk[u] = du
-            dk0[u], dk1[u], dk2[u] = du // (rad1 * rad2), du // rad2 % rad1, du % rad2
+        for u in range(SB):
+            du = start + ddb + u * PB
+            db[u, 0], db[u, 1], db[u, 2], db[u, 3] = du, du // (rad1 * rad2), du // rad2 % rad1, du % rad2
+        if not SAME:
+            for u in range(SA):
+                du = start + dda + u * PA
+                da[u, 0], da[u, 1], da[u, 2], da[u, 3] = du, du // (rad1 * rad2), du // rad2 % rad1, du % rad2
         i0, i1, i2 = 8 // (rad1 * rad2), 8 // rad2 % rad1, 8 % rad2
         # backward-data divides by the stride otherwise (a number, not a condition: predicates are few)
         unit_stride = 1 if stride_h == 1 and stride_w == 1 else 0
         for _ in range(start, end, 8):
-            for u in range(STAGE):
-                d, d0, d1, d2 = dk[u], dk0[u], dk1[u], dk2[u]
+            for u in range(SA):
+                if SAME:
+                    d, d0, d1, d2 = db[u, 0], db[u, 1], db[u, 2], db[u, 3]
+                else:
+                    d, d0, d1, d2 = da[u, 0], da[u, 1], da[u, 2], da[u, 3]
                 av = float32(0.0)
                 if row < rows and d < end:
                     if MODE == "forward":                      # w[k, (cc, rr, ss)]
@@ -168,7 +189,9 @@ def make_conv_gemm_kernel(direction: str, micro: int = 2):
                         av = a_src[(group * kg + d0) * ws_k + row * ws_c + d1 * ws_r + d2 * ws_s]
                     else:                                      # dy[k, (b, op, oq)]
                         av = a_src[d0 * ys_n + (group * kg + row) * ys_k + d1 * ys_p + d2 * ys_q]
-                sa[dd + u * SPAN, m] = av
+                sa[dda + u * PA, row - row0] = av
+            for u in range(SB):
+                d, d0, d1, d2 = db[u, 0], db[u, 1], db[u, 2], db[u, 3]
                 bv = float32(0.0)
                 if col < columns and d < end:
                     if MODE == "forward":                      # depth (cc, rr, ss), column (b, op, oq)
@@ -191,34 +214,27 @@ def make_conv_gemm_kernel(direction: str, micro: int = 2):
                         ix = d2 * stride_w - pad_w + c2 * dil_w
                         if 0 <= iy < h and 0 <= ix < wd:
                             bv = b_src[d0 * xs_n + (group * cg + c0) * xs_c + iy * xs_h + ix * xs_w]
-                sb[dd + u * SPAN, m] = bv
+                sb[ddb + u * PB, col - col0] = bv
             syncthreads()
             for step in range(8):
-                for i in range(MT):
+                for i in range(MR):
                     av_[i] = sa[step, ty + 16 * i]
-                for j in range(MT):
+                for j in range(MC):
                     bv_[j] = sb[step, tx + 16 * j]
-                for i in range(MT):
-                    for j in range(MT):
+                for i in range(MR):
+                    for j in range(MC):
                         acc[i, j] += av_[i] * bv_[j]
             syncthreads()
-            for u in range(STAGE):                         # the digits follow with carries
-                dk[u] += 8
-                d2 = dk2[u] + i2
-                carry = 0
-                if d2 >= rad2:
-                    d2 -= rad2
-                    carry = 1
-                d1 = dk1[u] + i1 + carry
-                carry = 0
-                if d1 >= rad1:
-                    d1 -= rad1
-                    carry = 1
-                dk0[u] += i0 + carry
-                dk1[u] = d1
-                dk2[u] = d2
-        for i in range(MT):
-            for j in range(MT):
+            for u in range(SB):                            # the digits follow with carries
+                db[u, 0] += 8
+                db[u, 1], db[u, 2], db[u, 3] = advance_digits(db[u, 1], db[u, 2], db[u, 3], i0, i1, i2, rad1, rad2)
+            if not SAME:
+                for u in range(SA):
+                    da[u, 0] += 8
+                    da[u, 1], da[u, 2], da[u, 3] = advance_digits(da[u, 1], da[u, 2], da[u, 3], i0, i1, i2, rad1,
+                                                                  rad2)
+        for i in range(MR):
+            for j in range(MC):
                 v = acc[i, j]
                 orow, ocol = row0 + ty + 16 * i, col0 + tx + 16 * j
                 if orow < rows and ocol < columns:
@@ -235,11 +251,11 @@ def make_conv_gemm_kernel(direction: str, micro: int = 2):
     return conv_gemm_kernel
 
 
-# Rows and columns from which the implicit GEMM takes 4 x 4 micro-tiles (64 x 64 block tiles): fewer leave half a
-# tile idle, and 2 x 2 (32 x 32 tiles) serve them better.
+# The rows (and, apart, the columns) from which the implicit GEMM's micro-tile is 4 deep along them (its block
+# tile 64 wide): fewer would leave half the tile idle, and 2 (32 wide) serves them better.
 CONV_MICRO_ROWS = 48
-CONV_GEMM_KERNELS = {(direction, micro): make_conv_gemm_kernel(direction, micro) for direction in CONV_DIRECTIONS
-                     for micro in (2, 4)}
+CONV_GEMM_KERNELS = {(direction, mr, mc): make_conv_gemm_kernel(direction, mr, mc) for direction in CONV_DIRECTIONS
+                     for mr in (2, 4) for mc in (2, 4)}
 
 
 def conv_im2col_kernel(n, c, h, wd, k, r, s, p, q, pad_h, pad_w, stride_h, stride_w, dil_h, dil_w, groups,
@@ -394,9 +410,8 @@ def _conv_launch(handle, direction, g: ConvGeometry, a_src, b_src, out) -> None:
     rows, columns, depth = {"forward": (kg, g.n * g.p * g.q, cg * g.r * g.s),
                             "backward_data": (cg, g.n * g.h * g.wd, kg * g.r * g.s),
                             "backward_filter": (kg, cg * g.r * g.s, g.n * g.p * g.q)}[direction]
-    micro = 4 if rows >= CONV_MICRO_ROWS and columns >= CONV_MICRO_ROWS else 2     # 64 x 64 tiles the problem fills
-    tile = 16 * micro
-    tiles = _ceil_div(columns, tile) * _ceil_div(rows, tile)
+    mr, mc = (4 if side >= CONV_MICRO_ROWS else 2 for side in (rows, columns))     # 64-wide sides it fills
+    tiles = _ceil_div(columns, 16 * mc) * _ceil_div(rows, 16 * mr)
     splits = 1
     if direction == "backward_filter":
         # enough blocks to fill the units (about 128 on the big profiles), each summing at least 64 deep
@@ -404,8 +419,8 @@ def _conv_launch(handle, direction, g: ConvGeometry, a_src, b_src, out) -> None:
         kernels.fill(handle.api, out, 0.0, handle.stream)
     chunk = 8 * max(1, _ceil_div(_ceil_div(depth, splits), 8))        # a multiple of the 8-deep slice
     splits = max(1, _ceil_div(depth, chunk))
-    grid = (_ceil_div(columns, tile), _ceil_div(rows, tile), g.groups * splits)
-    handle.kernel(CONV_GEMM_KERNELS[direction, micro])[grid, (16, 16), handle.stream](
+    grid = (_ceil_div(columns, 16 * mc), _ceil_div(rows, 16 * mr), g.groups * splits)
+    handle.kernel(CONV_GEMM_KERNELS[direction, mr, mc])[grid, (16, 16), handle.stream](
         *g.kernel_args(), np.int32(chunk), a_src, b_src, out)
 
 
