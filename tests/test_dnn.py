@@ -253,9 +253,12 @@ def test_convolutions_every_algorithm_in_every_direction(handle, x_dims, w_dims,
         assert np.allclose(dw.copy_to_host().reshape(w_dims), want_dw, atol=3e-3), algorithm
 
 
-def test_convolutions_big_enough_take_the_4x4_micro_tile_and_agree_with_the_direct_kernels(handle):
-    # 64 output channels of 48 inputs: every direction's GEMM has 48 or more rows and columns, so each takes
-    # the 64 x 64 tile; a stride of 2 takes backward-data through its dividing branch
+@pytest.mark.parametrize("micro", [(4, 4), (2, 4), (4, 2)])
+def test_every_micro_tile_of_the_implicit_gemm_agrees_with_the_direct_kernels(handle, monkeypatch, micro):
+    # each direction's kernel with 4 outputs a thread along either side or both (a stride of 2 takes
+    # backward-data through its dividing branch), forced onto a small problem
+    from lapis.libs.dnn import convolution
+    monkeypatch.setattr(convolution, "_micro_tile", lambda *args: micro)
     x_dims, w_dims, conv = (2, 48, 9, 9), (64, 48, 3, 3), dnn.ConvolutionDescriptor((1, 1), (2, 2))
     x, w = rng.standard_normal(x_dims).astype(np.float32), rng.standard_normal(w_dims).astype(np.float32)
     desc = dnn.TensorDescriptor(x_dims)
@@ -270,13 +273,24 @@ def test_convolutions_big_enough_take_the_4x4_micro_tile_and_agree_with_the_dire
             dnn.convolution_backward_data(handle, desc, w_dims, dev(w), conv, dev(dy), dx, algorithm)
             dnn.convolution_backward_filter(handle, desc, dev(x), w_dims, conv, dev(dy), dw, algorithm)
             got[algorithm] = [a.copy_to_host() for a in (y, dx, dw)]
-        if algorithm == "implicit_gemm":
-            grids = [e.args["grid"] for e in t.select(3, "launch") if e.args["kernel"] == "conv_gemm_kernel"]
-            assert [g[:2] for g in grids] == [(1, 1), (3, 1), (7, 1)]        # 64 x 64 tiles over 50, 162, 432
+        if algorithm == "implicit_gemm":           # (columns, rows) of 50, 162 and 432 by 64, 48 and 64
+            grids = [e.args["grid"][:2] for e in t.select(3, "launch") if e.args["kernel"] == "conv_gemm_kernel"]
+            tiles = [(-(-cols // (16 * micro[1])), -(-rows // (16 * micro[0])))
+                     for cols, rows in ((50, 64), (162, 48), (432, 64))]
+            assert grids == tiles
     ref = conv_ref(x.astype(np.float64), w, conv.padding, conv.stride, conv.dilation, conv.groups)
     assert np.allclose(got["implicit_gemm"][0].reshape(ref.shape), ref, atol=1e-3)
     for ours, direct in zip(got["implicit_gemm"], got["direct"], strict=True):
         assert np.allclose(ours, direct, atol=1e-3)
+
+
+def test_a_micro_tile_widens_only_long_sides_of_grids_that_stay_full():
+    from lapis.libs.dnn.convolution import _micro_tile
+    assert _micro_tile("forward", 32, 50176, 9, 1, 132) == (2, 4)           # 32 rows: only the columns widen
+    assert _micro_tile("forward", 64, 12544, 288, 1, 132) == (4, 4)
+    assert _micro_tile("forward", 16, 4096, 9, 1, 132) == (2, 2)            # 64 blocks would leave units idle
+    assert _micro_tile("backward_filter", 64, 288, 12544, 1, 132) == (4, 4)  # split-K fills the grid
+    assert _micro_tile("backward_filter", 32, 144, 1024, 1, 132) == (2, 2)   # a short depth: few splits
 
 
 def test_every_convolution_kernel_takes_the_geometry_fields_first():

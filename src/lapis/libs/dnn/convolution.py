@@ -403,6 +403,31 @@ def _workspace(x_desc, filter_dims, conv, algorithm, workspace) -> DeviceNDArray
     return workspace.ravel().view(np.uint8)[:need].view(np.float32)
 
 
+def _splits(direction: str, tiles: int, groups: int, depth: int) -> int:
+    """Backward-filter's split-K: enough blocks to fill the units (about 128 on the big profiles), each summing
+    at least SPLIT_K_MIN_DEPTH deep; the other directions do not split."""
+    if direction != "backward_filter":
+        return 1
+    return max(1, min(_ceil_div(depth, SPLIT_K_MIN_DEPTH), _ceil_div(SPLIT_K_TARGET_BLOCKS, tiles * groups)))
+
+
+def _micro_tile(direction: str, rows: int, columns: int, depth: int, groups: int, units: int) -> tuple[int, int]:
+    """The implicit GEMM's micro-tile (outputs per thread along rows, along columns): 4 along a side of at
+    least CONV_MICRO_ROWS, the longer side first, while the grid keeps a block for at least every other compute
+    unit: fewer, bigger blocks would leave units idle, and a small problem's time is its blocks', not its
+    instructions' (the half is where the performance model's times of the digits CNN and of an MNIST CNN's
+    layers turn, on H200)."""
+    micro = [2, 2]
+    for side in sorted((0, 1), key=lambda i: -(rows, columns)[i]):
+        trial = list(micro)
+        trial[side] = 4
+        tiles = _ceil_div(rows, 16 * trial[0]) * _ceil_div(columns, 16 * trial[1])
+        if (rows, columns)[side] >= CONV_MICRO_ROWS and tiles * groups * _splits(direction, tiles, groups,
+                                                                                depth) >= units // 2:
+            micro = trial
+    return micro[0], micro[1]
+
+
 def _conv_launch(handle, direction, g: ConvGeometry, a_src, b_src, out) -> None:
     """The implicit-GEMM kernel of a direction over its (rows, columns) grid, one group (and for
     backward-filter, one depth chunk) per grid z."""
@@ -410,12 +435,9 @@ def _conv_launch(handle, direction, g: ConvGeometry, a_src, b_src, out) -> None:
     rows, columns, depth = {"forward": (kg, g.n * g.p * g.q, cg * g.r * g.s),
                             "backward_data": (cg, g.n * g.h * g.wd, kg * g.r * g.s),
                             "backward_filter": (kg, cg * g.r * g.s, g.n * g.p * g.q)}[direction]
-    mr, mc = (4 if side >= CONV_MICRO_ROWS else 2 for side in (rows, columns))     # 64-wide sides it fills
-    tiles = _ceil_div(columns, 16 * mc) * _ceil_div(rows, 16 * mr)
-    splits = 1
+    mr, mc = _micro_tile(direction, rows, columns, depth, g.groups, handle.properties.multi_processor_count)
+    splits = _splits(direction, _ceil_div(columns, 16 * mc) * _ceil_div(rows, 16 * mr), g.groups, depth)
     if direction == "backward_filter":
-        # enough blocks to fill the units (about 128 on the big profiles), each summing at least 64 deep
-        splits = max(1, min(_ceil_div(depth, SPLIT_K_MIN_DEPTH), _ceil_div(SPLIT_K_TARGET_BLOCKS, tiles * g.groups)))
         kernels.fill(handle.api, out, 0.0, handle.stream)
     chunk = 8 * max(1, _ceil_div(_ceil_div(depth, splits), 8))        # a multiple of the 8-deep slice
     splits = max(1, _ceil_div(depth, chunk))
