@@ -65,6 +65,12 @@ class KernelArgumentError(ValueError):
 
 
 @cuda.jit(device=True)
+def quotient(v, word):
+    """v // d for 0 <= v < 2^31, from d's divider word (`divider_word`): a multiply, an add and two shifts."""
+    return (((v * (word & 0xFFFFFFFF)) >> 32) + v) >> (word >> 32)
+
+
+@cuda.jit(device=True)
 def offset_of(i, ndim, shape, strides):
     """The element offset of linear index i (C order over `shape`) in an array with `strides`;
     strides[ndim] holds the offset of the array's first element in its flat view.
@@ -79,13 +85,20 @@ def offset_of(i, ndim, shape, strides):
     while d > 0:
         divide = shape[ndim + d]                  # the magic multiplier in the low 32 bits, the shift above
         if divide:
-            q = (((rest * (divide & 0xFFFFFFFF)) >> 32) + rest) >> (divide >> 32)
+            q = quotient(rest, divide)
         else:
             q = rest // shape[d]
         off += (rest - q * shape[d]) * strides[d]   # the remainder from the quotient
         rest = q
         d -= 1
     return off + rest * strides[0]
+
+
+def divider_word(d: int) -> int:
+    """`divider`(d) in one word, as kernels take it: the magic multiplier in the low 32 bits, the shift above
+    (never 0, which `offset_of` reads as "divide")."""
+    magic, shift = divider(d)
+    return magic | shift << 32
 
 
 def divider(d: int) -> tuple[int, int]:
@@ -238,7 +251,7 @@ def _shape_ints(api, context, shape: tuple) -> DeviceNDArray:
     array = _geometries.get(key)
     if array is None:
         if math.prod(shape) < 1 << 31:
-            dividers = tuple(magic | shift << 32 for magic, shift in map(divider, (n or 1 for n in shape)))
+            dividers = tuple(divider_word(n or 1) for n in shape)
         else:
             dividers = (0,) * len(shape)
         array = _geometries[key] = _device_ints(api, context, (*shape, *dividers))

@@ -102,12 +102,12 @@ from lapis.libs.dnn.normalization import (
 )
 from lapis.libs.dnn.pooling import (
     POOL_MAX_GRID_Y,
-    plane_quotient,
     pooling_backward,
     pooling_backward_kernel,
     pooling_forward,
     pooling_forward_kernel,
     pooling_output,
+    split_index,
 )
 
 __all__ = [
@@ -125,7 +125,8 @@ __all__ = [
     "find_convolution_backward_filter_algorithm", "find_convolution_forward_algorithm", "get_convolution_algorithm",
     "lanes_kernels", "layer_norm_backward", "layer_norm_backward_kernel", "layer_norm_forward",
     "layer_norm_forward_kernel", "layer_norm_params_backward_kernel", "make_conv_gemm_kernel", "nll_backward_kernel",
-    "nll_forward_kernel", "nll_loss_backward", "nll_loss_forward", "REDUCTIONS", "plane_quotient", "pooling_backward",
+    "nll_forward_kernel", "nll_loss_backward", "nll_loss_forward", "REDUCTIONS", "pooling_backward",
     "pooling_backward_kernel", "pooling_forward", "pooling_forward_kernel", "pooling_output", "row_start",
-    "row_threads", "softmax_backward", "softmax_backward_kernel", "softmax_forward", "softmax_forward_kernel", "uniform"
+    "row_threads", "softmax_backward", "softmax_backward_kernel", "softmax_forward", "softmax_forward_kernel",
+    "split_index", "uniform"
 ]

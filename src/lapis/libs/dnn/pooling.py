@@ -8,30 +8,30 @@ from lapis import cuda, trace
 from lapis.cuda import float32
 from lapis.libs.dnn.descriptors import DnnError, TensorDescriptor
 from lapis.libs.dnn.handle import THREADS, Handle, _ceil_div, _flat
-from lapis.libs.kernels import divider
+from lapis.libs.kernels import divider_word, quotient
 
 POOL_MAX_GRID_Y = 65535            # blocks along a plane's pixels: past them each thread takes several
 
 
 # A block of up to THREADS threads works along one (image, channel) plane, blockIdx.x, over its pixels (a grid-stride
 # loop along y), so a thread divides only to find its pixel's row and its window, and those quotients take the
-# host's magic multipliers (`kernels.divider`, as offset_of does) instead of 64-bit divisions of dozens of
+# host's magic multipliers (`kernels.quotient`, as offset_of's) instead of 64-bit divisions of dozens of
 # instructions. The element strides of N, C, H and W of x (and dx) and of y (and dy) are kernel arguments.
 @cuda.jit(device=True)
-def plane_quotient(v, word):
-    """v // d for 0 <= v < 2^31, from d's divider word: the magic multiplier in the low 32 bits, the shift above."""
-    return (((v * (word & 0xFFFFFFFF)) >> 32) + v) >> (word >> 32)
+def split_index(v, d, word):
+    """(v // d, v % d) for 0 <= v < 2^31, from d's divider word: an image and channel from a plane's index, a
+    row and column from a pixel's."""
+    q = quotient(v, word)
+    return q, v - q * d
 
 
 def pooling_forward_kernel(c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, by_c, by_ow, x, xn, xc, xh, xw,
                            y, yn, yc, yh, yw):
     # One thread per output element of plane blockIdx.x.
-    b = plane_quotient(cuda.blockIdx.x, by_c)
-    ch = cuda.blockIdx.x - b * c
+    b, ch = split_index(cuda.blockIdx.x, c, by_c)
     o = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
     while o < oh * ow:
-        oy = plane_quotient(o, by_ow)
-        ox = o - oy * ow
+        oy, ox = split_index(o, ow, by_ow)
         best = float32(-math.inf)                      # float32 throughout, as the tensors (cuDNN's accumulator)
         total = float32(0.0)
         for dy_ in range(kh):
@@ -53,15 +53,13 @@ def pooling_backward_kernel(c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, by
     # ceil((iy + ph - kh + 1) / sh) (the numerator clamped at 0: no window starts above the image) to
     # (iy + ph) // sh, and likewise for ox. For max pooling, the gradient goes to the first element equal to
     # the window's maximum.
-    b = plane_quotient(cuda.blockIdx.x, by_c)
-    ch = cuda.blockIdx.x - b * c
+    b, ch = split_index(cuda.blockIdx.x, c, by_c)
     i = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
     while i < h * w:
-        iy = plane_quotient(i, by_w)
-        ix = i - iy * w
+        iy, ix = split_index(i, w, by_w)
         grad = float32(0.0)
-        first_y, last_y = plane_quotient(max(0, iy + ph - kh + sh), by_sh), plane_quotient(iy + ph, by_sh)
-        first_x, last_x = plane_quotient(max(0, ix + pw - kw + sw), by_sw), plane_quotient(ix + pw, by_sw)
+        first_y, last_y = quotient(max(0, iy + ph - kh + sh), by_sh), quotient(iy + ph, by_sh)
+        first_x, last_x = quotient(max(0, ix + pw - kw + sw), by_sw), quotient(ix + pw, by_sw)
         for oy in range(first_y, min(oh, last_y + 1)):
             for ox in range(first_x, min(ow, last_x + 1)):
                 y0, x0 = oy * sh - ph, ox * sw - pw
@@ -93,7 +91,7 @@ def _plane_launch(n: int, c: int, pixels: int) -> tuple[tuple[int, int], int]:
 
 
 def _words(*divisors: int) -> list:
-    return [np.int64(magic | shift << 32) for magic, shift in map(divider, divisors)]
+    return [np.int64(divider_word(d)) for d in divisors]
 
 
 def _pool_geometry(desc, window, stride, padding) -> tuple:
