@@ -81,7 +81,7 @@ def read_before_written(program: list[Instruction]) -> frozenset[int]:
         writes.append(sum(1 << x for x in set(w) if x < PRED_BASE) if always else 0)
         nxt = [] if inst.op == "EXIT" and always else [pc + 1]
         if inst.op == "BRA":
-            target = pc + 1 + inst.simm // INSTRUCTION_BYTES
+            target = inst.branch_target(pc * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
             nxt = [target] if always else [target, pc + 1]
         successors.append([s for s in nxt if 0 <= s < n])
     if n:
