@@ -12,6 +12,7 @@ import lapis
 from conftest import launch_blocking
 from lapis import abi, driver, runtime
 from lapis.hardware import get_profile
+from lapis.hardware.command_processor import CommandProcessor
 from lapis.hardware.power import PowerModel
 from lapis.runtime import Condition, QueueError
 from test_runtime import dispatch, load
@@ -64,7 +65,6 @@ def test_the_thread_that_waits_runs_the_kernels_and_the_processor_thread_those_n
     """Asynchronous launches, without a second thread fighting the first for the interpreter: the
     host thread that waits for the device runs what is queued itself, and the processor's thread runs
     what nobody waits for once no doorbell has rung for DEFER_S."""
-    from lapis.hardware.command_processor import CommandProcessor
     with launch_blocking(False):
         rt = runtime.Runtime()
         try:
@@ -405,3 +405,34 @@ def test_a_cuda_context_idle_through_a_reset_keeps_working():
     z = cuda.to_device(np.zeros(8, np.float32))     # the runtime's copy queue is made anew
     kernels.fill(cuda, z, 3.0)                      # and the default stream's queue
     assert np.all(z.copy_to_host() == 3) and np.all(y.copy_to_host() == 1)
+
+
+def _voluntary_switches(native_id: int) -> int | None:
+    try:
+        with open(f"/proc/self/task/{native_id}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+    except OSError:
+        return None
+
+
+def test_the_processor_thread_stays_asleep_while_the_host_keeps_launching():
+    """While a host thread launches kernel after kernel (and runs them when it waits), the processor's thread
+    looks at its queues ever less often, and when it does wake it gets the interpreter at the next launch:
+    it used to wait for the interpreter and wake at every release of it by the host (numpy releases it on
+    large arrays), about once a launch, each costing the host some 15 us."""
+    with launch_blocking(False):
+        driver.system()
+        cp = driver.system().nodes[0].gpu.cp
+        x = lapis.ones(4096, device="cuda")
+        (x + x).cpu()
+        thread = next(t for t in threading.enumerate() if t.name.endswith("command processor"))
+        looks, switches, launches = cp._looks, _voluntary_switches(thread.native_id), 0
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            y = x + x
+            launches += 1
+        y.cpu()
+        seconds = 0.5 + CommandProcessor.MAX_DEFER_S
+        assert cp._looks - looks <= 2 * (4 + seconds / CommandProcessor.MAX_DEFER_S)     # not every DEFER_S
+        if switches is not None:
+            assert _voluntary_switches(thread.native_id) - switches < max(30, launches // 25)

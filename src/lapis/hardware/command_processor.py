@@ -23,10 +23,16 @@ every `POLL_S`, as a packet processor polls.
 Python runs one thread at a time, though, and handing the interpreter from a launching thread
 to the processor's and back cost about 100 us a launch (the two ran on different cores, and each
 pulled its working set back through the caches). So the processor's thread leaves kicked queues
-alone while doorbells keep ringing (until none has for `DEFER_S`), and a host thread about to
+alone while doorbells keep ringing (until none has for `DEFER_S`; it looks again after DEFER_S, and
+then less and less often, up to `MAX_DEFER_S`, while they keep ringing), and a host thread about to
 wait for the device (in the driver's WAIT_EVENTS, or for a queue to go idle) first runs the
 ready packets itself (`run_ready`): a launch still returns before its kernel runs, and the
-kernel mostly runs on the thread that would otherwise sleep.
+kernel mostly runs on the thread that would otherwise sleep. When the processor's thread does wake
+(to see whether the doorbells have gone quiet) while a host thread keeps launching, it would wait
+for the interpreter, and every release of it by the host (numpy releases it around work on large
+arrays) would wake it to no avail, at about 15 us each, until the host blocked; so a host thread
+ringing a doorbell or running packets past that wake-up hands the interpreter over
+(`_hand_over`), once, until the processor's thread has looked and gone back to sleep.
 
 Anything but a packet error escaping a packet (a bug in the simulator) is a fatal device
 error: the processor stops every queue and posts a `fatal` interrupt, and the driver resets
@@ -45,6 +51,7 @@ finds it open runs what follows it. Either way one packet runs at a time per dev
 and one thread at a time serves the queues round robin (`_serving`).
 """
 
+import math
 import struct
 import threading
 import time
@@ -96,6 +103,8 @@ class CommandProcessor:
     # the device (`run_ready`): Python runs one thread at a time, and handing the interpreter from the
     # launching thread to this one and back cost about 100 us a launch. Python's default switch interval.
     DEFER_S = 0.005
+    MAX_DEFER_S = 0.08        # the longest between its looks while doorbells keep ringing
+    HAND_OVER_S = 0.01        # the longest a host thread waits for the processor's thread to look (`_hand_over`)
 
     def __init__(self, gpu, launch_blocking: bool = False):
         self.gpu = gpu
@@ -114,7 +123,9 @@ class CommandProcessor:
         self._serving = threading.Lock()
         self._thread: threading.Thread | None = None
         self._timed_wait = False       # the processor's thread sleeps until kicked queues are due
-        self._last_doorbell = 0.0      # time.monotonic() of the last doorbell write
+        self._host_active_at = 0.0     # time.monotonic() of the last doorbell, or round of a host thread's
+        self._looks = 0                # times the processor's thread has looked for due queues
+        self._wakes_at = math.inf      # time.monotonic() it next wakes to look (0: now; inf: when kicked)
 
     def map_queue(self, queue: HardwareQueue) -> None:
         if queue.ring_packets & (queue.ring_packets - 1) or queue.ring_packets < 1:
@@ -159,11 +170,14 @@ class CommandProcessor:
             if queue is None:
                 return              # a write to an unmapped doorbell is dropped, as on hardware
             if not self.launch_blocking:
-                self._last_doorbell = time.monotonic()
+                self._host_active_at = now = time.monotonic()
                 if not queue.kicked:
                     queue.kicked = True
                     if not self._timed_wait:           # else it wakes to a deadline no later than this one's
+                        self._wakes_at = 0.0
                         self._work.notify()
+                if now >= self._wakes_at:
+                    self._hand_over()
                 return
         # Launch blocking: run the ring dry here. A queue that stops at an unmet barrier is left
         # waiting, and the processor's thread (woken by the turn) polls it from there.
@@ -207,6 +221,9 @@ class CommandProcessor:
                 with self._cond:
                     if self.halted:
                         return
+                    self._host_active_at = now = time.monotonic()
+                    if now >= self._wakes_at:
+                        self._hand_over()
                     ready = [q for q in self._runnable() if q.vmid == vmid]
                 if not ready or self._round(ready):
                     return
@@ -234,27 +251,60 @@ class CommandProcessor:
     # -- the processor's own thread -----------------------------------------------------------------
     def _due(self) -> tuple[list[HardwareQueue], float | None]:
         """The queues this thread should serve now, and how long until kicked ones are due (None: none is
-        waiting to be). A queue waiting at a barrier is due at once; kicked ones once no doorbell has rung
-        for DEFER_S (until then the host is still launching, and will run them when it waits)."""
+        waiting to be). A queue waiting at a barrier is due at once; kicked ones once no doorbell has rung,
+        nor a host thread run the queues, for DEFER_S (until then the host is still at work on them, and will
+        run them when it waits)."""
         active = self._runnable()
-        quiet_in = self._last_doorbell + self.DEFER_S - time.monotonic()
+        quiet_in = self._host_active_at + self.DEFER_S - time.monotonic()
         due = [q for q in active if q.waiting or quiet_in <= 0]
         return due, (quiet_in if len(due) < len(active) else None)
 
     def _run(self) -> None:
+        ringing = 0                                  # looks in a row that found the host launching
         while True:
             with self._cond:
-                due, soonest = self._due()
+                due, soonest = self._look()
                 while not due or self.halted:
-                    self._timed_wait = soonest is not None and not self.halted
-                    self._work.wait(soonest if self._timed_wait else None)
+                    timeout = None if self.halted else self._next_look(soonest, ringing)
+                    ringing = 0 if timeout is None else ringing + 1
+                    self._timed_wait = timeout is not None
+                    self._sleep(timeout)
                     self._timed_wait = False
-                    due, soonest = self._due()
+                    due, soonest = self._look()
+            ringing = 0
             with self._serving:
                 all_blocked = self._round(due)
             if all_blocked:
                 with self._cond:
-                    self._work.wait(self.POLL_S)
+                    self._sleep(self.POLL_S)
+
+    def _next_look(self, soonest: float | None, ringing: int) -> float | None:
+        """How long the processor's thread sleeps before it looks again (None: until a doorbell) when kicked
+        queues wait for the doorbells to go quiet (due in `soonest` seconds), or none does but one rang in the
+        last DEFER_S (the host is launching; a doorbell does not wake a thread that will look anyway): DEFER_S
+        at first, and then longer, up to MAX_DEFER_S, while the host goes on (each look costs it a hand-over)."""
+        if soonest is None and time.monotonic() - self._host_active_at > self.DEFER_S:
+            return None
+        return max(soonest or 0.0, min(self.DEFER_S * 2 ** ringing, self.MAX_DEFER_S))
+
+    def _sleep(self, timeout: float | None) -> None:
+        """The processor's thread waits for a doorbell, or `timeout` seconds (None: no limit)."""
+        self._wakes_at = math.inf if timeout is None else time.monotonic() + timeout
+        self._work.wait(timeout)
+
+    def _look(self) -> tuple[list[HardwareQueue], float | None]:
+        """The processor's thread, awake, finds the due queues (`_due`), and tells a host thread that handed
+        it the interpreter (`_hand_over`) that it has."""
+        self._looks += 1
+        self._wakes_at = math.inf                 # until it sleeps again
+        self._cond.notify_all()
+        return self._due()
+
+    def _hand_over(self) -> None:
+        """A host thread (holding the lock) lets the processor's thread, awake and waiting for the interpreter,
+        look for due queues now (see the module docstring), waiting at most HAND_OVER_S."""
+        looks = self._looks
+        self._cond.wait_for(lambda: self._looks != looks, self.HAND_OVER_S)
 
     def _turn(self, q: HardwareQueue) -> str:
         """Run the packet at the head of a queue on the calling thread (the processor's own, or with
