@@ -236,3 +236,32 @@ def test_the_scoreboard_walk_waits_on_the_latest_writer_of_each_source():
     assert stalls[2] == (0.0, "")
     assert stalls[3] == (issue3 - (issue1 + 1.0) - 1.0, "wait" if issue3 > issue1 + 2.0 else "")
     assert tail == max(0.0, issue3 + fadd - (issue3 + 1.0)) and np.array_equal(cycles, [1 + s for s, _ in stalls])
+
+
+def test_a_kept_timing_answers_only_for_the_same_counts():
+    """model_time keeps what it modelled (a framework launches the same kernels over and over); any count
+    that differs is another key, and so another time."""
+    from lapis.hardware import get_profile
+    from lapis.hardware.simt import Counters
+    profile = get_profile("h200")
+    program = assemble("LDG.E R4, [R2.64] ;\nFADD R5, R4, R4 ;\nSTG.E [R2.64], R5 ;\nEXIT ;")
+    occ = perf.occupancy(profile, 256, 8, 0)
+
+    def counters(**change) -> Counters:
+        c = Counters(np.full(4, 8, np.int64), np.full(4, 256, np.int64), {"fp32": 256}, {"ALU": 8, "LSU": 16},
+                     global_bytes=2048, global_sectors=64, l2_misses=32, dram_read_bytes=1024, blocks=1, waves=1,
+                     warps_per_block=8)
+        for name, value in change.items():
+            setattr(c, name, value)
+        return c
+    first = perf.model_time(profile, counters(), occ, program)
+    assert perf.model_time(profile, counters(), occ, program) is first
+    assert first == perf._model_time(profile, counters(), occ, program, 1.0)
+    bigger = perf.model_time(profile, counters(dram_read_bytes=1 << 30), occ, program)
+    assert bigger.total_ns > first.total_ns
+    assert perf.model_time(profile, counters(), occ, program, 0.5).total_ns > first.total_ns
+    base = counters().key()
+    hash(base)
+    for name, value in counters().__dict__.items():            # every count is in the key
+        changed = value + 1 if not isinstance(value, dict) else {**value, "fp64": 1}
+        assert counters(**{name: changed}).key() != base, name

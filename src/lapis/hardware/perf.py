@@ -180,9 +180,21 @@ def _chain_cycles(cycles: np.ndarray, tail: float, c: Counters) -> float:
     return float(cycles @ c.warp_instructions) / warps + tail
 
 
+# Timings already modelled, by program, occupancy, clock and every count: a training loop launches the same
+# kernels on the same shapes, which count the same, over and over, and a tiny kernel's model costs as much
+# as running it.
+_TIMINGS: dict[tuple, tuple[list[Instruction], "KernelTiming"]] = {}
+
+
 def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: list[Instruction],
                clock_ratio: float = 1.0) -> KernelTiming:
     """The kernel's time; `clock_ratio` < 1 is a throttled shader clock (memory keeps its clock)."""
+    key = (id(program), profile.name, occ.blocks_per_unit, occ.warps_per_unit, clock_ratio, c.key())
+    return _kept(_TIMINGS, key, program, lambda: _model_time(profile, c, occ, program, clock_ratio))
+
+
+def _model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: list[Instruction],
+                clock_ratio: float) -> KernelTiming:
     active = max(1, min(profile.compute_units, c.blocks))
     ghz = profile.clock_ghz * clock_ratio
     per_unit_clock = active * ghz                  # unit-cycles per nanosecond

@@ -68,6 +68,13 @@ class Counters:
         return all(np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
                    for a, b in zip(self.__dict__.values(), other.__dict__.values(), strict=True))
 
+    def key(self) -> tuple:
+        """Every count as one hashable value: equal keys, equal counters. (The fields after the two arrays
+        and two dicts are numbers; a new array or dict among them would make the key unhashable.)"""
+        return (self.warp_instructions.tobytes(), self.thread_instructions.tobytes(),
+                tuple(self.flops_by_precision.items()), tuple(self.warp_instructions_by_pipe.items()),
+                tuple(self.__dict__.values())[4:])
+
     @property
     def flops(self) -> int:
         return sum(self.flops_by_precision.values())
