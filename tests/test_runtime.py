@@ -226,3 +226,18 @@ def test_the_runtime_reports_its_errors_as_hsa_errors(rt):
     for error in (runtime.OutOfMemory, QueueError, runtime.QueueFull):
         assert issubclass(error, runtime.HsaError)
     assert issubclass(runtime.HsaError, RuntimeError)          # the builtin: existing except clauses still catch it
+
+
+def test_constant_bank_words_past_a_kernels_arguments_read_zero_after_a_launch_with_more(rt):
+    """Each dispatch's constant bank holds its own arguments and zero past them, never the last one's."""
+    gpu = rt.gpu_agents[0]
+    exe = Executable(rt)
+    exe.load_code_object(gpu, code_object("fill", FILL))
+    exe.load_code_object(gpu, code_object("peek", FILL, kernarg_size=8))       # the same code, one argument
+    exe.freeze()
+    queue, out = rt.create_queue(gpu), rt.device_pool(gpu).allocate(512)
+    dispatch(rt, queue, exe.get_symbol("fill"), struct.pack("<Qf", out.va, 5.0), 64)
+    done = dispatch(rt, queue, exe.get_symbol("peek"), struct.pack("<Qf", out.va + 256, 7.0), 64)
+    assert queue.wait(done, timeout_s=5) == 0
+    got = np.frombuffer(rt.copy_to_host(gpu, out.va, 512), np.float32)
+    assert np.array_equal(got, np.repeat([5.0, 0.0], 64).astype(np.float32))

@@ -126,6 +126,9 @@ class CommandProcessor:
         self._host_active_at = 0.0     # time.monotonic() of the last doorbell, or round of a host thread's
         self._looks = 0                # times the processor's thread has looked for due queues
         self._wakes_at = math.inf      # time.monotonic() it next wakes to look (0: now; inf: when kicked)
+        self._cbank = np.zeros(abi.CBANK_BYTES // 4, np.uint32)     # see `_constant_bank`
+        self._cbank_used = len(self._cbank)
+        self._occupancies: dict[tuple, object] = {}
 
     def map_queue(self, queue: HardwareQueue) -> None:
         if queue.ring_packets & (queue.ring_packets - 1) or queue.ring_packets < 1:
@@ -471,6 +474,30 @@ class CommandProcessor:
             err.detail = {"kernel_object": kernel_object}
             raise err from None
 
+    def _constant_bank(self, block: tuple, grid: tuple, kernargs: bytes) -> np.ndarray:
+        """Constant bank 0 for a dispatch: the launch dimensions, the warp size, then the kernel arguments,
+        zero elsewhere. One buffer, rewritten for each dispatch (one runs at a time: the engine lock);
+        zeroing a fresh bank cost more than a tiny kernel's run."""
+        cbank, args = self._cbank, np.frombuffer(kernargs + b"\0" * (-len(kernargs) % 4), np.uint32)
+        cbank[:self._cbank_used] = 0
+        cbank[abi.CBANK_BLOCK_DIM // 4:abi.CBANK_BLOCK_DIM // 4 + 3] = block
+        cbank[abi.CBANK_GRID_DIM // 4:abi.CBANK_GRID_DIM // 4 + 3] = grid
+        cbank[abi.CBANK_WARP_SIZE // 4] = self.gpu.profile.warp_size
+        self._cbank_used = abi.KERNARG_CBANK_OFFSET // 4 + len(args)
+        cbank[abi.KERNARG_CBANK_OFFSET // 4:self._cbank_used] = args
+        return cbank
+
+    def _occupancy(self, threads_per_block: int, registers: int, shared: int):
+        """The kernel's occupancy (kept by resources: frameworks launch the same kernels over and over)."""
+        key = (threads_per_block, registers, shared)
+        occ = self._occupancies.get(key)
+        if occ is None:
+            try:
+                occ = self._occupancies[key] = occupancy(self.gpu.profile, threads_per_block, registers, shared)
+            except LaunchResourceError as e:
+                raise PacketError(str(e)) from None
+        return occ
+
     def _dispatch(self, q: HardwareQueue, p: abi.KernelDispatchPacket) -> float:
         """Run a kernel; returns the device time it started."""
         gpu, profile = self.gpu, self.gpu.profile
@@ -478,9 +505,9 @@ class CommandProcessor:
         size = (p.grid_size_x, p.grid_size_y, p.grid_size_z)
         if not 1 <= p.setup & 3 <= 3:
             raise PacketError(f"dispatch packet has {p.setup & 3} dimensions; expected 1 to 3")
-        if min(block) < 1 or min(size) < 1 or any(g % b for g, b in zip(size, block, strict=True)):
+        if min(block) < 1 or min(size) < 1 or size[0] % block[0] or size[1] % block[1] or size[2] % block[2]:
             raise PacketError(f"dispatch grid {size} is not a whole number of workgroups {block}")
-        grid = tuple(g // b for g, b in zip(size, block, strict=True))
+        grid = (size[0] // block[0], size[1] // block[1], size[2] // block[2])
         try:
             kd = abi.KernelDescriptor.unpack(gpu.read_virtual(q.vmid, p.kernel_object, abi.KERNEL_DESCRIPTOR_BYTES,
                                                               "kernel descriptor fetch"))
@@ -497,18 +524,9 @@ class CommandProcessor:
         if kd.kernarg_size > abi.MAX_KERNARG_BYTES:
             raise PacketError(f"kernel arguments of {kd.kernarg_size} bytes exceed {abi.MAX_KERNARG_BYTES}")
         program = self._program(code, p.kernel_object)
-        cbank = np.zeros(abi.CBANK_BYTES // 4, np.uint32)
-        cbank[abi.CBANK_BLOCK_DIM // 4:abi.CBANK_BLOCK_DIM // 4 + 3] = block
-        cbank[abi.CBANK_GRID_DIM // 4:abi.CBANK_GRID_DIM // 4 + 3] = grid
-        cbank[abi.CBANK_WARP_SIZE // 4] = profile.warp_size
-        args = np.frombuffer(kernargs + b"\0" * (-len(kernargs) % 4), np.uint32)
-        cbank[abi.KERNARG_CBANK_OFFSET // 4:abi.KERNARG_CBANK_OFFSET // 4 + len(args)] = args
+        cbank = self._constant_bank(block, grid, kernargs)
         shared = max(kd.group_segment_fixed_size, p.group_segment_size)
-        tpb = block[0] * block[1] * block[2]
-        try:
-            occ = occupancy(profile, tpb, kd.registers, shared)
-        except LaunchResourceError as e:
-            raise PacketError(str(e)) from None
+        occ = self._occupancy(block[0] * block[1] * block[2], kd.registers, shared)
         local = max(kd.private_segment_fixed_size, p.private_segment_size)
         d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps, local)
         wall, host_start = time.perf_counter(), time.monotonic()

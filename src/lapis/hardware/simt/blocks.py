@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from lapis.hardware.simt.translated import NativeRunner
 
 
-def _unset_rows(program: list) -> np.ndarray:
+def _unset_rows(program: list) -> tuple[int, ...]:
     """The registers a launch of `program` must zero (`RegisterFile.reset`), as row numbers."""
-    return np.array(sorted(read_before_written(program)), np.int64)
+    return tuple(sorted(read_before_written(program)))
 
 
 class LaneLayout:

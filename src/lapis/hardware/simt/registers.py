@@ -61,12 +61,14 @@ class RegisterFile:
         self.R, self.P = self.R_rows[:, :lanes], self.P_rows[:, :lanes]
         self.F, self.S = self.R.view(F32), self.R.view(I32)          # the same registers read as float32, int32
 
-    def reset(self, unset: np.ndarray) -> None:
+    def reset(self, unset: tuple[int, ...]) -> None:
         """Start a batch: the registers in `unset` (those a thread may read before writing them,
         `isa.dataflow.read_before_written`) and RZ's row at zero, every predicate false but PT. The
         other rows keep what the last batch left: no thread of this one can read it, and zeroing a
         register file of many lanes costs more than running a small kernel."""
-        self.R[unset[unset < self.count]] = 0
+        for r in unset:                    # row by row: an index array's assignment costs more, even empty
+            if r < self.count:
+                self.R[r] = 0
         self.R[self.count] = 0
         self.P.fill(False)
         self.P[PT] = True
