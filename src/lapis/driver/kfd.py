@@ -116,7 +116,8 @@ class DoorbellWindow:
         self._gpu, self.doorbell = gpu, doorbell
 
     def write(self, value: int) -> None:
-        trace.emit(1, "doorbell", doorbell=self.doorbell, value=value, device=self._gpu.name)
+        if trace.enabled():
+            trace.emit(1, "doorbell", doorbell=self.doorbell, value=value, device=self._gpu.name)
         self._gpu.ring_doorbell(self.doorbell, value)
 
 
@@ -161,8 +162,9 @@ class KfdSystem:
                                t.energy_joules, t.throttle_reasons, sorted(processes, key=lambda m: m.pid))
 
     def _interrupt(self, node: GpuNode, entry: Interrupt) -> None:
-        trace.emit(1, "interrupt", device=node.gpu.name, source=entry.source, vmid=entry.vmid, queue=entry.queue_id,
-                   event_id=entry.event_id)
+        if trace.enabled():
+            trace.emit(1, "interrupt", device=node.gpu.name, source=entry.source, vmid=entry.vmid,
+                       queue=entry.queue_id, event_id=entry.event_id)
         if entry.source == "fatal":
             # Recover on a thread of the driver's own: the interrupt arrives on the device's.
             threading.Thread(target=self.reset, args=(node, entry.detail.get("reason", "fatal device error")),

@@ -94,7 +94,7 @@ class Gpu:
     def ring_doorbell(self, doorbell: int, value: int) -> None:
         """A 64-bit write to the doorbell aperture of BAR2: wakes the queue's packet processor (with
         launch blocking, runs the queue's packets before it returns)."""
-        self._mmio(f"doorbell {doorbell} = {value}")
+        self._mmio("doorbell write")              # the driver's trace names the doorbell and value
         self.cp.doorbell(doorbell, value)
 
     def bar_write(self, pa: int, data: bytes) -> None:

@@ -78,12 +78,11 @@ class SimtCore:
         kinds, targets, pipes, flops = self.caches.per_program(d.program, "facts", program_facts)
         stride = padded_lanes(min(per_batch, total) * tpb)       # a whole batch's register file's row length
         translation = self.caches.translation(d.program, d.registers, stride) if translated else None
-        with np.errstate(all="ignore"):            # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
-            for first in range(0, total, per_batch):
-                nblocks = min(per_batch, total - first)
-                blocks = self._batch_for(d, nblocks, translation)
-                blocks.start(first)
-                self._run_blocks(blocks, kinds, targets)
+        for first in range(0, total, per_batch):
+            nblocks = min(per_batch, total - first)
+            blocks = self._batch_for(d, nblocks, translation)
+            blocks.start(first)
+            self._run_blocks(blocks, kinds, targets)
         if translation is not None and self.fuse_after is not None:
             fuse_hot(translation, c.thread_instructions, self.fuse_after, stride, self.warp_size)
         (pipe_names, per_pipe), (precisions, flops_per_lane) = pipes, flops
@@ -119,7 +118,8 @@ class SimtCore:
         if blocks.native is not None:
             self._run_native(blocks, kinds)
         else:
-            self._run_reference(blocks, kinds, targets)
+            with np.errstate(all="ignore"):        # IEEE arithmetic on a GPU raises no warnings: inf and NaN flow
+                self._run_reference(blocks, kinds, targets)
 
     def _run_reference(self, blocks: ResidentBlocks, kinds: list[str], targets: list[int]) -> None:
         """Run one batch through the binders, group by group."""
@@ -184,15 +184,17 @@ class SimtCore:
             if status == STORED:
                 continue
             mask, lanes, warps = native.current()
-            while True:                               # the running group, through the binders
-                steps, execute = self._issue(blocks, pc, mask, lanes, warps, steps)
-                if kinds[pc] in ("BRA", "EXIT"):
-                    execute(mask)                     # the engine hands these back only to fault
-                    raise RuntimeError(f"the native scheduler handed back the branch at {pc:#x}, which did not fault")
-                self._step(blocks, pc, mask, warps, kinds[pc], execute)
-                pc += 1
-                if pc >= end or translated[pc] or waiting[pc]:
-                    break
+            with np.errstate(all="ignore"):           # the running group, through the binders (as the reference)
+                while True:
+                    steps, execute = self._issue(blocks, pc, mask, lanes, warps, steps)
+                    if kinds[pc] in ("BRA", "EXIT"):
+                        execute(mask)                 # the engine hands these back only to fault
+                        raise RuntimeError(f"the native scheduler handed back the branch at {pc:#x}, which did not "
+                                           "fault")
+                    self._step(blocks, pc, mask, warps, kinds[pc], execute)
+                    pc += 1
+                    if pc >= end or translated[pc] or waiting[pc]:
+                        break
         self.counters.steps += steps
 
     def _issue(self, blocks: ResidentBlocks, pc: int, mask: Mask, lanes: int, warps: int,
