@@ -284,10 +284,10 @@ def _geometry(api, out: DeviceNDArray, *inputs) -> tuple[tuple, list]:
     shape = tuple(out.shape)
     if len(shape) > MAX_DIMS:
         raise KernelArgumentError(f"at most {MAX_DIMS} dimensions, not {len(shape)}")
-    for x in inputs:
-        if not _is_scalar(x):
-            broadcast_strides(x, shape)            # raises for operands that do not broadcast
     modes = tuple(_mode(x, shape) for x in (*inputs, out))
+    for x, mode in zip(inputs, modes[:-1], strict=True):
+        if mode != FLAT and mode != SCALAR:
+            broadcast_strides(x, shape)            # raises for operands that do not broadcast
     padded = tuple(shape) or (1,)
     shape_array = _shape_ints(api, out.context, padded)
     operands = [shape_array]

@@ -284,7 +284,8 @@ class Pointwise(Function):
     @classmethod
     def forward(cls, ctx, *operands):
         out = compute(cls.op, *operands)
-        ctx.node_name = cls.op.node_name(operands)
+        if True in ctx.needs_input_grad:                  # only a recorded node has a name
+            ctx.node_name = cls.op.node_name(operands)
         if cls.op.saves == "output":
             ctx.save_for_backward(out)
         elif cls.op.saves == "inputs":
