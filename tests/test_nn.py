@@ -136,6 +136,32 @@ def test_cross_entropy_is_log_softmax_and_one_loss_kernel_each_way(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_cross_entropy_takes_a_class_per_position_and_unbatched_logits(device):
+    """torch's other shapes: logits (N, C, d1, ...) with targets (N, d1, ...) (a segmentation map, a sequence
+    with its classes second), and logits (C,) with a 0-d target; "none" gives the target's shape."""
+    for shape, target_shape in (((2, 5, 3, 4), (2, 3, 4)), ((4, 5, 6), (4, 6)), ((5,), ())):
+        logits, target = f32(*shape), rng.integers(0, 5, target_shape)
+        if target.ndim:
+            target.flat[1] = -100
+        for reduction in ("mean", "sum", "none"):
+            for smoothing in (0.0, 0.1):
+                lo = lapis.tensor(logits, device=device, requires_grad=True)
+                lt = torch.tensor(logits, requires_grad=True)
+                a = nn.functional.cross_entropy(lo, lapis.tensor(target, device=device), reduction=reduction,
+                                                label_smoothing=smoothing)
+                b = torch.nn.functional.cross_entropy(lt, torch.tensor(target), reduction=reduction,
+                                                      label_smoothing=smoothing)
+                assert a.shape == b.shape
+                close(a, b)
+                a.sum().backward()
+                b.sum().backward()
+                close(lo.grad, lt.grad)
+    with pytest.raises(ValueError, match=r"Expected target size \(2, 4\), got \(2, 5\)"):
+        nn.functional.cross_entropy(lapis.ones(2, 3, 4, device=device), lapis.zeros(2, 5, dtype=lapis.long,
+                                                                                       device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_a_target_out_of_range_is_never_a_plausible_loss(device):
     logits, target = lapis.tensor(f32(3, 4), device=device), lapis.tensor(np.array([0, 4, 1]), device=device)
     if device == "cpu":

@@ -111,7 +111,17 @@ def _reduce(loss: Tensor, reduction: str, weight_sum: Tensor | None = None) -> T
 
 
 def nll_loss(logp: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean") -> Tensor:
-    # logp: (N, C) log-probabilities, target: (N,) class indices -> the picked -logp, averaged over kept rows
+    # logp: (N, C) log-probabilities, target: (N,) class indices -> the picked -logp, averaged over kept rows;
+    # also, as torch: logp (N, C, d1, ...) with target (N, d1, ...) (a class per position), and logp (C,) with a 0-d
+    # target; "none" gives the target's shape
+    if logp.ndim >= 3 or (logp.ndim == 1 and target.ndim == 0):
+        if tuple(target.shape) != (logp.shape[0], *logp.shape[2:]) if logp.ndim >= 3 else target.ndim != 0:
+            raise ValueError(f"Expected target size {(logp.shape[0], *logp.shape[2:])}, got {tuple(target.shape)}")
+        classes = logp.shape[0] if logp.ndim == 1 else logp.shape[1]
+        rows = logp.reshape(1, classes) if logp.ndim == 1 else \
+            logp.permute(0, *range(2, logp.ndim), 1).reshape(-1, classes)          # (N * d1 * ..., C)
+        loss = nll_loss(rows, target.reshape(-1), ignore_index, reduction)
+        return loss.reshape(target.shape) if reduction == "none" else loss
     if logp.ndim != 2 or target.ndim != 1 or target.shape[0] != logp.shape[0]:
         raise ValueError(f"Expected input batch_size ({logp.shape[0]}) to match target batch_size "
                          f"({target.shape[0] if target.ndim else 0}).")
@@ -125,14 +135,14 @@ def nll_loss(logp: Tensor, target: Tensor, ignore_index: int = -100, reduction: 
 
 def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, reduction: str = "mean",
                   label_smoothing: float = 0.0) -> Tensor:
-    # logits: (N, C), target: (N,) class indices
-    logp = log_softmax(logits, 1)
+    # logits: (N, C), target: (N,) class indices (or as nll_loss takes them: (N, C, d1, ...) and (C,))
+    logp = log_softmax(logits, 1 if logits.ndim > 1 else 0)
     if not label_smoothing:
         return nll_loss(logp, target, ignore_index, reduction)               # PyTorch's two kernels
     nll = nll_loss(logp, target, ignore_index, "none")
     if label_smoothing:
         keep = (target != ignore_index).to(logp.dtype)
-        smooth = -logp.mean(1) * keep
+        smooth = -logp.mean(1 if logp.ndim > 1 else 0) * keep
         nll = (1 - label_smoothing) * nll + label_smoothing * smooth
     keep_sum = (target != ignore_index).to(logp.dtype).sum() if reduction == "mean" else None
     return _reduce(nll, reduction, keep_sum)

@@ -55,7 +55,8 @@ class Op:
     `operators` are the Python operators it answers (a reflected one, __radd__, swaps its operands); `alpha`:
     it takes torch's `alpha` scale of its second operand; `node`: torch's name for its backward node where it is
     not the op's name capitalized (Log1PBackward0); `numbered`: torch numbers that name by which operands are
-    tensors (PowBackward0 for tensor ** number, 1 for tensor ** tensor, 2 for number ** tensor)."""
+    tensors (PowBackward0 for tensor ** number, 1 for tensor ** tensor, 2 for number ** tensor); `check`: called
+    with the operands and the dtype the op computes in before it runs, to refuse what torch refuses."""
     name: str
     cpu: Callable
     gpu: Callable
@@ -66,6 +67,7 @@ class Op:
     alpha: bool = False
     node: str = ""
     numbered: bool = False
+    check: Callable | None = None
 
     @property
     def arity(self) -> int:
@@ -92,6 +94,23 @@ def _share(a, b, g, wins):
 
 def _sign(x, g):
     return (x > 0).to(g.dtype) - (x < 0).to(g.dtype)
+
+
+def _divisor_check(operands, dt) -> None:
+    """Floor division and remainder as torch's: integers by zero raise (a GPU's answer would be unspecified; this
+    waits for the divisor on a GPU); bool has neither; floats (inf and NaN by zero, as IEEE 754) only on the cpu
+    device for now, where numpy's remainder is exact (a kernel's a - floor(a / b) * b is not, for large quotients)."""
+    if dt is _dtype.bool_:
+        raise NotImplementedError(f"floor division and remainder are not implemented for '{dt}'")
+    divisor = operands[1]
+    if dt.is_floating_point:
+        if any(isinstance(x, TensorBase) and x.device.type != "cpu" for x in operands):
+            raise NotImplementedError("floor division and remainder of floating-point tensors run on the cpu device "
+                                      "only for now; integer tensors run on any device")
+        return
+    zero = (divisor == 0).sum().item() > 0 if isinstance(divisor, TensorBase) else divisor == 0
+    if zero:
+        raise RuntimeError("ZeroDivisionError")
 
 
 def _numpy_pow(a, b):
@@ -180,6 +199,16 @@ def div(x, y):
 
 
 @cuda.jit(device=True)
+def remainder(x, y):
+    return x % y                                # Python's: the divisor's sign, as torch.remainder
+
+
+@cuda.jit(device=True)
+def floor_divide(x, y):
+    return x // y
+
+
+@cuda.jit(device=True)
 def power(x, y):
     r = x * x
     if y != 2:
@@ -251,6 +280,10 @@ OPS = {op.name: op for op in (
        operators=("__mul__", "__rmul__")),
     Op("div", np.divide, div, (lambda g, a, b, y: g / b, lambda g, a, b, y: -g * a / (b * b)), to_float,
        operators=("__truediv__", "__rtruediv__")),
+    Op("remainder", np.remainder, remainder, (lambda g, a, b, y: g, lambda g, a, b, y: -g * (a // b)),
+       operators=("__mod__", "__rmod__"), numbered=True, check=_divisor_check),
+    Op("floor_divide", np.floor_divide, floor_divide, None, operators=("__floordiv__", "__rfloordiv__"),
+       check=_divisor_check),
     Op("pow", _numpy_pow, power, (lambda g, a, b, y: g * b * a ** (b - 1), lambda g, a, b, y: g * a ** b * _log(a)),
        operators=("__pow__", "__rpow__"), numbered=True),
     Op("maximum", np.maximum, maximum, (lambda g, a, b, y: _share(a, b, g, lambda p, q: p > q),
@@ -270,6 +303,8 @@ def compute(op: Op, *operands, out=None) -> TensorBase:
     """op over broadcast operands, without autograd: the forward every row shares (and clamp's kernels)."""
     dev = check_devices(*operands)
     dt, out_dtype = op.rule(operands)
+    if op.check is not None:
+        op.check(operands, dt)
     if out is None:
         out = new(broadcast_shapes(*(shape_of(x) for x in operands)), out_dtype, dev)
     backend.pointwise(op, [operand(x, dt, dev) for x in operands], out._data)
@@ -313,7 +348,7 @@ def _plain_cpu(op: Op, a, b) -> TensorBase | None:
     """The call programs make most: two cpu tensors of one dtype and shape that the op computes in, no gradient
     to record and no trace open, done without the general path (a Function, casts, broadcasting): numpy on
     their arrays. None for any other call, which takes the general path; the result is the same either way."""
-    if not (isinstance(a, TensorBase) and isinstance(b, TensorBase)) or a.dtype is not b.dtype:
+    if not (isinstance(a, TensorBase) and isinstance(b, TensorBase)) or a.dtype is not b.dtype or op.check:
         return None
     if a.device.type != "cpu" or b.device.type != "cpu" or a._shape != b._shape or not a._shape:
         return None
@@ -362,7 +397,7 @@ PUBLIC = {name: _public(op) for name, op in OPS.items()}
 
 
 AUGMENTED = {"__add__": "__iadd__", "__sub__": "__isub__", "__mul__": "__imul__", "__truediv__": "__itruediv__",
-             "__pow__": "__ipow__"}          # Python's x += y and the like: in place, as torch's
+             "__pow__": "__ipow__", "__mod__": "__imod__", "__floordiv__": "__ifloordiv__"}   # x += y: in place
 
 
 def _methods() -> dict:
