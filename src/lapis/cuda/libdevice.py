@@ -26,6 +26,11 @@ LOG10_2 = math.log10(2)
 # erfc x = t (A1 + t (A2 + t (A3 + t (A4 + t A5)))) e^(-x^2), with t = 1 / (1 + P x).
 P = 0.3275911
 A1, A2, A3, A4, A5 = 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429
+# Near 0, Cephes' single-precision polynomials (S. L. Moshier): tanh x = x + x z (T1 + z (T2 + ...)) with z = x^2
+# for |x| < 0.625, and erf x = x (E0 + z (E1 + ...)) for |x| < 1.
+T1, T2, T3, T4, T5 = -3.33332819422e-1, 1.33314422036e-1, -5.37397155531e-2, 2.06390887954e-2, -5.70498872745e-3
+E0, E1, E2, E3 = 1.128379165726710, -3.761262582423300e-1, 1.128358514861418e-1, -2.685381193529856e-2
+E4, E5, E6 = 5.188327685732524e-3, -8.010193625184903e-4, 7.853861353153693e-5
 
 
 @DeviceFunction
@@ -45,21 +50,44 @@ def log10f(x):
 
 @DeviceFunction
 def log1pf(x):
-    """ln(1 + x), which loses accuracy near 0 (1 + x rounds first)."""
-    return math.log2(x + 1.0) * LN2
+    """ln(1 + x), as accurate near 0 as elsewhere: with u = 1 + x rounded, ln(u) x / (u - 1), in which the
+    rounding of 1 + x cancels (Goldberg's correction), and x itself where 1 + x rounds to 1."""
+    u = x + 1.0
+    d = u - 1.0
+    r = math.log2(u) * LN2
+    if d == 0.0:
+        r = x
+    elif u != math.inf:
+        r = r * (x / d)
+    return r
 
 
 @DeviceFunction
 def expm1f(x):
-    """e^x - 1, which loses accuracy near 0 (e^x rounds first)."""
-    return math.exp2(x * LOG2E) - 1.0
+    """e^x - 1, as accurate near 0 as elsewhere: with u = e^x rounded, (u - 1) x / ln(u), in which the
+    rounding of e^x cancels (Kahan's correction), and x itself where e^x rounds to 1."""
+    u = math.exp2(x * LOG2E)
+    d = u - 1.0
+    r = d
+    if d == 0.0:
+        r = x
+    elif u != math.inf and d != -1.0:
+        r = d * (x / (math.log2(u) * LN2))
+    return r
 
 
 @DeviceFunction
 def sinhf(x):
-    """(e^x - e^-x) / 2, with e^-x as the reciprocal of e^x."""
+    """(e^x - e^-x) / 2, with e^-x as the reciprocal of e^x; below 1 in magnitude, from e^|x| - 1 as
+    (m + m / (m + 1)) / 2, which keeps x's digits that e^x - e^-x would cancel."""
     e = math.exp2(x * LOG2E)
-    return e * 0.5 + fast_rcp(e) * -0.5
+    r = e * 0.5 + fast_rcp(e) * -0.5
+    if abs(x) < 1.0:
+        m = expm1f(abs(x))
+        r = (m + m / (m + 1.0)) * 0.5
+        if x < 0.0:
+            r = -r
+    return r
 
 
 @DeviceFunction
@@ -70,8 +98,13 @@ def coshf(x):
 
 @DeviceFunction
 def tanhf(x):
-    """1 - 2 / (e^2x + 1): saturates to +-1 where e^2x overflows or vanishes, with no inf / inf."""
-    return fast_rcp(math.exp2(x * (2 * LOG2E)) + 1.0) * -2.0 + 1.0
+    """1 - 2 / (e^2x + 1): saturates to +-1 where e^2x overflows or vanishes, with no inf / inf; below 0.625 in
+    magnitude, where that cancels x's digits, Cephes' odd polynomial (TANH_NEAR_0)."""
+    r = fast_rcp(math.exp2(x * (2 * LOG2E)) + 1.0) * -2.0 + 1.0
+    if abs(x) < 0.625:
+        z = x * x
+        r = (((((T5 * z + T4) * z + T3) * z + T2) * z + T1) * z) * x + x
+    return r
 
 
 @DeviceFunction
@@ -84,8 +117,14 @@ def erfc_abs(x):
 
 @DeviceFunction
 def erff(x):
+    """1 - erfc |x| with x's sign; below 1 in magnitude, where that would leave an absolute error of 1.5e-7 (all
+    of a small erf's digits), Cephes' x P(x^2) (ERF_NEAR_0)."""
     e = 1.0 - erfc_abs(x)
-    return -e if x < 0.0 else e
+    r = -e if x < 0.0 else e
+    if abs(x) < 1.0:
+        z = x * x
+        r = ((((((E6 * z + E5) * z + E4) * z + E3) * z + E2) * z + E1) * z + E0) * x
+    return r
 
 
 @DeviceFunction
