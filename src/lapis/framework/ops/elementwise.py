@@ -18,13 +18,53 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lapis import cuda, trace
+from lapis import trace
 from lapis.framework import backend
 from lapis.framework import dtype as _dtype
 from lapis.framework.autograd import Function, is_grad_enabled
 from lapis.framework.device import device
 from lapis.framework.ops import inplace
 from lapis.framework.ops.common import broadcast_shapes, check_devices, new, operand, shape_of
+from lapis.framework.ops.scalar_functions import (
+    absolute,
+    add,
+    ceil,
+    cos,
+    div,
+    eq,
+    erf,
+    exp,
+    expm1,
+    floor,
+    floor_divide,
+    ge,
+    gt,
+    isfinite,
+    isinf,
+    isnan,
+    le,
+    log,
+    log1p,
+    lt,
+    maximum,
+    minimum,
+    mul,
+    ne,
+    neg,
+    power,
+    relu,
+    remainder,
+    round_half_even,
+    rsqrt,
+    sigmoid,
+    sign,
+    sin,
+    sqrt,
+    square,
+    sub,
+    tanh,
+    trunc,
+)
 from lapis.framework.tensor_base import TensorBase
 
 
@@ -113,147 +153,24 @@ def _divisor_check(operands, dt) -> None:
         raise RuntimeError("ZeroDivisionError")
 
 
+def _zero(g, *_):
+    """The gradient of a step function (floor, sign ...): zero everywhere, as torch's (an infinite g gives 0)."""
+    return g.new_zeros(g.shape)
+
+
+def _integral(fn: Callable) -> Callable:
+    """numpy's rounding fn, leaving integers as they are (numpy's floor of an int array would be float)."""
+    return lambda v: v.copy() if v.dtype.kind in "iub" else fn(v)
+
+
+def _numpy_sign(v):
+    with np.errstate(invalid="ignore"):
+        return np.where(v != v, 0, np.sign(v)).astype(v.dtype)        # NaN's sign is 0, as torch's
+
+
 def _numpy_pow(a, b):
     # x ** 2 exactly (x * x), as torch computes it; C's pow otherwise
     return np.where(b == 2, a * a, np.power(a, b))
-
-
-@cuda.jit(device=True)
-def neg(v):
-    return -v
-
-
-@cuda.jit(device=True)
-def absolute(v):
-    return abs(v)
-
-
-@cuda.jit(device=True)
-def exp(v):
-    return math.exp(v)
-
-
-@cuda.jit(device=True)
-def log(v):
-    return math.log(v)
-
-
-@cuda.jit(device=True)
-def sqrt(v):
-    return math.sqrt(v)
-
-
-@cuda.jit(device=True)
-def rsqrt(v):
-    return 1.0 / math.sqrt(v)
-
-
-@cuda.jit(device=True)
-def tanh(v):
-    return math.tanh(v)
-
-
-@cuda.jit(device=True)
-def sigmoid(v):
-    return 1.0 / (1.0 + math.exp(-v))
-
-
-@cuda.jit(device=True)
-def sin(v):
-    return math.sin(v)
-
-
-@cuda.jit(device=True)
-def cos(v):
-    return math.cos(v)
-
-
-@cuda.jit(device=True)
-def relu(v):
-    return v if v > 0 else v * 0
-
-
-@cuda.jit(device=True)
-def erf(v):
-    return math.erf(v)
-
-
-@cuda.jit(device=True)
-def add(x, y):
-    return x + y
-
-
-@cuda.jit(device=True)
-def sub(x, y):
-    return x - y
-
-
-@cuda.jit(device=True)
-def mul(x, y):
-    return x * y
-
-
-@cuda.jit(device=True)
-def div(x, y):
-    return x / y
-
-
-@cuda.jit(device=True)
-def remainder(x, y):
-    return x % y                                # Python's: the divisor's sign, as torch.remainder
-
-
-@cuda.jit(device=True)
-def floor_divide(x, y):
-    return x // y
-
-
-@cuda.jit(device=True)
-def power(x, y):
-    r = x * x
-    if y != 2:
-        r = x ** y
-    return r
-
-
-@cuda.jit(device=True)
-def maximum(x, y):
-    return x if x > y or x != x else y          # a NaN in either wins, as in torch (max() would drop one)
-
-
-@cuda.jit(device=True)
-def minimum(x, y):
-    return x if x < y or x != x else y
-
-
-@cuda.jit(device=True)
-def eq(x, y):
-    return x == y
-
-
-@cuda.jit(device=True)
-def ne(x, y):
-    return x != y
-
-
-@cuda.jit(device=True)
-def lt(x, y):
-    return x < y
-
-
-@cuda.jit(device=True)
-def le(x, y):
-    return x <= y
-
-
-@cuda.jit(device=True)
-def gt(x, y):
-    return x > y
-
-
-@cuda.jit(device=True)
-def ge(x, y):
-    return x >= y
 
 
 # The table. Unary gradients are f(g, x, y) with x the input and y the output; binary ones f(g, a, b, y).
@@ -272,6 +189,17 @@ OPS = {op.name: op for op in (
     Op("cos", np.cos, cos, (lambda g, x, y: -g * x.sin(),), to_float),
     Op("relu", lambda v: np.maximum(v, 0), relu, (lambda g, x, y: Where.apply(x > 0, g, 0.0),)),
     Op("erf", backend.erf, erf, (lambda g, x, y: g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),), to_float),
+    Op("log1p", np.log1p, log1p, (lambda g, x, y: g / (1 + x),), to_float, node="Log1P"),
+    Op("expm1", np.expm1, expm1, (lambda g, x, y: g * (y + 1),), to_float, saves="output"),
+    Op("square", lambda v: v * v, square, (lambda g, x, y: g * 2 * x,), node="Pow"),
+    Op("floor", _integral(np.floor), floor, (_zero,), saves="nothing"),
+    Op("ceil", _integral(np.ceil), ceil, (_zero,), saves="nothing"),
+    Op("trunc", _integral(np.trunc), trunc, (_zero,), saves="nothing"),
+    Op("round", np.round, round_half_even, (_zero,), saves="nothing"),
+    Op("sign", _numpy_sign, sign, (_zero,), saves="nothing"),
+    Op("isnan", np.isnan, isnan, None, to_bool),
+    Op("isinf", np.isinf, isinf, None, to_bool),
+    Op("isfinite", np.isfinite, isfinite, None, to_bool),
     Op("add", np.add, add, (lambda g, a, b, y: g, lambda g, a, b, y: g), saves="nothing",
        operators=("__add__", "__radd__"), alpha=True),
     Op("sub", np.subtract, sub, (lambda g, a, b, y: g, lambda g, a, b, y: -g), saves="nothing",
@@ -505,6 +433,10 @@ def clamp(x, min=None, max=None):  # noqa: A002 - torch's argument names
     if max is not None:
         out = where(out > max, out * 0 + max, out)
     return out
+
+
+def clamp_(x, min=None, max=None):  # noqa: A002 - torch's argument names
+    return inplace.write(x, clamp(x, min, max))
 
 
 # -- logical operators ------------------------------------------------------------------------------------
