@@ -16,7 +16,7 @@ every layer did: `with lapis.trace() as t: ...`.
 """
 
 from lapis import autograd, nn, optim, profiler, trace, utils
-from lapis.framework.autograd import enable_grad, is_grad_enabled, no_grad
+from lapis.framework.autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from lapis.framework.creation import (
     arange,
     as_tensor,
@@ -64,27 +64,44 @@ from lapis.framework.generator import manual_seed
 from lapis.framework.ops.common import broadcast_shapes
 from lapis.framework.ops.elementwise import PUBLIC as _ELEMENTWISE
 from lapis.framework.ops.elementwise import clamp, where
-from lapis.framework.ops.indexing import gather, index_select, masked_fill, scatter_add, tril, triu
+from lapis.framework.ops.elementwise import clamp as clip
+from lapis.framework.ops.indexing import flip, gather, index_select, masked_fill, roll, scatter_add, tril, triu
 from lapis.framework.ops.linalg import bmm, matmul, mm
 from lapis.framework.ops.nn import log_softmax, softmax
 from lapis.framework.ops.reductions import (  # noqa: A004 - torch's names
+    all,
+    allclose,
+    any,
     argmax,
     argmin,
+    equal,
+    isclose,
     logsumexp,
     max,
     mean,
     min,
+    norm,
     prod,
     std,
     sum,
     var,
 )
-from lapis.framework.ops.views import cat, chunk, split, stack
+from lapis.framework.ops.views import cat, chunk, flatten, split, squeeze, stack, unbind, unsqueeze
+from lapis.framework.ops.views import expand as broadcast_to
 from lapis.framework.serialization import load, save
 from lapis.framework.tensor import Tensor
 from lapis.framework.tensor_base import Size
 
 bool = bool_  # noqa: A001 - torch.bool
+
+
+def is_tensor(obj) -> bool:
+    return isinstance(obj, Tensor)
+
+
+def numel(x: Tensor) -> int:
+    return x.numel()
+
 __version__ = "0.1.0"
 
 # lapis.exp, lapis.add, lapis.eq, ...: one function per row of the elementwise op table
@@ -101,3 +118,5 @@ __all__ = [
     "softmax", "split", "stack", "std", "sum", "tensor", "trace", "tril", "triu", "utils", "var", "where", "zeros",
     "zeros_like"]
 __all__ += list(_ELEMENTWISE)
+__all__ += ["all", "allclose", "any", "broadcast_to", "clip", "equal", "flatten", "flip", "inference_mode", "is_tensor",
+            "isclose", "norm", "numel", "roll", "set_grad_enabled", "squeeze", "unbind", "unsqueeze"]

@@ -54,6 +54,27 @@ def enable_grad() -> _GradMode:
     return _GradMode(True)
 
 
+def inference_mode(mode: bool = True) -> _GradMode:
+    """no_grad under torch's other name (lapis has no inference tensors to make)."""
+    return _GradMode(not mode)
+
+
+class set_grad_enabled(_GradMode):  # noqa: N801 - torch's name
+    """Grad mode set to `mode` at once (torch.set_grad_enabled(False) as a statement); as a context manager or
+    decorator it also puts the previous mode back on exit."""
+
+    def __init__(self, mode: bool):
+        super().__init__(bool(mode))
+        self.previous, _grad_enabled[0] = _grad_enabled[0], self.enabled
+
+    def __call__(self, fn):
+        _grad_enabled[0] = self.previous          # as a decorator: the mode is the function's, not the caller's
+        return super().__call__(fn)
+
+    def __enter__(self):
+        _grad_enabled[0] = self.enabled           # the previous mode is the one before __init__, as torch's
+
+
 class Variable:
     """What autograd needs of a tensor. The framework's TensorBase implements it:
 

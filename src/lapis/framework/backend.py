@@ -85,7 +85,8 @@ def copy(x, out) -> None:
     if on_gpu(out):
         kernels.copy(_api(out), x, out)
     else:
-        out[...] = x
+        with np.errstate(invalid="ignore"):        # NaN or inf to an integer: some value, with no warning, as torch
+            out[...] = x
 
 
 def where(cond, a, b, out) -> None:

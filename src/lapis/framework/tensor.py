@@ -64,10 +64,47 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     def bool(self) -> "Tensor":
         return self.to(_dtype.bool_)
 
+    def type(self, dtype=None) -> "str | Tensor":
+        """With no argument torch's type name (lapis.FloatTensor, lapis.cuda.LongTensor); with a dtype, or such a
+        name (torch's spelling too), the tensor in that dtype (and on cuda for a cuda name)."""
+        if dtype is None:
+            where = "" if self.device.type == "cpu" else f"{self.device.type}."
+            return f"lapis.{where}{inplace.SCALAR_TYPE[self.dtype.name]}Tensor"
+        if isinstance(dtype, _dtype.dtype):
+            return self.to(dtype)
+        parts = str(dtype).split(".")
+        by_name = {v + "Tensor": k for k, v in inplace.SCALAR_TYPE.items()}
+        if parts[0] not in ("lapis", "torch") or parts[-1] not in by_name:
+            raise ValueError(f"invalid type: '{dtype}'")
+        return self.to("cuda" if "cuda" in parts else self.device, getattr(_dtype, by_name[parts[-1]]))
+
+    def type_as(self, other) -> "Tensor":
+        return self.to(other.dtype)
+
+    def nelement(self) -> builtins.int:
+        return self.numel()
+
+    def ndimension(self) -> builtins.int:
+        return self.ndim
+
+    @property
+    def data(self) -> "Tensor":
+        """The tensor's values without its history (a detached view of the same storage, as torch's .data)."""
+        return self.detach()
+
+    @data.setter
+    def data(self, value: TensorBase) -> None:
+        """x.data = y: x takes y's storage, shape and dtype and keeps its own autograd state (torch's swap)."""
+        if not isinstance(value, TensorBase):
+            raise TypeError(f"data must be a Tensor, not {type(value).__name__}")
+        self._storage, self._shape, self._strides, self._offset = (value._storage, value._shape, value._strides,
+                                                                   value._offset)
+        self._data_view, self.device = None, value.device
+
     contiguous, clone = views.contiguous, views.clone
 
     # -- elementwise beyond the table (ops/elementwise.py) ---------------------------------------------
-    clamp = elementwise.clamp
+    clamp, clamp_, clip = elementwise.clamp, elementwise.clamp_, elementwise.clamp
     __invert__ = bitwise_not = elementwise.invert
     logical_not = elementwise.logical_not
     __and__, __or__, __xor__ = elementwise.bitwise_and, elementwise.bitwise_or, elementwise.bitwise_xor
@@ -77,6 +114,7 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     sum, mean, var, std, prod = reductions.sum, reductions.mean, reductions.var, reductions.std, reductions.prod
     max, min, argmax, argmin = reductions.max, reductions.min, reductions.argmax, reductions.argmin
     logsumexp, sum_to_size = reductions.logsumexp, reductions.sum_to_size
+    all, any, norm = reductions.all, reductions.any, reductions.norm
 
     # -- views and joins (ops/views.py) -------------------------------------------------------------------
     view, view_as, reshape = views.view, views.view_as, views.reshape
@@ -84,11 +122,13 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     T, mT = property(views.T), property(views.mT)
     unsqueeze, squeeze, flatten = views.unsqueeze, views.squeeze, views.flatten
     expand, expand_as, narrow, split, chunk = views.expand, views.expand_as, views.narrow, views.split, views.chunk
+    unbind = views.unbind
 
     # -- indexing (ops/indexing.py) and writing (ops/inplace.py) --------------------------------------------
     __getitem__, __setitem__ = indexing.getitem, indexing.setitem
     gather, scatter_add, index_select = indexing.gather, indexing.scatter_add, indexing.index_select
     masked_fill, masked_select, tril, triu = indexing.masked_fill, indexing.masked_select, indexing.tril, indexing.triu
+    masked_fill_, flip, roll = indexing.masked_fill_, indexing.flip, indexing.roll
     zero_, fill_, copy_ = inplace.zero_, inplace.fill_, inplace.copy_
 
     # -- neural-network primitives (ops/nn.py) and matrix products (ops/linalg.py) --------------------------------

@@ -102,6 +102,11 @@ def masked_fill(x, mask, value):
     return where(mask, value if isinstance(value, TensorBase) else x.new_full((), value), x)
 
 
+def masked_fill_(x, mask, value):
+    """x where mask holds set to value, in place (torch's masked_fill_)."""
+    return inplace.write(x, masked_fill(x, mask, value))
+
+
 class Triangle(Function):
     """tril (`lower`) or triu of the last two dimensions: one kernel; the gradient is the same triangle of g."""
 
@@ -191,3 +196,32 @@ def setitem(x, index, value) -> None:
     with no_grad():
         target = getitem(x.detach(), index)
     inplace.write(target, value)                # a view of x's storage: its version is x's
+
+
+def _positions(values: np.ndarray, dev) -> TensorBase:
+    return TensorBase._from_numpy(values.astype(np.int64), dev)
+
+
+def flip(x, dims):
+    """x reversed along each of dims (torch.flip: a copy, read backwards)."""
+    for d in ([dims] if isinstance(dims, int) else dims):
+        d = wrap_dim(d, x.ndim)
+        x = index_select(x, d, _positions(np.arange(x.shape[d] - 1, -1, -1), x.device))
+    return x
+
+
+def roll(x, shifts, dims=None):
+    """x rotated by shifts along dims: element i moves to i + shift, wrapping (torch.roll); with no dims, over the
+    flattened tensor, keeping its shape."""
+    if dims is None:
+        return roll(x.reshape(-1), shifts, 0).reshape(x.shape)
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if len(shifts) != len(dims):
+        raise RuntimeError(f"shifts and dimensions must align. shifts: {len(shifts)}, dims:{len(dims)}")
+    for shift, d in zip(shifts, dims, strict=True):
+        d = wrap_dim(d, x.ndim)
+        n = x.shape[d]
+        if n:
+            x = index_select(x, d, _positions((np.arange(n) - shift) % n, x.device))
+    return x

@@ -4,6 +4,7 @@ merged into one; each step is one kernel on a GPU (`lapis.libs.reductions.reduce
 are deterministic."""
 
 import builtins
+import math
 from collections import namedtuple
 
 import numpy as np
@@ -157,7 +158,7 @@ def sum_to_size(x, *size):
     if tuple(x.shape) == shape:
         return x
     lead = x.ndim - len(shape)
-    if lead < 0 or any(n not in (1, m) for n, m in zip(shape, x.shape[lead:], strict=True)):
+    if lead < 0 or builtins.any(n not in (1, m) for n, m in zip(shape, x.shape[lead:], strict=True)):
         raise RuntimeError(f"size {list(shape)} is not expandable to size {list(x.shape)}.")
     dims = list(range(lead)) + [lead + i for i, n in enumerate(shape) if n == 1 and x.shape[lead + i] != 1]
     return (sum(x, dims, keepdim=True) if dims else x).reshape(shape)
@@ -224,3 +225,45 @@ def logsumexp(x, dim, keepdim=False):
     m = max(x, dim, keepdim=True).values.detach()
     out = (x - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze(dim)
+
+
+def all(x, dim=None, keepdim=False):  # noqa: A001 - torch.all
+    """Whether every element (along dim) is nonzero (NaN is), as bool."""
+    return sum(x == 0, dim, keepdim) == 0
+
+
+def any(x, dim=None, keepdim=False):  # noqa: A001 - torch.any
+    """Whether some element (along dim) is nonzero, as bool."""
+    return sum(x != 0, dim, keepdim) > 0
+
+
+def norm(x, p="fro", dim=None, keepdim=False):
+    """The vector p-norm over dim (all elements when None): 2 (and "fro") the root of the sum of squares, 1 the sum
+    of magnitudes, inf and -inf the largest and smallest magnitude, 0 the count of nonzeros, other p the p-th
+    root of the sum of |x|^p (torch.norm's vector norms)."""
+    a = x.abs()
+    if p in ("fro", 2):
+        return sum(x * x, dim, keepdim).sqrt()
+    if p == 1:
+        return sum(a, dim, keepdim)
+    if p in (math.inf, -math.inf):
+        picked = _extreme("max" if p > 0 else "min")
+        return picked(a) if dim is None else picked(a, dim, keepdim)[0]
+    if p == 0:
+        return sum((x != 0).to(x.dtype), dim, keepdim)
+    return sum(a ** p, dim, keepdim) ** (1.0 / p)
+
+
+def isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """|a - b| <= atol + rtol |b| elementwise, as bool (equal infinities are close; NaN only with equal_nan)."""
+    close = ((a - b).abs() <= atol + rtol * b.abs()) | (a == b)
+    return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
+    return builtins.bool(all(isclose(a, b, rtol, atol, equal_nan)).item())
+
+
+def equal(a, b) -> bool:
+    """Whether a and b have the same shape and elements (torch.equal)."""
+    return tuple(a.shape) == tuple(b.shape) and builtins.bool(all(a == b).item())

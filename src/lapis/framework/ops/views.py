@@ -372,3 +372,9 @@ def stack(tensors, dim: builtins.int = 0) -> TensorBase:
         raise RuntimeError("stack expects a non-empty TensorList")
     d = wrap_dim(dim, tensors[0].ndim + 1)
     return cat([t.unsqueeze(d) for t in tensors], d)
+
+
+def unbind(x, dim=0):
+    """The slices of x along dim, each without that dimension (views, as torch.unbind)."""
+    d = wrap_dim(dim, x.ndim)
+    return tuple(x[(slice(None),) * d + (i,)] for i in range(x.shape[d]))

@@ -1,0 +1,145 @@
+"""Layer 5: the smaller parts of torch's surface that programs reach for, each derived from the ops (reductions,
+gathers, in-place writes) and checked against PyTorch on `cpu` and `cuda`: all/any, norm, flip, roll, unbind,
+masked_fill_, clamp_, isclose/allclose/equal, type names, .data, and the grad-mode switches."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import lapis
+
+DEVICES = ["cpu", "cuda"]
+rng = np.random.default_rng(5)
+
+
+def same(got, want) -> None:
+    assert tuple(got.shape) == tuple(want.shape)
+    assert got.dtype.name == str(want.dtype).removeprefix("torch.")
+    np.testing.assert_allclose(got.detach().cpu().numpy().astype(np.float64),
+                               want.detach().numpy().astype(np.float64), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_all_and_any_over_everything_and_along_dims(device):
+    x = np.array([[1.0, 0.0, 3.0], [np.nan, -2.0, 5.0]], np.float32)
+    ours, theirs = lapis.tensor(x, device=device), torch.tensor(x)
+    for name in ("all", "any"):
+        same(getattr(ours, name)(), getattr(theirs, name)())
+        same(getattr(lapis, name)(ours), getattr(torch, name)(theirs))
+        for dim in (0, 1, -1):
+            for keepdim in (False, True):
+                same(getattr(ours, name)(dim, keepdim), getattr(theirs, name)(dim, keepdim))
+    assert lapis.tensor([True, True], device=device).all().item() is True
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_norm_of_each_order_and_its_gradient(device):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    x[0, 1] = 0.0
+    for p in ("fro", 2, 1, 3, math.inf, -math.inf, 0):
+        for dim in (None, 1):
+            ours = lapis.tensor(x, device=device, requires_grad=True)
+            theirs = torch.tensor(x, requires_grad=True)
+            got, want = ours.norm(p, dim), theirs.norm(p, dim)
+            same(got, want)
+            if p not in (0, math.inf, -math.inf):
+                got.sum().backward()
+                want.sum().backward()
+                same(ours.grad, theirs.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_flip_roll_and_unbind_move_elements_as_torch_and_carry_gradients(device):
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    w = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    cases = [(lambda t: t.flip(0), None), (lambda t: t.flip([1, 2]), None), (lambda t: t.roll(1, 2), None),
+             (lambda t: t.roll(-5), None), (lambda t: t.roll((1, -2), (0, 2)), None)]
+    for f, _ in cases:
+        ours, theirs = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+        got, want = f(ours), f(theirs)
+        same(got, want)
+        (got * lapis.tensor(w, device=device)).sum().backward()
+        (want * torch.tensor(w)).sum().backward()
+        same(ours.grad, theirs.grad)
+    same(lapis.flip(lapis.tensor(x, device=device), (2,)), torch.flip(torch.tensor(x), (2,)))
+    same(lapis.roll(lapis.tensor(x, device=device), 3), torch.roll(torch.tensor(x), 3))
+    for dim in (0, 1, -1):
+        got, want = lapis.tensor(x, device=device).unbind(dim), torch.tensor(x).unbind(dim)
+        assert len(got) == len(want)
+        for g, t in zip(got, want, strict=True):
+            same(g, t)
+    with pytest.raises(RuntimeError, match="shifts and dimensions must align"):
+        lapis.tensor(x, device=device).roll((1, 2), 0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_masked_fill_and_clamp_in_place(device):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    ours, theirs = lapis.tensor(x, device=device), torch.tensor(x)
+    assert ours.masked_fill_(ours < 0, 0.5) is ours
+    theirs.masked_fill_(theirs < 0, 0.5)
+    same(ours, theirs)
+    assert ours.clamp_(max=0.7) is ours
+    same(ours, theirs.clamp_(max=0.7))
+    same(lapis.clip(ours, 0.6, 0.65), torch.clip(theirs, 0.6, 0.65))
+    leaf = lapis.ones(2, device=device, requires_grad=True)
+    with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+        leaf.clamp_(min=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_closeness_and_equality(device):
+    a = lapis.tensor([1.0, math.inf, math.nan, 2.0], device=device)
+    b = lapis.tensor([1.0 + 1e-7, math.inf, math.nan, 2.1], device=device)
+    ta, tb = torch.tensor([1.0, math.inf, math.nan, 2.0]), torch.tensor([1.0 + 1e-7, math.inf, math.nan, 2.1])
+    same(lapis.isclose(a, b), torch.isclose(ta, tb))
+    same(lapis.isclose(a, b, equal_nan=True), torch.isclose(ta, tb, equal_nan=True))
+    assert lapis.allclose(a[:2], b[:2]) and not lapis.allclose(a, b)
+    assert lapis.allclose(a[:3], b[:3], equal_nan=True)
+    assert lapis.equal(a[:2], a[:2].clone()) and not lapis.equal(a[:2], b[:2]) and not lapis.equal(a, a[:2])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sizes_type_names_and_data(device):
+    x = lapis.ones(2, 3, device=device)
+    assert x.nelement() == lapis.numel(x) == 6 and x.ndimension() == 2 and lapis.is_tensor(x)
+    assert not lapis.is_tensor(np.ones(2))
+    where = "" if device == "cpu" else "cuda."
+    assert x.type() == f"lapis.{where}FloatTensor" and x.long().type() == f"lapis.{where}LongTensor"
+    assert x.type(lapis.int32).dtype is lapis.int32 and x.type("torch.DoubleTensor").dtype is lapis.float64
+    assert x.type_as(lapis.zeros(1, dtype=lapis.int64)).dtype is lapis.int64
+    with pytest.raises(ValueError, match="invalid type"):
+        x.type("numpy.float32")
+    p = lapis.ones(3, device=device, requires_grad=True)
+    d = p.data
+    assert not d.requires_grad and d.grad_fn is None
+    d.mul_(2)                                              # the same storage: p sees it
+    assert p.detach().cpu().tolist() == [2.0, 2.0, 2.0] and p.requires_grad
+    p.data = lapis.zeros(4, device=device)                 # the swap keeps p's autograd state
+    assert tuple(p.shape) == (4,) and p.requires_grad and p.detach().cpu().tolist() == [0.0] * 4
+    assert tuple(lapis.broadcast_to(lapis.ones(3, device=device), (2, 3)).shape) == (2, 3)
+    same(lapis.flatten(lapis.ones(2, 3, device=device)), torch.flatten(torch.ones(2, 3)))
+    same(lapis.unsqueeze(lapis.ones(3, device=device), 0), torch.unsqueeze(torch.ones(3), 0))
+    same(lapis.squeeze(lapis.ones(1, 3, device=device)), torch.squeeze(torch.ones(1, 3)))
+
+
+def test_set_grad_enabled_as_a_statement_a_context_and_a_decorator():
+    assert lapis.is_grad_enabled()
+    lapis.set_grad_enabled(False)
+    try:
+        assert not lapis.is_grad_enabled()
+    finally:
+        lapis.set_grad_enabled(True)
+    with lapis.set_grad_enabled(False):
+        assert not lapis.is_grad_enabled()
+    assert lapis.is_grad_enabled()
+
+    @lapis.set_grad_enabled(False)
+    def inside():
+        return lapis.is_grad_enabled()
+    assert lapis.is_grad_enabled() and inside() is False and lapis.is_grad_enabled()
+    with lapis.inference_mode():
+        assert not (lapis.ones(2, requires_grad=True) * 2).requires_grad
+    assert lapis.is_grad_enabled()
