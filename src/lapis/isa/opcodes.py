@@ -60,6 +60,8 @@ _ROWS = [
     Opcode("BRA", 0x002, ("T",), (), "CBU", 1, FIXED, "active lanes whose guard holds jump to T", "i"),
     Opcode("BAR", 0x003, ("B",), (("op", ("SYNC",)),), "CBU", 1, FIXED,
            "wait until every live thread of the block arrives (barrier number B)", "i"),
+    Opcode("BPT", 0x004, ("B",), (("op", ("TRAP",)),), "CBU", 1, FIXED,
+           "an active lane whose guard holds stops the kernel with trap number B (a device-side assert)", "i"),
     # moves and special registers
     Opcode("S2R", 0x010, ("Rd", "SR"), (), "ALU", 20, VARIABLE, "d = special register", "i"),
     Opcode("MOV", 0x011, ("Rd", "B"), (), "ALU", 4, FIXED, "d = b"),

@@ -319,6 +319,17 @@ def exit_lanes(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     return lambda mask: guarded_lanes(blocks, inst, mask)
 
 
+@binds("BPT")
+def trap(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
+    """A lane that gets here stops the kernel: a fault naming the trap's number (which the compiler maps to the
+    assertion that failed). The engine leaves it untranslated, so it costs nothing until a lane reaches it."""
+    number = inst.b.bits
+
+    def execute(mask: Mask) -> None:
+        raise blocks.fault(pc, f"device-side assert triggered (trap {number})")
+    return execute
+
+
 @binds("BAR")
 def barrier(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     """In lockstep the barrier has nothing to wait for; the executor faults if the group is diverged."""
