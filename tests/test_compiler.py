@@ -592,3 +592,57 @@ def test_arrays_chosen_at_compile_time_or_inside_each_branch_stay_right():
     per_slot[2, 1](np.int64(5), a0, np.int64(2), a1)
     np.testing.assert_array_equal(a0.copy_to_host(), np.ones(5, np.float32))
     np.testing.assert_array_equal(a1.copy_to_host(), np.array([1, 1, 0], np.float32))
+
+
+@cuda.jit(device=True)
+def _checked_double(v):
+    assert v < 100.0                                 # no message: the source line says it
+    return v * 2
+
+
+def test_a_failed_assertion_stops_the_kernel_and_names_itself_like_a_device_side_assert():
+    """assert in a kernel or a device function: lanes that pass branch over a BPT.TRAP; one that fails stops the
+    kernel, and the fault names the assertion's file, line and source. A true one costs a compare and a branch."""
+    @cuda.jit
+    def double_positive(x, out):
+        i = cuda.grid(1)
+        if i < x.size:
+            assert x[i] >= 0, "negative input"
+            out[i] = _checked_double(x[i])
+
+    x = np.array([1.0, 2.0, 3.0], np.float32)
+    out = cuda.device_array(3, np.float32)
+    double_positive[1, 32](cuda.to_device(x), out)
+    assert out.copy_to_host().tolist() == [2.0, 4.0, 6.0]
+    listing = double_positive.inspect_asm()
+    assert listing.count("BPT.TRAP") == 2 and "@!P" not in listing.split("BPT.TRAP")[0].splitlines()[-1]
+    line = next(n for n, text in enumerate(linecache.getlines(__file__), 1) if '"negative input"' in text)
+    for bad, where in ((-1.0, f'{__file__}:{line}: assert x[i] >= 0, "negative input"'),
+                       (500.0, "assert v < 100.0")):
+        x[1] = bad
+        double_positive[1, 32](cuda.to_device(x), out)
+        with pytest.raises(cuda.KernelFault, match="device-side assert triggered") as e:
+            cuda.synchronize()
+        assert where in str(e.value) and e.value.kernel == "double_positive" and "BPT.TRAP" in e.value.instruction
+    x[1] = 2.0
+    double_positive[1, 32](cuda.to_device(x), out)          # the stream goes on
+    assert out.copy_to_host().tolist() == [2.0, 4.0, 6.0]
+
+
+def test_an_assertion_false_at_compile_time_traps_and_a_message_must_be_a_literal():
+    @cuda.jit
+    def never(out):
+        assert False, "unreachable"  # noqa: B011 - a kernel's assertion, compiled whatever -O says
+        out[0] = 1
+
+    out = cuda.device_array(1, np.int32)
+    never[1, 1](out)
+    with pytest.raises(cuda.KernelFault, match="unreachable"):
+        cuda.synchronize()
+
+    @cuda.jit
+    def computed(out):
+        assert out[0] == 0, "value " + "text"
+
+    with pytest.raises(cuda.CompileError, match="string literal"):
+        computed[1, 1](out)

@@ -9,6 +9,7 @@ there as a KernelFault naming the kernel, instruction and address; the context t
 replaces that stream's stopped queue, so the next launch on it runs.
 """
 
+import re
 import struct
 import threading
 import weakref
@@ -43,6 +44,7 @@ class Work:
     kernarg_slot: int | None = None
     executable: runtime.Executable | None = None
     status: str = "queued"          # then "done", or "failed" (it faulted, or never ran behind a fault)
+    assertions: dict | None = None  # the kernel's: trap number -> the assertion in its source
     end_ns: int | None = None       # an event record's: the device clock when the device reached it
 
 
@@ -291,7 +293,8 @@ class Context:
                 grid_size_x=grid[0] * block[0], grid_size_y=grid[1] * block[1], grid_size_z=grid[2] * block[2],
                 group_segment_size=symbol.group_segment_size + dynamic_shared, kernel_object=symbol.kernel_object,
                 kernarg_address=va, completion_signal=signal.handle)
-            state.pending.append(Work(signal, compiled.name, slot, self.loaded[id(compiled)][1]))
+            state.pending.append(Work(signal, compiled.name, slot, self.loaded[id(compiled)][1],
+                                      assertions=compiled.assertions or None))
             return state.queue.queue_id, state.queue.submit(packet)
 
     def record_event(self, stream) -> tuple[StreamState, Work]:
@@ -401,6 +404,9 @@ class Context:
         self.stopped_queues.append(state.queue)
         state.queue = self.rt.create_queue(self.agent, QUEUE_PACKETS)
         reason = detail.get("fault") or detail.get("reason", "the kernel failed")
+        trap = re.fullmatch(r"device-side assert triggered \(trap (\d+)\)", reason)
+        if trap and work.assertions and int(trap[1]) in work.assertions:
+            reason += f": assertion failed at {work.assertions[int(trap[1])]}"
         where = ""
         if detail.get("instruction"):
             where = f" at instruction /*{detail['pc']:04x}*/ {detail['instruction']}"

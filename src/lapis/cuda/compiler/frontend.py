@@ -13,6 +13,7 @@ offending construct.
 import ast
 import copy
 import inspect
+import linecache
 import operator
 import textwrap
 from dataclasses import dataclass
@@ -229,6 +230,34 @@ class Frontend(IRBuilder):
             self.var_types[name] = T.concrete(T.unify(hint, t))
             raise _Retype(name)
         self.write(name, self.current, self.materialize(value, hint))
+
+    def stmt_Assert(self, node) -> None:
+        """assert cond[, "message"]: a lane where cond fails stops the kernel with a trap (BPT.TRAP n) that the
+        fault names as this assertion, as CUDA's device-side assert; passing lanes branch over it. (numba
+        compiles assertions only with debug=True; lapis always does: a failed one would go on with a wrong
+        value.)"""
+        message = node.msg
+        if message is not None and not (isinstance(message, ast.Constant) and isinstance(message.value, str)):
+            raise self.error("an assertion's message in a kernel must be a string literal")
+        cond = self.to_bool(self.expr(node.test))
+        if isinstance(cond, Const) and cond.value:
+            return
+        number = len(self.func.assertions) + 1
+        source = linecache.getline(self.filename, self.line).split("  #")[0].strip()     # the user's own names
+        self.func.assertions[number] = f"{self.filename}:{self.line}: {source or 'assert'}"
+        failed, passed = self.new_block("assert_failed"), self.new_block("assert_passed")
+        if isinstance(cond, Const):
+            self.jump(failed)
+        else:
+            self.branch(cond, passed, failed)
+        self.place(failed)
+        self.seal(failed)
+        self.emit(Op.TRAP, None, number=number)
+        self.current.term = ir.Return()
+        self.current = None
+        if passed.preds:
+            self.place(passed)
+        self.seal(passed)
 
     def stmt_If(self, node) -> None:
         cond = self.to_bool(self.expr(node.test))

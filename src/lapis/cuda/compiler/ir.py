@@ -55,6 +55,7 @@ class Op(Enum):
     STORE = "store"
     BARRIER = "barrier"
     FENCE = "fence"
+    TRAP = "trap"
     PHI = "phi"
     ATOMIC = "atomic"
     SHFL = "shfl"
@@ -74,7 +75,7 @@ PURE = frozenset({Op.CONST, Op.PARAM, Op.SREG, Op.DIM, Op.ADD, Op.SUB, Op.MUL, O
                   Op.MAX, Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR, Op.NEG, Op.NOT, Op.CMP, Op.SELECT, Op.CAST,
                   Op.MATH, Op.GADDR, Op.VZERO, Op.VGET, Op.MMA})
 # Operations kept even when nothing reads their result.
-EFFECTS = frozenset({Op.STORE, Op.BARRIER, Op.ATOMIC, Op.FENCE})
+EFFECTS = frozenset({Op.STORE, Op.BARRIER, Op.ATOMIC, Op.FENCE, Op.TRAP})
 ADDRESS = T.Scalar("ptr64", "uint", 64)      # a 64-bit global address
 
 
@@ -179,6 +180,7 @@ class Function:
     first_line: int = 0
     variable_types: dict = field(default_factory=dict)     # the user's variables and their types
     const_arrays: list = field(default_factory=list)       # cuda.const.array_like data, hidden arguments
+    assertions: dict = field(default_factory=dict)         # trap number -> "file:line: assert <source>[, message]"
     _next: int = 0
 
     def new_value(self, op, type, args=(), attrs=None, block=None, line=0) -> Value:

@@ -774,6 +774,9 @@ class InstructionSelector:
     def op_fence(self, v):
         self.emit("MEMBAR", mods={"scope": v.attrs["scope"]})
 
+    def op_trap(self, v):
+        self.emit("BPT", mods={"op": "TRAP"}, b=Imm(v.attrs["number"]))
+
     def op_atomic(self, v):
         addr, *values = v.args
         t, op = v.type, v.attrs["op"].upper()
@@ -810,7 +813,7 @@ def float_bits64(value: float) -> int:
     return struct.unpack("<Q", struct.pack("<d", value))[0]
 
 
-SIDE_EFFECTS = {"STG", "STS", "STL", "BAR", "BRA", "EXIT", "ATOMG", "ATOMS", "MEMBAR"}
+SIDE_EFFECTS = {"STG", "STS", "STL", "BAR", "BRA", "EXIT", "ATOMG", "ATOMS", "MEMBAR", "BPT"}
 
 
 def remove_dead(blocks: list[MBlock]) -> None:
