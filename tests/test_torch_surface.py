@@ -143,3 +143,22 @@ def test_set_grad_enabled_as_a_statement_a_context_and_a_decorator():
     with lapis.inference_mode():
         assert not (lapis.ones(2, requires_grad=True) * 2).requires_grad
     assert lapis.is_grad_enabled()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_an_index_out_of_range_is_an_error_and_a_negative_one_counts_from_the_end(device):
+    """Never a plausible value from outside the tensor: on a GPU the gather's device-side assertion stops the
+    kernel (torch's CUDA kernels assert the same), on the cpu numpy's IndexError; a cpu index of a GPU tensor
+    goes to its device, as torch's."""
+    x = lapis.tensor([1.0, 2.0, 3.0], device=device)
+    assert x[lapis.tensor([-1, 0])].cpu().tolist() == [3.0, 1.0]
+    assert x[lapis.tensor([2, -3], device=device)].cpu().tolist() == [3.0, 1.0]
+    emb = lapis.nn.Embedding(4, 2).to(device)
+    for bad in (lambda: x[lapis.tensor([3], device=device)], lambda: x[lapis.tensor([-4], device=device)],
+                lambda: x.gather(0, lapis.tensor([5], device=device)),
+                lambda: x.index_select(0, lapis.tensor([0, -1], device=device)),
+                lambda: emb(lapis.tensor([[1, 4]], device=device))):
+        with pytest.raises(IndexError if device == "cpu" else RuntimeError,
+                           match="out of bounds" if device == "cpu" else "device-side assert triggered"):
+            bad().cpu()
+    assert (x + 1).cpu().tolist() == [2.0, 3.0, 4.0]                 # and the device goes on

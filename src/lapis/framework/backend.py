@@ -285,10 +285,19 @@ def nll_loss_backward(target, ignore_index: int, reduction: str, dloss, kept_row
                                       else dloss.reshape(-1)[0])
 
 
+def _check_bounds(index: np.ndarray, dim: int, size: int) -> None:
+    """numpy would take a negative index from the end; torch's gather and scatter refuse it, as one past the end."""
+    bad = (index < 0) | (index >= size)
+    if bad.any():
+        raise IndexError(f"index {index[bad].flat[0]} is out of bounds for dimension {dim} with size {size}")
+
+
 def gather(x, dim: int, index, out) -> None:
     if on_gpu(out):
         kernels.gather(_api(out), x, dim, index, out)
-    elif index.ndim == 1 and x.ndim > 1:                     # a vector along dim: index_select
+        return
+    _check_bounds(index, dim, x.shape[dim])
+    if index.ndim == 1 and x.ndim > 1:                       # a vector along dim: index_select
         out[...] = np.take(x, index, axis=dim)
     else:
         out[...] = np.take_along_axis(x, index, axis=dim)
@@ -298,6 +307,7 @@ def scatter_add(out, dim: int, index, src) -> None:
     if on_gpu(out):
         kernels.scatter_add(_api(out), out, dim, index, src)
     else:
+        _check_bounds(index, dim, out.shape[dim])
         vector = index.ndim == 1 and out.ndim > 1              # index_add along dim
         where = [slice(None)] * out.ndim if vector else list(np.indices(index.shape, sparse=True))
         where[dim] = index

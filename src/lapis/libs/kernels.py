@@ -433,6 +433,7 @@ def make_indexed(vector: bool):
     def indexed(t, length, inner, other, index):
         o = t // (length * inner)
         at = index[t // inner % length] if VECTOR else index[t]
+        assert at >= 0 and at < other, "index out of bounds"          # a device-side assert, as ATen's
         return (o * other + at) * inner + t % inner
     return cuda.jit(indexed, device=True)
 
@@ -496,7 +497,7 @@ def _check_index_op(name, x, dim, index, other, other_name) -> tuple[int, bool]:
 def gather(api, x: DeviceNDArray, dim: int, index: DeviceNDArray, out: DeviceNDArray) -> None:
     """out = x gathered along dim at int64 `index` (torch.gather; index and out share a shape, equal to x's
     outside dim), or at a 1-D index of out's length along dim (torch.index_select). Indices must lie in
-    [0, x.shape[dim]): one outside reads another element or faults."""
+    [0, x.shape[dim]): one outside stops the kernel with a device-side assert (as scatter_add's)."""
     dim, vector = _check_index_op("gather", x, dim, index, out, "out")
     outer, length, inner = _along(out, dim)
     with trace.span(4, "gather", shape=tuple(out.shape), dim=dim, dtype=str(x.dtype)):

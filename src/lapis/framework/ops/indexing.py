@@ -137,10 +137,12 @@ def getitem(x, index):
     if isinstance(index, list):
         index = _list_index(index, x)
     if isinstance(index, TensorBase):
+        index = index.to(x.device)                      # a cpu index of a GPU tensor goes there, as torch's
         if index.dtype is _dtype.bool_:                 # a mask: the selected elements, in order
             return masked_select(x, index)
         if index.dtype.category == 1:                   # an index tensor on the first dimension
             flat = index.reshape(-1).long()
+            flat = where(flat < 0, flat + x.shape[0], flat)      # -1 is the last, as torch's; past -n gather refuses
             return index_select(x, 0, flat).reshape(*index.shape, *x.shape[1:])
     index = index if isinstance(index, tuple) else (index,)
     for i in index:
