@@ -152,6 +152,9 @@ def test_an_index_out_of_range_is_an_error_and_a_negative_one_counts_from_the_en
     goes to its device, as torch's."""
     x = lapis.tensor([1.0, 2.0, 3.0], device=device)
     assert x[lapis.tensor([-1, 0])].cpu().tolist() == [3.0, 1.0]
+    leaf = lapis.tensor([1.0, 2.0, 3.0], device=device, requires_grad=True)
+    (leaf[lapis.tensor([-1, 0, -1], device=device)] * lapis.tensor([1.0, 2.0, 4.0], device=device)).sum().backward()
+    assert leaf.grad.cpu().tolist() == [2.0, 0.0, 5.0]                  # the gradient goes where the values came from
     assert x[lapis.tensor([2, -3], device=device)].cpu().tolist() == [3.0, 1.0]
     emb = lapis.nn.Embedding(4, 2).to(device)
     for bad in (lambda: x[lapis.tensor([3], device=device)], lambda: x[lapis.tensor([-4], device=device)],

@@ -285,29 +285,31 @@ def nll_loss_backward(target, ignore_index: int, reduction: str, dloss, kept_row
                                       else dloss.reshape(-1)[0])
 
 
-def _check_bounds(index: np.ndarray, dim: int, size: int) -> None:
-    """numpy would take a negative index from the end; torch's gather and scatter refuse it, as one past the end."""
-    bad = (index < 0) | (index >= size)
+def _in_bounds(index: np.ndarray, dim: int, size: int, wrap: bool) -> np.ndarray:
+    """index, checked: numpy would take any negative index from the end; torch's gather and scatter refuse one,
+    as one past the end, and x[t] (`wrap`) takes those down to -size from the end."""
+    bad = (index < -size if wrap else index < 0) | (index >= size)
     if bad.any():
         raise IndexError(f"index {index[bad].flat[0]} is out of bounds for dimension {dim} with size {size}")
+    return np.where(index < 0, index + size, index) if wrap else index
 
 
-def gather(x, dim: int, index, out) -> None:
+def gather(x, dim: int, index, out, wrap: bool = False) -> None:
     if on_gpu(out):
-        kernels.gather(_api(out), x, dim, index, out)
+        kernels.gather(_api(out), x, dim, index, out, wrap)
         return
-    _check_bounds(index, dim, x.shape[dim])
+    index = _in_bounds(index, dim, x.shape[dim], wrap)
     if index.ndim == 1 and x.ndim > 1:                       # a vector along dim: index_select
         out[...] = np.take(x, index, axis=dim)
     else:
         out[...] = np.take_along_axis(x, index, axis=dim)
 
 
-def scatter_add(out, dim: int, index, src) -> None:
+def scatter_add(out, dim: int, index, src, wrap: bool = False) -> None:
     if on_gpu(out):
-        kernels.scatter_add(_api(out), out, dim, index, src)
+        kernels.scatter_add(_api(out), out, dim, index, src, wrap)
     else:
-        _check_bounds(index, dim, out.shape[dim])
+        index = _in_bounds(index, dim, out.shape[dim], wrap)
         vector = index.ndim == 1 and out.ndim > 1              # index_add along dim
         where = [slice(None)] * out.ndim if vector else list(np.indices(index.shape, sparse=True))
         where[dim] = index

@@ -424,26 +424,29 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
 
 
 # -- gather and scatter along one dimension -----------------------------------------------------------------
-def make_indexed(vector: bool):
+def make_indexed(vector: bool, wrap: bool):
     """The device function giving where element t of an (outer, length, inner) array meets an (outer, other,
     inner) one along the middle dimension: at index[t], an index of the first array's shape, or (`vector`)
-    at index[j], a 1-D index along the dimension (index_select: not spread over the other dimensions)."""
-    VECTOR = vector
+    at index[j], a 1-D index along the dimension (index_select: not spread over the other dimensions). With
+    `wrap` a negative index counts from the end (x[t]'s rule); an index outside stops the kernel."""
+    VECTOR, WRAP = vector, wrap
 
     def indexed(t, length, inner, other, index):
         o = t // (length * inner)
         at = index[t // inner % length] if VECTOR else index[t]
+        if WRAP and at < 0:
+            at += other
         assert at >= 0 and at < other, "index out of bounds"          # a device-side assert, as ATen's
         return (o * other + at) * inner + t % inner
     return cuda.jit(indexed, device=True)
 
 
-INDEXED = {vector: make_indexed(vector) for vector in (False, True)}
+INDEXED = {(vector, wrap): make_indexed(vector, wrap) for vector in (False, True) for wrap in (False, True)}
 
 
-def make_gather_kernel(vector: bool):
+def make_gather_kernel(vector: bool, wrap: bool = False):
     """The gather kernel for an index of out's shape, or (`vector`) for a 1-D index along the dimension."""
-    indexed = INDEXED[vector]
+    indexed = INDEXED[vector, wrap]
 
     def gather_kernel(n, length, inner, src_length, x, index, out):
         # out is (outer, length, inner), x (outer, src_length, inner), all contiguous:
@@ -455,9 +458,9 @@ def make_gather_kernel(vector: bool):
     return gather_kernel
 
 
-def make_scatter_add_kernel(vector: bool):
+def make_scatter_add_kernel(vector: bool, wrap: bool = False):
     """The scatter-add kernel for an index of src's shape, or (`vector`) a 1-D index along the dimension."""
-    indexed = INDEXED[vector]
+    indexed = INDEXED[vector, wrap]
 
     def scatter_add_kernel(n, length, inner, dst_length, out, index, src):
         # out[o, index[o, j, k], k] += src[o, j, k] (or out[o, index[j], k]), with atomics (applied in lane
@@ -494,21 +497,23 @@ def _check_index_op(name, x, dim, index, other, other_name) -> tuple[int, bool]:
     return dim, vector
 
 
-def gather(api, x: DeviceNDArray, dim: int, index: DeviceNDArray, out: DeviceNDArray) -> None:
+def gather(api, x: DeviceNDArray, dim: int, index: DeviceNDArray, out: DeviceNDArray, wrap: bool = False) -> None:
     """out = x gathered along dim at int64 `index` (torch.gather; index and out share a shape, equal to x's
     outside dim), or at a 1-D index of out's length along dim (torch.index_select). Indices must lie in
-    [0, x.shape[dim]): one outside stops the kernel with a device-side assert (as scatter_add's)."""
+    [0, x.shape[dim]) (with `wrap`, [-x.shape[dim], x.shape[dim]), the negative ones from the end): one
+    outside stops the kernel with a device-side assert (as scatter_add's)."""
     dim, vector = _check_index_op("gather", x, dim, index, out, "out")
     outer, length, inner = _along(out, dim)
     with trace.span(4, "gather", shape=tuple(out.shape), dim=dim, dtype=str(x.dtype)):
         if out.size:
-            _dispatcher(api, ("gather", vector), lambda: make_gather_kernel(vector))[
+            _dispatcher(api, ("gather", vector, wrap), lambda: make_gather_kernel(vector, wrap))[
                 _blocks(out.size), THREADS](
                 np.int64(out.size), np.int64(length), np.int64(inner), np.int64(x.shape[dim]), x.ravel(),
                 index.ravel(), out.ravel())
 
 
-def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: DeviceNDArray) -> None:
+def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: DeviceNDArray,
+                wrap: bool = False) -> None:
     """out[.., index[.., j, ..], ..] += src[.., j, ..] along dim (torch.scatter_add_, in place), or with a 1-D
     index out[.., index[j], ..] += src[.., j, ..] (torch.index_add_), with atomic adds, so float32 or int32
     (what the atomic unit adds)."""
@@ -519,7 +524,7 @@ def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: De
     outer, length, inner = _along(src, dim)
     with trace.span(4, "scatter_add", shape=tuple(src.shape), dim=dim, dtype=str(out.dtype)):
         if src.size:
-            _dispatcher(api, ("scatter_add", vector), lambda: make_scatter_add_kernel(vector))[
+            _dispatcher(api, ("scatter_add", vector, wrap), lambda: make_scatter_add_kernel(vector, wrap))[
                 _blocks(src.size), THREADS](
                 np.int64(src.size), np.int64(length), np.int64(inner), np.int64(out.shape[dim]), out.ravel(),
                 index.ravel(), src.ravel())

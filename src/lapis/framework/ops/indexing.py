@@ -22,11 +22,12 @@ def _check_index(index: TensorBase) -> None:
 
 class Gather(Function):
     """x.gather(dim, index); with a 1-D index of an x of more dimensions, x.index_select(dim, index): the
-    index is read as it is, not spread over the other dimensions first."""
+    index is read as it is, not spread over the other dimensions first. With `wrap`, a negative index counts
+    from the end (x[t]'s rule; gather's own refuses it)."""
     node_name = "GatherBackward0"
 
     @staticmethod
-    def forward(ctx, x: TensorBase, dim: int, index: TensorBase):
+    def forward(ctx, x: TensorBase, dim: int, index: TensorBase, wrap: bool = False):
         _check_index(index)
         check_devices(x, index)
         d = wrap_dim(dim, x.ndim)
@@ -34,15 +35,15 @@ class Gather(Function):
         if index.ndim == 1 and x.ndim > 1:
             ctx.node_name, shape = "IndexSelectBackward0", x.shape[:d] + index.shape + x.shape[d + 1:]
         out = new(shape, x.dtype, x.device)
-        backend.gather(x._contiguous()._data, d, index._contiguous()._data, out._data)
-        ctx.shape, ctx.d = x.shape, d
+        backend.gather(x._contiguous()._data, d, index._contiguous()._data, out._data, wrap)
+        ctx.shape, ctx.d, ctx.wrap = x.shape, d, wrap
         ctx.save_for_backward(index)
         return out
 
     @staticmethod
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
-        return ScatterAdd.apply(tuple(ctx.shape), ctx.d, index, g), None, None     # into zeros of x's shape
+        return ScatterAdd.apply(tuple(ctx.shape), ctx.d, index, g, ctx.wrap), None, None, None   # into zeros
 
 
 class ScatterAdd(Function):
@@ -51,7 +52,7 @@ class ScatterAdd(Function):
     node_name = "ScatterAddBackward0"
 
     @staticmethod
-    def forward(ctx, x, dim: int, index: TensorBase, src: TensorBase):
+    def forward(ctx, x, dim: int, index: TensorBase, src: TensorBase, wrap: bool = False):
         _check_index(index)
         zeros = isinstance(x, tuple)
         check_devices(*(() if zeros else (x,)), index, src)
@@ -62,15 +63,15 @@ class ScatterAdd(Function):
             backend.fill(out._data, 0)
         else:
             backend.copy(x._data, out._data)
-        backend.scatter_add(out._data, d, index._contiguous()._data, src.to(dtype)._contiguous()._data)
-        ctx.d, ctx.zeros = d, zeros
+        backend.scatter_add(out._data, d, index._contiguous()._data, src.to(dtype)._contiguous()._data, wrap)
+        ctx.d, ctx.zeros, ctx.wrap = d, zeros, wrap
         ctx.save_for_backward(index)
         return out
 
     @staticmethod
     def backward(ctx, g):
         (index,) = ctx.saved_tensors
-        return (None if ctx.zeros else g), None, None, Gather.apply(g, ctx.d, index)
+        return (None if ctx.zeros else g), None, None, Gather.apply(g, ctx.d, index, ctx.wrap), None
 
 
 def gather(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
@@ -141,9 +142,8 @@ def getitem(x, index):
         if index.dtype is _dtype.bool_:                 # a mask: the selected elements, in order
             return masked_select(x, index)
         if index.dtype.category == 1:                   # an index tensor on the first dimension
-            flat = index.reshape(-1).long()
-            flat = where(flat < 0, flat + x.shape[0], flat)      # -1 is the last, as torch's; past -n gather refuses
-            return index_select(x, 0, flat).reshape(*index.shape, *x.shape[1:])
+            flat = index.reshape(-1).long()                  # -1 is the last, as torch's: a wrapping gather
+            return Gather.apply(x, 0, flat, True).reshape(*index.shape, *x.shape[1:])
     index = index if isinstance(index, tuple) else (index,)
     for i in index:
         if isinstance(i, TensorBase | list):
