@@ -380,9 +380,24 @@ def test_unsupported_construct_names_file_and_line():
     assert "uses_try" in str(e.value)
 
 
-def test_host_arrays_and_bad_launches_are_clear_errors():
-    with pytest.raises(TypeError, match="host numpy array.*cuda.to_device"):
-        vecadd[1, 32](np.zeros(32, np.float32), np.zeros(32, np.float32), np.zeros(32, np.float32), 32)
+def test_host_arrays_are_copied_to_the_device_and_back_with_numbas_warning():
+    """numba's implicit copies: a host array goes to the device for the launch and back after it (a writeable
+    one), the launch waits for the kernel, and a PerformanceWarning says so; device arrays stay as they are."""
+    a, b = np.arange(32, dtype=np.float32), np.full(32, 2.0, np.float32)
+    b.flags.writeable = False                              # read-only: not copied back (it could not be)
+    out = np.zeros(32, np.float32)
+    with pytest.warns(cuda.PerformanceWarning, match="'vecadd' are copied to the device and back"):
+        vecadd[1, 32](a, b, out, 32)
+    assert np.array_equal(out, a + 2.0) and np.array_equal(a, np.arange(32, dtype=np.float32))
+    on_device = cuda.device_array(32, np.float32)
+    column = np.zeros((32, 2), np.float32)[:, 0]           # not contiguous: written back through the view
+    with pytest.warns(cuda.PerformanceWarning):
+        vecadd[1, 32](cuda.to_device(a), np.ones(64, np.float32)[::2], on_device, 32)
+        vecadd[1, 32](a, a, column, 32)
+    assert np.array_equal(on_device.copy_to_host(), a + 1.0) and np.array_equal(column, 2 * a)
+
+
+def test_bad_launches_are_clear_errors():
     with pytest.raises(cuda.LaunchError, match="threads per block exceeds"):
         vecadd[1, 2048](*(cuda.device_array(4, np.float32) for _ in range(3)), 4)
     with pytest.raises(cuda.LaunchError, match="with a configuration"):

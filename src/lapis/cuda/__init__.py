@@ -54,6 +54,7 @@ from lapis.cuda.compiler.intrinsics import (
 )
 from lapis.cuda.context import Device
 from lapis.cuda.devicearray import DeviceNDArray
+from lapis.cuda.dispatcher import PerformanceWarning
 from lapis.cuda.errors import (
     CudaError,
     CudaSupportError,
@@ -106,5 +107,5 @@ __all__ = [
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
     "pinned_array", "stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
     "memory_summary", "empty_cache", "current_device", "set_device", "current_stream",
-    "get_device_name", "get_device_properties", *_runtime_api.namespace(),
+    "get_device_name", "get_device_properties", "PerformanceWarning", *_runtime_api.namespace(),
 ]

@@ -11,8 +11,12 @@
 As in numba, compilation is lazy and per argument types: the first launch with new types
 compiles (Python -> lapis ISA, see `lapis.cuda.compiler`), later ones reuse the result.
 Argument types follow numba: a device array types as array(dtype, ndim, layout), a Python
-int as int64, a Python float as float64, a numpy scalar as its dtype.
+int as int64, a Python float as float64, a numpy scalar as its dtype. A host numpy array is
+copied to the device for the launch and back after it (the launch then waits for the kernel),
+with numba's warning about the copies.
 """
+
+import warnings
 
 import numpy as np
 
@@ -33,9 +37,6 @@ def typeof(value, index: int, name: str):
         if kind is None:
             kind = _ARRAY_TYPES[key] = T.ArrayType(T.scalar_of(value.dtype), value.ndim, value.layout)
         return kind
-    if isinstance(value, np.ndarray):
-        raise TypeError(f"kernel argument {index} ({name!r}) is a host numpy array; kernels read device memory, "
-                        "so copy it first with cuda.to_device(array) (and back with .copy_to_host())")
     if isinstance(value, bool | np.bool_):
         return T.boolean
     if isinstance(value, int):
@@ -53,6 +54,10 @@ def _dim3(value, what: str) -> tuple[int, int, int]:
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int | np.integer) and d >= 1 for d in dims):
         raise LaunchError(f"{what} must be a positive int or a tuple of 1 to 3 positive ints, got {value!r}")
     return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
+
+
+class PerformanceWarning(UserWarning):
+    """Work lapis did that costs time the program did not ask for (numba's NumbaPerformanceWarning)."""
 
 
 class Dispatcher:
@@ -119,6 +124,9 @@ class Dispatcher:
         if len(args) != len(names):
             raise TypeError(f"kernel {self.__name__!r} takes {len(names)} arguments ({', '.join(names)}), "
                             f"got {len(args)}")
+        if any(isinstance(a, np.ndarray) for a in args):
+            self._launch_with_host_arrays(args, grid, block, stream, shared)
+            return
         argtypes = tuple(typeof(a, i, n) for i, (a, n) in enumerate(zip(args, names, strict=True)))
         context = self.api.context_for(args, stream)
         for i, (a, n) in enumerate(zip(args, names, strict=True)):
@@ -148,6 +156,24 @@ class Dispatcher:
                        kernarg_bytes=len(kernargs), kernarg_hex=kernargs.hex(),
                        instructions=len(compiled.instructions), queue=queue, packet_index=index)
 
+
+    def _launch_with_host_arrays(self, args: tuple, grid, block, stream, shared: int) -> None:
+        """numba's implicit copies: each host numpy array goes to the launch's device before it and, if
+        writeable, comes back after it, so this launch returns once the kernel has run."""
+        warnings.warn(f"host array(s) passed to kernel {self.__name__!r} are copied to the device and back, "
+                      "and the launch waits for the kernel: copy them once with cuda.to_device instead",
+                      PerformanceWarning, stacklevel=4)
+        context = self.api.context_for(args, stream)
+        moved = list(args)
+        for i, a in enumerate(args):
+            if isinstance(a, np.ndarray):
+                order = "F" if a.flags.f_contiguous and not a.flags.c_contiguous else "C"
+                moved[i] = DeviceNDArray.allocate(context, a.shape, a.dtype, order)
+                moved[i].copy_to_device(np.asarray(a, order=order), stream)
+        self.launch(tuple(moved), grid, block, stream, shared)
+        for a, d in zip(args, moved, strict=True):
+            if isinstance(a, np.ndarray) and a.flags.writeable:
+                a[...] = d.copy_to_host(stream=stream)
 
     def _const_copy(self, context, data: np.ndarray) -> DeviceNDArray:
         """A cuda.const.array_like array on the device: copied once per context, then reused."""
