@@ -165,3 +165,61 @@ def test_an_index_out_of_range_is_an_error_and_a_negative_one_counts_from_the_en
                            match="out of bounds" if device == "cpu" else "device-side assert triggered"):
             bad().cpu()
     assert (x + 1).cpu().tolist() == [2.0, 3.0, 4.0]                 # and the device goes on
+
+
+def test_a_zero_dimensional_tensor_formats_as_its_number():
+    assert f"{lapis.tensor(2.5):.4f}|{lapis.ones(3, device='cuda').sum():6.2f}|{lapis.tensor(7):d}" == \
+        f"{torch.tensor(2.5):.4f}|{torch.ones(3).sum():6.2f}|{torch.tensor(7):d}"
+    assert f"{lapis.ones(2)}" == str(lapis.ones(2))
+    with pytest.raises(TypeError, match="unsupported format string"):
+        f"{lapis.ones(2):.2f}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_gradient_clipping_and_flattening_match_torch_nn_utils(device):
+    from lapis.nn.utils import clip_grad_norm_, clip_grad_value_, parameters_to_vector, vector_to_parameters
+    weights = [rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (4,))]
+    grads = [3 * rng.standard_normal(s).astype(np.float32) for s in ((3, 4), (4,))]
+
+    def twins():
+        ours = [lapis.nn.Parameter(lapis.tensor(w, device=device)) for w in weights]
+        theirs = [torch.nn.Parameter(torch.tensor(w)) for w in weights]
+        for o, t, g in zip(ours, theirs, grads, strict=True):
+            o.grad, t.grad = lapis.tensor(g, device=device), torch.tensor(g)
+        return ours, theirs
+    for norm_type in (2.0, 1.0, math.inf):
+        for max_norm in (1.0, 1e3):                       # clipped, and left alone
+            ours, theirs = twins()
+            want = torch.nn.utils.clip_grad_norm_(theirs, max_norm, norm_type)
+            same(clip_grad_norm_(ours, max_norm, norm_type), want)
+            for o, t in zip(ours, theirs, strict=True):
+                same(o.grad, t.grad)
+    ours, theirs = twins()
+    clip_grad_value_(ours, 0.5)
+    torch.nn.utils.clip_grad_value_(theirs, 0.5)
+    for o, t in zip(ours, theirs, strict=True):
+        same(o.grad, t.grad)
+    flat = parameters_to_vector(ours)
+    same(flat, torch.nn.utils.parameters_to_vector(theirs))
+    vector_to_parameters(flat * 2, ours)
+    same(ours[1], torch.tensor(weights[1]) * 2)
+    ours[0].grad.fill_(math.nan)
+    with pytest.raises(RuntimeError, match="non-finite"):
+        clip_grad_norm_(ours, 1.0, error_if_nonfinite=True)
+
+
+def test_module_apply_and_non_persistent_buffers():
+    model = lapis.nn.Sequential(lapis.nn.Linear(2, 3), lapis.nn.ReLU(), lapis.nn.Linear(3, 1))
+    seen = []
+    assert model.apply(lambda m: seen.append(type(m).__name__)) is model
+    assert seen == ["Linear", "ReLU", "Linear", "Sequential"]                  # children first, as torch's
+
+    class Masked(lapis.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mask", lapis.ones(2), persistent=False)
+            self.register_buffer("stat", lapis.zeros(2))
+    m = Masked()
+    assert list(m.state_dict()) == ["stat"] and [n for n, _ in m.named_buffers()] == ["mask", "stat"]
+    m.load_state_dict({"stat": lapis.ones(2)})
+    assert m.stat.tolist() == [1.0, 1.0]

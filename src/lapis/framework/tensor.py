@@ -103,6 +103,12 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
 
     contiguous, clone = views.contiguous, views.clone
 
+    def __format__(self, spec: str) -> str:
+        """f"{loss:.4f}": a 0-d tensor formats as its number, as torch's; others take no format spec."""
+        if self.ndim == 0:
+            return format(self.item(), spec)
+        return super().__format__(spec)
+
     # -- elementwise beyond the table (ops/elementwise.py) ---------------------------------------------
     clamp, clamp_, clip = elementwise.clamp, elementwise.clamp_, elementwise.clamp
     __invert__ = bitwise_not = elementwise.invert

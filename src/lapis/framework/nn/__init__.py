@@ -1,6 +1,6 @@
 """Layer 5, `lapis.nn`: modules, layers and losses with torch.nn's names (`functional` and `init` too)."""
 
-from lapis.framework.nn import functional, init
+from lapis.framework.nn import functional, init, utils
 from lapis.framework.nn.modules import (
     GELU,
     AvgPool2d,
@@ -34,4 +34,4 @@ __all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "MaxPool2d", "BC
            "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
            "MSELoss", "MultiheadAttention",
            "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",
-           "Softmax", "Tanh", "functional", "init"]
+           "Softmax", "Tanh", "functional", "init", "utils"]

@@ -37,6 +37,7 @@ class Module:
         object.__setattr__(self, "_parameters", OrderedDict())
         object.__setattr__(self, "_buffers", OrderedDict())
         object.__setattr__(self, "_modules", OrderedDict())
+        object.__setattr__(self, "_non_persistent", set())     # buffers left out of the state dict
         object.__setattr__(self, "training", True)
 
     def __setattr__(self, name: str, value) -> None:
@@ -58,8 +59,11 @@ class Module:
                 return d[name]
         raise AttributeError(f"'{type(self).__name__}' object has no attribute '{name}'")
 
-    def register_buffer(self, name: str, tensor: Tensor | None) -> None:
+    def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
+        """State that is not a parameter (a causal mask, running statistics); a persistent one is in the state
+        dict, as torch's."""
         self._buffers[name] = tensor
+        (self._non_persistent.discard if persistent else self._non_persistent.add)(name)
 
     def register_parameter(self, name: str, param: Parameter | None) -> None:
         self._parameters[name] = param
@@ -71,6 +75,13 @@ class Module:
         return self.forward(*args, **kwargs)
 
     # -- the tree ----------------------------------------------------------------------------------------
+    def apply(self, fn) -> "Module":
+        """fn(m) for every submodule, children first, then this one (torch's order); returns self."""
+        for m in self.children():
+            m.apply(fn)
+        fn(self)
+        return self
+
     def named_modules(self, prefix: str = ""):
         yield prefix, self
         for name, m in self._modules.items():
@@ -112,7 +123,7 @@ class Module:
         for mod_prefix, m in self.named_modules():
             for table in (m._parameters, m._buffers):
                 for name, t in table.items():
-                    if t is not None:
+                    if t is not None and not (table is m._buffers and name in m._non_persistent):
                         out[f"{mod_prefix}.{name}" if mod_prefix else name] = t.detach()
         return out
 
