@@ -223,3 +223,63 @@ def test_module_apply_and_non_persistent_buffers():
     assert list(m.state_dict()) == ["stat"] and [n for n, _ in m.named_buffers()] == ["mask", "stat"]
     m.load_state_dict({"stat": lapis.ones(2)})
     assert m.stat.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_more_losses_and_pad_match_torch_with_gradients(device):
+    F, TF = lapis.nn.functional, torch.nn.functional
+    x = rng.uniform(0.01, 0.99, (3, 4)).astype(np.float32)
+    x[0, :2] = 0.0, 1.0                                       # where BCE's logs are clamped at -100
+    y = rng.uniform(0, 1, (3, 4)).astype(np.float32)
+    weight = rng.uniform(0.5, 2, (3, 4)).astype(np.float32)
+    cases = [(F.binary_cross_entropy, TF.binary_cross_entropy, {}),
+             (F.binary_cross_entropy, TF.binary_cross_entropy, {"weight": weight}),
+             (F.smooth_l1_loss, TF.smooth_l1_loss, {"beta": 0.5}), (F.smooth_l1_loss, TF.smooth_l1_loss, {"beta": 0}),
+             (F.huber_loss, TF.huber_loss, {"delta": 0.3}), (F.l1_loss, TF.l1_loss, {})]
+    for ours_fn, torch_fn, kwargs in cases:
+        for reduction in ("mean", "sum", "none"):
+            ours, theirs = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+            got = ours_fn(ours, lapis.tensor(y, device=device), reduction=reduction,
+                          **{k: lapis.tensor(v, device=device) if isinstance(v, np.ndarray) else v
+                             for k, v in kwargs.items()})
+            want = torch_fn(theirs, torch.tensor(y), reduction=reduction,
+                            **{k: torch.tensor(v) if isinstance(v, np.ndarray) else v for k, v in kwargs.items()})
+            same(got, want)
+            got.sum().backward()
+            want.sum().backward()
+            np.testing.assert_allclose(ours.grad.cpu().numpy(), theirs.grad.numpy(), rtol=1e-4, atol=1e-6)
+    for amounts in ((1, 2), (1, 1, 2, 0), (-1, 1), (0, 0, 1, -1, 2, 0)):
+        ours = lapis.tensor(x.reshape(1, 3, 4), device=device, requires_grad=True)
+        theirs = torch.tensor(x.reshape(1, 3, 4), requires_grad=True)
+        got, want = F.pad(ours, amounts, value=0.5), TF.pad(theirs, amounts, value=0.5)
+        same(got, want)
+        w = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+        (got * lapis.tensor(w, device=device)).sum().backward()
+        (want * torch.tensor(w)).sum().backward()
+        same(ours.grad, theirs.grad)
+    with pytest.raises(NotImplementedError, match="reflect"):
+        F.pad(lapis.ones(1, 2, 2, device=device), (1, 1), mode="reflect")
+
+
+def test_legacy_constructors_generators_nonzero_and_compile():
+    assert lapis.LongTensor([1, 2]).dtype is lapis.int64 and lapis.LongTensor([1, 2]).tolist() == [1, 2]
+    assert tuple(lapis.FloatTensor(2, 3).shape) == (2, 3) and lapis.FloatTensor(2, 3).dtype is lapis.float32
+    assert lapis.BoolTensor([True]).dtype is lapis.bool and lapis.DoubleTensor([1]).dtype is lapis.float64
+    g = lapis.Generator().manual_seed(3)
+    assert g.initial_seed() == 3
+    first = lapis.randperm(10, generator=g)
+    assert sorted(first.tolist()) == list(range(10)) and first.dtype is lapis.int64
+    assert lapis.randperm(10, generator=lapis.Generator().manual_seed(3)).tolist() == first.tolist()
+    state = g.get_state()
+    a = lapis.rand(3, generator=g)
+    g.set_state(state)
+    assert lapis.rand(3, generator=g).tolist() == a.tolist()
+    for device in DEVICES:
+        cond = np.array([[True, False, True], [False, True, False]])
+        for got, want in zip(lapis.where(lapis.tensor(cond, device=device)), torch.where(torch.tensor(cond)),
+                             strict=True):
+            same(got, want)
+        same(lapis.tensor(cond, device=device).nonzero(), torch.tensor(cond).nonzero())
+        same(lapis.nonzero(lapis.tensor([0, 3, 0], device=device)), torch.nonzero(torch.tensor([0, 3, 0])))
+    model = lapis.nn.Linear(2, 2)
+    assert lapis.compile(model) is model and lapis.compile(mode="max-autotune")(model) is model

@@ -18,6 +18,12 @@ every layer did: `with lapis.trace() as t: ...`.
 from lapis import autograd, nn, optim, profiler, trace, utils
 from lapis.framework.autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from lapis.framework.creation import (
+    BoolTensor,
+    DoubleTensor,
+    FloatTensor,
+    HalfTensor,
+    IntTensor,
+    LongTensor,
     arange,
     as_tensor,
     empty,
@@ -36,6 +42,7 @@ from lapis.framework.creation import (
     randint,
     randn,
     randn_like,
+    randperm,
     tensor,
     zeros,
     zeros_like,
@@ -60,12 +67,13 @@ from lapis.framework.dtype import (  # noqa: A004 - torch.float is float32 and t
     result_type,
     set_default_dtype,
 )
-from lapis.framework.generator import manual_seed
+from lapis.framework.generator import Generator, manual_seed
 from lapis.framework.ops.common import broadcast_shapes
 from lapis.framework.ops.elementwise import PUBLIC as _ELEMENTWISE
-from lapis.framework.ops.elementwise import clamp, where
+from lapis.framework.ops.elementwise import clamp
 from lapis.framework.ops.elementwise import clamp as clip
-from lapis.framework.ops.indexing import flip, gather, index_select, masked_fill, roll, scatter_add, tril, triu
+from lapis.framework.ops.indexing import flip, gather, index_select, masked_fill, nonzero, roll, scatter_add, tril, triu
+from lapis.framework.ops.indexing import where_or_nonzero as where
 from lapis.framework.ops.linalg import bmm, matmul, mm
 from lapis.framework.ops.nn import log_softmax, softmax
 from lapis.framework.ops.reductions import (  # noqa: A004 - torch's names
@@ -95,6 +103,12 @@ from lapis.framework.tensor_base import Size
 bool = bool_  # noqa: A001 - torch.bool
 
 
+def compile(model=None, **options):  # noqa: A001 - torch.compile
+    """torch.compile's place: returns the model or function as it is (also as @compile(mode=...)); lapis compiles
+    nothing more yet: its kernels are compiled when first launched."""
+    return model if model is not None else (lambda m: m)
+
+
 def is_tensor(obj) -> bool:
     return isinstance(obj, Tensor)
 
@@ -119,4 +133,6 @@ __all__ = [
     "zeros_like"]
 __all__ += list(_ELEMENTWISE)
 __all__ += ["all", "allclose", "any", "broadcast_to", "clip", "equal", "flatten", "flip", "inference_mode", "is_tensor",
-            "isclose", "norm", "numel", "roll", "set_grad_enabled", "squeeze", "unbind", "unsqueeze"]
+            "isclose", "norm", "numel", "roll", "set_grad_enabled", "squeeze", "unbind", "unsqueeze", "compile",
+            "nonzero", "randperm", "Generator", "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor", "IntTensor",
+            "BoolTensor"]

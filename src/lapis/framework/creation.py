@@ -215,3 +215,24 @@ def randn_like(t, dtype=None, device=None, requires_grad=False):
 
 def rand_like(t, dtype=None, device=None, requires_grad=False):
     return rand(t.shape, dtype=dtype or t.dtype, device=device or t.device, requires_grad=requires_grad)
+
+
+def randperm(n: int, generator=None, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
+    """A random permutation of 0 .. n-1 (int64 unless told), drawn on the host by the generator."""
+    order = (generator or default_generator()).permutation(int(n))
+    return _finish(Tensor._from_numpy(order.astype((dtype or _dtype.int64).np), device_of(device)), requires_grad)
+
+
+def _legacy(dt: _dtype.dtype):
+    """torch.FloatTensor and friends: LongTensor([1, 2]) is a tensor of those values, FloatTensor(2, 3) an
+    uninitialised one of that shape (on the cpu device, as torch's)."""
+    def make(*args, device=None):
+        if args and all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+            return empty(*args, dtype=dt, device=device)
+        return tensor(args[0] if args else [], dtype=dt, device=device)
+    make.__name__ = make.__qualname__ = f"{dt.name.capitalize()}Tensor"
+    return make
+
+
+FloatTensor, DoubleTensor, HalfTensor = _legacy(_dtype.float32), _legacy(_dtype.float64), _legacy(_dtype.float16)
+LongTensor, IntTensor, BoolTensor = _legacy(_dtype.int64), _legacy(_dtype.int32), _legacy(_dtype.bool_)

@@ -1,7 +1,8 @@
 """Layer 5: the framework's random number generator (torch's default generator), seeded by `manual_seed`.
 
 Random tensors, dropout masks and `nn.init` values are drawn from it on the host and copied to the device;
-PyTorch generates them on the device. A numpy `Generator` passed as `generator=` is used instead.
+PyTorch generates them on the device. A `Generator` (torch's spelling: `Generator().manual_seed(42)`) or a numpy
+`Generator` passed as `generator=` is used instead.
 """
 
 import numpy as np
@@ -15,3 +16,33 @@ def default_generator() -> np.random.Generator:
 
 def manual_seed(seed: int) -> None:
     _default[0] = np.random.default_rng(seed)
+
+
+class Generator:
+    """torch.Generator: a seedable stream of random numbers of its own, for `generator=` (a numpy Generator
+    underneath, whose methods it answers)."""
+
+    def __init__(self, device="cpu"):
+        self.device = device
+        self.manual_seed(int(np.random.SeedSequence().entropy % (1 << 63)))
+
+    def manual_seed(self, seed: int) -> "Generator":
+        self._seed, self._rng = int(seed), np.random.default_rng(int(seed))
+        return self
+
+    def seed(self) -> int:
+        """Reseed from fresh entropy; returns the new seed."""
+        return self.manual_seed(int(np.random.SeedSequence().entropy % (1 << 63)))._seed
+
+    def initial_seed(self) -> int:
+        return self._seed
+
+    def get_state(self):
+        return self._rng.bit_generator.state
+
+    def set_state(self, state) -> "Generator":
+        self._rng.bit_generator.state = state
+        return self
+
+    def __getattr__(self, name: str):             # integers, random, standard_normal, choice, permutation ...
+        return getattr(self.__dict__["_rng"], name)

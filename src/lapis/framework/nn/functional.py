@@ -171,6 +171,71 @@ class _BinaryCrossEntropyWithLogits(Function):
         return g * (x.sigmoid() - y), -g * x
 
 
+class _BinaryCrossEntropy(Function):
+    """-(y log x + (1 - y) log(1 - x)) with each log clamped at -100 (torch's, so x = 0 or 1 gives a finite
+    loss), and torch's gradient (x - y) / max(x (1 - x), 1e-12) for x."""
+    node_name = "BinaryCrossEntropyBackward0"
+
+    @staticmethod
+    def forward(ctx, x: Tensor, y: Tensor):
+        ctx.save_for_backward(x, y)
+        return -(y * x.log().clamp(min=-100) + (1 - y) * (1 - x).log().clamp(min=-100))
+
+    @staticmethod
+    def backward(ctx, g):
+        x, y = ctx.saved_tensors
+        return g * (x - y) / (x * (1 - x)).clamp(min=1e-12), None
+
+
+def binary_cross_entropy(x: Tensor, y: Tensor, weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
+    # x: probabilities in [0, 1], y: targets of x's shape
+    if tuple(x.shape) != tuple(y.shape):
+        raise ValueError(f"Using a target size ({tuple(y.shape)}) that is different to the input size "
+                         f"({tuple(x.shape)}) is deprecated. Please ensure they have the same size.")
+    loss = _BinaryCrossEntropy.apply(x, y)
+    return _reduce(loss * weight if weight is not None else loss, reduction)
+
+
+def l1_loss(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
+    return _reduce((x - y).abs(), reduction)
+
+
+def smooth_l1_loss(x: Tensor, y: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    """0.5 d^2 / beta where |d| < beta, |d| - 0.5 beta beyond (the L1 loss for beta 0)."""
+    d = (x - y).abs()
+    if beta == 0:
+        return _reduce(d, reduction)
+    return _reduce(where(d < beta, 0.5 * d * d / beta, d - 0.5 * beta), reduction)
+
+
+def huber_loss(x: Tensor, y: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+    """0.5 d^2 where |d| < delta, delta (|d| - 0.5 delta) beyond."""
+    d = (x - y).abs()
+    return _reduce(where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
+
+
+def pad(x: Tensor, pad: tuple, mode: str = "constant", value: float = 0.0) -> Tensor:
+    """x with pad = (left, right) for its last dimension, then (top, bottom) for the one before, ... of `value`
+    around it (a negative amount crops), differentiable as torch's; only the constant mode."""
+    if mode != "constant":
+        raise NotImplementedError(f"pad mode {mode!r} is not supported yet (only 'constant')")
+    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+        raise ValueError(f"Padding length must be divisible by 2 and at most twice the input's dimensions, got "
+                         f"{len(pad)} for {x.ndim} dimensions")
+    shape, inside, source = list(x.shape), [slice(None)] * x.ndim, [slice(None)] * x.ndim
+    for k in range(len(pad) // 2):
+        d, before, after = x.ndim - 1 - k, pad[2 * k], pad[2 * k + 1]
+        shape[d] = x.shape[d] + before + after
+        if shape[d] < 0:
+            raise RuntimeError(f"The input size {x.shape[d]}, plus negative padding {before} and {after} resulted "
+                               f"in a negative output size, which is invalid")
+        source[d] = slice(max(0, -before), x.shape[d] - max(0, -after))
+        inside[d] = slice(max(0, before), max(0, before) + source[d].stop - source[d].start)
+    out = full(shape, value, dtype=x.dtype, device=x.device)
+    out[tuple(inside)] = x[tuple(source)]
+    return out
+
+
 def binary_cross_entropy_with_logits(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(_BinaryCrossEntropyWithLogits.apply(x, y), reduction)
 
@@ -275,5 +340,6 @@ def multi_head_attention_forward(module, query: Tensor, key: Tensor, value: Tens
 
 __all__ = ["linear", "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "relu", "gelu", "silu", "sigmoid", "tanh",
            "softmax", "log_softmax", "one_hot", "nll_loss", "cross_entropy", "mse_loss",
-           "binary_cross_entropy_with_logits", "dropout", "layer_norm", "scaled_dot_product_attention",
+           "binary_cross_entropy", "binary_cross_entropy_with_logits", "dropout", "huber_loss", "l1_loss", "pad",
+           "smooth_l1_loss", "layer_norm", "scaled_dot_product_attention",
            "multi_head_attention_forward"]

@@ -227,3 +227,22 @@ def roll(x, shifts, dims=None):
         if n:
             x = index_select(x, d, _positions((np.arange(n) - shift) % n, x.device))
     return x
+
+
+def nonzero(x, as_tuple: bool = False):
+    """The indices of x's nonzero elements, row-major: an (n, ndim) int64 tensor, or with `as_tuple` one 1-D tensor
+    per dimension. How many there are is read back to the host, as on a GPU, so this is a sync point."""
+    found = np.nonzero(x.detach().cpu().numpy().reshape(x.shape))
+    if as_tuple:
+        return tuple(TensorBase._from_numpy(f.astype(np.int64), x.device) for f in found)
+    return TensorBase._from_numpy(np.stack(found, axis=1).astype(np.int64).reshape(-1, x.ndim), x.device)
+
+
+def where_or_nonzero(cond, a=None, b=None):
+    """torch.where: a where cond holds, else b (broadcast); with cond alone, the indices where it holds, one
+    tensor per dimension (nonzero(cond, as_tuple=True))."""
+    if a is None and b is None:
+        return nonzero(cond, as_tuple=True)
+    if a is None or b is None:
+        raise TypeError("where() takes a condition alone, or a condition and two operands")
+    return where(cond, a, b)
