@@ -283,3 +283,33 @@ def test_legacy_constructors_generators_nonzero_and_compile():
         same(lapis.nonzero(lapis.tensor([0, 3, 0], device=device)), torch.nonzero(torch.tensor([0, 3, 0])))
     model = lapis.nn.Linear(2, 2)
     assert lapis.compile(model) is model and lapis.compile(mode="max-autotune")(model) is model
+
+
+ADVANCED = [lambda t: (t([0, 2]), t([1, 3])), lambda t: (slice(None), [-1], slice(None)),
+            lambda t: (t([[0, 1], [2, 0]]), slice(None), t([4, -5])), lambda t: (0, slice(None), t([1, 2])),
+            lambda t: (slice(None), t([0, 3]), t([1, 2])), lambda t: (Ellipsis, t([0, -1])),
+            lambda t: (range(2), t([1, 2])), lambda t: (t([True, False, True]), slice(1, 3)),
+            lambda t: (None, t([1]), 2), lambda t: (slice(None), None, t([0, 1]), slice(0, 2)),
+            lambda t: (t([0, 1]), 0, t([1, 2])), lambda t: (t([[True, False, True, True]] * 3),)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_advanced_indexing_with_several_index_tensors_matches_torch(device):
+    """x[rows, cols], x[:, [-1], :], masks beside slices, integers between (which select first, as in torch,
+    not numpy): torch's shapes, values and gradients; an index out of range is an error on either device, and
+    assigning through several index tensors refuses instead of writing into a copy."""
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    for index in ADVANCED:
+        ours, theirs = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+        got, want = ours[index(lambda v: lapis.tensor(v, device=device))], theirs[index(torch.tensor)]
+        same(got, want)
+        w = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+        (got * lapis.tensor(w, device=device)).sum().backward()
+        (want * torch.tensor(w)).sum().backward()
+        same(ours.grad, theirs.grad)
+    with pytest.raises(IndexError if device == "cpu" else RuntimeError,
+                       match="out of bounds for dimension 1 with size 4" if device == "cpu" else "device-side"):
+        lapis.tensor(x, device=device)[lapis.tensor([0], device=device), lapis.tensor([4], device=device)].cpu()
+    target = lapis.zeros(3, 4, device=device)
+    with pytest.raises(NotImplementedError, match="several index tensors"):
+        target[lapis.tensor([0], device=device), lapis.tensor([1], device=device)] = 1.0

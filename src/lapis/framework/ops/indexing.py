@@ -8,7 +8,7 @@ from lapis.framework import backend
 from lapis.framework import dtype as _dtype
 from lapis.framework.autograd import Function, no_grad
 from lapis.framework.ops import inplace
-from lapis.framework.ops.common import check_devices, new
+from lapis.framework.ops.common import broadcast_shapes, check_devices, new
 from lapis.framework.ops.elementwise import where
 from lapis.framework.ops.views import Index
 from lapis.framework.tensor_base import TensorBase, wrap_dim
@@ -145,10 +145,63 @@ def getitem(x, index):
             flat = index.reshape(-1).long()                  # -1 is the last, as torch's: a wrapping gather
             return Gather.apply(x, 0, flat, True).reshape(*index.shape, *x.shape[1:])
     index = index if isinstance(index, tuple) else (index,)
-    for i in index:
-        if isinstance(i, TensorBase | list):
-            raise NotImplementedError("indexing with several tensors (advanced indexing) is not supported yet")
+    if any(isinstance(i, TensorBase | list | range) for i in index):
+        return _advanced(x, index)
     return Index.apply(x, index)
+
+
+def _advanced(x, index: tuple):
+    """x[index] with index tensors (lists, ranges) among the items: numpy's and torch's advanced indexing. The
+    index tensors broadcast to one shape B, which replaces their dimensions where they stand together, or leads
+    the result when slices part them (an integer selects first, as torch's, so it parts nothing). Done as the basic
+    indexing of the other items, then one gather of the advanced dimensions moved to the front and flattened, at
+    a linear index of the (negative-wrapped) components; on a GPU a component out of its range makes it -1, which
+    the gather refuses with a device-side assert (the cpu raises IndexError at once)."""
+    items = []
+    for i in index:
+        if isinstance(i, list | range):
+            i = _list_index(list(i), x)
+        if isinstance(i, TensorBase) and i.dtype is _dtype.bool_:
+            items += list(nonzero(i, as_tuple=True))              # a mask covers as many dimensions as it has
+        else:
+            items.append(i)
+    if sum(1 for i in items if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    used = sum(1 for i in items if i is not None and i is not Ellipsis)
+    at = next((k for k, i in enumerate(items) if i is Ellipsis), None)      # by identity: == on a tensor is an op
+    if at is not None:
+        items[at:at + 1] = [slice(None)] * (x.ndim - used)
+    if used > x.ndim:
+        raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
+    basic, tensors, where_in_y, y_dim = [], [], [], 0
+    for i in items:
+        basic.append(slice(None) if isinstance(i, TensorBase) else i)
+        if isinstance(i, TensorBase):
+            tensors.append(i.to(x.device))
+            where_in_y.append(y_dim)
+        if not isinstance(i, int):                                # an integer selects (torch's, not numpy's)
+            y_dim += 1
+    y = Index.apply(x, tuple(basic))
+    shape = broadcast_shapes(*(t.shape for t in tensors))
+    sizes = [y.shape[d] for d in where_in_y]
+    linear, valid = None, None
+    for t, n, d in zip(tensors, sizes, where_in_y, strict=True):
+        t = t.long().expand(shape)
+        ok = (t >= -n) & (t < n)
+        if x.device.type == "cpu" and not ok.all().item():
+            raise IndexError(f"index {t[~ok].reshape(-1)[0].item()} is out of bounds for dimension {d} with size {n}")
+        t = where(t < 0, t + n, t)
+        linear = t if linear is None else linear * n + t
+        valid = ok if valid is None else valid & ok
+    linear = where(valid, linear, -1)
+    rest = [d for d in range(y.ndim) if d not in where_in_y]
+    flat = y.permute(*where_in_y, *rest).reshape(-1, *(y.shape[d] for d in rest))
+    out = Gather.apply(flat, 0, linear.reshape(-1), False).reshape(*shape, *(y.shape[d] for d in rest))
+    if where_in_y == list(range(where_in_y[0], where_in_y[0] + len(where_in_y))):     # together: where they stood
+        before = sum(1 for d in rest if d < where_in_y[0])
+        b = len(shape)
+        out = out.permute(*range(b, b + before), *range(b), *range(b + before, out.ndim))
+    return out
 
 
 def _list_index(index: list, x) -> TensorBase:
@@ -191,6 +244,9 @@ def setitem(x, index, value) -> None:
             inplace.write(x, result)
         return
     index = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(i, TensorBase | list | range) for i in index):    # x[i, j] = v: a gather's copy, not a view
+        raise NotImplementedError("assigning through several index tensors (x[i, j] = v) is not supported yet; "
+                                  "index one dimension with a tensor, or build the value with where or scatter_add")
     if inplace.records(x, value):
         inplace.check(x, value)
         inplace.rebase(x, inplace.SetRegion.apply(x, index, value))
