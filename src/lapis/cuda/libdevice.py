@@ -80,13 +80,14 @@ def expm1f(x):
 def sinhf(x):
     """(e^x - e^-x) / 2, with e^-x as the reciprocal of e^x; below 1 in magnitude, from e^|x| - 1 as
     (m + m / (m + 1)) / 2, which keeps x's digits that e^x - e^-x would cancel."""
-    e = math.exp2(x * LOG2E)
-    r = e * 0.5 + fast_rcp(e) * -0.5
     if abs(x) < 1.0:
         m = expm1f(abs(x))
         r = (m + m / (m + 1.0)) * 0.5
         if x < 0.0:
             r = -r
+    else:
+        e = math.exp2(x * LOG2E)
+        r = e * 0.5 + fast_rcp(e) * -0.5
     return r
 
 
@@ -100,10 +101,11 @@ def coshf(x):
 def tanhf(x):
     """1 - 2 / (e^2x + 1): saturates to +-1 where e^2x overflows or vanishes, with no inf / inf; below 0.625 in
     magnitude, where that cancels x's digits, Cephes' odd polynomial (TANH_NEAR_0)."""
-    r = fast_rcp(math.exp2(x * (2 * LOG2E)) + 1.0) * -2.0 + 1.0
     if abs(x) < 0.625:
         z = x * x
         r = (((((T5 * z + T4) * z + T3) * z + T2) * z + T1) * z) * x + x
+    else:
+        r = fast_rcp(math.exp2(x * (2 * LOG2E)) + 1.0) * -2.0 + 1.0
     return r
 
 
@@ -119,11 +121,12 @@ def erfc_abs(x):
 def erff(x):
     """1 - erfc |x| with x's sign; below 1 in magnitude, where that would leave an absolute error of 1.5e-7 (all
     of a small erf's digits), Cephes' x P(x^2) (ERF_NEAR_0)."""
-    e = 1.0 - erfc_abs(x)
-    r = -e if x < 0.0 else e
     if abs(x) < 1.0:
         z = x * x
         r = ((((((E6 * z + E5) * z + E4) * z + E3) * z + E2) * z + E1) * z + E0) * x
+    else:
+        e = 1.0 - erfc_abs(x)
+        r = -e if x < 0.0 else e
     return r
 
 
