@@ -1,6 +1,7 @@
-"""Layer 5: the smaller parts of torch's surface that programs reach for, each derived from the ops (reductions,
-gathers, in-place writes) and checked against PyTorch on `cpu` and `cuda`: all/any, norm, flip, roll, unbind,
-masked_fill_, clamp_, isclose/allclose/equal, type names, .data, and the grad-mode switches."""
+"""Layer 5: the parts of torch's surface that programs reach for beside the op table, each derived from the ops
+(reductions, gathers, in-place writes) and checked against PyTorch on `cpu` and `cuda`: all/any, norm, flip, roll,
+unbind, masked_fill_, clamp_, isclose/allclose/equal, type names, .data, grad-mode switches, indexing (out of range,
+negative, several index tensors), nn.utils clipping, Module.apply, more losses and pad, generators, nonzero."""
 
 import math
 
@@ -9,16 +10,10 @@ import pytest
 import torch
 
 import lapis
+from test_op_table import DEVICES
+from test_op_table import _check as same  # shape, dtype and values against torch's
 
-DEVICES = ["cpu", "cuda"]
 rng = np.random.default_rng(5)
-
-
-def same(got, want) -> None:
-    assert tuple(got.shape) == tuple(want.shape)
-    assert got.dtype.name == str(want.dtype).removeprefix("torch.")
-    np.testing.assert_allclose(got.detach().cpu().numpy().astype(np.float64),
-                               want.detach().numpy().astype(np.float64), rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("device", DEVICES)
