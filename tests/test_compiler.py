@@ -661,3 +661,35 @@ def test_an_assertion_false_at_compile_time_traps_and_a_message_must_be_a_litera
 
     with pytest.raises(cuda.CompileError, match="string literal"):
         computed[1, 1](out)
+
+
+def test_range_with_a_run_time_step_and_len_as_numba_kernels_use_them():
+    """The grid-stride loop (range(start, n, cuda.gridsize(1))), steps of either sign and empty ranges as Python's;
+    a zero step stops the kernel (Python raises ValueError); len() of an array is its first dimension."""
+    @cuda.jit
+    def stepped(out, start, stop, step):
+        if cuda.grid(1) == 0:
+            n = 0
+            for i in range(start, stop, step):
+                out[n] = i
+                n += 1
+            out[out.shape[0] - 1] = n
+
+    @cuda.jit
+    def grid_stride(x, out):
+        for i in range(cuda.grid(1), len(x), cuda.gridsize(1)):
+            out[i] = x[i] * 2 + len((1, 2, 3))
+
+    out = cuda.device_array(64, np.int64)
+    for start, stop, step in ((0, 10, 3), (10, 0, -3), (5, 5, 2), (0, 10, -1), (-3, 4, 2), (7, -8, -5)):
+        stepped[1, 32](out, start, stop, step)
+        got = out.copy_to_host()
+        want = list(range(start, stop, step))
+        assert got[-1] == len(want) and got[:len(want)].tolist() == want
+    stepped[1, 32](out, 0, 10, 0)
+    with pytest.raises(cuda.KernelFault, match="range.. arg 3 must not be zero"):
+        cuda.synchronize()
+    x = np.arange(1000, dtype=np.float32)
+    result = cuda.device_array(1000, np.float32)
+    grid_stride[2, 64](cuda.to_device(x), result)         # 128 threads, about 8 elements each
+    assert np.array_equal(result.copy_to_host(), x * 2 + 3)

@@ -271,6 +271,19 @@ def _range(fe, args):
     raise fe.error("range() can only be used as the iterable of a for loop")
 
 
+SIZED = Kind("an array or a tuple", lambda x: isinstance(x, ArrayRef | tuple))
+
+
+def _len(fe, args):
+    """len(): a tuple's length, or an array's first dimension (numba's)."""
+    (x,) = args
+    if isinstance(x, tuple):
+        return Const(len(x), T.WEAK_INT)
+    if x.type.ndim == 0:
+        raise fe.error("len() of a 0-d array")
+    return fe.shape(x)[0]
+
+
 # Math the hardware does in one instruction: the special function unit's approximations (MUFU, in
 # float32), and what is exact in any float type. The rest is libdevice's, in float32.
 SPECIAL_FUNCTION_UNIT = frozenset({"sqrt", "sin", "cos", "exp2", "log2", "rcp"})
@@ -373,6 +386,7 @@ CALLS: dict[object, Builtin] = {
     min: Builtin("min", (Param("a"), Param("b")), _extremum(Op.MIN), variadic=True),
     max: Builtin("max", (Param("a"), Param("b")), _extremum(Op.MAX), variadic=True),
     abs: Builtin("abs", X, _abs),
+    len: Builtin("len", (Param("obj", SIZED),), _len),
     float: Builtin("float", X, _cast(T.float64)),
     int: Builtin("int", X, _cast(T.int64)),
     bool: Builtin("bool", X, _cast(T.boolean)),

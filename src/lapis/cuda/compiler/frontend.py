@@ -239,12 +239,16 @@ class Frontend(IRBuilder):
         message = node.msg
         if message is not None and not (isinstance(message, ast.Constant) and isinstance(message.value, str)):
             raise self.error("an assertion's message in a kernel must be a string literal")
-        cond = self.to_bool(self.expr(node.test))
+        source = linecache.getline(self.filename, self.line).split("  #")[0].strip()     # the user's own names
+        self.trap_unless(self.to_bool(self.expr(node.test)), source or "assert")
+
+    def trap_unless(self, cond, what: str) -> None:
+        """Lanes where cond (a run-time bool or a constant) fails stop the kernel with a BPT.TRAP that the fault
+        names as `what`, at this line; the others branch over it."""
         if isinstance(cond, Const) and cond.value:
             return
         number = len(self.func.assertions) + 1
-        source = linecache.getline(self.filename, self.line).split("  #")[0].strip()     # the user's own names
-        self.func.assertions[number] = f"{self.filename}:{self.line}: {source or 'assert'}"
+        self.func.assertions[number] = f"{self.filename}:{self.line}: {what}"
         failed, passed = self.new_block("assert_failed"), self.new_block("assert_passed")
         if isinstance(cond, Const):
             self.jump(failed)
@@ -345,9 +349,7 @@ class Frontend(IRBuilder):
         bounds = self.arguments(calls.CALLS[range], it)
         start, stop, step = (Const(0, T.WEAK_INT), bounds[0], Const(1, T.WEAK_INT)) if len(bounds) == 1 else \
             (bounds[0], bounds[1], bounds[2] if len(bounds) == 3 else Const(1, T.WEAK_INT))
-        if not isinstance(step, Const):
-            raise self.error("the step of range() in a kernel must be a constant")
-        if step.value == 0:
+        if isinstance(step, Const) and step.value == 0:
             raise self.error("range() step must not be zero")
         name = node.target.id
         if isinstance(start, Const) and isinstance(stop, Const) and not _has_jumps(node.body):
@@ -363,6 +365,10 @@ class Frontend(IRBuilder):
         t = T.concrete(T.unify(T.unify(self.typeof(start), self.typeof(stop)), self.typeof(step)))
         self.counter += 1
         counter, limit = f"$i{self.counter}", f"$stop{self.counter}"
+        if not isinstance(step, Const):         # a run-time step (a grid-stride loop's): its sign picks the test
+            self.trap_unless(self.compare("ne", step, Const(0, T.WEAK_INT)), "range() arg 3 must not be zero")
+            step = self.materialize(step, t)
+            up, down = self.compare("gt", step, Const(0, T.WEAK_INT)), self.compare("lt", step, Const(0, T.WEAK_INT))
         self.assign_name(counter, self.cast(start, t))
         self.assign_name(limit, self.materialize(stop, t))
         header, body = self.new_block("for"), self.new_block("body")
@@ -370,7 +376,12 @@ class Frontend(IRBuilder):
         self.jump(header)
         self.place(header)
         i = self.read(counter, header)
-        cond = self.compare("lt" if step.value > 0 else "gt", i, self.read(limit, header))
+        if isinstance(step, Const):
+            cond = self.compare("lt" if step.value > 0 else "gt", i, self.read(limit, header))
+        else:
+            stop_here = self.read(limit, header)
+            cond = self.logical(Op.OR, self.logical(Op.AND, up, self.compare("lt", i, stop_here)),
+                                self.logical(Op.AND, down, self.compare("gt", i, stop_here)))
         self.branch(cond, body, exit_)
         self.place(body)
         self.seal(body)
@@ -384,7 +395,8 @@ class Frontend(IRBuilder):
         if latch.preds:
             self.place(latch)
             self.seal(latch)
-            self.assign_name(counter, self.binop(Op.ADD, self.read(counter, latch), Const(step.value, t)))
+            self.assign_name(counter, self.binop(Op.ADD, self.read(counter, latch),
+                                                 Const(step.value, t) if isinstance(step, Const) else step))
             self.jump(header)
         else:
             self.seal(latch)
