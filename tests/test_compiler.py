@@ -436,6 +436,28 @@ def test_ieee_specials_flow_without_warnings(recwarn):
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_an_overflowing_quotient_is_infinite_and_negation_keeps_zeros_signs(dtype):
+    """1e30 / 1e-30 is inf, as IEEE 754 says (the division's Newton step had made it inf - inf = NaN), and -x of
+    +0 is -0 in both widths (float64's had been -x + 0, which is +0)."""
+    @cuda.jit
+    def divide_and_negate(a, b, out):
+        i = cuda.grid(1)
+        if i < a.size:
+            out[i, 0] = a[i] / b[i]
+            out[i, 1] = -a[i]
+
+    big = 1e300 if dtype == np.float64 else 1e30
+    a = np.array([big, -big, 0.0, -0.0, 6.0, 1.0], dtype)
+    b = np.array([1 / big, 1 / big, 2.0, 2.0, 3.0, 0.0], dtype)
+    out = cuda.device_array((6, 2), dtype)
+    divide_and_negate[1, 32](cuda.to_device(a), cuda.to_device(b), out)
+    got = out.copy_to_host()
+    with np.errstate(all="ignore"):
+        want = np.stack([a / b, -a], axis=1)
+    assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
+
+
 # Each kernel misuses one call on the line after its `def`; x is float32[4], out float32[4].
 def abs_of_two(x, out):
     out[0] = abs(x[0], x[1])

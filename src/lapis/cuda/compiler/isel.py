@@ -398,8 +398,8 @@ class InstructionSelector:
         if t.kind == "float":
             if t.bits == 32:
                 self.emit("FMUL", rd=r, ra=a, b=self.imm(t, -1.0))
-            else:
-                self.emit("DADD", rd=r, ra=a, b=RZ64, neg="a")
+            else:                                   # -a times 1, not -a + 0: -(+0) is -0
+                self.emit("DMUL", rd=r, ra=a, b=self.const64(-1.0))
         else:
             self.emit("IADD", mods={"w": "64"} if t.bits == 64 else {}, rd=r, ra=a, b=RZ32, neg="a")
         return r
@@ -491,13 +491,15 @@ class InstructionSelector:
 
     def _unless_special(self, a: VReg, e: VReg, q: VReg, refined: VReg, t) -> VReg:
         """refined, or q (a times the reciprocal) where it is already IEEE's answer and the Newton step would
-        spoil it: where the residual e is NaN (a zero or infinite divisor, or an infinite dividend: +-inf, +-0
-        or NaN) and where a is +-0 (a zero quotient keeps its sign: -0 / 2 is -0)."""
-        nan, keep, out = self.new(T.boolean), self.new(T.boolean), self.new(t)
+        spoil it: where the residual e is not finite (NaN: a zero or infinite divisor, or an infinite dividend,
+        giving +-inf, +-0 or NaN; infinite: a quotient that overflows, inf - inf in the step) and where a is +-0
+        (a zero quotient keeps its sign: -0 / 2 is -0)."""
+        finite, keep, out = self.new(T.boolean), self.new(T.boolean), self.new(t)
         zero = self.imm(T.float32, 0.0) if t.bits == 32 else self.const64(0.0)
+        inf = self.imm(T.float32, math.inf) if t.bits == 32 else self.const64(math.inf)
         setp = "FSETP" if t.bits == 32 else "DSETP"
-        self.emit(setp, mods={"cmp": "NE"}, pd=nan, ra=e, b=e, ps=(None, False))
-        self.emit(setp, mods={"cmp": "EQ", "bop": "OR"}, pd=keep, ra=a, b=zero, ps=(nan, False))
+        self.emit(setp, mods={"cmp": "LT"}, pd=finite, ra=e, b=inf, ps=(None, False), abs_="a")
+        self.emit(setp, mods={"cmp": "EQ", "bop": "OR"}, pd=keep, ra=a, b=zero, ps=(finite, True))
         self.emit("SEL" if t.bits == 32 else "SEL64", rd=out, ra=q, b=refined, ps=(keep, False))
         return out
 
