@@ -31,7 +31,8 @@ UNARY = {
     "log2": (math.log2, np.log2, 1e-6, 1e-7), "log10": (math.log10, np.log10, 1e-6, 1e-7),
     "log1p": (math.log1p, np.log1p, 1e-6, TINY), "expm1": (math.expm1, np.expm1, 1e-5, TINY),
     "sinh": (math.sinh, np.sinh, 1e-5, TINY), "cosh": (math.cosh, np.cosh, 1e-5, 1e-7),
-    "erf": (math.erf, np.vectorize(math.erf), 1e-6, TINY), "erfc": (math.erfc, np.vectorize(math.erfc), 0, 5e-7),
+    "erf": (math.erf, np.vectorize(math.erf), 1e-6, TINY), "atan": (math.atan, np.arctan, 1e-6, TINY),
+    "tan": (math.tan, np.tan, 1e-5, 1e-6), "erfc": (math.erfc, np.vectorize(math.erfc), 0, 5e-7),
 }
 
 
@@ -51,6 +52,7 @@ def binary(x, y, out):
         out[i, 0] = x[i] ** y[i]
         out[i, 1] = math.pow(x[i], y[i])
         out[i, 2] = math.hypot(x[i], y[i])
+        out[i, 3] = math.atan2(x[i], y[i])
 
 
 def run(fn, x):
@@ -99,7 +101,7 @@ def test_pow_matches_numpy_with_c_signs_for_negative_bases():
              (-0.0, 0.5, 0.0)]      # C's exact cases and -0's sign
     x = np.concatenate([X, [s[0] for s in signs]]).astype(np.float32)
     y = np.concatenate([Y, [s[1] for s in signs]]).astype(np.float32)
-    out = cuda.device_array((x.size, 3), np.float32)
+    out = cuda.device_array((x.size, 4), np.float32)
     binary[(x.size + 127) // 128, 128](cuda.to_device(x), cuda.to_device(y), out)
     got = out.copy_to_host()
     np.testing.assert_array_equal(got[-len(signs):, 0], [s[2] for s in signs])
@@ -110,6 +112,9 @@ def test_pow_matches_numpy_with_c_signs_for_negative_bases():
     assert np.array_equal(got[:, 0], got[:, 1], equal_nan=True)              # math.pow is **
     small = (np.abs(x) < 1e18) & (np.abs(y) < 1e18)                        # hypot does not scale: x^2 overflows
     assert_close(got[small, 2], reference(np.hypot, x, y)[small], 1e-6, 0, "hypot", x[small])
+    want = reference(np.arctan2, x, y)                      # the quadrants, the signed zeros, the infinities
+    assert_close(got[:, 3], want, 1e-6, TINY, "atan2", x)
+    assert np.array_equal(np.signbit(got[want == 0, 3]), np.signbit(want[want == 0]))
 
 
 def test_a_library_call_compiles_into_the_callers_block():

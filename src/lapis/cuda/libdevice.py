@@ -31,6 +31,10 @@ A1, A2, A3, A4, A5 = 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061
 T1, T2, T3, T4, T5 = -3.33332819422e-1, 1.33314422036e-1, -5.37397155531e-2, 2.06390887954e-2, -5.70498872745e-3
 E0, E1, E2, E3 = 1.128379165726710, -3.761262582423300e-1, 1.128358514861418e-1, -2.685381193529856e-2
 E4, E5, E6 = 5.188327685732524e-3, -8.010193625184903e-4, 7.853861353153693e-5
+# atan, by Cephes' atanf: the argument reduced below tan(pi/8) (through pi/4 or pi/2), then an odd polynomial.
+TAN_3PI_8, TAN_PI_8 = 2.414213562373095, 0.4142135623730950
+PI, PI_2, PI_4 = math.pi, math.pi / 2, math.pi / 4
+A_1, A_2, A_3, A_4 = -3.33329491539e-1, 1.99777106478e-1, -1.38776856032e-1, 8.05374449538e-2
 
 
 @DeviceFunction
@@ -107,6 +111,49 @@ def tanhf(x):
     else:
         r = fast_rcp(math.exp2(x * (2 * LOG2E)) + 1.0) * -2.0 + 1.0
     return r
+
+
+@DeviceFunction
+def tanf(x):
+    """sin x / cos x, from the special function unit's sine and cosine."""
+    return math.sin(x) / math.cos(x)
+
+
+@DeviceFunction
+def atanf(x):
+    """atan x by Cephes' atanf (A_1 ... A_4): |x| reduced below tan(pi/8) as -1/|x| plus pi/2 above tan(3pi/8),
+    or (|x| - 1)/(|x| + 1) plus pi/4 above tan(pi/8); x's sign, -0 and NaN kept; +-inf gives +-pi/2."""
+    a = abs(x)
+    big, middle = a > TAN_3PI_8, a > TAN_PI_8
+    if big:
+        a = -1.0 / a
+    elif middle:
+        a = (a - 1.0) / (a + 1.0)
+    z = a * a
+    r = (((A_4 * z + A_3) * z + A_2) * z + A_1) * z * a + a          # float32 throughout: the constants are weak
+    if big:
+        r = r + PI_2
+    elif middle:
+        r = r + PI_4
+    return -r if x < 0.0 else r if x > 0.0 else x
+
+
+@DeviceFunction
+def atan2f(y, x):
+    """The angle of (x, y), C's atan2: atan(y / x) moved into the right quadrant by +-pi, with the signed zeros
+    (atan2(-0, -1) is -pi, atan2(0, -0) is pi), infinities (atan2(inf, inf) is pi/4) and NaN of IEEE's rules."""
+    negative_y = y < 0.0 or (y == 0.0 and 1.0 / y < 0.0)      # -0 counts as negative, as its sign bit says
+    negative_x = x < 0.0 or (x == 0.0 and 1.0 / x < 0.0)
+    r = atanf(abs(y) / abs(x))                 # first, so that r is of the arguments' type (the others are weak)
+    if negative_x:
+        r = PI - r
+    if abs(x) == math.inf and abs(y) == math.inf:
+        r = PI_4 * 3 if negative_x else PI_4
+    elif x == 0.0 or abs(y) == math.inf:
+        r = PI_2 if y != 0.0 else (PI if negative_x else 0.0)
+    if y != y or x != x:
+        r = x + y
+    return -r if negative_y else r
 
 
 @DeviceFunction
