@@ -715,3 +715,17 @@ def test_range_with_a_run_time_step_and_len_as_numba_kernels_use_them():
     result = cuda.device_array(1000, np.float32)
     grid_stride[2, 64](cuda.to_device(x), result)         # 128 threads, about 8 elements each
     assert np.array_equal(result.copy_to_host(), x * 2 + 3)
+
+
+def test_a_kernel_made_by_exec_compiles_when_linecache_holds_its_text_and_says_how_when_not():
+    text = "def twice(x, out):\n    i = cuda.grid(1)\n    if i < x.size:\n        out[i] = 2 * x[i]\n"
+    namespace = {"cuda": cuda}
+    exec(compile(text, "<no file>", "exec"), namespace)
+    with pytest.raises(cuda.CompileError, match="linecache"):
+        cuda.jit(namespace["twice"])[1, 32](cuda.device_array(4, np.float32), cuda.device_array(4, np.float32))
+    name = "<generated kernel: twice>"
+    linecache.cache[name] = (len(text), None, text.splitlines(True), name)
+    exec(compile(text, name, "exec"), namespace)
+    out = cuda.device_array(4, np.float32)
+    cuda.jit(namespace["twice"])[1, 32](cuda.to_device(np.arange(4, dtype=np.float32)), out)
+    assert out.copy_to_host().tolist() == [0.0, 2.0, 4.0, 6.0]

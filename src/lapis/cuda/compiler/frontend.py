@@ -65,7 +65,11 @@ class Frontend(IRBuilder):
         try:
             lines, first = inspect.getsourcelines(pyfunc)
         except (OSError, TypeError) as e:
-            raise CompileError(f"cannot read the source of {self.kernel!r}: {e}") from None
+            raise CompileError(f"cannot read the source of {self.kernel!r} ({e}): lapis compiles a kernel from its "
+                               "Python source, and this one was defined where Python keeps none (python -c, exec of "
+                               "a string, a bare interactive prompt). Define it in a .py file, or exec code compiled "
+                               "with a file name whose text linecache holds: linecache.cache[name] = (len(text), "
+                               "None, text.splitlines(True), name)") from None
         self.filename = inspect.getsourcefile(pyfunc) or "<kernel>"
         self.first_line = first
         tree = ast.parse(textwrap.dedent("".join(lines)))
