@@ -729,3 +729,49 @@ def test_a_kernel_made_by_exec_compiles_when_linecache_holds_its_text_and_says_h
     out = cuda.device_array(4, np.float32)
     cuda.jit(namespace["twice"])[1, 32](cuda.to_device(np.arange(4, dtype=np.float32)), out)
     assert out.copy_to_host().tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_a_tuple_of_numbers_rebound_in_a_branch_or_a_loop_is_a_value():
+    """numba's tuples are values: rebound in one arm of an if (it had come out as (0, 0) on the other path), swapped,
+    or carried round a loop; a tuple bound once stays a constant (a shared array's shape); its length is fixed."""
+    @cuda.jit
+    def branches(flag, out):
+        t = (1, 2)
+        if flag[0] > 0:
+            t = (3, 4)
+        a, b = 1.5, 2.5
+        if flag[0] > 0:
+            a, b = b, a
+        out[0], out[1], out[2], out[3] = t[0], t[1], a, b
+
+    @cuda.jit
+    def fibonacci(n, out):
+        pair = (1, 2)
+        for i in range(n):
+            out[i] = pair[0]
+            pair = (pair[1], pair[0] + pair[1])
+
+    @cuda.jit
+    def shaped(out):
+        shape = (4, 8)
+        buf = cuda.shared.array(shape, np.float32)
+        buf[3, 7] = 2.0
+        out[0] = buf[3, 7] + len(shape)
+
+    out = cuda.device_array(8, np.float64)
+    for flag, want in ((0, [1, 2, 1.5, 2.5]), (1, [3, 4, 2.5, 1.5])):
+        branches[1, 1](cuda.to_device(np.array([flag])), out)
+        assert out.copy_to_host()[:4].tolist() == want
+    fibonacci[1, 1](6, out)
+    assert out.copy_to_host()[:6].tolist() == [1, 2, 3, 5, 8, 13]
+    shaped[1, 1](out)
+    assert out.copy_to_host()[0] == 4.0
+
+    @cuda.jit
+    def longer(flag, out):
+        t = (1, 2)
+        if flag[0] > 0:
+            t = (1, 2, 3)
+        out[0] = t[0]
+    with pytest.raises(cuda.CompileError, match="tuple of 2 and is bound to one of 3"):
+        longer[1, 1](cuda.to_device(np.array([1])), out)

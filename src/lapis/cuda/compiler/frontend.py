@@ -88,7 +88,9 @@ class Frontend(IRBuilder):
                                      kernarg_size=size, filename=self.filename, first_line=first),
                          dict(var_types or {}), self.filename, first, self.kernel)
         self.arg_offsets = {n: entry["offset"] for n, entry in zip(names, layout, strict=True)}
-        self.assigned = {t.id for node in ast.walk(self.fdef) for t in _targets(node) if isinstance(t, ast.Name)}
+        bindings = [t.id for node in ast.walk(self.fdef) for t in _targets(node) if isinstance(t, ast.Name)]
+        self.assigned = set(bindings)
+        self.rebound = {name for name in self.assigned if bindings.count(name) > 1}     # bound more than once
         self.static: dict[str, object] = {}          # names bound at compile time: constants, arrays, modules
         # How many run-time branches and loops enclose the code being walked, and where each static name was bound
         # (`assign_name`): a static name is one value for the whole kernel, so no run-time path may choose it.
@@ -213,6 +215,9 @@ class Frontend(IRBuilder):
             raise self.error(f"unsupported assignment target: {_construct(target)}")
 
     def assign_name(self, name: str, value) -> None:
+        if isinstance(value, tuple) and value and all(isinstance(v, Const | ir.Value) for v in value):
+            self.assign_numbers(name, value)
+            return
         if not isinstance(value, Const | ir.Value):
             # An array, a tuple, a module: known at compile time, so the same on every path. Rebinding a name
             # bound outside a run-time branch or loop to another one inside it would choose at run time.
@@ -234,6 +239,19 @@ class Frontend(IRBuilder):
             self.var_types[name] = T.concrete(T.unify(hint, t))
             raise _Retype(name)
         self.write(name, self.current, self.materialize(value, hint))
+
+    def assign_numbers(self, name: str, value: tuple) -> None:
+        """A tuple of numbers: each element also a variable (name$0, name$1, ...), so that a run-time branch or
+        loop may rebind the name (numba's tuples are values). A name bound only once keeps the tuple itself too,
+        constants and all (a shared array's shape)."""
+        old = self.static.get(name)
+        if isinstance(old, _Numbers) and old.arity != len(value):
+            raise self.error(f"{name!r} is a tuple of {old.arity} and is bound to one of {len(value)}; a kernel's "
+                             "tuple keeps its length")
+        for k, v in enumerate(value):
+            self.assign_name(f"{name}${k}", v)
+        self.static[name] = _Numbers(len(value), None if name in self.rebound else value)
+        self.static_at[name] = (self.depth, self.line)
 
     def stmt_Assert(self, node) -> None:
         """assert cond[, "message"]: a lane where cond fails stops the kernel with a trap (BPT.TRAP n) that the
@@ -437,6 +455,9 @@ class Frontend(IRBuilder):
     def lookup(self, name: str):
         if name in self.static:
             value = self.static[name]
+            if isinstance(value, _Numbers):
+                return value.value if value.value is not None else \
+                    tuple(self.read(f"{name}${k}", self.current) for k in range(value.arity))
             if isinstance(value, _Diverged):
                 raise self.error(f"{name!r} names {value.what} after the branch at line {value.line}, decided at run "
                                  "time; a kernel's array names are fixed when it compiles: index each array inside "
@@ -848,6 +869,14 @@ class _Diverged:
     """A static name the two sides of a run-time branch bound to different values (an error once read)."""
     what: str
     line: int
+
+
+@dataclass(frozen=True)
+class _Numbers:
+    """A name bound to a tuple of numbers (`Frontend.assign_numbers`): its length, and the tuple itself while
+    the name is bound only once (None: read its element variables)."""
+    arity: int
+    value: tuple | None
 
 
 def _merge_static(then: dict, other: dict, line: int) -> dict:
