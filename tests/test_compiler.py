@@ -775,3 +775,24 @@ def test_a_tuple_of_numbers_rebound_in_a_branch_or_a_loop_is_a_value():
         out[0] = t[0]
     with pytest.raises(cuda.CompileError, match="tuple of 2 and is bound to one of 3"):
         longer[1, 1](cuda.to_device(np.array([1])), out)
+
+
+def test_forall_asarray_flags_and_pinned_as_numba_spells_them():
+    @cuda.jit
+    def increment(x):
+        i = cuda.grid(1)
+        if i < x.size:
+            x[i] += 1
+
+    d = cuda.to_device(np.zeros(1000, np.float32))
+    increment.forall(1000)(d)                              # at least 1000 threads, in blocks of 128
+    increment.forall(1000, tpb=64)(d)
+    assert np.array_equal(np.asarray(d), np.full(1000, 2.0, np.float32))      # a copy on the host
+    assert np.asarray(d, dtype=np.float64).dtype == np.float64
+    assert d.flags["C_CONTIGUOUS"] and d.flags["F_CONTIGUOUS"] and not d[::2].flags["C_CONTIGUOUS"]
+    host = np.ones(8, np.float32)
+    with cuda.pinned(host):
+        small = cuda.to_device(host)
+    assert np.array_equal(small.copy_to_host(), host)
+    with pytest.raises(cuda.LaunchError, match="tasks >= 0"):
+        increment.forall(-1)

@@ -80,7 +80,7 @@ default_stream = _api.default_stream
 stream = _api.stream
 event = _api.event
 event_elapsed_time = _api.event_elapsed_time
-pinned_array = _api.pinned_array
+pinned_array, pinned = _api.pinned_array, _api.pinned
 memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_allocated
 memory_reserved, memory_stats, memory_summary = _api.memory_reserved, _api.memory_stats, _api.memory_summary
 empty_cache = _api.empty_cache
@@ -105,7 +105,7 @@ __all__ = [
     "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared", "synchronize",
     "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
-    "pinned_array", "stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
+    "pinned_array", "pinned", "stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
     "memory_summary", "empty_cache", "current_device", "set_device", "current_stream",
     "get_device_name", "get_device_properties", "PerformanceWarning", *_runtime_api.namespace(),
 ]

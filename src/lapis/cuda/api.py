@@ -5,6 +5,7 @@ An `Api` sees the GPUs of one vendor profile family: `lapis.cuda` the NVIDIA-lik
 own devices. Everything else — contexts, arrays, launches — is shared.
 """
 
+import contextlib
 import threading
 from dataclasses import dataclass
 
@@ -194,6 +195,13 @@ class Api:
         """A numpy array in pinned host memory of the current device: copies between it and that
         device go straight through the copy engine, without the staging buffer."""
         return self.context().pinned_array(shape, dtype, order)
+
+    @contextlib.contextmanager
+    def pinned(self, *arrays):
+        """numba's `with cuda.pinned(a, b):` (cudaHostRegister for the block): lapis cannot pin memory numpy
+        already owns, so the arrays stay as they are and their copies go through the staging buffer, as any
+        unpinned array's; use pinned_array for memory the copy engine reaches directly."""
+        yield
 
     def synchronize(self) -> None:
         with trace.span(3, "device_synchronize", api=self.name):

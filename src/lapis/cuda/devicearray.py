@@ -228,7 +228,15 @@ class DeviceNDArray:
         return f"<DeviceNDArray shape={self.shape} dtype={self.dtype} on {self.device} at {self.ptr:#x}>"
 
     def __array__(self, dtype=None, copy=None):
-        raise TypeError("a DeviceNDArray lives in device memory; call .copy_to_host() to get a numpy array")
+        """np.asarray(d): a copy on the host (numba's; it waits for the work before it, as copy_to_host does)."""
+        host = self.copy_to_host()
+        return host if dtype is None else host.astype(dtype)
+
+    @property
+    def flags(self) -> dict:
+        """numpy's contiguity flags (numba's DeviceNDArray.flags)."""
+        return {"C_CONTIGUOUS": self.is_c_contiguous(), "F_CONTIGUOUS": self.is_f_contiguous(), "OWNDATA": False,
+                "WRITEABLE": True, "ALIGNED": True}
 
 
 def _known_shape(shape: tuple, size: int) -> tuple:

@@ -56,6 +56,9 @@ def _dim3(value, what: str) -> tuple[int, int, int]:
     return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
 
 
+FORALL_THREADS = 128        # forall's block when not told: 4 warps, a usual elementwise block
+
+
 class PerformanceWarning(UserWarning):
     """Work lapis did that costs time the program did not ask for (numba's NumbaPerformanceWarning)."""
 
@@ -86,6 +89,13 @@ class Dispatcher:
     def __call__(self, *args):
         raise LaunchError(f"launch kernel {self.__name__!r} with a configuration: "
                           f"{self.__name__}[blocks, threads](...)")
+
+    def forall(self, ntasks: int, tpb: int = 0, stream=0, sharedmem: int = 0) -> "LaunchConfiguration":
+        """numba's kernel.forall(n): a configuration of at least n threads, tpb a block (FORALL_THREADS when 0)."""
+        if ntasks < 0:
+            raise LaunchError(f"forall() takes a number of tasks >= 0, not {ntasks}")
+        tpb = int(tpb) or FORALL_THREADS
+        return self[max(1, -(-int(ntasks) // tpb)), tpb, stream, sharedmem]
 
     def compile(self, argtypes: tuple) -> CompiledKernel:
         compiled = self.overloads.get(argtypes)
