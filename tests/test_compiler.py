@@ -796,3 +796,33 @@ def test_forall_asarray_flags_and_pinned_as_numba_spells_them():
     assert np.array_equal(small.copy_to_host(), host)
     with pytest.raises(cuda.LaunchError, match="tasks >= 0"):
         increment.forall(-1)
+
+
+@pytest.mark.parametrize("dtype", [np.uint32, np.int32])
+def test_the_bitwise_and_wrapping_atomics_numba_has(dtype):
+    """and_, or_, xor, inc, dec (compare-and-swap loops, as CUDA compiles them where the ISA has no instruction)
+    and compare_and_swap on element 0: every lane's update lands, whatever the order."""
+    @cuda.jit
+    def update(a, bits, counters, flag):
+        i = cuda.grid(1)
+        if i < a.size:
+            cuda.atomic.or_(bits, 0, a[i])
+            cuda.atomic.and_(bits, 1, ~(1 << (i % 31)))
+            cuda.atomic.xor(bits, 2, a[i])
+            cuda.atomic.inc(counters, 0, 9)
+            cuda.atomic.dec(counters, 1, 5)
+            cuda.atomic.compare_and_swap(flag, 0, i + 1)
+
+    a = rng.integers(0, 1 << 20, 200).astype(dtype)
+    bits = cuda.to_device(np.array([0, -1 if dtype == np.int32 else 0xFFFFFFFF, 0], dtype))
+    counters, flag = cuda.to_device(np.zeros(2, dtype)), cuda.to_device(np.zeros(1, dtype))
+    update[4, 64](cuda.to_device(a), bits, counters, flag)
+    mask = np.array(-1 if dtype == np.int32 else 0xFFFFFFFF, dtype)
+    for i in range(200):
+        mask &= ~np.array(1 << (i % 31), dtype)
+    increments, decrements = 0, 0
+    for _ in range(200):
+        increments = 0 if increments >= 9 else increments + 1
+        decrements = 5 if decrements == 0 or decrements > 5 else decrements - 1
+    assert bits.copy_to_host().tolist() == [np.bitwise_or.reduce(a), mask, np.bitwise_xor.reduce(a)]
+    assert counters.copy_to_host().tolist() == [increments, decrements] and flag.copy_to_host()[0] != 0

@@ -17,7 +17,7 @@ so math on float64 carries float32 accuracy (see docs/layer3-programming-interfa
 import math
 
 from lapis.cuda.compiler.device_function import DeviceFunction
-from lapis.cuda.compiler.intrinsics import fast_rcp
+from lapis.cuda.compiler.intrinsics import atomic, fast_rcp
 
 LOG2E = 1.4426950408889634              # log2(e): e^x is 2^(x log2 e)
 LN2 = 0.6931471805599453                # ln(2): ln x is log2(x) ln 2
@@ -206,3 +206,56 @@ def powf(x, y):
     if y == 0.0 or x == 1.0 or (x == -1.0 and abs(y) == math.inf):
         result = 1.0
     return result
+
+
+# -- atomics the ISA has no instruction for: compare-and-swap loops, as CUDA compiles them on GPUs without one --
+@DeviceFunction
+def atomic_and(ary, index, value):
+    old = ary[index]
+    while True:
+        seen = atomic.cas(ary, index, old, old & value)
+        if seen == old:
+            return old
+        old = seen
+
+
+@DeviceFunction
+def atomic_or(ary, index, value):
+    old = ary[index]
+    while True:
+        seen = atomic.cas(ary, index, old, old | value)
+        if seen == old:
+            return old
+        old = seen
+
+
+@DeviceFunction
+def atomic_xor(ary, index, value):
+    old = ary[index]
+    while True:
+        seen = atomic.cas(ary, index, old, old ^ value)
+        if seen == old:
+            return old
+        old = seen
+
+
+@DeviceFunction
+def atomic_inc(ary, index, value):
+    """CUDA's atomicInc: 0 once the old value reaches `value`, else one more."""
+    old = ary[index]
+    while True:
+        seen = atomic.cas(ary, index, old, 0 if old >= value else old + 1)
+        if seen == old:
+            return old
+        old = seen
+
+
+@DeviceFunction
+def atomic_dec(ary, index, value):
+    """CUDA's atomicDec: `value` when the old value is 0 or above it, else one less."""
+    old = ary[index]
+    while True:
+        seen = atomic.cas(ary, index, old, value if old == 0 or old > value else old - 1)
+        if seen == old:
+            return old
+        old = seen

@@ -195,6 +195,21 @@ def _atomic(op: str):
     return lower
 
 
+def _atomic_loop(name: str):
+    """cuda.atomic.<name>(array, index, value): libdevice's compare-and-swap loop, inlined; the old value."""
+    def lower(fe, args):
+        ref, index, value = args
+        t = ref.type.dtype
+        return fe.inline(getattr(libdevice, f"atomic_{name.rstrip('_')}"),
+                         [ref, index, fe.materialize(fe.cast(value, t), t)])
+    return lower
+
+
+def _compare_and_swap(fe, args):
+    ref, old, value = args
+    return _atomic("cas")(fe, [ref, Const(0, T.WEAK_INT), old, value])
+
+
 def _shuffle(mode: str):
     def lower(fe, args):
         _, value, lane = args
@@ -368,6 +383,13 @@ CALLS: dict[object, Builtin] = {
         f"cuda.atomic.{op}", (Param("array", array_of(types, ("global", "shared"))), Param("index", INDEX),
                               *((Param("old"),) if op == "cas" else ()), Param("value")), _atomic(op))
        for op, types in ATOMIC_TYPES.items()},
+    **{getattr(K.atomic, name): Builtin(
+        f"cuda.atomic.{name}", (Param("array", array_of(ATOMIC_TYPES["cas"], ("global", "shared"))),
+                                Param("index", INDEX), Param("value")), _atomic_loop(name))
+       for name in ("and_", "or_", "xor", "inc", "dec")},
+    K.atomic.compare_and_swap: Builtin("cuda.atomic.compare_and_swap", (
+        Param("array", array_of(ATOMIC_TYPES["cas"], ("global", "shared"))), Param("old"), Param("value")),
+        _compare_and_swap),
     K.shfl_sync: Builtin("cuda.shfl_sync", (*SHUFFLE, Param("src_lane", INTEGER)), _shuffle("IDX")),
     K.shfl_up_sync: Builtin("cuda.shfl_up_sync", (*SHUFFLE, Param("delta", INTEGER)), _shuffle("UP")),
     K.shfl_down_sync: Builtin("cuda.shfl_down_sync", (*SHUFFLE, Param("delta", INTEGER)), _shuffle("DOWN")),

@@ -55,7 +55,14 @@ atomic = _Namespace("cuda.atomic", **{name: Intrinsic(f"cuda.atomic.{name}", f"c
                                                       "value): atomically update array[index]; returns the old value")
                                       for name in ("add", "sub", "max", "min", "exch")},
                     cas=Intrinsic("cuda.atomic.cas", "cuda.atomic.cas(array, index, old, value): compare and swap; "
-                                  "returns the value array[index] held"))
+                                  "returns the value array[index] held"),
+                    compare_and_swap=Intrinsic("cuda.atomic.compare_and_swap", "cuda.atomic.compare_and_swap("
+                                               "array, old, value): cas of array[0]"),
+                    **{name: Intrinsic(f"cuda.atomic.{name}", f"cuda.atomic.{name}(array, index, value): atomically "
+                                       f"update array[index] ({what}); returns the old value")
+                       for name, what in (("and_", "&"), ("or_", "|"), ("xor", "^"),
+                                          ("inc", "old >= value ? 0 : old + 1"),
+                                          ("dec", "old == 0 or old > value ? value : old - 1"))})
 shfl_sync = Intrinsic("cuda.shfl_sync", "cuda.shfl_sync(mask, value, src_lane): value of lane src_lane")
 shfl_up_sync = Intrinsic("cuda.shfl_up_sync", "cuda.shfl_up_sync(mask, value, delta): value of lane - delta")
 shfl_down_sync = Intrinsic("cuda.shfl_down_sync", "cuda.shfl_down_sync(mask, value, delta): value of lane + delta")
