@@ -291,8 +291,8 @@ ADVANCED = [lambda t: (t([0, 2]), t([1, 3])), lambda t: (slice(None), [-1], slic
 @pytest.mark.parametrize("device", DEVICES)
 def test_advanced_indexing_with_several_index_tensors_matches_torch(device):
     """x[rows, cols], x[:, [-1], :], masks beside slices, integers between (which select first, as in torch,
-    not numpy): torch's shapes, values and gradients; an index out of range is an error on either device, and
-    assigning through several index tensors refuses instead of writing into a copy."""
+    not numpy): torch's shapes, values and gradients; an index out of range is an error on either device; and
+    assignment through them (index_put_), with its gradients."""
     x = rng.standard_normal((3, 4, 5)).astype(np.float32)
     for index in ADVANCED:
         ours, theirs = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
@@ -305,6 +305,20 @@ def test_advanced_indexing_with_several_index_tensors_matches_torch(device):
     with pytest.raises(IndexError if device == "cpu" else RuntimeError,
                        match="out of bounds for dimension 1 with size 4" if device == "cpu" else "device-side"):
         lapis.tensor(x, device=device)[lapis.tensor([0], device=device), lapis.tensor([4], device=device)].cpu()
-    target = lapis.zeros(3, 4, device=device)
-    with pytest.raises(NotImplementedError, match="several index tensors"):
-        target[lapis.tensor([0], device=device), lapis.tensor([1], device=device)] = 1.0
+
+    ours, theirs = lapis.ones(3, 4, device=device, requires_grad=True), torch.ones(3, 4, requires_grad=True)
+    value, value_t = lapis.tensor([2.0, 3.0], device=device, requires_grad=True), torch.tensor([2.0, 3.0],
+                                                                                           requires_grad=True)
+    target, target_t = ours * 1, theirs * 1                   # assignment through index tensors: index_put_
+    target[lapis.tensor([0, 1], device=device), lapis.tensor([1, -1], device=device)] = value
+    target_t[torch.tensor([0, 1]), torch.tensor([1, -1])] = value_t
+    target[range(3), [0, 1, 2]] = 7.0
+    target_t[range(3), [0, 1, 2]] = 7.0
+    target[:, [-1]] = lapis.tensor([[1.5], [2.5], [3.5]], device=device)
+    target_t[:, [-1]] = torch.tensor([[1.5], [2.5], [3.5]])
+    same(target, target_t)
+    w = rng.standard_normal((3, 4)).astype(np.float32)
+    (target * lapis.tensor(w, device=device)).sum().backward()
+    (target_t * torch.tensor(w)).sum().backward()
+    same(ours.grad, theirs.grad)
+    same(value.grad, value_t.grad)

@@ -244,9 +244,9 @@ def setitem(x, index, value) -> None:
             inplace.write(x, result)
         return
     index = index if isinstance(index, tuple) else (index,)
-    if any(isinstance(i, TensorBase | list | range) for i in index):    # x[i, j] = v: a gather's copy, not a view
-        raise NotImplementedError("assigning through several index tensors (x[i, j] = v) is not supported yet; "
-                                  "index one dimension with a tensor, or build the value with where or scatter_add")
+    if any(isinstance(i, TensorBase | list | range) for i in index):
+        _set_advanced(x, index, value)
+        return
     if inplace.records(x, value):
         inplace.check(x, value)
         inplace.rebase(x, inplace.SetRegion.apply(x, index, value))
@@ -254,6 +254,23 @@ def setitem(x, index, value) -> None:
     with no_grad():
         target = getitem(x.detach(), index)
     inplace.write(target, value)                # a view of x's storage: its version is x's
+
+
+def _set_advanced(x, index: tuple, value) -> None:
+    """x[index] = value with index tensors among the items (torch's index_put_): the flat positions the same index
+    picks from a grid of x's element numbers (`_advanced`, so the same rules and bounds), then one assignment into
+    x's elements read as a vector. A position picked twice gets the sum of its values (torch leaves it undefined)."""
+    inplace.check(x, value)
+    with no_grad():
+        grid = TensorBase._from_numpy(np.arange(x.numel(), dtype=np.int64).reshape(x.shape), x.device)
+        positions = _advanced(grid, index)
+    value = value if isinstance(value, TensorBase) else x.new_full((), value)
+    value = value.to(x.device, x.dtype).expand(positions.shape).reshape(-1)
+    result = _set_by_tensor(x.reshape(-1), positions.reshape(-1), value).reshape(x.shape)
+    if inplace.records(x, value):
+        inplace.rebase(x, result)
+    else:
+        inplace.write(x, result)
 
 
 def _positions(values: np.ndarray, dev) -> TensorBase:
