@@ -322,3 +322,21 @@ def test_advanced_indexing_with_several_index_tensors_matches_torch(device):
     (target_t * torch.tensor(w)).sum().backward()
     same(ours.grad, theirs.grad)
     same(value.grad, value_t.grad)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_cumsum_along_each_dimension_with_its_gradient(device):
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    for dim in (0, 1, 2, -1):
+        ours, theirs = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+        got, want = ours.cumsum(dim), theirs.cumsum(dim)
+        same(got, want)
+        w = rng.standard_normal(x.shape).astype(np.float32)
+        (got * lapis.tensor(w, device=device)).sum().backward()
+        (want * torch.tensor(w)).sum().backward()
+        same(ours.grad, theirs.grad)
+        assert got.grad_fn.name() == want.grad_fn.name()
+    ints = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+    same(lapis.cumsum(lapis.tensor(ints, device=device), 1), torch.cumsum(torch.tensor(ints), 1))   # in int64
+    same(lapis.tensor([True, False, True], device=device).cumsum(0), torch.tensor([True, False, True]).cumsum(0))
+    same(lapis.tensor(3.0, device=device).cumsum(0), torch.tensor(3.0).cumsum(0))

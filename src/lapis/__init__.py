@@ -82,6 +82,7 @@ from lapis.framework.ops.reductions import (  # noqa: A004 - torch's names
     any,
     argmax,
     argmin,
+    cumsum,
     equal,
     isclose,
     logsumexp,
@@ -133,6 +134,6 @@ __all__ = [
     "zeros_like"]
 __all__ += list(_ELEMENTWISE)
 __all__ += ["all", "allclose", "any", "broadcast_to", "clip", "equal", "flatten", "flip", "inference_mode", "is_tensor",
-            "isclose", "norm", "numel", "roll", "set_grad_enabled", "squeeze", "unbind", "unsqueeze", "compile",
-            "nonzero", "randperm", "Generator", "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor", "IntTensor",
-            "BoolTensor"]
+            "isclose", "cumsum", "norm", "numel", "roll", "set_grad_enabled", "squeeze", "unbind", "unsqueeze",
+            "compile", "nonzero", "randperm", "Generator", "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor",
+            "IntTensor", "BoolTensor"]

@@ -112,6 +112,13 @@ def triangle(x, out, diagonal: int, lower: bool) -> None:
         out[...] = np.tril(x, diagonal) if lower else np.triu(x, diagonal)
 
 
+def cumsum(x, dim: int, out) -> None:
+    if on_gpu(out):
+        reductions.cumsum(_api(out), x, dim, out)
+    else:
+        np.cumsum(x, axis=dim, dtype=out.dtype, out=out)
+
+
 def reduce(op: str, x, dim: int, out) -> None:
     if on_gpu(out):
         reductions.reduce(_api(out), op, x, dim, out)

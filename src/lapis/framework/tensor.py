@@ -120,7 +120,7 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     sum, mean, var, std, prod = reductions.sum, reductions.mean, reductions.var, reductions.std, reductions.prod
     max, min, argmax, argmin = reductions.max, reductions.min, reductions.argmax, reductions.argmin
     logsumexp, sum_to_size = reductions.logsumexp, reductions.sum_to_size
-    all, any, norm = reductions.all, reductions.any, reductions.norm
+    all, any, norm, cumsum = reductions.all, reductions.any, reductions.norm, reductions.cumsum
 
     # -- views and joins (ops/views.py) -------------------------------------------------------------------
     view, view_as, reshape = views.view, views.view_as, views.reshape

@@ -2,6 +2,7 @@
 kernels).
 
     reductions.reduce(api, "argmax", x, dim, out)    # along one dimension, in order (deterministic)
+    reductions.cumsum(api, x, dim, out)              # the running sums along one dimension (torch.cumsum)
 
 One thread per output reads its row in order (`reduce_kernel`); a float32 sum down long columns (a bias's
 gradient) splits each column over a block (`column_sum_kernel`); a few outputs of long rows (`x.sum()` of a
@@ -13,7 +14,7 @@ import numpy as np
 
 from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, float32
-from lapis.libs.kernels import THREADS, KernelArgumentError, _dispatcher, flat_view
+from lapis.libs.kernels import THREADS, KernelArgumentError, _along, _blocks, _dispatcher, flat_view
 
 REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin")
 
@@ -200,3 +201,29 @@ def _split_reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray, 
             np.int64(outer), np.int64(chunks), np.int64(inner), partial.ravel(), where.ravel(), flat_view(out)[0])
     else:
         reduce(api, op, partial, dim, out)
+
+
+def cumsum_kernel(n, length, inner, x, out):
+    # x and out are (outer, length, inner), contiguous; thread t runs down the line (t // inner, :, t % inner),
+    # adding in order (as numpy's cumsum), in out's type
+    t = cuda.grid(1)
+    while t < n:
+        base = t // inner * length * inner + t % inner
+        acc = out.dtype(x[base])
+        out[base] = acc
+        for j in range(1, length):
+            acc += out.dtype(x[base + j * inner])
+            out[base + j * inner] = acc
+        t += cuda.gridsize(1)
+
+
+def cumsum(api, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None:
+    """out = the running sums of x along dim (torch.cumsum): one thread a line, in order; x and out contiguous and
+    of one shape, the sums in out's dtype."""
+    if tuple(x.shape) != tuple(out.shape) or not (x.is_c_contiguous() and out.is_c_contiguous()):
+        raise KernelArgumentError(f"cumsum: x {x.shape} and out {out.shape} must be contiguous and of one shape")
+    outer, length, inner = _along(x, dim)
+    with trace.span(4, "cumsum", shape=tuple(x.shape), dim=dim, dtype=str(out.dtype)):
+        if outer * inner and length:
+            _dispatcher(api, ("cumsum",), lambda: cumsum_kernel)[_blocks(outer * inner), THREADS](
+                np.int64(outer * inner), np.int64(length), np.int64(inner), x.ravel(), out.ravel())

@@ -267,3 +267,28 @@ def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False) -> bool:
 def equal(a, b) -> bool:
     """Whether a and b have the same shape and elements (torch.equal)."""
     return tuple(a.shape) == tuple(b.shape) and builtins.bool(all(a == b).item())
+
+
+class CumSum(Function):
+    """The running sums along dim, in order; integers and bool sum in int64 (torch's); the gradient is the running
+    sums of g taken from the far end."""
+    node_name = "CumsumBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, dim: int, dtype):
+        out_dtype = dtype or (x.dtype if x.dtype.is_floating_point else _dtype.int64)
+        src = x.reshape(1) if x.ndim == 0 else x
+        d = wrap_dim(dim, src.ndim)
+        out = new(src.shape, out_dtype, x.device)
+        backend.cumsum(src.to(out_dtype)._contiguous()._data, d, out._data)
+        ctx.d, ctx.shape = d, x.shape
+        return out.reshape(x.shape)
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.reshape(1) if g.ndim == 0 else g
+        return g.flip(ctx.d).cumsum(ctx.d).flip(ctx.d).reshape(ctx.shape), None, None
+
+
+def cumsum(x, dim, dtype=None):
+    return CumSum.apply(x, dim, dtype)
