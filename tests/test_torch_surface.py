@@ -340,3 +340,31 @@ def test_cumsum_along_each_dimension_with_its_gradient(device):
     same(lapis.cumsum(lapis.tensor(ints, device=device), 1), torch.cumsum(torch.tensor(ints), 1))   # in int64
     same(lapis.tensor([True, False, True], device=device).cumsum(0), torch.tensor([True, False, True]).cumsum(0))
     same(lapis.tensor(3.0, device=device).cumsum(0), torch.tensor(3.0).cumsum(0))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sort_argsort_and_topk_match_torch_with_nan_ties_and_gradients(device):
+    """The order is found on the host (a sync point on a GPU, as nonzero is); the values are a gather, so they
+    carry gather's gradient. Stable, with torch's place for NaN (last going up, first going down)."""
+    x = rng.integers(0, 5, (3, 6)).astype(np.float32)
+    x[0, 2] = np.nan
+    for descending in (False, True):
+        ours, theirs = lapis.tensor(x, device=device), torch.tensor(x)
+        got, want = ours.sort(dim=1, descending=descending, stable=True), theirs.sort(dim=1, descending=descending,
+                                                                                      stable=True)
+        same(got.values, want.values)
+        same(got.indices, want.indices)
+        same(lapis.argsort(ours, 0, descending), torch.argsort(theirs, dim=0, descending=descending, stable=True))
+    distinct = rng.permutation(18).reshape(3, 6).astype(np.float32)      # topk leaves equal elements' order open
+    distinct[1, 4] = np.nan
+    ours, theirs = lapis.tensor(distinct, device=device, requires_grad=True), torch.tensor(distinct, requires_grad=True)
+    for k, largest in ((2, True), (3, False)):
+        got, want = ours.topk(k, dim=1, largest=largest), theirs.topk(k, dim=1, largest=largest)
+        same(got.values, want.values)
+        same(got.indices, want.indices)
+        got.values.sum().backward()
+        want.values.sum().backward()
+        same(ours.grad, theirs.grad)
+    same(lapis.sort(lapis.tensor([3, 1, 2], device=device)).values, torch.sort(torch.tensor([3, 1, 2])).values)
+    with pytest.raises(RuntimeError, match="k out of range"):
+        ours.topk(7, dim=1)

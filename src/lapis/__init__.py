@@ -95,6 +95,7 @@ from lapis.framework.ops.reductions import (  # noqa: A004 - torch's names
     sum,
     var,
 )
+from lapis.framework.ops.sorting import argsort, sort, topk
 from lapis.framework.ops.views import cat, chunk, flatten, split, squeeze, stack, unbind, unsqueeze
 from lapis.framework.ops.views import expand as broadcast_to
 from lapis.framework.serialization import load, save
@@ -136,4 +137,4 @@ __all__ += list(_ELEMENTWISE)
 __all__ += ["all", "allclose", "any", "broadcast_to", "clip", "equal", "flatten", "flip", "inference_mode", "is_tensor",
             "isclose", "cumsum", "norm", "numel", "roll", "set_grad_enabled", "squeeze", "unbind", "unsqueeze",
             "compile", "nonzero", "randperm", "Generator", "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor",
-            "IntTensor", "BoolTensor"]
+            "IntTensor", "BoolTensor", "argsort", "sort", "topk"]

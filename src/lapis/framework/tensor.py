@@ -11,7 +11,7 @@ import builtins
 
 from lapis.framework import dtype as _dtype
 from lapis.framework.device import device as _device
-from lapis.framework.ops import elementwise, indexing, inplace, linalg, nn, reductions, views
+from lapis.framework.ops import elementwise, indexing, inplace, linalg, nn, reductions, sorting, views
 from lapis.framework.tensor_base import TensorBase, device_of
 
 
@@ -121,6 +121,7 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     max, min, argmax, argmin = reductions.max, reductions.min, reductions.argmax, reductions.argmin
     logsumexp, sum_to_size = reductions.logsumexp, reductions.sum_to_size
     all, any, norm, cumsum = reductions.all, reductions.any, reductions.norm, reductions.cumsum
+    sort, argsort, topk = sorting.sort, sorting.argsort, sorting.topk
 
     # -- views and joins (ops/views.py) -------------------------------------------------------------------
     view, view_as, reshape = views.view, views.view_as, views.reshape
