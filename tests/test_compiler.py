@@ -826,3 +826,33 @@ def test_the_bitwise_and_wrapping_atomics_numba_has(dtype):
         decrements = 5 if decrements == 0 or decrements > 5 else decrements - 1
     assert bits.copy_to_host().tolist() == [np.bitwise_or.reduce(a), mask, np.bitwise_xor.reduce(a)]
     assert counters.copy_to_host().tolist() == [increments, decrements] and flag.copy_to_host()[0] != 0
+
+
+def test_a_row_of_an_array_is_an_array_as_numbas_a_of_i():
+    """A[i] of a 2-D A is its row, a view: A[i][j] as A[i, j], len() and .shape of it, and atomics, local and shared
+    arrays the same way."""
+    @cuda.jit
+    def rows(A, B, out, sums):
+        i = cuda.grid(1)
+        if i < A.shape[0]:
+            row = A[i]
+            acc = 0.0
+            for j in range(len(row)):
+                acc += row[j] * B[i][j]
+                out[i][j] = row[j] + 1
+            cuda.atomic.add(sums[i % 2], 0, acc)
+            scratch = cuda.local.array((2, 3), np.float32)
+            scratch[1][2] = acc
+            tile = cuda.shared.array((4, 5), np.float32)
+            tile[i % 4][1] = 2.0
+            out[i, 0] = scratch[1][2] + tile[i % 4][1] + row.shape[0]
+
+    a = np.arange(12, dtype=np.float32).reshape(4, 3)
+    b = rng.uniform(0, 1, (4, 3)).astype(np.float32)
+    out, sums = cuda.device_array((4, 3), np.float32), cuda.to_device(np.zeros((2, 1), np.float32))
+    rows[1, 8](cuda.to_device(a), cuda.to_device(b), out, sums)
+    dots = (a * b).sum(1)
+    want = a + 1
+    want[:, 0] = dots + 2 + 3
+    np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-6)
+    np.testing.assert_allclose(sums.copy_to_host().ravel(), [dots[0::2].sum(), dots[1::2].sum()], rtol=1e-6)

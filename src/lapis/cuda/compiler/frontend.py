@@ -645,6 +645,8 @@ class Frontend(IRBuilder):
         return self.emit(Op.DIM, T.int32, offset=base + 4 * "xyz".index(axis))
 
     def shape(self, ref: ArrayRef) -> tuple:
+        if ref.parent is not None:
+            return self.shape(ref.parent)[len(ref.prefix):]
         if ref.type.shape is not None:
             return tuple(Const(s, T.WEAK_INT) for s in ref.type.shape)
         return tuple(self.param(ref.param_offset + 8 + 8 * k, T.int64) for k in range(ref.type.ndim))
@@ -678,9 +680,25 @@ class Frontend(IRBuilder):
                 raise self.error(f"tuple index {index.value} out of range") from None
         if not isinstance(base, ArrayRef):
             raise self.error(f"{describe(base)} cannot be indexed")
+        items = index if isinstance(index, tuple) else (index,)
+        if 0 < len(items) < base.type.ndim:
+            return self.sub_array(base, items)
         if base.type.space == "local":
             return self.read(self.local_slot(base, index), self.current)
         return self.emit(Op.LOAD, base.type.dtype, [self.address(base, index)], space=_SPACE[base.type.space])
+
+    def sub_array(self, ref: ArrayRef, items: tuple) -> ArrayRef:
+        """A[i] of an array of more dimensions: the sub-array, a view over the same memory (numba's), addressed
+        through its parent when it is indexed in full."""
+        for x in items:
+            if not isinstance(x, Const | ir.Value) or getattr(self.typeof(x), "kind", "int") == "float":
+                raise self.error(f"array index must be an integer, not {describe(x)} (slices are not supported "
+                                 "inside kernels)")
+        t = ref.type
+        shape = t.shape[len(items):] if t.shape is not None else None
+        sub = T.ArrayType(t.dtype, t.ndim - len(items), "C" if t.layout == "C" else "A", t.space, shape)
+        root = ref.parent or ref
+        return ArrayRef(ref.name, sub, ref.param_offset, ref.base, (*ref.prefix, *items), root)
 
     def assign_subscript(self, base, index, value) -> None:
         if not isinstance(base, ArrayRef):
@@ -708,6 +726,8 @@ class Frontend(IRBuilder):
 
     def local_slot(self, ref: ArrayRef, index) -> str:
         items = self.indices(ref, index)
+        if ref.parent is not None:
+            return self.local_slot(ref.parent, (*ref.prefix, *items))
         if not all(isinstance(x, Const) for x in items):
             self.hints["memory_locals"].add(ref.name)     # indexed at run time: restart with it in memory
             raise _Retype(ref.name)
@@ -723,6 +743,8 @@ class Frontend(IRBuilder):
 
     def address(self, ref: ArrayRef, index) -> ir.Value:
         items = self.indices(ref, index)
+        if ref.parent is not None:                  # a sub-array: its parent's element
+            return self.address(ref.parent, (*ref.prefix, *items))
         if ref.type.shape is not None:
             items = [Const(x.value + s, x.type) if isinstance(x, Const) and x.value < 0 else x
                      for x, s in zip(items, ref.type.shape, strict=True)]

@@ -22,11 +22,14 @@ class Const:
 
 @dataclass
 class ArrayRef:
-    """An array the kernel can index: a kernel argument, a shared array or a local array."""
+    """An array the kernel can index: a kernel argument, a shared array or a local array; or (`parent`) the
+    sub-array of one at the integer indices `prefix` for its leading dimensions (numba's A[i] of a 2-D A)."""
     name: str
     type: T.ArrayType
     param_offset: int = 0          # global: kernarg offset of the data pointer
     base: int = 0                  # shared: byte offset in the block's shared memory
+    prefix: tuple = ()             # a sub-array's indices into its parent's leading dimensions
+    parent: "ArrayRef | None" = None
 
 
 def cast_constant(value, t: T.Scalar):
