@@ -856,3 +856,35 @@ def test_a_row_of_an_array_is_an_array_as_numbas_a_of_i():
     want[:, 0] = dots + 2 + 3
     np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-6)
     np.testing.assert_allclose(sums.copy_to_host().ravel(), [dots[0::2].sum(), dots[1::2].sum()], rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16])
+def test_small_integer_arrays_load_their_values_and_store_wrapped(dtype):
+    """uint8 images and int16 samples: an element loads as its value (computing as numba's, which widens it), a
+    store keeps its low bytes (numpy's wrapping cast), in global and shared memory; np.uint8(x) in a kernel and a
+    numpy small-integer scalar argument are values too; a local array of them is refused, saying so."""
+    @cuda.jit
+    def shift(a, out, wide, delta):
+        i = cuda.grid(1)
+        tile = cuda.shared.array(64, dtype)
+        if i < a.size:
+            tile[i] = a[i] * 3 + delta
+            out[i] = tile[i]
+            wide[i, 0] = a[i] - 1
+            wide[i, 1] = dtype(a[i] * 1000)
+
+    info = np.iinfo(dtype)
+    a = np.array([info.min, 0, 5, info.max // 2, info.max], dtype)
+    out, wide = cuda.device_array(5, dtype), cuda.device_array((5, 2), np.int64)
+    shift[1, 64](cuda.to_device(a), out, wide, dtype(7))
+    as_int = a.astype(np.int64)
+    assert out.copy_to_host().tolist() == (as_int * 3 + 7).astype(dtype).tolist()
+    assert wide.copy_to_host().tolist() == np.stack([as_int - 1, (as_int * 1000).astype(dtype)], 1).tolist()
+
+    @cuda.jit
+    def local_bytes(out):
+        scratch = cuda.local.array(4, dtype)
+        scratch[0] = 1
+        out[0] = scratch[0]
+    with pytest.raises(cuda.CompileError, match="local arrays of .* are not supported"):
+        local_bytes[1, 1](out)

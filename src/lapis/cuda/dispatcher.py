@@ -44,7 +44,8 @@ def typeof(value, index: int, name: str):
     if isinstance(value, float):
         return T.float64
     if isinstance(value, np.generic):
-        return T.scalar_of(value.dtype)
+        t = T.scalar_of(value.dtype)
+        return T.int32 if t in T.STORAGE else t           # a small integer's value, as an array element's load
     raise TypeError(f"kernel argument {index} ({name!r}) of type {type(value).__name__} is not supported "
                     "(pass device arrays and numbers)")
 

@@ -174,7 +174,11 @@ def _array(space: str):
     """cuda.shared.array or cuda.local.array."""
     def lower(fe, args):
         shape, dtype = args
-        return fe.allocate_array(space, shape if isinstance(shape, tuple) else (shape,), dtype_of(dtype))
+        t = dtype_of(dtype)
+        if space == "local" and t in T.STORAGE:
+            raise fe.error(f"local arrays of {t} are not supported; make it int32 (global and shared arrays of "
+                           f"{t} are)")
+        return fe.allocate_array(space, shape if isinstance(shape, tuple) else (shape,), t)
     return lower
 
 
@@ -276,8 +280,13 @@ def _abs(fe, args):
 
 
 def _cast(t: T.Scalar):
-    """float(x), int(x), cuda.float32(x), ...: x converted to t."""
+    """float(x), int(x), cuda.float32(x), ...: x converted to t; to a small integer type (np.uint8(x)) the int32
+    holding the value it wraps to, as an element of that type holds it."""
     def lower(fe, args):
+        if t in T.STORAGE:
+            mask, sign = (1 << t.bits) - 1, (1 << (t.bits - 1)) if t.kind == "int" else 0
+            low = fe.binop(Op.AND, fe.cast(args[0], T.int32), Const(mask, T.WEAK_INT))
+            return fe.binop(Op.SUB, fe.binop(Op.XOR, low, Const(sign, T.WEAK_INT)), Const(sign, T.WEAK_INT))
         return fe.to_bool(args[0]) if t == T.boolean else fe.cast(args[0], t)
     return lower
 

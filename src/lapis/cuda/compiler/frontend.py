@@ -685,7 +685,11 @@ class Frontend(IRBuilder):
             return self.sub_array(base, items)
         if base.type.space == "local":
             return self.read(self.local_slot(base, index), self.current)
-        return self.emit(Op.LOAD, base.type.dtype, [self.address(base, index)], space=_SPACE[base.type.space])
+        t = base.type.dtype
+        if t in T.STORAGE:                          # a small integer: loaded widened to int32
+            return self.emit(Op.LOAD, T.int32, [self.address(base, index)], space=_SPACE[base.type.space],
+                             storage=t.name)
+        return self.emit(Op.LOAD, t, [self.address(base, index)], space=_SPACE[base.type.space])
 
     def sub_array(self, ref: ArrayRef, items: tuple) -> ArrayRef:
         """A[i] of an array of more dimensions: the sub-array, a view over the same memory (numba's), addressed
@@ -711,6 +715,10 @@ class Frontend(IRBuilder):
             self.write(slot, self.current, self.materialize(self.cast(value, t), t))
             return
         addr = self.address(base, index)
+        if t in T.STORAGE:                          # a small integer: its low bytes of the value as int32
+            self.emit(Op.STORE, None, [addr, self.materialize(self.cast(value, T.int32), T.int32)],
+                      space=_SPACE[base.type.space], storage=t.name)
+            return
         self.emit(Op.STORE, None, [addr, self.materialize(self.cast(value, t), t)], space=_SPACE[base.type.space])
 
     def indices(self, ref: ArrayRef, index) -> list:

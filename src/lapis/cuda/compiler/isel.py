@@ -717,7 +717,7 @@ class InstructionSelector:
         space = v.attrs["space"]
         base, offset = self.address(v.args[0])
         t = v.type
-        width = {1: "U8", 2: "U16", 8: "64"}.get(t.itemsize, "")
+        width = STORAGE_LOAD.get(v.attrs.get("storage")) or {1: "U8", 2: "U16", 8: "64"}.get(t.itemsize, "")
         r = self.new(t)
         dst = self.new(T.int32) if t == T.boolean else r
         if space == "global":
@@ -736,7 +736,7 @@ class InstructionSelector:
         space = v.attrs["space"]
         base, offset = self.address(addr)
         t = value.type
-        width = {1: "U8", 2: "U16", 8: "64"}.get(t.itemsize, "")
+        width = STORAGE_STORE.get(v.attrs.get("storage")) or {1: "U8", 2: "U16", 8: "64"}.get(t.itemsize, "")
         src = self.reg(value)
         if t == T.boolean:
             data = self.new(T.int32)
@@ -814,6 +814,10 @@ class InstructionSelector:
 def float_bits64(value: float) -> int:
     return struct.unpack("<Q", struct.pack("<d", value))[0]
 
+
+# Small integer elements (types.STORAGE): the load's extension, the store's width
+STORAGE_LOAD = {"int8": "S8", "uint8": "U8", "int16": "S16", "uint16": "U16"}
+STORAGE_STORE = {"int8": "U8", "uint8": "U8", "int16": "U16", "uint16": "U16"}
 
 SIDE_EFFECTS = {"STG", "STS", "STL", "BAR", "BRA", "EXIT", "ATOMG", "ATOMS", "MEMBAR", "BPT"}
 

@@ -78,7 +78,13 @@ u32x2 = Scalar("u32x2", "vector", 64)
 u32x4 = Scalar("u32x4", "vector", 128)
 f32x4 = Scalar("f32x4", "vector", 128)
 FRAGMENTS = {t.name: t for t in (u32x2, u32x4, f32x4)}
-SCALARS = {t.name: t for t in (int32, int64, uint32, float16, bfloat16, float32, float64, boolean)}
+# Array element types only: an element loads into an int32 register (sign- or zero-extended, so it keeps its
+# value and computes as numba's, which widens them) and stores its low bytes (wrapping, as numpy's cast).
+int8, uint8 = Scalar("int8", "int", 8), Scalar("uint8", "uint", 8)
+int16, uint16 = Scalar("int16", "int", 16), Scalar("uint16", "uint", 16)
+STORAGE = frozenset({int8, uint8, int16, uint16})
+SCALARS = {t.name: t for t in (int32, int64, uint32, float16, bfloat16, float32, float64, boolean,
+                               int8, uint8, int16, uint16)}
 
 
 @dataclass(frozen=True)
