@@ -368,3 +368,27 @@ def test_sort_argsort_and_topk_match_torch_with_nan_ties_and_gradients(device):
     same(lapis.sort(lapis.tensor([3, 1, 2], device=device)).values, torch.sort(torch.tensor([3, 1, 2])).values)
     with pytest.raises(RuntimeError, match="k out of range"):
         ours.topk(7, dim=1)
+
+
+EINSUMS = [("ij,jk->ik", (3, 4), (4, 5)), ("bij,bjk->bik", (2, 3, 4), (2, 4, 5)),
+           ("bhqd,bhkd->bhqk", (2, 3, 4, 5), (2, 3, 6, 5)), ("i,i->", (4,), (4,)), ("i,j->ij", (3,), (4,)),
+           ("ij->ji", (3, 4)), ("ij->", (3, 4)), ("ijk->kj", (2, 3, 4)), ("ij,jk,kl->il", (2, 3), (3, 4), (4, 5)),
+           ("ij,jk", (3, 4), (4, 5)), ("bn,anm,bm->ba", (2, 3), (4, 3, 5), (2, 5))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_einsum_contracts_as_torch_with_gradients(device):
+    for equation, *shapes in EINSUMS:
+        arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        ours = [lapis.tensor(a, device=device, requires_grad=True) for a in arrays]
+        theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+        got, want = lapis.einsum(equation, *ours), torch.einsum(equation, *theirs)
+        same(got, want)
+        got.sum().backward()
+        want.sum().backward()
+        for o, t in zip(ours, theirs, strict=True):
+            same(o.grad, t.grad)
+    with pytest.raises(NotImplementedError, match="without '...'"):
+        lapis.einsum("...ij->...ji", lapis.ones(2, 3, device=device))
+    with pytest.raises(RuntimeError, match="do not match"):
+        lapis.einsum("ij,jk->ik", lapis.ones(2, 3, device=device), lapis.ones(4, 2, device=device))

@@ -74,7 +74,7 @@ from lapis.framework.ops.elementwise import clamp
 from lapis.framework.ops.elementwise import clamp as clip
 from lapis.framework.ops.indexing import flip, gather, index_select, masked_fill, nonzero, roll, scatter_add, tril, triu
 from lapis.framework.ops.indexing import where_or_nonzero as where
-from lapis.framework.ops.linalg import bmm, matmul, mm
+from lapis.framework.ops.linalg import bmm, einsum, matmul, mm
 from lapis.framework.ops.nn import log_softmax, softmax
 from lapis.framework.ops.reductions import (  # noqa: A004 - torch's names
     all,
@@ -137,4 +137,4 @@ __all__ += list(_ELEMENTWISE)
 __all__ += ["all", "allclose", "any", "broadcast_to", "clip", "equal", "flatten", "flip", "inference_mode", "is_tensor",
             "isclose", "cumsum", "norm", "numel", "roll", "set_grad_enabled", "squeeze", "unbind", "unsqueeze",
             "compile", "nonzero", "randperm", "Generator", "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor",
-            "IntTensor", "BoolTensor", "argsort", "sort", "topk"]
+            "IntTensor", "BoolTensor", "argsort", "sort", "topk", "einsum"]

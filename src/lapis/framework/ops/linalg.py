@@ -126,3 +126,61 @@ def bmm(a: TensorBase, b: TensorBase) -> TensorBase:
         raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{a.shape[0]}, "
                            f"{a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")
     return matmul(a, b)
+
+
+def einsum(equation: str, *operands) -> TensorBase:
+    """torch.einsum for subscripts of letters without ellipsis or a repeated letter within one operand: each
+    operand first sums the letters no one else needs, then pairs contract left to right as one batched matrix
+    product (batch letters, the left's own, the contracted, the right's own), so the work is matmul's."""
+    if len(operands) == 1 and isinstance(operands[0], list | tuple):
+        operands = tuple(operands[0])
+    equation = equation.replace(" ", "")
+    inputs, arrow, output = equation.partition("->")
+    terms = inputs.split(",")
+    if "." in equation or len(terms) != len(operands):
+        raise NotImplementedError(f"einsum {equation!r}: one subscript per operand, without '...', is supported")
+    if not arrow:                                   # implicit output: the letters that appear once, in order
+        output = "".join(sorted(c for c in set(inputs) if inputs.count(c) == 1 and c.isalpha()))
+    for term, x in zip(terms, operands, strict=True):
+        if len(term) != x.ndim or len(set(term)) != len(term):
+            raise NotImplementedError(f"einsum {equation!r}: subscript {term!r} must name each of its operand's "
+                                      f"{x.ndim} dimensions once")
+    pairs = list(zip(terms, operands, strict=True))
+    term, x = _einsum_keep(*pairs[0], "".join(t for t, _ in pairs[1:]) + output)
+    for k in range(1, len(pairs)):
+        later = "".join(t for t, _ in pairs[k + 1:]) + output
+        other, y = _einsum_keep(*pairs[k], term + later)
+        term, x = _einsum_pair(term, x, other, y, later)
+    return x.permute(*(term.index(c) for c in output)) if term != output else x
+
+
+def _einsum_keep(term: str, x: TensorBase, needed: str) -> tuple[str, TensorBase]:
+    """x summed over the letters of `term` that `needed` lacks."""
+    gone = [d for d, c in enumerate(term) if c not in needed]
+    if not gone:
+        return term, x
+    return "".join(c for c in term if c in needed), x.sum(gone)
+
+
+def _einsum_pair(a_term: str, a: TensorBase, b_term: str, b: TensorBase, later: str) -> tuple[str, TensorBase]:
+    """The product of two operands contracted over the letters they share that `later` does not need."""
+    batch = [c for c in a_term if c in b_term and c in later]
+    shared = [c for c in a_term if c in b_term and c not in later]
+    a_own, b_own = [c for c in a_term if c not in b_term], [c for c in b_term if c not in a_term]
+    size = {**dict(zip(a_term, a.shape, strict=True)), **dict(zip(b_term, b.shape, strict=True))}
+    for c in batch + shared:
+        if dict(zip(a_term, a.shape, strict=True))[c] != dict(zip(b_term, b.shape, strict=True))[c]:
+            raise RuntimeError(f"einsum(): subscript {c} has sizes {a.shape[a_term.index(c)]} and "
+                               f"{b.shape[b_term.index(c)]} that do not match")
+
+    def prod(letters) -> int:
+        n = 1
+        for c in letters:
+            n *= size[c]
+        return n
+    left = a.permute(*(a_term.index(c) for c in batch + a_own + shared)).reshape(prod(batch), prod(a_own),
+                                                                                prod(shared))
+    right = b.permute(*(b_term.index(c) for c in batch + shared + b_own)).reshape(prod(batch), prod(shared),
+                                                                                 prod(b_own))
+    out = matmul(left, right).reshape(*(size[c] for c in batch + a_own + b_own))
+    return "".join(batch + a_own + b_own), out
