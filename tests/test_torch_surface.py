@@ -392,3 +392,22 @@ def test_einsum_contracts_as_torch_with_gradients(device):
         lapis.einsum("...ij->...ji", lapis.ones(2, 3, device=device))
     with pytest.raises(RuntimeError, match="do not match"):
         lapis.einsum("ij,jk->ik", lapis.ones(2, 3, device=device), lapis.ones(4, 2, device=device))
+
+
+def test_the_backend_switches_programs_set_keep_their_values():
+    """nanoGPT's first lines: lapis computes float32 products in float32 whatever they say, and reads back what was
+    set; an unknown precision is refused as torch's."""
+    lapis.backends.cuda.matmul.allow_tf32 = True
+    lapis.backends.cudnn.allow_tf32 = lapis.backends.cudnn.benchmark = True
+    try:
+        assert lapis.backends.cuda.matmul.allow_tf32 and lapis.backends.cudnn.benchmark
+        lapis.set_float32_matmul_precision("high")
+        assert lapis.get_float32_matmul_precision() == "high"
+        with pytest.raises(RuntimeError, match="Invalid precision"):
+            lapis.set_float32_matmul_precision("low")
+        a = rng.standard_normal((8, 8)).astype(np.float32)
+        np.testing.assert_allclose((lapis.tensor(a, device="cuda") @ lapis.tensor(a, device="cuda")).cpu().numpy(),
+                                   a @ a, rtol=1e-5, atol=1e-5)       # still float32's products
+    finally:
+        lapis.backends.cuda.matmul.allow_tf32 = lapis.backends.cudnn.benchmark = False
+        lapis.set_float32_matmul_precision("highest")
