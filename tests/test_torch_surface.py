@@ -411,3 +411,53 @@ def test_the_backend_switches_programs_set_keep_their_values():
     finally:
         lapis.backends.cuda.matmul.allow_tf32 = lapis.backends.cudnn.benchmark = False
         lapis.set_float32_matmul_precision("highest")
+
+
+def test_torch_utils_data_samplers_subsets_and_loader_options():
+    """torch.utils.data as programs use it: samplers, batch samplers, Subset, random_split, ConcatDataset, an
+    IterableDataset, dict samples, and DataLoader's worker and pinning options (accepted; loading is in-process)."""
+    from lapis.utils.data import (
+        BatchSampler,
+        ConcatDataset,
+        DataLoader,
+        IterableDataset,
+        RandomSampler,
+        SequentialSampler,
+        Subset,
+        SubsetRandomSampler,
+        TensorDataset,
+        random_split,
+    )
+    from lapis.utils.data.dataloader import default_collate
+    x, y = lapis.arange(10.0).reshape(10, 1), lapis.arange(10)
+    data = TensorDataset(x, y)
+    assert list(SequentialSampler(data)) == list(range(10))
+    shuffled = list(RandomSampler(data, generator=lapis.Generator().manual_seed(0)))
+    assert sorted(shuffled) == list(range(10)) and shuffled != list(range(10))
+    assert len(list(RandomSampler(data, replacement=True, num_samples=25))) == 25
+    assert sorted(SubsetRandomSampler([2, 5, 7])) == [2, 5, 7]
+    assert list(BatchSampler(SequentialSampler(data), 4, drop_last=False)) == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
+    assert len(BatchSampler(SequentialSampler(data), 4, drop_last=True)) == 2
+    loader = DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 3, False), num_workers=4,
+                        pin_memory=True, persistent_workers=True)
+    assert [b[1].tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]] and len(loader) == 4
+    picked = DataLoader(data, batch_size=2, sampler=SubsetRandomSampler([1, 3, 5, 7]))
+    assert sorted(sum((b[1].tolist() for b in picked), [])) == [1, 3, 5, 7]
+    assert [s[1].item() for s in DataLoader(data, batch_size=None)][:3] == [0, 1, 2]
+    train, test = random_split(data, [0.7, 0.3], generator=lapis.Generator().manual_seed(1))
+    assert len(train) == 7 and len(test) == 3
+    assert sorted(train.indices + test.indices) == list(range(10))
+    assert Subset(data, [4, 2])[1][1].item() == 2
+    both = ConcatDataset([Subset(data, [0, 1]), Subset(data, [9])])
+    assert len(both) == 3 and both[2][1].item() == 9 and both[-1][1].item() == 9
+    with pytest.raises(ValueError, match="Sum of input lengths"):
+        random_split(data, [3, 3])
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        DataLoader(data, sampler=SequentialSampler(data), shuffle=True)
+
+    class Counting(IterableDataset):
+        def __iter__(self):
+            return iter(range(7))
+    assert [b.tolist() for b in DataLoader(Counting(), batch_size=3)] == [[0, 1, 2], [3, 4, 5], [6]]
+    batch = default_collate([{"x": np.ones(2, np.float32), "n": 1}, {"x": np.zeros(2, np.float32), "n": 2}])
+    assert tuple(batch["x"].shape) == (2, 2) and batch["n"].tolist() == [1, 2]
