@@ -462,3 +462,39 @@ def test_multihead_attention_matches_torch(device, batch_first, need_weights):
     close(yo, yt, 1e-5)
     with pytest.raises(RuntimeError, match="Need attn_mask"):
         ours(xo, xo, xo, is_causal=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lstm_and_its_cell_match_torch_with_gradients(device):
+    """torch's gate order and parameter names: with torch's weights copied in, the outputs, final states and
+    every gradient agree, for one layer and for two batch-first layers; an unbatched sequence and a cell step too."""
+    for layers, batch_first in ((1, False), (2, True)):
+        theirs, ours = torch.nn.LSTM(3, 5, layers, batch_first=batch_first), nn.LSTM(3, 5, layers,
+                                                                                     batch_first=batch_first)
+        assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+        for name, p in theirs.named_parameters():
+            getattr(ours, name).data = lapis.tensor(p.detach().numpy())
+        ours.to(device)
+        x = f32(4, 6, 3) if batch_first else f32(6, 4, 3)
+        xo, xt = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+        (yo, (ho, co)), (yt, (ht, ct)) = ours(xo), theirs(xt)
+        for a, b in ((yo, yt), (ho, ht), (co, ct)):
+            assert a.shape == b.shape
+            close(a, b)
+        (yo.sum() + co.sum()).backward()
+        (yt.sum() + ct.sum()).backward()
+        close(xo.grad, xt.grad)
+        for name, p in theirs.named_parameters():
+            close(getattr(ours, name).grad, p.grad)
+    theirs_cell, ours_cell = torch.nn.LSTMCell(3, 4), nn.LSTMCell(3, 4)
+    for name, p in theirs_cell.named_parameters():
+        getattr(ours_cell, name).data = lapis.tensor(p.detach().numpy())
+    ours_cell.to(device)
+    x = f32(2, 3)
+    for a, b in zip(ours_cell(lapis.tensor(x, device=device)), theirs_cell(torch.tensor(x)), strict=True):
+        close(a, b)
+    single = nn.LSTM(3, 5).to(device)
+    out, (h, c) = single(lapis.tensor(f32(6, 3), device=device))                   # unbatched: (T, I)
+    assert tuple(out.shape) == (6, 5) and tuple(h.shape) == (1, 5) and tuple(c.shape) == (1, 5)
+    with pytest.raises(NotImplementedError, match="bidirectional"):
+        nn.LSTM(3, 5, bidirectional=True)
