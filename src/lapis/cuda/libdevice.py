@@ -209,53 +209,31 @@ def powf(x, y):
 
 
 # -- atomics the ISA has no instruction for: compare-and-swap loops, as CUDA compiles them on GPUs without one --
-@DeviceFunction
-def atomic_and(ary, index, value):
-    old = ary[index]
-    while True:
-        seen = atomic.cas(ary, index, old, old & value)
-        if seen == old:
-            return old
-        old = seen
+def _cas_loop(update: str) -> DeviceFunction:
+    """atomic.<update>(ary, index, value) as a compare-and-swap loop, returning the old value: `update` picks the
+    new value from the old (a compile-time constant: the inlined loop keeps its branch only). inc is CUDA's
+    atomicInc (0 once the old value reaches `value`, else one more), dec its atomicDec (`value` when the old value
+    is 0 or above it, else one less)."""
+    UPDATE = update
+
+    def atomic_update(ary, index, value):
+        old = ary[index]
+        while True:
+            if UPDATE == "and":
+                new = old & value
+            elif UPDATE == "or":
+                new = old | value
+            elif UPDATE == "xor":
+                new = old ^ value
+            elif UPDATE == "inc":
+                new = 0 if old >= value else old + 1
+            else:
+                new = value if old == 0 or old > value else old - 1
+            seen = atomic.cas(ary, index, old, new)
+            if seen == old:
+                return old
+            old = seen
+    return DeviceFunction(atomic_update)
 
 
-@DeviceFunction
-def atomic_or(ary, index, value):
-    old = ary[index]
-    while True:
-        seen = atomic.cas(ary, index, old, old | value)
-        if seen == old:
-            return old
-        old = seen
-
-
-@DeviceFunction
-def atomic_xor(ary, index, value):
-    old = ary[index]
-    while True:
-        seen = atomic.cas(ary, index, old, old ^ value)
-        if seen == old:
-            return old
-        old = seen
-
-
-@DeviceFunction
-def atomic_inc(ary, index, value):
-    """CUDA's atomicInc: 0 once the old value reaches `value`, else one more."""
-    old = ary[index]
-    while True:
-        seen = atomic.cas(ary, index, old, 0 if old >= value else old + 1)
-        if seen == old:
-            return old
-        old = seen
-
-
-@DeviceFunction
-def atomic_dec(ary, index, value):
-    """CUDA's atomicDec: `value` when the old value is 0 or above it, else one less."""
-    old = ary[index]
-    while True:
-        seen = atomic.cas(ary, index, old, value if old == 0 or old > value else old - 1)
-        if seen == old:
-            return old
-        old = seen
+ATOMIC_UPDATES = {update: _cas_loop(update) for update in ("and", "or", "xor", "inc", "dec")}

@@ -204,8 +204,7 @@ def _atomic_loop(name: str):
     def lower(fe, args):
         ref, index, value = args
         t = ref.type.dtype
-        return fe.inline(getattr(libdevice, f"atomic_{name.rstrip('_')}"),
-                         [ref, index, fe.materialize(fe.cast(value, t), t)])
+        return fe.inline(libdevice.ATOMIC_UPDATES[name.rstrip("_")], [ref, index, fe.materialize(fe.cast(value, t), t)])
     return lower
 
 
