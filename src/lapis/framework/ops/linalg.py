@@ -167,11 +167,11 @@ def _einsum_pair(a_term: str, a: TensorBase, b_term: str, b: TensorBase, later: 
     batch = [c for c in a_term if c in b_term and c in later]
     shared = [c for c in a_term if c in b_term and c not in later]
     a_own, b_own = [c for c in a_term if c not in b_term], [c for c in b_term if c not in a_term]
-    size = {**dict(zip(a_term, a.shape, strict=True)), **dict(zip(b_term, b.shape, strict=True))}
+    a_size, b_size = dict(zip(a_term, a.shape, strict=True)), dict(zip(b_term, b.shape, strict=True))
     for c in batch + shared:
-        if dict(zip(a_term, a.shape, strict=True))[c] != dict(zip(b_term, b.shape, strict=True))[c]:
-            raise RuntimeError(f"einsum(): subscript {c} has sizes {a.shape[a_term.index(c)]} and "
-                               f"{b.shape[b_term.index(c)]} that do not match")
+        if a_size[c] != b_size[c]:
+            raise RuntimeError(f"einsum(): subscript {c} has sizes {a_size[c]} and {b_size[c]} that do not match")
+    size = {**a_size, **b_size}
 
     def prod(letters) -> int:
         n = 1
