@@ -173,14 +173,12 @@ class CommandProcessor:
             if queue is None:
                 return              # a write to an unmapped doorbell is dropped, as on hardware
             if not self.launch_blocking:
-                self._host_active_at = now = time.monotonic()
                 if not queue.kicked:
                     queue.kicked = True
                     if not self._timed_wait:           # else it wakes to a deadline no later than this one's
                         self._wakes_at = 0.0
                         self._work.notify()
-                if now >= self._wakes_at:
-                    self._hand_over()
+                self._host_at_work()
                 return
         # Launch blocking: run the ring dry here. A queue that stops at an unmet barrier is left
         # waiting, and the processor's thread (woken by the turn) polls it from there.
@@ -224,9 +222,7 @@ class CommandProcessor:
                 with self._cond:
                     if self.halted:
                         return
-                    self._host_active_at = now = time.monotonic()
-                    if now >= self._wakes_at:
-                        self._hand_over()
+                    self._host_at_work()
                     ready = [q for q in self._runnable() if q.vmid == vmid]
                 if not ready or self._round(ready):
                     return
@@ -302,6 +298,13 @@ class CommandProcessor:
         self._wakes_at = math.inf                 # until it sleeps again
         self._cond.notify_all()
         return self._due()
+
+    def _host_at_work(self) -> None:
+        """A host thread (holding the lock) rings a doorbell or runs the queues: it stamps the time, and hands
+        the interpreter over if the processor's thread is past its wake-up."""
+        self._host_active_at = time.monotonic()
+        if self._host_active_at >= self._wakes_at:
+            self._hand_over()
 
     def _hand_over(self) -> None:
         """A host thread (holding the lock) lets the processor's thread, awake and waiting for the interpreter,
