@@ -210,6 +210,14 @@ def _list_index(index: list, x) -> TensorBase:
     return TensorBase._from_numpy(values if values.dtype == np.bool_ else values.astype(np.int64), x.device)
 
 
+def _element_numbers(x) -> TensorBase:
+    """An int64 tensor of x's shape on x's device holding 0, 1, 2, ... in row-major order (made there, not
+    uploaded)."""
+    numbers = new((x.numel(),), _dtype.int64, x.device)
+    backend.arange(numbers._data, 0, 1)
+    return numbers.reshape(x.shape)
+
+
 def _set_by_tensor(x, index, value):
     """x with x[index] = value, out of place, for a boolean mask or an integer tensor on the first dimension
     (repeated indices add their values, where torch leaves the result undefined)."""
@@ -219,7 +227,7 @@ def _set_by_tensor(x, index, value):
         mask = index.expand(x.shape) if tuple(index.shape) != tuple(x.shape) else index
         if value.numel() == 1:
             return where(mask, value.reshape(()), x)
-        flat_positions = TensorBase._from_numpy(np.arange(x.numel(), dtype=np.int64).reshape(x.shape), x.device)
+        flat_positions = _element_numbers(x)
         picked = masked_select(flat_positions, mask)
         placed = scatter_add(x.new_zeros(x.numel()), 0, picked, value.reshape(-1))
         return where(mask, placed.reshape(x.shape), x)
@@ -262,8 +270,7 @@ def _set_advanced(x, index: tuple, value) -> None:
     x's elements read as a vector. A position picked twice gets the sum of its values (torch leaves it undefined)."""
     inplace.check(x, value)
     with no_grad():
-        grid = TensorBase._from_numpy(np.arange(x.numel(), dtype=np.int64).reshape(x.shape), x.device)
-        positions = _advanced(grid, index)
+        positions = _advanced(_element_numbers(x), index)
     value = value if isinstance(value, TensorBase) else x.new_full((), value)
     value = value.to(x.device, x.dtype).expand(positions.shape).reshape(-1)
     result = _set_by_tensor(x.reshape(-1), positions.reshape(-1), value).reshape(x.shape)
