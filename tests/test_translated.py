@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -25,7 +26,9 @@ from lapis.hardware.simt.native_counters import (
     lane_sectors,
     wavefronts,
 )
+from lapis.hardware.simt.native_scheduler import PART_ALIGN
 from lapis.hardware.simt.translate import LOOP_LEN, OPS, RUN_LEN, RUN_LOADS, RUN_WARP, translate
+from lapis.hardware.simt.translated import NativeRunner
 from lapis.isa import assemble, format_instruction
 from test_simt import _run_twice
 
@@ -183,6 +186,31 @@ def test_the_cases_cover_every_operation_the_engine_has():
     assert used >= set(OPS) - {"LDC", "LDC64", "S2R"}           # those three are in every kernel's prologue
 
 
+@pytest.fixture(params=[1, 2], ids=["one thread", "two threads"])
+def engine_threads(request, monkeypatch):
+    """The engine on one thread, or with every fused run and loop over two parts of 64 lanes or more split between
+    two threads (`native_scheduler.run_parts`)."""
+    monkeypatch.setattr(NativeRunner, "threads", request.param)
+    monkeypatch.setattr(NativeRunner, "parted_work", 0)
+    return request.param
+
+
+def test_the_engine_threads_follow_the_setting_and_a_forked_child_runs_on_one():
+    """LAPIS_SIM_THREADS caps the threads (never below one); a child forked after the split runs on one thread,
+    and the docs quote the split's thresholds."""
+    for wanted, expected in (("1", 1), ("0", 1), ("2", min(2, numba.config.NUMBA_NUM_THREADS))):
+        env = dict(os.environ, LAPIS_SIM_THREADS=wanted)
+        out = subprocess.run([sys.executable, "-c", "from lapis.hardware.simt.translated import NativeRunner; "
+                              "print(NativeRunner.threads)"], env=env, capture_output=True, text=True, check=True)
+        assert int(out.stdout) == expected
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if NativeRunner.threads == 1 else 1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "layer0-hardware.md").read_text()
+    assert f"{NativeRunner.parted_work:,} instructions over lanes" in docs and f"of {PART_ALIGN} lanes" in docs
+
+
 def uniform_loop(bench, rng, n):
     """A loop every lane runs 16 times: its body, the branch back and the compare run as one fused chain, which
     counts the lanes its exit branch (on a negated predicate) takes."""
@@ -200,7 +228,7 @@ def uniform_loop(bench, rng, n):
 
 @pytest.mark.parametrize("case", [simt.divergence, simt.rotated_loop, uniform_loop, float32_arithmetic,
                                   float64_arithmetic, integer_arithmetic])
-def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch):
+def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch, engine_threads):
     """Every run of arithmetic compiled into one LLVM function (`fused.py`, LAPIS_FUSE_AFTER=0) against the
     reference: blocks of 33 lanes, so that the last vector of 16 lanes runs into the rows' padding; divergent
     groups run the masked loops, a group alone a loop's chain; the first launch runs unfused, the second fused."""
@@ -247,7 +275,7 @@ skip:
 
 
 @pytest.mark.parametrize("block", [33, 64])
-def test_fused_loads_of_shared_memory_give_the_reference_results_and_counters(block, monkeypatch):
+def test_fused_loads_of_shared_memory_give_the_reference_results_and_counters(block, monkeypatch, engine_threads):
     """Runs that load from shared memory, fused (blocks of 64 lanes: whole vectors of one block, whose loads
     are broadcasts or consecutive; of 33: vectors across blocks, gathered) against the reference."""
     results = []
@@ -294,7 +322,7 @@ halve:
 
 
 @pytest.mark.parametrize("profile, block", [("teaching", 64), ("teaching", 48), ("mi300x", 128), ("mi300x", 96)])
-def test_fused_shuffles_give_the_reference_results_and_counters(profile, block, monkeypatch):
+def test_fused_shuffles_give_the_reference_results_and_counters(profile, block, monkeypatch, engine_threads):
     """Runs that shuffle, fused with a whole warp per vector (blocks of whole warps) or left to the engine (blocks
     that end in part of a warp), against the reference: values and every counter. Both loops are fused as
     loops."""
@@ -374,7 +402,7 @@ def _fused_loops(bench) -> int:
     return int(np.count_nonzero(_fused_table(bench)[:, LOOP_LEN]))
 
 
-def test_a_fused_loop_counts_every_trip_as_the_reference(monkeypatch):
+def test_a_fused_loop_counts_every_trip_as_the_reference(monkeypatch, engine_threads):
     """Lanes leave the loop after different trips (in blocks of 33, so warps and vectors end part full):
     the fused loop gives the reference's registers and counters, and each warp issues a trip while any of
     its lanes is still in the loop."""

@@ -501,7 +501,7 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
     """One load or store for the active lanes: every lane checked first, then the transfer, then
     what it counts. Returns DONE, or FAULT when a lane would fault (nothing moved, nothing counted)."""
     shared_u32, shared_u8, local_u32, local_u8, vram_u32, vram_u8, sys_u32, sys_u8, vram_u64 = mem
-    shared_bytes, local_bytes, root, warp_size, _, _, _, logging = sizes
+    shared_bytes, local_bytes, root, warp_size, _, _, _, logging, _, _ = sizes
     lane_in_warp, warp_base, warp_len, padded_lane, shared_base = lanes
     L = active.size
     where, word_of, keys = scratch[1, :L], scratch[2, :L], scratch[0, :L]

@@ -21,7 +21,7 @@ the program; Python runs that one step and calls back, and the group carries on.
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import njit, prange, types
 from numba.extending import intrinsic
 
 import lapis.hardware.simt.translate as tr
@@ -99,7 +99,10 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
         if looped:
             # A loop runs to its end where the reference would run it so: no lanes wait below its exit.
             n, trips = t[tr.LOOP_LEN], scratch[0]
-            run_loop(t[tr.LOOP_FN], R, P, group, group_full, cbank, mem[0], lanes[4], trips, cap)
+            if parted(n, lanes_n, sizes):
+                run_parts(t[tr.LOOP_FN], R, P, group, group_full, cbank, mem[0], lanes[4], trips, cap, sizes[8])
+            else:
+                run_loop(t[tr.LOOP_FN], R, P, group, group_full, cbank, mem[0], lanes[4], trips, cap)
             most = count_trips(pc, n, trips, lanes[0], warp_counts, thread_counts, version, bumps)
             steps += most * n
             if most == cap and still_looping(table[pc + n - 1], group, group_full, trips, cap, P):
@@ -114,7 +117,10 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
                                                           laid, tally):
                 fn = 0                                   # a load would fault: one instruction at a time, to it
             if fn:
-                run_fused(fn, R, P, group, group_full, cbank, mem[0], lanes[4])
+                if parted(n, lanes_n, sizes):
+                    run_parts(fn, R, P, group, group_full, cbank, mem[0], lanes[4], scratch[0], -1, sizes[8])
+                else:
+                    run_fused(fn, R, P, group, group_full, cbank, mem[0], lanes[4])
                 for _ in range(n):
                     issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
                     pc = table[pc, tr.BVAL] if table[pc, tr.KIND] == BRA else pc + 1
@@ -162,6 +168,37 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
             return PAST_END, pc, steps
         if not alone and waiting[pc]:
             return MERGE, pc, steps
+
+
+PART_ALIGN = 64             # lanes per part: a multiple of every vector width, the widest warp's included
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def parted(n, lanes_n, sizes):
+    """Whether a fused run of n instructions over `lanes_n` lanes is split among the engine's threads (`sizes[8]`,
+    `NativeRunner.threads`): when it runs at least `sizes[9]` instructions over lanes in all (splitting costs a
+    few microseconds) and the lanes make two parts."""
+    return sizes[8] > 1 and n * lanes_n >= sizes[9] and lanes_n >= 2 * PART_ALIGN
+
+
+@njit(parallel=True, cache=True, error_model="numpy", _nrt=False)
+def run_parts(fn, R, P, group, group_full, cbank, shared, shared_base, trips, cap, parts):
+    """Run the fused run (`cap` < 0) or loop at fn over the group's lanes in `parts` consecutive parts, each on its
+    own thread (numba's threading layer): a fused function's lanes are independent of each other, so any order of
+    them gives the same values. A part starts at a multiple of PART_ALIGN lanes, so its vectors (and warps) are
+    the unsplit run's; it is handed each lane-indexed array from its first lane."""
+    L = group.size
+    chunk = (L + parts - 1) // parts
+    chunk = (chunk + PART_ALIGN - 1) // PART_ALIGN * PART_ALIGN
+    for part in prange(parts):
+        lo = min(part * chunk, L)
+        hi = min(lo + chunk, L)
+        if lo < hi:
+            if cap < 0:
+                run_fused(fn, R[:, lo:], P[:, lo:], group[lo:hi], group_full, cbank, shared, shared_base[lo:])
+            else:
+                run_loop(fn, R[:, lo:], P[:, lo:], group[lo:hi], group_full, cbank, shared, shared_base[lo:],
+                         trips[lo:], cap)
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
@@ -467,7 +504,7 @@ def compile_engine() -> None:
                   np.zeros(2, np.int64), 10, np.zeros((6, 32), np.uint32), np.ones((8, 32), bool),
                   np.zeros((10, 32), np.uint32), np.zeros(1, np.uint32), 0,
                   (words, octets, words, octets, words, octets, words, octets, np.zeros(4, np.uint64)),
-                  (0, 0, -1, 32, 32, 1, 1, False), (no, no, no, no, no),
+                  (0, 0, -1, 32, 32, 1, 1, False, 1, 0), (no, no, no, no, no),
                   (np.zeros(8, np.uint64), np.zeros(8, np.int32), np.zeros(8, bool)),
                   np.zeros((3, 32), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
                   np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(TALLY_SLOTS, np.int64),

@@ -14,6 +14,7 @@ The engine counts into the kernel's counters; when a checker keeps the global wr
 `LAPIS_SIM=reference` (read by `Gpu`) runs every instruction through the binders instead.
 """
 
+import os
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,8 +30,21 @@ if TYPE_CHECKING:
     from lapis.hardware.simt.blocks import ResidentBlocks
 
 
+def _engine_threads() -> int:
+    """The threads a fused run may be split among: LAPIS_SIM_THREADS, else one per core numba uses."""
+    import numba
+    wanted = os.environ.get("LAPIS_SIM_THREADS")
+    return max(1, min(int(wanted), numba.config.NUMBA_NUM_THREADS) if wanted else numba.config.NUMBA_NUM_THREADS)
+
+
 class NativeRunner:
     """Runs groups of one batch of blocks through the translated program."""
+
+    # Threads for fused runs (`native_scheduler.run_parts`). A forked child runs on one: GNU OpenMP, numba's
+    # threading layer here, cannot start threads in a child of a process that used it (as CUDA cannot run in a
+    # forked child of a process that initialized it).
+    threads = _engine_threads()
+    parted_work = 1 << 15       # instructions over lanes a fused run must run to be split
 
     def __init__(self, blocks: "ResidentBlocks", translation: Translation):
         self.blocks, self.translation = blocks, translation
@@ -71,7 +85,7 @@ class NativeRunner:
         logging = core.write_log is not None
         with mmu.lock:
             sizes = (d.shared_bytes, d.local_bytes, mmu.roots.get(d.vmid, -1), core.warp_size, b.threads_per_block,
-                     b.warps_per_block, b.nblocks, logging)
+                     b.warps_per_block, b.nblocks, logging, self.threads, self.parted_work)
             status, pc, steps = execute_batch(
                 t.table, pc, current, len(t.translated), self.group, self.lane_pc, self.waiting, b.lane_warp,
                 self.cur, budget, regs.R_rows, regs.P_rows, b.special, regs.cbank, core.counters.steps, self.memories,
@@ -107,3 +121,10 @@ class NativeRunner:
             nbytes = MEMORY_BYTES[b.d.program[pc].mod("w")]
             pa, system = b.core.mmu.translate(b.d.vmid, va, nbytes, True)
             b.core.write_log.append((system, (pa.astype(np.int64)[:, None] + np.arange(nbytes)).ravel(), None))
+
+
+def _one_thread_in_child() -> None:
+    NativeRunner.threads = 1
+
+
+os.register_at_fork(after_in_child=_one_thread_in_child)
