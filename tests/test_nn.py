@@ -464,37 +464,73 @@ def test_multihead_attention_matches_torch(device, batch_first, need_weights):
         ours(xo, xo, xo, is_causal=True)
 
 
+RECURRENT = [("RNN", {}), ("RNN", {"nonlinearity": "relu"}), ("LSTM", {}), ("GRU", {})]
+
+
 @pytest.mark.parametrize("device", DEVICES)
-def test_lstm_and_its_cell_match_torch_with_gradients(device):
-    """torch's gate order and parameter names: with torch's weights copied in, the outputs, final states and
-    every gradient agree, for one layer and for two batch-first layers; an unbatched sequence and a cell step too."""
-    for layers, batch_first in ((1, False), (2, True)):
-        theirs, ours = torch.nn.LSTM(3, 5, layers, batch_first=batch_first), nn.LSTM(3, 5, layers,
-                                                                                     batch_first=batch_first)
+@pytest.mark.parametrize("kind, options", RECURRENT)
+def test_recurrent_layers_match_torch_with_gradients(device, kind, options):
+    """torch's gate order and parameter names: with torch's weights copied in, the outputs, final states and every
+    gradient agree, for one layer, two batch-first layers and two bidirectional layers with a given initial state;
+    an unbatched sequence too."""
+    for layers, batch_first, bidirectional in ((1, False, False), (2, True, False), (2, False, True)):
+        theirs = getattr(torch.nn, kind)(3, 5, layers, batch_first=batch_first, bidirectional=bidirectional, **options)
+        ours = getattr(nn, kind)(3, 5, layers, batch_first=batch_first, bidirectional=bidirectional, **options)
         assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
         for name, p in theirs.named_parameters():
+            assert tuple(getattr(ours, name).shape) == tuple(p.shape)
             getattr(ours, name).data = lapis.tensor(p.detach().numpy())
         ours.to(device)
         x = f32(4, 6, 3) if batch_first else f32(6, 4, 3)
         xo, xt = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
-        (yo, (ho, co)), (yt, (ht, ct)) = ours(xo), theirs(xt)
-        for a, b in ((yo, yt), (ho, ht), (co, ct)):
+        states = [f32(layers * (1 + bidirectional), 4, 5) for _ in range(2 if kind == "LSTM" else 1)]
+        if bidirectional:                         # a given initial state
+            ho = tuple(lapis.tensor(s, device=device) for s in states)
+            ht = tuple(torch.tensor(s) for s in states)
+            (yo, so), (yt, st) = ours(xo, ho if kind == "LSTM" else ho[0]), theirs(xt, ht if kind == "LSTM" else ht[0])
+        else:
+            (yo, so), (yt, st) = ours(xo), theirs(xt)
+        so, st = (so, st) if kind == "LSTM" else ((so,), (st,))
+        for a, b in ((yo, yt), *zip(so, st, strict=True)):
             assert a.shape == b.shape
             close(a, b)
-        (yo.sum() + co.sum()).backward()
-        (yt.sum() + ct.sum()).backward()
+        (yo.sum() + so[-1].sum()).backward()
+        (yt.sum() + st[-1].sum()).backward()
         close(xo.grad, xt.grad)
         for name, p in theirs.named_parameters():
             close(getattr(ours, name).grad, p.grad)
-    theirs_cell, ours_cell = torch.nn.LSTMCell(3, 4), nn.LSTMCell(3, 4)
-    for name, p in theirs_cell.named_parameters():
-        getattr(ours_cell, name).data = lapis.tensor(p.detach().numpy())
-    ours_cell.to(device)
-    x = f32(2, 3)
-    for a, b in zip(ours_cell(lapis.tensor(x, device=device)), theirs_cell(torch.tensor(x)), strict=True):
-        close(a, b)
-    single = nn.LSTM(3, 5).to(device)
-    out, (h, c) = single(lapis.tensor(f32(6, 3), device=device))                   # unbatched: (T, I)
-    assert tuple(out.shape) == (6, 5) and tuple(h.shape) == (1, 5) and tuple(c.shape) == (1, 5)
-    with pytest.raises(NotImplementedError, match="bidirectional"):
-        nn.LSTM(3, 5, bidirectional=True)
+    single = getattr(nn, kind)(3, 5, **options).to(device)
+    out, state = single(lapis.tensor(f32(6, 3), device=device))                   # unbatched: (T, I)
+    assert tuple(out.shape) == (6, 5)
+    for s in (state if kind == "LSTM" else (state,)):
+        assert tuple(s.shape) == (1, 5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind, options", RECURRENT)
+def test_recurrent_cells_match_torch(device, kind, options):
+    theirs, ours = getattr(torch.nn, kind + "Cell")(3, 4, **options), getattr(nn, kind + "Cell")(3, 4, **options)
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in theirs.named_parameters()]
+    for name, p in theirs.named_parameters():
+        getattr(ours, name).data = lapis.tensor(p.detach().numpy())
+    ours.to(device)
+    x, h = f32(2, 3), f32(2, 4)
+    hx = (h, f32(2, 4)) if kind == "LSTM" else h
+    to_ours = (lambda v: tuple(lapis.tensor(a, device=device) for a in v)) if kind == "LSTM" else \
+        (lambda v: lapis.tensor(v, device=device))
+    to_theirs = (lambda v: tuple(torch.tensor(a) for a in v)) if kind == "LSTM" else torch.tensor
+    for given in (None, hx):
+        yo = ours(lapis.tensor(x, device=device), None if given is None else to_ours(given))
+        yt = theirs(torch.tensor(x), None if given is None else to_theirs(given))
+        for a, b in zip(*((yo, yt) if kind == "LSTM" else ((yo,), (yt,))), strict=True):
+            assert a.shape == b.shape
+            close(a, b)
+    single = ours(lapis.tensor(x[0], device=device))                                 # unbatched: (I,)
+    assert tuple((single[0] if kind == "LSTM" else single).shape) == (4,)
+
+
+def test_recurrent_layers_refuse_what_torch_refuses_and_what_is_missing():
+    with pytest.raises(ValueError, match="nonlinearity"):
+        nn.RNN(3, 5, nonlinearity="sigmoid")
+    with pytest.raises(NotImplementedError, match="proj_size"):
+        nn.LSTM(3, 5, proj_size=2)

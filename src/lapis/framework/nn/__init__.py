@@ -29,10 +29,10 @@ from lapis.framework.nn.modules import (
     Softmax,
     Tanh,
 )
-from lapis.framework.nn.recurrent import LSTM, LSTMCell
+from lapis.framework.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "MaxPool2d", "BCEWithLogitsLoss", "CrossEntropyLoss",
-           "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear", "LSTM", "LSTMCell",
+           "Dropout", "Embedding", "Flatten", "GELU", "GRU", "GRUCell", "LayerNorm", "Linear", "LSTM", "LSTMCell",
            "MSELoss", "MultiheadAttention",
-           "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",
-           "Softmax", "Tanh", "functional", "init", "utils"]
+           "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "RNN", "RNNCell", "Sequential",
+           "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init", "utils"]
