@@ -241,19 +241,91 @@ def test_adam_steps_many_parameters_a_few_to_a_launch_as_torch_does(decoupled):
         close(p, q, 2e-5)
 
 
-def test_schedulers_follow_torch():
-    p = [nn.Parameter(lapis.zeros(1))]
-    q = [torch.nn.Parameter(torch.zeros(1))]
-    for make in (lambda lib, o: lib.optim.lr_scheduler.StepLR(o, 2, 0.5),
-                 lambda lib, o: lib.optim.lr_scheduler.CosineAnnealingLR(o, 5)):
-        oo, ot = lapis.optim.SGD(p, lr=1.0), torch.optim.SGD(q, lr=1.0)
-        so, st = make(lapis, oo), make(torch, ot)
-        for _ in range(6):
-            oo.step()
-            ot.step()
-            so.step()
-            st.step()
-            assert so.get_last_lr() == pytest.approx(st.get_last_lr())
+SCHEDULES = [lambda lib, o: lib.optim.lr_scheduler.StepLR(o, 2, 0.5),
+             lambda lib, o: lib.optim.lr_scheduler.CosineAnnealingLR(o, 5),
+             lambda lib, o: lib.optim.lr_scheduler.MultiStepLR(o, [4, 2], 0.3),
+             lambda lib, o: lib.optim.lr_scheduler.ExponentialLR(o, 0.9),
+             lambda lib, o: lib.optim.lr_scheduler.LambdaLR(o, lambda e: 1 / (e + 2)),
+             lambda lib, o: lib.optim.lr_scheduler.LinearLR(o, 0.25, 1.0, 4)]
+
+
+@pytest.mark.parametrize("make", SCHEDULES)
+def test_schedulers_follow_torch(make):
+    """Two groups' rates at construction and after each of eight steps, and the state a new schedule resumes from."""
+    p = [[nn.Parameter(lapis.zeros(1))], [nn.Parameter(lapis.zeros(1))]]
+    q = [[torch.nn.Parameter(torch.zeros(1))], [torch.nn.Parameter(torch.zeros(1))]]
+    oo = lapis.optim.SGD([{"params": p[0]}, {"params": p[1], "lr": 0.1}], lr=1.0)
+    ot = torch.optim.SGD([{"params": q[0]}, {"params": q[1], "lr": 0.1}], lr=1.0)
+    so, st = make(lapis, oo), make(torch, ot)
+    assert so.get_last_lr() == pytest.approx(st.get_last_lr())
+    for _ in range(8):
+        oo.step()
+        ot.step()
+        so.step()
+        st.step()
+        assert so.get_last_lr() == pytest.approx(st.get_last_lr())
+    resumed = make(lapis, oo)
+    resumed.load_state_dict(so.state_dict())
+    resumed.step()
+    st.step()
+    assert resumed.get_last_lr() == pytest.approx(st.get_last_lr())
+
+
+@pytest.mark.parametrize("options", [{}, {"mode": "max", "threshold_mode": "abs", "threshold": 0.5, "cooldown": 1},
+                                     {"factor": 0.5, "patience": 0, "min_lr": 0.2}])
+def test_reduce_on_plateau_follows_torch(options):
+    oo = lapis.optim.SGD([nn.Parameter(lapis.zeros(1))], lr=1.0)
+    ot = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    so = lapis.optim.lr_scheduler.ReduceLROnPlateau(oo, patience=options.pop("patience", 2), **options)
+    st = torch.optim.lr_scheduler.ReduceLROnPlateau(ot, patience=so.patience, **options)
+    for metric in [5.0, 4.0, 4.0, 4.0, 4.0, 3.9999, 6.0, 6.2, 6.2, 6.2, 1.0, 1.0, 1.0, 1.0, 1.0]:
+        so.step(metric)
+        st.step(metric)
+        assert so.get_last_lr() == pytest.approx(st.get_last_lr())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["SGD", "Adam"])
+def test_an_optimizer_resumes_from_its_state_dict_and_from_torch_s(device, kind):
+    """state_dict numbers the parameters as torch does; a fresh optimizer that loads it (ours, or torch's converted
+    to lapis tensors) steps exactly as the original goes on stepping."""
+    rng = np.random.default_rng(0)
+    weights = [rng.standard_normal(shape).astype(np.float32) for shape in ((3, 2), (4,), (2,))]
+    grads = [[rng.standard_normal(w.shape).astype(np.float32) for w in weights] for _ in range(4)]
+    options = {"lr": 0.1, "momentum": 0.9} if kind == "SGD" else {"lr": 0.1}
+
+    def run(lib, params, optimizer, steps):
+        for g in steps:
+            for p, grad in zip(params, g, strict=True):
+                p.grad = lib.tensor(grad, device=device) if lib is lapis else torch.tensor(grad)
+            optimizer.step()
+
+    theirs = [torch.nn.Parameter(torch.tensor(w)) for w in weights]
+    ot = getattr(torch.optim, kind)([{"params": theirs[:2]}, {"params": theirs[2:], "lr": 0.05}], **options)
+    run(torch, theirs, ot, grads[:2])
+    for source in ("ours", "torch's"):
+        ours = [nn.Parameter(lapis.tensor(w, device=device)) for w in weights]
+        oo = getattr(lapis.optim, kind)([{"params": ours[:2]}, {"params": ours[2:], "lr": 0.05}], **options)
+        run(lapis, ours, oo, grads[:2])
+        state = oo.state_dict()
+        assert sorted(state["state"]) == [0, 1, 2] and [g["params"] for g in state["param_groups"]] == [[0, 1], [2]]
+        if source == "torch's":
+            state = {"state": {k: {n: lapis.tensor(v.numpy()) if isinstance(v, torch.Tensor) else v
+                                   for n, v in s.items()} for k, s in ot.state_dict()["state"].items()},
+                     "param_groups": ot.state_dict()["param_groups"]}
+        resumed = [nn.Parameter(lapis.tensor(p.detach().cpu().numpy(), device=device)) for p in ours]
+        fresh = getattr(lapis.optim, kind)([{"params": resumed[:2]}, {"params": resumed[2:]}], **options)
+        fresh.load_state_dict(state)
+        assert fresh.param_groups[1]["lr"] == 0.05
+        run(lapis, resumed, fresh, grads[2:])
+        run(lapis, ours, oo, grads[2:])
+        for a, b in zip(resumed, ours, strict=True):
+            close(a, b.detach().cpu())
+    run(torch, theirs, ot, grads[2:])
+    for a, b in zip(ours, theirs, strict=True):                     # and both as torch's
+        close(a, b)
+    with pytest.raises(ValueError, match="different number of parameter groups"):
+        fresh.load_state_dict({"state": {}, "param_groups": []})
 
 
 def test_data_loader_batches_shuffles_and_drops():

@@ -52,8 +52,44 @@ class Optimizer:
                     yield g, p, self.state.setdefault(id(p), {})
 
     def state_dict(self) -> dict:
-        return {"state": {i: s for i, s in enumerate(self.state.values())},
-                "param_groups": [{k: v for k, v in g.items() if k != "params"} for g in self.param_groups]}
+        """torch's layout: each parameter numbered in group order; "state" maps a number to its parameter's state
+        (only parameters that have one), "param_groups" holds each group's settings and its numbers."""
+        number: dict[int, int] = {}
+        groups = []
+        for g in self.param_groups:
+            numbers = [number.setdefault(id(p), len(number)) for p in g["params"]]
+            groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": numbers})
+        return {"state": {number[key]: state for key, state in self.state.items() if key in number},
+                "param_groups": groups}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Take a state dict of this optimizer's layout (from `state_dict`, or PyTorch's loaded): each state tensor
+        copied to its parameter's device (floating ones in its dtype, as torch does), a tensor step count as an
+        int; the groups' settings replace this optimizer's."""
+        groups = state_dict["param_groups"]
+        if len(groups) != len(self.param_groups):
+            raise ValueError("loaded state dict has a different number of parameter groups")
+        pairs = list(zip(self.param_groups, groups, strict=True))
+        if any(len(ours["params"]) != len(theirs["params"]) for ours, theirs in pairs):
+            raise ValueError("loaded state dict contains a parameter group that doesn't match the size of "
+                             "optimizer's group")
+        params = {number: p for ours, theirs in pairs
+                  for number, p in zip(theirs["params"], ours["params"], strict=True)}
+        self.state = {id(params[int(number)]): {key: _state_value(params[int(number)], key, value)
+                                                for key, value in state.items()}
+                      for number, state in state_dict["state"].items()}
+        for ours, theirs in pairs:
+            ours.update({k: (tuple(v) if k == "betas" else v) for k, v in theirs.items() if k != "params"})
+
+
+def _state_value(p, key: str, value):
+    """One entry of a loaded parameter state, ready for this optimizer to use."""
+    if key == "step":
+        return int(value.item()) if hasattr(value, "item") else int(value)
+    if hasattr(value, "to"):
+        dtype = p.dtype if value.dtype.is_floating_point else value.dtype
+        return value.to(p.device, dtype, copy=True)
+    return value
 
 
 class SGD(Optimizer):
