@@ -171,7 +171,8 @@ def test_the_circle_check_catches_a_circle():
 
 
 PUBLIC_MODULES = ["lapis.autograd", "lapis.nn", "lapis.nn.functional", "lapis.nn.init", "lapis.nn.modules",
-                  "lapis.optim", "lapis.optim.lr_scheduler", "lapis.utils.data", "lapis.profiler"]
+                  "lapis.nn.parallel", "lapis.optim", "lapis.optim.lr_scheduler", "lapis.utils.data", "lapis.profiler",
+                  "lapis.distributions", "lapis.distributed"]
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)

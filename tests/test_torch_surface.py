@@ -461,3 +461,84 @@ def test_torch_utils_data_samplers_subsets_and_loader_options():
     assert [b.tolist() for b in DataLoader(Counting(), batch_size=3)] == [[0, 1, 2], [3, 4, 5], [6]]
     batch = default_collate([{"x": np.ones(2, np.float32), "n": 1}, {"x": np.zeros(2, np.float32), "n": 2}])
     assert tuple(batch["x"].shape) == (2, 2) and batch["n"].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_categorical_log_prob_entropy_and_gradients_match_torch(device):
+    """An actor-critic's use: log_prob of sampled actions times an advantage, minus an entropy bonus, backpropagated
+    into the logits; from probs too, with a zero probability (its entropy term is 0)."""
+    logits = rng.standard_normal((3, 4)).astype(np.float32)
+    actions = np.array([[0, 3, 1], [2, 2, 0]])                    # (samples, batch)
+    ours, theirs = lapis.tensor(logits, device=device, requires_grad=True), torch.tensor(logits, requires_grad=True)
+    do, dt = lapis.distributions.Categorical(logits=ours), torch.distributions.Categorical(logits=theirs)
+    assert do.batch_shape == tuple(dt.batch_shape) and do.num_categories == 4
+    lo, lt = do.log_prob(lapis.tensor(actions, device=device)), dt.log_prob(torch.tensor(actions))
+    same(lo, lt)
+    same(do.entropy(), dt.entropy())
+    same(do.probs, dt.probs)
+    ((lo * 0.5).sum() - do.entropy().sum()).backward()
+    ((lt * 0.5).sum() - dt.entropy().sum()).backward()
+    same(ours.grad, theirs.grad)
+    probs = np.array([[0.2, 0.0, 0.8], [1.0, 1.0, 2.0]], np.float32)
+    po, pt = (lapis.distributions.Categorical(probs=lapis.tensor(probs, device=device)),
+              torch.distributions.Categorical(probs=torch.tensor(probs)))
+    same(po.entropy(), pt.entropy())
+    same(po.log_prob(lapis.tensor([2, 1], device=device)), pt.log_prob(torch.tensor([2, 1])))
+    with pytest.raises(ValueError, match="not both"):
+        lapis.distributions.Categorical()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_categorical_samples_follow_the_probabilities(device):
+    lapis.manual_seed(0)
+    probs = lapis.tensor([[0.1, 0.6, 0.3], [0.5, 0.0, 0.5]], device=device)
+    draws = lapis.distributions.Categorical(probs=probs).sample((4000,))
+    assert tuple(draws.shape) == (4000, 2) and draws.dtype is lapis.int64 and str(draws.device) == str(probs.device)
+    counts = np.stack([np.bincount(draws.cpu().numpy()[:, b], minlength=3) for b in range(2)]) / 4000
+    np.testing.assert_allclose(counts, probs.cpu().numpy(), atol=0.03)
+    assert tuple(lapis.distributions.Categorical(probs=probs[0]).sample().shape) == ()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_normal_log_prob_entropy_rsample_and_gradients_match_torch(device):
+    loc = rng.standard_normal(3).astype(np.float32)
+    scale = (rng.random(3) + 0.5).astype(np.float32)
+    x = rng.standard_normal((2, 3)).astype(np.float32)
+    lo, so = (lapis.tensor(v, device=device, requires_grad=True) for v in (loc, scale))
+    lt, st = (torch.tensor(v, requires_grad=True) for v in (loc, scale))
+    do, dt = lapis.distributions.Normal(lo, so), torch.distributions.Normal(lt, st)
+    same(do.log_prob(lapis.tensor(x, device=device)), dt.log_prob(torch.tensor(x)))
+    same(do.entropy(), dt.entropy())
+    (do.log_prob(lapis.tensor(x, device=device)).sum() + do.entropy().sum()).backward()
+    (dt.log_prob(torch.tensor(x)).sum() + dt.entropy().sum()).backward()
+    same(lo.grad, lt.grad)
+    same(so.grad, st.grad)
+    lapis.manual_seed(1)
+    draws = lapis.distributions.Normal(lapis.tensor([1.0, -2.0], device=device), 0.5).sample((5000,))
+    assert tuple(draws.shape) == (5000, 2) and not draws.requires_grad
+    np.testing.assert_allclose(draws.mean(0).cpu().numpy(), [1.0, -2.0], atol=0.05)
+    np.testing.assert_allclose(draws.std(0).cpu().numpy(), [0.5, 0.5], atol=0.05)
+    lo.grad = so.grad = None
+    sample = do.rsample((4,))                                # d sample / d loc = 1, d sample / d scale = eps
+    sample.sum().backward()
+    np.testing.assert_allclose(lo.grad.cpu().numpy(), [4.0] * 3)
+    eps = (sample.detach() - lo.detach()) / so.detach()
+    np.testing.assert_allclose(so.grad.cpu().numpy(), eps.sum(0).cpu().numpy(), rtol=1e-5)
+
+
+def test_parallel_and_distributed_import_and_say_what_they_do():
+    """nn.parallel.DataParallel on one device is the module called through the wrapper (as torch's); distributed
+    reports itself unavailable and refuses to start a process group, saying so."""
+    model = lapis.nn.Linear(3, 2)
+    wrapped = lapis.nn.parallel.DataParallel(model)
+    x = lapis.ones(4, 3)
+    assert wrapped.module is model and lapis.equal(wrapped(x), model(x))
+    assert [n for n, _ in wrapped.named_parameters()] == ["module.weight", "module.bias"]
+    with pytest.raises(NotImplementedError, match="several devices"):
+        lapis.nn.parallel.DataParallel(model, device_ids=[0, 1])
+    with pytest.raises(NotImplementedError, match="DistributedDataParallel"):
+        lapis.nn.parallel.DistributedDataParallel(model)
+    import lapis.distributed as dist
+    assert dist.is_available() is False and dist.is_initialized() is False
+    with pytest.raises(RuntimeError, match="no process groups"):
+        dist.init_process_group("nccl")

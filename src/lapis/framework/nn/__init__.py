@@ -1,6 +1,6 @@
 """Layer 5, `lapis.nn`: modules, layers and losses with torch.nn's names (`functional` and `init` too)."""
 
-from lapis.framework.nn import functional, init, utils
+from lapis.framework.nn import functional, init, parallel, utils
 from lapis.framework.nn.modules import (
     GELU,
     AvgPool2d,
@@ -35,4 +35,4 @@ __all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "MaxPool2d", "BC
            "Dropout", "Embedding", "Flatten", "GELU", "GRU", "GRUCell", "LayerNorm", "Linear", "LSTM", "LSTMCell",
            "MSELoss", "MultiheadAttention",
            "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "RNN", "RNNCell", "Sequential",
-           "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init", "utils"]
+           "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init", "parallel", "utils"]
