@@ -606,3 +606,66 @@ def test_recurrent_layers_refuse_what_torch_refuses_and_what_is_missing():
         nn.RNN(3, 5, nonlinearity="sigmoid")
     with pytest.raises(NotImplementedError, match="proj_size"):
         nn.LSTM(3, 5, proj_size=2)
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor")              # torch's, about its fast path
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("batch_first, norm_first, activation", [(False, False, "relu"), (True, True, "gelu")])
+def test_transformer_matches_torch_with_masks_and_gradients(device, batch_first, norm_first, activation):
+    """nn.Transformer with torch's weights loaded through the state dict (the names agree): a causal float mask on
+    the target (generate_square_subsequent_mask, as the word-language-model example passes it), a key padding mask
+    on the source, outputs and every gradient."""
+    options = dict(d_model=16, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=24, dropout=0.0,
+                   activation=activation, batch_first=batch_first, norm_first=norm_first)
+    theirs, ours = torch.nn.Transformer(**options), nn.Transformer(**options)
+    assert list(ours.state_dict()) == list(theirs.state_dict())
+    ours.load_state_dict({k: lapis.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    ours.to(device)
+    src, tgt = (f32(2, 5, 16), f32(2, 4, 16)) if batch_first else (f32(5, 2, 16), f32(4, 2, 16))
+    padding = np.array([[False] * 4 + [True], [False] * 5])
+    so, to = (lapis.tensor(v, device=device, requires_grad=True) for v in (src, tgt))
+    st, tt = (torch.tensor(v, requires_grad=True) for v in (src, tgt))
+    mo = nn.Transformer.generate_square_subsequent_mask(4, device=device)
+    mt = torch.nn.Transformer.generate_square_subsequent_mask(4)
+    close(mo, mt)
+    yo = ours(so, to, tgt_mask=mo, src_key_padding_mask=lapis.tensor(padding, device=device),
+              memory_key_padding_mask=lapis.tensor(padding, device=device))
+    yt = theirs(st, tt, tgt_mask=mt, src_key_padding_mask=torch.tensor(padding),
+                memory_key_padding_mask=torch.tensor(padding))
+    assert yo.shape == yt.shape
+    close(yo, yt, 1e-4)
+    (yo * yo).sum().backward()
+    (yt * yt).sum().backward()
+    close(so.grad, st.grad, 1e-4)
+    close(to.grad, tt.grad, 1e-4)
+    for name, p in theirs.named_parameters():
+        close(ours.get_parameter(name).grad, p.grad, 1e-4)
+
+
+@pytest.mark.filterwarnings("ignore:enable_nested_tensor")              # torch's, about its fast path
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_transformer_encoder_language_model_step_matches_torch(device):
+    """The word-language-model shape: Embedding, TransformerEncoder over a causal mask (is_causal given, as torch
+    detects it), Linear decoder; encoder layers are copies of one layer; eval mode turns their dropout off."""
+    def build(lib):
+        layer = lib.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.2)
+        return lib.nn.ModuleDict({"embed": lib.nn.Embedding(11, 16), "encoder": lib.nn.TransformerEncoder(layer, 2),
+                                  "decode": lib.nn.Linear(16, 11)})
+    theirs, ours = build(torch), build(lapis)
+    ours.load_state_dict({k: lapis.tensor(v.numpy()) for k, v in theirs.state_dict().items()})
+    ours.to(device).eval()
+    theirs.eval()
+    assert ours["encoder"].layers[0] is not ours["encoder"].layers[1]
+    tokens = np.random.default_rng(2).integers(0, 11, (6, 3))          # (T, N)
+    mask_o = lapis.nn.Transformer.generate_square_subsequent_mask(6, device=device)
+    mask_t = torch.nn.Transformer.generate_square_subsequent_mask(6)
+    ho = ours["encoder"](ours["embed"](lapis.tensor(tokens, device=device)), mask_o, is_causal=True)
+    ht = theirs["encoder"](theirs["embed"](torch.tensor(tokens)), mask_t, is_causal=True)
+    lo = lapis.nn.functional.cross_entropy(ours["decode"](ho).reshape(-1, 11), lapis.tensor(tokens, device=device)
+                                           .reshape(-1))
+    lt = torch.nn.functional.cross_entropy(theirs["decode"](ht).reshape(-1, 11), torch.tensor(tokens).reshape(-1))
+    close(lo, lt, 1e-5)
+    lo.backward()
+    lt.backward()
+    for name, p in theirs.named_parameters():
+        close(ours.get_parameter(name).grad, p.grad, 1e-4)

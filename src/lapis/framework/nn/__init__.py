@@ -30,9 +30,17 @@ from lapis.framework.nn.modules import (
     Tanh,
 )
 from lapis.framework.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
+from lapis.framework.nn.transformer import (
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 
 __all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "MaxPool2d", "BCEWithLogitsLoss", "CrossEntropyLoss",
            "Dropout", "Embedding", "Flatten", "GELU", "GRU", "GRUCell", "LayerNorm", "Linear", "LSTM", "LSTMCell",
            "MSELoss", "MultiheadAttention",
            "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "RNN", "RNNCell", "Sequential",
-           "SiLU", "Sigmoid", "Softmax", "Tanh", "functional", "init", "parallel", "utils"]
+           "SiLU", "Sigmoid", "Softmax", "Tanh", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
+           "TransformerEncoder", "TransformerEncoderLayer", "functional", "init", "parallel", "utils"]

@@ -117,6 +117,24 @@ class Module:
     def buffers(self):
         return (b for _, b in self.named_buffers())
 
+    def get_submodule(self, target: str) -> "Module":
+        """The submodule at a dotted path ("encoder.layers.0"; "" is this module), torch's AttributeError if none."""
+        module = self
+        for name in target.split(".") if target else ():
+            child = module._modules.get(name)
+            if child is None:
+                raise AttributeError(f"{type(module).__name__} has no attribute `{name}`")
+            module = child
+        return module
+
+    def get_parameter(self, target: str) -> Parameter:
+        """The parameter at a dotted path ("encoder.layers.0.linear1.weight")."""
+        path, _, name = target.rpartition(".")
+        module = self.get_submodule(path)
+        if name not in module._parameters:
+            raise AttributeError(f"{type(module).__name__} has no parameter `{name}`")
+        return module._parameters[name]
+
     # -- state ----------------------------------------------------------------------------------------------
     def state_dict(self) -> "OrderedDict[str, Tensor]":
         out = OrderedDict()
@@ -336,15 +354,18 @@ class Dropout(Module):
 
 
 class LayerNorm(Module):
-    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, device=None, dtype=None):
+    def __init__(self, normalized_shape, eps: float = 1e-5, elementwise_affine: bool = True, bias: bool = True,
+                 device=None, dtype=None):
         super().__init__()
         self.normalized_shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
         self.eps = eps
         if elementwise_affine:
             self.weight = Parameter(ones(self.normalized_shape, device=device, dtype=dtype))
-            self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
+        if elementwise_affine and bias:
+            self.bias = Parameter(zeros(self.normalized_shape, device=device, dtype=dtype))
+        else:
             self.register_parameter("bias", None)
 
     def forward(self, x):
