@@ -669,3 +669,75 @@ def test_a_transformer_encoder_language_model_step_matches_torch(device):
     lt.backward()
     for name, p in theirs.named_parameters():
         close(ours.get_parameter(name).grad, p.grad, 1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("options", [dict(stride=2, padding=1), dict(stride=2, padding=1, output_padding=1),
+                                     dict(stride=3, padding=0, dilation=2, output_padding=2, groups=2),
+                                     dict(stride=1, padding=2, bias=False)])
+def test_conv_transpose2d_matches_torch_with_gradients(device, options):
+    theirs = torch.nn.ConvTranspose2d(4, 6, 3, **options)
+    ours = nn.ConvTranspose2d(4, 6, 3, **options)
+    assert tuple(ours.weight.shape) == tuple(theirs.weight.shape)
+    ours.load_state_dict({k: lapis.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    ours.to(device)
+    x = f32(2, 4, 5, 4)
+    xo, xt = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+    yo, yt = ours(xo), theirs(xt)
+    assert yo.shape == yt.shape
+    close(yo, yt, 1e-4)
+    (yo * yo).sum().backward()
+    (yt * yt).sum().backward()
+    close(xo.grad, xt.grad, 1e-3)
+    for name, p in theirs.named_parameters():
+        close(ours.get_parameter(name).grad, p.grad, 1e-3)
+    with pytest.raises(RuntimeError, match="output padding must be smaller"):
+        nn.ConvTranspose2d(4, 6, 3, stride=1, output_padding=1)(lapis.tensor(x))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_dcgan_step_matches_torch(device):
+    """DCGAN's shape, small: a generator of transposed convolutions, batch norm, ReLU and Tanh, a discriminator of
+    convolutions, LeakyReLU(0.2) and Sigmoid, BCELoss on real and fake labels, weights initialized by the example's
+    `m.weight.data.normal_(0, 0.02)` idiom, one Adam(betas=(0.5, 0.999)) step of each."""
+    def build(lib):
+        nn_ = lib.nn
+        generator = nn_.Sequential(nn_.ConvTranspose2d(8, 16, 4, 1, 0, bias=False), nn_.BatchNorm2d(16), nn_.ReLU(),
+                                   nn_.ConvTranspose2d(16, 1, 4, 2, 1, bias=False), nn_.Tanh())
+        discriminator = nn_.Sequential(nn_.Conv2d(1, 16, 4, 2, 1, bias=False), nn_.LeakyReLU(0.2),
+                                       nn_.Conv2d(16, 1, 4, 1, 0, bias=False), nn_.Sigmoid())
+        return generator, discriminator
+    (go, do), (gt, dt) = build(lapis), build(torch)
+    lapis.manual_seed(0)
+    for m in [*go.modules(), *do.modules()]:
+        if type(m).__name__.startswith("Conv"):
+            m.weight.data.normal_(0.0, 0.02)
+    for ours, theirs in ((go, gt), (do, dt)):
+        theirs.load_state_dict({k: torch.tensor(v.cpu().numpy()) for k, v in ours.state_dict().items()})
+        ours.to(device)
+    noise = f32(4, 8, 1, 1)
+    real = np.tanh(f32(4, 1, 8, 8))
+    results = []
+    for lib, g, d, dev in ((lapis, go, do, device), (torch, gt, dt, "cpu")):
+        as_tensor = (lambda v, dev=dev: lapis.tensor(v, device=dev)) if lib is lapis else torch.tensor
+        criterion = lib.nn.BCELoss()
+        opt_d = lib.optim.Adam(d.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        opt_g = lib.optim.Adam(g.parameters(), lr=2e-4, betas=(0.5, 0.999))
+        ones, zeros = as_tensor(np.ones(4, np.float32)), as_tensor(np.zeros(4, np.float32))
+        fake = g(as_tensor(noise))
+        loss_d = criterion(d(as_tensor(real)).reshape(-1), ones) + criterion(d(fake.detach()).reshape(-1), zeros)
+        opt_d.zero_grad()
+        loss_d.backward()
+        opt_d.step()
+        loss_g = criterion(d(fake).reshape(-1), ones)
+        opt_g.zero_grad()
+        loss_g.backward()
+        opt_g.step()
+        results.append((fake, loss_d, loss_g, list(g.parameters()), list(d.parameters())))
+    (fo, ldo, lgo, gpo, dpo), (ft, ldt, lgt, gpt, dpt) = results
+    assert fo.shape == ft.shape == (4, 1, 8, 8)
+    close(fo, ft, 1e-5)
+    close(ldo, ldt, 1e-5)
+    close(lgo, lgt, 1e-5)
+    for a, b in zip(gpo + dpo, gpt + dpt, strict=True):
+        close(a, b, 1e-5)

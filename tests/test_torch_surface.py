@@ -542,3 +542,18 @@ def test_parallel_and_distributed_import_and_say_what_they_do():
     assert dist.is_available() is False and dist.is_initialized() is False
     with pytest.raises(RuntimeError, match="no process groups"):
         dist.init_process_group("nccl")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_normal_and_uniform_fill_in_place_from_the_generator(device):
+    x = lapis.zeros(20000, device=device)
+    view = x[:10]
+    assert x.normal_(1.0, 2.0) is x
+    values = x.cpu().numpy()
+    assert abs(values.mean() - 1.0) < 0.05 and abs(values.std() - 2.0) < 0.05
+    assert np.array_equal(view.cpu().numpy(), values[:10])                 # the storage itself, views see it
+    x.uniform_(-3.0, -1.0)
+    values = x.cpu().numpy()
+    assert values.min() >= -3.0 and values.max() < -1.0 and abs(values.mean() + 2.0) < 0.05
+    draws = [lapis.empty(5, device=device).normal_(generator=lapis.Generator().manual_seed(7)) for _ in range(2)]
+    assert lapis.equal(draws[0], draws[1])

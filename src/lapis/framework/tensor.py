@@ -137,6 +137,7 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     masked_fill, masked_select, tril, triu = indexing.masked_fill, indexing.masked_select, indexing.tril, indexing.triu
     masked_fill_, flip, roll, nonzero = indexing.masked_fill_, indexing.flip, indexing.roll, indexing.nonzero
     zero_, fill_, copy_ = inplace.zero_, inplace.fill_, inplace.copy_
+    normal_, uniform_ = inplace.normal_, inplace.uniform_
 
     # -- neural-network primitives (ops/nn.py) and matrix products (ops/linalg.py) --------------------------------
     softmax, log_softmax = nn.softmax, nn.log_softmax

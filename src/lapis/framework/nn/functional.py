@@ -11,7 +11,16 @@ from lapis.framework.autograd import Function
 from lapis.framework.creation import arange, full, ones, rand, zeros
 from lapis.framework.ops.common import broadcast_shapes
 from lapis.framework.ops.elementwise import where
-from lapis.framework.ops.nn import Activation, Attention, BatchNorm, Conv2d, LayerNorm, NllLoss, Pool2d
+from lapis.framework.ops.nn import (
+    Activation,
+    Attention,
+    BatchNorm,
+    Conv2d,
+    ConvTranspose2d,
+    LayerNorm,
+    NllLoss,
+    Pool2d,
+)
 from lapis.framework.tensor import Tensor
 
 
@@ -25,6 +34,17 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padd
            groups: int = 1) -> Tensor:
     # x: (N, C, H, W), weight: (K, C/groups, R, S) -> (N, K, P, Q)
     return Conv2d.apply(x, weight, bias, stride, padding, dilation, groups)
+
+
+def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride=1, padding=0, output_padding=0,
+                     groups: int = 1, dilation=1) -> Tensor:
+    # x: (N, C, H, W), weight: (C, K/groups, R, S) -> (N, K, (H-1)*stride - 2*padding + dilation*(R-1) + output_padding
+    # + 1, likewise for W)
+    return ConvTranspose2d.apply(x, weight, bias, stride, padding, output_padding, dilation, groups)
+
+
+def leaky_relu(x: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
+    return where(x > 0, x, x * negative_slope)
 
 
 def max_pool2d(x: Tensor, kernel_size, stride=None, padding=0) -> Tensor:
@@ -338,8 +358,8 @@ def multi_head_attention_forward(module, query: Tensor, key: Tensor, value: Tens
     out = out.transpose(1, 2).reshape(n, length, e)
     return module.out_proj(out), weights
 
-__all__ = ["linear", "conv2d", "max_pool2d", "avg_pool2d", "batch_norm", "relu", "gelu", "silu", "sigmoid", "tanh",
-           "softmax", "log_softmax", "one_hot", "nll_loss", "cross_entropy", "mse_loss",
-           "binary_cross_entropy", "binary_cross_entropy_with_logits", "dropout", "huber_loss", "l1_loss", "pad",
-           "smooth_l1_loss", "layer_norm", "scaled_dot_product_attention",
+__all__ = ["linear", "conv2d", "conv_transpose2d", "leaky_relu", "max_pool2d", "avg_pool2d", "batch_norm", "relu",
+           "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "one_hot", "nll_loss", "cross_entropy",
+           "mse_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "dropout", "huber_loss",
+           "l1_loss", "pad", "smooth_l1_loss", "layer_norm", "scaled_dot_product_attention",
            "multi_head_attention_forward"]

@@ -456,6 +456,50 @@ class Conv2d(Module):
                 f"padding={self.padding}")
 
 
+class ConvTranspose2d(Module):
+    """torch.nn.ConvTranspose2d: weight (in, out/groups, R, S), initialized as torch's transposed convolutions."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size, stride=1, padding=0, output_padding=0,
+                 groups: int = 1, bias: bool = True, dilation=1, padding_mode: str = "zeros", device=None, dtype=None):
+        super().__init__()
+        if padding_mode != "zeros":
+            raise ValueError('Only "zeros" padding mode is supported for ConvTranspose2d')
+        r, s = (kernel_size, kernel_size) if isinstance(kernel_size, int) else tuple(kernel_size)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError("in_channels and out_channels must be divisible by groups")
+        self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, (r, s)
+        self.stride, self.padding, self.output_padding = stride, padding, output_padding
+        self.dilation, self.groups = dilation, groups
+        self.weight = Parameter(empty(in_channels, out_channels // groups, r, s, device=device, dtype=dtype))
+        if bias:
+            self.bias = Parameter(empty(out_channels, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        init.kaiming_uniform_(self.weight, a=math.sqrt(5))          # torch's: fan_in from the weight's dim 1
+        if bias:
+            fan_in = out_channels // groups * r * s
+            init.uniform_(self.bias, -1 / math.sqrt(fan_in), 1 / math.sqrt(fan_in))
+
+    def forward(self, x, output_size=None):
+        if output_size is not None:
+            raise NotImplementedError("ConvTranspose2d's output_size is not supported yet: give output_padding")
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+                                  self.groups, self.dilation)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, stride={self.stride}, "
+                f"padding={self.padding}")
+
+
+class LeakyReLU(Module):
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x):
+        return F.leaky_relu(x, self.negative_slope)
+
+
 class MaxPool2d(Module):
     def __init__(self, kernel_size, stride=None, padding=0):
         super().__init__()
@@ -533,7 +577,13 @@ class BCEWithLogitsLoss(_Loss):
         return F.binary_cross_entropy_with_logits(x, y, self.reduction)
 
 
-__all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "MaxPool2d", "BCEWithLogitsLoss", "CrossEntropyLoss",
+class BCELoss(_Loss):
+    def forward(self, x, y):
+        return F.binary_cross_entropy(x, y, reduction=self.reduction)
+
+
+__all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "LeakyReLU", "MaxPool2d",
+           "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss",
            "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
            "MSELoss",
            "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",

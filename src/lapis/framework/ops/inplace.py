@@ -12,6 +12,7 @@ import numpy as np
 
 from lapis.framework import backend
 from lapis.framework.autograd import Function, is_grad_enabled, no_grad
+from lapis.framework.generator import default_generator
 from lapis.framework.ops.common import broadcast_shapes, new, operand, shape_of
 from lapis.framework.tensor_base import TensorBase
 
@@ -71,6 +72,18 @@ def fill_(x, value):
 
 def copy_(x, src):
     return write(x, src)
+
+
+def normal_(x, mean: float = 0.0, std: float = 1.0, generator=None):
+    """x filled with draws from N(mean, std^2) by the framework's generator (or `generator`), as torch's."""
+    rng = generator or default_generator()
+    return write(x, TensorBase._from_numpy(rng.normal(mean, std, tuple(x.shape)).astype(x.dtype.np), x.device))
+
+
+def uniform_(x, a: float = 0.0, b: float = 1.0, generator=None):
+    """x filled with draws from U(a, b) by the framework's generator (or `generator`), as torch's."""
+    rng = generator or default_generator()
+    return write(x, TensorBase._from_numpy(rng.uniform(a, b, tuple(x.shape)).astype(x.dtype.np), x.device))
 
 
 class SetRegion(Function):

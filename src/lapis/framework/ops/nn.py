@@ -132,6 +132,57 @@ class Conv2d(Function):
         return dx, dw, db, None, None, None, None
 
 
+class ConvTranspose2d(Function):
+    """The transpose of Conv2d: NCHW input, (C, K/groups, R, S) filters, optional bias (K,). Its forward is a
+    convolution's data gradient and its backward a convolution and its filter gradient, as cuDNN runs it."""
+    once_differentiable = True
+    node_name = "ConvolutionBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, w: TensorBase, bias, stride, padding, output_padding, dilation, groups: int):
+        check_devices(x, w, bias)
+        if x.ndim != 4 or w.ndim != 4:
+            raise RuntimeError(f"Expected 4D (batched) input to conv_transpose2d, but got input of size: "
+                               f"{list(x.shape)}")
+        if x.shape[1] != w.shape[0]:
+            raise RuntimeError(f"Given transposed=1, weight of size {list(w.shape)}, expected input {list(x.shape)} "
+                               f"to have {w.shape[0]} channels, but got {x.shape[1]} channels instead")
+        geometry = (_pair(padding), _pair(stride), _pair(dilation), groups)
+        (ph, pw), (sh, sw), (dh, dw) = geometry[:3]
+        oh, ow = _pair(output_padding)
+        if not (oh < max(sh, dh) and ow < max(sw, dw)):
+            raise RuntimeError("output padding must be smaller than either stride or dilation")
+        n, _, h, wd = x.shape
+        _, kg, r, s = w.shape
+        # the convolution this transposes maps (N, K, P, Q) to x's (N, C, H, W)
+        p = (h - 1) * sh - 2 * ph + dh * (r - 1) + oh + 1
+        q = (wd - 1) * sw - 2 * pw + dw * (s - 1) + ow + 1
+        if p < 1 or q < 1:
+            raise RuntimeError(f"Given input size per channel: ({h} x {wd}). Calculated output size per channel: "
+                               f"({p} x {q}). Output size is too small")
+        x, w = x._contiguous(), w._contiguous()
+        out = new((n, kg * groups, p, q), x.dtype, x.device)
+        backend.conv2d_backward_data(w._data, x._data, out._data, *geometry)
+        ctx.geometry = geometry
+        ctx.save_for_backward(x, w)
+        ctx.has_bias = bias is not None
+        return out + bias.reshape(1, kg * groups, 1, 1) if bias is not None else out
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w = ctx.saved_tensors
+        g = g._contiguous()
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            dx = new(x.shape, x.dtype, x.device)
+            backend.conv2d(g._data, w._data, dx._data, *ctx.geometry)
+        if ctx.needs_input_grad[1]:
+            dw = new(w.shape, w.dtype, w.device)
+            backend.conv2d_backward_filter(g._data, x._data, dw._data, *ctx.geometry)
+        db = g.sum((0, 2, 3)) if ctx.has_bias else None
+        return dx, dw, db, None, None, None, None, None
+
+
 class Pool2d(Function):
     once_differentiable = True
     @staticmethod
