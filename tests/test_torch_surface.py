@@ -4,6 +4,7 @@ unbind, masked_fill_, clamp_, isclose/allclose/equal, type names, .data, grad-mo
 negative, several index tensors), nn.utils clipping, Module.apply, more losses and pad, generators, nonzero."""
 
 import math
+import pickle
 
 import numpy as np
 import pytest
@@ -557,3 +558,85 @@ def test_normal_and_uniform_fill_in_place_from_the_generator(device):
     assert values.min() >= -3.0 and values.max() < -1.0 and abs(values.mean() + 2.0) < 0.05
     draws = [lapis.empty(5, device=device).normal_(generator=lapis.Generator().manual_seed(7)) for _ in range(2)]
     assert lapis.equal(draws[0], draws[1])
+
+
+def _checkpoint(lib, model, optimizer):
+    """nanoGPT's checkpoint: the model's and optimizer's state dicts, the step, the best loss, the model's arguments
+    and the run's config."""
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "model_args": {"n_layer": 2, "bias": False}, "iter_num": 250, "best_val_loss": lib.tensor(1.4375),
+            "config": {"dataset": "shakespeare_char", "betas": (0.9, 0.99), "decay": None},
+            "tokens": [3, 1, 4], "scale": float("inf")}
+
+
+def _trained(lib, device):
+    lib.manual_seed(0)
+    model = lib.nn.Sequential(lib.nn.Linear(3, 4), lib.nn.Tanh(), lib.nn.Linear(4, 2)).to(device)
+    optimizer = lib.optim.AdamW(model.parameters(), lr=0.01)
+    x = lib.tensor(np.linspace(-1, 1, 15, dtype=np.float32).reshape(5, 3), device=device)
+    for _ in range(2):
+        optimizer.zero_grad()
+        (model(x) ** 2).sum().backward()
+        optimizer.step()
+    return model, optimizer, x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_checkpoint_saves_and_resumes_training_exactly(device, tmp_path):
+    """lapis.save of a nested checkpoint (state dicts with int keys, tuples, None, inf, a 0-d tensor), loaded back with
+    the same structure and values; a new model and optimizer resumed from it train as the original goes on."""
+    model, optimizer, x = _trained(lapis, device)
+    lapis.save(_checkpoint(lapis, model, optimizer), tmp_path / "ckpt.pt")
+    back = lapis.load(tmp_path / "ckpt.pt", map_location=device)
+    assert back["iter_num"] == 250 and back["config"] == {"dataset": "shakespeare_char", "betas": (0.9, 0.99),
+                                                          "decay": None}
+    assert back["tokens"] == [3, 1, 4] and back["scale"] == math.inf and back["model_args"]["bias"] is False
+    assert tuple(back["best_val_loss"].shape) == () and back["best_val_loss"].item() == 1.4375
+    assert sorted(back["optimizer"]["state"]) == [0, 1, 2, 3]
+    assert back["model"]["0.weight"].device.type == device
+    resumed = lapis.nn.Sequential(lapis.nn.Linear(3, 4), lapis.nn.Tanh(), lapis.nn.Linear(4, 2)).to(device)
+    resumed.load_state_dict(back["model"])
+    resumed_optimizer = lapis.optim.AdamW(resumed.parameters(), lr=0.5)
+    resumed_optimizer.load_state_dict(back["optimizer"])
+    for m, o in ((model, optimizer), (resumed, resumed_optimizer)):
+        o.zero_grad()
+        (m(x) ** 2).sum().backward()
+        o.step()
+    for a, b in zip(resumed.parameters(), model.parameters(), strict=True):
+        assert np.array_equal(a.detach().cpu().numpy(), b.detach().cpu().numpy())
+    with pytest.raises(TypeError, match="stores tensors, dicts"):
+        lapis.save({"model": model}, tmp_path / "bad.pt")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_checkpoint_written_by_pytorch_loads_without_running_its_pickle(device, tmp_path, capsys):
+    """torch.save's zip (a pickle and raw storages): tensors (strided views and 0-d ones included), parameters,
+    bfloat16, OrderedDict state dicts and an optimizer's state load as torch.load(weights_only=True) gives them;
+    a pickle that names any other global is refused, and its code never runs."""
+    model, optimizer, _ = _trained(torch, "cpu")
+    checkpoint = _checkpoint(torch, model, optimizer)
+    checkpoint.update(strided=torch.arange(12.0).reshape(3, 4).t(), parameter=torch.nn.Parameter(torch.ones(2)),
+                      half=torch.tensor([1.5, -2.0], dtype=torch.bfloat16), index=torch.tensor([3, 1]))
+    torch.save(checkpoint, tmp_path / "torch.pt")
+    ours = lapis.load(tmp_path / "torch.pt", map_location=device)
+    theirs = torch.load(tmp_path / "torch.pt", weights_only=True)
+    assert list(ours) == list(theirs) and list(ours["model"]) == list(theirs["model"])
+    for key in ("strided", "index", "best_val_loss"):
+        same(ours[key], theirs[key])
+        assert ours[key].device.type == device
+    assert ours["half"].dtype is lapis.bfloat16 and ours["half"].tolist() == theirs["half"].tolist()
+    for key, value in theirs["model"].items():
+        same(ours["model"][key], value)
+    assert isinstance(ours["parameter"], lapis.nn.Parameter) and ours["parameter"].requires_grad
+    state = ours["optimizer"]["state"]
+    assert sorted(state) == [0, 1, 2, 3] and int(state[0]["step"].item()) == 2
+    same(state[2]["exp_avg"], theirs["optimizer"]["state"][2]["exp_avg"])
+    assert ours["config"]["betas"] == (0.9, 0.99) and ours["iter_num"] == 250
+
+    class Payload:
+        def __reduce__(self):
+            return (print, ("this ran",))
+    torch.save({"evil": Payload()}, tmp_path / "evil.pt")
+    with pytest.raises(pickle.UnpicklingError, match="will not run .*print"):
+        lapis.load(tmp_path / "evil.pt")
+    assert "this ran" not in capsys.readouterr().out

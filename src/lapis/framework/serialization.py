@@ -1,18 +1,31 @@
-"""Layer 5: `lapis.save` and `lapis.load` in the safetensors format (documented, safe to load).
+"""Layer 5: `lapis.save` and `lapis.load`: the safetensors format (documented, safe to load), and PyTorch's own files.
 
-A file is an 8-byte little-endian header length N, N bytes of JSON, then the raw bytes of every
-tensor back to back: {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ...,
-"__metadata__": {"format": "lapis", "kind": "tensor" | "dict"}}. A state dict saves under its keys;
-a single tensor under the key "tensor". Loading never runs code (unlike a pickle).
+A lapis file is an 8-byte little-endian header length N, N bytes of JSON, then the raw bytes of every tensor back
+to back: {"name": {"dtype": "F32", "shape": [2, 3], "data_offsets": [begin, end]}, ..., "__metadata__": {"format":
+"lapis", "kind": ...}}. A single tensor saves under the key "tensor" (kind "tensor"); a dict of tensors (a state
+dict) under its keys (kind "dict"), so other safetensors readers find them by name. Anything else made of dicts,
+lists, tuples, strings, numbers, None and tensors (a checkpoint: model and optimizer state dicts, the step, a
+config) is kind "tree": its tensors under their dotted paths ("model.fc.weight", "optimizer.state.0.exp_avg") and
+the structure as JSON in the metadata's "tree", each tensor there {"$tensor": path}, each dict {"$dict": [[key,
+value], ...]} (keys may be ints), each tuple {"$tuple": [...]}.
+
+`load` also reads files PyTorch's `torch.save` wrote (a zip of a pickle and raw storages) the way
+`torch.load(weights_only=True)` does: the pickle is read by an unpickler that knows only what a checkpoint holds
+(tensors, parameters, OrderedDict, numbers, strings, containers) and refuses any other global, so no code in the
+file runs. Loading never runs code.
 """
 
+import io
 import json
+import pickle
 import struct
+import zipfile
 from collections import OrderedDict
 
 import numpy as np
 
 from lapis.framework import dtype as _dtype
+from lapis.framework.nn.modules import Parameter
 from lapis.framework.tensor import Tensor
 from lapis.framework.tensor_base import device_of
 
@@ -21,19 +34,24 @@ _CODES = {"float32": "F32", "float64": "F64", "float16": "F16", "bfloat16": "BF1
 _BY_CODE = {code: getattr(_dtype, "bool_" if name == "bool" else name) for name, code in _CODES.items()}
 
 
+# -- save ------------------------------------------------------------------------------------------------------
 def save(obj, f) -> None:
-    """Save a tensor or a dict of tensors (a state dict) to a path or a binary file."""
-    kind = "tensor" if isinstance(obj, Tensor) else "dict"
-    items = {"tensor": obj} if kind == "tensor" else dict(obj)
+    """Save a tensor, a dict of tensors (a state dict), or a nested checkpoint (see the module's docstring) to a path
+    or a binary file."""
+    if isinstance(obj, Tensor):
+        kind, tensors, meta = "tensor", {"tensor": obj}, {}
+    elif isinstance(obj, dict) and obj and all(isinstance(k, str) and isinstance(v, Tensor) for k, v in obj.items()):
+        kind, tensors, meta = "dict", dict(obj), {}
+    else:
+        kind, tensors = "tree", {}
+        meta = {"tree": json.dumps(_encode(obj, "", tensors))}
     header, chunks, at = {}, [], 0
-    for name, t in items.items():
-        if not isinstance(t, Tensor):
-            raise TypeError(f"lapis.save stores tensors and dicts of tensors; {name!r} is a {type(t).__name__}")
+    for name, t in tensors.items():
         raw = np.ascontiguousarray(t.detach()._host()).tobytes()
         header[name] = {"dtype": _CODES[t.dtype.name], "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
         chunks.append(raw)
         at += len(raw)
-    header["__metadata__"] = {"format": "lapis", "kind": kind}
+    header["__metadata__"] = {"format": "lapis", "kind": kind, **meta}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)                       # the data starts 8-byte aligned, as safetensors pads
     payload = struct.pack("<Q", len(text)) + text + b"".join(chunks)
@@ -44,18 +62,113 @@ def save(obj, f) -> None:
             out.write(payload)
 
 
+def _encode(obj, path: str, tensors: dict):
+    """The JSON form of one value of a tree; its tensors go into `tensors` under their paths."""
+    if isinstance(obj, Tensor):
+        name = path or "tensor"
+        while name in tensors:                           # two keys that join to one path ("a.b" and a: {b: ...})
+            name += "'"
+        tensors[name] = obj
+        return {"$tensor": name}
+    if isinstance(obj, dict):
+        if not all(isinstance(k, (str, int)) for k in obj):
+            raise TypeError("lapis.save stores dicts whose keys are strings or ints")
+        return {"$dict": [[k, _encode(v, f"{path}.{k}" if path else str(k), tensors)] for k, v in obj.items()]}
+    if isinstance(obj, (list, tuple)):
+        items = [_encode(v, f"{path}.{i}" if path else str(i), tensors) for i, v in enumerate(obj)]
+        return {"$tuple": items} if isinstance(obj, tuple) else items
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if obj is None or isinstance(obj, (str, bool, int, float)):
+        return obj
+    raise TypeError(f"lapis.save stores tensors, dicts, lists, tuples, strings, numbers and None; not a "
+                    f"{type(obj).__name__}")
+
+
+# -- load ------------------------------------------------------------------------------------------------------
 def load(f, map_location=None, weights_only: bool = True):
-    """Load what `save` wrote, onto `map_location` (a device or its name; the cpu by default)."""
+    """Load what `save` wrote, or what `torch.save` wrote, onto `map_location` (a device or its name; the cpu by
+    default). Nothing in the file is run, whatever `weights_only` says."""
     data = f.read() if hasattr(f, "read") else open(f, "rb").read()
+    dev = device_of(map_location)
+    if data[:4] == b"PK\x03\x04":
+        return _load_torch_zip(data, dev)
     (n,) = struct.unpack_from("<Q", data, 0)
     header = json.loads(data[8:8 + n])
     meta = header.pop("__metadata__", {})
     base = 8 + n
-    dev = device_of(map_location)
     out = OrderedDict()
     for name, entry in header.items():
         dt = _BY_CODE[entry["dtype"]]
         begin, end = entry["data_offsets"]
         array = np.frombuffer(data[base + begin:base + end], dtype=dt.np).reshape(entry["shape"]).copy()
         out[name] = Tensor._from_numpy(array, dev)
+    if meta.get("kind") == "tree":
+        return _decode(json.loads(meta["tree"]), out)
     return out["tensor"] if meta.get("kind") == "tensor" else out
+
+
+def _decode(value, tensors: dict):
+    if isinstance(value, list):
+        return [_decode(v, tensors) for v in value]
+    if isinstance(value, dict):
+        if "$tensor" in value:
+            return tensors[value["$tensor"]]
+        if "$tuple" in value:
+            return tuple(_decode(v, tensors) for v in value["$tuple"])
+        return {k: _decode(v, tensors) for k, v in value["$dict"]}
+    return value
+
+
+# PyTorch's storage classes -> numpy dtypes (what its pickles name)
+_TORCH_STORAGES = {"FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage": np.float16,
+                   "BFloat16Storage": _dtype.bfloat16.np, "LongStorage": np.int64, "IntStorage": np.int32,
+                   "BoolStorage": np.bool_}
+
+
+def _load_torch_zip(data: bytes, dev):
+    """A `torch.save` file: archive/data.pkl, whose persistent ids name raw storages archive/data/<key>."""
+    archive = zipfile.ZipFile(io.BytesIO(data))
+    pickled = next(name for name in archive.namelist() if name.endswith("data.pkl"))
+    root = pickled[:-len("data.pkl")]
+    byteorder = archive.read(root + "byteorder").decode() if root + "byteorder" in archive.namelist() else "little"
+    storages: dict[str, np.ndarray] = {}
+
+    def storage(pid):
+        kind, storage_type, key, _, _ = pid
+        if kind != "storage":
+            raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
+        if key not in storages:
+            dtype = np.dtype(storage_type).newbyteorder("<" if byteorder == "little" else ">")
+            storages[key] = np.frombuffer(archive.read(f"{root}data/{key}"), dtype=dtype)
+        return storages[key]
+
+    def rebuild_tensor(values, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
+        itemsize = values.dtype.itemsize
+        array = np.lib.stride_tricks.as_strided(values[offset:], tuple(size), tuple(s * itemsize for s in stride))
+        t = Tensor._from_numpy(np.array(array, dtype=values.dtype.newbyteorder("="), order="C"), dev)  # 0-d stays
+        t.requires_grad = requires_grad
+        return t
+
+    def rebuild_parameter(t, requires_grad, hooks=None):
+        return Parameter(t, requires_grad)
+
+    allowed = {("collections", "OrderedDict"): OrderedDict,
+               ("torch._utils", "_rebuild_tensor_v2"): rebuild_tensor,
+               ("torch._utils", "_rebuild_parameter"): rebuild_parameter,
+               ("torch", "Size"): tuple,
+               ("_codecs", "encode"): lambda text, encoding="latin1": text.encode(encoding)}
+    allowed.update({("torch", name): dtype for name, dtype in _TORCH_STORAGES.items()})
+
+    class CheckpointUnpickler(pickle.Unpickler):
+        def find_class(self, module: str, name: str):
+            if (module, name) not in allowed:
+                raise pickle.UnpicklingError(
+                    f"lapis.load reads only tensors, parameters and plain containers from a PyTorch file (as "
+                    f"torch.load(weights_only=True)); it will not run {module}.{name}")
+            return allowed[module, name]
+
+        def persistent_load(self, pid):
+            return storage(pid)
+
+    return CheckpointUnpickler(io.BytesIO(archive.read(pickled))).load()
