@@ -888,3 +888,54 @@ def test_small_integer_arrays_load_their_values_and_store_wrapped(dtype):
         out[0] = scratch[0]
     with pytest.raises(cuda.CompileError, match="local arrays of .* are not supported"):
         local_bytes[1, 1](out)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_abs_of_negative_zero_is_positive_zero_in_every_float_type(dtype):
+    """abs(-0.0) is +0.0 (IEEE 754's abs clears the sign), so -abs(x) is -0.0: float64's abs once kept -0's sign,
+    which made (-0.0) ** 3 come out +0.0."""
+    @cuda.jit
+    def signs(x, out):
+        i = cuda.grid(1)
+        if i < x.size:
+            out[i, 0] = abs(x[i])
+            out[i, 1] = -abs(x[i])
+            out[i, 2] = math.fabs(x[i])
+            out[i, 3] = x[i] ** 3
+    x = np.array([-0.0, 0.0, -2.5, np.inf, -np.inf], dtype)
+    out = cuda.device_array((x.size, 4), dtype)
+    signs[1, 32](cuda.to_device(x), out)
+    got = out.copy_to_host()
+    want = np.stack([np.abs(x), -np.abs(x), np.abs(x), x ** 3], axis=1)
+    assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
+
+
+def test_float64_division_is_within_an_ulp_at_every_magnitude():
+    """a / b of float64s over magnitudes from subnormals to 1e308, within an ulp of numpy's, IEEE's special cases
+    exact: the divisor is scaled into float32's range for the first guess of its reciprocal (a divisor beyond it
+    once gave 0 or inf)."""
+    @cuda.jit
+    def divide(a, b, out):
+        i = cuda.grid(1)
+        if i < a.size:
+            out[i] = a[i] / b[i]
+    rng = np.random.default_rng(4)
+    magnitudes = 10.0 ** rng.integers(-300, 300, (2, 3000))
+    a = rng.standard_normal(3000) * magnitudes[0]
+    b = rng.standard_normal(3000) * magnitudes[1]
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e-310, 1.7e308, 1.0, -3.0]
+    a = np.concatenate([a, np.repeat(specials, len(specials)), [1.0, 1.0, 3.0, 5.0]])
+    b = np.concatenate([b, np.tile(specials, len(specials)), [4e38, 1e300, 1e-300, 1e-320]])
+    out = cuda.device_array(a.size, np.float64)
+    divide[(a.size + 255) // 256, 256](cuda.to_device(a), cuda.to_device(b), out)
+    got = out.copy_to_host()
+    with np.errstate(all="ignore"):
+        want = a / b
+    exact = (got == want) | (np.isnan(got) & np.isnan(want))
+    assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+    normal = ~exact & (np.abs(want) >= 2.3e-308)
+    assert not (~exact & np.isinf(want)).any() and not (~exact & (want == 0)).any()
+    ulps = np.abs(got[normal] - want[normal]) / np.spacing(np.abs(want[normal]))
+    assert ulps.max(initial=0) <= 1
+    subnormal = ~exact & ~normal                      # scaled back into the subnormals: rounded twice at most
+    assert (np.abs(got[subnormal] - want[subnormal]) <= 2 * 5e-324).all()

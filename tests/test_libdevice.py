@@ -85,13 +85,63 @@ def test_each_math_function_matches_numpy_in_float32(name):
 
 
 def test_float64_and_half_arguments_are_computed_in_float32():
+    """...but for float64's own functions (`calls.LIBDEVICE_FLOAT64`, tested below)."""
     x = np.concatenate([rng.uniform(-10, 10, 200), EDGES[np.isfinite(EDGES) & (np.abs(EDGES) < 6e4)]])
     x = x.astype(np.float32).astype(np.float64)          # the same numbers in each type
     for name, (fn, numpy_fn, rtol, atol) in UNARY.items():
         got64, got32 = run(fn, x.astype(np.float64)), run(fn, x.astype(np.float32))
-        assert np.array_equal(got64, got32.astype(np.float64), equal_nan=True), name     # float32's, widened
+        if name not in calls.LIBDEVICE_FLOAT64:
+            assert np.array_equal(got64, got32.astype(np.float64), equal_nan=True), name  # float32's, widened
         want = reference(numpy_fn, x.astype(np.float16))
         assert_close(run(fn, x.astype(np.float16)), want, max(rtol, 2e-3), max(atol, 2e-3), f"{name} in float16", x)
+
+
+X64 = np.concatenate([np.abs(rng.standard_normal(1000)) * 10.0 ** rng.integers(-300, 300, 1000),
+                      rng.uniform(-750, 720, 1000), rng.uniform(-2, 2, 300),
+                      [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan, 5e-324, 1e-310, 1.7e308, 1.0, 709.78, 709.79,
+                       -745.1, -745.2, 0.5, 2.0, 1 + 2 ** -52, 1 - 2 ** -53]])
+ULPS_64 = {"sqrt": 1, "exp": 3, "log": 1, "log10": 1}     # measured over X64: sqrt, log and log10 within an ulp
+
+
+@pytest.mark.parametrize("name", sorted(set(calls.LIBDEVICE_FLOAT64) - {"pow"}))
+def test_float64_functions_are_accurate_in_float64(name):
+    """sqrt, exp, log and log10 of float64 arguments, computed in float64: within ULPS_64 ulps of numpy's over
+    magnitudes from subnormals to 1e308 (exp over its whole finite range and past it), IEEE 754's special values
+    exact (0, -0, negatives, infinities, NaN, overflow to inf and underflow to 0)."""
+    fn, numpy_fn, _, _ = UNARY[name]
+    got = run(fn, X64)
+    with np.errstate(all="ignore"):
+        want = numpy_fn(X64)
+    exact = (got == want) | (np.isnan(got) & np.isnan(want))
+    inexact = ~exact
+    assert np.isfinite(want[inexact]).all() and (want[inexact] != 0).all(), X64[inexact & ~np.isfinite(want)]
+    assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+    ulps = np.abs(got[inexact] - want[inexact]) / np.spacing(np.abs(want[inexact]))
+    assert ulps.max(initial=0) <= ULPS_64[name], X64[inexact][np.argmax(ulps)]
+    assert run(fn, np.float32(X64[1500:1600])).dtype == np.float32         # float32 keeps its own functions
+
+
+def test_float64_pow_is_accurate_in_float64_with_c_signs():
+    """x ** y of float64s within 2 |y ln x| + 4 ulps of numpy's (exactly rounded products for |y| up to 3), with powf's
+    signs for negative bases and -0 and C's exact cases."""
+    x = np.concatenate([np.abs(rng.standard_normal(400)) * 10.0 ** rng.integers(-20, 20, 400),
+                        -np.abs(rng.standard_normal(100)), [-2.0, -2.0, -0.5, -0.0, -0.0, 0.0, np.nan, 1.0, -1.0]])
+    y = np.concatenate([rng.uniform(-8, 8, 300), rng.choice([1.0, 2.0, 3.0, -1.0, -2.0, 0.5], 100),
+                        np.round(rng.uniform(-6, 6, 100)), [3.0, 2.0, -3.0, -3.0, 3.0, 0.0, 0.0, np.nan, np.inf]])
+    out = cuda.device_array((x.size, 4), np.float64)
+    binary[(x.size + 127) // 128, 128](cuda.to_device(x), cuda.to_device(y), out)
+    got = out.copy_to_host()[:, 0]
+    with np.errstate(all="ignore"):
+        want = np.power(x, y)
+        allowed = 2 * np.abs(y * np.log(np.abs(x))) + 4
+    exact = (got == want) | (np.isnan(got) & np.isnan(want))
+    assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
+    inexact = ~exact
+    assert np.isfinite(want[inexact]).all()
+    ulps = np.abs(got[inexact] - want[inexact]) / np.spacing(np.abs(want[inexact]))
+    assert (ulps <= allowed[inexact]).all(), (x[inexact][ulps > allowed[inexact]], y[inexact][ulps > allowed[inexact]])
+    small = np.isin(np.abs(y), [1.0, 2.0, 3.0]) & np.isfinite(want) & (want != 0)
+    assert np.max(np.abs(got[small] - want[small]) / np.spacing(np.abs(want[small]))) <= 1
 
 
 def test_pow_matches_numpy_with_c_signs_for_negative_bases():
@@ -134,7 +184,8 @@ def test_a_library_call_compiles_into_the_callers_block():
 
 
 def test_every_library_function_the_compiler_calls_is_in_libdevice():
-    assert set(calls.LIBDEVICE.values()) <= {v for v in vars(libdevice).values() if hasattr(v, "py_func")}
+    functions = {v for v in vars(libdevice).values() if hasattr(v, "py_func")}
+    assert set(calls.LIBDEVICE.values()) <= functions and set(calls.LIBDEVICE_FLOAT64.values()) <= functions
     assert not calls.LIBDEVICE.keys() & (calls.SPECIAL_FUNCTION_UNIT | calls.EXACT)
 
 

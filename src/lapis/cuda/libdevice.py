@@ -9,12 +9,16 @@ approximations in its special function unit (MUFU). This module is the same for 
 instruction: `math.sqrt`, `sin`, `cos`, `exp2`, `log2` (MUFU), the reciprocal `fast_rcp`
 (MUFU.RCP), and `fabs`, `floor`, `ceil`, `trunc`.
 
-The functions take and return float32 (NVIDIA's `f` suffix says so): a kernel's float64 or
-half-precision argument is converted to float32 for the call and the result converted back,
-so math on float64 carries float32 accuracy (see docs/layer3-programming-interface.md).
+The functions with NVIDIA's `f` suffix take and return float32: a kernel's half-precision argument is
+converted to float32 for the call and the result converted back. `sqrt`, `exp`, `log`, `log10` and
+`pow` are float64 functions, computed in float64 (within a few ulps; pow within 2 |y ln x| more); the
+rest of math on float64 still goes through the float32 functions and carries float32 accuracy (see
+docs/layer3-programming-interface.md).
 """
 
 import math
+
+from numpy import float32, float64, int64
 
 from lapis.cuda.compiler.device_function import DeviceFunction
 from lapis.cuda.compiler.intrinsics import atomic, fast_rcp
@@ -195,6 +199,154 @@ def powf(x, y):
     negative result, an even one a positive one, a fractional one NaN) and for -0 (an odd exponent
     keeps its sign), and C's exact cases: x^0 is 1 for every x, 1^y is 1 for every y, (-1)^+-inf is 1."""
     magnitude = math.exp2(math.log2(abs(x)) * y)
+    integral = math.trunc(y) == y
+    half = y * 0.5
+    odd = integral and math.trunc(half) != half
+    result = magnitude
+    if x < 0.0:
+        result = (-magnitude if odd else magnitude) if integral else math.nan
+    elif x == 0.0 and odd and 1.0 / x < 0.0:          # -0: 1 / -0 is -inf
+        result = -magnitude
+    if y == 0.0 or x == 1.0 or (x == -1.0 and abs(y) == math.inf):
+        result = 1.0
+    return result
+
+
+# -- float64: NVIDIA's __nv_sqrt, __nv_exp, __nv_log, in float64 arithmetic -------------------------------------
+# The hardware's float64 pipe adds, multiplies and divides (within an ulp); these build on it, with the special
+# function unit's float32 answer only as a first guess. Powers of two are built by multiplying exact constants, so
+# scaling never rounds: the arguments are brought into float32's range (and the results back) by 2^+-60 steps.
+BIG, SMALL = 2.0 ** 60, 2.0 ** -60
+SQRT2, SQRT_HALF = math.sqrt(2.0), math.sqrt(0.5)
+# ln 2 as a sum whose first part has few digits (Cephes: n * LN2_HI is exact for |n| < 2^11), for range reduction.
+LN2_HI, LN2_LO = 6.93145751953125e-1, 1.42860682030941723212e-6
+EXP_MAX, EXP_MIN = 709.782712893384, -745.1332191019412     # e^x overflows above, is 0 below
+EXP_TERMS = 14                          # 1/k! for k < EXP_TERMS: |r| <= ln2/2 leaves a remainder below 1e-17
+LOG_TERMS = 10                          # 2 s^2k/(2k+1), k <= LOG_TERMS: |s| <= 0.1716 leaves below 1e-17
+LOG10_E = math.log10(math.e)
+
+
+@DeviceFunction
+def pow2(n):
+    """2^n for an integer n, exact (an inf or 0 past float64's range), by multiplying exact powers of two."""
+    r = 1.0
+    base = 2.0
+    if n < 0:
+        base = 0.5
+    e = abs(n)
+    while e > 0:
+        if e & 1:
+            r = r * base
+        base = base * base
+        e = e >> 1
+    return r
+
+
+@DeviceFunction
+def sqrt(x):
+    """The square root in float64 (within an ulp): float32's MUFU answer refined by two Newton steps y = (y + x/y) / 2
+    in float64, the argument scaled by 2^+-120 into float32's range; 0, a negative, inf and NaN as IEEE 754 says."""
+    r = float64(math.sqrt(float32(x)))
+    if x > 0.0 and x != math.inf:
+        scale = 1.0
+        while x > BIG:
+            x = x * (SMALL * SMALL)
+            scale = scale * BIG
+        while x < SMALL:
+            x = x * (BIG * BIG)
+            scale = scale * SMALL
+        y = float64(math.sqrt(float32(x)))
+        y = (y + x / y) * 0.5
+        y = (y + x / y) * 0.5
+        r = y * scale
+    return r
+
+
+@DeviceFunction
+def exp(x):
+    """e^x in float64 (within a few ulps): x = n ln2 + r with |r| <= ln2 / 2 (ln 2 in two parts), e^r by its Taylor
+    series, times 2^n; inf above EXP_MAX, 0 below EXP_MIN, NaN for NaN."""
+    r = x
+    if x > EXP_MAX:
+        r = math.inf
+    elif x < EXP_MIN:
+        r = 0.0
+    elif x == x:
+        n = math.floor(x * LOG2E + 0.5)
+        f = (x - n * LN2_HI) - n * LN2_LO
+        term = 1.0
+        total = 1.0
+        for k in range(1, EXP_TERMS):
+            term = term * f / k
+            total = total + term
+        m = int64(n)
+        half = m >> 1                        # 2^m in two steps: 2^1024 alone would be inf, 2^-1075 alone 0
+        r = total * pow2(half) * pow2(m - half)
+    return r
+
+
+@DeviceFunction
+def log(x):
+    """ln x in float64 (within an ulp): x = m 2^e with m in [sqrt(1/2), sqrt(2)) (e from float32's log2, m by
+    exact scaling), ln m as fdlibm writes it, plus e ln 2 in two parts; -inf at 0, NaN below 0 and for NaN, inf at
+    inf."""
+    r = math.nan
+    if x == 0.0:
+        r = -math.inf
+    elif x == math.inf:
+        r = x
+    elif x > 0.0:
+        e = int64(0)
+        while x > BIG:
+            x = x * SMALL
+            e = e + 60
+        while x < SMALL:
+            x = x * BIG
+            e = e - 60
+        k = int64(math.floor(math.log2(float32(x)) + 0.5))
+        m = x * pow2(-k)
+        if m > SQRT2:
+            m = m * 0.5
+            k = k + 1
+        if m < SQRT_HALF:
+            m = m * 2.0
+            k = k - 1
+        # fdlibm's form of ln(1 + f) = 2 atanh(s), s = f / (2 + f): f - (f^2/2 - s (f^2/2 + R)), where
+        # R = sum 2 s^2k / (2k + 1) is small, so f's digits pass through unrounded
+        f = m - 1.0
+        hfsq = 0.5 * f * f
+        s = f / (2.0 + f)
+        z = s * s
+        big_r = 0.0
+        for j in range(LOG_TERMS, 0, -1):
+            big_r = (big_r + 2.0 / (2 * j + 1)) * z
+        n = float64(e + k)
+        r = n * LN2_HI - ((hfsq - (s * (hfsq + big_r) + n * LN2_LO)) - f)
+    return r
+
+
+@DeviceFunction
+def log10(x):
+    return log(x) * LOG10_E
+
+
+@DeviceFunction
+def pow(x, y):
+    """x^y in float64: x, x * x, x * x * x or their reciprocals for an exponent of 1 to 3 in magnitude, else
+    e^(y ln |x|) by the float64 functions above (within 2 |y ln x| + 4 ulps); powf's signs and exact cases."""
+    n = abs(y)
+    if n == 1.0:
+        magnitude = abs(x)
+    elif n == 2.0:
+        magnitude = abs(x) * abs(x)
+    elif n == 3.0:
+        magnitude = abs(x) * abs(x) * abs(x)
+    else:
+        magnitude = exp(n * log(abs(x)))
+    if y < 0.0 and n <= 3.0:
+        magnitude = 1.0 / magnitude
+    elif y < 0.0:
+        magnitude = exp(y * log(abs(x)))
     integral = math.trunc(y) == y
     half = y * 0.5
     odd = integral and math.trunc(half) != half

@@ -317,6 +317,11 @@ LIBDEVICE = {"exp": libdevice.expf, "log": libdevice.logf, "log10": libdevice.lo
              "erf": libdevice.erff, "erfc": libdevice.erfcf, "hypot": libdevice.hypotf, "pow": libdevice.powf}
 
 
+# float64 functions computed in float64 (the rest of float64 math goes through float32)
+LIBDEVICE_FLOAT64 = {"sqrt": libdevice.sqrt, "exp": libdevice.exp, "log": libdevice.log, "log10": libdevice.log10,
+                     "pow": libdevice.pow}
+
+
 def math_function(fe, name: str, args: list):
     """math.<name>(*args), or x ** y: folded when every argument is a constant; else computed in the
     arguments' float type (float64 for integers) by one instruction or libdevice's function. The
@@ -335,6 +340,8 @@ def math_function(fe, name: str, args: list):
     args = [fe.cast(a, t) for a in args]
     if name in EXACT:
         return fe.emit(Op.MATH, t, [fe.materialize(a, t) for a in args], fn=name)
+    if t == T.float64 and name in LIBDEVICE_FLOAT64:
+        return fe.inline(LIBDEVICE_FLOAT64[name], [fe.materialize(a, t) for a in args])
     args = [fe.materialize(fe.cast(a, T.float32), T.float32) for a in args]
     if name in SPECIAL_FUNCTION_UNIT:
         return fe.cast(fe.emit(Op.MATH, T.float32, args, fn=name), t)

@@ -504,21 +504,60 @@ class InstructionSelector:
         return out
 
     def _fdiv64(self, a: VReg, d: VReg) -> VReg:
+        """a / d in float64: a and d scaled by exact powers of two into [1, 4) (d's float32 reciprocal, the first
+        guess, would be 0 or inf for a d beyond float32's range, and a subnormal a would lose digits), the
+        reciprocal refined by two Newton steps, the quotient by one residual step, then scaled back by
+        2^(e_a - e_d) in two exact halves (one rounding, where the quotient is subnormal)."""
+        field_a, field_d = self._unit_field(a), self._unit_field(d)
+        sa, sd = self._power_of_two(field_a, 0), self._power_of_two(field_d, 0)
         f = [self.new(T.float32) for _ in range(2)]
-        r0, r1, r2, e0, e1, q, e, refined, q0 = (self.new(T.float64) for _ in range(9))
+        a_s, ds, r0, r1, r2, e0, e1, q, e, step, q0, guess = (self.new(T.float64) for _ in range(12))
         one = self.const64(1.0)
-        self.emit("F2F", mods={"to": "F32", "fr": "F64"}, rd=f[0], b=d)
+        self.emit("DMUL", rd=a_s, ra=a, b=sa)
+        self.emit("DMUL", rd=ds, ra=d, b=sd)
+        self.emit("F2F", mods={"to": "F32", "fr": "F64"}, rd=f[0], b=ds)
         self.emit("MUFU", mods={"fn": "RCP"}, rd=f[1], b=f[0])
         self.emit("F2F", mods={"to": "F64", "fr": "F32"}, rd=r0, b=f[1])
-        self.emit("DFMA", rd=e0, ra=d, b=r0, rc=one, neg="a")      # Newton: r = r + r(1 - d r)
+        self.emit("DFMA", rd=e0, ra=ds, b=r0, rc=one, neg="a")     # Newton: r = r + r(1 - d r)
         self.emit("DFMA", rd=r1, ra=r0, b=e0, rc=r0)
-        self.emit("DFMA", rd=e1, ra=d, b=r1, rc=one, neg="a")
+        self.emit("DFMA", rd=e1, ra=ds, b=r1, rc=one, neg="a")
         self.emit("DFMA", rd=r2, ra=r1, b=e1, rc=r1)
-        self.emit("DMUL", rd=q, ra=a, b=r2)
-        self.emit("DFMA", rd=e, ra=d, b=q, rc=a, neg="a")
-        self.emit("DFMA", rd=refined, ra=e, b=r2, rc=q)
-        self.emit("DMUL", rd=q0, ra=a, b=r0)                        # IEEE's answer where Newton's steps give NaN
+        self.emit("DMUL", rd=q, ra=a_s, b=r2)
+        self.emit("DFMA", rd=e, ra=ds, b=q, rc=a_s, neg="a")
+        self.emit("DFMA", rd=step, ra=e, b=r2, rc=q)
+        k, half, rest = (self.new(T.int64) for _ in range(3))            # the quotient's scale: 2^(e_a - e_d)
+        self.emit("IADD", mods={"w": "64"}, rd=k, ra=field_d, b=field_a, neg="b")
+        self.emit("SHR", mods={"t": "S32", "w": "64"}, rd=half, ra=k, b=Imm(1))
+        self.emit("IADD", mods={"w": "64"}, rd=rest, ra=k, b=half, neg="b")
+        once, refined = self.new(T.float64), self.new(T.float64)
+        self.emit("DMUL", rd=once, ra=step, b=self._power_of_two(half, 1023))
+        self.emit("DMUL", rd=refined, ra=once, b=self._power_of_two(rest, 1023))
+        self.emit("DMUL", rd=guess, ra=a, b=r0)                     # IEEE's answer where Newton's steps give NaN
+        self.emit("DMUL", rd=q0, ra=guess, b=sd)
         return self._unless_special(a, e, q0, refined, T.float64)
+
+    def _unit_field(self, x: VReg) -> VReg:
+        """2046 - e for x's exponent field e, clamped to [1, 2046]: the field of 2^(1023 - e), the power of two
+        that brings a finite nonzero x into [1, 4) (from x's bits, x >> 52 & 0x7ff)."""
+        e, field, low, high, clamped = (self.new(T.int64) for _ in range(5))
+        self.emit("SHR", mods={"t": "U32", "w": "64"}, rd=e, ra=x, b=Imm(52))
+        self.emit("LOP", mods={"op": "AND", "w": "64"}, rd=field, ra=e, b=Imm(0x7FF))
+        self.emit("IADD", mods={"w": "64"}, rd=low, ra=field, b=Imm(2046), neg="a")
+        self.emit("IMNMX", mods={"op": "MAX", "t": "S64"}, rd=high, ra=low, b=Imm(1))
+        self.emit("IMNMX", mods={"op": "MIN", "t": "S64"}, rd=clamped, ra=high, b=Imm(2046))
+        return clamped
+
+    def _power_of_two(self, exponent: VReg, bias: int) -> VReg:
+        """The float64 2^(exponent + bias - 1023), exponent + bias (bias >= 0) clamped to the normal fields
+        [1, 2046]."""
+        field, low, clamped, bits = exponent, *(self.new(T.int64) for _ in range(3))
+        if bias:
+            field = self.new(T.int64)
+            self.emit("IADD", mods={"w": "64"}, rd=field, ra=exponent, b=Imm(bias))
+        self.emit("IMNMX", mods={"op": "MAX", "t": "S64"}, rd=low, ra=field, b=Imm(1))
+        self.emit("IMNMX", mods={"op": "MIN", "t": "S64"}, rd=clamped, ra=low, b=Imm(2046))
+        self.emit("SHL", mods={"w": "64"}, rd=bits, ra=clamped, b=Imm(52))
+        return bits
 
     def _divmod(self, v) -> tuple[VReg, VReg]:
         """Python's floor division and modulo of integers, which the ISA has no instruction for.
@@ -667,10 +706,7 @@ class InstructionSelector:
         if fn in ("floor", "ceil", "trunc"):
             self.emit("FRND", mods={"rnd": fn.upper(), "w": f"F{t.bits}"}, rd=r, b=x)
         elif fn == "fabs" and t.bits == 64:
-            p, neg = self.new(T.boolean), self.new(t)
-            self.emit("DSETP", mods={"cmp": "LT"}, pd=p, ra=x, b=RZ64, ps=(None, False))
-            self.emit("DADD", rd=neg, ra=x, b=RZ64, neg="a")
-            self.emit("SEL64", rd=r, ra=neg, b=x, ps=(p, False))
+            self.emit("DADD", rd=r, ra=x, b=RZ64, abs_="a")     # |x| + 0: +0 for -0 (a select on x < 0 kept -0)
         elif fn == "fabs":
             self.emit("FMNMX", mods={"op": "MAX"}, rd=r, ra=x, b=x, neg="b")
         else:
