@@ -741,3 +741,36 @@ def test_a_dcgan_step_matches_torch(device):
     close(lgo, lgt, 1e-5)
     for a, b in zip(gpo + dpo, gpt + dpt, strict=True):
         close(a, b, 1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", ["Adam", "AdamW"])
+def test_a_float64_model_trains_as_torch_s(device, kind):
+    """Module.double() casts the floating parameters and buffers (an integer buffer keeps its type); on cuda the
+    float64 matmuls run dgemm (batched too) and Adam steps float64 parameters with tensor ops: three steps follow
+    torch's float64 run to float64 precision."""
+    def build(lib):
+        lib.manual_seed(0)
+        return lib.nn.Sequential(lib.nn.Linear(3, 5), lib.nn.ReLU(), lib.nn.Linear(5, 2))
+    ours, theirs = build(lapis), build(torch)
+    ours.load_state_dict({k: lapis.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    ours.register_buffer("seen", lapis.tensor(7))         # (ReLU: float64 tanh on a GPU is float32-accurate yet)
+    ours.double().to(device)
+    theirs.double()
+    assert ours[0].weight.dtype is lapis.float64 and ours.seen.dtype is lapis.int64
+    x = np.random.default_rng(1).standard_normal((4, 2, 3))          # a batch of matrices: batched matmuls
+    oo = getattr(lapis.optim, kind)(ours.parameters(), lr=0.05, weight_decay=0.1)
+    ot = getattr(torch.optim, kind)(theirs.parameters(), lr=0.05, weight_decay=0.1)
+    for _ in range(3):
+        lo = (ours(lapis.tensor(x, device=device)) ** 2).sum()
+        lt = (theirs(torch.tensor(x)) ** 2).sum()
+        oo.zero_grad()
+        ot.zero_grad()
+        lo.backward()
+        lt.backward()
+        oo.step()
+        ot.step()
+    assert lo.dtype is lapis.float64
+    np.testing.assert_allclose(lo.item(), lt.item(), rtol=1e-12)
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().numpy(), rtol=1e-11, atol=1e-13)

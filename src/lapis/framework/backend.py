@@ -155,8 +155,8 @@ def matmul(a, b, out) -> None:
     # is read with op 'T' instead.
     tb, ldb = ("N", max(n, 1)) if _layout(b) == "C" else ("T", max(k, 1))
     ta, lda = ("N", max(k, 1)) if _layout(a) == "C" else ("T", max(m, 1))
-    # float32 goes to sgemm as PyTorch's does to cublasSgemm; half types to gemm (cublasGemmEx).
-    routine = blas.sgemm if out.dtype == np.float32 else blas.gemm
+    # float32 goes to sgemm as PyTorch's does to cublasSgemm, float64 to dgemm; half types to gemm (cublasGemmEx).
+    routine = {np.dtype(np.float32): blas.sgemm, np.dtype(np.float64): blas.dgemm}.get(out.dtype, blas.gemm)
     routine(handle, tb, ta, n, m, k, 1.0, b, ldb, a, lda, 0.0, out, max(n, 1))
 
 

@@ -3,8 +3,9 @@
     handle = blas.create(cuda)                  # cublasCreate: bound to a device of an API
     blas.sgemm(handle, "N", "N", m, n, k, 1.0, A, lda, B, ldb, 0.0, C, ldc)
 
-Routines: gemm (float32, float16 or bfloat16 in and out, float32 accumulation), sgemm,
-gemm_strided_batched, gemm_batched, gemv, and the level-1 routines of `blas_level1.py`.
+Routines: gemm (float32, float16 or bfloat16 in and out, float32 accumulation; float64 in, out and
+accumulation), sgemm, dgemm, gemm_strided_batched, gemm_batched, gemv, and the level-1 routines of
+`blas_level1.py`.
 
 Matrices are device arrays read as flat column-major storage with leading dimensions, as
 cuBLAS reads device pointers. Row-major callers (the framework) swap the operands:
@@ -25,6 +26,9 @@ tokens) is split along k (split-K, as cuBLAS does for such shapes): one strided-
 computes each k-chunk's product into the handle's workspace, and a second kernel adds the chunks in
 order, scales by alpha and adds beta C, so the result stays deterministic.
 
+float64 takes a plain kernel (`dgemm_kernel`): one element of C per thread in 16 x 16 blocks, k in
+slices of 16 staged in shared memory, float64 throughout (the FP64 pipe; no register tiling yet).
+
 Half inputs with both operands k-contiguous (op(A) = A^T, op(B) = B) take the matrix-unit
 kernel: HMMA.16816 with float32 accumulation, 128x256 blocks of eight warps, 64x64 per warp.
 Sizes and offsets are int32: each matrix must hold fewer than 2^31 elements.
@@ -38,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, blockIdx, float32, local, shared, syncthreads, threadIdx
+from lapis.cuda import DeviceNDArray, blockIdx, float32, float64, local, shared, syncthreads, threadIdx
 from lapis.cuda.compiler import cache
 from lapis.libs.blas_level1 import BlasError, asum, at, axpy, check_vector, copy, dot, iamax, nrm2, scal, swap
 from lapis.libs.handle import LibraryHandle
@@ -73,7 +77,7 @@ SPLIT_K_BLOCKS = 64           # split-K aims at this many blocks ...
 SPLIT_K_MIN_DEPTH = 128       # ... each summing at least this deep
 
 
-__all__ = ["BlasError", "GemmTiles", "Handle", "asum", "axpy", "choose_tiles", "copy", "create", "dot", "gemm",
+__all__ = ["BlasError", "GemmTiles", "Handle", "asum", "axpy", "choose_tiles", "copy", "create", "dgemm", "dot", "gemm",
            "gemm_batched", "gemm_strided_batched", "gemv", "iamax", "nrm2", "scal", "sgemm", "swap"]
 
 
@@ -282,6 +286,37 @@ def make_mma_gemm_kernel(kind, m_tiles: int = MMA_M_TILES):
     return mma_gemm_kernel
 
 
+DGEMM_TILE = 16         # the float64 kernel's block: DGEMM_TILE x DGEMM_TILE threads, one element of C each
+
+
+def dgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c):
+    # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc], as gemm_kernel
+    sA = shared.array((DGEMM_TILE, DGEMM_TILE), float64)      # sA[i, p] of the slice
+    sB = shared.array((DGEMM_TILE, DGEMM_TILE), float64)      # sB[p, j]
+    ti, tj = threadIdx.x, threadIdx.y
+    i = blockIdx.x * DGEMM_TILE + ti
+    j = blockIdx.y * DGEMM_TILE + tj
+    za, zb, zc = blockIdx.z * stride_a, blockIdx.z * stride_b, blockIdx.z * stride_c
+    acc = float64(0.0)
+    for p0 in range(0, k, DGEMM_TILE):
+        # thread (ti, tj) stages op(A)[i, p0 + tj] and op(B)[p0 + ti, j], zero past the edges
+        sA[ti, tj] = float64(0.0)
+        if i < m and p0 + tj < k:
+            sA[ti, tj] = A[za + i * a_si + (p0 + tj) * a_sp]
+        sB[ti, tj] = float64(0.0)
+        if p0 + ti < k and j < n:
+            sB[ti, tj] = B[zb + (p0 + ti) * b_sp + j * b_sj]
+        syncthreads()
+        for p in range(DGEMM_TILE):
+            acc += sA[ti, p] * sB[p, tj]
+        syncthreads()
+    if i < m and j < n:
+        if beta == float64(0.0):
+            C[zc + i + j * ldc] = alpha * acc
+        else:
+            C[zc + i + j * ldc] = alpha * acc + beta * C[zc + i + j * ldc]
+
+
 class Handle(LibraryHandle):
     """A cuBLAS-style handle: the API (lapis.cuda or lapis.hip), device and stream its routines run on."""
 
@@ -291,6 +326,7 @@ class Handle(LibraryHandle):
         self.tiles: dict[tuple, GemmTiles] = {}        # the autotuner's choices, by profile and shape
         self.mma_kernels = {np.dtype(t).name: api.jit(make_mma_gemm_kernel(t)) for t in (cuda.float16, cuda.bfloat16)}
         self.workspace: DeviceNDArray | None = None     # split-K's partial products, grown as needed
+        self.dgemm = api.jit(dgemm_kernel)
 
     def gemm_kernel(self, tiles: GemmTiles):
         kernel = self.tiled_kernels.get(tiles)
@@ -309,8 +345,8 @@ GEMM_DTYPES = (np.float32, np.float16, "bfloat16")
 def _flat(x: DeviceNDArray, name: str, routine: str = "sgemm") -> DeviceNDArray:
     if not isinstance(x, DeviceNDArray):
         raise BlasError(f"{name} must be a device array, not {type(x).__name__}")
-    if x.dtype.name not in ("float32", "float16", "bfloat16"):
-        raise BlasError(f"{routine}: {name} must hold float32, float16 or bfloat16, not {x.dtype}")
+    if x.dtype.name not in ("float32", "float16", "bfloat16", "float64"):
+        raise BlasError(f"{routine}: {name} must hold float32, float16, bfloat16 or float64, not {x.dtype}")
     if not (x.is_c_contiguous() or x.is_f_contiguous()):
         raise BlasError(f"{routine}: {name} must be contiguous storage")
     return x.ravel(order="A")
@@ -351,6 +387,22 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
     _check_matrix(routine, "A", fa, k if ta else m, m if ta else k, lda, batch, stride_a)
     _check_matrix(routine, "B", fb, n if tb else k, k if tb else n, ldb, batch, stride_b)
     _check_matrix(routine, "C", fc, m, n, ldc, batch, stride_c)
+    if (fa.dtype == np.float64) != (fc.dtype == np.float64):
+        raise BlasError(f"{routine}: float64 A and B need a float64 C and the other way round (got {fa.dtype} and "
+                        f"{fc.dtype})")
+    if fa.dtype == np.float64:
+        with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
+                        beta=beta, ldc=ldc, batch=batch, dtype="float64", device=str(handle.context.device),
+                        kernel="dgemm_kernel", tile=f"{DGEMM_TILE}x{DGEMM_TILE}x{DGEMM_TILE}"):
+            if m and n and batch:
+                a_si, a_sp = (lda, 1) if ta else (1, lda)
+                b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
+                handle.dgemm[(-(-m // DGEMM_TILE), -(-n // DGEMM_TILE), batch), (DGEMM_TILE, DGEMM_TILE),
+                             handle.stream](
+                    np.int32(m), np.int32(n), np.int32(k), np.float64(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
+                    np.int32(b_sp), np.int32(b_sj), np.float64(beta), fc, np.int32(ldc), np.int32(stride_a),
+                    np.int32(stride_b), np.int32(stride_c))
+        return
     if _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b):
         with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
                         beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
@@ -510,6 +562,15 @@ def gemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha
     """C = alpha op(A) op(B) + beta C, column-major (cublasGemmEx): float32, float16 or bfloat16."""
     gemm_strided_batched(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
                          routine="gemm")
+
+
+def dgemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DeviceNDArray,
+          lda: int, B: DeviceNDArray, ldb: int, beta: float, C: DeviceNDArray, ldc: int) -> None:
+    """C = alpha op(A) op(B) + beta C, column-major, float64 (cublasDgemm)."""
+    for name, x in (("A", A), ("B", B), ("C", C)):
+        if isinstance(x, DeviceNDArray) and x.dtype != np.float64:
+            raise BlasError(f"dgemm: {name} must hold float64, not {x.dtype}")
+    gemm(handle, transa, transb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc)
 
 
 def sgemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DeviceNDArray,

@@ -7,6 +7,7 @@ as torch's does, so `parameters()`, `state_dict()` and `to()` walk the tree in d
 import math
 from collections import OrderedDict
 
+from lapis.framework import dtype as _dtype
 from lapis.framework.autograd import no_grad
 from lapis.framework.creation import empty, ones, zeros
 from lapis.framework.device import device
@@ -177,16 +178,40 @@ class Module:
                 p.grad.zero_()
 
     def to(self, *args, **kwargs) -> "Module":
-        """Move or cast parameters and buffers in place: each Parameter object stays (an optimizer made
+        """Move parameters and buffers in place, and cast the floating-point ones when given a dtype (an integer
+        buffer, batch norm's count, keeps its type, as in torch): each Parameter object stays (an optimizer made
         before holds the same ones), its data is replaced, as torch's `.data` assignment does."""
+        dtype = kwargs.pop("dtype", None)
+        places = []
+        for a in args:
+            if isinstance(a, _dtype.dtype):
+                dtype = a
+            else:
+                places.append(a)
+
+        def moved(t):
+            cast = dtype if dtype is not None and t.dtype.is_floating_point else t.dtype
+            return t.to(*places, dtype=cast, **kwargs)
         for m in self.modules():
             for p in m._parameters.values():
                 if p is not None:
-                    p._take(p.detach().to(*args, **kwargs))
+                    p._take(moved(p.detach()))
             for name, b in list(m._buffers.items()):
                 if b is not None:
-                    m._buffers[name] = b.to(*args, **kwargs)
+                    m._buffers[name] = moved(b)
         return self
+
+    def double(self) -> "Module":
+        return self.to(_dtype.float64)
+
+    def float(self) -> "Module":
+        return self.to(_dtype.float32)
+
+    def half(self) -> "Module":
+        return self.to(_dtype.float16)
+
+    def bfloat16(self) -> "Module":
+        return self.to(_dtype.bfloat16)
 
     def cuda(self, index: int = 0) -> "Module":
         return self.to(device("cuda", index))

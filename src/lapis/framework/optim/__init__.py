@@ -5,6 +5,7 @@ state (momentum buffers, moments) lives on the parameters' device.
 """
 
 import functools
+import math
 
 from lapis import trace
 from lapis.framework import backend
@@ -139,9 +140,10 @@ class Adam(Optimizer):
                 state["exp_avg"] = zeros_like(p)
                 state["exp_avg_sq"] = zeros_like(p)
             state["step"] += 1
-            grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
             if not p.is_contiguous() or p.dtype is not _dtype.float32:
-                raise NotImplementedError("Adam here steps contiguous float32 parameters")
+                self._composed_step(g, p, state)            # other dtypes: the same step as tensor ops
+                continue
+            grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
             together.setdefault((id(g), str(p.device), state["step"]), []).append((g, p, grad, state))
         for (_, _, step), members in together.items():
             g = members[0][0]
@@ -153,6 +155,20 @@ class Adam(Optimizer):
                 for t in (p, state["exp_avg"], state["exp_avg_sq"]):
                     t._storage.version += 1
         return loss
+
+
+    def _composed_step(self, g: dict, p, state: dict) -> None:
+        """One parameter's Adam step as tensor ops (torch's foreach path), for what the fused kernel does not take
+        (float64, half types, strided parameters): the fused kernel's arithmetic, in the parameter's dtype."""
+        beta1, beta2 = g["betas"]
+        t, grad, m, v = state["step"], p.grad, state["exp_avg"], state["exp_avg_sq"]
+        if self.decoupled:
+            p.mul_(1 - g["lr"] * g["weight_decay"])
+        elif g["weight_decay"]:
+            grad = grad + g["weight_decay"] * p
+        m.add_((grad - m) * (1 - beta1))
+        v.mul_(beta2).add_(grad * grad * (1 - beta2))
+        p.sub_(m / (v.sqrt() / math.sqrt(1 - beta2 ** t) + g["eps"]) * (g["lr"] / (1 - beta1 ** t)))
 
 
 class AdamW(Adam):
