@@ -640,3 +640,12 @@ def test_a_checkpoint_written_by_pytorch_loads_without_running_its_pickle(device
     with pytest.raises(pickle.UnpicklingError, match="will not run .*print"):
         lapis.load(tmp_path / "evil.pt")
     assert "this ran" not in capsys.readouterr().out
+
+
+def test_cuda_manual_seed_makes_device_draws_repeat_and_bf16_is_supported():
+    for seed_all in (lapis.cuda.manual_seed, lapis.cuda.manual_seed_all):
+        seed_all(5)
+        first = lapis.randn(4, device="cuda")
+        seed_all(5)
+        assert lapis.equal(lapis.randn(4, device="cuda"), first)
+    assert lapis.cuda.is_bf16_supported() is True

@@ -90,6 +90,26 @@ Stream, Event, current_stream = _api.Stream, _api.Event, _api.current_stream   #
 _runtime_api = RuntimeApi(_api, "cuda")
 globals().update(_runtime_api.namespace())      # cudaMalloc, cudaSuccess, ...: names from runtime_api's table
 
+# torch.cuda's seeding. The generator device tensors are drawn from is the framework's (Layer 5, which draws them
+# on the host): it registers itself here, so this layer seeds it without importing it.
+_seed_hooks: list = []
+
+
+def manual_seed(seed: int) -> None:
+    """torch.cuda.manual_seed: seed the generator random device tensors come from (the framework's, which its
+    cpu tensors share: lapis draws both on the host)."""
+    for hook in _seed_hooks:
+        hook(int(seed))
+
+
+manual_seed_all = manual_seed
+
+
+def is_bf16_supported(including_emulation: bool = True) -> bool:
+    """Whether bfloat16 runs on the device: it does on every profile (the matrix unit takes it)."""
+    return is_available()
+
+
 int32, int64, uint32 = np.int32, np.int64, np.uint32
 float16, float32, float64 = np.float16, np.float32, np.float64
 bfloat16 = ml_dtypes.bfloat16
@@ -107,5 +127,6 @@ __all__ = [
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
     "pinned_array", "pinned", "stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
     "memory_summary", "empty_cache", "current_device", "set_device", "current_stream",
-    "get_device_name", "get_device_properties", "PerformanceWarning", *_runtime_api.namespace(),
+    "get_device_name", "get_device_properties", "PerformanceWarning", "manual_seed", "manual_seed_all",
+    "is_bf16_supported", *_runtime_api.namespace(),
 ]

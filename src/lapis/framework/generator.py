@@ -7,6 +7,8 @@ PyTorch generates them on the device. A `Generator` (torch's spelling: `Generato
 
 import numpy as np
 
+from lapis import cuda
+
 _default = [np.random.default_rng(0)]
 
 
@@ -16,6 +18,9 @@ def default_generator() -> np.random.Generator:
 
 def manual_seed(seed: int) -> None:
     _default[0] = np.random.default_rng(seed)
+
+
+cuda._seed_hooks.append(manual_seed)            # torch.cuda.manual_seed(_all) seeds this generator too
 
 
 class Generator:
