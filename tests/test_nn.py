@@ -774,3 +774,42 @@ def test_a_float64_model_trains_as_torch_s(device, kind):
     np.testing.assert_allclose(lo.item(), lt.item(), rtol=1e-12)
     for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
         np.testing.assert_allclose(a.detach().cpu().numpy(), b.detach().numpy(), rtol=1e-11, atol=1e-13)
+
+
+@pytest.mark.filterwarnings("ignore:reduction. .mean. divides")          # torch's, about its kl_div
+@pytest.mark.parametrize("device", DEVICES)
+def test_adaptive_pooling_interpolation_and_kl_div_match_torch_with_gradients(device):
+    """adaptive_avg_pool2d to sizes that divide and that do not (overlapping windows), interpolate by size and by
+    scale factor in nearest, linear and bilinear modes (corners aligned or not), kl_div in each reduction: outputs
+    and input gradients against torch's."""
+    x = f32(2, 3, 7, 5)
+    cases = [(lambda F, t: F.adaptive_avg_pool2d(t, (3, 2))), (lambda F, t: F.adaptive_avg_pool2d(t, 1)),
+             (lambda F, t: F.adaptive_avg_pool2d(t, (7, None))),
+             (lambda F, t: F.interpolate(t, size=(11, 4))), (lambda F, t: F.interpolate(t, scale_factor=2.5)),
+             (lambda F, t: F.interpolate(t, size=(9, 13), mode="bilinear")),
+             (lambda F, t: F.interpolate(t, scale_factor=(0.5, 1.7), mode="bilinear", align_corners=True)),
+             (lambda F, t: F.interpolate(t[:, :, 0], size=12, mode="linear", align_corners=False))]
+    for k, case in enumerate(cases):
+        xo, xt = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+        yo, yt = case(lapis.nn.functional, xo), case(torch.nn.functional, xt)
+        assert yo.shape == yt.shape, k
+        close(yo, yt, 1e-5)
+        w = f32(*yt.shape)
+        (yo * lapis.tensor(w, device=device)).sum().backward()
+        (yt * torch.tensor(w)).sum().backward()
+        close(xo.grad, xt.grad, 1e-5)
+    log_p = np.log(np.random.default_rng(3).dirichlet(np.ones(5), 4)).astype(np.float32)
+    target = np.random.default_rng(4).dirichlet(np.ones(5), 4).astype(np.float32)
+    target[0, 2] = 0.0                                         # a zero target contributes 0
+    for reduction in ("mean", "sum", "batchmean", "none"):
+        for log_target in (False, True):
+            t = np.log(np.maximum(target, 1e-12)) if log_target else target
+            xo, xt = lapis.tensor(log_p, device=device, requires_grad=True), torch.tensor(log_p, requires_grad=True)
+            lo = lapis.nn.KLDivLoss(reduction, log_target)(xo, lapis.tensor(t, device=device))
+            lt = torch.nn.KLDivLoss(reduction=reduction, log_target=log_target)(xt, torch.tensor(t))
+            close(lo, lt, 1e-6)
+            lo.sum().backward()
+            lt.sum().backward()
+            close(xo.grad, xt.grad, 1e-6)
+    up = lapis.nn.Upsample(scale_factor=2)(lapis.tensor(x, device=device))
+    close(up, torch.nn.Upsample(scale_factor=2)(torch.tensor(x)))

@@ -3,6 +3,7 @@
 from lapis.framework.nn import functional, init, parallel, utils
 from lapis.framework.nn.modules import (
     GELU,
+    AdaptiveAvgPool2d,
     AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
@@ -14,6 +15,7 @@ from lapis.framework.nn.modules import (
     Dropout,
     Embedding,
     Flatten,
+    KLDivLoss,
     LayerNorm,
     LeakyReLU,
     Linear,
@@ -31,6 +33,7 @@ from lapis.framework.nn.modules import (
     SiLU,
     Softmax,
     Tanh,
+    Upsample,
 )
 from lapis.framework.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from lapis.framework.nn.transformer import (
@@ -41,10 +44,10 @@ from lapis.framework.nn.transformer import (
     TransformerEncoderLayer,
 )
 
-__all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "LeakyReLU", "MaxPool2d", "BCELoss",
-           "BCEWithLogitsLoss", "CrossEntropyLoss",
+__all__ = ["AdaptiveAvgPool2d", "KLDivLoss", "Upsample", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d",
+           "ConvTranspose2d", "LeakyReLU", "MaxPool2d", "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss",
            "Dropout", "Embedding", "Flatten", "GELU", "GRU", "GRUCell", "LayerNorm", "Linear", "LSTM", "LSTMCell",
-           "MSELoss", "MultiheadAttention",
-           "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "RNN", "RNNCell", "Sequential",
-           "SiLU", "Sigmoid", "Softmax", "Tanh", "Transformer", "TransformerDecoder", "TransformerDecoderLayer",
-           "TransformerEncoder", "TransformerEncoderLayer", "functional", "init", "parallel", "utils"]
+           "MSELoss", "MultiheadAttention", "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU",
+           "RNN", "RNNCell", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh", "Transformer", "TransformerDecoder",
+           "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer", "functional", "init",
+           "parallel", "utils"]

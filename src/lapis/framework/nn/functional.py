@@ -6,9 +6,11 @@ GPU. Losses reduce with torch's `reduction` ('mean', 'sum', 'none').
 
 import math
 
+import numpy as np
+
 from lapis.framework import dtype as _dtype
 from lapis.framework.autograd import Function
-from lapis.framework.creation import arange, full, ones, rand, zeros
+from lapis.framework.creation import arange, full, ones, rand, tensor, zeros
 from lapis.framework.ops.common import broadcast_shapes
 from lapis.framework.ops.elementwise import where
 from lapis.framework.ops.nn import (
@@ -108,6 +110,91 @@ def softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
 
 def log_softmax(x: Tensor, dim: int, dtype=None) -> Tensor:
     return x.log_softmax(dim, dtype)
+
+
+def _resampling(source: int, target: int, rows) -> np.ndarray:
+    """A (target, source) matrix whose row i holds the weights `rows(i)` gives as (source index, weight) pairs:
+    resampling one dimension is a product with it, so its gradient is the transposed product."""
+    m = np.zeros((target, source))
+    for i in range(target):
+        for j, w in rows(i):
+            m[i, j] += w
+    return m
+
+
+def _resample(x: Tensor, matrices: list) -> Tensor:
+    """x (N, C, *spatial) with each spatial dimension d multiplied by matrices[d] (target, source)."""
+    for d, m in enumerate(matrices):
+        dim = x.ndim - len(matrices) + d
+        m = tensor(m.astype(x.dtype.np), device=x.device)
+        x = (x.transpose(dim, -1) @ m.t()).transpose(dim, -1)
+    return x
+
+
+def adaptive_avg_pool2d(x: Tensor, output_size) -> Tensor:
+    # x: (N, C, H, W) or (C, H, W) -> (..., oh, ow): output i averages rows floor(i H / oh) .. ceil((i + 1) H / oh)
+    sizes = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    sizes = tuple(x.shape[x.ndim - 2 + d] if s is None else s for d, s in enumerate(sizes))
+
+    def window(n: int, out: int):
+        def rows(i: int):
+            start, end = i * n // out, -(-(i + 1) * n // out)
+            return [(j, 1.0 / (end - start)) for j in range(start, end)]
+        return rows
+    return _resample(x, [_resampling(x.shape[x.ndim - 2 + d], s, window(x.shape[x.ndim - 2 + d], s))
+                         for d, s in enumerate(sizes)])
+
+
+def interpolate(x: Tensor, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,
+                recompute_scale_factor=None, antialias: bool = False) -> Tensor:
+    """torch's resize of the spatial dimensions of x (N, C, *spatial): 'nearest' (source floor(i * scale)),
+    'linear', 'bilinear' (half-pixel centers, or the corners aligned), each dimension a product with a sparse
+    matrix of its weights, so gradients flow back through the transposed products."""
+    spatial = x.shape[2:]
+    if (size is None) == (scale_factor is None):
+        raise ValueError("only one of size or scale_factor should be defined")
+    if mode not in ("nearest", "linear", "bilinear"):
+        raise NotImplementedError(f"interpolate mode {mode!r} is not supported yet (nearest, linear, bilinear)")
+    if mode == "nearest" and align_corners is not None:
+        raise ValueError("align_corners option can only be set with the interpolating modes: linear | bilinear")
+    count = len(spatial)
+    factors = [None] * count
+    if size is not None:
+        sizes = [size] * count if isinstance(size, int) else list(size)
+    else:
+        factors = [scale_factor] * count if isinstance(scale_factor, (int, float)) else list(scale_factor)
+        sizes = [int(math.floor(n * f)) for n, f in zip(spatial, factors, strict=True)]
+        if recompute_scale_factor:
+            factors = [None] * count
+
+    def rows_for(n: int, out: int, factor):
+        scale = 1.0 / factor if factor else n / out
+        if mode == "nearest":
+            return lambda i: [(min(int(math.floor(i * scale)), n - 1), 1.0)]
+        def rows(i: int):
+            if align_corners:
+                src = i * (n - 1) / (out - 1) if out > 1 else 0.0
+            else:
+                src = max((i + 0.5) * scale - 0.5, 0.0)
+            j0 = min(int(math.floor(src)), n - 1)
+            j1, w1 = min(j0 + 1, n - 1), src - j0
+            return [(j0, 1.0 - w1), (j1, w1)]
+        return rows
+    return _resample(x, [_resampling(n, out, rows_for(n, out, f))
+                         for n, out, f in zip(spatial, sizes, factors, strict=True)])
+
+
+def kl_div(x: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:
+    # x: log-probabilities; target: probabilities (or log-probabilities with log_target) -> target (log target - x),
+    # 0 where the target is 0
+    if log_target:
+        loss = target.exp() * (target - x)
+    else:
+        loss = where(target > 0, target * (where(target > 0, target, ones((), device=target.device)).log() - x),
+                     zeros((), device=x.device, dtype=x.dtype))
+    if reduction == "batchmean":
+        return loss.sum() / x.shape[0]
+    return _reduce(loss, reduction)
 
 
 def one_hot(target: Tensor, num_classes: int = -1) -> Tensor:
@@ -358,8 +445,8 @@ def multi_head_attention_forward(module, query: Tensor, key: Tensor, value: Tens
     out = out.transpose(1, 2).reshape(n, length, e)
     return module.out_proj(out), weights
 
-__all__ = ["linear", "conv2d", "conv_transpose2d", "leaky_relu", "max_pool2d", "avg_pool2d", "batch_norm", "relu",
-           "gelu", "silu", "sigmoid", "tanh", "softmax", "log_softmax", "one_hot", "nll_loss", "cross_entropy",
-           "mse_loss", "binary_cross_entropy", "binary_cross_entropy_with_logits", "dropout", "huber_loss",
-           "l1_loss", "pad", "smooth_l1_loss", "layer_norm", "scaled_dot_product_attention",
-           "multi_head_attention_forward"]
+__all__ = ["linear", "conv2d", "conv_transpose2d", "adaptive_avg_pool2d", "interpolate", "kl_div", "leaky_relu",
+           "max_pool2d", "avg_pool2d", "batch_norm", "relu", "gelu", "silu", "sigmoid", "tanh", "softmax",
+           "log_softmax", "one_hot", "nll_loss", "cross_entropy", "mse_loss", "binary_cross_entropy",
+           "binary_cross_entropy_with_logits", "dropout", "huber_loss", "l1_loss", "pad", "smooth_l1_loss",
+           "layer_norm", "scaled_dot_product_attention", "multi_head_attention_forward"]

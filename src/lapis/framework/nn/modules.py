@@ -516,6 +516,24 @@ class ConvTranspose2d(Module):
                 f"padding={self.padding}")
 
 
+class AdaptiveAvgPool2d(Module):
+    def __init__(self, output_size):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+
+class Upsample(Module):
+    def __init__(self, size=None, scale_factor=None, mode: str = "nearest", align_corners=None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode, self.align_corners = size, scale_factor, mode, align_corners
+
+    def forward(self, x):
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners)
+
+
 class LeakyReLU(Module):
     def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
         super().__init__()
@@ -607,9 +625,16 @@ class BCELoss(_Loss):
         return F.binary_cross_entropy(x, y, reduction=self.reduction)
 
 
-__all__ = ["AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d", "ConvTranspose2d", "LeakyReLU", "MaxPool2d",
-           "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss",
-           "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear",
-           "MSELoss",
-           "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid",
-           "Softmax", "Tanh"]
+class KLDivLoss(_Loss):
+    def __init__(self, reduction: str = "mean", log_target: bool = False):
+        super().__init__(reduction=reduction)
+        self.log_target = log_target
+
+    def forward(self, x, y):
+        return F.kl_div(x, y, self.reduction, self.log_target)
+
+
+__all__ = ["AdaptiveAvgPool2d", "Upsample", "KLDivLoss", "AvgPool2d", "BatchNorm1d", "BatchNorm2d", "Conv2d",
+           "ConvTranspose2d", "LeakyReLU", "MaxPool2d", "BCELoss", "BCEWithLogitsLoss", "CrossEntropyLoss",
+           "Dropout", "Embedding", "Flatten", "GELU", "LayerNorm", "Linear", "MSELoss", "Module", "ModuleDict",
+           "ModuleList", "NLLLoss", "Parameter", "ReLU", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh"]
