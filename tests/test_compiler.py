@@ -910,32 +910,37 @@ def test_abs_of_negative_zero_is_positive_zero_in_every_float_type(dtype):
     assert np.array_equal(got, want) and np.array_equal(np.signbit(got), np.signbit(want))
 
 
-def test_float64_division_is_within_an_ulp_at_every_magnitude():
-    """a / b of float64s over magnitudes from subnormals to 1e308, within an ulp of numpy's, IEEE's special cases
-    exact: the divisor is scaled into float32's range for the first guess of its reciprocal (a divisor beyond it
-    once gave 0 or inf)."""
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_division_is_within_an_ulp_at_every_magnitude(dtype):
+    """a / b over magnitudes from subnormals to the largest finite numbers, within an ulp of numpy's, IEEE's special
+    cases exact. float64 scales both operands into [1, 4) for its float32 first guess (a divisor beyond float32's
+    range once gave 0 or inf); float32 scales a divisor beyond [2^-126, 2^126] by 2^+-64 (a subnormal divisor's
+    reciprocal once overflowed: 1e-6 / 1e-40 gave inf)."""
     @cuda.jit
     def divide(a, b, out):
         i = cuda.grid(1)
         if i < a.size:
             out[i] = a[i] / b[i]
+    info = np.finfo(dtype)
     rng = np.random.default_rng(4)
-    magnitudes = 10.0 ** rng.integers(-300, 300, (2, 3000))
-    a = rng.standard_normal(3000) * magnitudes[0]
-    b = rng.standard_normal(3000) * magnitudes[1]
-    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1e-310, 1.7e308, 1.0, -3.0]
-    a = np.concatenate([a, np.repeat(specials, len(specials)), [1.0, 1.0, 3.0, 5.0]])
-    b = np.concatenate([b, np.tile(specials, len(specials)), [4e38, 1e300, 1e-300, 1e-320]])
-    out = cuda.device_array(a.size, np.float64)
+    decades = int(np.log10(info.max))
+    magnitudes = 10.0 ** rng.integers(-decades - 6, decades, (2, 3000))
+    a = (rng.standard_normal(3000) * magnitudes[0]).astype(dtype)
+    b = (rng.standard_normal(3000) * magnitudes[1]).astype(dtype)
+    smallest = float(np.nextafter(dtype(0), dtype(1)))
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, smallest, float(info.tiny) / 8, float(info.max) / 2, 1.0, -3.0]
+    a = np.concatenate([a, np.repeat(specials, len(specials)), [1e-6, 1.0, 3.0, 5.0]]).astype(dtype)
+    b = np.concatenate([b, np.tile(specials, len(specials)), [1e-40, 3e38, 1e-30, 1e-44]]).astype(dtype)
+    out = cuda.device_array(a.size, dtype)
     divide[(a.size + 255) // 256, 256](cuda.to_device(a), cuda.to_device(b), out)
     got = out.copy_to_host()
     with np.errstate(all="ignore"):
         want = a / b
     exact = (got == want) | (np.isnan(got) & np.isnan(want))
     assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
-    normal = ~exact & (np.abs(want) >= 2.3e-308)
+    normal = ~exact & (np.abs(want) >= info.tiny)
     assert not (~exact & np.isinf(want)).any() and not (~exact & (want == 0)).any()
-    ulps = np.abs(got[normal] - want[normal]) / np.spacing(np.abs(want[normal]))
+    ulps = np.abs(got[normal].astype(np.float64) - want[normal]) / np.spacing(np.abs(want[normal]))
     assert ulps.max(initial=0) <= 1
     subnormal = ~exact & ~normal                      # scaled back into the subnormals: rounded twice at most
-    assert (np.abs(got[subnormal] - want[subnormal]) <= 2 * 5e-324).all()
+    assert (np.abs(got[subnormal].astype(np.float64) - want[subnormal]) <= 2 * smallest).all()

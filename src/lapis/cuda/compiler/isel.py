@@ -153,6 +153,10 @@ class InstructionSelector:
             raise self.error(v, f"internal: {v.name} ({v.op}) used before it was selected")
         return self.vmap[v]
 
+    def _const32(self, value: float) -> VReg:
+        """A float32 constant in a register, loaded before the loops it is used in."""
+        return self.reg(ir.Value(0, Op.CONST, T.float32, attrs={"value": value}))
+
     def const64(self, value: float) -> VReg:
         """A float64 constant in a register pair, loaded before the loops it is used in."""
         return self.reg(ir.Value(0, Op.CONST, T.float64, attrs={"value": value}))
@@ -481,13 +485,26 @@ class InstructionSelector:
             r = self.new(T.float32)
             self.emit("FMUL", rd=r, ra=a, b=self.imm(T.float32, 1.0 / b.attrs["value"]))
             return r
+        # A divisor outside [2^-126, 2^126] in magnitude is scaled by 2^64 or 2^-64 first (its reciprocal would be
+        # inf or a subnormal MUFU.RCP flushes to 0: 1e-6 / 1e-40 gave inf), and the quotient by the same after.
         d = self.reg(b)
-        rcp, q, e, refined, out = (self.new(T.float32) for _ in range(5))
-        self.emit("MUFU", mods={"fn": "RCP"}, rd=rcp, b=d)
+        tiny, huge = self.new(T.boolean), self.new(T.boolean)
+        up, scale, ds = self.new(T.float32), self.new(T.float32), self.new(T.float32)
+        self.emit("FSETP", mods={"cmp": "LT"}, pd=tiny, ra=d, b=self.imm(T.float32, 2.0**-126), ps=(None, False),
+                  abs_="a")
+        self.emit("FSETP", mods={"cmp": "GT"}, pd=huge, ra=d, b=self.imm(T.float32, 2.0**126), ps=(None, False),
+                  abs_="a")
+        self.emit("SEL", rd=up, ra=self._const32(2.0**64), b=self.imm(T.float32, 1.0), ps=(tiny, False))
+        self.emit("SEL", rd=scale, ra=self._const32(2.0**-64), b=up, ps=(huge, False))
+        self.emit("FMUL", rd=ds, ra=d, b=scale)
+        rcp, q, e, step, refined, q0 = (self.new(T.float32) for _ in range(6))
+        self.emit("MUFU", mods={"fn": "RCP"}, rd=rcp, b=ds)
         self.emit("FMUL", rd=q, ra=a, b=rcp)
-        self.emit("FFMA", rd=e, ra=d, b=q, rc=a, neg="a")          # e = a - d*q
-        self.emit("FFMA", rd=refined, ra=e, b=rcp, rc=q)           # q + e/d
-        return self._unless_special(a, e, q, refined, T.float32)
+        self.emit("FFMA", rd=e, ra=ds, b=q, rc=a, neg="a")         # e = a - d*q
+        self.emit("FFMA", rd=step, ra=e, b=rcp, rc=q)              # q + e/d
+        self.emit("FMUL", rd=refined, ra=step, b=scale)
+        self.emit("FMUL", rd=q0, ra=q, b=scale)
+        return self._unless_special(a, e, q0, refined, T.float32)
 
     def _unless_special(self, a: VReg, e: VReg, q: VReg, refined: VReg, t) -> VReg:
         """refined, or q (a times the reciprocal) where it is already IEEE's answer and the Newton step would
