@@ -649,3 +649,67 @@ def test_cuda_manual_seed_makes_device_draws_repeat_and_bf16_is_supported():
         seed_all(5)
         assert lapis.equal(lapis.randn(4, device="cuda"), first)
     assert lapis.cuda.is_bf16_supported() is True
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_autocast_runs_products_in_half_precision_and_keeps_float32_ops(dtype):
+    """Inside autocast on cuda, linear and matmul take float32 inputs in the autocast dtype (the values of casting
+    them by hand, near torch's products in that dtype); softmax, log_softmax, layer_norm and mse_loss compute in
+    float32; outside it, enabled=False inside it, and cpu tensors stay float32; the decorator form too."""
+    half = getattr(lapis, dtype)
+    a, b = rng.standard_normal((16, 32)).astype(np.float32), rng.standard_normal((32, 24)).astype(np.float32)
+    ao, bo = lapis.tensor(a, device="cuda"), lapis.tensor(b, device="cuda")
+    lin = lapis.nn.Linear(32, 8).to("cuda")
+    with lapis.autocast(device_type="cuda", dtype=half):
+        product = ao @ bo
+        assert product.dtype is half and lin(ao).dtype is half
+        assert lapis.equal(product, ao.to(half) @ bo.to(half))
+        assert (lapis.tensor(a) @ lapis.tensor(b)).dtype is lapis.float32           # a cpu product: not this region
+        for out in (lapis.softmax(product, -1), lapis.log_softmax(product, -1),
+                    lapis.nn.functional.layer_norm(product, (24,)), lapis.nn.functional.mse_loss(product, product)):
+            assert out.dtype is lapis.float32
+        with lapis.autocast(device_type="cuda", enabled=False):
+            assert (ao @ bo).dtype is lapis.float32
+        assert (ao @ bo).dtype is half
+    assert (ao @ bo).dtype is lapis.float32
+    theirs = (torch.tensor(a).to(getattr(torch, dtype)) @ torch.tensor(b).to(getattr(torch, dtype))).float().numpy()
+    np.testing.assert_allclose(product.float().cpu().numpy(), theirs, rtol=2e-2, atol=2e-2)
+
+    @lapis.amp.autocast("cuda", dtype=half)
+    def forward(x):
+        return lin(x)
+    assert forward(ao).dtype is half and not lapis.amp.is_autocast_enabled("cuda")
+
+
+def test_grad_scaler_follows_torch_s_scale_and_skips_steps_with_inf_gradients():
+    """scale, unscale_, step and update as torch's GradScaler: the unscaled gradients are the loss's own, a step
+    whose gradients hold inf or NaN is skipped and backs the scale off, growth_interval clean steps grow it; the
+    state dict round-trips; a disabled scaler passes everything through."""
+    w0 = np.array([1.0, -2.0, 0.5], np.float32)
+    ours, theirs = lapis.nn.Parameter(lapis.tensor(w0, device="cuda")), torch.nn.Parameter(torch.tensor(w0))
+    oo, ot = lapis.optim.SGD([ours], lr=0.1), torch.optim.SGD([theirs], lr=0.1)
+    so = lapis.amp.GradScaler("cuda", init_scale=1024.0, growth_interval=2)
+    st = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=2)
+    for factor in (1.0, 1.0, float("inf"), 1.0, 1.0, float("nan"), 1.0):
+        lo = (ours * lapis.tensor(w0, device="cuda") * factor).sum()
+        lt = (theirs * torch.tensor(w0) * factor).sum()
+        oo.zero_grad()
+        ot.zero_grad()
+        so.scale(lo).backward()
+        st.scale(lt).backward()
+        so.unscale_(oo)
+        st.unscale_(ot)
+        if math.isfinite(factor):
+            np.testing.assert_allclose(ours.grad.cpu().numpy(), w0)
+        so.step(oo)
+        st.step(ot)
+        so.update()
+        st.update()
+        assert so.get_scale() == st.get_scale()
+        np.testing.assert_allclose(ours.detach().cpu().numpy(), theirs.detach().numpy(), rtol=1e-6)
+    resumed = lapis.amp.GradScaler("cuda")
+    resumed.load_state_dict(so.state_dict())
+    assert resumed.get_scale() == so.get_scale() and resumed.state_dict() == so.state_dict()
+    off = lapis.amp.GradScaler(enabled=False)
+    loss = lapis.tensor(3.0)
+    assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {}

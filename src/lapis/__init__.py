@@ -15,8 +15,9 @@ The layers below are packages of their own: `lapis.libs` (4), `lapis.cuda` / `la
 every layer did: `with lapis.trace() as t: ...`.
 """
 
-from lapis import autograd, backends, distributed, distributions, nn, optim, profiler, trace, utils
+from lapis import amp, autograd, backends, distributed, distributions, nn, optim, profiler, trace, utils
 from lapis.backends import get_float32_matmul_precision, set_float32_matmul_precision
+from lapis.framework.amp import autocast
 from lapis.framework.autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from lapis.framework.creation import (
     BoolTensor,
@@ -135,7 +136,7 @@ __all__ = [
     "softmax", "split", "stack", "std", "sum", "tensor", "trace", "tril", "triu", "utils", "var", "where", "zeros",
     "zeros_like"]
 __all__ += list(_ELEMENTWISE)
-__all__ += ["distributed", "distributions"]
+__all__ += ["amp", "autocast", "distributed", "distributions"]
 __all__ += ["all", "allclose", "any", "broadcast_to", "clip", "equal", "flatten", "flip", "inference_mode", "is_tensor",
             "isclose", "cumsum", "norm", "numel", "roll", "set_grad_enabled", "squeeze", "unbind", "unsqueeze",
             "compile", "nonzero", "randperm", "Generator", "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor",

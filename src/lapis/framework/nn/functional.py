@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 
+from lapis.framework import amp
 from lapis.framework import dtype as _dtype
 from lapis.framework.autograd import Function
 from lapis.framework.creation import arange, full, ones, rand, tensor, zeros
@@ -28,6 +29,7 @@ from lapis.framework.tensor import Tensor
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     # x: (..., in), weight: (out, in), bias: (out,) -> (..., out)
+    x, weight, bias = amp.lower(x, weight, bias)
     y = x @ weight.t()
     return y + bias if bias is not None else y
 
@@ -256,7 +258,7 @@ def cross_entropy(logits: Tensor, target: Tensor, ignore_index: int = -100, redu
 
 
 def mse_loss(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
-    d = x - y
+    d = amp.upper(x) - amp.upper(y)
     return _reduce(d * d, reduction)
 
 
@@ -361,6 +363,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
 def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5) -> Tensor:
     # x: (..., *normalized_shape); statistics per row of the normalized dimensions
+    x = amp.upper(x)
     normalized_shape = tuple(normalized_shape) if not isinstance(normalized_shape, int) else (normalized_shape,)
     if tuple(x.shape[x.ndim - len(normalized_shape):]) != normalized_shape:
         raise RuntimeError(f"Given normalized_shape={list(normalized_shape)}, expected input with shape "

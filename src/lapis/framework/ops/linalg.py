@@ -5,7 +5,7 @@ are read in place, as the operands of attention's `q @ k.mT` are."""
 import math
 
 from lapis import trace
-from lapis.framework import backend
+from lapis.framework import amp, backend
 from lapis.framework.autograd import Function
 from lapis.framework.ops.common import broadcast_shapes, check_devices, new
 from lapis.framework.tensor_base import TensorBase
@@ -78,6 +78,7 @@ def matmul(a: TensorBase, b: TensorBase) -> TensorBase:
     if not isinstance(a, TensorBase) or not isinstance(b, TensorBase):
         raise TypeError(f"matmul(): arguments must be TensorBases, not {type(a).__name__} and {type(b).__name__}")
     check_devices(a, b)
+    a, b = amp.lower(a, b)
     if a.dtype is not b.dtype:
         raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {a.dtype.name} != {b.dtype.name}")
     if a.ndim == 0 or b.ndim == 0:

@@ -4,7 +4,7 @@ forward beside its backward. On `cpu` the backend computes the same with numpy. 
 not differentiable ops, so they are once differentiable: under create_graph their gradients carry a node that
 raises if differentiated again (torch's @once_differentiable), rather than a second derivative silently zero."""
 
-from lapis.framework import backend
+from lapis.framework import amp, backend
 from lapis.framework import dtype as _dtype
 from lapis.framework.autograd import Function
 from lapis.framework.ops.common import check_devices, new
@@ -347,7 +347,7 @@ def _fused_softmax(x, dim) -> bool:
 
 
 def softmax(x, dim, dtype=None):
-    x = x if dtype is None else x.to(dtype)
+    x = amp.upper(x) if dtype is None else x.to(dtype)
     if _fused_softmax(x, dim):
         return Softmax.apply(x, False)
     e = (x - x.max(dim, keepdim=True).values.detach()).exp()
@@ -355,7 +355,7 @@ def softmax(x, dim, dtype=None):
 
 
 def log_softmax(x, dim, dtype=None):
-    x = x if dtype is None else x.to(dtype)
+    x = amp.upper(x) if dtype is None else x.to(dtype)
     if _fused_softmax(x, dim):
         return Softmax.apply(x, True)
     return x - x.logsumexp(dim, keepdim=True)
