@@ -713,3 +713,17 @@ def test_grad_scaler_follows_torch_s_scale_and_skips_steps_with_inf_gradients():
     off = lapis.amp.GradScaler(enabled=False)
     loss = lapis.tensor(3.0)
     assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {}
+
+
+def test_pinned_copies_and_cuda_amp_spellings():
+    """nanoGPT's loader idiom x.pin_memory().to(device, non_blocking=True) (pinning is a no-op here: copies are
+    synchronous), and torch.cuda.amp's GradScaler and autocast spellings."""
+    x = lapis.arange(6).reshape(2, 3)
+    assert x.pin_memory() is x and not x.is_pinned()
+    moved = x.pin_memory().to("cuda", non_blocking=True)
+    assert moved.device.type == "cuda" and moved.tolist() == x.tolist()
+    with pytest.raises(RuntimeError, match="cannot pin"):
+        moved.pin_memory()
+    assert not lapis.cuda.amp.GradScaler(enabled=False).is_enabled()
+    with lapis.cuda.amp.autocast(dtype=lapis.bfloat16):
+        assert (moved.float() @ moved.float().t()).dtype is lapis.bfloat16

@@ -20,6 +20,8 @@ The CUDA runtime API's names are here too (`cuda.cudaMalloc`, `cuda.cudaMemcpy`,
 cuda-python's convention: `err, ptr = cuda.cudaMalloc(nbytes)` (see `runtime_api`).
 """
 
+import types
+
 import ml_dtypes
 import numpy as np
 
@@ -105,6 +107,11 @@ def manual_seed(seed: int) -> None:
 manual_seed_all = manual_seed
 
 
+# torch.cuda.amp's names (GradScaler, autocast) are the framework's (Layer 5, `lapis.amp`), which fills this
+# namespace in when it is imported, as it fills in the seed hooks.
+amp = types.SimpleNamespace()
+
+
 def is_bf16_supported(including_emulation: bool = True) -> bool:
     """Whether bfloat16 runs on the device: it does on every profile (the matrix unit takes it)."""
     return is_available()
@@ -128,5 +135,5 @@ __all__ = [
     "pinned_array", "pinned", "stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
     "memory_summary", "empty_cache", "current_device", "set_device", "current_stream",
     "get_device_name", "get_device_properties", "PerformanceWarning", "manual_seed", "manual_seed_all",
-    "is_bf16_supported", *_runtime_api.namespace(),
+    "is_bf16_supported", "amp", *_runtime_api.namespace(),
 ]

@@ -13,6 +13,7 @@ back: a sync point, where torch keeps the flag on the device), and grows or back
 
 import threading
 
+from lapis import cuda
 from lapis.framework import dtype as _dtype
 from lapis.framework.autograd import no_grad
 
@@ -163,5 +164,14 @@ class GradScaler:
         self.growth_factor, self.backoff_factor = state["growth_factor"], state["backoff_factor"]
         self.growth_interval, self._growth_tracker = state["growth_interval"], state["_growth_tracker"]
 
+
+def _cuda_autocast(enabled: bool = True, dtype=_dtype.float16, cache_enabled=None) -> autocast:
+    """torch.cuda.amp.autocast(...): autocast("cuda", ...)."""
+    return autocast("cuda", dtype, enabled, cache_enabled)
+
+
+# torch.cuda.amp's (deprecated, still common) spellings, in Layer 3's namespace for them
+cuda.amp.GradScaler = GradScaler
+cuda.amp.autocast = _cuda_autocast
 
 __all__ = ["GradScaler", "autocast", "get_autocast_dtype", "is_autocast_enabled"]

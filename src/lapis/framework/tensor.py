@@ -24,7 +24,9 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     """A multi-dimensional array on a device, with autograd (torch.Tensor)."""
 
     # -- moving and converting -----------------------------------------------------------------------
-    def to(self, *args, dtype: _dtype.dtype | None = None, device=None, copy: bool = False) -> "Tensor":
+    def to(self, *args, dtype: _dtype.dtype | None = None, device=None, copy: bool = False,
+           non_blocking: bool = False, memory_format=None) -> "Tensor":
+        # non_blocking: accepted; a host-device copy here is synchronous (it waits for the work it must follow)
         for a in args:
             if isinstance(a, _dtype.dtype):
                 dtype = a
@@ -36,6 +38,16 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
         if device == self.device and (dtype or self.dtype) is self.dtype and not copy:
             return self                                  # nothing to change: the tensor itself, as torch
         return elementwise.ToCopy.apply(self, device, dtype or self.dtype, copy)
+
+    def pin_memory(self, device=None) -> "Tensor":
+        """torch's page-locked copy of a cpu tensor: the tensor itself here (lapis's copies are synchronous, so
+        pinning buys nothing); a GPU tensor cannot be pinned, as in torch."""
+        if self.device.type != "cpu":
+            raise RuntimeError(f"cannot pin '{self.device.type}' memory: only dense CPU tensors can be pinned")
+        return self
+
+    def is_pinned(self, device=None) -> bool:
+        return False
 
     def cpu(self) -> "Tensor":
         return self.to("cpu")
