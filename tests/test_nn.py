@@ -813,3 +813,22 @@ def test_adaptive_pooling_interpolation_and_kl_div_match_torch_with_gradients(de
             close(xo.grad, xt.grad, 1e-6)
     up = lapis.nn.Upsample(scale_factor=2)(lapis.tensor(x, device=device))
     close(up, torch.nn.Upsample(scale_factor=2)(torch.tensor(x)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind, options", [("RMSprop", {}), ("RMSprop", {"momentum": 0.9, "centered": True,
+                                                                         "weight_decay": 0.1}),
+                                           ("Adagrad", {}), ("Adagrad", {"lr_decay": 0.1, "weight_decay": 0.1,
+                                                                         "initial_accumulator_value": 0.5})])
+def test_rmsprop_and_adagrad_step_as_torch_s(device, kind, options):
+    rng = np.random.default_rng(2)
+    w0 = rng.standard_normal((3, 4)).astype(np.float32)
+    ours, theirs = nn.Parameter(lapis.tensor(w0, device=device)), torch.nn.Parameter(torch.tensor(w0))
+    oo = getattr(lapis.optim, kind)([ours], lr=0.05, **options)
+    ot = getattr(torch.optim, kind)([theirs], lr=0.05, **options)
+    for _ in range(4):
+        g = rng.standard_normal((3, 4)).astype(np.float32)
+        ours.grad, theirs.grad = lapis.tensor(g, device=device), torch.tensor(g)
+        oo.step()
+        ot.step()
+        close(ours, theirs, 1e-5)

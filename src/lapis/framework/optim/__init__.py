@@ -1,4 +1,4 @@
-"""Layer 5, `lapis.optim`: SGD, Adam and AdamW with torch.optim's update rules, and `lr_scheduler`.
+"""Layer 5, `lapis.optim`: SGD, Adam, AdamW, RMSprop and Adagrad with torch.optim's update rules, and `lr_scheduler`.
 
 Updates run as tensor ops without recording gradients, so on a GPU each is a few kernels; the
 state (momentum buffers, moments) lives on the parameters' device.
@@ -171,10 +171,76 @@ class Adam(Optimizer):
         p.sub_(m / (v.sqrt() / math.sqrt(1 - beta2 ** t) + g["eps"]) * (g["lr"] / (1 - beta1 ** t)))
 
 
+class RMSprop(Optimizer):
+    """torch.optim.RMSprop: a running mean of squared gradients divides each step (centered: of their variance),
+    with optional momentum; tensor ops in torch's order."""
+
+    def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0.0,
+                 momentum: float = 0.0, centered: bool = False, maximize: bool = False):
+        super().__init__(params, dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                                      centered=centered, maximize=maximize))
+
+    @no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for g, p, state in self._params():
+            grad = p.grad if not g["maximize"] else -p.grad
+            if not state:
+                state["step"] = 0
+                state["square_avg"] = zeros_like(p)
+                if g["momentum"]:
+                    state["momentum_buffer"] = zeros_like(p)
+                if g["centered"]:
+                    state["grad_avg"] = zeros_like(p)
+            state["step"] += 1
+            if g["weight_decay"]:
+                grad = grad + g["weight_decay"] * p
+            square_avg, alpha = state["square_avg"], g["alpha"]
+            square_avg.mul_(alpha).add_(grad * grad * (1 - alpha))
+            if g["centered"]:
+                grad_avg = state["grad_avg"]
+                grad_avg.mul_(alpha).add_(grad * (1 - alpha))
+                avg = (square_avg - grad_avg * grad_avg).sqrt() + g["eps"]
+            else:
+                avg = square_avg.sqrt() + g["eps"]
+            if g["momentum"]:
+                buf = state["momentum_buffer"]
+                buf.mul_(g["momentum"]).add_(grad / avg)
+                p.sub_(g["lr"] * buf)
+            else:
+                p.sub_(g["lr"] * (grad / avg))
+        return loss
+
+
+class Adagrad(Optimizer):
+    """torch.optim.Adagrad: each step divided by the root of the sum of all squared gradients so far."""
+
+    def __init__(self, params, lr: float = 1e-2, lr_decay: float = 0.0, weight_decay: float = 0.0,
+                 initial_accumulator_value: float = 0.0, eps: float = 1e-10, maximize: bool = False):
+        super().__init__(params, dict(lr=lr, lr_decay=lr_decay, weight_decay=weight_decay, eps=eps,
+                                      initial_accumulator_value=initial_accumulator_value, maximize=maximize))
+
+    @no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for g, p, state in self._params():
+            grad = p.grad if not g["maximize"] else -p.grad
+            if not state:
+                state["step"] = 0
+                state["sum"] = zeros_like(p) + g["initial_accumulator_value"]
+            state["step"] += 1
+            if g["weight_decay"]:
+                grad = grad + g["weight_decay"] * p
+            clr = g["lr"] / (1 + (state["step"] - 1) * g["lr_decay"])
+            state["sum"].add_(grad * grad)
+            p.sub_(clr * (grad / (state["sum"].sqrt() + g["eps"])))
+        return loss
+
+
 class AdamW(Adam):
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
                  amsgrad: bool = False):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, decoupled=True)
 
 
-__all__ = ["SGD", "Adam", "AdamW", "Optimizer", "lr_scheduler"]
+__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "Optimizer", "RMSprop", "lr_scheduler"]
