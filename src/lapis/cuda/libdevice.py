@@ -195,10 +195,15 @@ def hypotf(x, y):
 
 @DeviceFunction
 def powf(x, y):
-    """x^y as 2^(y log2 |x|), with C's signs for a negative base (an odd integer exponent gives a
-    negative result, an even one a positive one, a fractional one NaN) and for -0 (an odd exponent
-    keeps its sign), and C's exact cases: x^0 is 1 for every x, 1^y is 1 for every y, (-1)^+-inf is 1."""
-    magnitude = math.exp2(math.log2(abs(x)) * y)
+    """x^y as 2^(y log2 |x|), with C's signs and exact cases (`pow_signs`)."""
+    return pow_signs(x, y, math.exp2(math.log2(abs(x)) * y))
+
+
+@DeviceFunction
+def pow_signs(x, y, magnitude):
+    """x^y from |x|^y (`magnitude`), with C's signs for a negative base (an odd integer exponent gives a negative
+    result, an even one a positive one, a fractional one NaN) and for -0 (an odd exponent keeps its sign), and C's
+    exact cases: x^0 is 1 for every x, 1^y is 1 for every y, (-1)^+-inf is 1."""
     integral = math.trunc(y) == y
     half = y * 0.5
     odd = integral and math.trunc(half) != half
@@ -347,17 +352,7 @@ def pow(x, y):
         magnitude = 1.0 / magnitude
     elif y < 0.0:
         magnitude = exp(y * log(abs(x)))
-    integral = math.trunc(y) == y
-    half = y * 0.5
-    odd = integral and math.trunc(half) != half
-    result = magnitude
-    if x < 0.0:
-        result = (-magnitude if odd else magnitude) if integral else math.nan
-    elif x == 0.0 and odd and 1.0 / x < 0.0:          # -0: 1 / -0 is -inf
-        result = -magnitude
-    if y == 0.0 or x == 1.0 or (x == -1.0 and abs(y) == math.inf):
-        result = 1.0
-    return result
+    return pow_signs(x, y, magnitude)
 
 
 # -- atomics the ISA has no instruction for: compare-and-swap loops, as CUDA compiles them on GPUs without one --

@@ -119,17 +119,27 @@ class Conv2d(Function):
 
     @staticmethod
     def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        g = g._contiguous()
-        dx = dw = None
-        if ctx.needs_input_grad[0]:
-            dx = new(x.shape, x.dtype, x.device)
+        return *_convolution_grads(ctx, g, transposed=False), None, None, None, None
+
+
+def _convolution_grads(ctx, g: TensorBase, transposed: bool) -> tuple:
+    """(dx, dw, db) of a convolution, or of its transpose (whose input gradient is the convolution itself and
+    whose filter gradient swaps the image and the output gradient)."""
+    x, w = ctx.saved_tensors
+    g = g._contiguous()
+    dx = dw = None
+    if ctx.needs_input_grad[0]:
+        dx = new(x.shape, x.dtype, x.device)
+        if transposed:
+            backend.conv2d(g._data, w._data, dx._data, *ctx.geometry)
+        else:
             backend.conv2d_backward_data(w._data, g._data, dx._data, *ctx.geometry)
-        if ctx.needs_input_grad[1]:
-            dw = new(w.shape, w.dtype, w.device)
-            backend.conv2d_backward_filter(x._data, g._data, dw._data, *ctx.geometry)
-        db = g.sum((0, 2, 3)) if ctx.has_bias else None
-        return dx, dw, db, None, None, None, None
+    if ctx.needs_input_grad[1]:
+        dw = new(w.shape, w.dtype, w.device)
+        image, grad = (g, x) if transposed else (x, g)
+        backend.conv2d_backward_filter(image._data, grad._data, dw._data, *ctx.geometry)
+    db = g.sum((0, 2, 3)) if ctx.has_bias else None
+    return dx, dw, db
 
 
 class ConvTranspose2d(Function):
@@ -170,17 +180,7 @@ class ConvTranspose2d(Function):
 
     @staticmethod
     def backward(ctx, g):
-        x, w = ctx.saved_tensors
-        g = g._contiguous()
-        dx = dw = None
-        if ctx.needs_input_grad[0]:
-            dx = new(x.shape, x.dtype, x.device)
-            backend.conv2d(g._data, w._data, dx._data, *ctx.geometry)
-        if ctx.needs_input_grad[1]:
-            dw = new(w.shape, w.dtype, w.device)
-            backend.conv2d_backward_filter(g._data, x._data, dw._data, *ctx.geometry)
-        db = g.sum((0, 2, 3)) if ctx.has_bias else None
-        return dx, dw, db, None, None, None, None, None
+        return *_convolution_grads(ctx, g, transposed=True), None, None, None, None, None
 
 
 class Pool2d(Function):
