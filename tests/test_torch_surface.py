@@ -727,3 +727,32 @@ def test_pinned_copies_and_cuda_amp_spellings():
     assert not lapis.cuda.amp.GradScaler(enabled=False).is_enabled()
     with lapis.cuda.amp.autocast(dtype=lapis.bfloat16):
         assert (moved.float() @ moved.float().t()).dtype is lapis.bfloat16
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_repeat_interleave_meshgrid_outer_and_lerp_match_torch(device):
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    ours, theirs = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+    for args in ((2,), (2, 0), ([1, 0, 3], 0), (lapis.tensor([2, 1, 0, 1]), 1)):
+        torch_args = tuple(torch.tensor(a.tolist() if isinstance(a, lapis.Tensor) else a) if not isinstance(a, int)
+                           else a for a in args)
+        same(ours.repeat_interleave(*args), theirs.repeat_interleave(*torch_args))
+    ours.repeat_interleave(lapis.tensor([2, 1, 0, 1]), 1).sum().backward()
+    theirs.repeat_interleave(torch.tensor([2, 1, 0, 1]), 1).sum().backward()
+    same(ours.grad, theirs.grad)
+    with pytest.raises(RuntimeError, match="same size as input"):
+        ours.repeat_interleave([1, 2], 0)
+    a, b, c = (np.arange(n, dtype=np.float32) + 1 for n in (2, 3, 4))
+    for indexing in ("ij", "xy"):
+        for got, want in zip(lapis.meshgrid(*(lapis.tensor(v, device=device) for v in (a, b, c)), indexing=indexing),
+                             torch.meshgrid(*(torch.tensor(v) for v in (a, b, c)), indexing=indexing), strict=True):
+            same(got, want)
+    same(lapis.outer(lapis.tensor(a, device=device), lapis.tensor(b, device=device)),
+         torch.outer(torch.tensor(a), torch.tensor(b)))
+    end = rng.standard_normal((3, 4)).astype(np.float32)
+    for weight in (0.25, 0.75, 1.0):
+        same(lapis.lerp(lapis.tensor(x, device=device), lapis.tensor(end, device=device), weight),
+             torch.lerp(torch.tensor(x), torch.tensor(end), weight))
+    w = rng.random((3, 4)).astype(np.float32)
+    same(lapis.tensor(x, device=device).lerp(lapis.tensor(end, device=device), lapis.tensor(w, device=device)),
+         torch.tensor(x).lerp(torch.tensor(end), torch.tensor(w)))

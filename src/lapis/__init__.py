@@ -72,11 +72,22 @@ from lapis.framework.dtype import (  # noqa: A004 - torch.float is float32 and t
 from lapis.framework.generator import Generator, manual_seed
 from lapis.framework.ops.common import broadcast_shapes
 from lapis.framework.ops.elementwise import PUBLIC as _ELEMENTWISE
-from lapis.framework.ops.elementwise import clamp
+from lapis.framework.ops.elementwise import clamp, lerp
 from lapis.framework.ops.elementwise import clamp as clip
-from lapis.framework.ops.indexing import flip, gather, index_select, masked_fill, nonzero, roll, scatter_add, tril, triu
+from lapis.framework.ops.indexing import (
+    flip,
+    gather,
+    index_select,
+    masked_fill,
+    nonzero,
+    repeat_interleave,
+    roll,
+    scatter_add,
+    tril,
+    triu,
+)
 from lapis.framework.ops.indexing import where_or_nonzero as where
-from lapis.framework.ops.linalg import bmm, einsum, matmul, mm
+from lapis.framework.ops.linalg import bmm, einsum, matmul, mm, outer
 from lapis.framework.ops.nn import log_softmax, softmax
 from lapis.framework.ops.reductions import (  # noqa: A004 - torch's names
     all,
@@ -98,7 +109,7 @@ from lapis.framework.ops.reductions import (  # noqa: A004 - torch's names
     var,
 )
 from lapis.framework.ops.sorting import argsort, sort, topk
-from lapis.framework.ops.views import cat, chunk, flatten, split, squeeze, stack, unbind, unsqueeze
+from lapis.framework.ops.views import cat, chunk, flatten, meshgrid, split, squeeze, stack, unbind, unsqueeze
 from lapis.framework.ops.views import expand as broadcast_to
 from lapis.framework.serialization import load, save
 from lapis.framework.tensor import Tensor
@@ -136,7 +147,7 @@ __all__ = [
     "softmax", "split", "stack", "std", "sum", "tensor", "trace", "tril", "triu", "utils", "var", "where", "zeros",
     "zeros_like"]
 __all__ += list(_ELEMENTWISE)
-__all__ += ["amp", "autocast", "distributed", "distributions"]
+__all__ += ["amp", "autocast", "distributed", "distributions", "lerp", "meshgrid", "outer", "repeat_interleave"]
 __all__ += ["all", "allclose", "any", "broadcast_to", "clip", "equal", "flatten", "flip", "inference_mode", "is_tensor",
             "isclose", "cumsum", "norm", "numel", "roll", "set_grad_enabled", "squeeze", "unbind", "unsqueeze",
             "compile", "nonzero", "randperm", "Generator", "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor",

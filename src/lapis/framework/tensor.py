@@ -146,6 +146,7 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     # -- indexing (ops/indexing.py) and writing (ops/inplace.py) --------------------------------------------
     __getitem__, __setitem__ = indexing.getitem, indexing.setitem
     gather, scatter_add, index_select = indexing.gather, indexing.scatter_add, indexing.index_select
+    repeat_interleave, lerp, outer = indexing.repeat_interleave, elementwise.lerp, linalg.outer
     masked_fill, masked_select, tril, triu = indexing.masked_fill, indexing.masked_select, indexing.tril, indexing.triu
     masked_fill_, flip, roll, nonzero = indexing.masked_fill_, indexing.flip, indexing.roll, indexing.nonzero
     zero_, fill_, copy_ = inplace.zero_, inplace.fill_, inplace.copy_

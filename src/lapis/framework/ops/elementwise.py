@@ -467,3 +467,12 @@ def _logical(name: str, combine):
 bitwise_and = _logical("bitwise_and", lambda a, b: where(a, b, False))
 bitwise_or = _logical("bitwise_or", lambda a, b: where(a, True, b))
 bitwise_xor = _logical("bitwise_xor", lambda a, b: a != b)
+
+
+def lerp(start: TensorBase, end, weight) -> TensorBase:
+    """start + weight (end - start), computed as torch does: from the end for weights of 0.5 and up (end - (end -
+    start)(1 - weight)), so a weight of 1 gives end exactly."""
+    difference = end - start
+    if isinstance(weight, TensorBase):
+        return where(weight < 0.5, start + weight * difference, end - difference * (1 - weight))
+    return start + weight * difference if weight < 0.5 else end - difference * (1 - weight)

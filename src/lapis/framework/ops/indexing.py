@@ -326,3 +326,21 @@ def where_or_nonzero(cond, a=None, b=None):
     if a is None or b is None:
         raise TypeError("where() takes a condition alone, or a condition and two operands")
     return where(cond, a, b)
+
+
+def repeat_interleave(x: TensorBase, repeats, dim=None, output_size=None) -> TensorBase:
+    """Each element (or each slice along `dim`; of the flattened x without one) repeated `repeats` times (an int, or
+    one count per element: a list or tensor, read on the host), one index_select: torch.repeat_interleave."""
+    if dim is None:
+        x, dim = x.reshape(-1), 0
+    dim = wrap_dim(dim, x.ndim)
+    size = x.shape[dim]
+    counts = np.asarray(repeats.tolist() if isinstance(repeats, TensorBase) else repeats, np.int64)
+    counts = np.broadcast_to(counts, (size,)) if counts.ndim == 0 or counts.size == 1 else counts
+    if counts.shape != (size,):
+        raise RuntimeError(f"repeats must have the same size as input along dim, but got repeats.size(0) = "
+                           f"{counts.size} and input.size({dim}) = {size}")
+    if (counts < 0).any():
+        raise RuntimeError("repeats can not be negative")
+    index = TensorBase._from_numpy(np.repeat(np.arange(size, dtype=np.int64), counts), x.device)
+    return index_select(x, dim, index)

@@ -185,3 +185,10 @@ def _einsum_pair(a_term: str, a: TensorBase, b_term: str, b: TensorBase, later: 
                                                                                  prod(b_own))
     out = matmul(left, right).reshape(*(size[c] for c in batch + a_own + b_own))
     return "".join(batch + a_own + b_own), out
+
+
+def outer(a: TensorBase, b: TensorBase) -> TensorBase:
+    """torch.outer of two 1-D tensors: (n,) and (m,) -> (n, m), a broadcast product."""
+    if a.ndim != 1 or b.ndim != 1:
+        raise RuntimeError("outer: expected 1D tensors")
+    return a.unsqueeze(1) * b.unsqueeze(0)

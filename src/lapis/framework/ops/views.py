@@ -378,3 +378,24 @@ def unbind(x, dim=0):
     """The slices of x along dim, each without that dimension (views, as torch.unbind)."""
     d = wrap_dim(dim, x.ndim)
     return tuple(x[(slice(None),) * d + (i,)] for i in range(x.shape[d]))
+
+
+def meshgrid(*tensors, indexing: str = "ij") -> tuple:
+    """torch.meshgrid: the 1-D (or 0-d) tensors broadcast against each other as views, each varying along its own
+    dimension ("ij"), or with the first two dimensions swapped ("xy", numpy's default)."""
+    if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
+        tensors = tuple(tensors[0])
+    if indexing not in ("ij", "xy"):
+        raise RuntimeError(f'torch.meshgrid: indexing must be one of "xy" or "ij", but received: {indexing}')
+    flat = [t.reshape(-1) for t in tensors]
+    order = list(range(len(flat)))
+    if indexing == "xy" and len(flat) >= 2:
+        order[0], order[1] = 1, 0
+    sizes = [flat[k].shape[0] for k in order]
+    out = []
+    for k, t in enumerate(flat):
+        where = order.index(k)
+        shape = [1] * len(flat)
+        shape[where] = t.shape[0]
+        out.append(t.reshape(*shape).expand(*sizes))
+    return tuple(out)
