@@ -756,3 +756,29 @@ def test_repeat_interleave_meshgrid_outer_and_lerp_match_torch(device):
     w = rng.random((3, 4)).astype(np.float32)
     same(lapis.tensor(x, device=device).lerp(lapis.tensor(end, device=device), lapis.tensor(w, device=device)),
          torch.tensor(x).lerp(torch.tensor(end), torch.tensor(w)))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_unique_bincount_and_searchsorted_match_torch(device):
+    x = np.array([[3, 1, 2], [1, 3, 3]], np.int64)
+    ours, theirs = lapis.tensor(x, device=device), torch.tensor(x)
+    for kwargs in ({}, {"return_inverse": True}, {"return_counts": True},
+                   {"return_inverse": True, "return_counts": True}, {"dim": 1, "return_inverse": True}):
+        got, want = ours.unique(**kwargs), theirs.unique(**kwargs)
+        for g, w in zip(*((got, want) if isinstance(want, tuple) else ((got,), (want,))), strict=True):
+            same(g, w)
+            assert g.device.type == device
+    same(lapis.bincount(lapis.tensor([0, 3, 3, 1], device=device)), torch.bincount(torch.tensor([0, 3, 3, 1])))
+    weights = np.array([0.5, 1.0, 2.0, 0.25], np.float32)
+    same(lapis.tensor([0, 3, 3, 1], device=device).bincount(lapis.tensor(weights, device=device), minlength=6),
+         torch.tensor([0, 3, 3, 1]).bincount(torch.tensor(weights), minlength=6))
+    with pytest.raises(RuntimeError, match="non-negative"):
+        lapis.bincount(lapis.tensor([1, -1]))
+    seq = np.array([[1.0, 3.0, 5.0, 7.0], [2.0, 4.0, 6.0, 8.0]], np.float32)
+    values = np.array([[3.0, 6.0, 9.0], [3.0, 6.0, 9.0]], np.float32)
+    for right in (False, True):
+        same(lapis.searchsorted(lapis.tensor(seq, device=device), lapis.tensor(values, device=device), right=right),
+             torch.searchsorted(torch.tensor(seq), torch.tensor(values), right=right))
+        same(lapis.searchsorted(lapis.tensor(seq[0], device=device), lapis.tensor(values[0], device=device),
+                                right=right), torch.searchsorted(torch.tensor(seq[0]), torch.tensor(values[0]),
+                                                                  right=right))

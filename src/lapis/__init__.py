@@ -108,7 +108,7 @@ from lapis.framework.ops.reductions import (  # noqa: A004 - torch's names
     sum,
     var,
 )
-from lapis.framework.ops.sorting import argsort, sort, topk
+from lapis.framework.ops.sorting import argsort, bincount, searchsorted, sort, topk, unique
 from lapis.framework.ops.views import cat, chunk, flatten, meshgrid, split, squeeze, stack, unbind, unsqueeze
 from lapis.framework.ops.views import expand as broadcast_to
 from lapis.framework.serialization import load, save
@@ -147,7 +147,8 @@ __all__ = [
     "softmax", "split", "stack", "std", "sum", "tensor", "trace", "tril", "triu", "utils", "var", "where", "zeros",
     "zeros_like"]
 __all__ += list(_ELEMENTWISE)
-__all__ += ["amp", "autocast", "distributed", "distributions", "lerp", "meshgrid", "outer", "repeat_interleave"]
+__all__ += ["amp", "autocast", "distributed", "distributions", "lerp", "meshgrid", "outer", "repeat_interleave",
+            "bincount", "searchsorted", "unique"]
 __all__ += ["all", "allclose", "any", "broadcast_to", "clip", "equal", "flatten", "flip", "inference_mode", "is_tensor",
             "isclose", "cumsum", "norm", "numel", "roll", "set_grad_enabled", "squeeze", "unbind", "unsqueeze",
             "compile", "nonzero", "randperm", "Generator", "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor",

@@ -134,6 +134,7 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     logsumexp, sum_to_size = reductions.logsumexp, reductions.sum_to_size
     all, any, norm, cumsum = reductions.all, reductions.any, reductions.norm, reductions.cumsum
     sort, argsort, topk = sorting.sort, sorting.argsort, sorting.topk
+    unique, bincount = sorting.unique, sorting.bincount
 
     # -- views and joins (ops/views.py) -------------------------------------------------------------------
     view, view_as, reshape = views.view, views.view_as, views.reshape
