@@ -832,3 +832,34 @@ def test_rmsprop_and_adagrad_step_as_torch_s(device, kind, options):
         oo.step()
         ot.step()
         close(ours, theirs, 1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_lbfgs_follows_torch_s_iterations(device):
+    """time_sequence_prediction's use: LBFGS(lr=0.8) stepping a closure that zeroes the gradients, computes an MSE
+    loss and backpropagates; three steps of up to five iterations each (the curvature history carried between them)
+    give torch's losses and parameters."""
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((16, 3)).astype(np.float32), rng.standard_normal((16, 1)).astype(np.float32)
+    torch.manual_seed(0)
+    theirs = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Tanh(), torch.nn.Linear(5, 1))
+    ours = nn.Sequential(nn.Linear(3, 5), nn.Tanh(), nn.Linear(5, 1))
+    ours.load_state_dict({k: lapis.tensor(v.detach().numpy()) for k, v in theirs.state_dict().items()})
+    ours.to(device)
+    runs = []
+    for lib, model, dev in ((lapis, ours, device), (torch, theirs, "cpu")):
+        optimizer = lib.optim.LBFGS(model.parameters(), lr=0.8, max_iter=5)
+        xs, ys = (lapis.tensor(v, device=dev) for v in (x, y)) if lib is lapis else (torch.tensor(x), torch.tensor(y))
+
+        def closure(optimizer=optimizer, model=model, xs=xs, ys=ys, lib=lib):
+            optimizer.zero_grad()
+            loss = lib.nn.functional.mse_loss(model(xs), ys)
+            loss.backward()
+            return loss
+        runs.append([float(optimizer.step(closure).detach()) for _ in range(3)] + [float(closure().detach())])
+    np.testing.assert_allclose(runs[0], runs[1], rtol=1e-3)
+    assert runs[0][-1] < runs[0][0] * 0.8
+    for a, b in zip(ours.parameters(), theirs.parameters(), strict=True):
+        close(a, b, 1e-3)
+    with pytest.raises(NotImplementedError, match="strong_wolfe"):
+        lapis.optim.LBFGS(ours.parameters(), line_search_fn="strong_wolfe")

@@ -1,4 +1,5 @@
-"""Layer 5, `lapis.optim`: SGD, Adam, AdamW, RMSprop and Adagrad with torch.optim's update rules, and `lr_scheduler`.
+"""Layer 5, `lapis.optim`: SGD, Adam, AdamW, RMSprop, Adagrad and LBFGS with torch.optim's update rules, and
+`lr_scheduler`.
 
 Updates run as tensor ops without recording gradients, so on a GPU each is a few kernels; the
 state (momentum buffers, moments) lives on the parameters' device.
@@ -13,6 +14,7 @@ from lapis.framework import dtype as _dtype
 from lapis.framework.autograd import no_grad
 from lapis.framework.creation import zeros_like
 from lapis.framework.optim import lr_scheduler
+from lapis.framework.optim.lbfgs import LBFGS
 
 
 class Optimizer:
@@ -243,4 +245,4 @@ class AdamW(Adam):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, decoupled=True)
 
 
-__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "Optimizer", "RMSprop", "lr_scheduler"]
+__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "LBFGS", "Optimizer", "RMSprop", "lr_scheduler"]
