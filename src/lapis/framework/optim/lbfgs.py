@@ -9,9 +9,10 @@ points on a GPU, as it is in torch.
 
 from lapis.framework.autograd import enable_grad, no_grad
 from lapis.framework.ops.views import cat
+from lapis.framework.optim.optimizer import Optimizer
 
 
-class LBFGS:
+class LBFGS(Optimizer):
     """torch.optim.LBFGS(params, lr=1, max_iter=20, max_eval=None, tolerance_grad=1e-7, tolerance_change=1e-9,
     history_size=100, line_search_fn=None); one parameter group, as torch requires."""
 
@@ -30,23 +31,16 @@ class LBFGS:
         self.state: dict = {}
 
     @property
-    def _params(self) -> list:
+    def _flat_params(self) -> list:
         return self.param_groups[0]["params"]
 
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for p in self._params:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                with no_grad():
-                    p.grad.zero_()
-
     def _flat_grad(self):
-        return cat([p.grad.reshape(-1) if p.grad is not None else p.detach().reshape(-1) * 0 for p in self._params])
+        return cat([p.grad.reshape(-1) if p.grad is not None else p.detach().reshape(-1) * 0
+                    for p in self._flat_params])
 
     def _add(self, step: float, direction) -> None:
         offset = 0
-        for p in self._params:
+        for p in self._flat_params:
             n = p.numel()
             p.add_(direction[offset:offset + n].view_as(p) * step)
             offset += n
@@ -57,7 +51,7 @@ class LBFGS:
         lr, max_iter, max_eval = group["lr"], group["max_iter"], group["max_eval"]
         tolerance_grad, tolerance_change, history_size = (group["tolerance_grad"], group["tolerance_change"],
                                                           group["history_size"])
-        state = self.state
+        state = self.state.setdefault(id(self._flat_params[0]), {})      # torch keeps it as the first parameter's
         state.setdefault("func_evals", 0)
         state.setdefault("n_iter", 0)
         with enable_grad():
