@@ -1,21 +1,18 @@
 """Layer 5, `lapis.nn`: modules, layers and losses with torch.nn's names (`functional` and `init` too)."""
 
 from lapis.framework.nn import functional, init, parallel, utils
+from lapis.framework.nn.losses import BCELoss, BCEWithLogitsLoss, CrossEntropyLoss, KLDivLoss, MSELoss, NLLLoss
 from lapis.framework.nn.modules import (
     GELU,
     AdaptiveAvgPool2d,
     AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
-    BCELoss,
-    BCEWithLogitsLoss,
     Conv2d,
     ConvTranspose2d,
-    CrossEntropyLoss,
     Dropout,
     Embedding,
     Flatten,
-    KLDivLoss,
     LayerNorm,
     LeakyReLU,
     Linear,
@@ -23,9 +20,7 @@ from lapis.framework.nn.modules import (
     Module,
     ModuleDict,
     ModuleList,
-    MSELoss,
     MultiheadAttention,
-    NLLLoss,
     Parameter,
     ReLU,
     Sequential,
