@@ -192,3 +192,45 @@ def test_every_library_function_the_compiler_calls_is_in_libdevice():
 def test_the_compile_cache_key_covers_libdevice():
     from pathlib import Path
     assert Path(libdevice.__file__).resolve() in cache.compiler_sources()
+
+
+@cuda.jit
+def inverse_trig_fmod_gamma(x, y, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i, 0] = math.asin(x[i])
+        out[i, 1] = math.acos(x[i])
+        out[i, 2] = math.fmod(x[i], y[i])
+        out[i, 3] = math.gamma(x[i])
+        out[i, 4] = math.lgamma(x[i])
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")            # numpy's, for the special cases
+def test_asin_acos_fmod_gamma_and_lgamma_match_c_s():
+    """asin and acos (NaN beyond [-1, 1]), fmod exactly (quotients up to 1e30 / 3 included, x's sign, C's special
+    cases), gamma and lgamma by Lanczos in float64 (reflected below 1/2, accurate next to the poles) against
+    numpy and scipy, and C's values at the poles: gamma(+-0) = +-inf, gamma(-2) = NaN, lgamma there = inf."""
+    special = pytest.importorskip("scipy.special")
+    x = np.concatenate([rng.uniform(-1.2, 1.2, 200), rng.uniform(-30, 40, 300), [1e30, -7.5, 1e-30, -0.00025],
+                        [0.0, -0.0, -2.0, np.inf, np.nan, -4.0, 5.0, 7.0]]).astype(np.float32)
+    y = np.concatenate([rng.uniform(-5, 5, 500), [3.0, 2.0, 1e-30, 1.0],
+                        [1.0, 1.0, 1.0, 2.0, 1.0, 2.0, 0.0, np.inf]]).astype(np.float32)
+    out = cuda.device_array((x.size, 5), np.float32)
+    inverse_trig_fmod_gamma[(x.size + 127) // 128, 128](cuda.to_device(x), cuda.to_device(y), out)
+    got = out.copy_to_host()
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    finite = x.size - 8
+    with np.errstate(all="ignore"):
+        want = [np.arcsin(x64), np.arccos(x64), np.fmod(x64, y64), special.gamma(x64), special.gammaln(x64)]
+    for k, name in enumerate(["asin", "acos", "fmod", "gamma", "lgamma"]):
+        w = want[k][:finite].astype(np.float32)
+        if name == "fmod":
+            assert np.array_equal(got[:, 2], np.fmod(x, y), equal_nan=True)               # exact, everywhere
+            numbers = ~np.isnan(got[:, 2])
+            assert np.array_equal(np.signbit(got[numbers, 2]), np.signbit(np.fmod(x, y)[numbers]))
+        else:
+            assert_close(got[:finite, k], w, 2e-6, 1e-6, name, x[:finite])
+    poles = got[finite:finite + 3]
+    assert poles[0, 3] == np.inf and poles[1, 3] == -np.inf and np.isnan(poles[2, 3])
+    assert (poles[:, 4] == np.inf).all()
+    assert np.isnan(got[finite + 3, 3]) or got[finite + 3, 3] == np.inf     # gamma(inf)

@@ -314,7 +314,9 @@ EXACT = frozenset({"fabs", "floor", "ceil", "trunc"})
 LIBDEVICE = {"exp": libdevice.expf, "log": libdevice.logf, "log10": libdevice.log10f, "log1p": libdevice.log1pf,
              "tan": libdevice.tanf, "atan": libdevice.atanf, "atan2": libdevice.atan2f,
              "expm1": libdevice.expm1f, "sinh": libdevice.sinhf, "cosh": libdevice.coshf, "tanh": libdevice.tanhf,
-             "erf": libdevice.erff, "erfc": libdevice.erfcf, "hypot": libdevice.hypotf, "pow": libdevice.powf}
+             "erf": libdevice.erff, "erfc": libdevice.erfcf, "hypot": libdevice.hypotf, "pow": libdevice.powf,
+             "asin": libdevice.asinf, "acos": libdevice.acosf, "fmod": libdevice.fmodf, "gamma": libdevice.tgammaf,
+             "lgamma": libdevice.lgammaf}
 
 
 # float64 functions computed in float64 (the rest of float64 math goes through float32)
@@ -433,9 +435,9 @@ CALLS: dict[object, Builtin] = {
     **{fn: Builtin(f"math.{fn.__name__}", X, _math(fn.__name__))
        for fn in (math.sqrt, math.exp, math.log, math.sin, math.cos, math.fabs, math.floor, math.ceil, math.trunc,
                   math.tanh, math.exp2, math.log2, math.log10, math.log1p, math.expm1, math.sinh, math.cosh,
-                  math.erf, math.erfc, math.tan, math.atan)},
+                  math.erf, math.erfc, math.tan, math.atan, math.asin, math.acos, math.gamma, math.lgamma)},
     **{fn: Builtin(f"math.{fn.__name__}", (Param("x"), Param("y")), _math(fn.__name__))
-       for fn in (math.pow, math.hypot, math.atan2)},
+       for fn in (math.pow, math.hypot, math.atan2, math.fmod)},
     **{fn: Builtin(f"math.{fn.__name__}", X, _classify(fn)) for fn in (math.isnan, math.isinf, math.isfinite)},
     K.fast_rcp: Builtin("fast_rcp", X, _math("rcp")),
     # A dtype called is a cast: cuda.float32(x), np.int32(x), and an array's x.dtype(v).
