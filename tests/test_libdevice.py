@@ -234,3 +234,52 @@ def test_asin_acos_fmod_gamma_and_lgamma_match_c_s():
     assert poles[0, 3] == np.inf and poles[1, 3] == -np.inf and np.isnan(poles[2, 3])
     assert (poles[:, 4] == np.inf).all()
     assert np.isnan(got[finite + 3, 3]) or got[finite + 3, 3] == np.inf     # gamma(inf)
+
+
+@cuda.jit
+def bit_and_warp_functions(x, f, out, fout):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i, 0] = cuda.popc(x[i])
+        out[i, 1] = cuda.brev(x[i])
+        out[i, 2] = cuda.clz(x[i])
+        out[i, 3] = cuda.ffs(x[i])
+        out[i, 4] = cuda.activemask()
+        out[i, 5] = cuda.lanemask_lt()
+        out[i, 6] = cuda.match_any_sync(0xFFFFFFFF, x[i] % 4)
+        mask, equal = cuda.match_all_sync(0xFFFFFFFF, x[i] % 4)
+        out[i, 7] = mask
+        same_mask, same = cuda.match_all_sync(0xFFFFFFFF, 7)
+        out[i, 8] = same_mask if same else 1
+        out[i, 9] = 1 if cuda.eq_sync(0xFFFFFFFF, x[i] < 2**31) else 0
+        out[i, 10] = 1 if cuda.eq_sync(0xFFFFFFFF, x[i] % 2 == 0) else 0
+        fout[i, 0] = cuda.fma(f[i], f[i], -1.0)
+        fout[i, 1] = cuda.cbrt(f[i])
+
+
+def test_numba_bit_and_warp_functions():
+    """popc, brev, clz, ffs against Python's bit arithmetic; activemask, lanemask_lt, match_any_sync,
+    match_all_sync and eq_sync over two warps; fma with one rounding (the float64 result of float32 operands,
+    rounded once); cbrt within 2 ulps of numpy's."""
+    x = rng.integers(0, 2**31 - 1, 64).astype(np.uint32)
+    x[:4] = [0, 1, 0x80000000, 0xFFFFFFFF]
+    f = (rng.standard_normal(64) * 10).astype(np.float32)
+    f[:3] = [0.0, -8.0, 27.0]
+    out, fout = cuda.device_array((64, 11), np.int64), cuda.device_array((64, 2), np.float32)
+    bit_and_warp_functions[1, 64](cuda.to_device(x), cuda.to_device(f), out, fout)
+    got, fgot = out.copy_to_host(), fout.copy_to_host()
+    values = [int(v) for v in x]
+    assert got[:, 0].tolist() == [bin(v).count("1") for v in values]
+    assert got[:, 1].tolist() == [int(f"{v:032b}"[::-1], 2) for v in values]
+    assert got[:, 2].tolist() == [32 - v.bit_length() for v in values]
+    assert got[:, 3].tolist() == [(v & -v).bit_length() for v in values]
+    assert (got[:, 4] == 0xFFFFFFFF).all() and got[:, 5].tolist() == [(1 << (i % 32)) - 1 for i in range(64)]
+    key = x % 4
+    assert got[:, 6].tolist() == [sum(1 << lane for lane in range(32) if key[i // 32 * 32 + lane] == key[i])
+                                  for i in range(64)]
+    assert (got[:, 7] == 0).all() and (got[:, 8] == 0xFFFFFFFF).all()
+    assert got[:32, 9].tolist() == [0] * 32 and got[32:, 9].tolist() == [1] * 32   # 0xFFFFFFFF is in warp 0
+    assert (got[:, 10] == 0).all()
+    assert np.array_equal(fgot[:, 0], (f.astype(np.float64) ** 2 - 1).astype(np.float32))
+    want = np.cbrt(f)
+    assert (np.abs(fgot[:, 1] - want) <= 2 * np.spacing(np.abs(want))).all() and fgot[1, 1] == -2.0

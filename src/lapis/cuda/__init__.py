@@ -65,6 +65,19 @@ from lapis.cuda.errors import (
     LaunchError,
     OutOfMemoryError,
 )
+from lapis.cuda.libdevice import (  # numba.cuda's bit and warp functions, built from instructions in libdevice
+    activemask,
+    brev,
+    cbrt,
+    clz,
+    eq_sync,
+    ffs,
+    fma,
+    lanemask_lt,
+    match_all_sync,
+    match_any_sync,
+    popc,
+)
 from lapis.cuda.runtime_api import DevicePointer, RuntimeApi
 
 _api = Api("cuda", "nvidia")
@@ -135,5 +148,6 @@ __all__ = [
     "pinned_array", "pinned", "stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
     "memory_summary", "empty_cache", "current_device", "set_device", "current_stream",
     "get_device_name", "get_device_properties", "PerformanceWarning", "manual_seed", "manual_seed_all",
-    "is_bf16_supported", "amp", *_runtime_api.namespace(),
+    "is_bf16_supported", "amp", "popc", "brev", "clz", "ffs", "fma", "cbrt", "activemask", "lanemask_lt",
+    "eq_sync", "match_any_sync", "match_all_sync", *_runtime_api.namespace(),
 ]

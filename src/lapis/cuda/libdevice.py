@@ -18,10 +18,10 @@ docs/layer3-programming-interface.md).
 
 import math
 
-from numpy import float32, float64, int64
+from numpy import float32, float64, int64, uint32
 
 from lapis.cuda.compiler.device_function import DeviceFunction
-from lapis.cuda.compiler.intrinsics import atomic, fast_rcp
+from lapis.cuda.compiler.intrinsics import all_sync, atomic, ballot_sync, fast_rcp, laneid, shfl_sync
 
 LOG2E = 1.4426950408889634              # log2(e): e^x is 2^(x log2 e)
 LN2 = 0.6931471805599453                # ln(2): ln x is log2(x) ln 2
@@ -313,6 +313,110 @@ def lgammaf(x):
         if v < 0.5:
             r = log(PI / abs(sin_pi(v))) - r
     return float32(r)
+
+
+# -- numba.cuda's bit and warp intrinsics that CUDA's headers build from instructions (here: from the kernel
+# language); exported by lapis.cuda under numba's names -----------------------------------------------------
+@DeviceFunction
+def popc(x):
+    """The number of set bits of a 32- or 64-bit integer (numba's cuda.popc, CUDA's __popc), one bit at a time."""
+    n = 0
+    v = x
+    bits = 64 if v > 0xFFFFFFFF or v < -0x80000000 else 32
+    for k in range(bits):
+        n += (v >> k) & 1
+    return n
+
+
+@DeviceFunction
+def brev(x):
+    """The 32 bits of x in reverse order (cuda.brev, __brev)."""
+    r = uint32(0)
+    v = uint32(x)
+    for k in range(32):
+        r = (r << uint32(1)) | ((v >> uint32(k)) & uint32(1))
+    return r
+
+
+@DeviceFunction
+def clz(x):
+    """The number of leading zero bits of x as 32 bits (cuda.clz, __clz): 32 for 0."""
+    v = uint32(x)
+    n = 32
+    while v != uint32(0):
+        v = v >> uint32(1)
+        n -= 1
+    return n
+
+
+@DeviceFunction
+def ffs(x):
+    """The position of x's lowest set bit, counting from 1 (cuda.ffs, __ffs): 0 for 0."""
+    v = uint32(x)
+    n = 0
+    if v != uint32(0):
+        n = 1
+        while v & uint32(1) == uint32(0):
+            v = v >> uint32(1)
+            n += 1
+    return n
+
+
+@DeviceFunction
+def fma(a, b, c):
+    """a b + c with one rounding (cuda.fma): the product of two float32s is exact in float64, so the float64 sum
+    rounded to float32 is the fused result (but where that double rounding lands on a tie); float64 operands
+    take the ISA's multiply-add."""
+    return float32(float64(a) * float64(b) + float64(c))
+
+
+@DeviceFunction
+def cbrt(x):
+    """The real cube root (cuda.cbrt): the special function unit's 2^(log2|x| / 3), refined by one Newton step,
+    with x's sign; 0, inf and NaN as they are."""
+    r = x
+    if x != 0.0 and abs(x) != math.inf and x == x:
+        a = abs(x)
+        y = math.exp2(math.log2(a) / 3.0)
+        y = y - (y * y * y - a) / (3.0 * y * y)
+        r = -y if x < 0.0 else y
+    return r
+
+
+@DeviceFunction
+def activemask():
+    """The lanes of the warp running this call (cuda.activemask): a ballot of every active lane."""
+    return ballot_sync(0xFFFFFFFF, True)
+
+
+@DeviceFunction
+def lanemask_lt():
+    """The bits of the lanes below this one (cuda.lanemask_lt)."""
+    return uint32((1 << laneid) - 1)
+
+
+@DeviceFunction
+def match_any_sync(mask, value):
+    """The lanes of mask whose value equals this lane's (cuda.match_any_sync): one shuffle per lane."""
+    same = uint32(0)
+    for lane in range(32):
+        if shfl_sync(mask, value, lane) == value and (mask >> lane) & 1:
+            same |= uint32(1) << uint32(lane)
+    return same
+
+
+@DeviceFunction
+def match_all_sync(mask, value):
+    """(mask, True) when every lane of mask holds the same value, else (0, False) (cuda.match_all_sync)."""
+    equal = all_sync(mask, shfl_sync(mask, value, ffs(mask) - 1) == value)
+    return (uint32(mask) if equal else uint32(0)), equal
+
+
+@DeviceFunction
+def eq_sync(mask, predicate):
+    """Whether the predicate is the same in every lane of mask (cuda.eq_sync)."""
+    votes = ballot_sync(mask, predicate)
+    return votes == uint32(0) or votes == uint32(mask)
 
 
 # -- float64: NVIDIA's __nv_sqrt, __nv_exp, __nv_log, in float64 arithmetic -------------------------------------
