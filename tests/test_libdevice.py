@@ -283,3 +283,23 @@ def test_numba_bit_and_warp_functions():
     assert np.array_equal(fgot[:, 0], (f.astype(np.float64) ** 2 - 1).astype(np.float32))
     want = np.cbrt(f)
     assert (np.abs(fgot[:, 1] - want) <= 2 * np.spacing(np.abs(want))).all() and fgot[1, 1] == -2.0
+
+
+@cuda.jit
+def block_votes(x, out):
+    i = cuda.grid(1)
+    out[i, 0] = cuda.syncthreads_count(x[i] > 0)
+    out[i, 1] = cuda.syncthreads_and(x[i] > -100)
+    out[i, 2] = cuda.syncthreads_or(x[i] > 100)
+    out[i, 3] = cuda.syncthreads_count(x[i] < 0)                 # a second count in the same kernel
+
+
+def test_syncthreads_count_and_or_vote_over_each_block():
+    x = rng.standard_normal(192).astype(np.float32)
+    x[70] = 200.0                                                # only the second block of 64 has a value above 100
+    out = cuda.device_array((192, 4), np.int32)
+    block_votes[3, 64](cuda.to_device(x), out)
+    got = out.copy_to_host()
+    for b in range(3):
+        block = x[b * 64:(b + 1) * 64]
+        assert (got[b * 64:(b + 1) * 64] == [(block > 0).sum(), 1, int(b == 1), (block < 0).sum()]).all()

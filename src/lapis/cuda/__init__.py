@@ -77,6 +77,9 @@ from lapis.cuda.libdevice import (  # numba.cuda's bit and warp functions, built
     match_all_sync,
     match_any_sync,
     popc,
+    syncthreads_and,
+    syncthreads_count,
+    syncthreads_or,
 )
 from lapis.cuda.runtime_api import DevicePointer, RuntimeApi
 
@@ -149,5 +152,6 @@ __all__ = [
     "memory_summary", "empty_cache", "current_device", "set_device", "current_stream",
     "get_device_name", "get_device_properties", "PerformanceWarning", "manual_seed", "manual_seed_all",
     "is_bf16_supported", "amp", "popc", "brev", "clz", "ffs", "fma", "cbrt", "activemask", "lanemask_lt",
-    "eq_sync", "match_any_sync", "match_all_sync", *_runtime_api.namespace(),
+    "eq_sync", "match_any_sync", "match_all_sync", "syncthreads_count", "syncthreads_and",
+    "syncthreads_or", *_runtime_api.namespace(),
 ]

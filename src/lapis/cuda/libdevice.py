@@ -18,10 +18,21 @@ docs/layer3-programming-interface.md).
 
 import math
 
-from numpy import float32, float64, int64, uint32
+from numpy import float32, float64, int32, int64, uint32
 
 from lapis.cuda.compiler.device_function import DeviceFunction
-from lapis.cuda.compiler.intrinsics import all_sync, atomic, ballot_sync, fast_rcp, laneid, shfl_sync
+from lapis.cuda.compiler.intrinsics import (
+    all_sync,
+    atomic,
+    ballot_sync,
+    blockDim,
+    fast_rcp,
+    laneid,
+    shared,
+    shfl_sync,
+    syncthreads,
+    threadIdx,
+)
 
 LOG2E = 1.4426950408889634              # log2(e): e^x is 2^(x log2 e)
 LN2 = 0.6931471805599453                # ln(2): ln x is log2(x) ln 2
@@ -417,6 +428,35 @@ def eq_sync(mask, predicate):
     """Whether the predicate is the same in every lane of mask (cuda.eq_sync)."""
     votes = ballot_sync(mask, predicate)
     return votes == uint32(0) or votes == uint32(mask)
+
+
+@DeviceFunction
+def syncthreads_count(predicate):
+    """A barrier that also counts the block's threads whose predicate holds (cuda.syncthreads_count, CUDA's
+    __syncthreads_count): a shared counter zeroed by thread 0, atomic adds between two barriers, read after, and
+    a third barrier so that a next call's zeroing cannot overtake a slow reader."""
+    counter = shared.array(1, int32)
+    if threadIdx.x == 0 and threadIdx.y == 0 and threadIdx.z == 0:
+        counter[0] = 0
+    syncthreads()
+    if predicate:
+        atomic.add(counter, 0, 1)
+    syncthreads()
+    n = counter[0]
+    syncthreads()
+    return n
+
+
+@DeviceFunction
+def syncthreads_and(predicate):
+    """A barrier returning 1 when the predicate holds in every thread of the block, else 0."""
+    return 1 if syncthreads_count(predicate) == blockDim.x * blockDim.y * blockDim.z else 0
+
+
+@DeviceFunction
+def syncthreads_or(predicate):
+    """A barrier returning 1 when the predicate holds in some thread of the block, else 0."""
+    return 1 if syncthreads_count(predicate) > 0 else 0
 
 
 # -- float64: NVIDIA's __nv_sqrt, __nv_exp, __nv_log, in float64 arithmetic -------------------------------------
