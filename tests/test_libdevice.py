@@ -303,3 +303,21 @@ def test_syncthreads_count_and_or_vote_over_each_block():
     for b in range(3):
         block = x[b * 64:(b + 1) * 64]
         assert (got[b * 64:(b + 1) * 64] == [(block > 0).sum(), 1, int(b == 1), (block < 0).sum()]).all()
+
+
+@cuda.jit
+def popc_of_each_width(a32, a64, out):
+    i = cuda.grid(1)
+    if i < a32.size:
+        out[i, 0] = cuda.popc(a32[i])
+        out[i, 1] = cuda.popc(a64[i])
+
+
+def test_popc_counts_the_bits_of_its_argument_s_type():
+    """A negative int64 has 64 bits to count, the same value as int32 32 (popc once chose the width by the value,
+    so popc of an int64 -1 was 32)."""
+    a32 = np.array([-1, 5, -2, 0], np.int32)
+    a64 = np.array([-1, 5, -2, 1 << 40], np.int64)
+    out = cuda.device_array((4, 2), np.int64)
+    popc_of_each_width[1, 32](cuda.to_device(a32), cuda.to_device(a64), out)
+    assert out.copy_to_host().T.tolist() == [[32, 2, 31, 0], [64, 2, 63, 1]]

@@ -330,12 +330,13 @@ def lgammaf(x):
 # language); exported by lapis.cuda under numba's names -----------------------------------------------------
 @DeviceFunction
 def popc(x):
-    """The number of set bits of a 32- or 64-bit integer (numba's cuda.popc, CUDA's __popc), one bit at a time."""
+    """The number of set bits of a 32- or 64-bit integer (numba's cuda.popc, CUDA's __popc), one bit at a time,
+    over the bits of x's type: a one of that type shifted by 32 is 0 in 32 bits (shifts past the width give 0)."""
     n = 0
-    v = x
-    bits = 64 if v > 0xFFFFFFFF or v < -0x80000000 else 32
+    one = (x ^ x) + 1
+    bits = 64 if one << 32 != 0 else 32
     for k in range(bits):
-        n += (v >> k) & 1
+        n += (x >> k) & 1
     return n
 
 
