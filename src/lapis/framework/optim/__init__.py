@@ -16,6 +16,13 @@ from lapis.framework.optim.lbfgs import LBFGS
 from lapis.framework.optim.optimizer import Optimizer
 
 
+def _followed_gradient(g: dict, p):
+    """The gradient a step of SGD, RMSprop or Adagrad follows: negated when the group maximizes, plus the group's
+    weight decay times the parameter (L2 regularization, as torch's)."""
+    grad = p.grad if not g["maximize"] else -p.grad
+    return grad + g["weight_decay"] * p if g["weight_decay"] else grad
+
+
 class SGD(Optimizer):
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False):
@@ -28,9 +35,7 @@ class SGD(Optimizer):
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         for g, p, state in self._params():
-            d = p.grad if not g["maximize"] else -p.grad
-            if g["weight_decay"]:
-                d = d + g["weight_decay"] * p
+            d = _followed_gradient(g, p)
             if g["momentum"]:
                 buf = state.get("momentum_buffer")
                 if buf is None:
@@ -107,7 +112,7 @@ class RMSprop(Optimizer):
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         for g, p, state in self._params():
-            grad = p.grad if not g["maximize"] else -p.grad
+            grad = _followed_gradient(g, p)
             if not state:
                 state["step"] = 0
                 state["square_avg"] = zeros_like(p)
@@ -116,8 +121,6 @@ class RMSprop(Optimizer):
                 if g["centered"]:
                     state["grad_avg"] = zeros_like(p)
             state["step"] += 1
-            if g["weight_decay"]:
-                grad = grad + g["weight_decay"] * p
             square_avg, alpha = state["square_avg"], g["alpha"]
             square_avg.mul_(alpha).add_(grad * grad * (1 - alpha))
             if g["centered"]:
@@ -147,13 +150,11 @@ class Adagrad(Optimizer):
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         for g, p, state in self._params():
-            grad = p.grad if not g["maximize"] else -p.grad
+            grad = _followed_gradient(g, p)
             if not state:
                 state["step"] = 0
                 state["sum"] = zeros_like(p) + g["initial_accumulator_value"]
             state["step"] += 1
-            if g["weight_decay"]:
-                grad = grad + g["weight_decay"] * p
             clr = g["lr"] / (1 + (state["step"] - 1) * g["lr_decay"])
             state["sum"].add_(grad * grad)
             p.sub_(clr * (grad / (state["sum"].sqrt() + g["eps"])))
