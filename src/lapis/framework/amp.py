@@ -16,6 +16,7 @@ import threading
 from lapis import cuda
 from lapis.framework import dtype as _dtype
 from lapis.framework.autograd import no_grad
+from lapis.framework.ops.views import stack
 
 _state = threading.local()             # device type -> autocast dtype, for the autocast regions now open
 DEFAULT_DTYPES = {"cuda": _dtype.float16, "hip": _dtype.float16, "cpu": _dtype.bfloat16}
@@ -118,14 +119,15 @@ class GradScaler:
             return
         if id(optimizer) in self._unscaled:
             raise RuntimeError("unscale_() has already been called on this optimizer since the last update().")
-        found = False
+        finite = []
         with no_grad():
             for group in optimizer.param_groups:
                 for p in group["params"]:
                     if p.grad is not None:
                         p.grad.mul_(1.0 / self._scale)
-                        found = found or not bool(p.grad.isfinite().all())
-        self._unscaled[id(optimizer)] = found
+                        finite.append(p.grad.isfinite().all())
+            # one read back for all of them (a sync point), not one per parameter
+            self._unscaled[id(optimizer)] = bool(finite) and not bool(stack(finite).all())
 
     def step(self, optimizer, *args, **kwargs):
         """optimizer.step(), unless a gradient was inf or NaN (then the step is skipped, as torch does)."""
