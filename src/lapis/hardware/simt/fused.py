@@ -51,6 +51,7 @@ import llvmlite
 import numpy as np
 from llvmlite import binding as llvm
 from llvmlite import ir
+from numba import njit
 
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.simt.fused_ir import EMITTERS, emit_run
@@ -227,11 +228,22 @@ def fuse_hot(translation: Translation, counts: np.ndarray, after: int, stride: i
     pending = translation.unfused
     if not pending.size:                        # nothing left to fuse: no counting either
         return loaded
-    translation.executed += counts
-    hot = translation.executed[pending[:, 0]] >= after
-    if not hot.any():
+    if not _count(translation.executed, counts, pending, after):
         return loaded
+    hot = translation.executed[pending[:, 0]] >= after
     return loaded + _fuse_pending(translation, hot, stride, warp_size)
+
+
+@njit(cache=True, _nrt=False)
+def _count(executed, counts, pending, after):
+    """Add a launch's per-pc counts to `executed`; whether a pending run's first pc has reached `after`. (One
+    compiled loop: as numpy operations, this cost a tiny kernel's launch more than its run.)"""
+    for pc in range(len(counts)):
+        executed[pc] += counts[pc]
+    for run in range(len(pending)):
+        if executed[pending[run, 0]] >= after:
+            return True
+    return False
 
 
 def _compiled_before(table: np.ndarray, found: np.ndarray, stride: int, warp_size: int) -> np.ndarray:
