@@ -30,13 +30,7 @@ from lapis.cuda.errors import LaunchError
 _ARRAY_TYPES: dict[tuple, T.ArrayType] = {}       # (dtype, ndim, layout) -> its type: launches see few
 
 
-def typeof(value, index: int, name: str):
-    if isinstance(value, DeviceNDArray):
-        key = (value.dtype, len(value.shape), value.layout)
-        kind = _ARRAY_TYPES.get(key)
-        if kind is None:
-            kind = _ARRAY_TYPES[key] = T.ArrayType(T.scalar_of(value.dtype), value.ndim, value.layout)
-        return kind
+def _scalar_type(value, index: int, name: str):
     if isinstance(value, bool | np.bool_):
         return T.boolean
     if isinstance(value, int):
@@ -48,6 +42,24 @@ def typeof(value, index: int, name: str):
         return T.int32 if t in T.STORAGE else t           # a small integer's value, as an array element's load
     raise TypeError(f"kernel argument {index} ({name!r}) of type {type(value).__name__} is not supported "
                     "(pass device arrays and numbers)")
+
+
+def _array_type(value: DeviceNDArray) -> T.ArrayType:
+    key = (value.dtype, len(value.shape), value.layout)
+    kind = _ARRAY_TYPES.get(key)
+    if kind is None:
+        kind = _ARRAY_TYPES[key] = T.ArrayType(T.scalar_of(value.dtype), value.ndim, value.layout)
+    return kind
+
+
+def _argtype(value, index: int, name: str, context):
+    """A launch argument's type, checking that a device array lives in the launch's context."""
+    if isinstance(value, DeviceNDArray):
+        if value.context is not context:
+            raise LaunchError(f"kernel argument {index} ({name!r}) lives on {value.device}, but the launch is on "
+                              f"{context.device}")
+        return _array_type(value)
+    return _scalar_type(value, index, name)
 
 
 def _dim3(value, what: str) -> tuple[int, int, int]:
@@ -138,12 +150,8 @@ class Dispatcher:
         if any(isinstance(a, np.ndarray) for a in args):
             self._launch_with_host_arrays(args, grid, block, stream, shared)
             return
-        argtypes = tuple(typeof(a, i, n) for i, (a, n) in enumerate(zip(args, names, strict=True)))
         context = self.api.context_for(args, stream)
-        for i, (a, n) in enumerate(zip(args, names, strict=True)):
-            if isinstance(a, DeviceNDArray) and a.context is not context:
-                raise LaunchError(f"kernel argument {i} ({n!r}) lives on {a.device}, but the launch is on "
-                                  f"{context.device}")
+        argtypes = tuple(_argtype(a, i, n, context) for i, (a, n) in enumerate(zip(args, names, strict=True)))
         threads = block[0] * block[1] * block[2]
         device = context.device
         if threads > device.MAX_THREADS_PER_BLOCK:
