@@ -131,7 +131,9 @@ class CommandProcessor:
         self._looks = 0                # times the processor's thread has looked for due queues
         self._wakes_at = math.inf      # time.monotonic() it next wakes to look (0: now; inf: when kicked)
         self._cbank = np.zeros(abi.CBANK_BYTES // 4, np.uint32)     # see `_constant_bank`
-        self._cbank_used = len(self._cbank)
+        self._cbank_bytes = memoryview(self._cbank).cast("B")
+        self._cbank_used = abi.CBANK_BYTES                          # bytes the last dispatch wrote
+        self._cbank_headers: dict[tuple, bytes] = {}                 # (block, grid) -> the bank's first words
         self._occupancies: dict[tuple, object] = {}
 
     def map_queue(self, queue: HardwareQueue) -> None:
@@ -496,16 +498,26 @@ class CommandProcessor:
 
     def _constant_bank(self, block: tuple, grid: tuple, kernargs: bytes) -> np.ndarray:
         """Constant bank 0 for a dispatch: the launch dimensions, the warp size, then the kernel arguments,
-        zero elsewhere. One buffer, rewritten for each dispatch (one runs at a time: the engine lock);
-        zeroing a fresh bank cost more than a tiny kernel's run."""
-        cbank, args = self._cbank, np.frombuffer(kernargs + b"\0" * (-len(kernargs) % 4), np.uint32)
-        cbank[:self._cbank_used] = 0
-        cbank[abi.CBANK_BLOCK_DIM // 4:abi.CBANK_BLOCK_DIM // 4 + 3] = block
-        cbank[abi.CBANK_GRID_DIM // 4:abi.CBANK_GRID_DIM // 4 + 3] = grid
-        cbank[abi.CBANK_WARP_SIZE // 4] = self.gpu.profile.warp_size
-        self._cbank_used = abi.KERNARG_CBANK_OFFSET // 4 + len(args)
-        cbank[abi.KERNARG_CBANK_OFFSET // 4:self._cbank_used] = args
-        return cbank
+        zero elsewhere. One buffer, rewritten for each dispatch (one runs at a time: the engine lock) in
+        one copy of its header and arguments, and zeroed past them only as far as the last dispatch wrote:
+        zeroing a fresh bank, or writing it field by field, cost more than a tiny kernel's run."""
+        header = self._cbank_headers.get((block, grid))
+        if header is None:
+            words = np.zeros(abi.KERNARG_CBANK_OFFSET // 4, np.uint32)
+            words[abi.CBANK_BLOCK_DIM // 4:abi.CBANK_BLOCK_DIM // 4 + 3] = block
+            words[abi.CBANK_GRID_DIM // 4:abi.CBANK_GRID_DIM // 4 + 3] = grid
+            words[abi.CBANK_WARP_SIZE // 4] = self.gpu.profile.warp_size
+            if len(self._cbank_headers) >= 256:
+                self._cbank_headers.clear()
+            header = self._cbank_headers[(block, grid)] = words.tobytes()
+        written = header + kernargs
+        used = len(written)
+        raw = self._cbank_bytes
+        raw[:used] = written
+        if used < self._cbank_used:
+            raw[used:self._cbank_used] = bytes(self._cbank_used - used)
+        self._cbank_used = used
+        return self._cbank
 
     def _occupancy(self, threads_per_block: int, registers: int, shared: int):
         """The kernel's occupancy (kept by resources: frameworks launch the same kernels over and over)."""
