@@ -128,12 +128,15 @@ class Gpu:
         """One piece of a device-initiated read: from VRAM, or from host memory over PCIe."""
         if system:
             self.pcie.transfer(TO_DEVICE, length, what)
-        return self.memory(system).read(pa, length)
+            return self.sysmem.read(pa, length)
+        return self.vram.read(pa, length)
 
     def _write(self, system: bool, pa: int, data: bytes, what: str) -> None:
         if system:
             self.pcie.transfer(TO_HOST, len(data), what)
-        self.memory(system).write(pa, data)
+            self.sysmem.write(pa, data)
+        else:
+            self.vram.write(pa, data)
 
     def post_interrupt(self, entry: Interrupt) -> None:
         self.pcie.transfer(TO_HOST, 4, f"MSI interrupt ({entry.source})")

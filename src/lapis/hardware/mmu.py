@@ -18,7 +18,7 @@ contiguous pages from one walk, so neighbouring pages of a buffer share one run.
 """
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -64,10 +64,10 @@ class Run:
     va_end: int            # exclusive
     pa_start: int
     flags: int
+    system: bool = field(init=False)      # in host memory (read on every access: kept, not derived)
 
-    @property
-    def system(self) -> bool:
-        return bool(self.flags & PTE_SYSTEM)
+    def __post_init__(self) -> None:
+        self.system = bool(self.flags & PTE_SYSTEM)
 
 
 class Mmu:
@@ -194,10 +194,13 @@ class Mmu:
     def hit(self, vmid: int, va: int, size: int, write: bool, execute: bool = False) -> Run | None:
         """The TLB's run that holds all of [va, va+size) and allows the access, if it has one (no walk): the
         front end's common case, one piece (`translate_range` does the rest)."""
-        needed = _needed(write, execute)
-        with self.lock:
-            run = self._lookup_run(vmid, va, va + size - 1)
-        return run if run is not None and run.flags & needed == needed and size > 0 else None
+        needed = _NEEDED[write, execute]
+        hi = va + size - 1
+        with self.lock:                          # `_lookup_run`, inlined: the front end asks several times a packet
+            for run in self.tlb.get(vmid, _NO_LEAVES).get(va >> LEAF_SHIFT, ()):
+                if run.va_start <= va and hi < run.va_end:
+                    return run if run.flags & needed == needed and size > 0 else None
+        return None
 
     def translate_range(self, vmid: int, va: int, size: int, write: bool, execute: bool = False
                         ) -> list[tuple[bool, int, int]]:
@@ -238,3 +241,7 @@ class Mmu:
 def _needed(write: bool, execute: bool) -> int:
     """The page-table bits an access needs: valid, and writable or executable when it writes or runs code."""
     return PTE_VALID | (PTE_WRITABLE if write else 0) | (PTE_EXECUTABLE if execute else 0)
+
+
+_NEEDED = {(write, execute): _needed(write, execute) for write in (False, True) for execute in (False, True)}
+_NO_LEAVES: dict = {}
