@@ -532,39 +532,50 @@ class Event:
 
 _SCALAR_FORMATS = {"int32": "i", "uint32": "I", "int64": "q", "float32": "f", "float64": "d", "bool": "I",
                    "float16": "H", "bfloat16": "H"}
-_PACKERS: dict[int, tuple] = {}       # id(layout) -> (layout, struct, argument order): made at a kernel's first launch
+_PACKERS: dict[int, tuple] = {}       # id(layout) -> (layout, struct, plan): made at a kernel's first launch
+# How pack_kernargs writes an argument: a 1-D array, an array of more dimensions, a half, a bool, another number.
+_VECTOR, _ARRAY, _HALF, _BOOL, _NUMBER = range(5)
 
 
-def _packer(layout: list[dict], values: list) -> tuple[struct.Struct, list[int]]:
-    """One struct for a kernel's whole segment (gaps as pad bytes), and the arguments in offset order."""
+def _packer(layout: list[dict], values: list) -> tuple[struct.Struct, list[tuple[int, int, str]]]:
+    """One struct for a kernel's whole segment (gaps as pad bytes), and the plan: each argument's index, how
+    it is written and its dtype, in offset order."""
     kept = _PACKERS.get(id(layout))
     if kept is not None and kept[0] is layout:
         return kept[1], kept[2]
     order = sorted(range(len(layout)), key=lambda i: layout[i]["offset"])
-    fmt, at = "<", 0
+    fmt, at, plan = "<", 0, []
     for i in order:
         entry, value = layout[i], values[i]
-        field = f"Q{value.ndim}q{value.ndim}q" if entry["kind"] == "array" else _SCALAR_FORMATS[entry["dtype"]]
+        dtype = entry.get("dtype")
+        if entry["kind"] == "array":
+            field, how = f"Q{value.ndim}q{value.ndim}q", _VECTOR if value.ndim == 1 else _ARRAY
+        else:
+            field = _SCALAR_FORMATS[dtype]
+            how = _HALF if dtype in ("float16", "bfloat16") else _BOOL if dtype == "bool" else _NUMBER
+        plan.append((i, how, dtype))
         fmt += "x" * (entry["offset"] - at) + field
         at = entry["offset"] + struct.calcsize("<" + field)
     size = max((e["offset"] + e["size"] for e in layout), default=0)
     packer = struct.Struct(fmt + "x" * (-(-size // 8) * 8 - at))
-    _PACKERS[id(layout)] = (layout, packer, order)
-    return packer, order
+    _PACKERS[id(layout)] = (layout, packer, plan)
+    return packer, plan
 
 
 def pack_kernargs(layout: list[dict], values: list) -> bytes:
     """The kernarg segment: each argument at its layout offset (arrays as pointer, shape, strides)."""
-    packer, order = _packer(layout, values)
+    packer, plan = _packer(layout, values)
     fields = []
-    for i in order:
-        entry, value = layout[i], values[i]
-        if entry["kind"] == "array":
+    for i, how, dtype in plan:
+        value = values[i]
+        if how == _VECTOR:
+            fields += (value.ptr, value.shape[0], value.strides[0] // value.dtype.itemsize)
+        elif how == _ARRAY:
             itemsize = value.dtype.itemsize
-            fields += (value.ptr, *value.shape, *(s // itemsize for s in value.strides))
-        elif entry["dtype"] in ("float16", "bfloat16"):         # a half: its 16 bits
-            fields.append(int(np.asarray(value, T.scalar_of(entry["dtype"]).dtype).view(np.uint16)))
+            fields += (value.ptr, *value.shape, *[s // itemsize for s in value.strides])
+        elif how == _HALF:                                       # a half: its 16 bits
+            fields.append(int(np.asarray(value, T.scalar_of(dtype).dtype).view(np.uint16)))
         else:
             v = value.item() if hasattr(value, "item") else value
-            fields.append(int(v) if entry["dtype"] == "bool" else v)
+            fields.append(int(v) if how == _BOOL else v)
     return packer.pack(*fields)
