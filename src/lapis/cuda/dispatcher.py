@@ -69,6 +69,7 @@ def _dim3(value, what: str) -> tuple[int, int, int]:
     return tuple(int(d) for d in dims) + (1,) * (3 - len(dims))
 
 
+LAUNCH_CONFIGS_KEPT = 64   # configurations of plain ints a dispatcher keeps (a kernel launched over many sizes)
 FORALL_THREADS = 128        # forall's block when not told: 4 warps, a usual elementwise block
 
 
@@ -86,18 +87,28 @@ class Dispatcher:
         code = pyfunc.__code__
         self._arg_names = code.co_varnames[:code.co_argcount]
         self._const_copies: dict[tuple, DeviceNDArray] = {}     # (context, data) -> its copy on the device
+        self._configs: dict[tuple, LaunchConfiguration] = {}   # (blocks, threads) -> its configuration
 
     def __repr__(self) -> str:
         return f"<lapis kernel {self.__name__}>"
 
     def __getitem__(self, config) -> "LaunchConfiguration":
+        plain = type(config) is tuple and len(config) == 2 and type(config[0]) is int and type(config[1]) is int
+        kept = self._configs.get(config) if plain else None
+        if kept is not None:                    # kernel[blocks, threads] of ints: a library's every launch
+            return kept
         config = config if isinstance(config, tuple) else (config,)
         if not 2 <= len(config) <= 4:
             raise LaunchError("launch as kernel[blocks, threads] or kernel[blocks, threads, stream, shared_bytes]")
         grid, block = _dim3(config[0], "the grid (blocks)"), _dim3(config[1], "the block (threads)")
         stream = config[2] if len(config) > 2 else 0
         shared = int(config[3]) if len(config) > 3 else 0
-        return LaunchConfiguration(self, grid, block, stream, shared)
+        launch = LaunchConfiguration(self, grid, block, stream, shared)
+        if plain:
+            if len(self._configs) >= LAUNCH_CONFIGS_KEPT:
+                self._configs.clear()
+            self._configs[config] = launch
+        return launch
 
     def __call__(self, *args):
         raise LaunchError(f"launch kernel {self.__name__!r} with a configuration: "
