@@ -13,6 +13,7 @@ runtime (Layer 2) writes these bytes; the command processor (Layer 0) reads them
 """
 
 import functools
+import operator
 import struct
 from dataclasses import dataclass, fields
 
@@ -52,22 +53,25 @@ class _Layout:
     FORMAT = ""
 
     def pack(self) -> bytes:
-        codec, names = _codec(type(self))
-        return codec.pack(*[getattr(self, name) for name in names])
+        codec, values = _codec(type(self))
+        return codec.pack(*values(self))
 
     @classmethod
     def unpack(cls, data: bytes):
         codec = _codec(cls)[0]
-        return cls(*codec.unpack(bytes(data[:codec.size])))
+        if len(data) < codec.size:
+            raise struct.error(f"{cls.__name__} needs {codec.size} bytes, got {len(data)}")
+        return cls(*codec.unpack_from(data))
 
     def as_dict(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("reserved")}
 
 
 @functools.cache
-def _codec(cls) -> tuple[struct.Struct, tuple[str, ...]]:
-    """A layout's compiled struct and its field names in order (packets are packed on every launch)."""
-    return struct.Struct(cls.FORMAT), tuple(f.name for f in fields(cls))
+def _codec(cls) -> tuple[struct.Struct, operator.attrgetter]:
+    """A layout's compiled struct and a getter of its fields' values in order (packets are packed on every
+    launch)."""
+    return struct.Struct(cls.FORMAT), operator.attrgetter(*(f.name for f in fields(cls)))
 
 
 @dataclass
