@@ -64,10 +64,14 @@ class Api:
         self._contexts: dict[int, Context] = {}
         self._current = 0
         self._lock = threading.RLock()
+        self._agents_of: tuple = (None, [])     # (runtime, its agents of this vendor): asked on every op
 
     # -- devices ------------------------------------------------------------------------------
     def _agents(self) -> list:
-        return [a for a in runtime.init().gpu_agents if a.vendor == self.vendor]
+        rt = runtime.init()
+        if self._agents_of[0] is not rt:        # a runtime's agents are fixed when it opens
+            self._agents_of = (rt, [a for a in rt.gpu_agents if a.vendor == self.vendor])
+        return self._agents_of[1]
 
     def device_count(self) -> int:
         return len(self._agents())
