@@ -44,7 +44,11 @@ class NativeRunner:
     # threading layer here, cannot start threads in a child of a process that used it (as CUDA cannot run in a
     # forked child of a process that initialized it).
     threads = _engine_threads()
-    parted_work = 1 << 15       # instructions over lanes a fused run must run to be split
+    # Instructions over lanes a fused run must run to be split: a parallel region's start and join cost about
+    # as much as 2^15 of them on an idle host, but on two cores shared with the program's and the command
+    # processor's threads a split of a small run (a one-block gemm's loop, called once per trip) waited for
+    # the other core and made a tiny GPT's step 1.7x slower.
+    parted_work = 1 << 18
 
     def __init__(self, blocks: "ResidentBlocks", translation: Translation):
         self.blocks, self.translation = blocks, translation
