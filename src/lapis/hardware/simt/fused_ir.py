@@ -121,6 +121,31 @@ def _dfma(x: Lanes, t, pc):
     return x.canonical(x.b.fadd(x.b.fmul(x.da(t), x.db(t, pc)), z), 64)
 
 
+def _intrinsic(x: Lanes, name: str, value: ir.Value) -> ir.Value:
+    """llvm.<name> of a vector of floats (sqrt is the IEEE square root; exp2 and log2 call libm's, as numba's
+    math.exp2 and math.log2 in the engine do)."""
+    module = x.b.module
+    full = f"llvm.{name}.v{x.width}{'f32' if value.type.element == F32 else 'f64'}"
+    fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(value.type, [value.type]), full)
+    return x.b.call(fn, [value])
+
+
+def _mufu(x: Lanes, t, pc):
+    """MUFU as the engine computes it (`native_values.v_mufu`): RCP, RSQ and SQRT exactly in float32, EX2 and
+    LG2 in float64, rounded once. (SIN and COS, numpy's own, are not translated.)"""
+    b, value = x.b, x.fb(t, pc, True)
+    one = x.const(F32, 1.0)
+    fn = int(t[tr.M1])
+    if fn == 0:
+        return b.fdiv(one, value)
+    if fn == 1:
+        return b.fdiv(one, _intrinsic(x, "sqrt", value))
+    if fn == 2:
+        return _intrinsic(x, "sqrt", value)
+    wide = b.fpext(value, x.type(F64))
+    return b.fptrunc(_intrinsic(x, "exp2" if fn == 3 else "log2", wide), x.type(F32))
+
+
 def _plop(x: Lanes, t, pc):
     return x.combine(int(t[tr.M1]), x.holds(int(t[tr.PS]), t[tr.PS_NEG]), x.holds(int(t[tr.PQ]), t[tr.PQ_NEG]))
 
@@ -186,6 +211,7 @@ EMITTERS: dict[int, Callable[[Lanes, np.ndarray, int], None]] = {OP[name]: emit 
     "FFMA": _float(_ffma),
     "FMNMX": _u32(lambda x, t, pc: x.bits_of(x.minmax(x.fa(t), x.fb(t, pc), t[tr.M1], 32), 32)),
     "I2F": _u32(lambda x, t, pc: x.bits_of(_to_float(x, t, pc, F32), 32)),
+    "MUFU": _float(_mufu),
     # 64-bit results
     "LDC64": _pair(lambda x, t, pc: x.b64(t, pc)),
     "IADD64": _pair(lambda x, t, pc: x.b.add(_negated(x, x.a64(t), t[tr.FLAGS] & tr.NEG_A),
