@@ -433,6 +433,33 @@ def _strided(base_dev, base_host: np.ndarray, view: np.ndarray) -> cuda.DeviceND
                               base_dev.ptr + offset)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("t_q,t_k,d", [(5, 37, 16), (40, 3, 32), (33, 33, 4)])   # chunks of 16, 8, 32 rows
+def test_lanes_attention_with_query_and_key_lengths_apart(handle, causal, t_q, t_k, d):
+    # The lanes kernels stage the other side's rows in chunks: a chunk past the end, a partial one, and a
+    # causal mask (top-left, as torch's is_causal) over rectangular scores.
+    bh = 2
+    q, do = (rng.standard_normal((bh, t_q, d)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((bh, t_k, d)).astype(np.float32) for _ in range(2))
+    o, lse = cuda.device_array((bh, t_q, d), np.float32), cuda.device_array((bh, t_q), np.float32)
+    dq, dk, dv = (cuda.device_array(x.shape, np.float32) for x in (q, k, v))
+    dev_q, dev_k, dev_v = dev(q), dev(k), dev(v)
+    dnn.attention_forward(handle, dev_q, dev_k, dev_v, o, lse, causal=causal)
+    dnn.attention_backward(handle, dev_q, dev_k, dev_v, o, dev(do), lse, dq, dk, dv, causal=causal)
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    s = q64 @ k64.transpose(0, 2, 1) / np.sqrt(d)
+    if causal:
+        s = np.where(np.tril(np.ones((t_q, t_k), bool))[None], s, -np.inf)
+    p = softmax(s)
+    dp = do @ v64.transpose(0, 2, 1)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True)) / np.sqrt(d)
+    assert np.allclose(o.copy_to_host(), p @ v64, atol=1e-5)
+    assert np.allclose(lse.copy_to_host(), np.log(np.exp(s).sum(axis=-1)), atol=1e-5)
+    assert np.allclose(dq.copy_to_host(), ds @ k64, atol=1e-4)
+    assert np.allclose(dk.copy_to_host(), ds.transpose(0, 2, 1) @ q64, atol=1e-4)
+    assert np.allclose(dv.copy_to_host(), p.transpose(0, 2, 1) @ do, atol=1e-4)
+
+
 @pytest.mark.parametrize("d", [8, 24])                  # the lanes kernels, then the tiled ones
 def test_fused_attention_reads_and_writes_strided_heads(handle, d):
     # q, k, v: (B, H, T, D) views of one packed projection (B, T, 3 H D), as a transformer's heads are;

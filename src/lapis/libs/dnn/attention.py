@@ -141,14 +141,21 @@ def attention_dkv_kernel(bh_count, t_q, t_k, d, heads, scale, causal, q, q_b, q_
 
 # Head dimensions that are powers of two up to 32 take the "lanes" kernels: a group of d lanes per row
 # (lane c holds column c), each dot product a butterfly of shuffles within the group, so a thread does
-# O(T) work instead of O(T d). Rows past the end compute on a clamped row and store nothing, so every
-# lane of a warp runs the same loop and the shuffles never meet an inactive lane. The kernels are made
-# per head dimension, a compile-time constant, as a templated CUDA kernel's would be: the butterfly's
-# log2(d) steps unroll into one shuffle and one add each, and a row and column are a shift and a mask.
+# O(T) work instead of O(T d). A block holds THREADS // d rows of one batch-head (grid: batch-heads, then
+# tiles of rows), and walks the other side's rows in chunks of up to 32 staged in shared memory, one word
+# per thread, as the tiled kernels do; the walk over a chunk is unrolled and branch-free (the causal mask
+# and the chunk's end are selects), so each row's work in a chunk is straight-line arithmetic on registers
+# and shared memory. Rows past the end compute on a clamped row and store nothing, so every lane of a warp
+# runs the same code and the shuffles never meet an inactive lane. The kernels are made per head
+# dimension, a compile-time constant, as a templated CUDA kernel's would be: the butterfly's log2(d) steps
+# unroll into one shuffle and one add each, and a row and column are a shift and a mask.
 @functools.cache
 def lanes_kernels(d: int) -> tuple:
     """(forward, dq, dkv) lanes kernels for head dimension d."""
     D, STEPS = d, d.bit_length() - 1
+    CHUNK = min(32, THREADS // D)              # rows of the other side staged at a time
+    STAGED = CHUNK * D                         # the threads that stage a word each
+    NEG_INF, ZERO = float32(-math.inf), float32(0.0)     # names: a select's operands must be simple
 
     @cuda.jit(device=True)
     def group_sum(value):
@@ -158,72 +165,112 @@ def lanes_kernels(d: int) -> tuple:
             off //= 2
         return value
 
-    def attention_forward_lanes_kernel(rows, t_q, t_k, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t,
+    def attention_forward_lanes_kernel(t_q, t_k, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t,
                                        v, v_b, v_h, v_t, o, o_b, o_h, o_t, lse):
-        t = cuda.grid(1)
-        row, c = t // D, t % D
-        r = min(row, rows - 1)
-        bh, i = r // t_q, r % t_q
+        sk = shared.array(STAGED, float32)                  # sk[jj * D + c]: key k0 + jj, column c
+        sv = shared.array(STAGED, float32)
+        bh, t = blockIdx.x, threadIdx.x
+        row_in, c = t // D, t % D
+        i_raw = blockIdx.y * (THREADS // D) + row_in
+        i = min(i_raw, t_q - 1)
+        bidirectional = not causal
         qc = q[row_start(bh, i, heads, q_b, q_h, q_t) + c] * scale
-        kc, vc = row_start(bh, 0, heads, k_b, k_h, k_t) + c, row_start(bh, 0, heads, v_b, v_h, v_t) + c
-        m = float32(-math.inf)
+        kbase, vbase = row_start(bh, 0, heads, k_b, k_h, k_t), row_start(bh, 0, heads, v_b, v_h, v_t)
+        m = NEG_INF
         total = float32(0.0)
         acc = float32(0.0)
-        for j in range(t_k):
-            score = group_sum(qc * k[kc + j * k_t])
-            if not causal or j <= i:                        # the online softmax of the tiled kernel
+        for k0 in range(0, t_k, CHUNK):
+            if t < STAGED:
+                j = min(k0 + row_in, t_k - 1)
+                sk[t] = k[kbase + j * k_t + c]
+                sv[t] = v[vbase + j * v_t + c]
+            syncthreads()
+            for jj in range(CHUNK):                         # the online softmax of the tiled kernel
+                j = k0 + jj
+                score = group_sum(qc * sk[jj * D + c])
+                allowed = (j < t_k) & (bidirectional | (j <= i))
+                score = score if allowed else NEG_INF
                 new_max = max(m, score)
                 correction = math.exp(m - new_max)
                 weight = math.exp(score - new_max)
                 total = total * correction + weight
-                acc = acc * correction + weight * v[vc + j * v_t]
+                acc = acc * correction + weight * sv[jj * D + c]
                 m = new_max
-        if row < rows:
+            syncthreads()
+        if i_raw < t_q:
             o[row_start(bh, i, heads, o_b, o_h, o_t) + c] = acc / total
             if c == 0:
-                lse[r] = m + math.log(total)
+                lse[bh * t_q + i] = m + math.log(total)
 
-    def attention_dq_lanes_kernel(rows, t_q, t_k, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
+    def attention_dq_lanes_kernel(t_q, t_k, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
                                   v_h, v_t, do, do_b, do_h, do_t, lse, delta, dq, dq_b, dq_h, dq_t):
-        t = cuda.grid(1)
-        row, c = t // D, t % D
-        r = min(row, rows - 1)
-        bh, i = r // t_q, r % t_q
+        sk = shared.array(STAGED, float32)
+        sv = shared.array(STAGED, float32)
+        bh, t = blockIdx.x, threadIdx.x
+        row_in, c = t // D, t % D
+        i_raw = blockIdx.y * (THREADS // D) + row_in
+        i = min(i_raw, t_q - 1)
+        bidirectional = not causal
         qc, doc = q[row_start(bh, i, heads, q_b, q_h, q_t) + c], do[row_start(bh, i, heads, do_b, do_h, do_t) + c]
-        m, dl = lse[r], delta[r]
-        kc, vc = row_start(bh, 0, heads, k_b, k_h, k_t) + c, row_start(bh, 0, heads, v_b, v_h, v_t) + c
+        m, dl = lse[bh * t_q + i], delta[bh * t_q + i]
+        kbase, vbase = row_start(bh, 0, heads, k_b, k_h, k_t), row_start(bh, 0, heads, v_b, v_h, v_t)
         acc = float32(0.0)
-        for j in range(t_k):
-            kj = k[kc + j * k_t]
-            score = group_sum(qc * kj)
-            dp = group_sum(doc * v[vc + j * v_t])
-            if not causal or j <= i:
-                acc += math.exp(score * scale - m) * (dp - dl) * scale * kj
-        if row < rows:
+        for k0 in range(0, t_k, CHUNK):
+            if t < STAGED:
+                j = min(k0 + row_in, t_k - 1)
+                sk[t] = k[kbase + j * k_t + c]
+                sv[t] = v[vbase + j * v_t + c]
+            syncthreads()
+            for jj in range(CHUNK):
+                j = k0 + jj
+                kj = sk[jj * D + c]
+                score = group_sum(qc * kj)
+                dp = group_sum(doc * sv[jj * D + c])
+                ds = math.exp(score * scale - m) * (dp - dl) * scale
+                allowed = (j < t_k) & (bidirectional | (j <= i))
+                acc += (ds if allowed else ZERO) * kj
+            syncthreads()
+        if i_raw < t_q:
             dq[row_start(bh, i, heads, dq_b, dq_h, dq_t) + c] = acc
 
-    def attention_dkv_lanes_kernel(rows, t_q, t_k, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
+    def attention_dkv_lanes_kernel(t_q, t_k, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t, v, v_b,
                                    v_h, v_t, do, do_b, do_h, do_t, lse, delta, dk, dk_b, dk_h, dk_t, dv, dv_b, dv_h,
                                    dv_t):
-        # rows: key rows (BH x Tk)
-        t = cuda.grid(1)
-        row, c = t // D, t % D
-        r = min(row, rows - 1)
-        bh, j = r // t_k, r % t_k
+        # rows: key rows; the chunks: query rows i0 .. i0 + CHUNK - 1, with their lse and delta
+        sq = shared.array(STAGED, float32)
+        sdo = shared.array(STAGED, float32)
+        slse = shared.array(CHUNK, float32)
+        sdelta = shared.array(CHUNK, float32)
+        bh, t = blockIdx.x, threadIdx.x
+        row_in, c = t // D, t % D
+        j_raw = blockIdx.y * (THREADS // D) + row_in
+        j = min(j_raw, t_k - 1)
+        bidirectional = not causal
         kc, vc = k[row_start(bh, j, heads, k_b, k_h, k_t) + c], v[row_start(bh, j, heads, v_b, v_h, v_t) + c]
-        qi, doi = row_start(bh, 0, heads, q_b, q_h, q_t) + c, row_start(bh, 0, heads, do_b, do_h, do_t) + c
+        qbase, dobase = row_start(bh, 0, heads, q_b, q_h, q_t), row_start(bh, 0, heads, do_b, do_h, do_t)
         dkc = float32(0.0)
         dvc = float32(0.0)
-        for i in range(t_q):
-            qrow = bh * t_q + i
-            qc, doc = q[qi + i * q_t], do[doi + i * do_t]
-            score = group_sum(qc * kc)
-            dp = group_sum(doc * vc)
-            if not causal or j <= i:
-                p = math.exp(score * scale - lse[qrow])
+        for i0 in range(0, t_q, CHUNK):
+            if t < STAGED:
+                i = min(i0 + row_in, t_q - 1)
+                sq[t] = q[qbase + i * q_t + c]
+                sdo[t] = do[dobase + i * do_t + c]
+                if c == 0:
+                    slse[row_in] = lse[bh * t_q + i]
+                    sdelta[row_in] = delta[bh * t_q + i]
+            syncthreads()
+            for ii in range(CHUNK):
+                i = i0 + ii
+                qc, doc = sq[ii * D + c], sdo[ii * D + c]
+                score = group_sum(qc * kc)
+                dp = group_sum(doc * vc)
+                p = math.exp(score * scale - slse[ii])
+                allowed = (i < t_q) & (bidirectional | (j <= i))
+                p = p if allowed else ZERO
                 dvc += p * doc
-                dkc += p * (dp - delta[qrow]) * scale * qc
-        if row < rows:
+                dkc += p * (dp - sdelta[ii]) * scale * qc
+            syncthreads()
+        if j_raw < t_k:
             dk[row_start(bh, j, heads, dk_b, dk_h, dk_t) + c] = dkc
             dv[row_start(bh, j, heads, dv_b, dv_h, dv_t) + c] = dvc
 
@@ -299,8 +346,8 @@ def attention_forward(handle: Handle, q, k, v, o, lse, scale: float | None = Non
     shape = (np.int32(t_q), np.int32(t_k), np.int32(d), np.int32(heads), np.float32(scale), causal)
     with trace.span(4, "attention_forward", batch_heads=bh, t_q=t_q, t_k=t_k, head_dim=d, causal=causal):
         if bh and t_q and t_k and _lanes(d):
-            handle.kernel(lanes_kernels(d)[0])[_ceil_div(bh * t_q * d, THREADS), THREADS, handle.stream](
-                np.int32(bh * t_q), *shape[:2], *shape[3:], *args)
+            handle.kernel(lanes_kernels(d)[0])[(bh, _ceil_div(t_q * d, THREADS)), THREADS, handle.stream](
+                *shape[:2], *shape[3:], *args)
         elif bh and t_q and t_k:
             handle.kernel(attention_forward_kernel)[(-(-t_q // QUERY_TILE), bh), QUERY_TILE, handle.stream](
                 *shape, *args)
@@ -325,10 +372,10 @@ def attention_backward(handle: Handle, q, k, v, o, do, lse, dq, dk, dv, scale: f
             inputs = (*lq, *lk, *lv, *ldo, flse, delta)
             if _lanes(d):
                 _, dq_kernel, dkv_kernel = lanes_kernels(d)
-                handle.kernel(dq_kernel)[_ceil_div(rows * d, THREADS), THREADS, handle.stream](
-                    np.int32(rows), *shape[:2], *shape[3:], *inputs, *ldq)
-                handle.kernel(dkv_kernel)[_ceil_div(bh * t_k * d, THREADS), THREADS, handle.stream](
-                    np.int32(bh * t_k), *shape[:2], *shape[3:], *inputs, *ldk, *ldv)
+                handle.kernel(dq_kernel)[(bh, _ceil_div(t_q * d, THREADS)), THREADS, handle.stream](
+                    *shape[:2], *shape[3:], *inputs, *ldq)
+                handle.kernel(dkv_kernel)[(bh, _ceil_div(t_k * d, THREADS)), THREADS, handle.stream](
+                    *shape[:2], *shape[3:], *inputs, *ldk, *ldv)
                 return
             handle.kernel(attention_dq_kernel)[-(-rows // THREADS), THREADS, handle.stream](
                 np.int32(bh), *shape, *inputs, *ldq)
