@@ -42,9 +42,12 @@ class SimtCore:
 
     MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
     # A run of arithmetic is compiled into an LLVM function (`fused.py`) once threads have run it this many
-    # times, over all launches: compiling costs about 1.5 ms per instruction, and saves about 0.15 ns per
-    # instruction and thread, so a run fused then pays for itself within a few times as many more.
-    FUSE_AFTER = 1 << 22
+    # times, over all launches: compiling costs about 2 ms per instruction and saves about 0.15 ns per
+    # instruction and thread, so within one process a run would pay for itself after some 2^23 thread-runs;
+    # but its object code is kept on disk and every later process loads it at its first launch, so a run
+    # worth compiling once per machine is one a program returns to: a training loop's kernels, from its
+    # first few dozen steps (a tiny GPT's attention, 8,192 thread-runs a step, from its 32nd).
+    FUSE_AFTER = 1 << 18
 
     def __init__(self, profile: DeviceProfile, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory,
                  caches: bool = True, translated: bool = True, compare: bool = False):
