@@ -1,15 +1,16 @@
 """Layer 5's costs on a simulated GPU: the wall time of one op on tiny tensors (the fixed cost of a
 framework op going down the stack), and of one training step of each example's model.
 
-    python benchmarks/framework.py [--device cuda|hip] [--repeat N] [--steps N]
+    python benchmarks/framework.py [--device cuda|hip] [--repeat N] [--steps N] [--settle N]
 
 Per op: the mean wall time of `x + y` on 4-element tensors over `repeat` ops, synchronized at the
 end, the fastest of five rounds after a warm-up round, beside the same on cpu and in PyTorch. Per
 step: forward, backward and optimizer step of the digits MLP, the digits CNN, the character
 transformer and a tiny GPT (nanoGPT's smallest) at the examples' batch sizes, after a warm-up step
 (which compiles the kernels) and a traced one (which counts the kernels a step launches and their
-simulated time), with the same step on lapis's cpu device. `--digits` also trains the digits MLP
-(64-128-10, batch 64) for 330 Adam steps.
+simulated time), with the same step on lapis's cpu device; the tiny GPT's also after `--settle` more
+steps, a training run's steady state (its hot arithmetic compiled into fused runs by then). `--digits`
+also trains the digits MLP (64-128-10, batch 64) for 330 Adam steps.
 """
 
 import argparse
@@ -72,9 +73,12 @@ def models(device: str):
            lapis.tensor(rng.integers(0, chars, (8, 16))), next_char_loss)
 
 
-def step_time(model, x, y, loss_fn, device: str, steps: int, rounds: int = 3) -> tuple[float, int, float]:
+def step_time(model, x, y, loss_fn, device: str, steps: int, rounds: int = 3, settle: int = 0
+              ) -> tuple[float, int, float, float | None]:
     """Wall time per training step (the fastest of `rounds` rounds of `steps` steps: a busy host only ever
-    slows a round down), kernels per step and their simulated time (us) per step."""
+    slows a round down), kernels per step and their simulated time (us) per step; with `settle`, the same
+    wall time again after `settle` more steps, a training run's steady state (its hot arithmetic compiled
+    by then, or loaded from the disk cache an earlier run filled: `SimtCore.FUSE_AFTER`)."""
     model = copy.deepcopy(model).to(device)
     x, y = x.to(device), y.to(device)
     optimizer = lapis.optim.Adam(model.parameters(), lr=1e-3)
@@ -85,17 +89,23 @@ def step_time(model, x, y, loss_fn, device: str, steps: int, rounds: int = 3) ->
         loss.backward()
         optimizer.step()
         return loss.item()
+
+    def timed() -> float:
+        walls = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            for _ in range(steps):
+                step()
+            walls.append((time.perf_counter() - start) / steps)
+        return min(walls)
     step()                                 # the first step also creates the optimizer's state
     with trace() as t:                     # one step traced, for its kernels; the timed ones untraced, as users run
         step()
     kernels = t.select(0, "kernel")
-    walls = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(steps):
-            step()
-        walls.append((time.perf_counter() - start) / steps)
-    return min(walls), len(kernels), sum(k.args["duration_ns"] for k in kernels) / 1e3
+    first = timed()
+    for _ in range(settle):
+        step()
+    return first, len(kernels), sum(k.args["duration_ns"] for k in kernels) / 1e3, timed() if settle else None
 
 
 def main() -> None:
@@ -104,6 +114,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--models", default="mlp,cnn,transformer,gpt", help="which models to time (comma list)")
+    parser.add_argument("--settle", type=int, default=40,
+                        help="steps the tiny GPT trains before its steady-state step is timed")
     parser.add_argument("--digits", action="store_true",
                         help="also train the 64-128-10 digits MLP for 330 Adam steps (batch 64) and time it")
     args = parser.parse_args()
@@ -114,10 +126,13 @@ def main() -> None:
     for (name, model, x, y, loss_fn), key in zip(models(args.device), ("mlp", "cnn", "transformer", "gpt"),
                                                  strict=True):
         if key in wanted:
-            wall, launches, device_us = step_time(model, x, y, loss_fn, args.device, args.steps)
-            on_cpu, _, _ = step_time(model, x, y, loss_fn, "cpu", args.steps)
+            settle = args.settle if key == "gpt" else 0
+            wall, launches, device_us, steady = step_time(model, x, y, loss_fn, args.device, args.steps,
+                                                          settle=settle)
+            on_cpu = step_time(model, x, y, loss_fn, "cpu", args.steps)[0]
             print(f"{name}: {wall:.3f} s of wall time per training step on {args.device} ({wall / on_cpu:.1f}x "
-                  f"the {on_cpu:.3f} s on cpu), {launches} kernels, {device_us:.0f} us of simulated device time")
+                  f"the {on_cpu:.3f} s on cpu), {launches} kernels, {device_us:.0f} us of simulated device time"
+                  + (f"; after {settle} more steps {steady:.3f} s ({steady / on_cpu:.1f}x)" if settle else ""))
     if args.digits:
         import digits_mlp
         result = digits_mlp.train(args.device, epochs=15, hidden=128, batch_size=64, quiet=True)

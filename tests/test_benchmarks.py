@@ -33,12 +33,13 @@ def test_library_benchmark_reports_fractions_of_peak():
 
 
 def test_framework_benchmark_reports_op_overhead_and_step_times():
-    out = run("benchmarks/framework.py", "--repeat", "3", "--steps", "1", "--models", "mlp,gpt")
+    out = run("benchmarks/framework.py", "--repeat", "3", "--steps", "1", "--models", "mlp,gpt", "--settle", "1")
     gpu_us = float(out.split("us of wall time per op")[0].split(":")[-1])
     cpu_us = float(out.split("us on cpu")[0].split(",")[-1])
     assert "(1 kernel)" in out                          # an add on cuda is one kernel: no cast, no copy
     assert gpu_us > cpu_us                              # the simulated GPU's launch path costs more than numpy
     assert "tiny GPT, 8 x 16 tokens" in out and "the " in out.split("tiny GPT")[1]   # beside the cpu step
+    assert "after 1 more steps" in out.split("tiny GPT")[1]                          # and its steady state
     # forward: 2 gemms, bias adds, relu, log-softmax and the loss; backward: their gradients; fused Adam over
     # the 4 parameters in 3 launches (16,384, 2,560 and 256 + 10 elements: parameters of alike sizes share
     # one); a reduction for each of the 3 products split along k; every gradient is stored in .grad as
