@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -134,6 +135,32 @@ def test_launches_on_two_streams_interleave_and_each_stays_in_order(stream_launc
     np.testing.assert_allclose(d1.copy_to_host(), ((x1 * 2) * 2 + 1) * 2 + 2)
     np.testing.assert_allclose(d2.copy_to_host(), ((x2 * 3) * 3 - 1) * 3 - 2)
     gate.destroy()
+
+
+@pytest.mark.parametrize("one_each", [False, True])
+def test_a_lone_queue_runs_its_packets_in_one_turn_and_writes_its_read_index_once(one_each, monkeypatch):
+    from lapis.hardware.command_processor import CommandProcessor
+    default = CommandProcessor.PACKETS_ALONE
+    alone = 1 if one_each else default
+    monkeypatch.setattr(CommandProcessor, "PACKETS_ALONE", alone)
+    monkeypatch.setattr(CommandProcessor, "DEFER_S", 10.0)      # the processor's thread leaves the queue alone
+    x = np.arange(N, dtype=np.float32)
+    d = cuda.to_device(x)
+    s = cuda.stream()
+    axpb[blocks(N), 128, s](d, f32(1), f32(0))      # compiled, and the stream's queue made, before the trace
+    s.synchronize()
+    with lapis.trace() as t:
+        for _ in range(10):
+            axpb[blocks(N), 128, s](d, f32(1), f32(1))
+        s.synchronize()                 # this thread runs the ten packets: in one turn, or one a turn
+    updates = [e for e in t.select(0, "pcie") if e.args["what"] == "read index update"]
+    assert len(dispatch_queues(t)) == 10 and len(updates) == (1 if alone >= 10 else 10)
+    np.testing.assert_allclose(d.copy_to_host(), x + 10)
+    cuda.current_context().destroy_stream(s)
+    docs = (Path(__file__).resolve().parent.parent / "docs")
+    assert f"`PACKETS_ALONE` ({default})" in (docs / "layer0-hardware.md").read_text().replace("\n", " ")
+    assert f"(a queue alone runs up to {default})" in \
+        (docs / "layer3-programming-interface.md").read_text().replace("\n", " ")
 
 
 def test_stream_synchronize_waits_for_that_stream_only(stream_launches):
