@@ -21,14 +21,13 @@ import inspect
 import os
 import pickle
 import tempfile
-import textwrap
 from pathlib import Path
 
 import numpy as np
 
 from lapis.cuda import libdevice
 from lapis.cuda.compiler import calls
-from lapis.cuda.compiler.device_function import DeviceFunction
+from lapis.cuda.compiler.device_function import DeviceFunction, parse_source
 
 _COMPILER_HASH: str | None = None
 
@@ -85,7 +84,7 @@ def _digest(func, open_calls: frozenset = frozenset()) -> str:
     source = inspect.getsource(func)
     h = hashlib.sha256(source.encode())
     visible = _names(func)
-    for name in sorted({n.id for n in ast.walk(ast.parse(textwrap.dedent(source))) if isinstance(n, ast.Name)}):
+    for name in sorted({n.id for n in ast.walk(parse_source(func, source)) if isinstance(n, ast.Name)}):
         value = visible.get(name)
         if isinstance(value, DeviceFunction) and value.py_func not in open_calls:
             h.update(f"{name}=device:{_digest(value.py_func, open_calls | {func})};".encode())

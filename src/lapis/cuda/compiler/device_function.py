@@ -39,10 +39,45 @@ class DeviceFunction:
         """(definition, file, first line) of the source, read once."""
         if self._parsed is None:
             lines, first = inspect.getsourcelines(self.py_func)
-            tree = ast.parse(textwrap.dedent("".join(lines)))
-            fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+            fdef = function_def(self.py_func, "".join(lines))
             self._parsed = (fdef, inspect.getsourcefile(self.py_func) or "<device function>", first)
         return self._parsed
 
     def source(self) -> str:
         return inspect.getsource(self.py_func)
+
+
+def function_def(pyfunc, source: str) -> ast.FunctionDef:
+    """The definition of `pyfunc` in `source`, the lines Python keeps for it: its `def`, or for a lambda (numba
+    compiles `cuda.reduce(lambda a, b: a + b)` and `cuda.jit(device=True)(lambda x: x * 2)`) a `def` that returns
+    the lambda's body. Raises ValueError when the lines hold neither, or several lambdas of its arguments."""
+    tree = parse_source(pyfunc, source)
+    fdef = next((n for n in tree.body if isinstance(n, ast.FunctionDef)), None)
+    if fdef is not None or pyfunc.__name__ != "<lambda>":
+        if fdef is None:
+            raise ValueError(f"no definition of {pyfunc.__name__!r} in its source lines")
+        return fdef
+    names = list(pyfunc.__code__.co_varnames[:pyfunc.__code__.co_argcount])
+    found = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda) and [a.arg for a in n.args.args] == names]
+    if len(found) != 1:
+        raise ValueError(f"{len(found)} lambdas of ({', '.join(names)}) on the lines that define this one: give the "
+                         "function a def of its own")
+    body = ast.Return(found[0].body)
+    fdef = ast.FunctionDef(name="<lambda>", args=found[0].args, body=[body], decorator_list=[], returns=None)
+    return ast.fix_missing_locations(ast.copy_location(fdef, found[0]))
+
+
+def parse_source(pyfunc, source: str) -> ast.Module:
+    """The source lines Python keeps for `pyfunc`, parsed. A lambda's may be the middle of an expression that
+    spans more lines (an argument of a call): they are parsed as one parenthesized expression then."""
+    text = textwrap.dedent(source)
+    try:
+        return ast.parse(text)
+    except SyntaxError:
+        if pyfunc.__name__ != "<lambda>":
+            raise
+        try:
+            return ast.parse(f"({text.strip().rstrip(',')})")
+        except SyntaxError:
+            raise ValueError("the lines that define this lambda do not parse on their own: give the function a def "
+                             "of its own") from None

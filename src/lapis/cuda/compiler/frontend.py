@@ -15,7 +15,6 @@ import copy
 import inspect
 import linecache
 import operator
-import textwrap
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +24,7 @@ from lapis.cuda.compiler import calls, ir
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.builder import IRBuilder
-from lapis.cuda.compiler.device_function import DeviceFunction
+from lapis.cuda.compiler.device_function import DeviceFunction, function_def
 from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.ir import Op
 from lapis.cuda.compiler.values import ArrayRef, Const, describe, fold
@@ -72,8 +71,10 @@ class Frontend(IRBuilder):
                                "None, text.splitlines(True), name)") from None
         self.filename = inspect.getsourcefile(pyfunc) or "<kernel>"
         self.first_line = first
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-        self.fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+        try:
+            self.fdef = function_def(pyfunc, "".join(lines))
+        except ValueError as e:
+            raise CompileError(f"cannot compile {self.kernel!r}: {e}") from None
         self.line = first
         self.globals = dict(pyfunc.__globals__)
         if pyfunc.__closure__:
@@ -820,7 +821,7 @@ class Frontend(IRBuilder):
             raise self.error(f"device function {fn.__name__!r} calls itself; recursion is not supported")
         try:
             fdef, filename, first = fn.parsed()
-        except (OSError, TypeError) as e:
+        except (OSError, TypeError, ValueError) as e:
             raise self.error(f"cannot read the source of device function {fn.__name__!r}: {e}") from None
         params = [a.arg for a in fdef.args.args]
         if len(params) != len(args) or fdef.args.vararg or fdef.args.kwonlyargs:
