@@ -81,6 +81,7 @@ from lapis.cuda.libdevice import (  # numba.cuda's bit and warp functions, built
     syncthreads_count,
     syncthreads_or,
 )
+from lapis.cuda.reduction import Reduce as _Reduce
 from lapis.cuda.runtime_api import DevicePointer, RuntimeApi
 
 _api = Api("cuda", "nvidia")
@@ -105,6 +106,14 @@ empty_cache = _api.empty_cache
 current_device, set_device, get_device_name = _api.current_device, _api.set_device, _api.get_device_name
 get_device_properties = _api.get_device_properties
 Stream, Event, current_stream = _api.Stream, _api.Event, _api.current_stream   # torch.cuda's constructors
+
+
+class Reduce(_Reduce):
+    __doc__ = _Reduce.__doc__
+    api = _api
+
+
+reduce = Reduce                                 # numba's spelling: @cuda.reduce, cuda.reduce(lambda a, b: a + b)
 _runtime_api = RuntimeApi(_api, "cuda")
 globals().update(_runtime_api.namespace())      # cudaMalloc, cudaSuccess, ...: names from runtime_api's table
 
@@ -153,5 +162,5 @@ __all__ = [
     "get_device_name", "get_device_properties", "PerformanceWarning", "manual_seed", "manual_seed_all",
     "is_bf16_supported", "amp", "popc", "brev", "clz", "ffs", "fma", "cbrt", "activemask", "lanemask_lt",
     "eq_sync", "match_any_sync", "match_all_sync", "syncthreads_count", "syncthreads_and",
-    "syncthreads_or", *_runtime_api.namespace(),
+    "syncthreads_or", "Reduce", "reduce", *_runtime_api.namespace(),
 ]

@@ -53,6 +53,7 @@ from lapis.cuda import (
     warpsize,
 )
 from lapis.cuda.api import Api
+from lapis.cuda.reduction import Reduce as _Reduce
 from lapis.cuda.runtime_api import RuntimeApi
 
 HipError = CudaError
@@ -78,6 +79,14 @@ empty_cache = _api.empty_cache
 current_device, set_device, get_device_name = _api.current_device, _api.set_device, _api.get_device_name
 Stream, Event, current_stream = _api.Stream, _api.Event, _api.current_stream   # torch.cuda's constructors
 get_device_properties = _api.get_device_properties
+
+
+class Reduce(_Reduce):
+    __doc__ = _Reduce.__doc__
+    api = _api
+
+
+reduce = Reduce
 _runtime_api = RuntimeApi(_api, "hip")
 globals().update(_runtime_api.namespace())      # hipMalloc, hipSuccess, ...: the CUDA names through one table
 
@@ -93,5 +102,5 @@ __all__ = [
     "CudaSupportError", "Device", "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "Stream",
     "event", "event_elapsed_time", "pinned_array", "stream", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "memory_stats", "memory_summary", "empty_cache", "current_device", "set_device",
-    "current_stream", "get_device_name", "get_device_properties", *_runtime_api.namespace(),
+    "current_stream", "get_device_name", "get_device_properties", "Reduce", "reduce", *_runtime_api.namespace(),
 ]
