@@ -65,6 +65,16 @@ class DeviceNDArray:
         return cls(shape, strides, dtype, context, Allocation(context, context.allocate(nbytes), nbytes),
                    layout=None if len(shape) > 1 else "C")
 
+    @classmethod
+    def vector(cls, context, n: int, dtype: np.dtype) -> "DeviceNDArray":
+        """`allocate(context, (n,), dtype)` for a dtype already a np.dtype: the framework's storage for every
+        result, without the general path's conversions."""
+        nbytes = max(n * dtype.itemsize, 1)
+        memory = Allocation(context, context.allocate(nbytes), nbytes)
+        array = object.__new__(cls)
+        array._set((n,), (dtype.itemsize,), dtype, context, memory, memory.va, "C")
+        return array
+
     @property
     def ndim(self) -> int:
         return len(self.shape)

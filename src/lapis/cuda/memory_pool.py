@@ -47,17 +47,21 @@ class MemoryPool:
                     self.cached.setdefault(b.size, []).append(b)
                 self.parked.clear()
             free = self.cached.get(size)
-            buffer = free.pop() if free else None
-            if buffer is not None:
+            if free:                            # a cached block: one trip through the lock
+                buffer = free.pop()
                 self.stats["cache_hits"] += 1
-        if buffer is None:
-            buffer = self._from_driver(size)
+                self._count(buffer)
+                return buffer
+        buffer = self._from_driver(size)
         with self.lock:
-            s = self.stats
-            s["allocations"] += 1
-            s["allocated_bytes"] += buffer.size
-            s["peak_allocated_bytes"] = max(s["peak_allocated_bytes"], s["allocated_bytes"])
+            self._count(buffer)
         return buffer
+
+    def _count(self, buffer) -> None:
+        s = self.stats
+        s["allocations"] += 1
+        s["allocated_bytes"] += buffer.size
+        s["peak_allocated_bytes"] = max(s["peak_allocated_bytes"], s["allocated_bytes"])
 
     def _from_driver(self, size: int):
         pool = self.context.rt.device_pool(self.context.agent)

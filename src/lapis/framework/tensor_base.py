@@ -99,7 +99,7 @@ class TensorBase(autograd.Variable):
             flat = np.empty(n, dt.np)
         else:
             context = dev.api.current_context(dev.index)    # this device's, without changing the current one
-            flat = DeviceNDArray.allocate(context, (n,), dt.np)
+            flat = DeviceNDArray.vector(context, n, dt.np)
         return TensorBase.made_class(Storage(flat), shape, contiguous_strides(shape), 0, dev)
 
     @staticmethod
