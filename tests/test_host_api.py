@@ -402,6 +402,34 @@ def test_pinned_arrays_copy_without_staging_and_live_as_long_as_a_view():
     assert grid2.flags.f_contiguous and grid2.shape == (3, 4)
 
 
+@pytest.mark.parametrize("api", [cuda, hip], ids=["h200", "mi300x"])
+def test_a_mapped_array_is_used_in_place_by_kernels_with_no_copy(api, recwarn):
+    @api.jit
+    def twice(x):
+        i = api.grid(1)
+        if i < x.size:
+            x[i] = x[i] * 2
+
+    a = api.mapped_array(10, np.float32)
+    assert isinstance(a, np.ndarray)
+    a[:] = np.arange(10) / 4
+    twice[1, 32](a)                             # both layouts compiled and loaded before the trace
+    twice[1, 32](a[::2])
+    api.synchronize()
+    with lapis.trace() as t:
+        twice[1, 32](a)
+        twice[1, 32](a[2:8:2])                  # a strided view of it, in place too
+        api.synchronize()
+    assert not t.select(2, "memory_copy") and not recwarn.list        # no copy either way, no implicit-copy warning
+    expected = np.arange(10, dtype=np.float32) / 4 * 2                  # the four launches, on the host
+    expected[::2] *= 2
+    expected *= 2
+    expected[2:8:2] *= 2
+    np.testing.assert_array_equal(a, expected)                        # the kernels wrote the host's memory
+    with pytest.raises(ValueError, match="mapped memory"):
+        np.zeros(3).view(type(a)).device_view()
+
+
 # -- the runtime API --------------------------------------------------------------------------
 
 def test_malloc_memcpy_memset_free_round_trip():

@@ -100,6 +100,7 @@ stream = _api.stream
 event = _api.event
 event_elapsed_time = _api.event_elapsed_time
 pinned_array, pinned = _api.pinned_array, _api.pinned
+mapped_array = _api.mapped_array
 memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_allocated
 memory_reserved, memory_stats, memory_summary = _api.memory_reserved, _api.memory_stats, _api.memory_summary
 empty_cache = _api.empty_cache
@@ -157,8 +158,9 @@ __all__ = [
     "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared", "synchronize",
     "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
-    "pinned_array", "pinned", "stream", "memory_allocated", "max_memory_allocated", "memory_reserved", "memory_stats",
-    "memory_summary", "empty_cache", "current_device", "set_device", "current_stream",
+    "pinned_array", "mapped_array", "pinned", "stream", "memory_allocated", "max_memory_allocated",
+    "memory_reserved", "memory_stats", "memory_summary", "empty_cache", "current_device", "set_device",
+    "current_stream",
     "get_device_name", "get_device_properties", "PerformanceWarning", "manual_seed", "manual_seed_all",
     "is_bf16_supported", "amp", "popc", "brev", "clz", "ffs", "fma", "cbrt", "activemask", "lanemask_lt",
     "eq_sync", "match_any_sync", "match_all_sync", "syncthreads_count", "syncthreads_and",

@@ -14,7 +14,7 @@ import numpy as np
 from lapis import runtime, trace
 from lapis.cuda.compiler.device_function import DeviceFunction
 from lapis.cuda.context import Context, Device, Event, Stream
-from lapis.cuda.devicearray import DeviceNDArray
+from lapis.cuda.devicearray import DeviceNDArray, MappedNDArray
 from lapis.cuda.dispatcher import Dispatcher
 from lapis.cuda.errors import CudaSupportError
 
@@ -199,6 +199,13 @@ class Api:
         """A numpy array in pinned host memory of the current device: copies between it and that
         device go straight through the copy engine, without the staging buffer."""
         return self.context().pinned_array(shape, dtype, order)
+
+    def mapped_array(self, shape, dtype=np.float64, strides=None, order: str = "C", stream=0, portable=False,
+                     wc=False) -> np.ndarray:
+        """numba's cuda.mapped_array: a numpy array in pinned host memory of the current device that kernels
+        read and write in place (no copy around a launch; wait for the kernel before reading its writes).
+        `strides`, `portable` and `wc` (write-combined) are accepted and ignored."""
+        return self.context().pinned_array(shape, dtype, order).view(MappedNDArray)
 
     @contextlib.contextmanager
     def pinned(self, *arrays):

@@ -67,7 +67,7 @@ class PinnedHostMemory:
             self.buffer = context.rt.host_pool(context.agent).allocate(max(nbytes, 1))
         except runtime.OutOfMemory as e:
             raise OutOfMemoryError(f"cannot allocate {nbytes} bytes of pinned host memory: {e}") from None
-        self.agent, self.va = context.agent, self.buffer.va
+        self.context, self.agent, self.va = context, context.agent, self.buffer.va
         view = self.buffer.host[:max(nbytes, 1)]
         self.__array_interface__ = view.__array_interface__
         self.ptr = self.__array_interface__["data"][0]

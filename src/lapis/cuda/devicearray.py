@@ -11,6 +11,7 @@ import weakref
 import numpy as np
 
 from lapis import trace
+from lapis.cuda.context import PinnedHostMemory
 
 
 class Allocation:
@@ -271,3 +272,20 @@ def _contiguous_strides(shape: tuple, itemsize: int, order: str) -> tuple:
         strides.append(acc)
         acc *= max(int(s), 1)
     return tuple(strides) if order == "F" else tuple(reversed(strides))
+
+
+class MappedNDArray(np.ndarray):
+    """numba's mapped array (`cuda.mapped_array`): a numpy array in pinned host memory that the GPU reads and
+    writes where it is, over PCIe. A kernel given one (or a view of one) uses it in place, with no copy and no
+    wait; the host sees the kernel's writes once it has waited for the kernel (`cuda.synchronize()`)."""
+
+    def device_view(self) -> DeviceNDArray:
+        """The same memory as a device array: the GPU's address of this view's first element, its shape and
+        strides."""
+        owner = self
+        while isinstance(owner, np.ndarray):
+            owner = owner.base
+        if not isinstance(owner, PinnedHostMemory):
+            raise ValueError("this array is not in mapped memory (make it with cuda.mapped_array)")
+        offset = self.__array_interface__["data"][0] - owner.ptr
+        return DeviceNDArray(self.shape, self.strides, self.dtype, owner.context, owner, owner.va + offset)

@@ -24,7 +24,7 @@ from lapis import abi, trace
 from lapis.cuda.compiler import CompiledKernel, compile_kernel
 from lapis.cuda.compiler import types as T
 from lapis.cuda.context import pack_kernargs
-from lapis.cuda.devicearray import DeviceNDArray
+from lapis.cuda.devicearray import DeviceNDArray, MappedNDArray
 from lapis.cuda.errors import LaunchError
 
 _ARRAY_TYPES: dict[tuple, T.ArrayType] = {}       # (dtype, ndim, layout) -> its type: launches see few
@@ -189,7 +189,12 @@ class Dispatcher:
 
     def _launch_with_host_arrays(self, args: tuple, grid, block, stream, shared: int) -> None:
         """numba's implicit copies: each host numpy array goes to the launch's device before it and, if
-        writeable, comes back after it, so this launch returns once the kernel has run."""
+        writeable, comes back after it, so this launch returns once the kernel has run. A mapped array
+        (`cuda.mapped_array`) is the GPU's already: it goes as its device view, with no copy."""
+        args = tuple(a.device_view() if isinstance(a, MappedNDArray) else a for a in args)
+        if not any(isinstance(a, np.ndarray) for a in args):
+            self.launch(args, grid, block, stream, shared)
+            return
         warnings.warn(f"host array(s) passed to kernel {self.__name__!r} are copied to the device and back, "
                       "and the launch waits for the kernel: copy them once with cuda.to_device instead",
                       PerformanceWarning, stacklevel=4)
