@@ -163,6 +163,42 @@ def test_a_lone_queue_runs_its_packets_in_one_turn_and_writes_its_read_index_onc
         (docs / "layer3-programming-interface.md").read_text().replace("\n", " ")
 
 
+def test_a_stream_callback_runs_after_the_stream_s_work_and_async_done_awaits_it():
+    import asyncio
+    x = cuda.mapped_array(N, np.float32)     # host memory the kernel writes in place: the callback reads it
+    x[:] = 1
+    s = cuda.stream()
+    axpb[blocks(N), 128, s](x, f32(3), f32(1))                      # compiled before the timed part
+    s.synchronize()
+    done, seen = threading.Event(), []
+
+    def callback(stream, status, arg):
+        seen.append((stream, status, arg, float(x[0])))
+        done.set()
+
+    axpb[blocks(N), 128, s](x, f32(2), f32(0))
+    s.add_callback(callback, "tag")
+    assert done.wait(30)                     # nothing else waits: the processor's thread runs the kernel
+    assert seen == [(s, 0, "tag", 8.0)]      # after the second launch: (1 * 3 + 1) * 2
+
+    async def awaited():
+        axpb[blocks(N), 128, s](x, f32(1), f32(1))
+        return await s.async_done()
+    assert asyncio.run(awaited()) is s and x[0] == 9.0
+
+    @cuda.jit
+    def scatter(out, offset):
+        out[cuda.grid(1) + offset] = 1.0
+    scatter[1, 32, s](cuda.device_array(32, np.float32), 10_000_000)     # faults: the queue stops
+    failed = []
+    s.add_callback(lambda stream, status, arg: failed.append(status) or done.set())
+    done.clear()
+    assert done.wait(30) and failed == [719]                      # cudaErrorLaunchFailure
+    with pytest.raises(cuda.KernelFault):
+        s.synchronize()
+    cuda.current_context().destroy_stream(s)
+
+
 def test_stream_synchronize_waits_for_that_stream_only(stream_launches):
     x = np.arange(N, dtype=np.float32)
     d1, d2 = cuda.to_device(x), cuda.to_device(x)

@@ -9,6 +9,7 @@ there as a KernelFault naming the kernel, instruction and address; the context t
 replaces that stream's stopped queue, so the next launch on it runs.
 """
 
+import asyncio
 import re
 import struct
 import threading
@@ -311,6 +312,20 @@ class Context:
                                                  completion_signal=work.signal.handle))
             return state, work
 
+    def stream_marker(self, stream) -> runtime.Signal:
+        """A barrier packet queued on `stream` with a completion signal of its own (not one the context recycles):
+        it reaches 0 once the work queued on the stream before it is done. The caller waits on it (and
+        destroys it); no synchronize waits for it."""
+        with self.lock:
+            state = self.stream_state(stream)
+            self.raise_completed_faults()
+            self._revive(state)
+            self._order_before(state)
+            signal = self.rt.create_signal(1)
+            state.queue.submit(abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND, barrier=True),
+                                                 completion_signal=signal.handle))
+            return signal
+
     def _revive(self, state: StreamState) -> None:
         """A queue stopped with nothing of ours pending (a GPU reset while the stream was idle; pending
         work would have surfaced as a fault above) gets a fresh queue, so the stream keeps working."""
@@ -417,6 +432,10 @@ class Context:
                           work.kernel or "", detail.get("pc"), detail.get("instruction"), address)
 
 
+CALLBACK_POLL_S = 0.5       # how often a stream callback's thread looks whether the stream's queue has stopped
+LAUNCH_FAILURE = 719        # cudaErrorLaunchFailure: the status a callback gets when the stream's work failed
+
+
 class Stream:
     """A stream: launches, copies and event records on it happen in order. `Stream(context)` is the
     context's default stream (CUDA's legacy default stream); `cuda.stream()` makes another, with an
@@ -437,6 +456,35 @@ class Stream:
     def query(self) -> bool:
         """Whether the stream has finished all its work."""
         return self.context.stream_done(self)
+
+    def add_callback(self, callback, arg=None) -> None:
+        """numba's Stream.add_callback (cudaStreamAddCallback): `callback(stream, status, arg)` runs on a thread
+        of its own once the work queued on the stream so far is done; status is 0, or
+        cudaErrorLaunchFailure's code (719) when that work failed and the stream's queue stopped."""
+        signal, state = self.context.stream_marker(self), self.state
+
+        def wait_then_call() -> None:
+            try:
+                value = signal.wait(runtime.Condition.LT, 1, CALLBACK_POLL_S)
+                while value > 0 and state.queue.status()[0] == "active":     # the stream still runs: wait on
+                    value = signal.wait(runtime.Condition.LT, 1, CALLBACK_POLL_S)
+            finally:
+                signal.destroy()
+            callback(self, 0 if value == 0 else LAUNCH_FAILURE, arg)
+        threading.Thread(target=wait_then_call, name="stream callback", daemon=True).start()
+
+    def async_done(self):
+        """numba's Stream.async_done: an asyncio future of the running loop that resolves to this stream once
+        the work queued on it so far is done (with a CudaError if that work failed)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+
+        def resolve(stream, status, _arg) -> None:
+            outcome = (future.set_result, stream) if status == 0 else \
+                (future.set_exception, CudaError(f"work on {stream!r} failed (status {status})"))
+            loop.call_soon_threadsafe(lambda: None if future.done() else outcome[0](outcome[1]))
+        self.add_callback(resolve)
+        return future
 
     @contextmanager
     def auto_synchronize(self):
