@@ -333,6 +333,27 @@ def test_device_functions_see_their_closure_and_compile_as_if_written_out():
     assert ops[0] == ops[1] and "FFMA" in ops[0]              # x*2 + x*3 contracted across the calls
 
 
+SLOT = 3
+
+
+@cuda.jit(device=True)
+def put_at_thread(buf, value):
+    buf[cuda.threadIdx.x] = value               # a store whose index reads a global name (numba's idiom)
+
+
+def test_names_a_store_target_reads_are_not_taken_for_names_it_binds():
+    # `buf[cuda.threadIdx.x] = v` reads `cuda`; `out[SLOT] = v` reads SLOT: neither binds them (they once came out
+    # renamed or undefined when inlined)
+    @cuda.jit
+    def store(out):
+        out[SLOT] = 1.0
+        put_at_thread(out, 2.0)
+
+    d = cuda.to_device(np.zeros(8, np.float32))
+    store[1, 2](d)
+    assert np.array_equal(d.copy_to_host(), np.array([2, 2, 0, 1, 0, 0, 0, 0], np.float32))
+
+
 def make_combination(fa, fb, fc):
     def combine(x):
         i = cuda.grid(1)

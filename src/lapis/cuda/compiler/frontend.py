@@ -936,11 +936,16 @@ class _Renamer(ast.NodeTransformer):
 
 
 def _targets(node):
+    """The names a statement binds: those its targets store to (`x`, `a, b`), not those a target reads (`a[i] = v`
+    reads `a` and `i`)."""
     if isinstance(node, ast.Assign):
-        for t in node.targets:
-            yield from ast.walk(t)
+        targets = node.targets
     elif isinstance(node, ast.AugAssign | ast.AnnAssign | ast.For):
-        yield from ast.walk(node.target)
+        targets = [node.target]
+    else:
+        return
+    for t in targets:
+        yield from (n for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
 
 
 def _returned(node: ast.Return):
