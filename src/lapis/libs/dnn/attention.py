@@ -165,14 +165,27 @@ def lanes_kernels(d: int) -> tuple:
             off //= 2
         return value
 
+    @cuda.jit(device=True)
+    def lane_row(total):
+        """This thread's batch-head, row within the block, column, row, and row clamped to the last of `total`."""
+        row_in, c = threadIdx.x // D, threadIdx.x % D
+        row = blockIdx.y * (THREADS // D) + row_in
+        return blockIdx.x, row_in, c, row, min(row, total - 1)
+
+    @cuda.jit(device=True)
+    def stage(sa, sb, a, a_base, a_t, b, b_base, b_t, first, total, row_in, c):
+        """Stage column c of rows first + row_in (clamped to the last of `total`) of a and b into sa and sb: the
+        block's chunk, a word per thread."""
+        if threadIdx.x < STAGED:
+            r = min(first + row_in, total - 1)
+            sa[threadIdx.x] = a[a_base + r * a_t + c]
+            sb[threadIdx.x] = b[b_base + r * b_t + c]
+
     def attention_forward_lanes_kernel(t_q, t_k, heads, scale, causal, q, q_b, q_h, q_t, k, k_b, k_h, k_t,
                                        v, v_b, v_h, v_t, o, o_b, o_h, o_t, lse):
         sk = shared.array(STAGED, float32)                  # sk[jj * D + c]: key k0 + jj, column c
         sv = shared.array(STAGED, float32)
-        bh, t = blockIdx.x, threadIdx.x
-        row_in, c = t // D, t % D
-        i_raw = blockIdx.y * (THREADS // D) + row_in
-        i = min(i_raw, t_q - 1)
+        bh, row_in, c, i_raw, i = lane_row(t_q)
         bidirectional = not causal
         qc = q[row_start(bh, i, heads, q_b, q_h, q_t) + c] * scale
         kbase, vbase = row_start(bh, 0, heads, k_b, k_h, k_t), row_start(bh, 0, heads, v_b, v_h, v_t)
@@ -180,10 +193,7 @@ def lanes_kernels(d: int) -> tuple:
         total = float32(0.0)
         acc = float32(0.0)
         for k0 in range(0, t_k, CHUNK):
-            if t < STAGED:
-                j = min(k0 + row_in, t_k - 1)
-                sk[t] = k[kbase + j * k_t + c]
-                sv[t] = v[vbase + j * v_t + c]
+            stage(sk, sv, k, kbase, k_t, v, vbase, v_t, k0, t_k, row_in, c)
             syncthreads()
             for jj in range(CHUNK):                         # the online softmax of the tiled kernel
                 j = k0 + jj
@@ -206,20 +216,14 @@ def lanes_kernels(d: int) -> tuple:
                                   v_h, v_t, do, do_b, do_h, do_t, lse, delta, dq, dq_b, dq_h, dq_t):
         sk = shared.array(STAGED, float32)
         sv = shared.array(STAGED, float32)
-        bh, t = blockIdx.x, threadIdx.x
-        row_in, c = t // D, t % D
-        i_raw = blockIdx.y * (THREADS // D) + row_in
-        i = min(i_raw, t_q - 1)
+        bh, row_in, c, i_raw, i = lane_row(t_q)
         bidirectional = not causal
         qc, doc = q[row_start(bh, i, heads, q_b, q_h, q_t) + c], do[row_start(bh, i, heads, do_b, do_h, do_t) + c]
         m, dl = lse[bh * t_q + i], delta[bh * t_q + i]
         kbase, vbase = row_start(bh, 0, heads, k_b, k_h, k_t), row_start(bh, 0, heads, v_b, v_h, v_t)
         acc = float32(0.0)
         for k0 in range(0, t_k, CHUNK):
-            if t < STAGED:
-                j = min(k0 + row_in, t_k - 1)
-                sk[t] = k[kbase + j * k_t + c]
-                sv[t] = v[vbase + j * v_t + c]
+            stage(sk, sv, k, kbase, k_t, v, vbase, v_t, k0, t_k, row_in, c)
             syncthreads()
             for jj in range(CHUNK):
                 j = k0 + jj
@@ -241,23 +245,18 @@ def lanes_kernels(d: int) -> tuple:
         sdo = shared.array(STAGED, float32)
         slse = shared.array(CHUNK, float32)
         sdelta = shared.array(CHUNK, float32)
-        bh, t = blockIdx.x, threadIdx.x
-        row_in, c = t // D, t % D
-        j_raw = blockIdx.y * (THREADS // D) + row_in
-        j = min(j_raw, t_k - 1)
+        bh, row_in, c, j_raw, j = lane_row(t_k)
         bidirectional = not causal
         kc, vc = k[row_start(bh, j, heads, k_b, k_h, k_t) + c], v[row_start(bh, j, heads, v_b, v_h, v_t) + c]
         qbase, dobase = row_start(bh, 0, heads, q_b, q_h, q_t), row_start(bh, 0, heads, do_b, do_h, do_t)
         dkc = float32(0.0)
         dvc = float32(0.0)
         for i0 in range(0, t_q, CHUNK):
-            if t < STAGED:
+            stage(sq, sdo, q, qbase, q_t, do, dobase, do_t, i0, t_q, row_in, c)
+            if threadIdx.x < STAGED and c == 0:               # and each staged row's lse and delta
                 i = min(i0 + row_in, t_q - 1)
-                sq[t] = q[qbase + i * q_t + c]
-                sdo[t] = do[dobase + i * do_t + c]
-                if c == 0:
-                    slse[row_in] = lse[bh * t_q + i]
-                    sdelta[row_in] = delta[bh * t_q + i]
+                slse[row_in] = lse[bh * t_q + i]
+                sdelta[row_in] = delta[bh * t_q + i]
             syncthreads()
             for ii in range(CHUNK):
                 i = i0 + ii
