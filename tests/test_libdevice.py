@@ -321,3 +321,43 @@ def test_popc_counts_the_bits_of_its_argument_s_type():
     out = cuda.device_array((4, 2), np.int64)
     popc_of_each_width[1, 32](cuda.to_device(a32), cuda.to_device(a64), out)
     assert out.copy_to_host().T.tolist() == [[32, 2, 31, 0], [64, 2, 63, 1]]
+
+
+@cuda.jit
+def half_intrinsics(a, b, c, out, flags):
+    i = cuda.grid(1)
+    if i < a.size:
+        x, y, z = a[i], b[i], c[i]
+        out[0, i], out[1, i], out[2, i] = cuda.fp16.hadd(x, y), cuda.fp16.hsub(x, y), cuda.fp16.hmul(x, y)
+        out[3, i], out[4, i], out[5, i] = cuda.fp16.hdiv(x, y), cuda.fp16.hfma(x, y, z), cuda.fp16.hneg(x)
+        out[6, i], out[7, i], out[8, i] = cuda.fp16.habs(x), cuda.fp16.hsqrt(z), cuda.fp16.hmax(x, y)
+        out[9, i], out[10, i], out[11, i] = cuda.fp16.hmin(x, y), cuda.fp16.hfloor(x), cuda.fp16.hceil(x)
+        out[12, i], out[13, i], out[14, i] = cuda.fp16.hexp(x), cuda.fp16.hlog(z), cuda.fp16.hsin(x)
+        out[15, i], out[16, i] = cuda.fp16.hrcp(y), cuda.fp16.hrsqrt(z)
+        flags[0, i], flags[1, i], flags[2, i] = cuda.fp16.hlt(x, y), cuda.fp16.heq(x, y), cuda.fp16.hge(x, y)
+
+
+def test_half_precision_intrinsics_round_as_float16_does():
+    # + - * / fma sqrt through float32 are correctly rounded halves (24 >= 2 * 11 + 2 bits), so they equal numpy's
+    # float16 arithmetic bit for bit, specials included; the transcendental ones are within a half's ulp or two.
+    rng = np.random.default_rng(11)
+    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 6e-8, -6e-8, 65504, 1.0, 0.5], np.float16)
+    a, b = (np.concatenate([rng.standard_normal(990).astype(np.float16) * 8, specials]) for _ in range(2))
+    b = b[::-1].copy()
+    c = np.abs(rng.standard_normal(1000).astype(np.float16) * 8) + np.float16(0.01)
+    out, flags = cuda.device_array((17, 1000), np.float16), cuda.device_array((3, 1000), np.bool_)
+    half_intrinsics[4, 256](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out, flags)
+    got, flagged = out.copy_to_host(), flags.copy_to_host()
+    wide = [x.astype(np.float64) for x in (a, b, c)]
+    with np.errstate(all="ignore"):
+        exact = [a + b, a - b, a * b, a / b, (wide[0] * wide[1] + wide[2]).astype(np.float16), -a, np.abs(a),
+                 np.sqrt(c), np.fmax(a, b), np.fmin(a, b), np.floor(a), np.ceil(a)]
+        close = [np.exp(wide[0]), np.log(wide[2]), np.sin(wide[0]), 1 / wide[1], 1 / np.sqrt(wide[2])]
+    for row, want in enumerate(exact):
+        assert np.array_equal(got[row].view(np.uint16)[~np.isnan(want)], want.view(np.uint16)[~np.isnan(want)]), row
+        assert np.array_equal(np.isnan(got[row]), np.isnan(want)), row
+    for row, want in enumerate(close, start=len(exact)):
+        with np.errstate(over="ignore"):                  # exp of the large ones is inf in a half, as in ours
+            half = want.astype(np.float16)
+        np.testing.assert_allclose(got[row].astype(np.float64), half.astype(np.float64), rtol=2e-3, atol=1e-7)
+    assert np.array_equal(flagged, np.array([a < b, a == b, a >= b]))

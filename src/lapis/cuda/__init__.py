@@ -25,6 +25,7 @@ import types
 import ml_dtypes
 import numpy as np
 
+from lapis.cuda import fp16  # numba's cuda.fp16 namespace (half-precision intrinsics)
 from lapis.cuda.api import Api
 from lapis.cuda.compiler import CompileError
 from lapis.cuda.compiler.intrinsics import (
@@ -164,5 +165,5 @@ __all__ = [
     "get_device_name", "get_device_properties", "PerformanceWarning", "manual_seed", "manual_seed_all",
     "is_bf16_supported", "amp", "popc", "brev", "clz", "ffs", "fma", "cbrt", "activemask", "lanemask_lt",
     "eq_sync", "match_any_sync", "match_all_sync", "syncthreads_count", "syncthreads_and",
-    "syncthreads_or", "Reduce", "reduce", *_runtime_api.namespace(),
+    "syncthreads_or", "Reduce", "reduce", "fp16", *_runtime_api.namespace(),
 ]

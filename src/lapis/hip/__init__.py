@@ -30,6 +30,7 @@ from lapis.cuda import (
     float16,
     float32,
     float64,
+    fp16,
     grid,
     gridDim,
     gridsize,
@@ -103,5 +104,6 @@ __all__ = [
     "CudaSupportError", "Device", "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "Stream",
     "event", "event_elapsed_time", "pinned_array", "mapped_array", "stream", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "memory_stats", "memory_summary", "empty_cache", "current_device", "set_device",
-    "current_stream", "get_device_name", "get_device_properties", "Reduce", "reduce", *_runtime_api.namespace(),
+    "current_stream", "get_device_name", "get_device_properties", "Reduce", "reduce", "fp16",
+    *_runtime_api.namespace(),
 ]
