@@ -248,7 +248,11 @@ class Api:
 
     # -- kernels ------------------------------------------------------------------------------
     def jit(self, func=None, *, device: bool = False, **options):
-        """@jit (a kernel) or @jit(device=True) (a function kernels call, inlined)."""
+        """@jit (a kernel), @jit("void(float32[:], ...)") or @jit([signature, ...]) (a kernel compiled now for those
+        argument types, see `signatures.py`), or @jit(device=True) (a function kernels call, inlined; a device
+        function's signature is not needed: it compiles where it is called)."""
+        signatures = [func] if isinstance(func, str) else list(func) if isinstance(func, list | tuple) else None
+
         def wrap(f):
-            return DeviceFunction(f) if device else Dispatcher(f, self)
+            return DeviceFunction(f) if device else Dispatcher(f, self, signatures)
         return wrap(func) if callable(func) else wrap

@@ -21,6 +21,7 @@ import warnings
 import numpy as np
 
 from lapis import abi, trace
+from lapis.cuda import signatures as signatures_
 from lapis.cuda.compiler import CompiledKernel, compile_kernel
 from lapis.cuda.compiler import types as T
 from lapis.cuda.context import pack_kernargs
@@ -78,7 +79,7 @@ class PerformanceWarning(UserWarning):
 
 
 class Dispatcher:
-    def __init__(self, pyfunc, api):
+    def __init__(self, pyfunc, api, signatures: list[str] | None = None):
         self.py_func = pyfunc
         self.__name__ = pyfunc.__name__
         self.__doc__ = pyfunc.__doc__
@@ -88,6 +89,13 @@ class Dispatcher:
         self._arg_names = code.co_varnames[:code.co_argcount]
         self._const_copies: dict[tuple, DeviceNDArray] = {}     # (context, data) -> its copy on the device
         self._configs: dict[tuple, LaunchConfiguration] = {}   # (blocks, threads) -> its configuration
+        # numba's typed form, @jit("void(float32[:], ...)"): compiled now, and launches fit their arguments to it
+        self.signatures = [signatures_.parse(sig) for sig in signatures or ()]
+        for argtypes in self.signatures:
+            if len(argtypes) != len(self._arg_names):
+                raise TypeError(f"kernel {self.__name__!r} takes {len(self._arg_names)} arguments; its signature "
+                                f"gives {len(argtypes)}")
+            self.compile(argtypes)
 
     def __repr__(self) -> str:
         return f"<lapis kernel {self.__name__}>"
@@ -163,6 +171,8 @@ class Dispatcher:
             return
         context = self.api.context_for(args, stream)
         argtypes = tuple(_argtype(a, i, n, context) for i, (a, n) in enumerate(zip(args, names, strict=True)))
+        if self.signatures:
+            args, argtypes = self._fitted(args, argtypes)
         threads = block[0] * block[1] * block[2]
         device = context.device
         if threads > device.MAX_THREADS_PER_BLOCK:
@@ -186,6 +196,16 @@ class Dispatcher:
                        kernarg_bytes=len(kernargs), kernarg_hex=kernargs.hex(),
                        instructions=len(compiled.instructions), queue=queue, packet_index=index)
 
+
+    def _fitted(self, args: tuple, argtypes: tuple) -> tuple[tuple, tuple]:
+        """The arguments as the first declared signature they fit takes them, and that signature (numba's
+        matching of a typed kernel's launch)."""
+        for signature in self.signatures:
+            fitted = signatures_.fit(signature, args)
+            if fitted is not None:
+                return fitted, signature
+        raise TypeError(f"no signature of kernel {self.__name__!r} fits arguments ({', '.join(map(str, argtypes))}); "
+                        f"it has ({'), ('.join(', '.join(map(str, sig)) for sig in self.signatures)})")
 
     def _launch_with_host_arrays(self, args: tuple, grid, block, stream, shared: int) -> None:
         """numba's implicit copies: each host numpy array goes to the launch's device before it and, if

@@ -1,0 +1,51 @@
+"""numba's typed kernels: @cuda.jit("void(float32[:], ...)") compiles at the decorator and fits its launches."""
+
+import numpy as np
+import pytest
+
+from lapis import cuda
+from lapis.cuda import CompileError
+
+
+def test_a_typed_kernel_compiles_at_the_decorator_and_converts_a_python_float_to_float32():
+    @cuda.jit("void(float32[:], float32[:], float32)")
+    def scale(x, out, a):
+        i = cuda.grid(1)
+        if i < x.size:
+            out[i] = x[i] * a
+
+    assert len(scale.overloads) == 1                 # before any launch
+    x = np.random.default_rng(2).random(1000).astype(np.float32)
+    out = cuda.device_array_like(x)
+    scale[4, 256](cuda.to_device(x), out, 0.1)       # a Python float: float32 in the kernel, as numba passes it
+    assert np.array_equal(out.copy_to_host(), x * np.float32(0.1))
+    assert len(scale.overloads) == 1
+    with pytest.raises(TypeError, match="no signature of kernel 'scale' fits"):
+        scale[4, 256](cuda.to_device(x.astype(np.float64)), out, 0.1)
+
+
+def test_a_compile_error_shows_at_the_decorator():
+    with pytest.raises(CompileError, match="not_defined"):
+        @cuda.jit("void(int32[:])")
+        def broken(x):
+            x[0] = not_defined                       # noqa: F821
+
+
+def test_several_signatures_contiguity_and_bad_ones():
+    @cuda.jit(["void(int32[:, ::1], int32)", "void(float32[:, :], float32)"])
+    def fill(x, value):
+        i, j = cuda.grid(2)
+        if i < x.shape[0] and j < x.shape[1]:
+            x[i, j] = value
+
+    ints, floats = cuda.device_array((4, 4), np.int32), cuda.device_array((4, 4), np.float32, order="F")
+    fill[(1, 1), (4, 4)](ints, 7)
+    fill[(1, 1), (4, 4)](floats, 2)                  # an int for a float32: converted
+    assert (ints.copy_to_host() == 7).all() and (floats.copy_to_host() == 2.0).all()
+    with pytest.raises(TypeError, match="no signature"):
+        fill[(1, 1), (4, 4)](cuda.device_array((4, 4), np.int32, order="F"), 1)   # [:, ::1] wants C order
+    with pytest.raises(TypeError, match="no signature"):
+        fill[(1, 1), (4, 4)](ints, 1.5)             # a float for an int32 does not fit
+    for bad in ("float32(float32[:])", "void(float32[:, 1])", "void(complex64[:])"):
+        with pytest.raises(TypeError, match="kernel signature"):
+            cuda.jit(bad)(lambda x: None)
