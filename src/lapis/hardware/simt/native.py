@@ -431,6 +431,33 @@ def paired(word_of, L):
     return bits & 1 == 0
 
 
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def move_words(load, row, words32, where):
+    """Every lane's word between its register `row` and `words32` at byte address where[l], in lane order (a
+    later lane's store wins, as in `transfer`): one copy when the lanes' words are consecutive, else one pass,
+    with no word-index array between."""
+    L = row.size
+    first = where[0]
+    off = 0
+    for l in range(L):                                   # an or of differences: LLVM vectorizes it
+        off |= where[l] ^ (first + 4 * l)
+    if off == 0:
+        words = words32[first >> 2:(first >> 2) + L]
+        if load:
+            for l in range(L):
+                row[l] = words[l]
+        else:
+            for l in range(L):
+                words[l] = row[l]
+        return
+    if load:
+        for l in range(L):
+            row[l] = words32[where[l] >> 2]
+    else:
+        for l in range(L):
+            words32[where[l] >> 2] = row[l]
+
+
 @_engine
 def transfer(load, full, t, active, R, words32, words8, word_of, stride, where):
     """Move the data of every active lane between its registers and memory; lane l's first word
@@ -517,12 +544,15 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
             return FAULT
         if system < 0:
             return DONE
-        for l in range(L):
-            word_of[l] = where[l] >> 2
-        if system == 1:
-            transfer(load, full, t, active, R, sys_u32, sys_u8, word_of, 1, where)
+        if nbytes == 4 and full:                        # a word per lane: moved in one pass from the addresses
+            move_words(load, R[t[tr.D], :L], sys_u32 if system == 1 else vram_u32, where)
         else:
-            transfer(load, full, t, active, R, vram_u32, vram_u8, word_of, 1, where)
+            for l in range(L):
+                word_of[l] = where[l] >> 2
+            if system == 1:
+                transfer(load, full, t, active, R, sys_u32, sys_u8, word_of, 1, where)
+            else:
+                transfer(load, full, t, active, R, vram_u32, vram_u8, word_of, 1, where)
         count_global(active, full, where, padded_lane, warp_size, nbytes, not load, system == 1, l2[0], l2[1], l2[2],
                      keys, word_of, missed, tally)
     elif kind == LDS or kind == STS:
@@ -531,9 +561,18 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
             return FAULT
         if status < 0:
             return DONE
-        for l in range(L):
-            word_of[l] = shared_base[l] + (where[l] >> 2)
-        transfer(load, full, t, active, R, shared_u32, shared_u8, word_of, 1, where)
+        if nbytes == 4 and full:                        # a word per lane: found and moved in one pass
+            row = R[t[tr.D], :L]                       # the loaded or stored register (`transfer`'s rows[0])
+            if load:
+                for l in range(L):
+                    row[l] = shared_u32[shared_base[l] + (where[l] >> 2)]
+            else:
+                for l in range(L):                      # in lane order: a later lane's store wins
+                    shared_u32[shared_base[l] + (where[l] >> 2)] = row[l]
+        else:
+            for l in range(L):
+                word_of[l] = shared_base[l] + (where[l] >> 2)
+            transfer(load, full, t, active, R, shared_u32, shared_u8, word_of, 1, where)
         count_shared_access(t, active, full, R, where, sizes, lanes, laid, tally)
     else:
         status = private_addresses(t, active, full, R, local_bytes, logging, log_va[k], where)
