@@ -432,6 +432,17 @@ def paired(word_of, L):
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
+def copy_words(load, row, words):
+    """Lane l's register word row[l] to or from words[l]: consecutive words, one vectorized copy."""
+    if load:
+        for l in range(row.size):
+            row[l] = words[l]
+    else:
+        for l in range(row.size):
+            words[l] = row[l]
+
+
+@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def move_words(load, row, words32, where):
     """Every lane's word between its register `row` and `words32` at byte address where[l], in lane order (a
     later lane's store wins, as in `transfer`): one copy when the lanes' words are consecutive, else one pass,
@@ -442,13 +453,7 @@ def move_words(load, row, words32, where):
     for l in range(L):                                   # an or of differences: LLVM vectorizes it
         off |= where[l] ^ (first + 4 * l)
     if off == 0:
-        words = words32[first >> 2:(first >> 2) + L]
-        if load:
-            for l in range(L):
-                row[l] = words[l]
-        else:
-            for l in range(L):
-                words[l] = row[l]
+        copy_words(load, row, words32[first >> 2:(first >> 2) + L])
         return
     if load:
         for l in range(L):
@@ -471,14 +476,7 @@ def transfer(load, full, t, active, R, words32, words8, word_of, stride, where):
         for l in range(L):
             off |= word_of[l] ^ (first + l)
         if off == 0:
-            row = R[rows[0], :L]
-            words = words32[first:first + L]
-            if load:
-                for l in range(L):
-                    row[l] = words[l]
-            else:
-                for l in range(L):
-                    words[l] = row[l]
+            copy_words(load, R[rows[0], :L], words32[first:first + L])
             return
     if nbytes >= 8 and load and full and stride == 1 and words32.size % 2 == 0 and paired(word_of, L):
         words64 = words32.view(np.uint64)            # two words a load: a lane's are consecutive and aligned
