@@ -69,7 +69,6 @@ class Reduce:
     api = None           # the programming interface that compiles and launches it (set by lapis.cuda and lapis.hip)
 
     def __init__(self, functor):
-        self._functor = functor
         self._device = functor if isinstance(functor, DeviceFunction) else DeviceFunction(functor)
         functools.update_wrapper(self, getattr(functor, "py_func", functor), updated=())
 

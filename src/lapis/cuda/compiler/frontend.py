@@ -89,7 +89,7 @@ class Frontend(IRBuilder):
                                      kernarg_size=size, filename=self.filename, first_line=first),
                          dict(var_types or {}), self.filename, first, self.kernel)
         self.arg_offsets = {n: entry["offset"] for n, entry in zip(names, layout, strict=True)}
-        bindings = [t.id for node in ast.walk(self.fdef) for t in _targets(node) if isinstance(t, ast.Name)]
+        bindings = [t.id for node in ast.walk(self.fdef) for t in _targets(node)]
         self.assigned = set(bindings)
         self.rebound = {name for name in self.assigned if bindings.count(name) > 1}     # bound more than once
         self.static: dict[str, object] = {}          # names bound at compile time: constants, arrays, modules
@@ -828,7 +828,7 @@ class Frontend(IRBuilder):
             raise self.error(f"device function {fn.__name__!r} takes {len(params)} arguments, got {len(args)}")
         self.counter += 1
         prefix = f"{fn.__name__}#{self.counter}."
-        names = set(params) | {t.id for n in ast.walk(fdef) for t in _targets(n) if isinstance(t, ast.Name)}
+        names = set(params) | {t.id for n in ast.walk(fdef) for t in _targets(n)}
         body = [_Renamer(names, prefix).visit(stmt) for stmt in copy.deepcopy(fdef.body)]
         for name, value in zip(params, args, strict=True):
             self.assign_name(prefix + name, value)
