@@ -45,6 +45,9 @@ def test_size_res_and_an_empty_reduction():
         sum_reduce(np.ones((2, 2), np.float32))
     with pytest.raises(ValueError, match="outside"):
         sum_reduce(d, size=101)
+    for functor in (5, lambda a: a):
+        with pytest.raises(TypeError, match="function of two arguments"):
+            cuda.reduce(functor)
 
 
 def test_lambdas_compile_as_device_functions_and_an_ambiguous_one_is_a_clear_error():

@@ -69,6 +69,9 @@ class Reduce:
     api = None           # the programming interface that compiles and launches it (set by lapis.cuda and lapis.hip)
 
     def __init__(self, functor):
+        code = getattr(getattr(functor, "py_func", functor), "__code__", None)
+        if code is None or code.co_argcount != 2:
+            raise TypeError(f"cuda.reduce takes a function of two arguments (a binary operation), not {functor!r}")
         self._device = functor if isinstance(functor, DeviceFunction) else DeviceFunction(functor)
         functools.update_wrapper(self, getattr(functor, "py_func", functor), updated=())
 
