@@ -24,6 +24,7 @@ from lapis.hardware.simt.native_counters import (
     TALLY_SLOTS,
     count_shared,
     lane_sectors,
+    run_sectors,
     wavefronts,
 )
 from lapis.hardware.simt.native_scheduler import PART_ALIGN
@@ -628,22 +629,24 @@ def test_a_masked_shared_access_counts_every_block(warp_size, threads_per_block,
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from([32, 64]), st.integers(1, 4), st.sampled_from(["consecutive", "transposed", "near", "far",
-                                                                      "warps shuffled"]),
+@given(st.sampled_from([32, 64]), st.integers(1, 4), st.sampled_from(["consecutive", "warp rows", "transposed", "near",
+                                                                      "far", "warps shuffled"]),
        st.booleans(), st.integers(0, 2**32 - 1))
 def test_the_engine_finds_each_warps_sectors_in_order(warp_size, warps, pattern, masked, seed):
-    """native_counters.lane_sectors (its bitmap, insertion-sort and heapsort ways) against numpy: each warp's
-    distinct 32-byte sectors, in (warp, sector) order, as the L2 sees them."""
+    """native_counters.lane_sectors (its insertion-sort and heapsort ways) and, for every lane of packed warps,
+    run_sectors (where each warp reads consecutive words) against numpy: each warp's distinct 32-byte sectors, in
+    (warp, sector) order, as the L2 sees them."""
     rng = np.random.default_rng(seed)
     n = warps * warp_size
     lane = np.arange(n)
     stride = int(rng.integers(1, 3000))
     byte = {"consecutive": lane * 4,
+            "warp rows": (lane % warp_size + lane // warp_size * stride) * 4,    # a warp per row of a tile
             "transposed": (lane % 8 * stride + lane // 8) * 4,      # a tile's column, as a gemm stages B
             "near": rng.integers(0, 8192, n) // 4 * 4,
             "far": rng.integers(0, 1 << 24, n) // 4 * 4,
             "warps shuffled": rng.integers(0, 4096, n) // 4 * 4}[pattern]
-    pa = (byte + int(rng.integers(0, 1 << 30)) // 32 * 32).astype(np.int64)
+    pa = (byte + int(rng.integers(0, 1 << 30)) // 4 * 4).astype(np.int64)
     padded_lane = lane.astype(np.int64)
     if pattern == "warps shuffled":                  # lanes of one warp apart: not warp by warp
         padded_lane = rng.permutation(n).astype(np.int64)
@@ -653,3 +656,10 @@ def test_the_engine_finds_each_warps_sectors_in_order(warp_size, warps, pattern,
     expected = np.unique((padded_lane[active] // warp_size << 40) | (pa[active] >> 5)) & ((1 << 40) - 1)
     assert lanes == np.count_nonzero(active)
     assert keys[:touched].tolist() == expected.tolist()
+    if not masked and pattern != "warps shuffled":
+        keys[:] = -1
+        touched = run_sectors(pa, n, warp_size, 4, keys)
+        if pattern in ("consecutive", "warp rows"):
+            assert keys[:touched].tolist() == expected.tolist()
+        else:
+            assert touched == -1

@@ -82,12 +82,12 @@ def sift_down(a, root, n):
 
 @counter
 def run_sectors(pa, n, warp_size, nbytes, keys):
-    """When lane l of n reads pa[0] + l * nbytes, each warp's sectors are a range: write them to keys
-    (as `lane_sectors` would, without a per-lane key) and return how many; else -1."""
-    first = pa[0]
+    """When each warp's lanes read consecutive addresses (lane l of n at pa[w0] + (l - w0) * nbytes, w0 its warp's
+    first lane: a tile's rows), each warp's sectors are a range: write them to keys (as `lane_sectors` would,
+    without a key per lane) and return how many; else -1."""
     off = 0
-    for l in range(n):                                 # an or of differences: LLVM vectorizes it
-        off |= pa[l] ^ (first + l * nbytes)
+    for l in range(1, n):                              # an or of differences: LLVM vectorizes it
+        off |= (pa[l] ^ (pa[l - 1] + nbytes)) if l & (warp_size - 1) else 0
     if off:
         return -1
     touched = 0
@@ -135,7 +135,7 @@ def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, system
     32-byte sectors of each warp, and the L2's hits, misses and dirtied sectors, or PCIe bytes."""
     n = active.size if full else 0
     touched = -1
-    if full and padded_lane[n - 1] == n - 1:           # every lane, warps packed: perhaps one run of addresses
+    if full and padded_lane[n - 1] == n - 1:           # every lane, warps packed: perhaps runs of addresses
         touched = run_sectors(pa, n, warp_size, nbytes, keys)
     if touched < 0:
         n, touched = lane_sectors(active, full, pa, padded_lane, warp_size, keys)
