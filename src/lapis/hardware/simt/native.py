@@ -423,15 +423,6 @@ def private_addresses(t, active, full, R, limit, logging, va_log, where):
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
-def paired(word_of, L):
-    """Whether every lane's first word is even: its 8-byte pairs are aligned 64-bit words."""
-    bits = 0
-    for l in range(L):
-        bits |= word_of[l]
-    return bits & 1 == 0
-
-
-@njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def copy_words(load, row, words):
     """Lane l's register word row[l] to or from words[l]: consecutive words, one vectorized copy."""
     if load:
@@ -478,14 +469,17 @@ def transfer(load, full, t, active, R, words32, words8, word_of, stride, where):
         if off == 0:
             copy_words(load, R[rows[0], :L], words32[first:first + L])
             return
-    if nbytes >= 8 and load and full and stride == 1 and words32.size % 2 == 0 and paired(word_of, L):
-        words64 = words32.view(np.uint64)            # two words a load: a lane's are consecutive and aligned
-        for i in range(0, nbytes // 4, 2):
-            lo, hi = R[rows[i], :L], R[rows[i + 1], :L]
-            for l in range(L):
-                pair_of_words = words64[(word_of[l] >> 1) + (i >> 1)]
-                lo[l] = np.uint32(pair_of_words & np.uint64(MASK32))
-                hi[l] = np.uint32(pair_of_words >> np.uint64(32))
+    if nbytes == 16 and load and full and stride == 1:  # a lane's four words in one pass: one cache line
+        r0, r1, r2, r3 = R[rows[0], :L], R[rows[1], :L], R[rows[2], :L], R[rows[3], :L]
+        for l in range(L):
+            w = word_of[l]
+            r0[l], r1[l], r2[l], r3[l] = words32[w], words32[w + 1], words32[w + 2], words32[w + 3]
+        return
+    if nbytes == 8 and load and full and stride == 1:
+        r0, r1 = R[rows[0], :L], R[rows[1], :L]
+        for l in range(L):
+            w = word_of[l]
+            r0[l], r1[l] = words32[w], words32[w + 1]
         return
     if nbytes >= 4:
         for i in range(nbytes // 4):
