@@ -682,3 +682,49 @@ def test_matrix_fragments_and_hmma_from_the_kernel_language():
             got[g + 8 * (i // 2), 2 * t + i % 2] = d[lane, i]
     assert np.allclose(got, 2 * (a.astype(np.float32) @ b.astype(np.float32)), atol=1e-4)
     assert one_mma.inspect_asm().count("HMMA.16816.BF16") == 2 and "LDS.128" in one_mma.inspect_asm()
+
+
+@cuda.jit
+def reverse_quads(x, out, first):
+    """Each thread reads four floats of x at once (a 128-bit load, as CUDA C++ reads a float4) and writes them
+    reversed."""
+    i = cuda.grid(1)
+    quad = cuda.mma.load(x, first + 4 * i, 4)
+    for q in range(4):
+        out[4 * i + 3 - q] = cuda.mma.get(quad, q)
+
+
+def test_four_floats_of_a_global_array_in_one_load():
+    x = rng.standard_normal(260).astype(np.float32)
+    out = cuda.device_array(256, np.float32)
+    reverse_quads[2, 32](cuda.to_device(x), out, 4)
+    assert np.array_equal(out.copy_to_host(), x[4:].reshape(-1, 4)[:, ::-1].ravel())
+    assert "LDG.E.128" in reverse_quads.inspect_asm()
+    reverse_quads[2, 32](cuda.to_device(x), out, 2)     # 8 bytes past a 16-byte boundary
+    with pytest.raises(cuda.KernelFault, match="misaligned 16-byte access"):
+        cuda.synchronize()
+
+
+@cuda.jit
+def reverse_warp_quads(x, out):
+    """Each lane's four floats, through shared memory with 128-bit stores and loads, to the mirrored lane."""
+    s = cuda.shared.array(128, np.float32)
+    i = cuda.threadIdx.x
+    cuda.mma.store(s, 4 * i, cuda.mma.load(x, 4 * i, 4))
+    cuda.syncthreads()
+    cuda.mma.store(out, 4 * i, cuda.mma.load(s, 4 * (31 - i), 4))
+
+
+def test_fragments_stored_whole_to_shared_and_global_memory():
+    x = rng.standard_normal(128).astype(np.float32)
+    out = cuda.device_array(128, np.float32)
+    reverse_warp_quads[1, 32](cuda.to_device(x), out)
+    assert np.array_equal(out.copy_to_host().reshape(32, 4), x.reshape(32, 4)[::-1])
+    asm = reverse_warp_quads.inspect_asm()
+    assert "STS.128" in asm and "STG.E.128" in asm
+
+    @cuda.jit
+    def mismatched(words):
+        cuda.mma.store(words, 0, cuda.mma.zeros())
+    with pytest.raises(cuda.CompileError, match="f32x4 fragment to a float32 array"):
+        mismatched[1, 1](cuda.device_array(4, np.uint32))

@@ -238,7 +238,16 @@ def _mma_load(fe, args):
     if ref.type.dtype == T.float32 and count.value != 4:
         raise fe.error("cuda.mma.load reads float32 words four at a time (an f32x4 fragment)")
     t = T.f32x4 if ref.type.dtype == T.float32 else T.u32x2 if count.value == 2 else T.u32x4
-    return fe.emit(Op.VLOAD, t, [fe.address(ref, index)], space="shared")
+    return fe.emit(Op.VLOAD, t, [fe.address(ref, index)], space=ref.type.space)
+
+
+def _mma_store(fe, args):
+    ref, index, frag = args
+    if (ref.type.dtype == T.float32) != (frag.type == T.f32x4):
+        raise fe.error(f"cuda.mma.store writes an f32x4 fragment to a float32 array and a u32x2 or u32x4 one to a "
+                       f"uint32 array, not a {frag.type} fragment to a {ref.type.dtype} array")
+    fe.emit(Op.VSTORE, None, [fe.address(ref, index), frag], space=ref.type.space)
+    return NOTHING
 
 
 def _mma_zeros(fe, args):
@@ -414,10 +423,12 @@ CALLS: dict[object, Builtin] = {
     K.all_sync: Builtin("cuda.all_sync", MASKED, _vote("ALL")),
     K.any_sync: Builtin("cuda.any_sync", MASKED, _vote("ANY")),
     K.ballot_sync: Builtin("cuda.ballot_sync", MASKED, _ballot),
-    K.mma.load: Builtin("cuda.mma.load", (Param("array", array_of((T.uint32, T.float32), ("shared",))),
+    K.mma.load: Builtin("cuda.mma.load", (Param("array", array_of((T.uint32, T.float32), ("shared", "global"))),
                                           Param("index", INDEX),
                                           Param("count", Kind("a constant 2 or 4", lambda x: _is_int_constant(x)
                                                               and x.value in (2, 4)))), _mma_load),
+    K.mma.store: Builtin("cuda.mma.store", (Param("array", array_of((T.uint32, T.float32), ("shared", "global"))),
+                                            Param("index", INDEX), Param("fragment", FRAGMENT)), _mma_store),
     K.mma.zeros: Builtin("cuda.mma.zeros", (), _mma_zeros),
     K.mma.mma_sync: Builtin("cuda.mma.mma_sync", (Param("a", fragment(T.u32x4)), Param("b", fragment(T.u32x2)),
                                                   Param("c", fragment(T.f32x4)), Param("dtype", HALF_DTYPE)),

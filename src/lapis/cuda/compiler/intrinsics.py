@@ -76,9 +76,12 @@ fast_rcp = Intrinsic("fast_rcp", "fast_rcp(x): 1 / x in float32 from the special
 
 mma = _Namespace(
     "cuda.mma",
-    load=Intrinsic("cuda.mma.load", "cuda.mma.load(shared_array, index, count): count (2 or 4) consecutive "
-                   "uint32 words, or 4 float32 words, as one fragment (a 64- or 128-bit shared load); index must be "
-                   "a multiple of count"),
+    load=Intrinsic("cuda.mma.load", "cuda.mma.load(array, index, count): count (2 or 4) consecutive uint32 words, "
+                   "or 4 float32 words, of a shared or global array as one fragment (a 64- or 128-bit load, as "
+                   "CUDA C++ reads a float4); the element's address must be a multiple of count words"),
+    store=Intrinsic("cuda.mma.store", "cuda.mma.store(array, index, fragment): a fragment's words to consecutive "
+                    "words of a shared or global array in one 64- or 128-bit store; the element's address must be a "
+                    "multiple of the fragment's words"),
     zeros=Intrinsic("cuda.mma.zeros", "cuda.mma.zeros(): a float32 accumulator fragment of four zeros"),
     mma_sync=Intrinsic("cuda.mma.mma_sync", "cuda.mma.mma_sync(a, b, c, dtype): D = A B + C for the warp's "
                        "16x8x16 tile (HMMA); a: four words of packed A halves, b: two of B, c: four float32; "

@@ -62,6 +62,7 @@ class Op(Enum):
     VOTE = "vote"
     BALLOT = "ballot"
     VLOAD = "vload"
+    VSTORE = "vstore"
     VZERO = "vzero"
     VGET = "vget"
     MMA = "mma"
@@ -75,7 +76,7 @@ PURE = frozenset({Op.CONST, Op.PARAM, Op.SREG, Op.DIM, Op.ADD, Op.SUB, Op.MUL, O
                   Op.MAX, Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR, Op.NEG, Op.NOT, Op.CMP, Op.SELECT, Op.CAST,
                   Op.MATH, Op.GADDR, Op.VZERO, Op.VGET, Op.MMA})
 # Operations kept even when nothing reads their result.
-EFFECTS = frozenset({Op.STORE, Op.BARRIER, Op.ATOMIC, Op.FENCE, Op.TRAP})
+EFFECTS = frozenset({Op.STORE, Op.VSTORE, Op.BARRIER, Op.ATOMIC, Op.FENCE, Op.TRAP})
 ADDRESS = T.Scalar("ptr64", "uint", 64)      # a 64-bit global address
 
 

@@ -809,8 +809,22 @@ class InstructionSelector:
     def op_vload(self, v):
         base, offset = self.address(v.args[0])
         r = self.new(v.type)
-        self.emit("LDS", mods={"w": "64" if r.width == 2 else "128"}, rd=r, ra=base, b=Imm(offset & 0xFFFFFFFF))
+        width = "64" if r.width == 2 else "128"
+        if v.attrs["space"] == "global":
+            self.emit("LDG", mods={"e": "E", "w": width}, rd=r, ra=base, b=Imm(offset & 0xFFFFFFFF))
+        else:
+            self.emit("LDS", mods={"w": width}, rd=r, ra=base, b=Imm(offset & 0xFFFFFFFF))
         return r
+
+    def op_vstore(self, v):
+        addr, value = v.args
+        base, offset = self.address(addr)
+        src = self.reg(value)
+        width = "64" if src.width == 2 else "128"
+        if v.attrs["space"] == "global":
+            self.emit("STG", mods={"e": "E", "w": width}, ra=base, b=Imm(offset & 0xFFFFFFFF), rc=src)
+        else:
+            self.emit("STS", mods={"w": width}, ra=base, b=Imm(offset & 0xFFFFFFFF), rc=src)
 
     def op_vzero(self, v):
         r = self.new(v.type)
