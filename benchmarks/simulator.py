@@ -119,7 +119,7 @@ def main() -> None:
         numpy_s = min(numpy_s, time.perf_counter() - start)
     report(f"sgemm {size}x{size}x{size} (lapis.matmul)", r)
     print(f"  simulated {2 * size**3 / r['time_ns'] / 1e3:.1f} TFLOP/s; numpy on this CPU: {numpy_s * 1e3:.1f} ms "
-          f"(lapis takes {r['wall'] / numpy_s:.0f}x numpy's time)")
+          f"(lapis takes {r['wall'] / numpy_s:.1f}x numpy's time)")
 
 
 if __name__ == "__main__":

@@ -57,6 +57,29 @@ def test_every_tiling_computes_inner_and_edge_tiles(handle, tiles):
     np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a.T @ b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("tiles", blas.TILE_CANDIDATES + blas.NARROW_TILES, ids=str)
+def test_aligned_columns_are_staged_four_words_at_a_time(handle, tiles):
+    """Column-major A and B whose columns start on 16 bytes take the kernel that stages them with 128-bit loads
+    (where the slice has a vector for every thread); the same operands one element off take word loads. Both
+    compute inner and edge tiles, and a k that ends mid-slice."""
+    m, n, k = 300, 140, 44
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    for shift in (0, 1):
+        dA = cuda.to_device(np.concatenate([np.zeros(shift, np.float32), col_major(a)]))[shift:]
+        dB = cuda.to_device(np.concatenate([np.zeros(shift, np.float32), col_major(b)]))[shift:]
+        dC = cuda.device_array(m * n, np.float32)
+        launched = set(handle.tiled_kernels)
+        blas._launch_gemm(handle, tiles, False, False, m, n, k, 1.0, dA, m, 0, dB, k, 0, 0.0, dC, m, 0, 1)
+        np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a @ b, rtol=1e-4, atol=1e-4)
+        assert (tiles, shift == 0, shift == 0) in launched | set(handle.tiled_kernels)
+    # every candidate has a vector per thread in one slice at least, and in none more than one; B's only in
+    # slices 8 deep (its transposing stores would clash in banks in deeper ones)
+    whole = [tiles.bm * tiles.bk == 4 * tiles.threads, tiles.bk * tiles.bn == 4 * tiles.threads and tiles.bk == 8]
+    asm = handle.gemm_kernel(tiles, True, True).inspect_asm()
+    assert asm.count("LDG.E.128") == sum(whole) >= 1 and asm.count("STS.128") == whole[0]
+
+
 @pytest.mark.parametrize("transa,transb", [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")])
 @pytest.mark.parametrize("m,n,k", [(64, 64, 512), (40, 9, 777)])        # 777 = 6 chunks of 129 and a tail of 3
 def test_split_k_for_few_tiles_and_a_long_k(handle, transa, transb, m, n, k):

@@ -19,7 +19,10 @@ columns, so every k-step reads its slices of op(A) and op(B) with 128-bit shared
 in slices of bk staged in shared memory; the next slice is loaded into registers while the current
 one is computed (register prefetch), and only blocks on the edge of C test bounds. The B slice is
 loaded k-fastest (coalesced for column-major B), so its rows are padded against bank conflicts.
-Half-precision inputs are widened to float32 as they are staged.
+Half-precision inputs are widened to float32 as they are staged. A float32 operand read as stored
+(op 'N') whose columns start on 16 bytes is staged with 128-bit loads, four words a thread, where the
+slice holds a vector for every thread (as CUDA kernels read a float4): a quarter of the loads (B only in
+slices 8 deep, whose transposing stores keep clear of bank conflicts).
 
 A float32 gemm whose C has few tiles but whose k is long (a weight gradient: 64 x 64 summed over 512
 tokens) is split along k (split-K, as cuBLAS does for such shapes): one strided-batched launch
@@ -81,10 +84,21 @@ __all__ = ["BlasError", "GemmTiles", "Handle", "asum", "axpy", "choose_tiles", "
            "gemm_batched", "gemm_strided_batched", "gemv", "iamax", "nrm2", "scal", "sgemm", "swap"]
 
 
-def make_gemm_kernel(tiles: GemmTiles):
-    """The gemm kernel for one tiling; the tile sizes are compile-time constants (closure variables)."""
+def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False):
+    """The gemm kernel for one tiling; the tile sizes are compile-time constants (closure variables).
+
+    With `vector_a` (float32 op(A) = A, column-major: a_si = 1, each slice's columns 16-byte aligned) a block whose
+    tile lies inside C stages A four rows at a time with 128-bit loads, as CUDA kernels read a float4; with
+    `vector_b` (op(B) = B: b_sp = 1) likewise four k of B, where slices are 8 deep. An operand whose slice has
+    fewer such vectors than the block has threads keeps word loads."""
     BM, BN, BK, TM, TN = tiles.bm, tiles.bn, tiles.bk, tiles.tm, tiles.tn
     THREADS = tiles.threads
+    # A's vectors are stored whole (STS.128); B's are transposed, a word to each of four rows of the slice, which
+    # only slices of 8 k keep free of bank conflicts (lanes 16 columns apart fall 16 banks apart).
+    VEC_A = vector_a and BM * BK % (4 * THREADS) == 0
+    VEC_B = vector_b and BK * BN % (4 * THREADS) == 0 and BK == 8
+    A_VSTEPS, B_VSTEPS = BM * BK // (4 * THREADS), BK * BN // (4 * THREADS)
+    A_VREGS, B_VREGS = max(A_VSTEPS, 1), max(B_VSTEPS, 1)
     # A warp stores the B slice k-fastest: 32 // BK consecutive j of BK k each. Rows padded to a width
     # of 32 // BK (mod 32) put all 32 stores in different banks; at least 4, so rows stay 16-byte aligned.
     PAD = max(4, 32 // BK)
@@ -126,26 +140,61 @@ def make_gemm_kernel(tiles: GemmTiles):
         for step in range(B_STEPS):
             e = tx + step * THREADS
             b_off[step] = zb + e % BK * b_sp + (j0 + e // BK) * b_sj
+        # Vector v = tx + step * THREADS of a slice is A's rows 4 (v % (BM / 4)) .. + 3 at k = v // (BM / 4), and
+        # B's k 4 (v % (BK / 4)) .. + 3 at column v // (BK / 4).
+        a_voff = local.array(A_VREGS, np.int32)
+        b_voff = local.array(B_VREGS, np.int32)
+        if VEC_A:
+            for step in range(A_VSTEPS):
+                v = tx + step * THREADS
+                a_voff[step] = za + i0 + v % (BM // 4) * 4 + v // (BM // 4) * a_sp
+        if VEC_B:
+            for step in range(B_VSTEPS):
+                v = tx + step * THREADS
+                b_voff[step] = zb + v % (BK // 4) * 4 + (j0 + v // (BK // 4)) * b_sj
         inside = i0 + BM <= m and j0 + BN <= n
         va = local.array(A_STEPS, float32)
         vb = local.array(B_STEPS, float32)
+        fa = local.array(A_VREGS, cuda.mma.f32x4)
+        fb = local.array(B_VREGS, cuda.mma.f32x4)
+        vectors = False                               # whether the slice in registers came in vectors
         # Trip p1 stores the slice loaded in the trip before (p1 - BK) to shared memory, loads slice p1 from
         # global memory into registers, then computes on the stored slice: the loads are in flight while the
         # FFMAs run (register prefetch), instead of stalling the stores behind them.
         for p1 in range(0, k + BK, BK):
             if p1 > 0:
-                for step in range(A_STEPS):
-                    e = tx + step * THREADS
-                    sA[e // BM * BM + e % BM] = va[step]
-                for step in range(B_STEPS):
-                    e = tx + step * THREADS
-                    sB[e % BK * SB_ROW + e // BK] = vb[step]
+                if VEC_A and vectors:
+                    for step in range(A_VSTEPS):
+                        v = tx + step * THREADS
+                        cuda.mma.store(sA, v // (BM // 4) * BM + v % (BM // 4) * 4, fa[step])
+                else:
+                    for step in range(A_STEPS):
+                        e = tx + step * THREADS
+                        sA[e // BM * BM + e % BM] = va[step]
+                if VEC_B and vectors:
+                    for step in range(B_VSTEPS):
+                        v = tx + step * THREADS
+                        for q in range(4):
+                            sB[(v % (BK // 4) * 4 + q) * SB_ROW + v // (BK // 4)] = cuda.mma.get(fb[step], q)
+                else:
+                    for step in range(B_STEPS):
+                        e = tx + step * THREADS
+                        sB[e % BK * SB_ROW + e // BK] = vb[step]
                 syncthreads()
-            if inside and p1 + BK <= k:
-                for step in range(A_STEPS):
-                    va[step] = float32(A[a_off[step] + p1 * a_sp])
-                for step in range(B_STEPS):
-                    vb[step] = float32(B[b_off[step] + p1 * b_sp])
+            vectors = inside and p1 + BK <= k
+            if vectors:
+                if VEC_A:
+                    for step in range(A_VSTEPS):
+                        fa[step] = cuda.mma.load(A, a_voff[step] + p1 * a_sp, 4)
+                else:
+                    for step in range(A_STEPS):
+                        va[step] = float32(A[a_off[step] + p1 * a_sp])
+                if VEC_B:
+                    for step in range(B_VSTEPS):
+                        fb[step] = cuda.mma.load(B, b_voff[step] + p1, 4)
+                else:
+                    for step in range(B_STEPS):
+                        vb[step] = float32(B[b_off[step] + p1 * b_sp])
             elif p1 < k:
                 for step in range(A_STEPS):
                     e = tx + step * THREADS
@@ -322,16 +371,17 @@ class Handle(LibraryHandle):
 
     def __init__(self, api, device: int = 0):
         super().__init__(api, device)
-        self.tiled_kernels: dict[GemmTiles, object] = {}
+        self.tiled_kernels: dict[tuple, object] = {}    # by (tiles, vector_a, vector_b)
         self.tiles: dict[tuple, GemmTiles] = {}        # the autotuner's choices, by profile and shape
         self.mma_kernels = {np.dtype(t).name: api.jit(make_mma_gemm_kernel(t)) for t in (cuda.float16, cuda.bfloat16)}
         self.workspace: DeviceNDArray | None = None     # split-K's partial products, grown as needed
         self.dgemm = api.jit(dgemm_kernel)
 
-    def gemm_kernel(self, tiles: GemmTiles):
-        kernel = self.tiled_kernels.get(tiles)
+    def gemm_kernel(self, tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False):
+        key = (tiles, vector_a, vector_b)
+        kernel = self.tiled_kernels.get(key)
         if kernel is None:
-            kernel = self.tiled_kernels[tiles] = self.api.jit(make_gemm_kernel(tiles))
+            kernel = self.tiled_kernels[key] = self.api.jit(make_gemm_kernel(tiles, vector_a, vector_b))
         return kernel
 
 
@@ -487,10 +537,17 @@ def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, l
     a_si, a_sp = (lda, 1) if ta else (1, lda)
     b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
     grid_dim = (-(-m // tiles.bm), -(-n // tiles.bn), batch)
-    handle.gemm_kernel(tiles)[grid_dim, tiles.threads, handle.stream](
+    vector_a = not ta and _vectors(fa, lda, stride_a)
+    vector_b = not tb and _vectors(fb, ldb, stride_b)
+    handle.gemm_kernel(tiles, vector_a, vector_b)[grid_dim, tiles.threads, handle.stream](
         np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
         np.int32(b_sp), np.int32(b_sj), np.float32(beta), fc, np.int32(ldc), np.int32(stride_a),
         np.int32(stride_b), np.int32(stride_c))
+
+
+def _vectors(x: DeviceNDArray, ld: int, stride: int) -> bool:
+    """Whether float32 x's columns (ld apart, matrices stride apart) start on 16 bytes: read four words at a time."""
+    return x.dtype == np.float32 and x.ptr % 16 == 0 and ld % 4 == 0 and stride % 4 == 0
 
 
 def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
