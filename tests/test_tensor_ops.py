@@ -502,3 +502,13 @@ def test_randint_takes_torchs_two_forms():
         lapis.randint(5)
     with pytest.raises(RuntimeError, match="expects 'from' to be less than 'to'"):
         lapis.randint(5, 5, (2,))
+
+
+def test_is_contiguous_follows_a_tensor_whose_layout_changes_in_place():
+    x = lapis.arange(6.0).reshape(2, 3).t()
+    assert not x.is_contiguous() and not x.is_contiguous()      # asked twice: the second answer is the kept one
+    x.data = lapis.zeros(3, 2)
+    assert x.is_contiguous()
+    y = lapis.zeros(3, 2)
+    y._take(lapis.arange(6.0).reshape(2, 3).t())
+    assert not y.is_contiguous()

@@ -82,6 +82,7 @@ class TensorBase(autograd.Variable):
     def __init__(self, storage: Storage, shape: tuple, strides: tuple, offset: builtins.int, dev: device):
         self._storage, self._shape, self._strides, self._offset = storage, tuple(shape), tuple(strides), offset
         self._data_view = None       # `_data`, made at its first use
+        self._contiguity = None      # (strides, shape, whether contiguous): `is_contiguous` of that layout
         self.device = dev
         self.requires_grad = False
         self.grad: TensorBase | None = None
@@ -176,8 +177,13 @@ class TensorBase(autograd.Variable):
         return self._offset
 
     def is_contiguous(self) -> bool:
-        return all(st == c for st, c, n in zip(self._strides, contiguous_strides(self._shape), self._shape,
-                                                strict=True) if n != 1)
+        known = self._contiguity     # kept for the layout it was found for: ops ask again and again
+        if known is not None and known[0] is self._strides and known[1] is self._shape:
+            return known[2]
+        contiguous = all(st == c for st, c, n in zip(self._strides, contiguous_strides(self._shape), self._shape,
+                                                      strict=True) if n != 1)
+        self._contiguity = (self._strides, self._shape, contiguous)
+        return contiguous
 
     @property
     def dtype(self) -> _dtype.dtype:
