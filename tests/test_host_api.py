@@ -762,3 +762,10 @@ def test_the_memory_pool_caches_blocks_by_size_class():
     cuda.empty_cache()
     assert cuda.memory_reserved() == base_reserved               # the cached block went back to the driver
     assert "memory pool of cuda:0" in cuda.memory_summary()
+
+
+def test_detect_lists_the_devices_as_numba_does(capsys):
+    assert cuda.detect() is True
+    out = capsys.readouterr().out
+    assert f"Found {cuda.device_count()} CUDA devices" in out and "[SUPPORTED]" in out
+    assert f"{cuda.device_count()}/{cuda.device_count()} devices are supported" in out

@@ -15,7 +15,7 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 SHARED = {"lapis.trace", "lapis.isa", "lapis.abi"}
 ALLOWED = {5: {5, 4, 3}, 4: {4, 3}, 3: {3, 2}, 2: {2, 1}, 1: {1, 0}, 0: {0}}
 PACKAGES = {"lapis.hardware": 0, "lapis.driver": 1, "lapis.runtime": 2, "lapis.cuda": 3, "lapis.hip": 3,
-            "lapis.libs": 4}
+            "lapis.numba": 3, "lapis.libs": 4}
 
 
 def classify(module: str):

@@ -3,8 +3,10 @@
 import numpy as np
 import pytest
 
+import lapis.numba as nb
 from lapis import cuda
 from lapis.cuda import CompileError
+from lapis.numba import float32, int32, njit, types, void
 
 
 def test_a_typed_kernel_compiles_at_the_decorator_and_converts_a_python_float_to_float32():
@@ -46,6 +48,48 @@ def test_several_signatures_contiguity_and_bad_ones():
         fill[(1, 1), (4, 4)](cuda.device_array((4, 4), np.int32, order="F"), 1)   # [:, ::1] wants C order
     with pytest.raises(TypeError, match="no signature"):
         fill[(1, 1), (4, 4)](ints, 1.5)             # a float for an int32 does not fit
-    for bad in ("float32(float32[:])", "void(float32[:, 1])", "void(complex64[:])"):
+    for bad in ("float32(float32[:])", "void(float32[:, 1])", "void(complex64[:])", nb.float32(nb.float32[:])):
         with pytest.raises(TypeError, match="kernel signature"):
             cuda.jit(bad)(lambda x: None)
+
+
+@njit
+def clamp(x, low, high):
+    """A CPU-jitted helper, as numba programs write them: the host calls it, kernels inline it."""
+    return min(max(x, low), high)
+
+
+def test_numbas_type_objects_spell_the_same_signatures():
+    """The import surface of numba programs: lapis.numba's cuda, float32, int32, void and types, with signatures as
+    objects, as a tuple of argument types, and a CPU @njit function a kernel calls."""
+    @cuda.jit(void(float32[:], float32[::1], int32))
+    def clamped(x, out, n):
+        start, stride = cuda.grid(1), cuda.gridsize(1)
+        for i in range(start, n, stride):                 # a grid-stride loop
+            out[i] = clamp(x[i], float32(-1), float32(1))
+
+    x = np.random.default_rng(4).standard_normal(3000).astype(np.float32)
+    out = cuda.device_array_like(x)
+    clamped[4, 128](cuda.to_device(x), out, x.size)
+    assert len(clamped.overloads) == 1
+    assert np.array_equal(out.copy_to_host(), np.clip(x, -1, 1)) and clamp(5, 0, 3) == 3
+
+    @cuda.jit((types.Array(types.float32, 2, "C"), types.float32))
+    def fill(a, value):
+        i, j = cuda.grid(2)
+        if i < a.shape[0] and j < a.shape[1]:
+            a[i, j] = value
+    c = cuda.device_array((3, 5), np.float32)
+    fill[(1, 1), (4, 8)](c, 2.5)
+    assert (c.copy_to_host() == 2.5).all()
+    with pytest.raises(TypeError, match="no signature"):
+        fill[(1, 1), (4, 8)](cuda.device_array((3, 5), np.float32, order="F"), 2.5)
+
+    assert (float32[:, ::1], float32[::1, :], int32[::1]) == (
+        types.Array(float32, 2, "C"), types.Array(float32, 2, "F"), types.Array(int32, 1, "C"))
+    assert float32(1.5) == np.float32(1.5) and type(float32(1.5)) is np.float32
+    assert str(void(float32[:], int32)) == "void(array(float32, 1d, A), int32)"
+    with pytest.raises(TypeError, match="':' or '::1'"):
+        float32[1:3]
+    with pytest.raises(TypeError, match="first or last dimension"):
+        float32[:, ::1, :]

@@ -94,6 +94,7 @@ synchronize = _api.synchronize
 select_device = _api.select_device
 get_current_device = _api.get_current_device
 is_available = _api.is_available
+detect = _api.detect
 device_count = _api.device_count
 current_context = _api.current_context
 default_stream = _api.default_stream
@@ -155,7 +156,7 @@ __all__ = [
     "shfl_up_sync", "shfl_xor_sync", "syncwarp", "threadfence", "threadfence_block", "threadfence_system",
     "Api", "CompileError", "CudaError", "CudaSupportError", "Device", "DeviceNDArray", "KernelFault", "LaunchError",
     "Stream", "blockDim", "blockIdx", "boolean", "device_array", "device_array_like", "current_context",
-    "default_stream", "device_count", "float32", "float64", "get_current_device", "grid", "gridDim",
+    "default_stream", "device_count", "detect", "float32", "float64", "get_current_device", "grid", "gridDim",
     "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared", "synchronize",
     "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",

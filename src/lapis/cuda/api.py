@@ -17,6 +17,7 @@ from lapis.cuda.context import Context, Device, Event, Stream
 from lapis.cuda.devicearray import DeviceNDArray, MappedNDArray
 from lapis.cuda.dispatcher import Dispatcher
 from lapis.cuda.errors import CudaSupportError
+from lapis.cuda.signatures import is_signature
 
 
 @dataclass(frozen=True, repr=False)
@@ -78,6 +79,19 @@ class Api:
 
     def is_available(self) -> bool:
         return self.device_count() > 0
+
+    def detect(self) -> bool:
+        """numba's cuda.detect(): print the devices found and whether they are supported (every simulated one is);
+        whether there is one."""
+        n = self.device_count()
+        print(f"Found {n} {self.name.upper()} devices")
+        for i in range(n):
+            p = self.get_device_properties(i)
+            print(f"id {i}    {p.name!r:<40} [SUPPORTED]")
+            print(f"{'Compute Capability':>40}: {p.major}.{p.minor}")
+            print(f"{'Simulated profile':>40}: {p.profile}")
+        print(f"Summary:\n\t{n}/{n} devices are supported")
+        return n > 0
 
     def select_device(self, index: int) -> Device:
         if not 0 <= index < self.device_count():
@@ -248,10 +262,10 @@ class Api:
 
     # -- kernels ------------------------------------------------------------------------------
     def jit(self, func=None, *, device: bool = False, **options):
-        """@jit (a kernel), @jit("void(float32[:], ...)") or @jit([signature, ...]) (a kernel compiled now for those
-        argument types, see `signatures.py`), or @jit(device=True) (a function kernels call, inlined; a device
-        function's signature is not needed: it compiles where it is called)."""
-        signatures = [func] if isinstance(func, str) else list(func) if isinstance(func, list | tuple) else None
+        """@jit (a kernel), @jit("void(float32[:], ...)"), @jit(void(float32[:], ...)) or @jit([signature, ...]) (a
+        kernel compiled now for those argument types, see `signatures.py`), or @jit(device=True) (a function
+        kernels call, inlined; a device function's signature is not needed: it compiles where it is called)."""
+        signatures = [func] if is_signature(func) else list(func) if isinstance(func, list | tuple) else None
 
         def wrap(f):
             return DeviceFunction(f) if device else Dispatcher(f, self, signatures)

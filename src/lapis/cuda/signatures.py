@@ -1,4 +1,6 @@
-"""Layer 3: numba's kernel signatures, as strings: `@cuda.jit("void(float32[:], float32[:, ::1], int32)")`.
+"""Layer 3: numba's kernel signatures: `@cuda.jit("void(float32[:], float32[:, ::1], int32)")`, or the same with
+numba's type objects (`void(float32[:], float32[:, ::1], int32)`, or the argument types alone as a tuple,
+`(float32[:], int32)`; `lapis.numba` has them where numba users import them).
 
 A kernel given signatures (one string or a list of them) is compiled for each when it is decorated, so a
 compile error shows at the decorator, as numba's does; each launch then takes the first signature its
@@ -20,11 +22,25 @@ _NAMES = {"b1": "bool", "boolean": "bool", "f4": "float32", "f8": "float64", "i4
           "u4": "uint32", "f2": "float16"}
 
 
-def parse(signature: str) -> tuple:
-    """The argument types of a kernel signature, "void(type, ...)"; TypeError for anything else."""
+def is_signature(x) -> bool:
+    """Whether x is one kernel signature: a string, a signature object or a tuple of argument types."""
+    return isinstance(x, str | T.Signature) or isinstance(x, tuple) and all(
+        isinstance(a, T.Scalar | T.ArrayType) for a in x)
+
+
+def parse(signature) -> tuple:
+    """The argument types of a kernel signature, "void(type, ...)", void(type, ...) or (type, ...); TypeError for
+    anything else."""
+    if isinstance(signature, T.Signature):
+        if signature.return_type is not T.void:
+            raise TypeError(f"kernel signature {signature}: a kernel returns nothing (void(...)); a signature with "
+                            "a return type is a device function's (cuda.jit(..., device=True))")
+        return signature.args
+    if isinstance(signature, tuple) and is_signature(signature):
+        return signature
     if not isinstance(signature, str):
-        raise TypeError(f"kernel signature {signature!r}: lapis takes signatures as strings, "
-                        "'void(float32[:], int32)' (numba's type objects are not provided)")
+        raise TypeError(f"kernel signature {signature!r}: expected 'void(float32[:], int32)', "
+                        "void(float32[:], int32) or (float32[:], int32)")
     whole = _SIGNATURE.fullmatch(signature)
     if whole is None:
         raise TypeError(f"kernel signature {signature!r}: expected 'void(argument types, ...)' (a kernel returns "

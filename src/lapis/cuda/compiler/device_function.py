@@ -81,3 +81,14 @@ def parse_source(pyfunc, source: str) -> ast.Module:
         except SyntaxError:
             raise ValueError("the lines that define this lambda do not parse on their own: give the function a def "
                              "of its own") from None
+
+
+class HostDeviceFunction(DeviceFunction):
+    """A function both sides call: the host runs it as Python, a kernel inlines it (numba's @jit functions,
+    which numba compiles for the GPU where a kernel calls them)."""
+
+    def __call__(self, *args, **kwargs):
+        return self.py_func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<lapis host and device function {self.__name__}>"

@@ -54,6 +54,16 @@ class Scalar:
     def __str__(self) -> str:
         return self.name
 
+    # numba's spelling of types on the host, for kernel signatures: float32[:, ::1] is a C-contiguous 2-d array
+    # type, float32(float32, int32) a device function's signature; float32(1.5) converts a number, as numba's does.
+    def __getitem__(self, dims) -> "ArrayType":
+        return array_type(self, dims)
+
+    def __call__(self, *args):
+        if len(args) == 1 and not isinstance(args[0], Scalar | ArrayType):
+            return self.dtype.type(args[0])
+        return Signature(self, _types(args))
+
 
 @dataclass(frozen=True)
 class Weak:
@@ -98,6 +108,51 @@ class ArrayType:
     def __str__(self) -> str:
         where = "" if self.space == "global" else f" in {self.space} memory"
         return f"array({self.dtype}, {self.ndim}d, {self.layout}){where}"
+
+
+@dataclass(frozen=True)
+class Signature:
+    """numba's signature object: `void(float32[:], int32)` (a kernel's) or `float32(float32)` (a device function's)."""
+    return_type: "Scalar | Void"
+    args: tuple
+
+    def __str__(self) -> str:
+        return f"{self.return_type}({', '.join(map(str, self.args))})"
+
+
+class Void:
+    """numba's `void`, the return type of a kernel: void(float32[:], int32) is a kernel's signature."""
+
+    def __call__(self, *args) -> Signature:
+        return Signature(self, _types(args))
+
+    def __repr__(self) -> str:
+        return "void"
+
+
+void = Void()
+
+
+def _types(args: tuple) -> tuple:
+    for a in args:
+        if not isinstance(a, Scalar | ArrayType):
+            raise TypeError(f"a signature's argument types are types such as float32 or float32[:], not {a!r}")
+    return tuple(args)
+
+
+def array_type(dtype: Scalar, dims) -> ArrayType:
+    """numba's array type from its subscript: [:] or [::1] one dimension, [:, :] two, with '::1' on the last
+    dimension C-contiguous and on the first F-contiguous (the one dimension of [::1] is C)."""
+    dims = dims if isinstance(dims, tuple) else (dims,)
+    steps = []
+    for d in dims:
+        if not isinstance(d, slice) or d.start is not None or d.stop is not None or d.step not in (None, 1):
+            raise TypeError(f"an array type's dimensions are ':' or '::1', as in {dtype}[:, ::1]; got {d!r}")
+        steps.append(d.step)
+    if steps.count(1) > 1 or 1 in steps[1:-1]:
+        raise TypeError(f"an array type has '::1' on its first or last dimension only, once; got {dtype}{list(dims)}")
+    layout = "C" if steps[-1] == 1 else "F" if steps[0] == 1 else "A"
+    return ArrayType(dtype, len(steps), layout)
 
 
 def scalar_of(dtype) -> Scalar:

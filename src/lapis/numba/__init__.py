@@ -1,0 +1,58 @@
+"""Layer 3, `lapis.numba`: numba's import surface for CUDA programs, so only the imports change.
+
+    from numba import cuda, float32, int32, void        # becomes
+    from lapis.numba import cuda, float32, int32, void
+
+    @cuda.jit(void(float32[:], float32[:], int32))
+    def scale(x, out, n): ...
+
+What is here: `cuda` (`lapis.cuda`), numba's scalar type objects (`float32`, `int32`, ... and the short names
+`f4`, `i4`, ...), `void`, `types` (the same, with `types.Array(float32, 2, "C")`), and `jit`/`njit`, whose functions
+run as Python on the host and are inlined where a kernel calls them (numba compiles them for the GPU there).
+There is no CPU compiler behind `njit` (it does not make host code faster), and numba's other targets
+(`vectorize`, `prange`, `numba.cuda.random`) are not provided yet: `docs/layer3-programming-interface.md` lists
+what is missing.
+"""
+
+import types as _namespaces
+
+from lapis import cuda
+from lapis.cuda.compiler import types as _T
+from lapis.cuda.compiler.device_function import HostDeviceFunction
+
+# The numba release whose CUDA API this follows, for programs that print or compare it.
+__version__ = "0.61.0"
+
+boolean = b1 = _T.boolean
+int8, int16, int32, int64 = _T.int8, _T.int16, _T.int32, _T.int64
+uint8, uint16, uint32 = _T.uint8, _T.uint16, _T.uint32
+float16, float32, float64 = _T.float16, _T.float32, _T.float64
+i1, i2, i4, i8, u1, u2, u4, f2, f4, f8 = int8, int16, int32, int64, uint8, uint16, uint32, float16, float32, float64
+void = none = _T.void
+_SCALARS = {"boolean": boolean, "b1": b1, "int8": int8, "int16": int16, "int32": int32, "int64": int64,
+            "uint8": uint8, "uint16": uint16, "uint32": uint32, "float16": float16, "float32": float32,
+            "float64": float64, "i1": i1, "i2": i2, "i4": i4, "i8": i8, "u1": u1, "u2": u2, "u4": u4, "f2": f2,
+            "f4": f4, "f8": f8}
+
+
+def Array(dtype, ndim: int, layout: str = "A") -> _T.ArrayType:
+    """numba.types.Array(dtype, ndim, layout): an array argument type, as float32[:, ::1] spells it."""
+    if layout not in ("C", "F", "A"):
+        raise ValueError(f"an array type's layout is 'C', 'F' or 'A', not {layout!r}")
+    return _T.ArrayType(_T.scalar_of(dtype), ndim, layout)
+
+
+types = _namespaces.SimpleNamespace(**_SCALARS, void=void, none=none, Array=Array)
+
+
+def jit(function=None, *args, **options):
+    """numba's @jit / @njit (with or without a signature and options): the function runs as Python on the host
+    and is inlined where a kernel calls it, as numba compiles it for the GPU there."""
+    if callable(function) and not isinstance(function, _T.Scalar):
+        return HostDeviceFunction(function)
+    return HostDeviceFunction
+
+
+njit = jit
+
+__all__ = ["Array", "cuda", "jit", "njit", "none", "types", "void", *_SCALARS]
