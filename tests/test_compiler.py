@@ -849,6 +849,40 @@ def test_the_bitwise_and_wrapping_atomics_numba_has(dtype):
     assert counters.copy_to_host().tolist() == [increments, decrements] and flag.copy_to_host()[0] != 0
 
 
+def test_float64_atomics_on_global_and_shared_memory():
+    """atomic.add/sub/max/min/exch on float64 arrays (ATOMG.F64 and ATOMS.F64), as numba's on sm_60 and later: every
+    lane's update lands, max and min return the value each lane saw, and a block's shared partial sums add up."""
+    @cuda.jit
+    def update(x, totals, extremes, seen, swapped):
+        i = cuda.grid(1)
+        partial = cuda.shared.array(1, np.float64)
+        if cuda.threadIdx.x == 0:
+            partial[0] = 0.0
+        cuda.syncthreads()
+        if i < x.size:
+            cuda.atomic.add(totals, 0, x[i])
+            cuda.atomic.sub(totals, 1, x[i])
+            cuda.atomic.add(partial, 0, x[i])
+            seen[i] = cuda.atomic.max(extremes, 0, x[i])
+            cuda.atomic.min(extremes, 1, x[i])
+            cuda.atomic.exch(swapped, i % 3, x[i])
+        cuda.syncthreads()
+        if cuda.threadIdx.x == 0:
+            cuda.atomic.add(totals, 2, partial[0])
+
+    x = rng.standard_normal(300) * 1e3
+    totals, extremes = cuda.to_device(np.zeros(3)), cuda.to_device(np.array([-np.inf, np.inf]))
+    seen, swapped = cuda.device_array(300, np.float64), cuda.to_device(np.zeros(3))
+    update[3, 128](cuda.to_device(x), totals, extremes, seen, swapped)
+    t = totals.copy_to_host()
+    assert np.allclose(t, [x.sum(), -x.sum(), x.sum()], rtol=1e-12, atol=1e-9)
+    assert extremes.copy_to_host().tolist() == [x.max(), x.min()]
+    got = seen.copy_to_host()                          # in lane order: each lane sees the running maximum before it
+    assert np.array_equal(got, np.maximum.accumulate(np.r_[-np.inf, x[:-1]]))
+    assert set(swapped.copy_to_host()) <= set(x)
+    assert "ATOMG.ADD.F64" in update.inspect_asm() and "ATOMS.ADD.F64" in update.inspect_asm()
+
+
 def test_a_row_of_an_array_is_an_array_as_numbas_a_of_i():
     """A[i] of a 2-D A is its row, a view: A[i][j] as A[i, j], len() and .shape of it, and atomics, local and shared
     arrays the same way."""

@@ -345,6 +345,27 @@ def test_atomics_match_a_sequential_reference(addresses, op):
     assert np.array_equal(memory, expected_mem)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 7), min_size=32, max_size=32), st.sampled_from(["ADD", "MIN", "MAX", "EXCH"]))
+def test_float64_atomics_match_a_sequential_reference(addresses, op):
+    """F64 atomics on 64-bit words: MIN, MAX and EXCH exactly as one lane after another; ADD within float64 rounding
+    (each address's lanes are summed wider and rounded once)."""
+    from lapis.hardware import atomics
+    memory = (np.arange(8) * 0.7 - 2).view(np.uint64).copy()
+    values = (np.arange(32) * 1.3 % 5 - 2.5).view(np.uint64)
+    expected_mem, expected_old = memory.view(np.float64).copy(), []
+    for addr, v in zip(addresses, values.view(np.float64), strict=True):
+        old = expected_mem[addr]
+        expected_old.append(old)
+        expected_mem[addr] = {"ADD": old + v, "MIN": min(old, v), "MAX": max(old, v), "EXCH": v}[op]
+    old = atomics.apply(memory, np.array(addresses), values, op, "F64").view(np.float64)
+    if op == "ADD":
+        assert np.allclose(old, expected_old, rtol=1e-15, atol=1e-14)
+        assert np.allclose(memory.view(np.float64), expected_mem, rtol=1e-15, atol=1e-14)
+    else:
+        assert np.array_equal(old, expected_old) and np.array_equal(memory.view(np.float64), expected_mem)
+
+
 def test_assembler_reads_absolute_values():
     inst = isa.parse_instruction("FADD R1, -|R2|, |c[0x0][0x10]| ;")
     assert (inst.neg, inst.abs_) == ("a", "ab")

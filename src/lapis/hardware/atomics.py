@@ -7,8 +7,9 @@ value memory held just before its own operation. No loop runs over lanes: lanes 
 by address, and
   - integer ADD and EXCH are segmented prefix scans (one cumulative sum / one shift);
   - 32-bit integer MIN and MAX are segmented running maxima (segment id in the high bits);
-  - float ADD sums in float64 along each address's lanes and rounds each value once to
-    float32 (a simplification: hardware rounds after every addition);
+  - float ADD sums in float64 (float32 values) or the host's long double (float64 values)
+    along each address's lanes and rounds each value once to the array's format (a
+    simplification: hardware rounds after every addition);
   - CAS, float MIN/MAX and 64-bit MIN/MAX run in rounds: round r applies the r-th lane of
     every address, so the number of numpy steps is the largest number of lanes sharing an
     address, not the number of lanes.
@@ -19,6 +20,9 @@ import numpy as np
 from lapis.hardware.numerics import float_max, float_min, order_key
 
 U32, I32, F32, U64, I64, F64 = np.uint32, np.int32, np.float32, np.uint64, np.int64, np.float64
+FLOATS = {"F32": F32, "F64": F64}
+# What float ADD sums an address's lanes in before rounding each once: wider than the format.
+SUMS = {"F32": F64, "F64": np.longdouble}
 
 
 def combine(op: str, t: str, old: np.ndarray, value: np.ndarray, new: np.ndarray | None) -> np.ndarray:
@@ -27,10 +31,11 @@ def combine(op: str, t: str, old: np.ndarray, value: np.ndarray, new: np.ndarray
         return value
     if op == "CAS":
         return np.where(old == value, new, old)
-    if t == "F32":
-        a, b = old.view(F32), value.view(F32)
+    if t in FLOATS:
+        f = FLOATS[t]
+        a, b = old.view(f), value.view(f)
         fn = {"ADD": np.add, "MIN": float_min, "MAX": float_max}[op]
-        return fn(a, b).astype(F32).view(U32)
+        return fn(a, b).astype(f).view(old.dtype)
     if op == "ADD":
         return old + value
     view = {"U32": U32, "S32": I32, "U64": U64}[t]
@@ -60,7 +65,7 @@ def apply(memory: np.ndarray, index: np.ndarray, value: np.ndarray, op: str, t: 
     addresses = sorted_index[starts]
     before = memory[addresses]
     v = value[order]
-    if op in ("ADD", "EXCH") and t != "F32":
+    if op == "EXCH" or op == "ADD" and t not in FLOATS:
         if op == "ADD":
             total = np.cumsum(v.astype(U64))
             exclusive = total - v - (total[starts] - v[starts])[seg]
@@ -71,13 +76,14 @@ def apply(memory: np.ndarray, index: np.ndarray, value: np.ndarray, op: str, t: 
             old_sorted[1:] = v[:-1]
             old_sorted[starts] = before
             memory[addresses] = v[ends]
-    elif op == "ADD":                                # float32
-        x = v.view(F32).astype(F64)
+    elif op == "ADD":                                # float32 or float64
+        f, wide = FLOATS[t], SUMS[t]
+        x = v.view(f).astype(wide)
         total = np.cumsum(x)
         exclusive = total - x - (total[starts] - x[starts])[seg]
-        old_f64 = before.view(F32).astype(F64)[seg] + exclusive
-        old_sorted = old_f64.astype(F32).view(U32)
-        memory[addresses] = (old_f64[ends] + x[ends]).astype(F32).view(U32)
+        old_wide = before.view(f).astype(wide)[seg] + exclusive
+        old_sorted = old_wide.astype(f).view(memory.dtype)
+        memory[addresses] = (old_wide[ends] + x[ends]).astype(f).view(memory.dtype)
     elif op in ("MIN", "MAX") and t in ("U32", "S32"):
         sign = 1 if op == "MAX" else -1
         span = np.int64(1) << np.int64(34)           # keys fit in 33 bits; each address gets its own range

@@ -51,7 +51,7 @@ MEM_BYTES = dict(zip(MEM_WIDTH, (4, 1, 1, 2, 2, 8, 16), strict=True))   # bytes 
 FLOATS = ("F32", "F64", "F16", "BF16")                   # F16 and BF16 live in a register's low half
 HALF = ("F16", "BF16")                                    # packed: two halves per register
 ATOM_OP = ("ADD", "MIN", "MAX", "EXCH", "CAS")
-ATOM_TYPE = ("U32", "S32", "F32", "U64")
+ATOM_TYPE = ("U32", "S32", "F32", "U64", "F64")
 
 _ROWS = [
     # control

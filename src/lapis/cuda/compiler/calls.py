@@ -390,9 +390,10 @@ X = (Param("x"),)
 MASKED = (Param("mask"), Param("predicate"))
 SHUFFLE = (Param("mask"), Param("value", SHUFFLED))
 ARRAY_SHAPE = (Param("shape", SHAPE), Param("dtype", DTYPE))
-ATOMIC_TYPES = {"add": (T.int32, T.uint32, T.float32, T.int64), "sub": (T.int32, T.uint32, T.float32, T.int64),
-                "max": (T.int32, T.uint32, T.float32), "min": (T.int32, T.uint32, T.float32),
-                "exch": (T.int32, T.uint32, T.float32, T.int64), "cas": (T.int32, T.uint32)}
+ATOMIC_TYPES = {"add": (T.int32, T.uint32, T.float32, T.int64, T.float64),
+                "sub": (T.int32, T.uint32, T.float32, T.int64, T.float64),
+                "max": (T.int32, T.uint32, T.float32, T.float64), "min": (T.int32, T.uint32, T.float32, T.float64),
+                "exch": (T.int32, T.uint32, T.float32, T.int64, T.float64), "cas": (T.int32, T.uint32)}
 
 CALLS: dict[object, Builtin] = {
     K.syncthreads: Builtin("cuda.syncthreads", (), _barrier),

@@ -849,7 +849,7 @@ class InstructionSelector:
     def op_atomic(self, v):
         addr, *values = v.args
         t, op = v.type, v.attrs["op"].upper()
-        kind = {"int32": "S32", "uint32": "U32", "float32": "F32"}.get(t.name, "U64")
+        kind = {"int32": "S32", "uint32": "U32", "float32": "F32", "float64": "F64"}.get(t.name, "U64")
         base, offset = self.address(addr)
         data = self.reg(values[0])
         if op == "CAS":                      # compare and new value travel in a register pair
