@@ -25,7 +25,10 @@ import types
 import ml_dtypes
 import numpy as np
 
-from lapis.cuda import fp16  # numba's cuda.fp16 namespace (half-precision intrinsics)
+from lapis.cuda import (
+    fp16,  # numba's cuda.fp16 namespace (half-precision intrinsics)
+    random,  # numba's cuda.random (xoroshiro128+ generators)
+)
 from lapis.cuda.api import Api
 from lapis.cuda.compiler import CompileError
 from lapis.cuda.compiler.intrinsics import (
@@ -86,6 +89,7 @@ from lapis.cuda.reduction import Reduce as _Reduce
 from lapis.cuda.runtime_api import DevicePointer, RuntimeApi
 
 _api = Api("cuda", "nvidia")
+random.api = _api                                # cuda.random's states go to this API's devices
 jit = _api.jit
 to_device = _api.to_device
 device_array = _api.device_array
@@ -166,5 +170,5 @@ __all__ = [
     "get_device_name", "get_device_properties", "PerformanceWarning", "manual_seed", "manual_seed_all",
     "is_bf16_supported", "amp", "popc", "brev", "clz", "ffs", "fma", "cbrt", "activemask", "lanemask_lt",
     "eq_sync", "match_any_sync", "match_all_sync", "syncthreads_count", "syncthreads_and",
-    "syncthreads_or", "Reduce", "reduce", "fp16", *_runtime_api.namespace(),
+    "syncthreads_or", "Reduce", "reduce", "fp16", "random", *_runtime_api.namespace(),
 ]

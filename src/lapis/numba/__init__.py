@@ -6,12 +6,12 @@
     @cuda.jit(void(float32[:], float32[:], int32))
     def scale(x, out, n): ...
 
-What is here: `cuda` (`lapis.cuda`), numba's scalar type objects (`float32`, `int32`, ... and the short names
-`f4`, `i4`, ...), `void`, `types` (the same, with `types.Array(float32, 2, "C")`), and `jit`/`njit`, whose functions
-run as Python on the host and are inlined where a kernel calls them (numba compiles them for the GPU there).
-There is no CPU compiler behind `njit` (it does not make host code faster), and numba's other targets
-(`vectorize`, `prange`, `numba.cuda.random`) are not provided yet: `docs/layer3-programming-interface.md` lists
-what is missing.
+What is here: `cuda` (`lapis.cuda`; numba.cuda.random is `lapis.cuda.random`), numba's scalar type objects
+(`float32`, `int32`, ... and the short names `f4`, `i4`, ...), `void`, `types` (the same, with
+`types.Array(float32, 2, "C")`), and `jit`/`njit`, whose functions run as Python on the host and are inlined where a
+kernel calls them (numba compiles them for the GPU there). There is no CPU compiler behind `njit` (it does not make
+host code faster), and numba's other targets (`vectorize`, `prange`) are not provided yet:
+`docs/layer3-programming-interface.md` lists what is missing.
 """
 
 import types as _namespaces
