@@ -119,13 +119,12 @@ def coshf(x):
 @DeviceFunction
 def tanhf(x):
     """1 - 2 / (e^2x + 1): saturates to +-1 where e^2x overflows or vanishes, with no inf / inf; below 0.625 in
-    magnitude, where that cancels x's digits, Cephes' odd polynomial (TANH_NEAR_0)."""
-    if abs(x) < 0.625:
-        z = x * x
-        r = (((((T5 * z + T4) * z + T3) * z + T2) * z + T1) * z) * x + x
-    else:
-        r = fast_rcp(math.exp2(x * (2 * LOG2E)) + 1.0) * -2.0 + 1.0
-    return r
+    magnitude, where that cancels x's digits, Cephes' odd polynomial (TANH_NEAR_0). Both are computed and one
+    selected, without a branch: lanes on either side of 0.625 stay together (as CUDA's tanhf, branch-free)."""
+    z = x * x
+    near = (((((T5 * z + T4) * z + T3) * z + T2) * z + T1) * z) * x + x
+    far = fast_rcp(math.exp2(x * (2 * LOG2E)) + 1.0) * -2.0 + 1.0
+    return near if abs(x) < 0.625 else far
 
 
 @DeviceFunction
@@ -182,14 +181,13 @@ def erfc_abs(x):
 @DeviceFunction
 def erff(x):
     """1 - erfc |x| with x's sign; below 1 in magnitude, where that would leave an absolute error of 1.5e-7 (all
-    of a small erf's digits), Cephes' x P(x^2) (ERF_NEAR_0)."""
-    if abs(x) < 1.0:
-        z = x * x
-        r = ((((((E6 * z + E5) * z + E4) * z + E3) * z + E2) * z + E1) * z + E0) * x
-    else:
-        e = 1.0 - erfc_abs(x)
-        r = -e if x < 0.0 else e
-    return r
+    of a small erf's digits), Cephes' x P(x^2) (ERF_NEAR_0). Both are computed and one selected, without a
+    branch (as `tanhf`)."""
+    z = x * x
+    near = ((((((E6 * z + E5) * z + E4) * z + E3) * z + E2) * z + E1) * z + E0) * x
+    e = 1.0 - erfc_abs(x)
+    far = -e if x < 0.0 else e
+    return near if abs(x) < 1.0 else far
 
 
 @DeviceFunction
