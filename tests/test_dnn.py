@@ -504,7 +504,8 @@ def test_the_package_exports_every_family_name_and_keeps_kernels_beside_their_wr
             if not name.startswith("_") and not inspect.ismodule(value) and \
                     getattr(value, "__module__", module.__name__) == module.__name__:
                 assert name in dnn.__all__ and getattr(dnn, name) is value, f"{module.__name__}.{name}"
-    for kernel, wrapper in ((dnn.activation_kernel, dnn.activation_forward), (dnn.dropout_kernel, dnn.dropout_forward),
+    for kernel, wrapper in ((dnn.make_activation_kernel, dnn.activation_forward),
+                            (dnn.dropout_kernel, dnn.dropout_forward),
                             (dnn.softmax_backward_kernel, dnn.softmax_backward),
                             (dnn.batch_norm_forward_kernel, dnn.batch_norm_forward),
                             (dnn.pooling_backward_kernel, dnn.pooling_backward),

@@ -28,11 +28,12 @@ importable from `lapis.libs.dnn` itself.
 """
 
 from lapis.libs.dnn.activation import (
+    ACTIVATION_KERNELS,
     ACTIVATIONS,
     activate,
     activation_backward,
     activation_forward,
-    activation_kernel,
+    make_activation_kernel,
     softmax_backward,
     softmax_backward_kernel,
     softmax_forward,
@@ -111,22 +112,22 @@ from lapis.libs.dnn.pooling import (
 )
 
 __all__ = [
-    "ACTIVATIONS", "CONV_ALGORITHMS", "CONV_BACKWARD_DATA_ALGORITHMS", "CONV_BACKWARD_FILTER_ALGORITHMS",
-    "CONV_DIRECTIONS", "CONV_FORWARD_ALGORITHMS", "CONV_GEMM_KERNELS", "CONV_MICRO_ROWS", "KEY_TILE", "POOL_MAX_GRID_Y",
-    "MAX_HEAD_DIM", "QUERY_TILE", "ROW_THREADS", "SPLIT_K_MIN_DEPTH", "SPLIT_K_TARGET_BLOCKS", "THREADS",
-    "ConvGeometry", "ConvolutionDescriptor", "DnnError", "FilterDescriptor", "Handle", "TensorDescriptor", "activate",
-    "activation_backward", "activation_forward", "activation_kernel", "advance_digits", "attention_backward",
-    "attention_delta_kernel", "attention_dkv_kernel", "attention_dq_kernel", "attention_forward",
-    "attention_forward_kernel", "batch_norm_backward", "batch_norm_backward_kernel", "batch_norm_forward",
-    "batch_norm_forward_kernel", "conv_backward_data_kernel", "conv_backward_filter_kernel", "conv_col2im_kernel",
-    "conv_direct_kernel", "conv_im2col_kernel", "convolution_backward_data", "convolution_backward_filter",
-    "convolution_forward", "convolution_output", "convolution_workspace_size", "create", "dropout_backward",
-    "dropout_forward", "dropout_kernel", "find_convolution_backward_data_algorithm",
+    "ACTIVATION_KERNELS", "ACTIVATIONS", "CONV_ALGORITHMS", "CONV_BACKWARD_DATA_ALGORITHMS",
+    "CONV_BACKWARD_FILTER_ALGORITHMS", "CONV_DIRECTIONS", "CONV_FORWARD_ALGORITHMS", "CONV_GEMM_KERNELS",
+    "CONV_MICRO_ROWS", "KEY_TILE", "POOL_MAX_GRID_Y", "MAX_HEAD_DIM", "QUERY_TILE", "ROW_THREADS",
+    "SPLIT_K_MIN_DEPTH", "SPLIT_K_TARGET_BLOCKS", "THREADS", "ConvGeometry", "ConvolutionDescriptor", "DnnError",
+    "FilterDescriptor", "Handle", "TensorDescriptor", "activate", "activation_backward", "activation_forward",
+    "advance_digits", "attention_backward", "attention_delta_kernel", "attention_dkv_kernel", "attention_dq_kernel",
+    "attention_forward", "attention_forward_kernel", "batch_norm_backward", "batch_norm_backward_kernel",
+    "batch_norm_forward", "batch_norm_forward_kernel", "conv_backward_data_kernel", "conv_backward_filter_kernel",
+    "conv_col2im_kernel", "conv_direct_kernel", "conv_im2col_kernel", "convolution_backward_data",
+    "convolution_backward_filter", "convolution_forward", "convolution_output", "convolution_workspace_size",
+    "create", "dropout_backward", "dropout_forward", "dropout_kernel", "find_convolution_backward_data_algorithm",
     "find_convolution_backward_filter_algorithm", "find_convolution_forward_algorithm", "get_convolution_algorithm",
     "lanes_kernels", "layer_norm_backward", "layer_norm_backward_kernel", "layer_norm_forward",
-    "layer_norm_forward_kernel", "layer_norm_params_backward_kernel", "make_conv_gemm_kernel", "nll_backward_kernel",
-    "nll_forward_kernel", "nll_loss_backward", "nll_loss_forward", "REDUCTIONS", "pooling_backward",
-    "pooling_backward_kernel", "pooling_forward", "pooling_forward_kernel", "pooling_output", "row_start",
-    "row_threads", "softmax_backward", "softmax_backward_kernel", "softmax_forward", "softmax_forward_kernel",
-    "split_index", "uniform"
+    "layer_norm_forward_kernel", "layer_norm_params_backward_kernel", "make_activation_kernel",
+    "make_conv_gemm_kernel", "nll_backward_kernel", "nll_forward_kernel", "nll_loss_backward", "nll_loss_forward",
+    "REDUCTIONS", "pooling_backward", "pooling_backward_kernel", "pooling_forward", "pooling_forward_kernel",
+    "pooling_output", "row_start", "row_threads", "softmax_backward", "softmax_backward_kernel", "softmax_forward",
+    "softmax_forward_kernel", "split_index", "uniform",
 ]

@@ -36,12 +36,23 @@ def activate(kind, v):
     return s, s * (one - s)
 
 
-def activation_kernel(n, kind, backward, x, dy, out):
-    i = cuda.grid(1)
-    while i < n:
-        value, slope = activate(kind, x[i])
-        out[i] = slope * dy[i] if backward else value
-        i += cuda.gridsize(1)
+def make_activation_kernel(kind: int, backward: bool):
+    """The kernel of one activation in one direction, both compile-time constants (closure variables): it holds
+    only that function's code, where a kernel taking the kind at run time ends each run of arithmetic at a branch."""
+    def activation_kernel(n, x, dy, out):
+        i = cuda.grid(1)
+        while i < n:
+            value, slope = activate(kind, x[i])
+            if backward:
+                out[i] = slope * dy[i]
+            else:
+                out[i] = value
+            i += cuda.gridsize(1)
+    return activation_kernel
+
+
+ACTIVATION_KERNELS = {(kind, backward): make_activation_kernel(kind, backward)
+                      for kind in ACTIVATIONS.values() for backward in (False, True)}
 
 
 def activation_forward(handle: Handle, mode: str, desc: TensorDescriptor, x, y) -> None:
@@ -61,8 +72,8 @@ def _activation(handle, mode, desc, x, dy, out, backward: bool) -> None:
     fx, fdy, fout = _flat(x, "x", n), _flat(dy, "dy", n), _flat(out, "dx" if backward else "y", n)
     with trace.span(4, "activation_backward" if backward else "activation_forward", mode=mode, dims=desc.dims):
         if n:
-            handle.kernel(activation_kernel)[_blocks(n), THREADS, handle.stream](
-                np.int64(n), np.int32(ACTIVATIONS[mode]), backward, fx, fdy, fout)
+            handle.kernel(ACTIVATION_KERNELS[ACTIVATIONS[mode], backward])[_blocks(n), THREADS, handle.stream](
+                np.int64(n), fx, fdy, fout)
 
 
 def softmax_forward_kernel(cols, log, x, y):
