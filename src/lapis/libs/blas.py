@@ -99,9 +99,12 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
     VEC_B = vector_b and BK * BN % (4 * THREADS) == 0 and BK == 8
     A_VSTEPS, B_VSTEPS = BM * BK // (4 * THREADS), BK * BN // (4 * THREADS)
     A_VREGS, B_VREGS = max(A_VSTEPS, 1), max(B_VSTEPS, 1)
-    # A warp stores the B slice k-fastest: 32 // BK consecutive j of BK k each. Rows padded to a width
-    # of 32 // BK (mod 32) put all 32 stores in different banks; at least 4, so rows stay 16-byte aligned.
-    PAD = max(4, 32 // BK)
+    # A thread stages B's elements e = tx + step * THREADS k-fastest, in groups of KG = min(BK, 8) k (one 32-byte
+    # sector of a column of column-major B): element e is k = e // (KG * BN) * KG + e % KG of column e // KG % BN,
+    # so a warp stores KG k of 32 // KG columns. Rows padded to 32 // KG words (mod 32; at least 4, so they stay
+    # 16-byte aligned for the 128-bit reads) put its 32 stores in 32 banks.
+    KG = min(BK, 8)
+    PAD = max(4, 32 // KG)
     SB_ROW = BN + PAD
     # A thread's rows of C are TM // 4 runs of four, BM // (TM // 4) apart (columns likewise), so each run
     # of a staged slice is one 128-bit shared load (an f32x4 fragment).
@@ -139,7 +142,7 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
             a_off[step] = za + (i0 + e % BM) * a_si + e // BM * a_sp
         for step in range(B_STEPS):
             e = tx + step * THREADS
-            b_off[step] = zb + e % BK * b_sp + (j0 + e // BK) * b_sj
+            b_off[step] = zb + (e // (KG * BN) * KG + e % KG) * b_sp + (j0 + e // KG % BN) * b_sj
         # Vector v = tx + step * THREADS of a slice is A's rows 4 (v % (BM / 4)) .. + 3 at k = v // (BM / 4), and
         # B's k 4 (v % (BK / 4)) .. + 3 at column v // (BK / 4).
         a_voff = local.array(A_VREGS, np.int32)
@@ -179,7 +182,7 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
                 else:
                     for step in range(B_STEPS):
                         e = tx + step * THREADS
-                        sB[e % BK * SB_ROW + e // BK] = vb[step]
+                        sB[(e // (KG * BN) * KG + e % KG) * SB_ROW + e // KG % BN] = vb[step]
                 syncthreads()
             vectors = inside and p1 + BK <= k
             if vectors:
@@ -204,7 +207,7 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
                 for step in range(B_STEPS):
                     e = tx + step * THREADS
                     vb[step] = float32(0.0)
-                    if p1 + e % BK < k and j0 + e // BK < n:
+                    if p1 + e // (KG * BN) * KG + e % KG < k and j0 + e // KG % BN < n:
                         vb[step] = float32(B[b_off[step] + p1 * b_sp])
             if p1 > 0:
                 for pp in range(BK):
