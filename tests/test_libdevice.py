@@ -103,7 +103,10 @@ X64 = np.concatenate([np.abs(rng.standard_normal(1000)) * 10.0 ** rng.integers(-
 ULPS_64 = {"sqrt": 1, "exp": 3, "log": 1, "log10": 1}     # measured over X64: sqrt, log and log10 within an ulp
 
 
-@pytest.mark.parametrize("name", sorted(set(calls.LIBDEVICE_FLOAT64) - {"pow"}))
+TRIG = {"sin", "cos", "tan"}
+
+
+@pytest.mark.parametrize("name", sorted(set(calls.LIBDEVICE_FLOAT64) - {"pow"} - TRIG))
 def test_float64_functions_are_accurate_in_float64(name):
     """sqrt, exp, log and log10 of float64 arguments, computed in float64: within ULPS_64 ulps of numpy's over
     magnitudes from subnormals to 1e308 (exp over its whole finite range and past it), IEEE 754's special values
@@ -119,6 +122,26 @@ def test_float64_functions_are_accurate_in_float64(name):
     ulps = np.abs(got[inexact] - want[inexact]) / np.spacing(np.abs(want[inexact]))
     assert ulps.max(initial=0) <= ULPS_64[name], X64[inexact][np.argmax(ulps)]
     assert run(fn, np.float32(X64[1500:1600])).dtype == np.float32         # float32 keeps its own functions
+
+
+@pytest.mark.parametrize("name", sorted(TRIG))
+def test_float64_sin_cos_and_tan_are_accurate_in_float64(name):
+    """float64 sin and cos within an ulp of numpy's, tan within two, for |x| below 2^20 pi/2 (fdlibm's reduction
+    by pi/2 in three parts): near multiples of pi/2, where the reduction cancels most digits, from 1e-300 up,
+    with the sign of zero kept and NaN at infinities and NaN; beyond, digits go (1e-9 at 1e7, and from 2^40 the
+    float32 functions answer, as `libdevice.LARGE` says)."""
+    fn, numpy_fn, _, _ = UNARY[name]
+    near = np.pi / 2 * rng.integers(-600000, 600000, 400) + rng.uniform(-1e-9, 1e-9, 400)
+    x = np.concatenate([rng.uniform(-10, 10, 1000), rng.uniform(-1.6e6, 1.6e6, 1000), near,
+                        10.0 ** rng.uniform(-300, 0, 200), [0.0, -0.0, np.pi, -np.pi / 2, 5e-324]])
+    got, want = run(fn, x), numpy_fn(x)
+    ulps = np.abs(got - want) / np.spacing(np.abs(want))
+    assert ulps.max() <= (2 if name == "tan" else 1), x[np.argmax(ulps)]
+    assert np.array_equal(np.signbit(got[x == 0]), np.signbit(x[x == 0]) if name != "cos" else [False, False])
+    assert np.isnan(run(fn, np.array([np.inf, -np.inf, np.nan]))).all()
+    far = rng.uniform(1e7, 1e10, 200)
+    want = numpy_fn(far)                                # an error in the argument, times the slope (tan's 1 + tan^2)
+    assert (np.abs(run(fn, far) - want) / (1 + want * want)).max() < 1e-6
 
 
 def test_float64_pow_is_accurate_in_float64_with_c_signs():

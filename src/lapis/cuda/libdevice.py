@@ -10,10 +10,10 @@ instruction: `math.sqrt`, `sin`, `cos`, `exp2`, `log2` (MUFU), the reciprocal `f
 (MUFU.RCP), and `fabs`, `floor`, `ceil`, `trunc`.
 
 The functions with NVIDIA's `f` suffix take and return float32: a kernel's half-precision argument is
-converted to float32 for the call and the result converted back. `sqrt`, `exp`, `log`, `log10` and
-`pow` are float64 functions, computed in float64 (within a few ulps; pow within 2 |y ln x| more); the
-rest of math on float64 still goes through the float32 functions and carries float32 accuracy (see
-docs/layer3-programming-interface.md).
+converted to float32 for the call and the result converted back. `sqrt`, `exp`, `log`, `log10`, `pow`,
+`sin`, `cos` and `tan` are float64 functions, computed in float64 (within a few ulps; pow within 2 |y ln x|
+more; sin, cos and tan for |x| below 2^20 pi/2, losing digits beyond); the rest of math on float64 still goes
+through the float32 functions and carries float32 accuracy (see docs/layer3-programming-interface.md).
 """
 
 import math
@@ -594,6 +594,83 @@ def pow(x, y):
     elif y < 0.0:
         magnitude = exp(y * log(abs(x)))
     return pow_signs(x, y, magnitude)
+
+
+# sin and cos in float64, as fdlibm computes them (Sun's freely distributable libm, which glibc and CUDA's
+# libdevice follow): x = n pi/2 + (y0 + y1), |y0 + y1| <= pi/4, with pi/2 in three 33-bit parts (each product
+# n * part is exact while |n| < 2^20), then minimax polynomials for sin and cos on [-pi/4, pi/4] that take the
+# remainder's tail y1 into account. Beyond 2^20 pi/2 that reduction loses digits (about 1e-9 at 1e7, 1e-6 at 1e10,
+# 1e-4 at 1e12) and fdlibm turns to Payne and Hanek's, which is not here yet; from LARGE on the float32 functions
+# answer, as they did for every float64 argument before (float32-accurate at best).
+LARGE = 2.0 ** 40
+INV_PIO2 = 6.36619772367581382433e-01
+PIO2_1, PIO2_1T = 1.57079632673412561417e+00, 6.07710050650619224932e-11
+PIO2_2, PIO2_2T = 6.07710050630396597660e-11, 2.02226624879595063154e-21
+PIO2_3, PIO2_3T = 2.02226624871116645580e-21, 8.47842766036889956997e-32
+S1, S2, S3 = -1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04
+S4, S5, S6 = 2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10
+C1, C2, C3 = 4.16666666666666019037e-02, -1.38888888888741095749e-03, 2.48015872894767294178e-05
+C4, C5, C6 = -2.75573143513906633035e-07, 2.08757232129817482790e-09, -1.13596475577881948265e-11
+
+
+@DeviceFunction
+def reduce_pio2(x):
+    """(y0, y1, n mod 4) with x = n pi/2 + y0 + y1: fdlibm's reduction, all three of its steps (it stops early
+    where the remainder keeps enough digits): each subtracts n times the next 33-bit part of pi/2 and keeps, in w,
+    the rest of pi/2 times n with the rounding error of that subtraction."""
+    n = math.floor(x * INV_PIO2 + 0.5)
+    r = x - n * PIO2_1
+    t = r
+    r = t - n * PIO2_2
+    w = n * PIO2_2T - ((t - r) - n * PIO2_2)
+    t = r
+    r = t - n * PIO2_3
+    w = n * PIO2_3T - ((t - r) - n * PIO2_3)
+    y0 = r - w
+    return y0, (r - y0) - w, int64(n) & 3
+
+
+@DeviceFunction
+def sin_kernel(x, y):
+    """sin(x + y) for |x + y| <= pi/4, y the tail of x."""
+    z = x * x
+    v = z * x
+    r = S2 + z * (S3 + z * (S4 + z * (S5 + z * S6)))
+    return x - ((z * (0.5 * y - v * r) - y) - v * S1)
+
+
+@DeviceFunction
+def cos_kernel(x, y):
+    """cos(x + y) for |x + y| <= pi/4, y the tail of x."""
+    z = x * x
+    r = z * (C1 + z * (C2 + z * (C3 + z * (C4 + z * (C5 + z * C6)))))
+    hz = 0.5 * z
+    w = 1.0 - hz
+    return w + (((1.0 - w) - hz) + (z * r - x * y))
+
+
+@DeviceFunction
+def sin(x):
+    y0, y1, q = reduce_pio2(x)
+    s, c = sin_kernel(y0, y1), cos_kernel(y0, y1)
+    r = s if q == 0 else c if q == 1 else -s if q == 2 else -c
+    return r if abs(x) < LARGE else float64(math.sin(float32(x))) + x * 0.0    # NaN at +-inf and NaN
+
+
+@DeviceFunction
+def cos(x):
+    y0, y1, q = reduce_pio2(x)
+    s, c = sin_kernel(y0, y1), cos_kernel(y0, y1)
+    r = c if q == 0 else -s if q == 1 else -c if q == 2 else s
+    return r if abs(x) < LARGE else float64(math.cos(float32(x))) + x * 0.0
+
+
+@DeviceFunction
+def tan(x):
+    y0, y1, q = reduce_pio2(x)
+    s, c = sin_kernel(y0, y1), cos_kernel(y0, y1)
+    r = s / c if q == 0 or q == 2 else -c / s
+    return r if abs(x) < LARGE else float64(tanf(float32(x))) + x * 0.0
 
 
 # -- atomics the ISA has no instruction for: compare-and-swap loops, as CUDA compiles them on GPUs without one --

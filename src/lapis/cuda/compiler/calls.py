@@ -330,7 +330,7 @@ LIBDEVICE = {"exp": libdevice.expf, "log": libdevice.logf, "log10": libdevice.lo
 
 # float64 functions computed in float64 (the rest of float64 math goes through float32)
 LIBDEVICE_FLOAT64 = {"sqrt": libdevice.sqrt, "exp": libdevice.exp, "log": libdevice.log, "log10": libdevice.log10,
-                     "pow": libdevice.pow}
+                     "pow": libdevice.pow, "sin": libdevice.sin, "cos": libdevice.cos, "tan": libdevice.tan}
 
 
 def math_function(fe, name: str, args: list):
