@@ -131,10 +131,11 @@ def xoroshiro128p_normal_float32(states, index):
 
 @DeviceFunction
 def xoroshiro128p_normal_float64(states, index):
-    """A standard normal float64: Box-Muller in float64 on two float32 uniforms, as numba's computes it."""
-    u1 = float64(xoroshiro128p_uniform_float32(states, index))
-    u2 = float64(xoroshiro128p_uniform_float32(states, index))
-    return math.sqrt(-2.0 * math.log(u1)) * math.cos(2 * math.pi * u2)
+    """A standard normal float64: Box-Muller on two float32 uniforms, as numba's computes it (the logarithm of the
+    float32 uniform in float32, the rest in float64)."""
+    u1 = xoroshiro128p_uniform_float32(states, index)
+    u2 = xoroshiro128p_uniform_float32(states, index)
+    return math.sqrt(float64(-2.0) * math.log(u1)) * math.cos(float64(2 * math.pi) * u2)
 
 
 __all__ = ["create_xoroshiro128p_states", "init_xoroshiro128p_states", "xoroshiro128p_next",
