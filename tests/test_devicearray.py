@@ -93,3 +93,15 @@ def test_device_array_like_takes_a_device_array_too():
         like = cuda.device_array_like(cuda.to_device(host))
         assert like.shape == host.shape and like.dtype == host.dtype
         assert like.is_f_contiguous() == host.flags.f_contiguous and like.is_c_contiguous() == host.flags.c_contiguous
+
+
+def test_transpose_and_T_are_views_with_permuted_strides():
+    x = np.arange(24.0).reshape(2, 3, 4)
+    d = cuda.to_device(x)
+    assert np.array_equal(d.T.copy_to_host(), x.T) and d.T.strides == x.T.strides
+    for axes in ((1, 0, 2), (0, -1, 1)):               # neither C nor F: a view numba would not copy back either
+        view = d.transpose(axes)
+        assert (view.shape, view.strides) == (x.transpose(axes).shape, x.transpose(axes).strides)
+    assert d.T.ptr == d.ptr
+    with pytest.raises(ValueError, match="not a permutation"):
+        d.transpose((0, 0, 1))

@@ -769,3 +769,22 @@ def test_detect_lists_the_devices_as_numba_does(capsys):
     out = capsys.readouterr().out
     assert f"Found {cuda.device_count()} CUDA devices" in out and "[SUPPORTED]" in out
     assert f"{cuda.device_count()}/{cuda.device_count()} devices are supported" in out
+
+
+def test_gpus_list_devices_and_managed_arrays_as_numba_has_them():
+    assert len(cuda.gpus) == cuda.device_count() == len(cuda.list_devices())
+    assert cuda.gpus[0].name == cuda.list_devices()[0].name == cuda.get_current_device().name
+    with cuda.gpus[-1] as device:
+        assert cuda.get_current_device() is device
+    assert cuda.current_device() == 0
+
+    @cuda.jit
+    def bump(a):
+        i = cuda.grid(1)
+        if i < a.size:
+            a[i] += cuda.selp(i % 2 == 0, np.float32(1), np.float32(2))
+    managed = cuda.managed_array(6, dtype=np.float32)
+    managed[:] = 1
+    bump[1, 8](managed)
+    cuda.synchronize()
+    assert managed.tolist() == [2, 3, 2, 3, 2, 3]

@@ -93,3 +93,19 @@ def test_numbas_type_objects_spell_the_same_signatures():
         float32[1:3]
     with pytest.raises(TypeError, match="first or last dimension"):
         float32[:, ::1, :]
+
+
+def test_specialize_compiles_for_the_arguments_given_and_takes_only_their_types():
+    @cuda.jit
+    def scale(x, a):
+        i = cuda.grid(1)
+        if i < x.size:
+            x[i] *= a
+
+    x = cuda.to_device(np.ones(8, np.float32))
+    special = scale.specialize(x, np.float32(2))
+    assert len(special.overloads) == 1 and not scale.overloads
+    special[1, 8](x, 3.0)                               # a Python float: converted to the specialized float32
+    assert (x.copy_to_host() == 3).all()
+    with pytest.raises(TypeError, match="no signature"):
+        special[1, 8](cuda.to_device(np.ones(8)), 3.0)

@@ -29,7 +29,7 @@ from lapis.cuda import (
     fp16,  # numba's cuda.fp16 namespace (half-precision intrinsics)
     random,  # numba's cuda.random (xoroshiro128+ generators)
 )
-from lapis.cuda.api import Api
+from lapis.cuda.api import Api, DeviceList
 from lapis.cuda.compiler import CompileError
 from lapis.cuda.compiler.intrinsics import (
     all_sync,
@@ -81,6 +81,7 @@ from lapis.cuda.libdevice import (  # numba.cuda's bit and warp functions, built
     match_all_sync,
     match_any_sync,
     popc,
+    selp,
     syncthreads_and,
     syncthreads_count,
     syncthreads_or,
@@ -106,7 +107,9 @@ stream = _api.stream
 event = _api.event
 event_elapsed_time = _api.event_elapsed_time
 pinned_array, pinned = _api.pinned_array, _api.pinned
-mapped_array = _api.mapped_array
+mapped_array, managed_array = _api.mapped_array, _api.managed_array
+list_devices = _api.list_devices
+gpus = DeviceList(_api)                         # numba's cuda.gpus: len(cuda.gpus), with cuda.gpus[1]: ...
 memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_allocated
 memory_reserved, memory_stats, memory_summary = _api.memory_reserved, _api.memory_stats, _api.memory_summary
 empty_cache = _api.empty_cache
@@ -164,7 +167,8 @@ __all__ = [
     "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared", "synchronize",
     "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
-    "pinned_array", "mapped_array", "pinned", "stream", "memory_allocated", "max_memory_allocated",
+    "pinned_array", "mapped_array", "managed_array", "list_devices", "gpus", "selp",
+    "pinned", "stream", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "memory_stats", "memory_summary", "empty_cache", "current_device", "set_device",
     "current_stream",
     "get_device_name", "get_device_properties", "PerformanceWarning", "manual_seed", "manual_seed_all",

@@ -59,6 +59,45 @@ class DeviceProperties:
                 f"total_memory={self.total_memory // 2**20}MB, multi_processor_count={self.multi_processor_count})")
 
 
+class DeviceUse:
+    """One of numba's cuda.gpus: the device's attributes, and `with cuda.gpus[i]:` makes it current for the block."""
+
+    def __init__(self, api: "Api", index: int):
+        self._api, self._index, self._before = api, index, []
+
+    def __getattr__(self, name):
+        return getattr(self._api.context(self._index).device, name)
+
+    def __enter__(self):
+        self._before.append(self._api.current_device())
+        return self._api.select_device(self._index)
+
+    def __exit__(self, *exc) -> None:
+        self._api.select_device(self._before.pop())
+
+
+class DeviceList:
+    """numba's cuda.gpus: the API's devices, by index (each a `DeviceUse`); `current` is the current one."""
+
+    def __init__(self, api: "Api"):
+        self._api = api
+
+    def __len__(self) -> int:
+        return self._api.device_count()
+
+    def __getitem__(self, index: int) -> DeviceUse:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"device {index} out of range ({len(self)} present)")
+        return DeviceUse(self._api, index % len(self))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def current(self) -> DeviceUse:
+        return self[self._api.current_device()]
+
+
 class Api:
     def __init__(self, name: str, vendor: str):
         self.name, self.vendor = name, vendor
@@ -220,6 +259,17 @@ class Api:
         read and write in place (no copy around a launch; wait for the kernel before reading its writes).
         `strides`, `portable` and `wc` (write-combined) are accepted and ignored."""
         return self.context().pinned_array(shape, dtype, order).view(MappedNDArray)
+
+    def managed_array(self, shape, dtype=np.float64, strides=None, order: str = "C", stream=0,
+                      attach_global=True) -> np.ndarray:
+        """numba's cuda.managed_array (CUDA's managed memory): one array the host and kernels both use in place.
+        lapis gives it as `mapped_array` does, in pinned host memory the device reaches over PCIe: the
+        simulated driver does not migrate pages to VRAM, so kernels pay PCIe for its bytes."""
+        return self.mapped_array(shape, dtype, strides, order, stream)
+
+    def list_devices(self) -> list[Device]:
+        """numba's cuda.list_devices(): every device of this API."""
+        return [self.context(i).device for i in range(self.device_count())]
 
     @contextlib.contextmanager
     def pinned(self, *arrays):

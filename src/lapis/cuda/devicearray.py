@@ -205,6 +205,18 @@ class DeviceNDArray:
             raise NotImplementedError("operation requires copying")
         return self._view((self._size,), (self.dtype.itemsize,), self.dtype, layout="C")
 
+    def transpose(self, axes=None) -> "DeviceNDArray":
+        """The array with its dimensions permuted (reversed without `axes`), a view on the same memory
+        (numba's DeviceNDArray.transpose and .T)."""
+        axes = tuple(range(self.ndim))[::-1] if axes is None else tuple(int(a) % max(self.ndim, 1) for a in axes)
+        if sorted(axes) != list(range(self.ndim)):
+            raise ValueError(f"axes {axes} are not a permutation of the array's {self.ndim} dimensions")
+        return self._view(tuple(self.shape[a] for a in axes), tuple(self.strides[a] for a in axes), self.dtype)
+
+    @property
+    def T(self) -> "DeviceNDArray":
+        return self.transpose()
+
     def view(self, dtype) -> "DeviceNDArray":
         """The same bytes read as another dtype (numba's DeviceNDArray.view): the last dimension grows
         or shrinks by the ratio of the item sizes, which needs a C-contiguous array whose last

@@ -129,6 +129,17 @@ class Dispatcher:
         tpb = int(tpb) or FORALL_THREADS
         return self[max(1, -(-int(ntasks) // tpb)), tpb, stream, sharedmem]
 
+    def specialize(self, *args) -> "Dispatcher":
+        """numba's kernel.specialize(*args): a kernel compiled now for these arguments' types and taking only
+        arguments of them (device arrays by dtype, dimensions and layout; host arrays as their device copies
+        would be; numbers by type)."""
+        argtypes = tuple(_array_type(a) if isinstance(a, DeviceNDArray)
+                         else T.ArrayType(T.scalar_of(a.dtype), a.ndim, "C" if a.flags.c_contiguous else
+                                          "F" if a.flags.f_contiguous else "A") if isinstance(a, np.ndarray)
+                         else _scalar_type(a, i, name) for i, (a, name) in enumerate(zip(args, self._arg_names,
+                                                                                          strict=False)))
+        return Dispatcher(self.py_func, self.api, [argtypes])
+
     def compile(self, argtypes: tuple) -> CompiledKernel:
         compiled = self.overloads.get(argtypes)
         if compiled is None:

@@ -381,6 +381,12 @@ def fma(a, b, c):
 
 
 @DeviceFunction
+def selp(test, a, b):
+    """a where test holds, else b (cuda.selp, PTX's selp): one select, no branch."""
+    return a if test else b
+
+
+@DeviceFunction
 def cbrt(x):
     """The real cube root (cuda.cbrt): the special function unit's 2^(log2|x| / 3), refined by one Newton step,
     with x's sign; 0, inf and NaN as they are."""

@@ -53,7 +53,7 @@ from lapis.cuda import (
     uint32,
     warpsize,
 )
-from lapis.cuda.api import Api
+from lapis.cuda.api import Api, DeviceList
 from lapis.cuda.reduction import Reduce as _Reduce
 from lapis.cuda.runtime_api import RuntimeApi
 
@@ -74,7 +74,9 @@ stream = _api.stream
 event = _api.event
 event_elapsed_time = _api.event_elapsed_time
 pinned_array = _api.pinned_array
-mapped_array = _api.mapped_array
+mapped_array, managed_array = _api.mapped_array, _api.managed_array
+list_devices, detect = _api.list_devices, _api.detect
+gpus = DeviceList(_api)
 memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_allocated
 memory_reserved, memory_stats, memory_summary = _api.memory_reserved, _api.memory_stats, _api.memory_summary
 empty_cache = _api.empty_cache
@@ -102,7 +104,8 @@ __all__ = [
     "jit", "laneid", "local", "select_device", "shared", "synchronize", "syncthreads", "threadIdx", "uint32",
     "warpsize",
     "CudaSupportError", "Device", "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "Stream",
-    "event", "event_elapsed_time", "pinned_array", "mapped_array", "stream", "memory_allocated", "max_memory_allocated",
+    "event", "event_elapsed_time", "pinned_array", "mapped_array", "managed_array",
+    "list_devices", "detect", "gpus", "stream", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "memory_stats", "memory_summary", "empty_cache", "current_device", "set_device",
     "current_stream", "get_device_name", "get_device_properties", "Reduce", "reduce", "fp16",
     *_runtime_api.namespace(),
