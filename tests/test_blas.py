@@ -72,7 +72,7 @@ def test_aligned_columns_are_staged_four_words_at_a_time(handle, tiles):
         launched = set(handle.tiled_kernels)
         blas._launch_gemm(handle, tiles, False, False, m, n, k, 1.0, dA, m, 0, dB, k, 0, 0.0, dC, m, 0, 1)
         np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a @ b, rtol=1e-4, atol=1e-4)
-        assert (tiles, shift == 0, shift == 0) in launched | set(handle.tiled_kernels)
+        assert (tiles, shift == 0, shift == 0, False) in launched | set(handle.tiled_kernels)
     # every candidate has a vector per thread in one slice at least, and in none more than one; B's only in
     # slices 8 deep (its transposing stores would clash in banks in deeper ones)
     whole = [tiles.bm * tiles.bk == 4 * tiles.threads, tiles.bk * tiles.bn == 4 * tiles.threads and tiles.bk == 8]
@@ -98,6 +98,22 @@ def test_split_k_for_few_tiles_and_a_long_k(handle, transa, transb, m, n, k):
     got = from_col_major(dC.copy_to_host(), m, n, ldc)
     np.testing.assert_allclose(got, 0.5 * (op_a.astype(np.float64) @ op_b) + 2.0 * c, rtol=1e-4, atol=1e-4)
     assert np.all(dC.copy_to_host().reshape(n, ldc)[:, m:] == 0)  # the padding rows untouched
+
+
+@pytest.mark.parametrize("m,n,k", [(70, 33, 45), (64, 64, 512)])       # the tiled kernel, and split-K
+def test_the_bias_epilogue_adds_a_bias_down_the_rows(handle, m, n, k):
+    """sgemm(..., bias=) adds bias[i] to row i of C in the kernel that writes C (cuBLASLt's bias epilogue), on the
+    tiled and the split-K paths, with beta's C as well."""
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n), (m, n)))
+    bias = rng.standard_normal(m).astype(np.float32)
+    dC = cuda.to_device(col_major(c))
+    blas.sgemm(handle, "N", "N", m, n, k, 1.0, cuda.to_device(col_major(a)), m, cuda.to_device(col_major(b)), k,
+               0.5, dC, m, bias=cuda.to_device(bias))
+    np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a @ b + 0.5 * c + bias[:, None],
+                               rtol=1e-4, atol=1e-4)
+    with pytest.raises(blas.BlasError, match=f"bias of m = {m} elements"):
+        blas.sgemm(handle, "N", "N", m, n, k, 1.0, cuda.to_device(col_major(a)), m, cuda.to_device(col_major(b)), k,
+                   0.0, dC, m, bias=cuda.device_array(3, np.float32))
 
 
 def test_beta_zero_ignores_nan_in_c(handle):

@@ -84,13 +84,14 @@ __all__ = ["BlasError", "GemmTiles", "Handle", "asum", "axpy", "choose_tiles", "
            "gemm_batched", "gemm_strided_batched", "gemv", "iamax", "nrm2", "scal", "sgemm", "swap"]
 
 
-def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False):
+def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False):
     """The gemm kernel for one tiling; the tile sizes are compile-time constants (closure variables).
 
     With `vector_a` (float32 op(A) = A, column-major: a_si = 1, each slice's columns 16-byte aligned) a block whose
     tile lies inside C stages A four rows at a time with 128-bit loads, as CUDA kernels read a float4; with
     `vector_b` (op(B) = B: b_sp = 1) likewise four k of B, where slices are 8 deep. An operand whose slice has
-    fewer such vectors than the block has threads keeps word loads."""
+    fewer such vectors than the block has threads keeps word loads. With `with_bias`, the epilogue adds bias[i] to
+    row i of C (cublasLt's bias epilogue); without, the kernel does not read its bias argument."""
     BM, BN, BK, TM, TN = tiles.bm, tiles.bn, tiles.bk, tiles.tm, tiles.tn
     THREADS = tiles.threads
     # A's vectors are stored whole (STS.128); B's are transposed, a word to each of four rows of the slice, which
@@ -112,7 +113,7 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
     GAP_M, GAP_N = BM // RUNS_M, BN // RUNS_N
     A_STEPS, B_STEPS = BM * BK // THREADS, BK * BN // THREADS
 
-    def gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c):
+    def gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c, bias):
         # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc];
         # matrix number blockIdx.z of a strided batch starts stride_a, stride_b, stride_c elements further.
         # Half-precision inputs are widened to float32 as they enter shared memory (fp32 accumulation).
@@ -224,14 +225,20 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
                             acc[r, c] += a[r] * b[c]
                 syncthreads()
         for r in range(TM):
+            i = i0 + ti + r // 4 * GAP_M + r % 4
+            row_bias = float32(0.0)                   # the row's bias, loaded once for its TN columns
+            if with_bias and i < m:
+                row_bias = float32(bias[i])
             for c in range(TN):
-                i = i0 + ti + r // 4 * GAP_M + r % 4
                 j = j0 + tj + c // 4 * GAP_N + c % 4
                 if i < m and j < n:
+                    value = alpha * acc[r, c]
+                    if with_bias:
+                        value += row_bias
                     if beta == float32(0.0):
-                        C[zc + i + j * ldc] = alpha * acc[r, c]
+                        C[zc + i + j * ldc] = value
                     else:
-                        C[zc + i + j * ldc] = alpha * acc[r, c] + beta * float32(C[zc + i + j * ldc])
+                        C[zc + i + j * ldc] = value + beta * float32(C[zc + i + j * ldc])
     return gemm_kernel
 
 
@@ -374,17 +381,17 @@ class Handle(LibraryHandle):
 
     def __init__(self, api, device: int = 0):
         super().__init__(api, device)
-        self.tiled_kernels: dict[tuple, object] = {}    # by (tiles, vector_a, vector_b)
+        self.tiled_kernels: dict[tuple, object] = {}    # by (tiles, vector_a, vector_b, with_bias)
         self.tiles: dict[tuple, GemmTiles] = {}        # the autotuner's choices, by profile and shape
         self.mma_kernels = {np.dtype(t).name: api.jit(make_mma_gemm_kernel(t)) for t in (cuda.float16, cuda.bfloat16)}
         self.workspace: DeviceNDArray | None = None     # split-K's partial products, grown as needed
         self.dgemm = api.jit(dgemm_kernel)
 
-    def gemm_kernel(self, tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False):
-        key = (tiles, vector_a, vector_b)
+    def gemm_kernel(self, tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False):
+        key = (tiles, vector_a, vector_b, with_bias)
         kernel = self.tiled_kernels.get(key)
         if kernel is None:
-            kernel = self.tiled_kernels[key] = self.api.jit(make_gemm_kernel(tiles, vector_a, vector_b))
+            kernel = self.tiled_kernels[key] = self.api.jit(make_gemm_kernel(*key))
         return kernel
 
 
@@ -428,9 +435,11 @@ def _check_matrix(routine: str, name: str, x: DeviceNDArray, rows: int, cols: in
 def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float,
                          A: DeviceNDArray, lda: int, stride_a: int, B: DeviceNDArray, ldb: int, stride_b: int,
                          beta: float, C: DeviceNDArray, ldc: int, stride_c: int, batch: int,
-                         routine: str = "gemm_strided_batched") -> None:
+                         routine: str = "gemm_strided_batched", bias: DeviceNDArray | None = None) -> None:
     """C_z = alpha op(A_z) op(B_z) + beta C_z for z < batch, column-major, A_z at A + z * stride_a
-    (cublasGemmStridedBatchedEx): float32, float16 or bfloat16 inputs and outputs, float32 accumulation."""
+    (cublasGemmStridedBatchedEx): float32, float16 or bfloat16 inputs and outputs, float32 accumulation. With
+    `bias` (float32 A and B only: cublasLt's bias epilogue), bias[i] is added to every element of row i of C_z, in
+    the kernel that writes C."""
     ta, tb = _op(transa), _op(transb)
     if min(m, n, k, batch) < 0:
         raise BlasError(f"{routine}: m, n, k and the batch must be non-negative (got {m}, {n}, {k}, {batch})")
@@ -440,6 +449,11 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
     _check_matrix(routine, "A", fa, k if ta else m, m if ta else k, lda, batch, stride_a)
     _check_matrix(routine, "B", fb, n if tb else k, k if tb else n, ldb, batch, stride_b)
     _check_matrix(routine, "C", fc, m, n, ldc, batch, stride_c)
+    if bias is not None:
+        bias = _flat(bias, "bias", routine)
+        if fa.dtype != np.float32 or bias.size != m:
+            raise BlasError(f"{routine}: the bias epilogue takes float32 A and B and a bias of m = {m} elements (got "
+                            f"{fa.dtype} and {bias.size})")
     if (fa.dtype == np.float64) != (fc.dtype == np.float64):
         raise BlasError(f"{routine}: float64 A and B need a float64 C and the other way round (got {fa.dtype} and "
                         f"{fc.dtype})")
@@ -476,10 +490,10 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
             return
         splits = _split_k(tiles, m, n, k, batch, fc.dtype)
         if splits > 1:
-            _launch_split_k(handle, tiles, splits, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc)
+            _launch_split_k(handle, tiles, splits, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc, bias)
             return
         _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
-                     stride_c, batch)
+                     stride_c, batch, bias)
 
 
 def _split_k(tiles: GemmTiles, m: int, n: int, k: int, batch: int, dtype) -> int:
@@ -491,21 +505,25 @@ def _split_k(tiles: GemmTiles, m: int, n: int, k: int, batch: int, dtype) -> int
     return max(1, min(k // SPLIT_K_MIN_DEPTH, SPLIT_K_BLOCKS // blocks))
 
 
-def splitk_reduce_kernel(m, n, splits, alpha, ws, beta, c, ldc):
-    # One thread per element of C: the chunks' partial products added in chunk order (deterministic).
+def splitk_reduce_kernel(m, n, splits, alpha, ws, beta, c, ldc, with_bias, bias):
+    # One thread per element of C: the chunks' partial products added in chunk order (deterministic), then
+    # bias[i] where there is one.
     t = cuda.grid(1)
     if t < m * n:
         i, j = t % m, t // m
         acc = float32(0.0)
         for z in range(splits):
             acc += ws[z * m * n + t]
+        value = alpha * acc
+        if with_bias:
+            value += bias[i]
         if beta == 0:
-            c[i + j * ldc] = alpha * acc
+            c[i + j * ldc] = value
         else:
-            c[i + j * ldc] = alpha * acc + beta * c[i + j * ldc]
+            c[i + j * ldc] = value + beta * c[i + j * ldc]
 
 
-def _launch_split_k(handle, tiles, splits, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc) -> None:
+def _launch_split_k(handle, tiles, splits, ta, tb, m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc, bias) -> None:
     """C = alpha op(A) op(B) + beta C as `splits` chunks of k: chunk z is batch item z of one strided-batched
     launch (its op(A) columns and op(B) rows start z * depth into k), written to the workspace; a depth
     that does not divide evenly leaves a tail that a second launch adds into chunk 0."""
@@ -523,7 +541,8 @@ def _launch_split_k(handle, tiles, splits, ta, tb, m, n, k, alpha, fa, lda, fb, 
         at_a, at_b = (depth * splits * step_a, depth * splits * step_b)
         _launch_gemm(handle, tiles, ta, tb, m, n, tail, 1.0, fa[at_a:], lda, 0, fb[at_b:], ldb, 0, 1.0, ws, m, 0, 1)
     handle.kernel(splitk_reduce_kernel)[-(-(m * n) // 256), 256, handle.stream](
-        np.int32(m), np.int32(n), np.int32(splits), np.float32(alpha), ws, np.float32(beta), fc, np.int32(ldc))
+        np.int32(m), np.int32(n), np.int32(splits), np.float32(alpha), ws, np.float32(beta), fc, np.int32(ldc),
+        bias is not None, fc if bias is None else bias)
 
 
 def _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b) -> bool:
@@ -536,16 +555,17 @@ def _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b) -
 
 
 def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
-                 stride_c, batch) -> None:
+                 stride_c, batch, bias=None) -> None:
+    """The tiled kernel's launch (its bias argument is C itself where there is no bias: it is not read)."""
     a_si, a_sp = (lda, 1) if ta else (1, lda)
     b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
     grid_dim = (-(-m // tiles.bm), -(-n // tiles.bn), batch)
     vector_a = not ta and _vectors(fa, lda, stride_a)
     vector_b = not tb and _vectors(fb, ldb, stride_b)
-    handle.gemm_kernel(tiles, vector_a, vector_b)[grid_dim, tiles.threads, handle.stream](
+    handle.gemm_kernel(tiles, vector_a, vector_b, bias is not None)[grid_dim, tiles.threads, handle.stream](
         np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
         np.int32(b_sp), np.int32(b_sj), np.float32(beta), fc, np.int32(ldc), np.int32(stride_a),
-        np.int32(stride_b), np.int32(stride_c))
+        np.int32(stride_b), np.int32(stride_c), fc if bias is None else bias)
 
 
 def _vectors(x: DeviceNDArray, ld: int, stride: int) -> bool:
@@ -634,13 +654,15 @@ def dgemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alph
 
 
 def sgemm(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float, A: DeviceNDArray,
-          lda: int, B: DeviceNDArray, ldb: int, beta: float, C: DeviceNDArray, ldc: int) -> None:
-    """C = alpha op(A) op(B) + beta C, column-major, float32 (cublasSgemm)."""
+          lda: int, B: DeviceNDArray, ldb: int, beta: float, C: DeviceNDArray, ldc: int,
+          bias: DeviceNDArray | None = None) -> None:
+    """C = alpha op(A) op(B) + beta C, column-major, float32 (cublasSgemm); with `bias`, plus bias[i] on row i of C
+    (cublasLt's bias epilogue, in the same kernel)."""
     for name, x in (("A", A), ("B", B), ("C", C)):
         if isinstance(x, DeviceNDArray) and x.dtype != np.float32:
             raise BlasError(f"sgemm: {name} must hold float32, not {x.dtype} (gemm takes half types)")
     gemm_strided_batched(handle, transa, transb, m, n, k, alpha, A, lda, 0, B, ldb, 0, beta, C, ldc, 0, 1,
-                         routine="sgemm")
+                         routine="sgemm", bias=bias)
 
 
 def gemm_batched(handle: Handle, transa: str, transb: str, m: int, n: int, k: int, alpha: float, As: list,
