@@ -72,6 +72,29 @@ def test_linear_and_activations_match_torch(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("shape", [(7, 5), (2, 3, 5), (5,), (40, 300)])     # (40, 300): BLAS splits k on cuda
+def test_linear_with_a_bias_is_one_addmm_as_torchs(device, shape):
+    """nn.Linear with a bias is one addmm (its gemm adds the bias in the kernel that writes the output: one launch
+    on cuda), with torch's values, gradients and shapes for 1-D, 2-D and 3-D inputs."""
+    ours, theirs = twin_linear(device, shape[-1], 6)
+    x = f32(*shape)
+    xo, xt = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+    with lapis.trace() as t:
+        yo = ours(xo)
+        yo.detach().cpu()
+    yt = theirs(xt)
+    close(yo, yt)
+    assert yo.grad_fn.name() in ("AddmmBackward0", "ViewBackward0")
+    if device == "cuda" and shape != (40, 300):
+        assert [e.args["kernel"] for e in t.select(3, "launch")] == ["gemm_kernel"]
+    w = f32(*yt.shape)
+    (yo * lapis.tensor(w, device=device)).sum().backward()
+    (yt * torch.tensor(w)).sum().backward()
+    for a, b in ((ours.weight.grad, theirs.weight.grad), (ours.bias.grad, theirs.bias.grad), (xo.grad, xt.grad)):
+        close(a, b, 1e-4)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_losses_match_torch(device):
     logits, target = f32(6, 4), np.array([0, 3, 1, 1, 2, -100], np.int64)
     cases = [(nn.CrossEntropyLoss(), torch.nn.CrossEntropyLoss()),

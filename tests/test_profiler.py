@@ -42,8 +42,10 @@ def test_kernel_rows_match_the_layer_0_kernel_events(prof):
 def test_ops_own_their_kernels_and_totals_include_children(prof):
     averages = {r.key: r for r in prof.key_averages()}
     matmul = averages["MatMul"]
-    # two Linear forwards, and backward's products: dW of both layers, dX of the second (x needs no grad)
-    assert matmul.count == 5 and matmul.self_device_time_total > 0
+    # two Linear forwards, one addmm each (the gemm adds the bias as it writes), and backward's products: dW of
+    # both layers, dX of the second (x needs no grad)
+    assert averages["AddMm"].count == 2 and averages["AddMm"].self_device_time_total > 0
+    assert matmul.count == 3 and matmul.self_device_time_total > 0
     assert averages["matmul"].device_time_total >= matmul.device_time_total  # matmul() holds MatMul
     step = averages["Optimizer.step#Adam.step"]
     # the fused Adam kernels are the step's own; its first call also fills the moments (zeros_like)

@@ -142,11 +142,13 @@ def _layout(x) -> str | None:
     return None
 
 
-def matmul(a, b, out) -> None:
-    """out (m, n) = a (m, k) @ b (k, n); a and b C- or F-contiguous (a transposed view costs no copy),
-    out C-contiguous."""
+def matmul(a, b, out, bias=None) -> None:
+    """out (m, n) = a (m, k) @ b (k, n) (+ bias (n,), added to every row); a and b C- or F-contiguous (a transposed
+    view costs no copy), out C-contiguous. On a GPU the bias is float32 BLAS's epilogue, in the gemm's kernel."""
     if not on_gpu(out):
         np.matmul(a, b, out=out)
+        if bias is not None:
+            out += bias
         return
     (m, k), n = a.shape, b.shape[1]
     handle = _blas(out)
@@ -157,6 +159,9 @@ def matmul(a, b, out) -> None:
     ta, lda = ("N", max(k, 1)) if _layout(a) == "C" else ("T", max(m, 1))
     # float32 goes to sgemm as PyTorch's does to cublasSgemm, float64 to dgemm; half types to gemm (cublasGemmEx).
     routine = {np.dtype(np.float32): blas.sgemm, np.dtype(np.float64): blas.dgemm}.get(out.dtype, blas.gemm)
+    if bias is not None:                 # column-major C^T: the bias runs down its rows
+        blas.sgemm(handle, tb, ta, n, m, k, 1.0, b, ldb, a, lda, 0.0, out, max(n, 1), bias=bias)
+        return
     routine(handle, tb, ta, n, m, k, 1.0, b, ldb, a, lda, 0.0, out, max(n, 1))
 
 

@@ -12,6 +12,7 @@ from lapis.framework import amp
 from lapis.framework import dtype as _dtype
 from lapis.framework.autograd import Function
 from lapis.framework.creation import arange, full, ones, rand, tensor, zeros
+from lapis.framework.ops import linalg
 from lapis.framework.ops.common import broadcast_shapes
 from lapis.framework.ops.elementwise import where
 from lapis.framework.ops.nn import (
@@ -30,6 +31,9 @@ from lapis.framework.tensor import Tensor
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     # x: (..., in), weight: (out, in), bias: (out,) -> (..., out)
     x, weight, bias = amp.lower(x, weight, bias)
+    fused = linalg.linear(x, weight, bias) if bias is not None else None       # one gemm with a bias epilogue
+    if fused is not None:
+        return fused
     y = x @ weight.t()
     return y + bias if bias is not None else y
 

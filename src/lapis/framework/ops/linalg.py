@@ -39,6 +39,41 @@ class MatMul(Function):
                 _product_like(b, a.t(), g) if ctx.needs_input_grad[1] else None)
 
 
+class AddMm(Function):
+    """bias + a @ b for a (m, k), b (k, n) and bias (n,): one gemm whose kernel adds the bias as it writes C
+    (cuBLASLt's bias epilogue, which torch's addmm takes for a linear layer), where a GPU gemm of a bias,
+    a and b of one float32 dtype runs; on the cpu a matmul and an add."""
+    node_name = "AddmmBackward0"
+
+    @staticmethod
+    def forward(ctx, bias: TensorBase, a: TensorBase, b: TensorBase):
+        ctx.save_for_backward(a, b)
+        out = new((a.shape[0], b.shape[1]), a.dtype, a.device)
+        backend.matmul(_blas_ready(a)._data, _blas_ready(b)._data, out._data, bias._contiguous()._data)
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        a, b = ctx.saved_tensors
+        return (g.sum(0) if ctx.needs_input_grad[0] else None,
+                _product_like(a, g, b.t()) if ctx.needs_input_grad[1] else None,
+                _product_like(b, a.t(), g) if ctx.needs_input_grad[2] else None)
+
+
+def linear(x: TensorBase, weight: TensorBase, bias: TensorBase) -> TensorBase | None:
+    """torch's linear with a bias where it is one addmm: x (..., in) folded to rows, one gemm with the bias
+    added in its kernel, unfolded to (..., out); None where it is not (other dtypes, a bias that broadcasts
+    otherwise), for the caller's matmul and add."""
+    float32 = x.dtype is weight.dtype is bias.dtype and x.dtype.name == "float32"
+    if not float32 or x.ndim < 1 or weight.ndim != 2 or bias.shape != (weight.shape[0],) or \
+            x.shape[-1] != weight.shape[1] or not x.device == weight.device == bias.device:
+        return None
+    with trace.span(5, "linear", x_shape=list(x.shape), weight_shape=list(weight.shape), device=str(x.device)):
+        rows = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
+        out = AddMm.apply(bias, rows, weight.t())
+        return out.reshape(*x.shape[:-1], weight.shape[0]) if x.ndim != 2 else out
+
+
 def _product_like(x: TensorBase, p: TensorBase, q: TensorBase) -> TensorBase:
     """p @ q, the gradient of x, laid out as x is: for a transposed view x (linear's weight.t()) it is
     computed as (q.T @ p.T).T, so that the weight's gradient comes out row-major, as the weight is, and is
