@@ -16,7 +16,7 @@ import numpy as np
 from lapis.cuda.compiler import types as T
 from lapis.cuda.devicearray import DeviceNDArray
 
-_SIGNATURE = re.compile(r"\s*void\s*\((.*)\)\s*")
+_SIGNATURE = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*\((.*)\)\s*")
 _ARGUMENT = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[(.*)\])?\s*")
 _NAMES = {"b1": "bool", "boolean": "bool", "f4": "float32", "f8": "float64", "i4": "int32", "i8": "int64",
           "u4": "uint32", "f2": "float16"}
@@ -31,13 +31,20 @@ def is_signature(x) -> bool:
 def parse(signature) -> tuple:
     """The argument types of a kernel signature, "void(type, ...)", void(type, ...) or (type, ...); TypeError for
     anything else."""
-    if isinstance(signature, T.Signature):
-        if signature.return_type is not T.void:
-            raise TypeError(f"kernel signature {signature}: a kernel returns nothing (void(...)); a signature with "
-                            "a return type is a device function's (cuda.jit(..., device=True))")
-        return signature.args
     if isinstance(signature, tuple) and is_signature(signature):
         return signature
+    returns, args = function_signature(signature)
+    if returns is not T.void:
+        raise TypeError(f"kernel signature {signature}: a kernel returns nothing (void(...)); a signature with "
+                        "a return type is a device function's (cuda.jit(..., device=True))")
+    return args
+
+
+def function_signature(signature) -> tuple:
+    """(return type, argument types) of a function's signature: "float32(float32, int32)" or numba's object for it
+    (`T.void` as the return type of "void(...)")."""
+    if isinstance(signature, T.Signature):
+        return signature.return_type, signature.args
     if not isinstance(signature, str):
         raise TypeError(f"kernel signature {signature!r}: expected 'void(float32[:], int32)', "
                         "void(float32[:], int32) or (float32[:], int32)")
@@ -45,14 +52,15 @@ def parse(signature) -> tuple:
     if whole is None:
         raise TypeError(f"kernel signature {signature!r}: expected 'void(argument types, ...)' (a kernel returns "
                         "nothing)")
-    pieces, depth, start, text = [], 0, 0, whole.group(1)
+    pieces, depth, start, text = [], 0, 0, whole.group(2)
     for at, ch in enumerate(text):                   # the arguments: commas outside brackets
         depth += (ch == "[") - (ch == "]")
         if ch == "," and depth == 0:
             pieces.append(text[start:at])
             start = at + 1
     pieces.append(text[start:])
-    return tuple(_argument(piece, signature) for piece in pieces if piece.strip() or len(pieces) > 1)
+    returns = T.void if whole.group(1) == "void" else _argument(whole.group(1), signature)
+    return returns, tuple(_argument(piece, signature) for piece in pieces if piece.strip() or len(pieces) > 1)
 
 
 def _argument(text: str, signature: str):
