@@ -28,6 +28,7 @@ import numpy as np
 from lapis.cuda import (
     fp16,  # numba's cuda.fp16 namespace (half-precision intrinsics)
     random,  # numba's cuda.random (xoroshiro128+ generators)
+    ufunc,  # numba's @vectorize(target='cuda')
 )
 from lapis.cuda.api import Api, DeviceList
 from lapis.cuda.compiler import CompileError
@@ -91,6 +92,8 @@ from lapis.cuda.runtime_api import DevicePointer, RuntimeApi
 
 _api = Api("cuda", "nvidia")
 random.api = _api                                # cuda.random's states go to this API's devices
+ufunc.api = _api                                 # and vectorize's kernels run on them
+vectorize = ufunc.vectorize
 jit = _api.jit
 to_device = _api.to_device
 device_array = _api.device_array
@@ -174,5 +177,5 @@ __all__ = [
     "get_device_name", "get_device_properties", "PerformanceWarning", "manual_seed", "manual_seed_all",
     "is_bf16_supported", "amp", "popc", "brev", "clz", "ffs", "fma", "cbrt", "activemask", "lanemask_lt",
     "eq_sync", "match_any_sync", "match_all_sync", "syncthreads_count", "syncthreads_and",
-    "syncthreads_or", "Reduce", "reduce", "fp16", "random", *_runtime_api.namespace(),
+    "syncthreads_or", "Reduce", "reduce", "fp16", "random", "vectorize", *_runtime_api.namespace(),
 ]

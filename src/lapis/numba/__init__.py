@@ -10,7 +10,7 @@ What is here: `cuda` (`lapis.cuda`; numba.cuda.random is `lapis.cuda.random`), n
 (`float32`, `int32`, ... and the short names `f4`, `i4`, ...), `void`, `types` (the same, with
 `types.Array(float32, 2, "C")`), and `jit`/`njit`, whose functions run as Python on the host and are inlined where a
 kernel calls them (numba compiles them for the GPU there). There is no CPU compiler behind `njit` (it does not make
-host code faster), and numba's other targets (`vectorize`, `prange`) are not provided yet:
+host code faster), and numba's other targets (`prange`, `vectorize` for the CPU) are not provided yet:
 `docs/layer3-programming-interface.md` lists what is missing.
 """
 
@@ -55,4 +55,6 @@ def jit(function=None, *args, **options):
 
 njit = jit
 
-__all__ = ["Array", "cuda", "jit", "njit", "none", "types", "void", *_SCALARS]
+vectorize = cuda.vectorize          # numba's @vectorize(signatures, target='cuda')
+
+__all__ = ["Array", "cuda", "jit", "njit", "none", "types", "vectorize", "void", *_SCALARS]
