@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lapis import cuda
-from lapis.cuda import libdevice
+from lapis.cuda import libdevice, libdevice64
 from lapis.cuda.compiler import cache, calls
 
 rng = np.random.default_rng(11)
@@ -129,7 +129,7 @@ def test_float64_sin_cos_and_tan_are_accurate_in_float64(name):
     """float64 sin and cos within an ulp of numpy's, tan within two, for |x| below 2^20 pi/2 (fdlibm's reduction
     by pi/2 in three parts): near multiples of pi/2, where the reduction cancels most digits, from 1e-300 up,
     with the sign of zero kept and NaN at infinities and NaN; beyond, digits go (1e-9 at 1e7, and from 2^40 the
-    float32 functions answer, as `libdevice.LARGE` says)."""
+    float32 functions answer, as `libdevice64.LARGE` says)."""
     fn, numpy_fn, _, _ = UNARY[name]
     near = np.pi / 2 * rng.integers(-600000, 600000, 400) + rng.uniform(-1e-9, 1e-9, 400)
     x = np.concatenate([rng.uniform(-10, 10, 1000), rng.uniform(-1.6e6, 1.6e6, 1000), near,
@@ -208,13 +208,14 @@ def test_a_library_call_compiles_into_the_callers_block():
 
 def test_every_library_function_the_compiler_calls_is_in_libdevice():
     functions = {v for v in vars(libdevice).values() if hasattr(v, "py_func")}
-    assert set(calls.LIBDEVICE.values()) <= functions and set(calls.LIBDEVICE_FLOAT64.values()) <= functions
+    functions64 = {v for v in vars(libdevice64).values() if hasattr(v, "py_func")}
+    assert set(calls.LIBDEVICE.values()) <= functions and set(calls.LIBDEVICE_FLOAT64.values()) <= functions64
     assert not calls.LIBDEVICE.keys() & (calls.SPECIAL_FUNCTION_UNIT | calls.EXACT)
 
 
 def test_the_compile_cache_key_covers_libdevice():
     from pathlib import Path
-    assert Path(libdevice.__file__).resolve() in cache.compiler_sources()
+    assert {Path(m.__file__).resolve() for m in (libdevice, libdevice64)} <= set(cache.compiler_sources())
 
 
 @cuda.jit

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lapis.cuda import libdevice
+from lapis.cuda import libdevice, libdevice64
 from lapis.cuda.compiler import calls
 from lapis.cuda.compiler.device_function import DeviceFunction, parse_source
 
@@ -42,7 +42,8 @@ def directory() -> Path | None:
 def compiler_sources() -> list[Path]:
     """The files whose text decides the code the compiler makes."""
     here = Path(__file__).resolve().parent
-    return sorted([*here.glob("*.py"), *(here.parent.parent / "isa").glob("*.py"), Path(libdevice.__file__).resolve()])
+    return sorted([*here.glob("*.py"), *(here.parent.parent / "isa").glob("*.py"),
+                   *(Path(m.__file__).resolve() for m in (libdevice, libdevice64))])
 
 
 def compiler_hash() -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lapis.cuda import libdevice
+from lapis.cuda import libdevice, libdevice64
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
@@ -329,8 +329,9 @@ LIBDEVICE = {"exp": libdevice.expf, "log": libdevice.logf, "log10": libdevice.lo
 
 
 # float64 functions computed in float64 (the rest of float64 math goes through float32)
-LIBDEVICE_FLOAT64 = {"sqrt": libdevice.sqrt, "exp": libdevice.exp, "log": libdevice.log, "log10": libdevice.log10,
-                     "pow": libdevice.pow, "sin": libdevice.sin, "cos": libdevice.cos, "tan": libdevice.tan}
+LIBDEVICE_FLOAT64 = {"sqrt": libdevice64.sqrt, "exp": libdevice64.exp, "log": libdevice64.log,
+                     "log10": libdevice64.log10, "pow": libdevice64.pow, "sin": libdevice64.sin,
+                     "cos": libdevice64.cos, "tan": libdevice64.tan}
 
 
 def math_function(fe, name: str, args: list):
