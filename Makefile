@@ -20,8 +20,8 @@ lint: $(STAMP)
 test: lint browser
 	$(BIN)/python -m pytest
 
-# Under a minute: every test but those marked slow (model training, benchmarks, big kernels), for a change to
-# one layer; run `make test` before committing.
+# About a minute and a quarter: every test but those marked slow (model training, benchmarks, big kernels), for a
+# change to one layer; run `make test` before committing.
 test-fast: lint
 	$(BIN)/python -m pytest -m "not slow"
 
