@@ -1,0 +1,320 @@
+"""Layer 4, BLAS: the gemm kernels, written in the kernel language (what `blas.py`'s routines launch; its
+docstring says how each works and when each runs): `make_gemm_kernel`, the register-tiled float32-pipe kernel of
+one `GemmTiles` tiling (with 128-bit staging and a bias epilogue as variants); `make_mma_gemm_kernel`, the
+matrix-unit kernel for half inputs; `dgemm_kernel`, float64's."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from lapis import cuda
+from lapis.cuda import blockIdx, float32, float64, local, shared, syncthreads, threadIdx
+
+
+@dataclass(frozen=True)
+class GemmTiles:
+    """A gemm kernel's tiling: a bm x bn tile of C per block, k in slices of bk, tm x tn per thread."""
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+
+    @property
+    def threads(self) -> int:
+        return (self.bm // self.tm) * (self.bn // self.tn)
+
+    def __str__(self) -> str:
+        return f"{self.bm}x{self.bn}x{self.bk}, {self.tm}x{self.tn} per thread"
+
+
+def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False):
+    """The gemm kernel for one tiling; the tile sizes are compile-time constants (closure variables).
+
+    With `vector_a` (float32 op(A) = A, column-major: a_si = 1, each slice's columns 16-byte aligned) a block whose
+    tile lies inside C stages A four rows at a time with 128-bit loads, as CUDA kernels read a float4; with
+    `vector_b` (op(B) = B: b_sp = 1) likewise four k of B, where slices are 8 deep. An operand whose slice has
+    fewer such vectors than the block has threads keeps word loads. With `with_bias`, the epilogue adds bias[i] to
+    row i of C (cublasLt's bias epilogue); without, the kernel does not read its bias argument."""
+    BM, BN, BK, TM, TN = tiles.bm, tiles.bn, tiles.bk, tiles.tm, tiles.tn
+    THREADS = tiles.threads
+    # A's vectors are stored whole (STS.128); B's are transposed, a word to each of four rows of the slice, which
+    # only slices of 8 k keep free of bank conflicts (lanes 16 columns apart fall 16 banks apart).
+    VEC_A = vector_a and BM * BK % (4 * THREADS) == 0
+    VEC_B = vector_b and BK * BN % (4 * THREADS) == 0 and BK == 8
+    A_VSTEPS, B_VSTEPS = BM * BK // (4 * THREADS), BK * BN // (4 * THREADS)
+    A_VREGS, B_VREGS = max(A_VSTEPS, 1), max(B_VSTEPS, 1)
+    # A thread stages B's elements e = tx + step * THREADS k-fastest, in groups of KG = min(BK, 8) k (one 32-byte
+    # sector of a column of column-major B): element e is k = e // (KG * BN) * KG + e % KG of column e // KG % BN,
+    # so a warp stores KG k of 32 // KG columns. Rows padded to 32 // KG words (mod 32; at least 4, so they stay
+    # 16-byte aligned for the 128-bit reads) put its 32 stores in 32 banks.
+    KG = min(BK, 8)
+    PAD = max(4, 32 // KG)
+    SB_ROW = BN + PAD
+    # A thread's rows of C are TM // 4 runs of four, BM // (TM // 4) apart (columns likewise), so each run
+    # of a staged slice is one 128-bit shared load (an f32x4 fragment).
+    RUNS_M, RUNS_N = TM // 4, TN // 4
+    GAP_M, GAP_N = BM // RUNS_M, BN // RUNS_N
+    A_STEPS, B_STEPS = BM * BK // THREADS, BK * BN // THREADS
+
+    def gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c, bias):
+        # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc];
+        # matrix number blockIdx.z of a strided batch starts stride_a, stride_b, stride_c elements further.
+        # Half-precision inputs are widened to float32 as they enter shared memory (fp32 accumulation).
+        sA = shared.array(BK * BM, float32)           # sA[p * BM + i]
+        sB = shared.array(BK * SB_ROW, float32)       # sB[p * SB_ROW + j], padded against bank conflicts
+        acc = local.array((TM, TN), float32)
+        a = local.array(TM, float32)
+        b = local.array(TN, float32)
+        tx = threadIdx.x
+        ti = tx % (BM // TM) * 4
+        tj = tx // (BM // TM) * 4
+        i0 = blockIdx.x * BM
+        j0 = blockIdx.y * BN
+        za = blockIdx.z * stride_a
+        zb = blockIdx.z * stride_b
+        zc = blockIdx.z * stride_c
+        for r in range(TM):
+            for c in range(TN):
+                acc[r, c] = float32(0.0)
+        # This thread stages elements e = tx + step * THREADS of each slice; their offsets in A and B
+        # at p = 0 are fixed, so slice p1 adds p1 times one stride. Blocks whose tile lies inside C
+        # stage whole slices without bounds tests (every block but the edges).
+        a_off = local.array(A_STEPS, np.int32)
+        b_off = local.array(B_STEPS, np.int32)
+        for step in range(A_STEPS):
+            e = tx + step * THREADS
+            a_off[step] = za + (i0 + e % BM) * a_si + e // BM * a_sp
+        for step in range(B_STEPS):
+            e = tx + step * THREADS
+            b_off[step] = zb + (e // (KG * BN) * KG + e % KG) * b_sp + (j0 + e // KG % BN) * b_sj
+        # Vector v = tx + step * THREADS of a slice is A's rows 4 (v % (BM / 4)) .. + 3 at k = v // (BM / 4), and
+        # B's k 4 (v % (BK / 4)) .. + 3 at column v // (BK / 4).
+        a_voff = local.array(A_VREGS, np.int32)
+        b_voff = local.array(B_VREGS, np.int32)
+        if VEC_A:
+            for step in range(A_VSTEPS):
+                v = tx + step * THREADS
+                a_voff[step] = za + i0 + v % (BM // 4) * 4 + v // (BM // 4) * a_sp
+        if VEC_B:
+            for step in range(B_VSTEPS):
+                v = tx + step * THREADS
+                b_voff[step] = zb + v % (BK // 4) * 4 + (j0 + v // (BK // 4)) * b_sj
+        inside = i0 + BM <= m and j0 + BN <= n
+        va = local.array(A_STEPS, float32)
+        vb = local.array(B_STEPS, float32)
+        fa = local.array(A_VREGS, cuda.mma.f32x4)
+        fb = local.array(B_VREGS, cuda.mma.f32x4)
+        vectors = False                               # whether the slice in registers came in vectors
+        # Trip p1 stores the slice loaded in the trip before (p1 - BK) to shared memory, loads slice p1 from
+        # global memory into registers, then computes on the stored slice: the loads are in flight while the
+        # FFMAs run (register prefetch), instead of stalling the stores behind them.
+        for p1 in range(0, k + BK, BK):
+            if p1 > 0:
+                if VEC_A and vectors:
+                    for step in range(A_VSTEPS):
+                        v = tx + step * THREADS
+                        cuda.mma.store(sA, v // (BM // 4) * BM + v % (BM // 4) * 4, fa[step])
+                else:
+                    for step in range(A_STEPS):
+                        e = tx + step * THREADS
+                        sA[e // BM * BM + e % BM] = va[step]
+                if VEC_B and vectors:
+                    for step in range(B_VSTEPS):
+                        v = tx + step * THREADS
+                        for q in range(4):
+                            sB[(v % (BK // 4) * 4 + q) * SB_ROW + v // (BK // 4)] = cuda.mma.get(fb[step], q)
+                else:
+                    for step in range(B_STEPS):
+                        e = tx + step * THREADS
+                        sB[(e // (KG * BN) * KG + e % KG) * SB_ROW + e // KG % BN] = vb[step]
+                syncthreads()
+            vectors = inside and p1 + BK <= k
+            if vectors:
+                if VEC_A:
+                    for step in range(A_VSTEPS):
+                        fa[step] = cuda.mma.load(A, a_voff[step] + p1 * a_sp, 4)
+                else:
+                    for step in range(A_STEPS):
+                        va[step] = float32(A[a_off[step] + p1 * a_sp])
+                if VEC_B:
+                    for step in range(B_VSTEPS):
+                        fb[step] = cuda.mma.load(B, b_voff[step] + p1, 4)
+                else:
+                    for step in range(B_STEPS):
+                        vb[step] = float32(B[b_off[step] + p1 * b_sp])
+            elif p1 < k:
+                for step in range(A_STEPS):
+                    e = tx + step * THREADS
+                    va[step] = float32(0.0)
+                    if i0 + e % BM < m and p1 + e // BM < k:
+                        va[step] = float32(A[a_off[step] + p1 * a_sp])
+                for step in range(B_STEPS):
+                    e = tx + step * THREADS
+                    vb[step] = float32(0.0)
+                    if p1 + e // (KG * BN) * KG + e % KG < k and j0 + e // KG % BN < n:
+                        vb[step] = float32(B[b_off[step] + p1 * b_sp])
+            if p1 > 0:
+                for pp in range(BK):
+                    for h in range(RUNS_M):
+                        run = cuda.mma.load(sA, pp * BM + ti + h * GAP_M, 4)
+                        for q in range(4):
+                            a[h * 4 + q] = cuda.mma.get(run, q)
+                    for h in range(RUNS_N):
+                        run = cuda.mma.load(sB, pp * SB_ROW + tj + h * GAP_N, 4)
+                        for q in range(4):
+                            b[h * 4 + q] = cuda.mma.get(run, q)
+                    for r in range(TM):
+                        for c in range(TN):
+                            acc[r, c] += a[r] * b[c]
+                syncthreads()
+        for r in range(TM):
+            i = i0 + ti + r // 4 * GAP_M + r % 4
+            row_bias = float32(0.0)                   # the row's bias, loaded once for its TN columns
+            if with_bias and i < m:
+                row_bias = float32(bias[i])
+            for c in range(TN):
+                j = j0 + tj + c // 4 * GAP_N + c % 4
+                if i < m and j < n:
+                    value = alpha * acc[r, c]
+                    if with_bias:
+                        value += row_bias
+                    if beta == float32(0.0):
+                        C[zc + i + j * ldc] = value
+                    else:
+                        C[zc + i + j * ldc] = value + beta * float32(C[zc + i + j * ldc])
+    return gemm_kernel
+
+
+MMA_M_TILES, MMA_N_TILES, MMA_DEPTH = 4, 8, 32   # the matrix-unit gemm: per warp 4 x 8 HMMA tiles of 16x8
+MMA_THREADS = 256                                # eight warps, two down and four across
+MMA_ROWS, MMA_COLS = 2 * 16 * MMA_M_TILES, 4 * 8 * MMA_N_TILES
+MMA_SHARED_BYTES = (MMA_ROWS + MMA_COLS) * 16 * 4  # one slice of each operand, 16 words deep
+
+
+def make_mma_gemm_kernel(kind, m_tiles: int = MMA_M_TILES):
+    """The matrix-unit gemm kernel for one half type (cuda.float16 or cuda.bfloat16): eight warps in a
+    2 x 4 grid, each computing m_tiles x 8 HMMA tiles of 16x8, so a block computes 32 m_tiles x 256 of C."""
+    KIND = kind
+    MT, NT = m_tiles, MMA_N_TILES
+    ROWS, COLS = 32 * MT, 32 * NT
+    A_STEPS, B_STEPS = ROWS // 16, COLS // 16       # a step stages 16 rows (columns) x 16 words
+
+    def mma_gemm_kernel(m, n, k, alpha, A, lda2, stride_a2, B, ldb2, stride_b2, beta, C, ldc, stride_c):
+        # C = alpha op(A) op(B) + beta C with half inputs on the matrix unit (HMMA), for op(A) = A^T and
+        # op(B) = B, both k-contiguous, read as uint32 words of two halves: op(A)[i, 2q:2q+2] =
+        # A[q + i * lda2], op(B)[2q:2q+2, j] = B[q + j * ldb2]. k advances in slices of 16 words (32
+        # halves, two HMMA k-steps). Staged slices are stored in fragment order, so each lane's fragment
+        # is one 128-bit (A) or 64-bit (B) shared load.
+        sA = shared.array(ROWS * 16, np.uint32)    # [m16 tile][k16 step][lane][4 words]
+        sB = shared.array(COLS * 16, np.uint32)    # [n8 tile][k16 step][lane][2 words]
+        acc = local.array(MT * NT, cuda.mma.f32x4)  # [m16 tile of the warp * NT + n8 tile of the warp]
+        af = local.array(MT, cuda.mma.u32x4)
+        bf = local.array(NT, cuda.mma.u32x2)
+        va = local.array(A_STEPS, np.uint32)
+        vb = local.array(B_STEPS, np.uint32)
+        tid = threadIdx.x
+        lane = tid % 32
+        w = tid // 32
+        wm = w % 2
+        wn = w // 2
+        i0 = blockIdx.x * ROWS
+        j0 = blockIdx.y * COLS
+        za = blockIdx.z * stride_a2
+        zb = blockIdx.z * stride_b2
+        zc = blockIdx.z * stride_c
+        for mt in range(MT):
+            for nt in range(NT):
+                acc[mt * NT + nt] = cuda.mma.zeros()
+        # Staging: this thread moves word q of row (column) r of each 16-row (16-column) step. A warp takes
+        # q = 0..7 of four rows, whose fragment-order slots fall in 32 different banks, so its stores are
+        # conflict-free; its loads read 32 contiguous bytes of each of the four rows.
+        q = lane % 8 + 8 * (w % 2)
+        ra = lane // 8 % 2 + 2 * (w // 2 % 4) + 8 * (lane // 16)       # row within the 16: g + 8 * upper half
+        cb = lane // 8 + 4 * (w // 2 % 2) + 8 * (w // 4)               # column within the 16
+        a_slot = (q // 8) * 128 + (ra % 8 * 4 + q % 4) * 4 + 2 * (q % 8 // 4) + ra // 8
+        b_slot = (cb // 8) * 128 + (q // 8) * 64 + (cb % 8 * 4 + q % 4) * 2 + q % 8 // 4
+        a_src = za + q + (i0 + ra) * lda2
+        b_src = zb + q + (j0 + cb) * ldb2
+        inside = i0 + ROWS <= m and j0 + COLS <= n
+        a_frag = wm * MT * 256 + lane * 4              # this lane's fragments: a register base plus constants
+        b_frag = wn * NT * 128 + lane * 2
+        # Trip k1 stores the slice loaded in the trip before to shared memory, loads slice k1 into
+        # registers, then runs the HMMAs of the stored slice while those loads are in flight.
+        for k1 in range(0, k // 2 + 16, 16):
+            if k1 > 0:
+                for step in range(A_STEPS):
+                    sA[a_slot + step * 256] = va[step]
+                for step in range(B_STEPS):
+                    sB[b_slot + step * 256] = vb[step]
+                syncthreads()
+            if k1 < k // 2:
+                if inside:
+                    for step in range(A_STEPS):
+                        va[step] = A[a_src + k1 + 16 * step * lda2]
+                    for step in range(B_STEPS):
+                        vb[step] = B[b_src + k1 + 16 * step * ldb2]
+                else:
+                    for step in range(A_STEPS):
+                        va[step] = np.uint32(0)
+                        if i0 + ra + 16 * step < m:
+                            va[step] = A[a_src + k1 + 16 * step * lda2]
+                    for step in range(B_STEPS):
+                        vb[step] = np.uint32(0)
+                        if j0 + cb + 16 * step < n:
+                            vb[step] = B[b_src + k1 + 16 * step * ldb2]
+            if k1 > 0:
+                for ks in range(2):
+                    for mt in range(MT):
+                        af[mt] = cuda.mma.load(sA, a_frag + (mt * 2 + ks) * 128, 4)
+                    for nt in range(NT):                   # every fragment first: no HMMA waits on a load
+                        bf[nt] = cuda.mma.load(sB, b_frag + (nt * 2 + ks) * 64, 2)
+                    for nt in range(NT):
+                        for mt in range(MT):
+                            acc[mt * NT + nt] = cuda.mma.mma_sync(af[mt], bf[nt], acc[mt * NT + nt], KIND)
+                syncthreads()
+        g = lane // 4
+        t = lane % 4
+        for mt in range(MT):
+            for nt in range(NT):
+                for r in range(4):
+                    i = i0 + (wm * MT + mt) * 16 + g + 8 * (r // 2)
+                    j = j0 + (wn * NT + nt) * 8 + 2 * t + r % 2
+                    if i < m and j < n:
+                        v = cuda.mma.get(acc[mt * NT + nt], r)
+                        if beta == float32(0.0):
+                            C[zc + i + j * ldc] = alpha * v
+                        else:
+                            C[zc + i + j * ldc] = alpha * v + beta * float32(C[zc + i + j * ldc])
+    return mma_gemm_kernel
+
+
+DGEMM_TILE = 16         # the float64 kernel's block: DGEMM_TILE x DGEMM_TILE threads, one element of C each
+
+
+def dgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c):
+    # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc], as gemm_kernel
+    sA = shared.array((DGEMM_TILE, DGEMM_TILE), float64)      # sA[i, p] of the slice
+    sB = shared.array((DGEMM_TILE, DGEMM_TILE), float64)      # sB[p, j]
+    ti, tj = threadIdx.x, threadIdx.y
+    i = blockIdx.x * DGEMM_TILE + ti
+    j = blockIdx.y * DGEMM_TILE + tj
+    za, zb, zc = blockIdx.z * stride_a, blockIdx.z * stride_b, blockIdx.z * stride_c
+    acc = float64(0.0)
+    for p0 in range(0, k, DGEMM_TILE):
+        # thread (ti, tj) stages op(A)[i, p0 + tj] and op(B)[p0 + ti, j], zero past the edges
+        sA[ti, tj] = float64(0.0)
+        if i < m and p0 + tj < k:
+            sA[ti, tj] = A[za + i * a_si + (p0 + tj) * a_sp]
+        sB[ti, tj] = float64(0.0)
+        if p0 + ti < k and j < n:
+            sB[ti, tj] = B[zb + (p0 + ti) * b_sp + j * b_sj]
+        syncthreads()
+        for p in range(DGEMM_TILE):
+            acc += sA[ti, p] * sB[p, tj]
+        syncthreads()
+    if i < m and j < n:
+        if beta == float64(0.0):
+            C[zc + i + j * ldc] = alpha * acc
+        else:
+            C[zc + i + j * ldc] = alpha * acc + beta * C[zc + i + j * ldc]
