@@ -8,7 +8,7 @@ warp's dependency chain. Predicates are numbered after the registers: P0 is PRED
 import functools
 
 from lapis.isa.instruction import INSTRUCTION_BYTES, Instruction, Reg
-from lapis.isa.opcodes import PT, RZ
+from lapis.isa.opcodes import ATOM_WIDE, PT, RZ
 
 PRED_BASE = 256
 _MEM_WORDS = {"": 1, "U8": 1, "S8": 1, "U16": 1, "S16": 1, "64": 2, "128": 4}
@@ -25,7 +25,7 @@ def _widths(inst: Instruction) -> dict[str, int]:
         n = _MEM_WORDS[mods["w"]]
         return {"d": n, "a": 2 if op.endswith("G") else 1, "b": 1, "c": n}
     if op in ("ATOMG", "ATOMS"):
-        n = 2 if mods["t"] in ("U64", "F64") else 1
+        n = 2 if mods["t"] in ATOM_WIDE else 1
         return {"d": n, "a": 2 if op == "ATOMG" else 1, "b": 1, "c": n * (2 if mods["op"] == "CAS" else 1)}
     if op == "IMAD" and mods["w"] == "WIDE":
         return {"d": 2, "a": 1, "b": 1, "c": 2}

@@ -52,6 +52,7 @@ FLOATS = ("F32", "F64", "F16", "BF16")                   # F16 and BF16 live in 
 HALF = ("F16", "BF16")                                    # packed: two halves per register
 ATOM_OP = ("ADD", "MIN", "MAX", "EXCH", "CAS")
 ATOM_TYPE = ("U32", "S32", "F32", "U64", "F64")
+ATOM_WIDE = ("U64", "F64")                                # atomics on 8-byte words, their values in register pairs
 
 _ROWS = [
     # control

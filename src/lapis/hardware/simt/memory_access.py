@@ -28,7 +28,7 @@ from lapis.hardware.simt.binders import Executor, Mask, binds
 from lapis.hardware.simt.blocks import ResidentBlocks
 from lapis.hardware.simt.registers import I32, I64, U32, U64
 from lapis.isa import RZ, Instruction
-from lapis.isa.opcodes import MEM_BYTES
+from lapis.isa.opcodes import ATOM_WIDE, MEM_BYTES
 
 MEMORY_BYTES = MEM_BYTES         # by width modifier (the ISA's table)
 SECTOR_BITS = 40          # a physical sector number fits in 40 bits (32 TiB), below the warp number
@@ -319,14 +319,11 @@ def local_load_store(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Exec
 
 
 # -- atomics -----------------------------------------------------------------------------------
-WIDE_ATOMICS = ("U64", "F64")      # atomic types on 8-byte words (register pairs)
-
-
 def _atomic(blocks: ResidentBlocks, inst: Instruction, memory: np.ndarray, index: np.ndarray, mask: Mask) -> None:
     """Apply the instruction's atomic at `index` of `memory` for the active lanes; old values to Rd."""
     regs = blocks.registers
     op, t = inst.mod("op"), inst.mod("t")
-    wide = t in WIDE_ATOMICS
+    wide = t in ATOM_WIDE
 
     def operand(r):
         value = regs.pair(r) if wide else regs.R[regs.row(r)]
@@ -348,7 +345,7 @@ def _atomic(blocks: ResidentBlocks, inst: Instruction, memory: np.ndarray, index
 
 @binds("ATOMG")
 def atomg(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
-    nbytes = 8 if inst.mod("t") in WIDE_ATOMICS else 4
+    nbytes = 8 if inst.mod("t") in ATOM_WIDE else 4
 
     def execute(mask: Mask) -> None:
         got = _global_access(blocks, pc, inst, mask, nbytes, True, atomic=True)
@@ -361,7 +358,7 @@ def atomg(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
 
 @binds("ATOMS")
 def atoms(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
-    nbytes, address = 8 if inst.mod("t") in WIDE_ATOMICS else 4, blocks.registers.row(inst.ra)
+    nbytes, address = 8 if inst.mod("t") in ATOM_WIDE else 4, blocks.registers.row(inst.ra)
 
     def execute(mask: Mask) -> None:
         at = _shared_index(blocks, pc, inst, address, mask, nbytes)
