@@ -47,9 +47,14 @@ def _scalar_type(value, index: int, name: str):
 
 def _array_type(value: DeviceNDArray) -> T.ArrayType:
     key = (value.dtype, len(value.shape), value.layout)
+    return _ARRAY_TYPES.get(key) or _array_type_of(*key)      # every launch asks: one lookup when known
+
+
+def _array_type_of(dtype: np.dtype, ndim: int, layout: str) -> T.ArrayType:
+    key = (dtype, ndim, layout)
     kind = _ARRAY_TYPES.get(key)
     if kind is None:
-        kind = _ARRAY_TYPES[key] = T.ArrayType(T.scalar_of(value.dtype), value.ndim, value.layout)
+        kind = _ARRAY_TYPES[key] = T.ArrayType(T.scalar_of(dtype), ndim, layout)
     return kind
 
 
@@ -134,8 +139,8 @@ class Dispatcher:
         arguments of them (device arrays by dtype, dimensions and layout; host arrays as their device copies
         would be; numbers by type)."""
         argtypes = tuple(_array_type(a) if isinstance(a, DeviceNDArray)
-                         else T.ArrayType(T.scalar_of(a.dtype), a.ndim, "C" if a.flags.c_contiguous else
-                                          "F" if a.flags.f_contiguous else "A") if isinstance(a, np.ndarray)
+                         else _array_type_of(a.dtype, a.ndim, "C" if a.flags.c_contiguous else
+                                             "F" if a.flags.f_contiguous else "A") if isinstance(a, np.ndarray)
                          else _scalar_type(a, i, name) for i, (a, name) in enumerate(zip(args, self._arg_names,
                                                                                           strict=False)))
         return Dispatcher(self.py_func, self.api, [argtypes])

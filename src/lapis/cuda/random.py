@@ -88,7 +88,7 @@ def create_xoroshiro128p_states(n: int, seed: int, subsequence_start: int = 0, s
     """numba's create_xoroshiro128p_states: a device array of n generator states, one per thread, seeded from
     `seed`, each 2^64 steps after the one before (and the first `subsequence_start` jumps in)."""
     host = init_xoroshiro128p_states(n, seed, subsequence_start)
-    return api.to_device(host, stream=stream) if stream else api.to_device(host)
+    return api.to_device(host, stream=stream)
 
 
 # -- in kernels --------------------------------------------------------------------------------------------

@@ -119,7 +119,7 @@ class CudaUFunc:
                 raise TypeError(f"{self.__name__}: a device array of {x.dtype} where the signature takes {dtype}")
             return x.ravel()
         host = np.ascontiguousarray(np.broadcast_to(np.asarray(x, dtype), shape)).reshape(-1)
-        return api.to_device(host, stream=stream) if stream else api.to_device(host)
+        return api.to_device(host, stream=stream)
 
 
 def vectorize(signatures=None, target: str = "cuda", **options):
