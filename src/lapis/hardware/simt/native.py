@@ -656,10 +656,16 @@ def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, si
         pd = t[tr.PD]
         in_place = full and pd != PT and pd != t[tr.PS] and (kind != PLOP or pd != t[tr.PQ])
         run_predicate(kind, R, F, P, pd, active, full, o, bf, P[pd, :L] if in_place else out_bool)
-    elif kind == S2R:
-        for l in range(L):
-            if active[l]:
-                R[t[tr.D], l] = (clock & MASK32) if bval == CLOCKLO else special[bval, l]
+    elif kind == S2R:                              # a select, not a branch per lane: LLVM vectorizes it
+        row = R[t[tr.D], :L]
+        if bval == CLOCKLO:
+            now = np.uint32(clock & MASK32)
+            for l in range(L):
+                row[l] = now if active[l] else row[l]
+        else:
+            source = special[bval, :L]
+            for l in range(L):
+                row[l] = source[l] if active[l] else row[l]
     elif kind == SHFL:
         shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out_u32)
     elif memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, missed, log_va, log_active,
