@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lapis import cuda, trace
+from lapis import cuda, hip, trace
 from lapis.libs import kernels, reductions
 
 rng = np.random.default_rng(23)
@@ -120,14 +120,16 @@ def test_reductions(op, dim):
     np.testing.assert_allclose(out.copy_to_host(), want, rtol=1e-5)
 
 
+@pytest.mark.parametrize("api", [cuda, hip], ids=["h200", "mi300x"])
 @pytest.mark.parametrize("shape,dim", [((3, 100, 45), 1), ((130, 64), 0), ((64, 32), 0)])
-def test_a_sum_down_long_columns_splits_them_over_a_block(shape, dim):
-    # 45 columns: a partial tile of 32; 130 rows: not a multiple of the block's rows
+def test_a_sum_down_long_columns_splits_them_over_a_block(shape, dim, api):
+    # 45 columns: a partial tile of 32; 130 rows: not a multiple of the block's rows; on the mi300x a wave of
+    # 64 holds two warps' worth of the shuffle tree
     x = rng.standard_normal(shape).astype(np.float32)
-    out = cuda.device_array(np.sum(x, axis=dim).shape, np.float32)
+    out = api.device_array(np.sum(x, axis=dim).shape, np.float32)
     with trace() as t:
-        reductions.reduce(cuda, "sum", cuda.to_device(x), dim, out)
-        cuda.synchronize()
+        reductions.reduce(api, "sum", api.to_device(x), dim, out)
+        api.synchronize()
     assert [e.args["kernel"] for e in t.select(3, "launch")] == ["column_sum_kernel"]
     np.testing.assert_allclose(out.copy_to_host(), np.sum(x.astype(np.float64), axis=dim), rtol=1e-5, atol=1e-5)
 

@@ -15,6 +15,7 @@ import numpy as np
 from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, float32
 from lapis.libs.kernels import THREADS, KernelArgumentError, _along, _blocks, _dispatcher, flat_view
+from lapis.libs.reduction import warp_tree
 
 REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin")
 
@@ -125,17 +126,19 @@ SPLIT_LENGTH, SPLIT_OUTPUTS, SPLIT_CHUNK, SPLIT_THREADS = 4096, 4096, 256, 1 << 
 
 
 # A sum down long columns (a bias's gradient: many rows, few outputs) splits each column over the
-# COLUMN_ROWS threads of a block's y dimension: thread y adds rows y, y + COLUMN_ROWS, ... in order, then
-# thread 0 adds the partial sums in order of y, so the result is deterministic; x spans 32 adjacent
-# columns, so each row's reads coalesce. One thread per output would walk the whole column alone.
+# COLUMN_ROWS threads of a block's y dimension: thread y adds rows y, y + COLUMN_ROWS, ... in order; then warp
+# y takes column y's 32 partial sums, one a lane, and adds them as a tree of shuffles (`warp_tree`), so the
+# result is deterministic and the last step is five shuffles of every warp rather than 31 additions by one
+# thread a column. x spans 32 adjacent columns, so each row's reads coalesce. One thread per output would walk
+# the whole column alone.
 COLUMN_ROWS = 32
 COLUMN_MIN_LENGTH = 64       # columns at least this long, of at least 32 outputs side by side, take it
 
 
 def column_sum_kernel(outer, length, inner, x, out):
     # out[o, i] = sum over j of x[o, j, i]; block (32, COLUMN_ROWS): columns blockIdx.x * 32 + threadIdx.x
-    # of matrix blockIdx.y
-    partial = cuda.shared.array((COLUMN_ROWS, 32), float32)
+    # of matrix blockIdx.y. A column of padding puts a warp's reads down one column in 32 banks.
+    partial = cuda.shared.array((COLUMN_ROWS, 33), float32)
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     i = cuda.blockIdx.x * 32 + tx
     o = cuda.blockIdx.y
@@ -145,11 +148,10 @@ def column_sum_kernel(outer, length, inner, x, out):
             acc += x[(o * length + j) * inner + i]
     partial[ty, tx] = acc
     cuda.syncthreads()
-    if ty == 0 and i < inner:
-        total = partial[0, tx]
-        for y in range(1, COLUMN_ROWS):
-            total += partial[y, tx]
-        out[o * inner + i] = total
+    total = warp_tree(partial[tx, ty], 16, False)      # lane tx: row tx's partial sum of column ty
+    column = cuda.blockIdx.x * 32 + ty
+    if tx == 0 and column < inner:
+        out[o * inner + column] = total
 
 
 def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None:
