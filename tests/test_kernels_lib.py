@@ -193,6 +193,26 @@ def test_a_divider_divides_every_index_as_integer_division(d, n):
         assert (((m * magic) >> 32) + m) >> shift == m // d
 
 
+@cuda.jit
+def _split(values, d, word, out):
+    i = cuda.grid(1)
+    if i < values.size:
+        out[i, 0], out[i, 1] = kernels.split_index(values[i], d, word)
+
+
+@pytest.mark.parametrize("d", [1, 3, 96, 2**31 - 1])
+def test_split_index_divides_by_its_word_and_by_division_past_2_31(d):
+    """Below 2^31 the divider word's quotient; at and past it (word 0, as `divider_words` gives for such sizes)
+    a division, exact up to 2^62."""
+    small = np.array([0, 1, d - 1, d, min(2 * d + 1, 2**31 - 1), 2**31 - 1], np.int64)
+    large = np.array([2**31, 2**40 + 7, 2**62 - 1, d * 2**20 + 5], np.int64)
+    assert kernels.divider_words(2**31 - 1, d)[0] != 0 and kernels.divider_words(2**31, d) == [0]
+    for values, word in ((small, kernels.divider_words(2**31 - 1, d)[0]), (large, np.int64(0))):
+        out = cuda.device_array((values.size, 2), np.int64)
+        _split[1, 32](cuda.to_device(values), np.int64(d), word, out)
+        np.testing.assert_array_equal(out.copy_to_host(), np.stack([values // d, values % d], 1))
+
+
 def test_strided_reads_of_every_rank_find_their_elements():
     """A permuted view of each rank read through offset_of (quotients by multiplication)."""
     rng = np.random.default_rng(3)

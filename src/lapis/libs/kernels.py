@@ -94,6 +94,22 @@ def offset_of(i, ndim, shape, strides):
     return off + rest * strides[0]
 
 
+@cuda.jit(device=True)
+def split_index(v, d, word):
+    """(v // d, v % d) for v >= 0: by d's divider word (`divider_word`, for v < 2^31) when it is not 0, else by a
+    64-bit division."""
+    if word:
+        q = quotient(v, word)
+    else:
+        q = v // d
+    return q, v - q * d
+
+
+def divider_words(n: int, *divisors: int) -> list:
+    """The divider words kernels take for indices below n: 0 (divide) for n of 2^31 or more."""
+    return [np.int64(divider_word(d) if n < 1 << 31 else 0) for d in divisors]
+
+
 def divider_word(d: int) -> int:
     """`divider`(d) in one word, as kernels take it: the magic multiplier in the low 32 bits, the shift above
     (never 0, which `offset_of` reads as "divide")."""
@@ -428,16 +444,18 @@ def make_indexed(vector: bool, wrap: bool):
     """The device function giving where element t of an (outer, length, inner) array meets an (outer, other,
     inner) one along the middle dimension: at index[t], an index of the first array's shape, or (`vector`)
     at index[j], a 1-D index along the dimension (index_select: not spread over the other dimensions). With
-    `wrap` a negative index counts from the end (x[t]'s rule); an index outside stops the kernel."""
+    `wrap` a negative index counts from the end (x[t]'s rule); an index outside stops the kernel. `by_inner`
+    and `by_length` are inner's and length's divider words (`divider_words`)."""
     VECTOR, WRAP = vector, wrap
 
-    def indexed(t, length, inner, other, index):
-        o = t // (length * inner)
-        at = index[t // inner % length] if VECTOR else index[t]
+    def indexed(t, length, inner, other, index, by_inner, by_length):
+        q, k = split_index(t, inner, by_inner)
+        o, j = split_index(q, length, by_length)
+        at = index[j] if VECTOR else index[t]
         if WRAP and at < 0:
             at += other
         assert at >= 0 and at < other, "index out of bounds"          # a device-side assert, as ATen's
-        return (o * other + at) * inner + t % inner
+        return (o * other + at) * inner + k
     return cuda.jit(indexed, device=True)
 
 
@@ -448,12 +466,12 @@ def make_gather_kernel(vector: bool, wrap: bool = False):
     """The gather kernel for an index of out's shape, or (`vector`) for a 1-D index along the dimension."""
     indexed = INDEXED[vector, wrap]
 
-    def gather_kernel(n, length, inner, src_length, x, index, out):
+    def gather_kernel(n, length, inner, src_length, by_inner, by_length, x, index, out):
         # out is (outer, length, inner), x (outer, src_length, inner), all contiguous:
         # out[o, j, k] = x[o, index[o, j, k], k] (or x[o, index[j], k])
         t = cuda.grid(1)
         while t < n:
-            out[t] = x[indexed(t, length, inner, src_length, index)]
+            out[t] = x[indexed(t, length, inner, src_length, index, by_inner, by_length)]
             t += cuda.gridsize(1)
     return gather_kernel
 
@@ -462,12 +480,12 @@ def make_scatter_add_kernel(vector: bool, wrap: bool = False):
     """The scatter-add kernel for an index of src's shape, or (`vector`) a 1-D index along the dimension."""
     indexed = INDEXED[vector, wrap]
 
-    def scatter_add_kernel(n, length, inner, dst_length, out, index, src):
+    def scatter_add_kernel(n, length, inner, dst_length, by_inner, by_length, out, index, src):
         # out[o, index[o, j, k], k] += src[o, j, k] (or out[o, index[j], k]), with atomics (applied in lane
         # order here: deterministic)
         t = cuda.grid(1)
         while t < n:
-            cuda.atomic.add(out, indexed(t, length, inner, dst_length, index), src[t])
+            cuda.atomic.add(out, indexed(t, length, inner, dst_length, index, by_inner, by_length), src[t])
             t += cuda.gridsize(1)
     return scatter_add_kernel
 
@@ -508,8 +526,8 @@ def gather(api, x: DeviceNDArray, dim: int, index: DeviceNDArray, out: DeviceNDA
         if out.size:
             _dispatcher(api, ("gather", vector, wrap), lambda: make_gather_kernel(vector, wrap))[
                 _blocks(out.size), THREADS](
-                np.int64(out.size), np.int64(length), np.int64(inner), np.int64(x.shape[dim]), x.ravel(),
-                index.ravel(), out.ravel())
+                np.int64(out.size), np.int64(length), np.int64(inner), np.int64(x.shape[dim]),
+                *divider_words(out.size, inner, length), x.ravel(), index.ravel(), out.ravel())
 
 
 def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: DeviceNDArray,
@@ -526,5 +544,5 @@ def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: De
         if src.size:
             _dispatcher(api, ("scatter_add", vector, wrap), lambda: make_scatter_add_kernel(vector, wrap))[
                 _blocks(src.size), THREADS](
-                np.int64(src.size), np.int64(length), np.int64(inner), np.int64(out.shape[dim]), out.ravel(),
-                index.ravel(), src.ravel())
+                np.int64(src.size), np.int64(length), np.int64(inner), np.int64(out.shape[dim]),
+                *divider_words(src.size, inner, length), out.ravel(), index.ravel(), src.ravel())

@@ -8,7 +8,7 @@ from lapis import cuda, trace
 from lapis.cuda import float32
 from lapis.libs.dnn.descriptors import DnnError, TensorDescriptor
 from lapis.libs.dnn.handle import THREADS, Handle, _ceil_div, _flat
-from lapis.libs.kernels import divider_word, quotient
+from lapis.libs.kernels import divider_word, quotient, split_index
 
 POOL_MAX_GRID_Y = 65535            # blocks along a plane's pixels: past them each thread takes several
 
@@ -17,14 +17,6 @@ POOL_MAX_GRID_Y = 65535            # blocks along a plane's pixels: past them ea
 # loop along y), so a thread divides only to find its pixel's row and its window, and those quotients take the
 # host's magic multipliers (`kernels.quotient`, as offset_of's) instead of 64-bit divisions of dozens of
 # instructions. The element strides of N, C, H and W of x (and dx) and of y (and dy) are kernel arguments.
-@cuda.jit(device=True)
-def split_index(v, d, word):
-    """(v // d, v % d) for 0 <= v < 2^31, from d's divider word: an image and channel from a plane's index, a
-    row and column from a pixel's."""
-    q = quotient(v, word)
-    return q, v - q * d
-
-
 def pooling_forward_kernel(c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, by_c, by_ow, x, xn, xc, xh, xw,
                            y, yn, yc, yh, yw):
     # One thread per output element of plane blockIdx.x.
