@@ -58,14 +58,23 @@ def parse_shape(size: tuple) -> tuple:
     return tuple(builtins.int(s) for s in size)
 
 
+_STRIDES: dict = {}          # contiguous_strides by shape: a training loop's shapes repeat, op after op
+STRIDES_KEPT = 4096          # shapes kept before the table starts over
+
+
 def contiguous_strides(shape: tuple) -> tuple:
-    if len(shape) == 1:
-        return (1,)
-    strides, acc = [], 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= max(s, 1)
-    return tuple(reversed(strides))
+    """The element strides of a C-contiguous tensor of `shape` (a tuple)."""
+    strides = _STRIDES.get(shape)
+    if strides is None:
+        out, acc = [], 1
+        for s in reversed(shape):
+            out.append(acc)
+            acc *= max(s, 1)
+        strides = tuple(reversed(out))
+        if len(_STRIDES) >= STRIDES_KEPT:
+            _STRIDES.clear()
+        _STRIDES[shape] = strides
+    return strides
 
 
 def wrap_dim(d: builtins.int, ndim: builtins.int) -> builtins.int:
@@ -101,7 +110,9 @@ class TensorBase(autograd.Variable):
         else:
             context = dev.api.current_context(dev.index)    # this device's, without changing the current one
             flat = DeviceNDArray.vector(context, n, dt.np)
-        return TensorBase.made_class(Storage(flat), shape, contiguous_strides(shape), 0, dev)
+        out = TensorBase.made_class(Storage(flat), shape, contiguous_strides(shape), 0, dev)
+        out._contiguity = (out._strides, out._shape, True)       # made contiguous: no need to look
+        return out
 
     @staticmethod
     def _from_numpy(array: np.ndarray, dev: device) -> "TensorBase":
@@ -128,8 +139,8 @@ class TensorBase(autograd.Variable):
         strides = tuple(s * item for s in self._strides)
         if isinstance(flat, np.ndarray):            # a view of the storage (the constructor: as_strided is slower)
             return np.ndarray(self._shape, flat.dtype, flat, self._offset * item, strides)
-        return DeviceNDArray(self._shape, strides, flat.dtype, flat.context, flat.memory,
-                             flat.ptr + self._offset * item, "C" if self.is_contiguous() else None)
+        return flat._view(self._shape, strides, flat.dtype, flat.ptr + self._offset * item,
+                          "C" if self.is_contiguous() else None)
 
     def _take(self, other: "TensorBase") -> None:
         """Become a view of other's memory, layout and device in place (torch's `.data` assignment)."""
@@ -180,8 +191,9 @@ class TensorBase(autograd.Variable):
         known = self._contiguity     # kept for the layout it was found for: ops ask again and again
         if known is not None and known[0] is self._strides and known[1] is self._shape:
             return known[2]
-        contiguous = all(st == c for st, c, n in zip(self._strides, contiguous_strides(self._shape), self._shape,
-                                                      strict=True) if n != 1)
+        dense = contiguous_strides(self._shape)
+        contiguous = self._strides == dense or all(st == c for st, c, n in zip(self._strides, dense, self._shape,
+                                                                                strict=True) if n != 1)
         self._contiguity = (self._strides, self._shape, contiguous)
         return contiguous
 
