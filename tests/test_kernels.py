@@ -4,8 +4,11 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lapis import cuda, trace
+from lapis.cuda.compiler.codegen import _parallel_moves
 
 rng = np.random.default_rng(11)
 
@@ -728,3 +731,39 @@ def test_fragments_stored_whole_to_shared_and_global_memory():
         cuda.mma.store(words, 0, cuda.mma.zeros())
     with pytest.raises(cuda.CompileError, match="f32x4 fragment to a float32 array"):
         mismatched[1, 1](cuda.device_array(4, np.uint32))
+
+
+@cuda.jit
+def rotate_quads(x, out):
+    """Each lane loads four floats, then packs them back rotated, one of them twice and one computed, for a
+    128-bit store: the pack's words come from registers of the loaded quad itself (moves that cross)."""
+    i = cuda.grid(1)
+    q = cuda.mma.load(x, 4 * i, 4)
+    a, b, c, d = cuda.mma.get(q, 0), cuda.mma.get(q, 1), cuda.mma.get(q, 2), cuda.mma.get(q, 3)
+    cuda.mma.store(out, 4 * i, cuda.mma.pack(d, a, b, c))
+    cuda.mma.store(out, 4 * i + 128, cuda.mma.pack(b, b, a * 2, 1))
+
+
+def test_four_values_packed_for_a_128_bit_store():
+    x = rng.standard_normal(128).astype(np.float32)
+    out = cuda.device_array(256, np.float32)
+    rotate_quads[1, 32](cuda.to_device(x), out)
+    q = x.reshape(32, 4)
+    got = out.copy_to_host().reshape(2, 32, 4)
+    assert np.array_equal(got[0], q[:, [3, 0, 1, 2]])
+    assert np.array_equal(got[1], np.stack([q[:, 1], q[:, 1], q[:, 0] * 2, np.ones(32, np.float32)], 1))
+    assert rotate_quads.inspect_asm().count("STG.E.128") == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 7), min_size=4, max_size=4), st.permutations(range(8)))
+def test_parallel_moves_give_every_destination_its_sources_old_value(sources, order):
+    """Four moves into distinct registers from any registers (crossing, in cycles, one source read twice), as
+    codegen places a packed quad: run in sequence, the MOVs and XORs leave what moving all at once would."""
+    dests = order[:4]
+    regs = list(range(100, 108))                 # register r holds 100 + r
+    for inst in _parallel_moves(list(zip(dests, sources, strict=True)), {}):
+        b = regs[inst.b.index]
+        regs[inst.rd] = b if inst.op == "MOV" else regs[inst.ra] ^ b
+    assert [regs[d] for d in dests] == [100 + s for s in sources]
+    assert all(regs[r] == 100 + r for r in range(8) if r not in dests)     # no other register is touched

@@ -267,6 +267,11 @@ def _mma_get(fe, args):
     return fe.emit(Op.VGET, T.float32 if frag.type == T.f32x4 else T.uint32, [frag], index=index.value)
 
 
+def _mma_pack(fe, args):
+    words = [fe.materialize(fe.cast(x, T.float32), T.float32) for x in args]
+    return fe.emit(Op.VPACK, T.f32x4, words)
+
+
 def _extremum(op: Op):
     """min(a, b, ...) or max(a, b, ...)."""
     def lower(fe, args):
@@ -436,6 +441,7 @@ CALLS: dict[object, Builtin] = {
                                                   Param("c", fragment(T.f32x4)), Param("dtype", HALF_DTYPE)),
                             _mma_sync),
     K.mma.get: Builtin("cuda.mma.get", (Param("fragment", FRAGMENT), Param("i", INT_CONSTANT)), _mma_get),
+    K.mma.pack: Builtin("cuda.mma.pack", tuple(Param(name, NUMBER) for name in "abcd"), _mma_pack),
     min: Builtin("min", (Param("a"), Param("b")), _extremum(Op.MIN), variadic=True),
     max: Builtin("max", (Param("a"), Param("b")), _extremum(Op.MAX), variadic=True),
     abs: Builtin("abs", X, _abs),

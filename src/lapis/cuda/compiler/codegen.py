@@ -73,6 +73,9 @@ def _expand(m: MInst, a: dict) -> list[Instruction]:
                     for x, y in ((d, d + 1), (d + 1, d), (d, d + 1))]
         moves = [(d, lo), (d + 1, hi)] if hi != d else [(d + 1, hi), (d, lo)]
         return [make("MOV", rd=x, b=Reg(y), **common) for x, y in moves if x != y]
+    if m.op == "QUAD":                 # a quad from two pairs
+        d, lo, hi = _phys(a, m.rd), _phys(a, m.ra), _phys(a, m.b)
+        return _parallel_moves([(d, lo), (d + 1, lo + 1), (d + 2, hi), (d + 3, hi + 1)], common)
     if m.op == "SHFL64":               # a 64-bit value is shuffled as two halves
         d, s = _phys(a, m.rd), _phys(a, m.ra)
         b = Reg(_phys(a, m.b)) if isinstance(m.b, VReg) else m.b
@@ -105,6 +108,25 @@ def _expand(m: MInst, a: dict) -> list[Instruction]:
     if m.op == "BRA":
         fields["b"] = Imm(0)
     return [make(m.op, mods=mods, neg=m.neg, abs_=m.abs_, **fields)]
+
+
+def _parallel_moves(moves: list[tuple[int, int]], common: dict) -> list[Instruction]:
+    """MOVs giving each destination register its source's value as if all moved at once: a move waits while
+    another still reads its destination; where every one waits (a cycle), the first's two registers swap by
+    three XORs, and the moves that read either read the other, where that value went."""
+    pending = [(d, s) for d, s in moves if d != s]
+    out = []
+    while pending:
+        free = next((k for k, (d, _) in enumerate(pending) if all(s != d for _, s in pending)), None)
+        if free is not None:
+            d, s = pending.pop(free)
+            out.append(make("MOV", rd=d, b=Reg(s), **common))
+            continue
+        d, s = pending.pop(0)
+        out += [make("LOP", mods={"op": "XOR"}, rd=x, ra=x, b=Reg(y), **common) for x, y in ((d, s), (s, d), (d, s))]
+        swapped = {d: s, s: d}
+        pending = [(d2, swapped.get(s2, s2)) for d2, s2 in pending if d2 != swapped.get(s2, s2)]
+    return out
 
 
 def _regs(inst: Instruction, role: str) -> set[int]:

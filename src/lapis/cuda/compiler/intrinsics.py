@@ -87,5 +87,7 @@ mma = _Namespace(
                        "16x8x16 tile (HMMA); a: four words of packed A halves, b: two of B, c: four float32; "
                        "dtype is cuda.float16 or cuda.bfloat16"),
     get=Intrinsic("cuda.mma.get", "cuda.mma.get(fragment, i): register i of a fragment (i a constant)"),
+    pack=Intrinsic("cuda.mma.pack", "cuda.mma.pack(a, b, c, d): an f32x4 fragment of four float32 values, for a "
+                   "128-bit store (CUDA C++'s make_float4)"),
     u32x2=T.u32x2, u32x4=T.u32x4, f32x4=T.f32x4,          # fragment types, for local.array(n, cuda.mma.f32x4)
 )

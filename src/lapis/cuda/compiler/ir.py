@@ -65,6 +65,7 @@ class Op(Enum):
     VSTORE = "vstore"
     VZERO = "vzero"
     VGET = "vget"
+    VPACK = "vpack"
     MMA = "mma"
 
     def __str__(self) -> str:
@@ -74,7 +75,7 @@ class Op(Enum):
 # Pure operations depend on their operands alone: CSE may merge them, hoisting may move them.
 PURE = frozenset({Op.CONST, Op.PARAM, Op.SREG, Op.DIM, Op.ADD, Op.SUB, Op.MUL, Op.FDIV, Op.DIV, Op.MOD, Op.MIN,
                   Op.MAX, Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR, Op.NEG, Op.NOT, Op.CMP, Op.SELECT, Op.CAST,
-                  Op.MATH, Op.GADDR, Op.VZERO, Op.VGET, Op.MMA})
+                  Op.MATH, Op.GADDR, Op.VZERO, Op.VGET, Op.VPACK, Op.MMA})
 # Operations kept even when nothing reads their result.
 EFFECTS = frozenset({Op.STORE, Op.VSTORE, Op.BARRIER, Op.ATOMIC, Op.FENCE, Op.TRAP})
 ADDRESS = T.Scalar("ptr64", "uint", 64)      # a 64-bit global address

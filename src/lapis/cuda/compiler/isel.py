@@ -831,6 +831,15 @@ class InstructionSelector:
         self.emit("VZERO", rd=r)
         return r
 
+    def op_vpack(self, v):
+        # two pairs, then the quad of them (pseudo-instructions: codegen moves the words into place)
+        lo, hi = self.new(T.int64), self.new(T.int64)
+        self.emit("PAIR", rd=lo, ra=self.reg(v.args[0]), b=self.reg(v.args[1]))
+        self.emit("PAIR", rd=hi, ra=self.reg(v.args[2]), b=self.reg(v.args[3]))
+        r = self.new(v.type)
+        self.emit("QUAD", rd=r, ra=lo, b=hi)
+        return r
+
     def op_vget(self, v):
         return Part(self.reg(v.args[0]), v.attrs["index"])
 
