@@ -60,24 +60,26 @@ def test_every_tiling_computes_inner_and_edge_tiles(handle, tiles):
 @pytest.mark.parametrize("tiles", blas.TILE_CANDIDATES + blas.NARROW_TILES, ids=str)
 def test_aligned_columns_are_staged_four_words_at_a_time(handle, tiles):
     """Column-major A and B whose columns start on 16 bytes take the kernel that stages them with 128-bit loads
-    (where the slice has a vector for every thread); the same operands one element off take word loads. Both
-    compute inner and edge tiles, and a k that ends mid-slice."""
+    (where the slice has a vector for every thread), and such a C gets its runs of four rows in 128-bit stores;
+    the same operands one element off take word loads and stores. Both compute inner and edge tiles, and a k
+    that ends mid-slice."""
     m, n, k = 300, 140, 44
     a = rng.standard_normal((m, k)).astype(np.float32)
     b = rng.standard_normal((k, n)).astype(np.float32)
     for shift in (0, 1):
         dA = cuda.to_device(np.concatenate([np.zeros(shift, np.float32), col_major(a)]))[shift:]
         dB = cuda.to_device(np.concatenate([np.zeros(shift, np.float32), col_major(b)]))[shift:]
-        dC = cuda.device_array(m * n, np.float32)
+        dC = cuda.device_array(m * n + shift, np.float32)[shift:]
         launched = set(handle.tiled_kernels)
         blas._launch_gemm(handle, tiles, False, False, m, n, k, 1.0, dA, m, 0, dB, k, 0, 0.0, dC, m, 0, 1)
         np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a @ b, rtol=1e-4, atol=1e-4)
-        assert (tiles, shift == 0, shift == 0, False) in launched | set(handle.tiled_kernels)
+        assert (tiles, shift == 0, shift == 0, False, shift == 0) in launched | set(handle.tiled_kernels)
     # every candidate has a vector per thread in one slice at least, and in none more than one; B's only in
     # slices 8 deep (its transposing stores would clash in banks in deeper ones)
     whole = [tiles.bm * tiles.bk == 4 * tiles.threads, tiles.bk * tiles.bn == 4 * tiles.threads and tiles.bk == 8]
-    asm = handle.gemm_kernel(tiles, True, True).inspect_asm()
+    asm = handle.gemm_kernel(tiles, True, True, False, True).inspect_asm()
     assert asm.count("LDG.E.128") == sum(whole) >= 1 and asm.count("STS.128") == whole[0]
+    assert "STG.E.128" in asm and "STG.E.128" not in handle.gemm_kernel(tiles).inspect_asm()
 
 
 @pytest.mark.parametrize("transa,transb", [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")])
@@ -100,16 +102,18 @@ def test_split_k_for_few_tiles_and_a_long_k(handle, transa, transb, m, n, k):
     assert np.all(dC.copy_to_host().reshape(n, ldc)[:, m:] == 0)  # the padding rows untouched
 
 
+@pytest.mark.parametrize("beta", [0.5, 0.0])
 @pytest.mark.parametrize("m,n,k", [(70, 33, 45), (64, 64, 512)])       # the tiled kernel, and split-K
-def test_the_bias_epilogue_adds_a_bias_down_the_rows(handle, m, n, k):
+def test_the_bias_epilogue_adds_a_bias_down_the_rows(handle, m, n, k, beta):
     """sgemm(..., bias=) adds bias[i] to row i of C in the kernel that writes C (cuBLASLt's bias epilogue), on the
-    tiled and the split-K paths, with beta's C as well."""
+    tiled and the split-K paths, with beta's C as well, and (beta 0) in the 128-bit stores, 70 rows ending in a
+    partial run of four."""
     a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n), (m, n)))
     bias = rng.standard_normal(m).astype(np.float32)
     dC = cuda.to_device(col_major(c))
     blas.sgemm(handle, "N", "N", m, n, k, 1.0, cuda.to_device(col_major(a)), m, cuda.to_device(col_major(b)), k,
-               0.5, dC, m, bias=cuda.to_device(bias))
-    np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a @ b + 0.5 * c + bias[:, None],
+               beta, dC, m, bias=cuda.to_device(bias))
+    np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a @ b + beta * c + bias[:, None],
                                rtol=1e-4, atol=1e-4)
     with pytest.raises(blas.BlasError, match=f"bias of m = {m} elements"):
         blas.sgemm(handle, "N", "N", m, n, k, 1.0, cuda.to_device(col_major(a)), m, cuda.to_device(col_major(b)), k,

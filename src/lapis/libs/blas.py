@@ -82,14 +82,15 @@ class Handle(LibraryHandle):
 
     def __init__(self, api, device: int = 0):
         super().__init__(api, device)
-        self.tiled_kernels: dict[tuple, object] = {}    # by (tiles, vector_a, vector_b, with_bias)
+        self.tiled_kernels: dict[tuple, object] = {}    # by (tiles, vector_a, vector_b, with_bias, vector_c)
         self.tiles: dict[tuple, GemmTiles] = {}        # the autotuner's choices, by profile and shape
         self.mma_kernels = {np.dtype(t).name: api.jit(make_mma_gemm_kernel(t)) for t in (cuda.float16, cuda.bfloat16)}
         self.workspace: DeviceNDArray | None = None     # split-K's partial products, grown as needed
         self.dgemm = api.jit(dgemm_kernel)
 
-    def gemm_kernel(self, tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False):
-        key = (tiles, vector_a, vector_b, with_bias)
+    def gemm_kernel(self, tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False,
+                    vector_c: bool = False):
+        key = (tiles, vector_a, vector_b, with_bias, vector_c)
         kernel = self.tiled_kernels.get(key)
         if kernel is None:
             kernel = self.tiled_kernels[key] = self.api.jit(make_gemm_kernel(*key))
@@ -263,7 +264,8 @@ def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, l
     grid_dim = (-(-m // tiles.bm), -(-n // tiles.bn), batch)
     vector_a = not ta and _vectors(fa, lda, stride_a)
     vector_b = not tb and _vectors(fb, ldb, stride_b)
-    handle.gemm_kernel(tiles, vector_a, vector_b, bias is not None)[grid_dim, tiles.threads, handle.stream](
+    vector_c = _vectors(fc, ldc, stride_c)
+    handle.gemm_kernel(tiles, vector_a, vector_b, bias is not None, vector_c)[grid_dim, tiles.threads, handle.stream](
         np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
         np.int32(b_sp), np.int32(b_sj), np.float32(beta), fc, np.int32(ldc), np.int32(stride_a),
         np.int32(stride_b), np.int32(stride_c), fc if bias is None else bias)

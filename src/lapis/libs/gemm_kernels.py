@@ -28,14 +28,17 @@ class GemmTiles:
         return f"{self.bm}x{self.bn}x{self.bk}, {self.tm}x{self.tn} per thread"
 
 
-def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False):
+def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False,
+                     vector_c: bool = False):
     """The gemm kernel for one tiling; the tile sizes are compile-time constants (closure variables).
 
     With `vector_a` (float32 op(A) = A, column-major: a_si = 1, each slice's columns 16-byte aligned) a block whose
     tile lies inside C stages A four rows at a time with 128-bit loads, as CUDA kernels read a float4; with
     `vector_b` (op(B) = B: b_sp = 1) likewise four k of B, where slices are 8 deep. An operand whose slice has
     fewer such vectors than the block has threads keeps word loads. With `with_bias`, the epilogue adds bias[i] to
-    row i of C (cublasLt's bias epilogue); without, the kernel does not read its bias argument."""
+    row i of C (cublasLt's bias epilogue); without, the kernel does not read its bias argument. With `vector_c`
+    (float32 C whose columns start on 16 bytes) and beta 0, each run of four rows inside C leaves in one 128-bit
+    store (a float4 of a column); the rest, and C read back for beta, go word by word."""
     BM, BN, BK, TM, TN = tiles.bm, tiles.bn, tiles.bk, tiles.tm, tiles.tn
     THREADS = tiles.threads
     # A's vectors are stored whole (STS.128); B's are transposed, a word to each of four rows of the slice, which
@@ -168,21 +171,33 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
                         for c in range(TN):
                             acc[r, c] += a[r] * b[c]
                 syncthreads()
-        for r in range(TM):
-            i = i0 + ti + r // 4 * GAP_M + r % 4
-            row_bias = float32(0.0)                   # the row's bias, loaded once for its TN columns
-            if with_bias and i < m:
-                row_bias = float32(bias[i])
+        # The epilogue, a run of four rows (a thread's rows h * 4 .. h * 4 + 3 of acc) at a time.
+        run_bias = local.array(4, float32)            # the run's rows' bias, loaded once for its TN columns
+        four = local.array(4, float32)                # the run's results in one column
+        for h in range(RUNS_M):
+            i = i0 + ti + h * GAP_M                   # the run's first row
+            if with_bias:
+                for q in range(4):
+                    run_bias[q] = float32(0.0)
+                    if i + q < m:
+                        run_bias[q] = float32(bias[i + q])
+            whole = vector_c and beta == float32(0.0) and i + 4 <= m
             for c in range(TN):
                 j = j0 + tj + c // 4 * GAP_N + c % 4
-                if i < m and j < n:
-                    value = alpha * acc[r, c]
-                    if with_bias:
-                        value += row_bias
-                    if beta == float32(0.0):
-                        C[zc + i + j * ldc] = value
+                if j < n:
+                    for q in range(4):
+                        four[q] = alpha * acc[h * 4 + q, c]
+                        if with_bias:
+                            four[q] += run_bias[q]
+                    if vector_c and whole:
+                        cuda.mma.store(C, zc + i + j * ldc, cuda.mma.pack(four[0], four[1], four[2], four[3]))
                     else:
-                        C[zc + i + j * ldc] = value + beta * float32(C[zc + i + j * ldc])
+                        for q in range(4):
+                            if i + q < m:
+                                if beta == float32(0.0):
+                                    C[zc + i + q + j * ldc] = four[q]
+                                else:
+                                    C[zc + i + q + j * ldc] = four[q] + beta * float32(C[zc + i + q + j * ldc])
     return gemm_kernel
 
 
