@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from lapis import cuda, trace
+from lapis import cuda, hip, trace
 from lapis.libs import dnn
 
 rng = np.random.default_rng(17)
@@ -89,6 +89,23 @@ def test_layer_norm_forward_and_backward(handle, cols):
     assert np.allclose(dg.copy_to_host(), numeric_grad(lambda g: ln(x.astype(np.float64), g=g), gamma, dy),
                        atol=2e-3)
     assert np.allclose(db.copy_to_host(), dy.sum(axis=0), atol=1e-4)
+
+
+@pytest.mark.parametrize("api", [cuda, hip], ids=["h200", "mi300x"])
+def test_layer_norm_parameter_gradients_sum_every_row(api):
+    """dgamma and dbeta over 37 rows (not a multiple of the 16 row lanes) of 45 columns (a partial tile of 32);
+    on the mi300x a wave of 64 holds four columns' shuffle trees."""
+    rows, cols = 37, 45
+    x, dy = (rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(2))
+    mean, rstd = x.mean(1), 1 / np.sqrt(x.var(1) + 1e-5)
+    dx, dg, db = api.device_array(x.shape, np.float32), api.device_array(cols, np.float32), \
+        api.device_array(cols, np.float32)
+    gamma = np.ones(cols, np.float32)
+    dnn.layer_norm_backward(dnn.create(api), *(api.to_device(a) for a in (x, dy, gamma, mean.astype(np.float32),
+                                                                         rstd.astype(np.float32))), dx, dg, db)
+    xhat = (x.astype(np.float64) - mean[:, None]) * rstd[:, None]
+    np.testing.assert_allclose(dg.copy_to_host(), (dy * xhat).sum(0), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(db.copy_to_host(), dy.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
 
 
 def test_a_row_gets_a_block_of_its_length_rounded_up_to_a_power_of_two_from_a_warp_to_row_threads():

@@ -1,7 +1,8 @@
 """Layer 4, DNN: layer norm and batch norm, forward and backward. Layer norm gives each row one block of
 up to ROW_THREADS threads (`row_threads`), batch norm each channel one of ROW_THREADS, reducing through
 shared memory in a fixed order;
-dgamma and dbeta of layer norm are summed in row order, so results are deterministic."""
+dgamma and dbeta of layer norm are summed in a fixed order (rows in order per lane, then a tree of shuffles), so
+results are deterministic."""
 
 import math
 
@@ -11,7 +12,7 @@ from lapis import trace
 from lapis.cuda import blockDim, blockIdx, float32, shared, syncthreads, threadIdx
 from lapis.libs.dnn.descriptors import DnnError, TensorDescriptor
 from lapis.libs.dnn.handle import ROW_THREADS, Handle, _ceil_div, _flat, _rows, row_threads
-from lapis.libs.reduction import block_reduce
+from lapis.libs.reduction import block_reduce, warp_tree
 
 
 def layer_norm_forward_kernel(cols, eps, x, gamma, beta, y, mean, rstd):
@@ -64,10 +65,11 @@ def layer_norm_backward_kernel(cols, x, dy, gamma, mean, rstd, dx):
 
 
 def layer_norm_params_backward_kernel(rows, cols, x, dy, mean, rstd, dgamma, dbeta):
-    # A block of 32 columns x 16 row lanes: lane ty sums rows ty, ty + 16, ...; then one thread per
-    # column adds the 16 partial sums in lane order (deterministic).
-    sg = shared.array((16, 32), np.float32)
-    sb = shared.array((16, 32), np.float32)
+    # A block of 32 columns x 16 row lanes: lane ty sums rows ty, ty + 16, ... in order; then warp ty takes
+    # columns ty (lanes 0-15) and ty + 16 (lanes 16-31), a partial sum a lane (a padded tile: 32 banks), and
+    # adds each column's 16 as a tree of shuffles (deterministic), rather than one thread a column adding them.
+    sg = shared.array((16, 33), np.float32)
+    sb = shared.array((16, 33), np.float32)
     tx, ty = threadIdx.x, threadIdx.y
     j = blockIdx.x * 32 + tx
     dg = float32(0.0)
@@ -80,12 +82,11 @@ def layer_norm_params_backward_kernel(rows, cols, x, dy, mean, rstd, dgamma, dbe
     sg[ty, tx] = dg
     sb[ty, tx] = db
     syncthreads()
-    if ty == 0 and j < cols:
-        dg = float32(0.0)
-        db = float32(0.0)
-        for lane in range(16):
-            dg += sg[lane, tx]
-            db += sb[lane, tx]
+    lane, column = tx % 16, ty + tx // 16 * 16
+    dg = warp_tree(sg[lane, column], 8, False)     # lanes 0 and 16 end with their columns' sums
+    db = warp_tree(sb[lane, column], 8, False)
+    j = blockIdx.x * 32 + column
+    if lane == 0 and j < cols:
         dgamma[j] = dg
         dbeta[j] = db
 
