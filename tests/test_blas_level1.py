@@ -57,6 +57,13 @@ def test_iamax_takes_the_first_of_equal_magnitudes(handle):
     assert blas.iamax(handle, 5000, cuda.to_device(x), 1) == 124
 
 
+def test_an_infinite_first_element_gives_infinite_sums_and_is_the_largest(handle):
+    """Each reduction starts from its dtype's zero, not x[0] * 0 (NaN for an infinite x[0])."""
+    d = cuda.to_device(np.array([np.inf, 1, -2], np.float32))
+    assert blas.asum(handle, 3, d, 1) == np.inf and blas.nrm2(handle, 3, d, 1) == np.inf
+    assert blas.dot(handle, 3, d, 1, d, 1) == np.inf and blas.iamax(handle, 3, d, 1) == 1
+
+
 def test_bad_arguments_launch_nothing(handle):
     x = cuda.to_device(np.ones(10, np.float32))
     with pytest.raises(blas.BlasError, match="needs 19"):

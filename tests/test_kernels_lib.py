@@ -134,6 +134,19 @@ def test_a_sum_down_long_columns_splits_them_over_a_block(shape, dim, api):
     np.testing.assert_allclose(out.copy_to_host(), np.sum(x.astype(np.float64), axis=dim), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("shape,dim", [((3, 5), 1), ((70, 40), 0), ((2, 5000), 1)])   # by thread, column, split
+def test_sums_and_products_start_from_zero_and_one_not_the_first_element_times_zero(shape, dim):
+    """An infinite first element (of the whole array, or of each row) gives an infinite sum and product, as
+    torch's: the reductions once started from x[0] * 0, which is NaN for it."""
+    x = np.ones(shape, np.float32)
+    x[0, 0] = np.inf
+    x[(slice(None), 0) if dim == 1 else (0, slice(None))] = np.inf
+    for op in ("sum", "prod"):
+        out = cuda.device_array(np.sum(x, axis=dim).shape, np.float32)
+        reductions.reduce(cuda, op, cuda.to_device(x), dim, out)
+        np.testing.assert_array_equal(out.copy_to_host(), NP_REDUCE[op](x, axis=dim))
+
+
 def test_max_propagates_nan_and_argmax_takes_the_first():
     x = np.array([[1, 5, 5, 2], [3, np.nan, 9, 9]], np.float32)
     out = cuda.device_array((2,), np.float32)

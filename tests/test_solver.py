@@ -53,6 +53,15 @@ def test_lu_solve(handle, trans):
     assert np.allclose((a.T if trans == "T" else a) @ x, b, atol=1e-4)
 
 
+def test_an_infinite_pivot_is_the_largest(handle):
+    """An infinite a[0, 0] is its column's largest magnitude: row 1 stays the pivot (the search once started
+    from |a[0, 0]| * 0 - 1, NaN for it, and named a row past the matrix)."""
+    a = np.array([[np.inf, 1.0], [1.0, 2.0]], np.float32)
+    ipiv = cuda.device_array(2, np.int32)
+    solver.getrf(handle, 2, 2, cuda.to_device(store(a, 2)), 2, ipiv)
+    assert ipiv.copy_to_host().tolist() == [1, 2]
+
+
 def test_singular_matrix_reports_info(handle):
     a = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
     assert solver.getrf(handle, 2, 2, cuda.to_device(store(a, 2)), 2, cuda.device_array(2, np.int32)) == 2

@@ -66,7 +66,7 @@ def reduce_kernel(n, x, incx, y, incy, op, partial):
     # partial[block] = sum over this block's stretch of x*y, x*x or |x|
     s = shared.array(256, x.dtype)
     t = threadIdx.x
-    acc = x[0] * 0
+    acc = x.dtype(0)                # not x[0] * 0: an infinite x[0] would make it NaN
     i = thread_index(1)
     while i < n:
         v = x[at(i, n, incx)]
@@ -90,7 +90,7 @@ def iamax_kernel(n, x, incx, positions, indirect, best_value, best_index):
     sv = shared.array(256, x.dtype)
     si = shared.array(256, np.int64)
     t = threadIdx.x
-    value = x[0] * 0 - 1
+    value = x.dtype(-1)
     index = n
     i = thread_index(1)
     while i < n:

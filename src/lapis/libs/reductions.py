@@ -55,9 +55,7 @@ def make_reduce_kernel(op: str):
             base = o * sx_outer + i * sx_inner
             best = x[base]
             where = 0
-            acc = best * 0
-            if OP == "prod":
-                acc = acc + 1
+            acc = out.dtype(1) if OP == "prod" else out.dtype(0)    # not best * 0: an infinite best makes NaN
             for j in range(length):
                 acc, best, where = step(acc, best, where, x[base + j * sx_len], j)
             if OP == "sum" or OP == "prod":
@@ -86,9 +84,7 @@ def make_split_reduce_kernel(op: str):
             base = oc // chunks * length * inner + i
             best = x[base + start * inner]
             at = start
-            acc = best * 0
-            if OP == "prod":
-                acc = acc + 1
+            acc = partial.dtype(1) if OP == "prod" else partial.dtype(0)
             for j in range(start, min(length, start + chunk)):
                 acc, best, at = step(acc, best, at, x[base + j * inner], j)
             if OP == "sum" or OP == "prod":
@@ -142,7 +138,7 @@ def column_sum_kernel(outer, length, inner, x, out):
     tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
     i = cuda.blockIdx.x * 32 + tx
     o = cuda.blockIdx.y
-    acc = x[0] * 0
+    acc = out.dtype(0)
     if i < inner:
         for j in range(ty, length, COLUMN_ROWS):
             acc += x[(o * length + j) * inner + i]

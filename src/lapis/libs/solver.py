@@ -39,7 +39,7 @@ def lu_pivot_kernel(m, n, j, a, lda, ipiv, info):
     best = shared.array(256, a.dtype)
     where = shared.array(256, np.int64)
     t = threadIdx.x
-    value = abs(a[j + j * lda]) * 0 - 1
+    value = a.dtype(-1)
     row = m
     i = j + t
     while i < m:
@@ -169,7 +169,7 @@ def householder_kernel(m, j, a, lda, tau):
     # One block: the reflector H = I - tau v v^T with v[0] = 1 that maps a[j:m, j] onto beta e_0.
     sq = shared.array(256, a.dtype)
     t = threadIdx.x
-    acc = a[j + j * lda] * 0
+    acc = a.dtype(0)
     i = j + 1 + t
     while i < m:
         acc += a[i + j * lda] * a[i + j * lda]
@@ -178,7 +178,7 @@ def householder_kernel(m, j, a, lda, tau):
     alpha = a[j + j * lda]
     if tail == 0:
         if t == 0:
-            tau[j] = alpha * 0
+            tau[j] = a.dtype(0)
     else:
         norm = math.sqrt(alpha * alpha + tail)
         beta = -norm if alpha >= 0 else norm
