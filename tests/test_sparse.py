@@ -50,6 +50,9 @@ def test_empty_rows_and_beta_zero_ignore_old_values(handle):
     y = cuda.to_device(np.full(3, np.nan))
     sparse.spmv(handle, 1.0, A, cuda.to_device(np.ones(3)), 0.0, y)
     assert list(y.copy_to_host()) == [0.0, 3.0, 0.0]
+    y = cuda.to_device(np.full(3, np.nan))          # the COO form, which scales y first
+    sparse.spmv(handle, 1.0, sparse.csr_to_coo(handle, A), cuda.to_device(np.ones(3)), 0.0, y)
+    assert list(y.copy_to_host()) == [0.0, 3.0, 0.0]
 
 
 def test_bad_arguments(handle):

@@ -84,7 +84,7 @@ def scale_kernel(count, beta, y):
     i = cuda.grid(1)
     if i < count:
         if beta == 0:
-            y[i] = y[i] * 0
+            y[i] = y.dtype(0)            # beta 0: y is not read (a NaN in it stays out)
         else:
             y[i] = beta * y[i]
 

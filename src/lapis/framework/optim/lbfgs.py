@@ -35,7 +35,7 @@ class LBFGS(Optimizer):
         return self.param_groups[0]["params"]
 
     def _flat_grad(self):
-        return cat([p.grad.reshape(-1) if p.grad is not None else p.detach().reshape(-1) * 0
+        return cat([p.grad.reshape(-1) if p.grad is not None else p.new_zeros(p.numel())
                     for p in self._flat_params])
 
     def _add(self, step: float, direction) -> None:
