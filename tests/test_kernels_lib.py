@@ -147,6 +147,27 @@ def test_sums_and_products_start_from_zero_and_one_not_the_first_element_times_z
         np.testing.assert_array_equal(out.copy_to_host(), NP_REDUCE[op](x, axis=dim))
 
 
+@pytest.mark.parametrize("shape,dtype", [((4096,), np.float32), ((3, 5000), np.float32), ((128, 65), np.float32),
+                                         ((7, 33), np.float64), ((5, 100), np.int32)])
+def test_a_sum_along_contiguous_rows_gives_each_row_a_block(shape, dtype):
+    """x.sum() and sums over the last dimension: a block per row (a warp for short rows), the block's tree adding
+    the threads' sums; int32 rows sum exactly into int64, as torch's."""
+    x = (rng.standard_normal(shape) * 1000).astype(dtype)
+    want = np.sum(x.astype(np.float64 if dtype != np.int32 else np.int64), axis=-1)
+    out = cuda.device_array(want.shape, np.int64 if dtype == np.int32 else dtype)
+    with trace() as t:
+        reductions.reduce(cuda, "sum", cuda.to_device(x), x.ndim - 1, out)
+        cuda.synchronize()
+    launch = t.select(3, "launch")[0]
+    assert launch.args["kernel"] == "row_sum_kernel"
+    assert launch.args["block"][0] == reductions.row_sum_threads(shape[-1])
+    if dtype == np.int32:
+        np.testing.assert_array_equal(out.copy_to_host(), want)
+    else:
+        eps = np.finfo(dtype).eps                     # error bounded by the magnitudes added, not their sum
+        np.testing.assert_allclose(out.copy_to_host(), want, rtol=0, atol=4 * eps * np.abs(x).sum(-1).max())
+
+
 def test_max_propagates_nan_and_argmax_takes_the_first():
     x = np.array([[1, 5, 5, 2], [3, np.nan, 9, 9]], np.float32)
     out = cuda.device_array((2,), np.float32)
@@ -174,7 +195,8 @@ def test_a_reduction_of_few_long_rows_splits_them_into_chunks(op, shape, dim):
     with trace() as t:
         reductions.reduce(cuda, op, cuda.to_device(x), dim, out)
         cuda.synchronize()
-    assert [e.args["kernel"] for e in t.select(3, "launch")][0] == "split_reduce_kernel"
+    rows = op == "sum" and math.prod(shape[dim + 1:]) == 1          # a sum along contiguous rows takes a block each
+    assert [e.args["kernel"] for e in t.select(3, "launch")][0] == ("row_sum_kernel" if rows else "split_reduce_kernel")
     got = out.copy_to_host()
     if op.startswith("arg"):
         np.testing.assert_array_equal(got, want)

@@ -5,8 +5,9 @@ kernels).
     reductions.cumsum(api, x, dim, out)              # the running sums along one dimension (torch.cumsum)
 
 One thread per output reads its row in order (`reduce_kernel`); a float32 sum down long columns (a bias's
-gradient) splits each column over a block (`column_sum_kernel`); a few outputs of long rows (`x.sum()` of a
-whole tensor) split the rows into chunks reduced in parallel, then reduce the chunks' results
+gradient) splits each column over a block (`column_sum_kernel`); a sum along contiguous rows (`x.sum()` of a
+whole tensor, a mean over the last dimension) gives each row a block (`row_sum_kernel`); other reductions of a
+few outputs of long rows split the rows into chunks reduced in parallel, then reduce the chunks' results
 (`split_reduce_kernel`). Every order of operations is fixed, so results are the same on every run.
 """
 
@@ -15,7 +16,7 @@ import numpy as np
 from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, float32
 from lapis.libs.kernels import THREADS, KernelArgumentError, _along, _blocks, _dispatcher, flat_view
-from lapis.libs.reduction import warp_tree
+from lapis.libs.reduction import block_reduce, warp_tree
 
 REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin")
 
@@ -150,6 +151,32 @@ def column_sum_kernel(outer, length, inner, x, out):
         out[o * inner + column] = total
 
 
+# A sum along contiguous rows (the last dimension: x.sum(), x.mean(-1), a loss's mean) gives each row a block of
+# up to ROW_SUM_THREADS threads, about four elements a thread: thread t adds elements t, t + blockDim.x, ... in
+# order, then the block adds the threads' sums as a tree (`block_reduce`), a fixed order. One thread per row would
+# add a 4,096-element x.sum() alone, one element after another.
+ROW_SUM_THREADS = 256
+ROW_SUM_MIN_LENGTH = 32      # rows at least this long take it
+
+
+def row_sum_kernel(length, x, out):
+    # out[o] = sum over j of x[o, j], block o
+    s = cuda.shared.array(ROW_SUM_THREADS, out.dtype)
+    o, t = cuda.blockIdx.x, cuda.threadIdx.x
+    acc = out.dtype(0)
+    for j in range(t, length, cuda.blockDim.x):
+        acc += x[o * length + j]
+    total = block_reduce(s, t, acc, False)
+    if t == 0:
+        out[o] = total
+
+
+def row_sum_threads(length: int) -> int:
+    """The block `row_sum_kernel` gives a row of `length`: about four elements a thread, a power of two from a
+    warp to ROW_SUM_THREADS."""
+    return min(ROW_SUM_THREADS, max(32, 1 << (-(-length // 4) - 1).bit_length()))
+
+
 def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None:
     """out = op of x along `dim` (out holds x's shape without that dimension, C-contiguous); argmax and
     argmin write int64 indices of the first extreme, as torch does. A float32 sum down long columns takes
@@ -174,6 +201,9 @@ def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None
         if out.size and op == "sum" and x.dtype == np.float32 and length >= COLUMN_MIN_LENGTH and inner >= 32:
             _dispatcher(api, ("column_sum",), lambda: column_sum_kernel)[(-(-inner // 32), outer), (32, COLUMN_ROWS)](
                 np.int64(outer), np.int64(length), np.int64(inner), flat_x, flat_out)
+        elif out.size and op == "sum" and inner == 1 and length >= ROW_SUM_MIN_LENGTH:
+            _dispatcher(api, ("row_sum",), lambda: row_sum_kernel)[outer, row_sum_threads(length)](
+                np.int64(length), flat_x, flat_out)
         elif out.size and length > SPLIT_LENGTH and outer * inner < SPLIT_OUTPUTS:
             _split_reduce(api, op, x, dim, out, outer, length, inner)
         elif out.size:
