@@ -75,6 +75,28 @@ def test_every_row_matches_torch_forward_and_backward(name, device):
             o.grad = None
 
 
+EDGES = np.array([-np.inf, np.inf, np.nan, -0.0, 0.0, -1.0, 1.0, -3.5, 3.5, 1e-39, -1e-39, -1e30, 1e30], np.float32)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", sorted(name for name, op in OPS.items() if op.arity == 1))
+def test_every_unary_row_answers_as_torch_at_the_edges(name, device):
+    """Infinities, NaN, signed zeros, subnormals and huge values: the same values as torch, NaN where torch's is
+    NaN, and a zero's sign where torch's result is a zero (relu(-inf) was NaN on cuda: -inf * 0; tanh(-0) +0)."""
+    if _refused_here(OPS[name], device):
+        return
+    got = getattr(lapis, name)(lapis.tensor(EDGES, device=device)).cpu().numpy()
+    want = getattr(torch, name)(torch.tensor(EDGES)).numpy()
+    assert got.dtype == want.dtype
+    if want.dtype == np.bool_:
+        np.testing.assert_array_equal(got, want)
+        return
+    g, w = got.astype(np.float64), want.astype(np.float64)
+    np.testing.assert_allclose(g, w, rtol=2e-5, atol=0, equal_nan=True)
+    zeros = (g == 0) & (w == 0)
+    np.testing.assert_array_equal(np.signbit(g[zeros]), np.signbit(w[zeros]), err_msg=f"{name}: a zero's sign")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_every_row_in_place_matches_torch(name, device):

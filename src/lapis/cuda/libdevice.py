@@ -125,6 +125,7 @@ def tanhf(x):
     z = x * x
     near = (((((T5 * z + T4) * z + T3) * z + T2) * z + T1) * z) * x + x
     far = fast_rcp(math.exp2(x * (2 * LOG2E)) + 1.0) * -2.0 + 1.0
+    near = x if z == 0 else near           # +-0 (and x^2 below the smallest float) is its own tanh: -0 + 0 is +0
     return near if abs(x) < 0.625 else far
 
 

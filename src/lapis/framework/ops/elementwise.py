@@ -187,7 +187,7 @@ OPS = {op.name: op for op in (
        saves="output"),
     Op("sin", np.sin, sin, (lambda g, x, y: g * x.cos(),), to_float),
     Op("cos", np.cos, cos, (lambda g, x, y: -g * x.sin(),), to_float),
-    Op("relu", lambda v: np.maximum(v, 0), relu, (lambda g, x, y: Where.apply(x > 0, g, 0.0),)),
+    Op("relu", lambda v: np.where(v < 0, 0, v), relu, (lambda g, x, y: Where.apply(x > 0, g, 0.0),)),
     Op("erf", backend.erf, erf, (lambda g, x, y: g * (2 / math.sqrt(math.pi)) * (-(x * x)).exp(),), to_float),
     Op("log1p", np.log1p, log1p, (lambda g, x, y: g / (1 + x),), to_float, node="Log1P"),
     Op("expm1", np.expm1, expm1, (lambda g, x, y: g * (y + 1),), to_float, saves="output"),

@@ -60,7 +60,7 @@ def cos(v):
 
 @cuda.jit(device=True)
 def relu(v):
-    return v if v > 0 else v * 0
+    return 0 if v < 0 else v           # NaN and -0 kept, as torch's; not v * 0 (NaN at -inf, -0 below 0)
 
 
 @cuda.jit(device=True)
