@@ -5,6 +5,7 @@ import math
 
 import numpy as np
 import pytest
+import torch
 
 from lapis import cuda, hip, trace
 from lapis.libs import dnn
@@ -48,6 +49,19 @@ def test_activations_forward_and_backward(handle, mode):
     assert np.allclose(y.copy_to_host(), ACT[mode](x.astype(np.float64)), atol=2e-6)
     dnn.activation_backward(handle, mode, desc, dev(x), dev(dy), dx)
     assert np.allclose(dx.copy_to_host(), numeric_grad(ACT[mode], x, dy), atol=2e-3)
+
+
+@pytest.mark.parametrize("mode", list(ACT))
+def test_activations_at_infinities_and_nan_answer_as_torch(handle, mode):
+    x = np.array([-np.inf, np.inf, np.nan, -3.0, 3.0], np.float32)
+    y = cuda.device_array(5, np.float32)
+    dnn.activation_forward(handle, mode, dnn.TensorDescriptor((5, 1, 1, 1)), dev(x), y)
+    fn = {"relu": torch.relu, "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+          "tanh": torch.tanh, "sigmoid": torch.sigmoid}[mode]
+    want = fn(torch.tensor(x)).numpy()
+    if mode == "gelu":       # torch's erf form gives NaN at +inf (inf * 1); Phi(inf) = 1 makes it inf, as exact math
+        want[1] = np.inf
+    np.testing.assert_allclose(y.copy_to_host(), want, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
 def softmax(v, log=False):

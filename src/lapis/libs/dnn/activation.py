@@ -18,10 +18,10 @@ ACTIVATIONS = {"relu": 0, "gelu": 1, "silu": 2, "tanh": 3, "sigmoid": 4}
 @cuda.jit(device=True)
 def activate(kind, v):
     # returns (f(v), f'(v))
-    if kind == 0:
-        return (v if v > 0 else v * 0), (v * 0 + 1 if v > 0 else v * 0)
     # in float32 throughout, as torch's kernels compute a float tensor's activation
-    one, half = float32(1.0), float32(0.5)
+    zero, one, half = float32(0.0), float32(1.0), float32(0.5)
+    if kind == 0:                                  # relu: NaN and -0 kept, as torch's (not v * 0: NaN at -inf)
+        return (zero if v < 0 else v), (one if v > 0 else zero)
     if kind == 1:                                  # gelu, exact: v * Phi(v)
         cdf = half * (one + math.erf(v * float32(0.7071067811865476)))
         pdf = math.exp(-half * v * v) * float32(0.3989422804014327)
