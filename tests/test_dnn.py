@@ -71,15 +71,28 @@ def softmax(v, log=False):
 
 
 @pytest.mark.parametrize("log", [False, True])
-@pytest.mark.parametrize("cols", [1, 17, 300])
+@pytest.mark.parametrize("cols", [1, 17, 300, 1500])       # a warp per row up to 1,024 columns, then a block
 def test_softmax_forward_and_backward(handle, log, cols):
     x = (rng.standard_normal((5, cols)) * 3).astype(np.float32)
     dy = rng.standard_normal((5, cols)).astype(np.float32)
     y, dx = cuda.device_array(x.shape, np.float32), cuda.device_array(x.shape, np.float32)
-    dnn.softmax_forward(handle, dev(x), y, log=log)
+    with trace() as t:
+        dnn.softmax_forward(handle, dev(x), y, log=log)
+        cuda.synchronize()
+    kernel = "softmax_forward_kernel" if cols > dnn.WARP_ROW_COLS else "softmax_warp_forward_kernel"
+    assert [e.args["kernel"] for e in t.select(3, "launch")] == [kernel]
     assert np.allclose(y.copy_to_host(), softmax(x.astype(np.float64), log), atol=1e-5)
     dnn.softmax_backward(handle, y, dev(dy), dx, log=log)
     assert np.allclose(dx.copy_to_host(), numeric_grad(lambda v: softmax(v, log), x, dy), atol=2e-3)
+
+
+def test_softmax_of_a_warp_per_row_on_64_wide_waves():
+    """On the mi300x a row's warp is a wave of 64 lanes, two rows a block of 128 threads: 7 rows leave the last
+    block's second wave without a row."""
+    x = (rng.standard_normal((7, 100)) * 3).astype(np.float32)
+    y = hip.device_array(x.shape, np.float32)
+    dnn.softmax_forward(dnn.create(hip), hip.to_device(x), y, log=True)
+    np.testing.assert_allclose(y.copy_to_host(), softmax(x.astype(np.float64), True), atol=1e-5)
 
 
 @pytest.mark.parametrize("cols", [5, 33, 300])        # blocks of 32, 64 and 128 threads

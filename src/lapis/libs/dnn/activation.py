@@ -1,6 +1,7 @@
 """Layer 4, DNN: activations and softmax, forward and backward (cudnnActivationForward/Backward,
-cudnnSoftmaxForward/Backward). Softmax gives each row to one block of up to ROW_THREADS threads (`row_threads`), which
-reduce through shared memory in a fixed order, so results are deterministic."""
+cudnnSoftmaxForward/Backward). Softmax gives a row of up to WARP_ROW_COLS to one warp, which reduces by shuffles, and
+a longer row to one block of up to ROW_THREADS threads (`row_threads`), which reduce through shared memory; both in
+a fixed order, so results are deterministic."""
 
 import math
 
@@ -121,13 +122,83 @@ def softmax_backward_kernel(cols, log, y, dy, dx):
         j += blockDim.x
 
 
+# Rows of at most WARP_ROW_COLS take a warp each (PyTorch's softmax_warp_forward for rows up to 1,024): lane l reads
+# elements l, l + warpSize, ... and the warp's max and sum are butterflies of shuffles (`warp_all`), which leave
+# every lane the same bits; no shared memory, no barrier. A block holds WARP_ROWS_THREADS // warpSize rows.
+WARP_ROW_COLS = 1024
+WARP_ROWS_THREADS = 128
+
+
+@cuda.jit(device=True)
+def warp_all(value, take_max):
+    """The warp's maximum or sum of value, on every lane: a butterfly (lane l takes in lane l ^ offset)."""
+    offset = cuda.warpsize // 2
+    while offset > 0:
+        other = cuda.shfl_xor_sync(0xFFFFFFFF, value, offset)
+        value = max(value, other) if take_max else value + other
+        offset //= 2
+    return value
+
+
+@cuda.jit(device=True)
+def warp_row(rows):
+    """This warp's row (the block's warps take consecutive rows), its lane, and whether the row exists."""
+    lane = threadIdx.x % cuda.warpsize
+    row = blockIdx.x * (blockDim.x // cuda.warpsize) + threadIdx.x // cuda.warpsize
+    return row, lane, row < rows
+
+
+def softmax_warp_forward_kernel(rows, cols, log, x, y):
+    row, lane, live = warp_row(rows)
+    if live:                                           # a whole warp's rows exist or not: shuffles see all lanes
+        base = row * cols
+        m = float32(-math.inf)
+        for j in range(lane, cols, cuda.warpsize):
+            m = max(m, x[base + j])
+        m = warp_all(m, True)
+        total = float32(0.0)
+        for j in range(lane, cols, cuda.warpsize):
+            total += math.exp(x[base + j] - m)
+        total = warp_all(total, False)
+        for j in range(lane, cols, cuda.warpsize):
+            if log:
+                y[base + j] = x[base + j] - m - math.log(total)
+            else:
+                y[base + j] = math.exp(x[base + j] - m) / total
+
+
+def softmax_warp_backward_kernel(rows, cols, log, y, dy, dx):
+    row, lane, live = warp_row(rows)
+    if live:
+        base = row * cols
+        acc = float32(0.0)
+        for j in range(lane, cols, cuda.warpsize):
+            acc += dy[base + j] if log else dy[base + j] * y[base + j]
+        acc = warp_all(acc, False)
+        for j in range(lane, cols, cuda.warpsize):
+            if log:
+                dx[base + j] = dy[base + j] - math.exp(y[base + j]) * acc
+            else:
+                dx[base + j] = y[base + j] * (dy[base + j] - acc)
+
+
+def _softmax_launch(handle: Handle, rows: int, cols: int, block_kernel, warp_kernel, args: tuple) -> None:
+    """A warp per row up to WARP_ROW_COLS columns, else a block per row."""
+    if cols <= WARP_ROW_COLS:
+        per_block = WARP_ROWS_THREADS // handle.properties.warp_size
+        handle.kernel(warp_kernel)[-(-rows // per_block), WARP_ROWS_THREADS, handle.stream](np.int64(rows), *args)
+    else:
+        handle.kernel(block_kernel)[rows, row_threads(cols), handle.stream](*args)
+
+
 def softmax_forward(handle: Handle, x, y, log: bool = False) -> None:
     """y = softmax(x) or log_softmax(x) over the last dimension (cudnnSoftmaxForward, instance mode)."""
     rows, cols = _rows(x, "x")
     fx, fy = _flat(x, "x"), _flat(y, "y", x.size)
     with trace.span(4, "softmax_forward", rows=rows, cols=cols, log=log):
         if rows and cols:
-            handle.kernel(softmax_forward_kernel)[rows, row_threads(cols), handle.stream](np.int64(cols), log, fx, fy)
+            _softmax_launch(handle, rows, cols, softmax_forward_kernel, softmax_warp_forward_kernel,
+                            (np.int64(cols), log, fx, fy))
 
 
 def softmax_backward(handle: Handle, y, dy, dx, log: bool = False) -> None:
@@ -136,5 +207,5 @@ def softmax_backward(handle: Handle, y, dy, dx, log: bool = False) -> None:
     fy, fdy, fdx = _flat(y, "y"), _flat(dy, "dy", y.size), _flat(dx, "dx", y.size)
     with trace.span(4, "softmax_backward", rows=rows, cols=cols, log=log):
         if rows and cols:
-            handle.kernel(softmax_backward_kernel)[rows, row_threads(cols), handle.stream](
-                np.int64(cols), log, fy, fdy, fdx)
+            _softmax_launch(handle, rows, cols, softmax_backward_kernel, softmax_warp_backward_kernel,
+                            (np.int64(cols), log, fy, fdy, fdx))
