@@ -366,6 +366,28 @@ def test_float64_atomics_match_a_sequential_reference(addresses, op):
         assert np.array_equal(old, expected_old) and np.array_equal(memory.view(np.float64), expected_mem)
 
 
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=1, max_size=80),
+       st.lists(st.sampled_from([1.0, -2.5, 0.1, 1e20, -1e20, 3e-39, np.inf]), min_size=80, max_size=80))
+def test_float_atomic_adds_sum_each_address_on_its_own(addresses, values):
+    """Float32 ADD: each address's lanes in lane order, in float64 from the value memory held, each observed value
+    and the total rounded once; a large value or an infinity at one address changes no other address's sums (a
+    running sum over every address once lost them), and an address with more lanes than ROUNDS too."""
+    from lapis.hardware import atomics
+    addresses = addresses + [3] * 40                           # one crowded address
+    values = np.resize(np.array(values, np.float32), len(addresses))
+    memory = np.array([0.5, -1.0, 0.0, 2.0], np.float32)
+    running = memory.astype(np.float64)
+    seen = []
+    for a, v in zip(addresses, values, strict=True):
+        seen.append(running[a])
+        running[a] += np.float64(v)
+    raw = memory.view(np.uint32).copy()
+    old = atomics.apply(raw, np.array(addresses), values.view(np.uint32), "ADD", "F32").view(np.float32)
+    np.testing.assert_array_equal(old, np.array(seen).astype(np.float32))
+    np.testing.assert_array_equal(raw.view(np.float32), running.astype(np.float32))
+
+
 def test_assembler_reads_absolute_values():
     inst = isa.parse_instruction("FADD R1, -|R2|, |c[0x0][0x10]| ;")
     assert (inst.neg, inst.abs_) == ("a", "ab")

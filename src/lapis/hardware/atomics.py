@@ -7,9 +7,10 @@ value memory held just before its own operation. No loop runs over lanes: lanes 
 by address, and
   - integer ADD and EXCH are segmented prefix scans (one cumulative sum / one shift);
   - 32-bit integer MIN and MAX are segmented running maxima (segment id in the high bits);
-  - float ADD sums in float64 (float32 values) or the host's long double (float64 values)
-    along each address's lanes and rounds each value once to the array's format (a
-    simplification: hardware rounds after every addition);
+  - float ADD adds each address's lanes in lane order in float64 (float32 values) or the host's
+    long double (float64 values), from the value memory held, and rounds each value a lane sees,
+    and the total, once to the array's format (a simplification: hardware rounds after every
+    addition); a round per lane of the crowded addresses' first ROUNDS, then a running sum;
   - CAS, float MIN/MAX and 64-bit MIN/MAX run in rounds: round r applies the r-th lane of
     every address, so the number of numpy steps is the largest number of lanes sharing an
     address, not the number of lanes.
@@ -77,13 +78,10 @@ def apply(memory: np.ndarray, index: np.ndarray, value: np.ndarray, op: str, t: 
             old_sorted[starts] = before
             memory[addresses] = v[ends]
     elif op == "ADD":                                # float32 or float64
-        f, wide = FLOATS[t], SUMS[t]
-        x = v.view(f).astype(wide)
-        total = np.cumsum(x)
-        exclusive = total - x - (total[starts] - x[starts])[seg]
-        old_wide = before.view(f).astype(wide)[seg] + exclusive
+        f = FLOATS[t]
+        old_wide, running = _float_sums(v.view(f).astype(SUMS[t]), before.view(f).astype(SUMS[t]), starts, ends)
         old_sorted = old_wide.astype(f).view(memory.dtype)
-        memory[addresses] = (old_wide[ends] + x[ends]).astype(f).view(memory.dtype)
+        memory[addresses] = running.astype(f).view(memory.dtype)
     elif op in ("MIN", "MAX") and t in ("U32", "S32"):
         sign = 1 if op == "MAX" else -1
         span = np.int64(1) << np.int64(34)           # keys fit in 33 bits; each address gets its own range
@@ -101,6 +99,32 @@ def apply(memory: np.ndarray, index: np.ndarray, value: np.ndarray, op: str, t: 
     old = np.empty_like(old_sorted)
     old[order] = old_sorted
     return old
+
+
+# Float ADD takes the first ROUNDS lanes of every address a round each (one numpy step over all addresses), then
+# the rest of a crowded address in one running sum (np.cumsum adds in order).
+ROUNDS = 16
+
+
+def _float_sums(x: np.ndarray, before: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> tuple:
+    """Each address's lanes (x sorted by address, then lane; address a's from starts[a] to ends[a]) added in lane
+    order to the value memory held (`before`), in the wider format: the running value each lane saw, and each
+    address's total. (One running sum over every address, less the sums of the addresses before, lost an address's
+    small values beside a large one elsewhere, and turned another address's sums NaN after an infinity.)"""
+    lengths = ends - starts + 1
+    running = before.copy()
+    seen = np.empty_like(x)
+    for r in range(min(int(lengths.max()), ROUNDS)):
+        at = np.flatnonzero(lengths > r)
+        lane = starts[at] + r
+        seen[lane] = running[at]
+        running[at] += x[lane]
+    for a in np.flatnonzero(lengths > ROUNDS):
+        rest = slice(starts[a] + ROUNDS, ends[a] + 1)
+        sums = np.cumsum(np.concatenate([running[a:a + 1], x[rest]]))
+        seen[rest] = sums[:-1]
+        running[a] = sums[-1]
+    return seen, running
 
 
 def order_value(key: np.ndarray, t: str) -> np.ndarray:
