@@ -128,6 +128,28 @@ def global_memory(bench, rng, n):
                                                           (host, np.zeros(1024, np.uint32))]
 
 
+def global_adds(bench, rng, n):
+    """The 32-bit atomic adds the engine runs: float32 and integer, each lane's old value kept, lanes colliding
+    on eight words in an order that matters to float sums (values from 1e-3 to 1e20, an infinity), guarded, and
+    to host memory."""
+    target = bench.buffer(rng.standard_normal(16).astype(np.float32).view(np.uint32))
+    host = bench.buffer(np.zeros(8, np.uint32), system=True)
+    body = f"""
+        MOV R60, {target & 0xFFFFFFFF:#x} ; MOV R61, {target >> 32:#x} ;
+        MOV R62, {host & 0xFFFFFFFF:#x} ; MOV R63, {host >> 32:#x} ;
+        LOP.AND R66, R9, 0x7 ; IMAD.WIDE R68, R66, 0x4, R60 ; IMAD.WIDE R70, R66, 0x4, R62 ;
+        ATOMG.ADD.F32 R40, [R68.64], R8 ;
+        ATOMG.ADD.S32 R41, [R68.64+0x20], R9 ;
+        ISETP.LT.U32.AND P0, R66, 0x3, PT ;
+        @P0 ATOMG.ADD.U32 R42, [R70.64], R9 ;
+        @!P0 ATOMG.ADD.F32 RZ, [R70.64+0x10], R8 ;
+    """
+    x = (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 21, n)).astype(np.float32)
+    x[rng.integers(0, n)] = np.inf
+    inputs = np.stack([x.view(np.uint32), rng.integers(0, 2**32, n).astype(np.uint32)], axis=1)
+    return body, inputs, 3, {}, [(target, np.zeros(16, np.uint32)), (host, np.zeros(8, np.uint32))]
+
+
 @pytest.mark.parametrize("split", [False, True])
 def test_loads_spread_over_hundreds_of_pages_read_their_words(split, monkeypatch):
     """Batches of 2,048 lanes, each 256 bytes from the last, loading from a 4 MiB buffer (a span of 128 pages,
@@ -155,7 +177,7 @@ def test_loads_spread_over_hundreds_of_pages_read_their_words(split, monkeypatch
 
 
 CASES = [simt.divergence, simt.rotated_loop, simt.shared_memory, simt.atomics, simt.warp_operations, simt.matrix_unit,
-         simt.local_memory, float32_arithmetic, float64_arithmetic, integer_arithmetic, global_memory]
+         simt.local_memory, float32_arithmetic, float64_arithmetic, integer_arithmetic, global_memory, global_adds]
 
 
 def _run(case, profile: str, sim: str, monkeypatch) -> list:

@@ -37,7 +37,7 @@ from numba import njit
 import lapis.hardware.simt.native_loops as loops
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.simt.native_counters import LOCAL_BYTES, count_global, count_shared
-from lapis.hardware.simt.native_values import MASK32, as_f32, pair, put_pair
+from lapis.hardware.simt.native_values import MASK32, as_f32, as_u32, pair, put_pair
 from lapis.hardware.simt.translate import F32_OPS, OP, PAIR_OPS, PREDICATE_OPS, U32_OPS
 
 DONE, FAULT = 0, 1
@@ -46,10 +46,10 @@ PT = 7
 CLOCKLO = 7
 
 # Operation numbers, bound as globals so numba folds them into constants.
-(BAR, BRA, DADD, DFMA, DMNMX, DMUL, DSETP, EXIT, F2F, F2F64, F2I, F2I64, FADD, FFMA, FMNMX, FMUL, FRND, FRND64,
+(ATOMG, BAR, BRA, DADD, DFMA, DMNMX, DMUL, DSETP, EXIT, F2F, F2F64, F2I, F2I64, FADD, FFMA, FMNMX, FMUL, FRND, FRND64,
  FSETP, I2F, I2F64, I2I, I2I64, IABS, IABS64, IADD, IADD64, IMAD, IMAD64, IMADWIDE, IMNMX, IMNMX64, IMUL, IMUL64,
  ISETP, ISETP64, LDG, LDL, LDS, LOP, LOP64, NOP, PLOP, S2R, SEL, SHFL, SHL, SHL64, SHR, SHR64, STG, STS) = (
-    OP[name] for name in ("BAR BRA DADD DFMA DMNMX DMUL DSETP EXIT F2F F2F64 F2I F2I64 FADD FFMA FMNMX FMUL "
+    OP[name] for name in ("ATOMG BAR BRA DADD DFMA DMNMX DMUL DSETP EXIT F2F F2F64 F2I F2I64 FADD FFMA FMNMX FMUL "
                           "FRND FRND64 FSETP I2F I2F64 I2I I2I64 IABS IABS64 IADD IADD64 IMAD IMAD64 IMADWIDE "
                           "IMNMX IMNMX64 IMUL IMUL64 ISETP ISETP64 LDG LDL LDS LOP LOP64 NOP PLOP S2R SEL SHFL "
                           "SHL SHL64 SHR SHR64 STG STS").split())
@@ -530,6 +530,16 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
     if logging:
         for l in range(L):
             log_active[k, l] = active[l]
+    if kind == ATOMG:
+        system = global_addresses(t, active, full, R, True, vram_u64, root, logging, log_va[k], where)
+        if system == -2:
+            return FAULT
+        if system < 0:
+            return DONE
+        atomic_add(t, active, R, sys_u32 if system == 1 else vram_u32, where, keys, word_of, laid)
+        count_global(active, full, where, padded_lane, warp_size, 4, True, True, system == 1, l2[0], l2[1], l2[2],
+                     keys, word_of, missed, tally)
+        return DONE
     if kind == LDG or kind == STG:
         system = global_addresses(t, active, full, R, not load, vram_u64, root, logging, log_va[k], where)
         if system == -2:
@@ -545,8 +555,8 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
                 transfer(load, full, t, active, R, sys_u32, sys_u8, word_of, 1, where)
             else:
                 transfer(load, full, t, active, R, vram_u32, vram_u8, word_of, 1, where)
-        count_global(active, full, where, padded_lane, warp_size, nbytes, not load, system == 1, l2[0], l2[1], l2[2],
-                     keys, word_of, missed, tally)
+        count_global(active, full, where, padded_lane, warp_size, nbytes, not load, False, system == 1, l2[0], l2[1],
+                     l2[2], keys, word_of, missed, tally)
     elif kind == LDS or kind == STS:
         status = private_addresses(t, active, full, R, shared_bytes, logging, log_va[k], where)
         if status == -2:
@@ -579,6 +589,64 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
         transfer(load, full, t, active, R, local_u32, local_u8, word_of, L, where)
         tally[LOCAL_BYTES] += n * nbytes
     return DONE
+
+
+@_engine
+def merge_sort(keys, spare, n):
+    """Sort keys[:n] by bottom-up merges of runs that double, through spare[:n]: n log n moves in order, for the
+    scattered lanes of an atomic (an insertion sort moved them n^2 / 4 times, a heapsort jumped about)."""
+    src, dst = keys, spare
+    in_spare = False
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if j >= hi or (i < mid and src[i] <= src[j]):
+                    dst[k] = src[i]
+                    i += 1
+                else:
+                    dst[k] = src[j]
+                    j += 1
+        src, dst = dst, src
+        in_spare = not in_spare
+        width *= 2
+    if in_spare:
+        for k in range(n):
+            keys[k] = spare[k]
+
+
+@_engine
+def atomic_add(t, active, R, words, where, keys, lane_of, spare):
+    """ATOMG.ADD of 32-bit words for the active lanes at physical byte addresses `where`, as the reference's
+    `atomics.apply`: each address's lanes in lane order from the value memory held, integers wrapping at 32 bits,
+    float32 values summed in float64 and each value a lane sees, and the total, rounded once. Lanes are sorted by
+    (word, position among the active lanes; `spare` is the sort's working space); Rd gets the values seen."""
+    d, c, floats = t[tr.D], t[tr.C], t[tr.M1] != 0
+    n = 0
+    for l in range(active.size):
+        if active[l]:
+            keys[n] = ((where[l] >> 2) << 20) | n           # at most 2^16 lanes (SimtCore.MAX_LANES)
+            lane_of[n] = l
+            n += 1
+    merge_sort(keys, spare, n)
+    i = 0
+    while i < n:
+        w = keys[i] >> 20
+        whole = np.int64(words[w])
+        wide = np.float64(as_f32(whole))
+        while i < n and keys[i] >> 20 == w:
+            l = lane_of[keys[i] & 0xFFFFF]
+            value = np.int64(R[c, l])
+            if floats:
+                R[d, l] = as_u32(np.float32(wide))
+                wide += np.float64(as_f32(value))
+            else:
+                R[d, l] = whole
+                whole = (whole + value) & MASK32
+            i += 1
+        words[w] = as_u32(np.float32(wide)) if floats else whole
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)

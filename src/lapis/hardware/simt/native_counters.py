@@ -14,9 +14,9 @@ from numba import njit
 
 # Positions in the engine's tally (`NativeRunner.tally`), added to the kernel's Counters after a run.
 (GLOBAL_BYTES, GLOBAL_SECTORS, L2_MISSES, DRAM_READ_BYTES, DRAM_WRITE_BYTES, PCIE_BYTES, SHARED_BYTES,
- SHARED_WAVEFRONTS, SHARED_IDEAL_WAVEFRONTS, LOCAL_BYTES, BARRIERS) = range(11)
+ SHARED_WAVEFRONTS, SHARED_IDEAL_WAVEFRONTS, LOCAL_BYTES, BARRIERS, ATOMIC_LANES) = range(12)
 TALLY = ("global_bytes", "global_sectors", "l2_misses", "dram_read_bytes", "dram_write_bytes", "pcie_bytes",
-         "shared_bytes", "shared_wavefronts", "shared_ideal_wavefronts", "local_bytes", "barriers")
+         "shared_bytes", "shared_wavefronts", "shared_ideal_wavefronts", "local_bytes", "barriers", "atomic_lanes")
 SECTOR_BITS = 40          # as memory_access.SECTOR_BITS
 BANKS = 32
 # The tally array has, after the counts, the bank model's working space (the engine allocates nothing:
@@ -129,10 +129,10 @@ def lane_sectors(active, full, pa, padded_lane, warp_size, keys):
 
 
 @counter
-def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, system, l2_tags, l2_writer, l2_dirty,
-                 keys, slot_of, missed, tally):
-    """A global load or store of the active lanes at physical addresses `pa`: bytes, the distinct
-    32-byte sectors of each warp, and the L2's hits, misses and dirtied sectors, or PCIe bytes."""
+def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, atomic, system, l2_tags, l2_writer,
+                 l2_dirty, keys, slot_of, missed, tally):
+    """A global load, store or (`atomic`) read-modify-write of the active lanes at physical addresses `pa`: bytes,
+    the distinct 32-byte sectors of each warp, and the L2's hits, misses and dirtied sectors, or PCIe bytes."""
     n = active.size if full else 0
     touched = -1
     if full and padded_lane[n - 1] == n - 1:           # every lane, warps packed: perhaps runs of addresses
@@ -141,6 +141,8 @@ def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, system
         n, touched = lane_sectors(active, full, pa, padded_lane, warp_size, keys)
     tally[GLOBAL_BYTES] += n * nbytes
     tally[GLOBAL_SECTORS] += touched
+    if atomic:
+        tally[ATOMIC_LANES] += n
     if system:
         tally[PCIE_BYTES] += n * nbytes
         return
@@ -168,8 +170,9 @@ def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, system
             if missed[i] and l2_writer[slot_of[i]] == i:
                 misses += 1
     tally[L2_MISSES] += misses
-    if not write:
+    if not write or atomic:                            # an atomic reads its sectors too
         tally[DRAM_READ_BYTES] += misses * 32
+    if not write:
         return
     dirtied = 0
     for i in range(touched):

@@ -26,6 +26,7 @@ from numba.extending import intrinsic
 
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.simt.native import (
+    ATOMG,
     BAR,
     BRA,
     DONE,
@@ -162,7 +163,7 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
         if jumped and not alone:                             # the reference parks it and picks the lowest pc
             return PARK, target, steps
         pc = target
-        if logging and kind == STG:
+        if logging and (kind == STG or kind == ATOMG):
             return STORED, pc, steps
         if pc >= end:
             return PAST_END, pc, steps

@@ -14,7 +14,7 @@ the same in two parts:
   and memory sees the same order of accesses, for as long as the scheduler would keep the group
   together (uniform branches, exits and barriers included).
 
-Instructions the engine leaves to the reference (atomics, votes, the matrix unit, packed
+Instructions the engine leaves to the reference (atomics other than 32-bit global adds, votes, the matrix unit, packed
 halves, the sine and cosine of MUFU, whose numpy results differ from libm's, conversions to
 16-bit formats, and any instruction naming a register the kernel does not declare, which must
 fault as the reference faults) go back to the scheduler, which runs them through their binders,
@@ -38,7 +38,7 @@ PAIR_OPS = ("LDC64 IADD64 IMUL64 IMADWIDE IMAD64 SHL64 SHR64 LOP64 IMNMX64 IABS6
             "I2F64 F2I64 F2F64 FRND64").split()
 PREDICATE_OPS = "ISETP ISETP64 FSETP DSETP PLOP".split()
 OTHER_OPS = "NOP S2R SHFL BRA EXIT BAR".split()
-MEMORY_OPS = "LDG STG LDS STS LDL STL".split()
+MEMORY_OPS = "LDG STG LDS STS LDL STL ATOMG".split()
 OPS = U32_OPS + F32_OPS + PAIR_OPS + PREDICATE_OPS + OTHER_OPS + MEMORY_OPS
 OP = {name: i for i, name in enumerate(OPS)}
 
@@ -264,6 +264,12 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
         row[D] = dst(inst.rd)
     elif op == "PLOP":
         row[M1] = ("AND", "OR", "XOR").index(mod("op"))
+    elif op == "ATOMG":                      # 32-bit adds: the old values to Rd, the values added from Rc
+        if mod("op") != "ADD" or mod("t") not in ("U32", "S32", "F32"):
+            raise Untranslatable
+        row[WIDTH], row[M1] = 4, mod("t") == "F32"
+        row[A], row[A2] = pair_src(inst.ra)
+        row[D], row[C] = dst(inst.rd), src(inst.rc)
     elif op in _MEMORY:
         width = mod("w")
         nbytes = MEM_BYTES[width]

@@ -122,7 +122,8 @@ class NativeRunner:
         slot = self.translation.log_of[pc]
         va = self.log_va[slot].view(U64)[self.log_active[slot]]
         if va.size:
-            nbytes = MEMORY_BYTES[b.d.program[pc].mod("w")]
+            inst = b.d.program[pc]
+            nbytes = 4 if inst.op == "ATOMG" else MEMORY_BYTES[inst.mod("w")]      # the engine runs 32-bit atomics
             pa, system = b.core.mmu.translate(b.d.vmid, va, nbytes, True)
             b.core.write_log.append((system, (pa.astype(np.int64)[:, None] + np.arange(nbytes)).ravel(), None))
 
