@@ -333,6 +333,31 @@ def test_device_functions_see_their_closure_and_compile_as_if_written_out():
     assert ops[0] == ops[1] and "FFMA" in ops[0]              # x*2 + x*3 contracted across the calls
 
 
+@cuda.jit(device=True)
+def shifted_or_scaled(shift, factor, v):
+    if shift:
+        return v + factor
+    return v * factor
+
+
+@cuda.jit
+def scaled_by_a_tenth(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = shifted_or_scaled(False, 0.1, x[i])
+
+
+def test_a_constant_argument_that_a_device_function_only_reads_is_a_constant_there():
+    """`if shift:` with shift a constant argument is decided as the kernel compiles (no compare, no branch but the
+    bounds test), as a template argument would be; the literal 0.1 stays a float64, as numba types an argument,
+    so x * 0.1 is a float64 product."""
+    x = np.array([3.0, 7.0], np.float32)
+    out = cuda.device_array(2, np.float64)
+    scaled_by_a_tenth[1, 32](cuda.to_device(x), out)
+    np.testing.assert_array_equal(out.copy_to_host(), x.astype(np.float64) * 0.1)
+    assert [i.op for k in scaled_by_a_tenth.overloads.values() for i in k.instructions].count("BRA") == 1
+
+
 SLOT = 3
 
 

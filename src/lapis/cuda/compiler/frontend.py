@@ -828,10 +828,14 @@ class Frontend(IRBuilder):
             raise self.error(f"device function {fn.__name__!r} takes {len(params)} arguments, got {len(args)}")
         self.counter += 1
         prefix = f"{fn.__name__}#{self.counter}."
-        names = set(params) | {t.id for n in ast.walk(fdef) for t in _targets(n)}
+        assigned = {t.id for n in ast.walk(fdef) for t in _targets(n)}
+        names = set(params) | assigned
         body = [_Renamer(names, prefix).visit(stmt) for stmt in copy.deepcopy(fdef.body)]
         for name, value in zip(params, args, strict=True):
-            self.assign_name(prefix + name, value)
+            if isinstance(value, Const) and name not in assigned:    # a constant the body only reads: typed as a
+                self.static[prefix + name] = Const(value.value, T.concrete(value.type))   # variable, `if flag:` folds
+            else:
+                self.assign_name(prefix + name, value)
         in_place = _returns_once_at_the_end(body)
         exit_ = None if in_place else self.new_block("return")
         saved = (self.filename, self.first_line, self.line, self.globals)
