@@ -62,6 +62,22 @@ def test_creation_and_moves():
     assert x.dtype == lapis.float64 and lapis.from_numpy(x.numpy()).shape == (2, 3)
 
 
+def test_random_tensors_on_a_gpu_are_the_cpus_numbers_filled_a_chunk_at_a_time(monkeypatch):
+    """randn and rand on cuda draw the generator's stream as the cpu device does, copied a chunk at a time (here
+    7 values), so the host holds one chunk; a tensor the device cannot hold is refused by the device before the
+    host draws anything (it once drew the whole tensor in float64 first, which a big one ran the host out of)."""
+    from lapis.framework import creation
+    monkeypatch.setattr(creation, "RANDOM_CHUNK", 7)
+    for make in (lapis.randn, lapis.rand):
+        lapis.manual_seed(11)
+        want = make(5, 11).numpy()
+        lapis.manual_seed(11)
+        got = make(5, 11, device="cuda")
+        assert got.shape == (5, 11) and np.array_equal(got.cpu().numpy(), want)
+    with pytest.raises(lapis.cuda.OutOfMemoryError):
+        lapis.randn(1 << 18, 1 << 18, device="cuda")          # 256 GiB of float32
+
+
 def test_moves_with_dtype_and_torch_conventions():
     g = lapis.tensor([1.25, 2.5], device="cuda")
     h = g.to("cpu", dtype=lapis.float64)

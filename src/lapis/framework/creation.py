@@ -148,6 +148,22 @@ def eye(n: builtins.int, m: builtins.int | None = None, dtype=None, device=None,
     return _finish(Tensor._from_numpy(np.eye(n, m, dtype=_float(dtype).np), device_of(device)), requires_grad)
 
 
+RANDOM_CHUNK = 1 << 22       # values a GPU's random tensor is drawn and copied in at a time
+
+
+def _random(shape: tuple, dt, dev, draw) -> Tensor:
+    """A tensor of `draw(n)`'s values (the generator's float64 stream, so every device gets the same numbers). On a
+    GPU the tensor is allocated first (too big for the device: OutOfMemoryError before any host memory is
+    touched), then filled RANDOM_CHUNK values at a time, so the host never holds more than a chunk."""
+    if dev.type == "cpu":
+        return Tensor._from_numpy(draw(shape).astype(dt.np), dev)
+    out = Tensor._empty(shape, dt, dev)
+    flat, n = out._storage.array, out.numel()
+    for start in range(0, n, RANDOM_CHUNK):
+        flat[start:min(n, start + RANDOM_CHUNK)].copy_to_device(draw(min(RANDOM_CHUNK, n - start)).astype(dt.np))
+    return out
+
+
 def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
     dt = _float(dtype)
     if not dt.is_floating_point:
@@ -155,7 +171,7 @@ def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator
     shape, dev = parse_shape(size), device_of(device)
     rng = generator or default_generator()
     with trace.span(5, "randn", shape=list(shape), dtype=str(dt), device=str(dev)):
-        return _finish(Tensor._from_numpy(rng.standard_normal(shape).astype(dt.np), dev), requires_grad)
+        return _finish(_random(shape, dt, dev, rng.standard_normal), requires_grad)
 
 
 def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=None) -> Tensor:
@@ -163,7 +179,7 @@ def rand(*size, dtype=None, device=None, requires_grad: bool = False, generator=
     if not dt.is_floating_point:
         raise RuntimeError(f"\"check_uniform_bounds\" not implemented for '{dt.name}'")
     rng = generator or default_generator()
-    return _finish(Tensor._from_numpy(rng.random(parse_shape(size)).astype(dt.np), device_of(device)), requires_grad)
+    return _finish(_random(parse_shape(size), dt, device_of(device), rng.random), requires_grad)
 
 
 def randint(*args, size=None, low=None, high=None, dtype=None, device=None, generator=None,
