@@ -3,12 +3,10 @@
 Cross entropy is log-softmax (`activation.softmax_forward`) then this: PyTorch launches the same two
 kernels. The forward reduces in one block of ROW_THREADS threads (a fixed tree, so the sum is
 deterministic), which is right for the batch sizes of classification losses; `reduction` "none"
-gives each row its own loss instead. A target outside 0..C-1 (other than `ignore_index`) makes the
-loss NaN, as a GPU cannot raise in a kernel and must not return a plausible number; the framework's
-cpu path raises PyTorch's IndexError.
+gives each row its own loss instead. A target outside 0..C-1 (other than `ignore_index`) stops the
+kernel with a device-side assert, as PyTorch's CUDA kernel does (reported at the next synchronisation);
+the framework's cpu path raises PyTorch's IndexError.
 """
-
-import math
 
 import numpy as np
 
@@ -32,10 +30,8 @@ def nll_forward_kernel(rows, cols, ignore_index, reduction, logp, target, out, k
         c = target[i]
         loss = float32(0.0)
         if c != ignore_index:
-            if c < 0 or c >= cols:
-                loss = math.nan
-            else:
-                loss = -logp[i * cols + c]
+            assert c >= 0 and c < cols, "Target out of bounds"       # a device-side assert, as ATen's
+            loss = -logp[i * cols + c]
             kept += 1.0
         if reduction == 0:
             out[i] = loss
