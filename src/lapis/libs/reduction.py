@@ -2,6 +2,7 @@
 
     total = block_reduce(s, t, value, False)              # every thread gets the block's sum of value
     top = block_reduce(s, t, value, True)                 # ... or its maximum
+    total = warp_reduce(value, cuda.warpsize, False)      # every lane gets its warp's sum (no shared memory)
     value, index = block_argmax(sv, si, t, value, index)  # the largest value; on ties, the smallest index
 
 Level-1 BLAS (dot, nrm2, asum, iamax), the solver (pivot search, Householder norms) and DNN (softmax,
@@ -36,10 +37,17 @@ def warp_tree(value, stride, take_max):
 
 
 @cuda.jit(device=True)
+def warp_reduce(value, lanes, take_max):
+    """The sum or maximum of value over the warp's lanes 0 .. lanes - 1 (a power of two, at most the warp's width),
+    on every lane: `warp_tree`, then lane 0's total shuffled to all."""
+    return cuda.shfl_sync(0xFFFFFFFF, warp_tree(value, lanes // 2, take_max), 0)
+
+
+@cuda.jit(device=True)
 def block_reduce(s, t, value, take_max):
     n = min(s.shape[0], cuda.blockDim.x * cuda.blockDim.y * cuda.blockDim.z)
     if n <= 32:                                 # one warp: shuffles only
-        return cuda.shfl_sync(0xFFFFFFFF, warp_tree(value, n // 2, take_max), 0)
+        return warp_reduce(value, n, take_max)
     s[t] = value                                # down to 32 partial results through shared memory
     syncthreads()
     stride = n // 2

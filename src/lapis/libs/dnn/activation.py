@@ -11,7 +11,7 @@ from lapis import cuda, trace
 from lapis.cuda import blockDim, blockIdx, float32, shared, threadIdx
 from lapis.libs.dnn.descriptors import DnnError, TensorDescriptor
 from lapis.libs.dnn.handle import THREADS, Handle, _blocks, _flat, _rows, row_threads
-from lapis.libs.reduction import block_reduce
+from lapis.libs.reduction import block_reduce, warp_reduce
 
 ACTIVATIONS = {"relu": 0, "gelu": 1, "silu": 2, "tanh": 3, "sigmoid": 4}
 
@@ -123,21 +123,10 @@ def softmax_backward_kernel(cols, log, y, dy, dx):
 
 
 # Rows of at most WARP_ROW_COLS take a warp each (PyTorch's softmax_warp_forward for rows up to 1,024): lane l reads
-# elements l, l + warpSize, ... and the warp's max and sum are butterflies of shuffles (`warp_all`), which leave
-# every lane the same bits; no shared memory, no barrier. A block holds WARP_ROWS_THREADS // warpSize rows.
+# elements l, l + warpSize, ... and the warp's max and sum are trees of shuffles shared with every lane
+# (`reduction.warp_reduce`); no shared memory, no barrier. A block holds WARP_ROWS_THREADS // warpSize rows.
 WARP_ROW_COLS = 1024
 WARP_ROWS_THREADS = 128
-
-
-@cuda.jit(device=True)
-def warp_all(value, take_max):
-    """The warp's maximum or sum of value, on every lane: a butterfly (lane l takes in lane l ^ offset)."""
-    offset = cuda.warpsize // 2
-    while offset > 0:
-        other = cuda.shfl_xor_sync(0xFFFFFFFF, value, offset)
-        value = max(value, other) if take_max else value + other
-        offset //= 2
-    return value
 
 
 @cuda.jit(device=True)
@@ -155,11 +144,11 @@ def softmax_warp_forward_kernel(rows, cols, log, x, y):
         m = float32(-math.inf)
         for j in range(lane, cols, cuda.warpsize):
             m = max(m, x[base + j])
-        m = warp_all(m, True)
+        m = warp_reduce(m, cuda.warpsize, True)
         total = float32(0.0)
         for j in range(lane, cols, cuda.warpsize):
             total += math.exp(x[base + j] - m)
-        total = warp_all(total, False)
+        total = warp_reduce(total, cuda.warpsize, False)
         for j in range(lane, cols, cuda.warpsize):
             if log:
                 y[base + j] = x[base + j] - m - math.log(total)
@@ -174,7 +163,7 @@ def softmax_warp_backward_kernel(rows, cols, log, y, dy, dx):
         acc = float32(0.0)
         for j in range(lane, cols, cuda.warpsize):
             acc += dy[base + j] if log else dy[base + j] * y[base + j]
-        acc = warp_all(acc, False)
+        acc = warp_reduce(acc, cuda.warpsize, False)
         for j in range(lane, cols, cuda.warpsize):
             if log:
                 dx[base + j] = dy[base + j] - math.exp(y[base + j]) * acc
