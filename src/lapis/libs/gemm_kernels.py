@@ -181,7 +181,7 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
                     run_bias[q] = float32(0.0)
                     if i + q < m:
                         run_bias[q] = float32(bias[i + q])
-            whole = vector_c and beta == float32(0.0) and i + 4 <= m
+            whole = beta == float32(0.0) and i + 4 <= m      # the run stores as a float4 (where C allows it)
             for c in range(TN):
                 j = j0 + tj + c // 4 * GAP_N + c % 4
                 if j < n:
@@ -189,7 +189,7 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
                         four[q] = alpha * acc[h * 4 + q, c]
                         if with_bias:
                             four[q] += run_bias[q]
-                    if vector_c and whole:
+                    if vector_c and whole:                # vector_c a constant: no such store compiled without it
                         cuda.mma.store(C, zc + i + j * ldc, cuda.mma.pack(four[0], four[1], four[2], four[3]))
                     else:
                         for q in range(4):
