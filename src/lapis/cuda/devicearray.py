@@ -56,6 +56,7 @@ class DeviceNDArray:
         self.context, self.memory, self.ptr = context, memory, ptr
         self._size = math.prod(shape)              # shape and strides never change: size and layout are fixed
         self._layout = layout                      # "C", "F", "A", or None to work it out when asked
+        self._kind = None                          # its type as a kernel argument, kept at its first launch
 
     @classmethod
     def allocate(cls, context, shape, dtype, order: str = "C") -> "DeviceNDArray":

@@ -46,8 +46,10 @@ def _scalar_type(value, index: int, name: str):
 
 
 def _array_type(value: DeviceNDArray) -> T.ArrayType:
-    key = (value.dtype, len(value.shape), value.layout)
-    return _ARRAY_TYPES.get(key) or _array_type_of(*key)      # every launch asks: one lookup when known
+    kind = value._kind                 # every launch asks: the array keeps its answer (it never changes)
+    if kind is None:
+        kind = value._kind = _array_type_of(value.dtype, len(value.shape), value.layout)
+    return kind
 
 
 def _array_type_of(dtype: np.dtype, ndim: int, layout: str) -> T.ArrayType:
@@ -90,6 +92,7 @@ class Dispatcher:
         self.__doc__ = pyfunc.__doc__
         self.api = api
         self.overloads: dict[tuple, CompiledKernel] = {}
+        self._last: tuple = ((), None)         # the last (argument types, compiled kernel) a launch asked for
         code = pyfunc.__code__
         self._arg_names = code.co_varnames[:code.co_argcount]
         self._const_copies: dict[tuple, DeviceNDArray] = {}     # (context, data) -> its copy on the device
@@ -146,9 +149,13 @@ class Dispatcher:
         return Dispatcher(self.py_func, self.api, [argtypes])
 
     def compile(self, argtypes: tuple) -> CompiledKernel:
+        last_types, compiled = self._last
+        if argtypes == last_types:          # the types are interned: the same objects compare without hashing
+            return compiled
         compiled = self.overloads.get(argtypes)
         if compiled is None:
             compiled = self.overloads[argtypes] = compile_kernel(self.py_func, argtypes)
+        self._last = (argtypes, compiled)
         return compiled
 
     def _compiled(self) -> list[CompiledKernel]:

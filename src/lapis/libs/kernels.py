@@ -310,8 +310,8 @@ def _geometry(api, out: DeviceNDArray, *inputs) -> tuple[tuple, list]:
     for x, mode in zip((*inputs, out), modes, strict=True):
         if mode == SCALAR:
             operands += [shape_array, x]            # the strides slot is unused: the kernel reads the number
-        elif mode in (FLAT, TRAILING):
-            operands += [shape_array, x.ravel()]
+        elif mode in (FLAT, TRAILING):              # C-contiguous: a 1-D one is its own flat view
+            operands += [shape_array, x if len(x.shape) == 1 else x.ravel()]
         else:
             flat, base = flat_view(x)
             operands += [_device_ints(api, out.context, (*broadcast_strides(x, shape), base)), flat]

@@ -9,6 +9,7 @@ device posts an interrupt when it changes the value and a waiting thread sleeps 
 driver (WAIT_EVENTS) until then, instead of spinning.
 """
 
+import operator
 import struct
 import threading
 import time
@@ -25,9 +26,11 @@ class Condition(Enum):
     GTE = "gte"
 
 
+_TESTS = {Condition.EQ: operator.eq, Condition.NE: operator.ne, Condition.LT: operator.lt, Condition.GTE: operator.ge}
+
+
 def _holds(cond: Condition, value: int, target: int) -> bool:
-    return {Condition.EQ: value == target, Condition.NE: value != target, Condition.LT: value < target,
-            Condition.GTE: value >= target}[cond]
+    return _TESTS[cond](value, target)
 
 
 class SignalDestroyed(HsaError):
