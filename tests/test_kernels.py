@@ -767,3 +767,19 @@ def test_parallel_moves_give_every_destination_its_sources_old_value(sources, or
         regs[inst.rd] = b if inst.op == "MOV" else regs[inst.ra] ^ b
     assert [regs[d] for d in dests] == [100 + s for s in sources]
     assert all(regs[r] == 100 + r for r in range(8) if r not in dests)     # no other register is touched
+
+
+def test_a_kernel_of_no_arguments_launches_and_launches_again():
+    """numba launches a kernel that takes nothing (its work is its side effects); the second launch finds
+    the compiled kernel the first made."""
+    @cuda.jit
+    def no_arguments():
+        s = cuda.shared.array(4, np.float32)
+        s[cuda.threadIdx.x] = 1.0
+        cuda.syncthreads()
+    with trace() as t:
+        no_arguments[1, 4]()
+        no_arguments[2, 4]()
+        cuda.synchronize()
+    assert [tuple(k.args["grid"]) for k in t.select(0, "kernel")] == [(1, 1, 1), (2, 1, 1)]
+    assert len(no_arguments.overloads) == 1

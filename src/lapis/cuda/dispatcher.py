@@ -92,7 +92,7 @@ class Dispatcher:
         self.__doc__ = pyfunc.__doc__
         self.api = api
         self.overloads: dict[tuple, CompiledKernel] = {}
-        self._last: tuple = ((), None)         # the last (argument types, compiled kernel) a launch asked for
+        self._last: tuple = (None, None)       # the last (argument types, compiled kernel) a launch asked for
         code = pyfunc.__code__
         self._arg_names = code.co_varnames[:code.co_argcount]
         self._const_copies: dict[tuple, DeviceNDArray] = {}     # (context, data) -> its copy on the device
