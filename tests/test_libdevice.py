@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lapis import cuda
-from lapis.cuda import libdevice, libdevice64
+from lapis.cuda import libdevice, libdevice64, libdevice64_derived
 from lapis.cuda.compiler import cache, calls
 
 rng = np.random.default_rng(11)
@@ -100,27 +100,39 @@ X64 = np.concatenate([np.abs(rng.standard_normal(1000)) * 10.0 ** rng.integers(-
                       rng.uniform(-750, 720, 1000), rng.uniform(-2, 2, 300),
                       [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan, 5e-324, 1e-310, 1.7e308, 1.0, 709.78, 709.79,
                        -745.1, -745.2, 0.5, 2.0, 1 + 2 ** -52, 1 - 2 ** -53]])
-ULPS_64 = {"sqrt": 1, "exp": 3, "log": 1, "log10": 1}     # measured over X64: sqrt, log and log10 within an ulp
+# name: (the function, numpy's, its ulps at most, measured over X64 and the test's extra points)
+FLOAT64 = {"sqrt": (math.sqrt, np.sqrt, 1), "exp": (math.exp, np.exp, 3), "log": (math.log, np.log, 1),
+           "log10": (math.log10, np.log10, 1),
+           # libdevice64_derived.py
+           "log2": (math.log2, np.log2, 1), "log1p": (math.log1p, np.log1p, 2), "expm1": (math.expm1, np.expm1, 3),
+           "sinh": (math.sinh, np.sinh, 5), "cosh": (math.cosh, np.cosh, 5), "tanh": (math.tanh, np.tanh, 4),
+           "asinh": (math.asinh, np.arcsinh, 2), "acosh": (math.acosh, np.arccosh, 2),
+           "atanh": (math.atanh, np.arctanh, 2), "cbrt": (math.cbrt, np.cbrt, 1), "atan": (math.atan, np.arctan, 2),
+           "asin": (math.asin, np.arcsin, 2), "acos": (math.acos, np.arccos, 2)}
+BINARY_64 = {"hypot", "atan2", "fmod"}
 
 
 TRIG = {"sin", "cos", "tan"}
 
 
-@pytest.mark.parametrize("name", sorted(set(calls.LIBDEVICE_FLOAT64) - {"pow"} - TRIG))
+@pytest.mark.parametrize("name", sorted(set(calls.LIBDEVICE_FLOAT64) - {"pow"} - TRIG - BINARY_64))
 def test_float64_functions_are_accurate_in_float64(name):
-    """sqrt, exp, log and log10 of float64 arguments, computed in float64: within ULPS_64 ulps of numpy's over
-    magnitudes from subnormals to 1e308 (exp over its whole finite range and past it), IEEE 754's special values
-    exact (0, -0, negatives, infinities, NaN, overflow to inf and underflow to 0)."""
-    fn, numpy_fn, _, _ = UNARY[name]
-    got = run(fn, X64)
+    """Each float64 function of one argument computed in float64 (sqrt, exp, log, log10, and those built on them):
+    within FLOAT64's ulps of numpy's over magnitudes from subnormals to 1e308 (exp over its whole finite range and
+    past it) and across (-3, 3), IEEE 754's special values exact (0, -0, negatives, infinities, NaN, overflow to
+    inf and underflow to 0)."""
+    fn, numpy_fn, most = FLOAT64[name]
+    near = np.random.default_rng(64)
+    x = np.concatenate([X64, near.uniform(-1, 1, 500), near.uniform(1, 3, 200), 10.0 ** near.uniform(-20, 0, 300)])
+    got = run(fn, x)
     with np.errstate(all="ignore"):
-        want = numpy_fn(X64)
+        want = numpy_fn(x)
     exact = (got == want) | (np.isnan(got) & np.isnan(want))
     inexact = ~exact
-    assert np.isfinite(want[inexact]).all() and (want[inexact] != 0).all(), X64[inexact & ~np.isfinite(want)]
+    assert np.isfinite(want[inexact]).all() and (want[inexact] != 0).all(), x[inexact & ~np.isfinite(want)]
     assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
     ulps = np.abs(got[inexact] - want[inexact]) / np.spacing(np.abs(want[inexact]))
-    assert ulps.max(initial=0) <= ULPS_64[name], X64[inexact][np.argmax(ulps)]
+    assert ulps.max(initial=0) <= most, x[inexact][np.argmax(ulps)]
     assert run(fn, np.float32(X64[1500:1600])).dtype == np.float32         # float32 keeps its own functions
 
 
@@ -142,6 +154,44 @@ def test_float64_sin_cos_and_tan_are_accurate_in_float64(name):
     far = rng.uniform(1e7, 1e10, 200)
     want = numpy_fn(far)                                # an error in the argument, times the slope (tan's 1 + tan^2)
     assert (np.abs(run(fn, far) - want) / (1 + want * want)).max() < 1e-6
+
+
+BINARY_64_ULPS = {"hypot": 2, "atan2": 3, "fmod": 0}     # fmod is exact
+
+
+@cuda.jit
+def binary_64(x, y, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i, 0] = math.hypot(x[i], y[i])
+        out[i, 1] = math.atan2(x[i], y[i])
+        out[i, 2] = math.fmod(x[i], y[i])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_hypot_atan2_and_fmod_keep_their_type_s_accuracy_and_c_s_special_values(dtype):
+    """float64 hypot, atan2 and fmod computed in float64 (`libdevice64_derived.py`), within BINARY_64_ULPS of
+    numpy's (fmod exact, as a long division), and float32's within an ulp or two; both over magnitudes from 1e-300
+    (1e-38) to 1e300 (1e38), where hypot must not overflow, and over every pair of C's special values (signed
+    zeros, infinities, NaN), which must come out as numpy's, signs of zeros included."""
+    near = np.random.default_rng(2)
+    big = 300 if dtype == np.float64 else 37
+    sizes = 10.0 ** near.uniform(-big, big, (2, 400)) * near.choice([-1, 1], (2, 400))
+    special = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -3.0, np.inf, -np.inf, np.nan, 1e-30, 1e30])
+    x = np.concatenate([near.uniform(-5, 5, 400), sizes[0], np.repeat(special, special.size)]).astype(dtype)
+    y = np.concatenate([near.uniform(-5, 5, 400), sizes[1], np.tile(special, special.size)]).astype(dtype)
+    out = cuda.device_array((x.size, 3), dtype)
+    binary_64[(x.size + 127) // 128, 128](cuda.to_device(x), cuda.to_device(y), out)
+    got = out.copy_to_host()
+    with np.errstate(all="ignore"):
+        wants = [np.hypot(x, y), np.arctan2(x, y), np.fmod(x, y)]
+    for k, (name, want) in enumerate(zip(BINARY_64_ULPS, wants, strict=True)):
+        g = got[:, k]
+        exact = (g == want) & (np.signbit(g) == np.signbit(want)) | (np.isnan(g) & np.isnan(want))
+        assert np.isfinite(want[~exact]).all() and (want[~exact] != 0).all(), (name, x[~exact][:3], y[~exact][:3])
+        ulps = np.abs(g[~exact] - want[~exact]) / np.spacing(np.abs(want[~exact]))
+        most = BINARY_64_ULPS[name] if dtype == np.float64 else 2
+        assert ulps.max(initial=0) <= most, (name, x[~exact][np.argmax(ulps)], y[~exact][np.argmax(ulps)])
 
 
 def test_float64_pow_is_accurate_in_float64_with_c_signs():
@@ -208,7 +258,8 @@ def test_a_library_call_compiles_into_the_callers_block():
 
 def test_every_library_function_the_compiler_calls_is_in_libdevice():
     functions = {v for v in vars(libdevice).values() if hasattr(v, "py_func")}
-    functions64 = {v for v in vars(libdevice64).values() if hasattr(v, "py_func")}
+    functions64 = {v for module in (libdevice64, libdevice64_derived) for v in vars(module).values()
+                   if hasattr(v, "py_func")}
     assert set(calls.LIBDEVICE.values()) <= functions and set(calls.LIBDEVICE_FLOAT64.values()) <= functions64
     assert not calls.LIBDEVICE.keys() & (calls.SPECIAL_FUNCTION_UNIT | calls.EXACT)
 

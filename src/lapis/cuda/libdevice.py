@@ -13,8 +13,9 @@ The functions with NVIDIA's `f` suffix take and return float32: a kernel's half-
 converted to float32 for the call and the result converted back. float64's `sqrt`, `exp`, `log`, `log10`, `pow`,
 `sin`, `cos` and `tan` are float64 functions in `libdevice64.py`, computed in float64 (within a few ulps; pow
 within 2 |y ln x| more; sin, cos and tan for |x| below 2^20 pi/2, losing digits beyond); the rest of math on
-float64 still goes through the float32 functions and carries float32 accuracy (see
-docs/layer3-programming-interface.md).
+float64 is built on those in `libdevice64_derived.py` (log2, log1p, expm1, the hyperbolic functions and their
+inverses, cbrt, atan, atan2, asin, acos, hypot, fmod), but exp2, erf, erfc, gamma and lgamma, which still go
+through the float32 functions and carry float32 accuracy (see docs/layer3-programming-interface.md).
 """
 
 import math
@@ -200,8 +201,17 @@ def erfcf(x):
 
 @DeviceFunction
 def hypotf(x, y):
-    """sqrt(x^2 + y^2), which overflows where x^2 or y^2 does (there is no scaling)."""
-    return math.sqrt(y * y + x * x)
+    """sqrt(x^2 + y^2) without overflow: the larger magnitude times sqrt(1 + r^2); inf if either is inf (even
+    with a NaN, as C says), NaN if either is NaN."""
+    a = abs(x) if abs(x) >= abs(y) else abs(y)
+    b = abs(y) if abs(x) >= abs(y) else abs(x)
+    r = a + b                                       # NaN for a NaN
+    if a == math.inf or b == math.inf:
+        r = float32(math.inf)
+    elif a > 0 and r == r:
+        q = b / a
+        r = a * math.sqrt(float32(1.0) + q * q)
+    return r
 
 
 @DeviceFunction

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lapis.cuda import libdevice, libdevice64
+from lapis.cuda import libdevice, libdevice64, libdevice64_derived
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
@@ -330,13 +330,17 @@ LIBDEVICE = {"exp": libdevice.expf, "log": libdevice.logf, "log10": libdevice.lo
              "expm1": libdevice.expm1f, "sinh": libdevice.sinhf, "cosh": libdevice.coshf, "tanh": libdevice.tanhf,
              "erf": libdevice.erff, "erfc": libdevice.erfcf, "hypot": libdevice.hypotf, "pow": libdevice.powf,
              "asin": libdevice.asinf, "acos": libdevice.acosf, "fmod": libdevice.fmodf, "gamma": libdevice.tgammaf,
-             "lgamma": libdevice.lgammaf}
+             "lgamma": libdevice.lgammaf, "cbrt": libdevice.cbrt}
 
 
-# float64 functions computed in float64 (the rest of float64 math goes through float32)
+# float64 functions computed in float64 (the rest of float64 math goes through float32); those without a float32
+# function of their own (asinh, acosh, atanh) are computed in float64 for float32 too, and rounded
 LIBDEVICE_FLOAT64 = {"sqrt": libdevice64.sqrt, "exp": libdevice64.exp, "log": libdevice64.log,
                      "log10": libdevice64.log10, "pow": libdevice64.pow, "sin": libdevice64.sin,
-                     "cos": libdevice64.cos, "tan": libdevice64.tan}
+                     "cos": libdevice64.cos, "tan": libdevice64.tan,
+                     **{name: getattr(libdevice64_derived, name)
+                        for name in ("log2", "log1p", "expm1", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
+                                     "cbrt", "hypot", "atan", "atan2", "asin", "acos", "fmod")}}
 
 
 def math_function(fe, name: str, args: list):
@@ -359,6 +363,9 @@ def math_function(fe, name: str, args: list):
         return fe.emit(Op.MATH, t, [fe.materialize(a, t) for a in args], fn=name)
     if t == T.float64 and name in LIBDEVICE_FLOAT64:
         return fe.inline(LIBDEVICE_FLOAT64[name], [fe.materialize(a, t) for a in args])
+    if name not in LIBDEVICE and name not in SPECIAL_FUNCTION_UNIT:
+        wide = [fe.materialize(fe.cast(a, T.float64), T.float64) for a in args]
+        return fe.cast(fe.inline(LIBDEVICE_FLOAT64[name], wide), t)
     args = [fe.materialize(fe.cast(a, T.float32), T.float32) for a in args]
     if name in SPECIAL_FUNCTION_UNIT:
         return fe.cast(fe.emit(Op.MATH, T.float32, args, fn=name), t)
@@ -454,7 +461,8 @@ CALLS: dict[object, Builtin] = {
     **{fn: Builtin(f"math.{fn.__name__}", X, _math(fn.__name__))
        for fn in (math.sqrt, math.exp, math.log, math.sin, math.cos, math.fabs, math.floor, math.ceil, math.trunc,
                   math.tanh, math.exp2, math.log2, math.log10, math.log1p, math.expm1, math.sinh, math.cosh,
-                  math.erf, math.erfc, math.tan, math.atan, math.asin, math.acos, math.gamma, math.lgamma)},
+                  math.erf, math.erfc, math.tan, math.atan, math.asin, math.acos, math.gamma, math.lgamma,
+                  math.asinh, math.acosh, math.atanh, math.cbrt)},
     **{fn: Builtin(f"math.{fn.__name__}", (Param("x"), Param("y")), _math(fn.__name__))
        for fn in (math.pow, math.hypot, math.atan2, math.fmod)},
     **{fn: Builtin(f"math.{fn.__name__}", X, _classify(fn)) for fn in (math.isnan, math.isinf, math.isfinite)},
