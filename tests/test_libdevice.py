@@ -436,3 +436,34 @@ def test_half_precision_intrinsics_round_as_float16_does():
             half = want.astype(np.float16)
         np.testing.assert_allclose(got[row].astype(np.float64), half.astype(np.float64), rtol=2e-3, atol=1e-7)
     assert np.array_equal(flagged, np.array([a < b, a == b, a >= b]))
+
+
+@cuda.jit
+def numpy_and_math(x, out):
+    i = cuda.grid(1)
+    if i < x.size:
+        v = x[i]
+        out[i, 0], out[i, 1] = np.arctan2(v, 0.75), math.atan2(v, 0.75)
+        out[i, 2], out[i, 3] = np.hypot(v, 0.75), math.hypot(v, 0.75)
+        out[i, 4], out[i, 5] = np.fmod(v, 0.75), math.fmod(v, 0.75)
+        out[i, 6], out[i, 7] = np.isnan(v), math.isnan(v)
+        out[i, 8], out[i, 9] = np.isinf(v), math.isinf(v)
+        out[i, 10], out[i, 11] = np.isfinite(v), math.isfinite(v)
+
+
+def test_numpy_ufuncs_on_numbers_compile_as_math_s_functions():
+    """np.sin(x[i]), np.arctan2(y, x), np.isnan(v), ... on numbers in a kernel, as numba compiles them: the same
+    bits as math's function of the same meaning, in float32 and float64."""
+    for np_fn, name in calls.NUMPY_UNARY.items():               # the table means what it says (on the host) ...
+        assert np_fn(0.3 + (name == "acosh")) == pytest.approx(getattr(math, name)(0.3 + (name == "acosh"))), name
+    for np_fn, name in calls.NUMPY_BINARY.items():
+        assert np_fn(-1.3, 0.75) == pytest.approx(getattr(math, name)(-1.3, 0.75)), name
+    for dtype in (np.float32, np.float64):                      # ... and compiles to math's code
+        x = np.concatenate([X[::7], [np.nan, np.inf, -0.0]]).astype(dtype)
+        for np_fn in (np.sin, np.arctanh, np.floor):
+            name = calls.NUMPY_UNARY[np_fn]
+            assert np.array_equal(run(np_fn, x), run(getattr(math, name), x), equal_nan=True), name
+        out = cuda.device_array((x.size, 12), dtype)
+        numpy_and_math[1, x.size](cuda.to_device(x), out)
+        both = out.copy_to_host()
+        assert np.array_equal(both[:, 0::2], both[:, 1::2], equal_nan=True)

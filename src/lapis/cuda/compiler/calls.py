@@ -408,6 +408,13 @@ ATOMIC_TYPES = {"add": (T.int32, T.uint32, T.float32, T.int64, T.float64),
                 "max": (T.int32, T.uint32, T.float32, T.float64), "min": (T.int32, T.uint32, T.float32, T.float64),
                 "exch": (T.int32, T.uint32, T.float32, T.int64, T.float64), "cas": (T.int32, T.uint32)}
 
+NUMPY_UNARY = {np.sin: "sin", np.cos: "cos", np.tan: "tan", np.exp: "exp", np.exp2: "exp2", np.expm1: "expm1",
+               np.log: "log", np.log2: "log2", np.log10: "log10", np.log1p: "log1p", np.sqrt: "sqrt", np.cbrt: "cbrt",
+               np.sinh: "sinh", np.cosh: "cosh", np.tanh: "tanh", np.arcsin: "asin", np.arccos: "acos",
+               np.arctan: "atan", np.arcsinh: "asinh", np.arccosh: "acosh", np.arctanh: "atanh", np.fabs: "fabs",
+               np.floor: "floor", np.ceil: "ceil", np.trunc: "trunc"}
+NUMPY_BINARY = {np.arctan2: "atan2", np.hypot: "hypot", np.fmod: "fmod"}
+
 CALLS: dict[object, Builtin] = {
     K.syncthreads: Builtin("cuda.syncthreads", (), _barrier),
     K.syncwarp: Builtin("cuda.syncwarp", (Param("mask", optional=True),), _syncwarp),
@@ -466,6 +473,11 @@ CALLS: dict[object, Builtin] = {
     **{fn: Builtin(f"math.{fn.__name__}", (Param("x"), Param("y")), _math(fn.__name__))
        for fn in (math.pow, math.hypot, math.atan2, math.fmod)},
     **{fn: Builtin(f"math.{fn.__name__}", X, _classify(fn)) for fn in (math.isnan, math.isinf, math.isfinite)},
+    # numpy's ufuncs called on numbers, as numba compiles them in kernels: math's functions of the same meaning
+    **{fn: Builtin(f"numpy.{fn.__name__}", X, _math(name)) for fn, name in NUMPY_UNARY.items()},
+    **{fn: Builtin(f"numpy.{fn.__name__}", (Param("x"), Param("y")), _math(name)) for fn, name in NUMPY_BINARY.items()},
+    **{fn: Builtin(f"numpy.{fn.__name__}", X, _classify(getattr(math, fn.__name__)))
+       for fn in (np.isnan, np.isinf, np.isfinite)},
     K.fast_rcp: Builtin("fast_rcp", X, _math("rcp")),
     # A dtype called is a cast: cuda.float32(x), np.int32(x), and an array's x.dtype(v).
     **{key: Builtin(t.name, X, _cast(t)) for t in T.SCALARS.values() for key in (t, t.dtype.type)},
