@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +186,14 @@ def test_a_stream_callback_runs_after_the_stream_s_work_and_async_done_awaits_it
         axpb[blocks(N), 128, s](x, f32(1), f32(1))
         return await s.async_done()
     assert asyncio.run(awaited()) is s and x[0] == 9.0
+
+    late = []                                # a synchronize returns once the callbacks before it have returned
+    s.add_callback(lambda stream, status, arg: time.sleep(0.3) or late.append(arg), "slow")
+    s.synchronize()
+    assert late == ["slow"]
+    s.add_callback(lambda stream, status, arg: time.sleep(0.3) or late.append(arg), "slower")
+    cuda.synchronize()
+    assert late == ["slow", "slower"]
 
     @cuda.jit
     def scatter(out, offset):

@@ -56,6 +56,7 @@ class StreamState:
         self.queue, self.default = queue, default
         self.pending: list[Work] = []
         self.released = False       # destroyed or collected: the queue goes once nothing is pending
+        self.callbacks: list[threading.Thread] = []     # threads of host callbacks added to it (add_callback)
 
 
 class PinnedHostMemory:
@@ -384,6 +385,8 @@ class Context:
                 for state in list(self.streams):
                     self._drain(state)
             self._reap()
+            states = list(self.streams)
+        self._await_callbacks(states)
 
     def synchronize_stream(self, stream) -> None:
         """Wait for one stream's work only."""
@@ -393,6 +396,21 @@ class Context:
                             launches=len(state.pending)):
                 self._drain(state)
             self._reap()
+        self._await_callbacks([state])
+
+    def _await_callbacks(self, states: list[StreamState]) -> None:
+        """Wait (outside the lock: a callback may copy or launch) until the host callbacks added to these streams
+        have returned: CUDA orders a stream's callbacks with its work, so a synchronize waits for them too; but not
+        for the caller's own callback, and not past CALLBACK_WAIT_S."""
+        me = threading.current_thread()
+        for state in states:
+            for thread in list(state.callbacks):
+                if thread is not me:
+                    thread.join(CALLBACK_WAIT_S)
+                    if thread.is_alive():
+                        raise CudaError(f"a host callback added to a stream of {self.device} has not returned after "
+                                        f"{CALLBACK_WAIT_S:.0f} s")
+            state.callbacks = [t for t in state.callbacks if t.is_alive()]
 
     def stream_done(self, stream) -> bool:
         """Whether a stream has finished all its work (cudaStreamQuery), without waiting."""
@@ -433,6 +451,7 @@ class Context:
 
 
 CALLBACK_POLL_S = 0.5       # how often a stream callback's thread looks whether the stream's queue has stopped
+CALLBACK_WAIT_S = 60.0      # how long a synchronize waits for a stream's host callbacks to return
 LAUNCH_FAILURE = 719        # cudaErrorLaunchFailure: the status a callback gets when the stream's work failed
 
 
@@ -460,7 +479,8 @@ class Stream:
     def add_callback(self, callback, arg=None) -> None:
         """numba's Stream.add_callback (cudaStreamAddCallback): `callback(stream, status, arg)` runs on a thread
         of its own once the work queued on the stream so far is done; status is 0, or
-        cudaErrorLaunchFailure's code (719) when that work failed and the stream's queue stopped."""
+        cudaErrorLaunchFailure's code (719) when that work failed and the stream's queue stopped. A synchronize
+        of the stream (or the device) returns after the callbacks added before it have returned."""
         signal, state = self.context.stream_marker(self), self.state
 
         def wait_then_call() -> None:
@@ -471,7 +491,9 @@ class Stream:
             finally:
                 signal.destroy()
             callback(self, 0 if value == 0 else LAUNCH_FAILURE, arg)
-        threading.Thread(target=wait_then_call, name="stream callback", daemon=True).start()
+        thread = threading.Thread(target=wait_then_call, name="stream callback", daemon=True)
+        state.callbacks = [t for t in state.callbacks if t.is_alive()] + [thread]
+        thread.start()
 
     def async_done(self):
         """numba's Stream.async_done: an asyncio future of the running loop that resolves to this stream once
