@@ -783,3 +783,50 @@ def test_a_kernel_of_no_arguments_launches_and_launches_again():
         cuda.synchronize()
     assert [tuple(k.args["grid"]) for k in t.select(0, "kernel")] == [(1, 1, 1), (2, 1, 1)]
     assert len(no_arguments.overloads) == 1
+
+
+@cuda.jit
+def print_each(values, n):
+    i = cuda.grid(1)
+    if i < n:
+        print("thread", i, "has", values[i], i % 2 == 0)
+    if i == 0:
+        print(-3, 2.5)
+
+
+def test_print_in_a_kernel_comes_out_at_the_next_synchronize_in_order(capsys):
+    """numba's print() in a kernel: CUDA's printf FIFO, printed at the next synchronization (not at the launch),
+    one line per call in the order the calls took their place (lane order here), ints as %lld, floats as %f."""
+    values = cuda.to_device(np.array([0.5, -1.25, 3.0, 7.0], np.float32))
+    print_each[2, 4](values, 3)
+    assert capsys.readouterr().out == ""
+    cuda.synchronize()
+    assert capsys.readouterr().out == ("thread 0 has 0.500000 True\nthread 1 has -1.250000 False\n"
+                                       "thread 2 has 3.000000 True\n-3 2.500000\n")
+    cuda.synchronize()
+    assert capsys.readouterr().out == ""                  # printed once
+
+
+def test_print_past_the_fifo_s_end_is_lost_with_a_warning(capsys):
+    """A FIFO of 1 MiB (131,072 words, the first the count): a call that does not fit writes nothing (as CUDA's),
+    nor do the calls after it, and the host says how much was lost."""
+    n = 40_000                                 # 40,000 calls of four words: 32,767 fit after the count
+    print_each[(n + 255) // 256, 256](cuda.to_device(np.zeros(n, np.float32)), n)
+    with pytest.warns(RuntimeWarning, match="words of output were lost"):
+        cuda.synchronize()
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 131_071 // 4
+    assert lines[0] == "thread 0 has 0.000000 True" and lines[-1] == "thread 32766 has 0.000000 True"
+
+
+def test_print_in_a_kernel_takes_numbers_and_string_literals():
+    @cuda.jit
+    def keywords(x):
+        print(x[0], sep=",")
+
+    @cuda.jit
+    def array(x):
+        print(x)
+    for kernel in (keywords, array):
+        with pytest.raises(cuda.CompileError, match="print"):
+            kernel[1, 1](cuda.to_device(np.zeros(2, np.float32)))

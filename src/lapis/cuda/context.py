@@ -114,6 +114,7 @@ class Context:
         self.loaded: dict[int, tuple[object, runtime.Executable]] = {}
         self.allocations: dict[int, weakref.ref] = {}       # by address; `Allocation`s register themselves
         self.pool = MemoryPool(self)                        # device memory, cached by size class
+        self.printf = None                                  # its printf FIFO (printf_fifo.py), once a kernel prints
         self.lock = threading.RLock()
 
     # -- memory -------------------------------------------------------------------------------
@@ -178,6 +179,7 @@ class Context:
             self._order_before(state)
             self._drain(state)
             self._reap()
+            self._print()
 
     def copy_to_device(self, dst: int, data: np.ndarray, stream=None) -> None:
         """Copy a flat host array to a device address, after the stream's earlier work."""
@@ -385,6 +387,7 @@ class Context:
                 for state in list(self.streams):
                     self._drain(state)
             self._reap()
+            self._print()
             states = list(self.streams)
         self._await_callbacks(states)
 
@@ -396,7 +399,13 @@ class Context:
                             launches=len(state.pending)):
                 self._drain(state)
             self._reap()
+            self._print()
         self._await_callbacks([state])
+
+    def _print(self) -> None:
+        """Print what kernels printed, once no stream has work left that could still be printing."""
+        if self.printf is not None and not any(s.pending for s in self.streams):
+            self.printf.flush()
 
     def _await_callbacks(self, states: list[StreamState]) -> None:
         """Wait (outside the lock: a callback may copy or launch) until the host callbacks added to these streams

@@ -27,6 +27,7 @@ from lapis.cuda.compiler import types as T
 from lapis.cuda.context import pack_kernargs
 from lapis.cuda.devicearray import DeviceNDArray, MappedNDArray
 from lapis.cuda.errors import LaunchError
+from lapis.cuda.printf_fifo import fifo_of
 
 _ARRAY_TYPES: dict[tuple, T.ArrayType] = {}       # (dtype, ndim, layout) -> its type: launches see few
 
@@ -205,7 +206,7 @@ class Dispatcher:
         if compiled.shared_bytes + shared > device.MAX_SHARED_MEMORY_PER_BLOCK:
             raise LaunchError(f"kernel {self.__name__!r} needs {compiled.shared_bytes + shared} bytes of shared "
                               f"memory per block; {device.name} has {device.MAX_SHARED_MEMORY_PER_BLOCK}")
-        hidden = [self._const_copy(context, data) for data in compiled.const_arrays]
+        hidden = [self._hidden(context, compiled, entry["name"]) for entry in compiled.arg_layout[len(args):]]
         kernargs = pack_kernargs(compiled.arg_layout, list(args) + hidden)
         if len(kernargs) > abi.MAX_KERNARG_BYTES:
             raise LaunchError(f"kernel {self.__name__!r} takes {len(kernargs)} bytes of arguments; the limit is "
@@ -252,6 +253,12 @@ class Dispatcher:
         for a, d in zip(args, moved, strict=True):
             if isinstance(a, np.ndarray) and a.flags.writeable:
                 a[...] = d.copy_to_host(stream=stream)
+
+    def _hidden(self, context, compiled: CompiledKernel, name: str) -> DeviceNDArray:
+        """The value of a hidden argument after the kernel's own: a constant array's copy, or the printf FIFO."""
+        if name.startswith("$const"):
+            return self._const_copy(context, compiled.const_arrays[int(name[len("$const"):])])
+        return fifo_of(context).argument(compiled, name)
 
     def _const_copy(self, context, data: np.ndarray) -> DeviceNDArray:
         """A cuda.const.array_like array on the device: copied once per context, then reused."""

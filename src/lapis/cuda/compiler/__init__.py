@@ -41,6 +41,7 @@ class CompiledKernel:
     spill_bytes: int = 0
     const_arrays: list = field(default_factory=list)    # hidden arguments after the kernel's own
     assertions: dict = field(default_factory=dict)      # trap number -> the assertion it reports (BPT.TRAP n)
+    prints: dict = field(default_factory=dict)          # print() number -> its items, the printf FIFO's records
 
     def listing(self) -> str:
         return disassemble(self.instructions)
@@ -99,7 +100,7 @@ def _compile(pyfunc, argtypes) -> CompiledKernel:
     code_object = CodeObject([KernelCode(func.name, encode_program(insts), kd, meta)]).to_bytes()
     compiled = CompiledKernel(func.name, tuple(argtypes), ir_text, machine_ir, insts, registers, predicates,
                               func.shared_bytes, local_bytes, func.kernarg_size, func.arg_layout, code_object,
-                              func.variable_types, spill_bytes, func.const_arrays, func.assertions)
+                              func.variable_types, spill_bytes, func.const_arrays, func.assertions, func.prints)
     dump = os.environ.get("LAPIS_DUMP_DIR")
     if dump:
         os.makedirs(dump, exist_ok=True)

@@ -27,6 +27,7 @@ from lapis.cuda.compiler.builder import IRBuilder
 from lapis.cuda.compiler.device_function import DeviceFunction, function_def
 from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.ir import Op
+from lapis.cuda.compiler.printing import lower_print
 from lapis.cuda.compiler.values import ArrayRef, Const, describe, fold
 
 UNROLL_LIMIT = 32
@@ -776,6 +777,8 @@ class Frontend(IRBuilder):
     # -- calls ----------------------------------------------------------------------------------
     def expr_Call(self, node):
         fn = self.expr(node.func)
+        if fn is print:
+            return lower_print(self, node)
         if isinstance(fn, DeviceFunction):
             if node.keywords:
                 raise self.error(f"device function {fn.__name__!r} takes its arguments by position")
@@ -802,14 +805,20 @@ class Frontend(IRBuilder):
         if index is None:
             index = len(self.func.const_arrays)
             self.func.const_arrays.append(data)
-            t = T.ArrayType(T.scalar_of(data.dtype), data.ndim, "C")
+        return self.hidden_array(f"$const{index}", T.scalar_of(data.dtype), data.shape)
+
+    def hidden_array(self, name: str, dtype: T.Scalar, shape: tuple | None = None) -> ArrayRef:
+        """A C-contiguous array the kernel takes as a hidden argument after its own, named `name` in its argument
+        layout (a constant array's copy, the printf FIFO; the dispatcher passes it), laid out at its first use."""
+        t = T.ArrayType(dtype, 1 if shape is None else len(shape), "C", "global", shape)
+        entry = next((e for e in self.func.arg_layout if e.get("name") == name), None)
+        if entry is None:
             layout, _ = kernarg_layout([t])
             offset = -(-self.func.kernarg_size // 8) * 8
-            self.func.arg_layout.append({**layout[0], "offset": offset, "name": f"$const{index}"})
+            entry = {**layout[0], "offset": offset, "name": name}
+            self.func.arg_layout.append(entry)
             self.func.kernarg_size = -(-(offset + layout[0]["size"]) // 8) * 8
-        entry = next(e for e in self.func.arg_layout if e.get("name") == f"$const{index}")
-        return ArrayRef(f"$const{index}", T.ArrayType(T.scalar_of(data.dtype), data.ndim, "C", "global",
-                                                      data.shape), param_offset=entry["offset"])
+        return ArrayRef(name, t, param_offset=entry["offset"])
 
     def inline(self, fn: DeviceFunction, args: list):
         """Compile a device function's body here, its parameters bound to `args`.

@@ -183,6 +183,7 @@ class Function:
     variable_types: dict = field(default_factory=dict)     # the user's variables and their types
     const_arrays: list = field(default_factory=list)       # cuda.const.array_like data, hidden arguments
     assertions: dict = field(default_factory=dict)         # trap number -> "file:line: assert <source>[, message]"
+    prints: dict = field(default_factory=dict)             # print() number -> its items (see printing.py)
     _next: int = 0
 
     def new_value(self, op, type, args=(), attrs=None, block=None, line=0) -> Value:
