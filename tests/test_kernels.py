@@ -830,3 +830,30 @@ def test_print_in_a_kernel_takes_numbers_and_string_literals():
     for kernel in (keywords, array):
         with pytest.raises(cuda.CompileError, match="print"):
             kernel[1, 1](cuda.to_device(np.zeros(2, np.float32)))
+
+
+@cuda.jit
+def lambdas(x, out):
+    i = cuda.grid(1)
+    scale = 3.0
+    affine = lambda v: v * scale + 1.0                   # noqa: E731  (the idiom under test)
+    larger = lambda a, b: a if a > b else b             # noqa: E731
+    if i < x.size:
+        scale = 2.0                                     # read when called, as a closure reads it
+        out[i] = larger(affine(x[i]), 0.0)
+
+
+def test_a_lambda_in_a_kernel_is_inlined_where_it_is_called():
+    """numba inlines a lambda a kernel defines; its free names are read where it is called (Python's late
+    binding), its parameters do not touch the kernel's names."""
+    x = np.array([1.0, -2.0, 0.5, -0.1], np.float32)
+    out = cuda.device_array(4, np.float32)
+    lambdas[1, 4](cuda.to_device(x), out)
+    assert np.array_equal(out.copy_to_host(), np.maximum(x * 2 + 1, 0))
+
+    @cuda.jit
+    def wrong_count(out):
+        twice = lambda v: 2 * v                         # noqa: E731
+        out[0] = twice(1, 2)
+    with pytest.raises(cuda.CompileError, match="takes 1 arguments by position, got 2"):
+        wrong_count[1, 1](out)

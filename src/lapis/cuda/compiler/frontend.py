@@ -451,6 +451,22 @@ class Frontend(IRBuilder):
     def expr_Tuple(self, node):
         return tuple(self.expr(e) for e in node.elts)
 
+    def expr_Lambda(self, node):
+        """A lambda written in the kernel (numba inlines it): a compile-time value, its body compiled where it is
+        called, with its free names read there, as a closure reads them when it runs."""
+        return _Lambda(node)
+
+    def call_lambda(self, node: ast.Lambda, args: list):
+        params = [a.arg for a in node.args.args]
+        if node.args.vararg or node.args.kwarg or node.args.kwonlyargs or node.args.defaults or \
+                node.args.posonlyargs or len(params) != len(args):
+            raise self.error(f"this lambda takes {len(params)} arguments by position, got {len(args)}")
+        self.counter += 1
+        prefix = f"<lambda>#{self.counter}."
+        for name, value in zip(params, args, strict=True):
+            self.assign_name(prefix + name, value)
+        return self.expr(_Renamer(set(params), prefix).visit(copy.deepcopy(node.body)))
+
     def expr_Name(self, node):
         return self.lookup(node.id)
 
@@ -779,6 +795,10 @@ class Frontend(IRBuilder):
         fn = self.expr(node.func)
         if fn is print:
             return lower_print(self, node)
+        if isinstance(fn, _Lambda):
+            if node.keywords:
+                raise self.error("a lambda in a kernel takes its arguments by position")
+            return self.call_lambda(fn.node, [self.expr(a) for a in node.args])
         if isinstance(fn, DeviceFunction):
             if node.keywords:
                 raise self.error(f"device function {fn.__name__!r} takes its arguments by position")
@@ -906,6 +926,16 @@ class Frontend(IRBuilder):
             self.local_bytes = base + size
             return ArrayRef(name, T.ArrayType(dtype, len(dims), "C", "local_memory", dims), base=base)
         return ArrayRef(name, T.ArrayType(dtype, len(dims), "C", "local", dims))
+
+
+class _Lambda:
+    """A lambda defined in a kernel, as the compiler holds it: its AST."""
+
+    def __init__(self, node: ast.Lambda):
+        self.node = node
+
+    def __repr__(self) -> str:
+        return "a lambda"
 
 
 @dataclass(frozen=True)
