@@ -172,7 +172,7 @@ def test_the_circle_check_catches_a_circle():
 
 PUBLIC_MODULES = ["lapis.autograd", "lapis.nn", "lapis.nn.functional", "lapis.nn.init", "lapis.nn.modules",
                   "lapis.nn.parallel", "lapis.optim", "lapis.optim.lr_scheduler", "lapis.utils.data", "lapis.profiler",
-                  "lapis.distributions", "lapis.distributed", "lapis.amp"]
+                  "lapis.distributions", "lapis.distributed", "lapis.amp", "lapis.accelerator"]
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)

@@ -135,6 +135,38 @@ def test_bce_with_logits_has_torchs_gradients_at_a_logit_of_zero(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_bce_with_logits_weight_and_pos_weight_match_torch_values_and_gradients(device):
+    """F.binary_cross_entropy_with_logits with a per-element weight, a per-class pos_weight (broadcast along the
+    last dimension), both, each reduction: values and the gradients for the logits and the targets as torch's (a
+    logit of exactly 0 and large ones included); nn.BCEWithLogitsLoss keeps them as buffers that move with .to()."""
+    x = (3 * f32(3, 4)).clip(-60, 60)
+    x[0, :2] = 0.0, 40.0
+    y = rng.random((3, 4)).astype(np.float32)
+    weight, pos_weight = rng.uniform(0.5, 2, (3, 4)).astype(np.float32), rng.uniform(0.2, 4, 4).astype(np.float32)
+    for kwargs in ({"weight": weight}, {"pos_weight": pos_weight}, {"weight": weight[1], "pos_weight": pos_weight}):
+        for reduction in ("mean", "sum", "none"):
+            ours = [lapis.tensor(a, device=device, requires_grad=True) for a in (x, y)]
+            theirs = [torch.tensor(a, requires_grad=True) for a in (x, y)]
+            a = nn.functional.binary_cross_entropy_with_logits(
+                *ours, reduction=reduction, **{k: lapis.tensor(v, device=device) for k, v in kwargs.items()})
+            b = torch.nn.functional.binary_cross_entropy_with_logits(
+                *theirs, reduction=reduction, **{k: torch.tensor(v) for k, v in kwargs.items()})
+            close(a, b)
+            w = f32(*b.shape)
+            (a * lapis.tensor(w, device=device)).sum().backward()
+            (b * torch.tensor(w)).sum().backward()
+            for o, t in zip(ours, theirs, strict=True):
+                close(o.grad, t.grad)
+    ours = nn.BCEWithLogitsLoss(pos_weight=lapis.tensor(pos_weight)).to(device)
+    theirs = torch.nn.BCEWithLogitsLoss(pos_weight=torch.tensor(pos_weight))
+    assert ours.pos_weight.device.type == device and list(ours.state_dict()) == list(theirs.state_dict())
+    close(ours(lapis.tensor(x, device=device), lapis.tensor(y, device=device)),
+          theirs(torch.tensor(x), torch.tensor(y)))
+    with pytest.raises(ValueError, match="must be the same as input size"):
+        nn.functional.binary_cross_entropy_with_logits(lapis.zeros(2, 3), lapis.zeros(3))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_cross_entropy_is_log_softmax_and_one_loss_kernel_each_way(device):
     """As PyTorch: forward launches log-softmax and the loss (2 kernels), backward their two gradients."""
     logits, target = f32(40, 7), rng.integers(0, 7, 40)
@@ -294,6 +326,43 @@ def test_schedulers_follow_torch(make):
     resumed.step()
     st.step()
     assert resumed.get_last_lr() == pytest.approx(st.get_last_lr())
+
+
+@pytest.mark.parametrize("kind,options", [
+    ("SGD", {"total_steps": 20}),
+    ("SGD", {"epochs": 3, "steps_per_epoch": 4, "anneal_strategy": "linear", "pct_start": 0.25}),
+    ("Adam", {"total_steps": 15, "three_phase": True, "div_factor": 10.0, "final_div_factor": 100.0}),
+    ("AdamW", {"total_steps": 9, "max_lr": [0.5, 0.05], "base_momentum": [0.8, 0.7], "max_momentum": 0.9}),
+    ("SGD", {"total_steps": 7, "cycle_momentum": False, "three_phase": True, "anneal_strategy": "linear"})])
+def test_one_cycle_lr_follows_torch_rates_and_momenta_over_a_whole_run(kind, options):
+    """OneCycleLR's rate (and SGD's momentum or Adam's beta1, cycled the other way) for two groups at construction
+    and after every step to the last, equal to torch's; the options torch has; one step too many is an error."""
+    p = [[nn.Parameter(lapis.zeros(1))], [nn.Parameter(lapis.zeros(1))]]
+    q = [[torch.nn.Parameter(torch.zeros(1))], [torch.nn.Parameter(torch.zeros(1))]]
+    extra = {"momentum": 0.9} if kind == "SGD" else {}
+    oo = getattr(lapis.optim, kind)([{"params": p[0]}, {"params": p[1], "lr": 0.1}], lr=1.0, **extra)
+    ot = getattr(torch.optim, kind)([{"params": q[0]}, {"params": q[1], "lr": 0.1}], lr=1.0, **extra)
+    options = {"max_lr": 1.0, **options}
+    so = lapis.optim.lr_scheduler.OneCycleLR(oo, **options)
+    st = torch.optim.lr_scheduler.OneCycleLR(ot, **options)
+    momentum = "betas" if kind != "SGD" else "momentum"
+
+    def agree():
+        assert so.get_last_lr() == st.get_last_lr()
+        assert [g[momentum] for g in oo.param_groups] == [tuple(g[momentum]) if kind != "SGD" else g[momentum]
+                                                          for g in ot.param_groups]
+    agree()
+    for _ in range(st.total_steps - 1):
+        oo.step()
+        ot.step()
+        so.step()
+        st.step()
+        agree()
+    with pytest.raises(ValueError, match="Tried to step"):
+        so.step()
+        so.step()
+    with pytest.raises(ValueError, match="total_steps OR"):
+        lapis.optim.lr_scheduler.OneCycleLR(oo, max_lr=1.0, epochs=2)
 
 
 @pytest.mark.parametrize("options", [{}, {"mode": "max", "threshold_mode": "abs", "threshold": 0.5, "cooldown": 1},

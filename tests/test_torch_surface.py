@@ -1,7 +1,8 @@
 """Layer 5: the parts of torch's surface that programs reach for beside the op table, each derived from the ops
 (reductions, gathers, in-place writes) and checked against PyTorch on `cpu` and `cuda`: all/any, norm, flip, roll,
 unbind, masked_fill_, clamp_, isclose/allclose/equal, type names, .data, grad-mode switches, indexing (out of range,
-negative, several index tensors), nn.utils clipping, Module.apply, more losses and pad, generators, nonzero."""
+negative, several index tensors), nn.utils clipping, Module.apply, more losses and pad, generators, nonzero,
+index_add, pinned memory, lapis.accelerator, and where lapis.load puts a checkpoint's tensors."""
 
 import math
 import pickle
@@ -253,8 +254,8 @@ def test_more_losses_and_pad_match_torch_with_gradients(device):
         (got * lapis.tensor(w, device=device)).sum().backward()
         (want * torch.tensor(w)).sum().backward()
         same(ours.grad, theirs.grad)
-    with pytest.raises(NotImplementedError, match="reflect"):
-        F.pad(lapis.ones(1, 2, 2, device=device), (1, 1), mode="reflect")
+    with pytest.raises(NotImplementedError, match="not supported for 1D input"):        # as torch's
+        F.pad(lapis.ones(2, device=device), (1, 1), mode="reflect")
 
 
 def test_legacy_constructors_generators_nonzero_and_compile():
@@ -716,10 +717,10 @@ def test_grad_scaler_follows_torch_s_scale_and_skips_steps_with_inf_gradients():
 
 
 def test_pinned_copies_and_cuda_amp_spellings():
-    """nanoGPT's loader idiom x.pin_memory().to(device, non_blocking=True) (pinning is a no-op here: copies are
-    synchronous), and torch.cuda.amp's GradScaler and autocast spellings."""
+    """nanoGPT's loader idiom x.pin_memory().to(device, non_blocking=True) (the copy itself is synchronous), and
+    torch.cuda.amp's GradScaler and autocast spellings."""
     x = lapis.arange(6).reshape(2, 3)
-    assert x.pin_memory() is x and not x.is_pinned()
+    assert not x.is_pinned() and x.pin_memory().is_pinned()
     moved = x.pin_memory().to("cuda", non_blocking=True)
     assert moved.device.type == "cuda" and moved.tolist() == x.tolist()
     with pytest.raises(RuntimeError, match="cannot pin"):
@@ -782,3 +783,193 @@ def test_unique_bincount_and_searchsorted_match_torch(device):
         same(lapis.searchsorted(lapis.tensor(seq[0], device=device), lapis.tensor(values[0], device=device),
                                 right=right), torch.searchsorted(torch.tensor(seq[0]), torch.tensor(values[0]),
                                                                   right=right))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_index_add_accumulates_repeated_indices_with_alpha_and_gradients_as_torch(device):
+    """x.index_add(dim, index, source, alpha=): every slice sent to a repeated index is added; the gradient is g for
+    x and alpha * g.index_select(dim, index) for source; index_add_ writes x's own storage (or, under autograd,
+    takes torch's IndexAddBackward0); lapis.index_add and an int32 index too."""
+    x, src = rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal((5, 3)).astype(np.float32)
+    index = np.array([2, 0, 2, 3, 2], np.int64)
+    for dim, source, alpha in ((0, src, 1), (0, src, 2.5), (1, src[:4, :2], -1)):
+        at = index if dim == 0 else index[:2]
+        ours = [lapis.tensor(a, device=device, requires_grad=True) for a in (x, source)]
+        theirs = [torch.tensor(a, requires_grad=True) for a in (x, source)]
+        got = ours[0].index_add(dim, lapis.tensor(at, device=device), ours[1], alpha=alpha)
+        want = theirs[0].index_add(dim, torch.tensor(at), theirs[1], alpha=alpha)
+        same(got, want)
+        assert got.grad_fn.name() == want.grad_fn.name() == "IndexAddBackward0"
+        w = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+        (got * lapis.tensor(w, device=device)).sum().backward()
+        (want * torch.tensor(w)).sum().backward()
+        for o, t in zip(ours, theirs, strict=True):
+            same(o.grad, t.grad)
+    ours, theirs = lapis.tensor(x, device=device), torch.tensor(x)
+    storage = ours._storage
+    ours.index_add_(1, lapis.tensor([2, 2], device=device, dtype=lapis.int32), lapis.ones(4, 2, device=device))
+    theirs.index_add_(1, torch.tensor([2, 2], dtype=torch.int32), torch.ones(4, 2))
+    same(ours, theirs)
+    assert ours._storage is storage and ours._version == 1
+    leaf = lapis.tensor(x, device=device, requires_grad=True)
+    y = leaf * 2
+    y.index_add_(0, lapis.tensor([1], device=device), lapis.tensor(src[:1], device=device), alpha=3)
+    assert y.grad_fn.name() == "IndexAddBackward0"
+    y.sum().backward()
+    assert leaf.grad.cpu().tolist() == [[2.0] * 3] * 4
+    same(lapis.index_add(lapis.zeros(3, device=device), 0, lapis.tensor([0, 0, 2], device=device),
+                         lapis.tensor([1.0, 2.0, 4.0], device=device)),
+         torch.index_add(torch.zeros(3), 0, torch.tensor([0, 0, 2]), torch.tensor([1.0, 2.0, 4.0])))
+    same(lapis.zeros((), device=device).index_add(0, lapis.tensor(0, device=device), lapis.tensor(3.0, device=device)),
+         torch.zeros(()).index_add(0, torch.tensor(0), torch.tensor(3.0)))
+
+
+def test_index_add_refuses_what_torch_refuses_and_an_index_out_of_range():
+    """Torch's checks and messages (the index a vector of int32 or int64, one per source slice, source of x's dtype
+    and shape outside dim); an index out of [0, size) is an IndexError on the cpu (torch's for a 1-D x; torch 2.13
+    raises a RuntimeError with the same message for more dimensions) and a device-side assert on a GPU."""
+    x, t = lapis.zeros(5, 3), torch.zeros(5, 3)
+    for args in ((0, [1, 2], (1, 3), "float32"), (0, [1], (1, 3), "float64"), (0, [1], (1, 4), "float32"),
+                 (0, [[1]], (1, 3), "float32")):
+        dim, at, shape, dt = args
+        with pytest.raises((RuntimeError, IndexError)) as theirs:
+            t.index_add_(dim, torch.tensor(at), torch.ones(shape, dtype=getattr(torch, dt)))
+        with pytest.raises(type(theirs.value), match=re_escape(str(theirs.value).splitlines()[0])):
+            x.index_add_(dim, lapis.tensor(at), lapis.ones(shape, dtype=getattr(lapis, dt)))
+    with pytest.raises(RuntimeError, match="Expected dtype int32/int64 for index"):
+        x.index_add(0, lapis.tensor([1.0]), lapis.ones(1, 3))
+    with pytest.raises(IndexError):
+        torch.zeros(5).index_add_(0, torch.tensor([5]), torch.ones(1))
+    for bad in ([5], [-1]):
+        with pytest.raises(IndexError, match=f"index {bad[0]} is out of bounds for dimension 0 with size 5"):
+            lapis.zeros(5).index_add_(0, lapis.tensor(bad), lapis.ones(1))
+        with pytest.raises(IndexError, match="out of bounds"):
+            x.index_add(0, lapis.tensor(bad), lapis.ones(1, 3))
+    with pytest.raises(RuntimeError, match="device-side assert triggered"):
+        lapis.zeros(5, 3, device="cuda").index_add(0, lapis.tensor([7], device="cuda"),
+                                                   lapis.ones(1, 3, device="cuda")).cpu()
+    assert (lapis.ones(2, device="cuda") + 1).tolist() == [2.0, 2.0]             # and the device goes on
+
+
+def re_escape(text: str) -> str:
+    import re
+    return re.escape(text)
+
+
+def test_pin_memory_copies_into_page_locked_memory_the_copy_engine_reads_directly():
+    """pin_memory is a copy in the runtime's pinned host pool (is_pinned() True; a pageable tensor's False), whose
+    upload is one copy-engine transfer from it (the runtime's memory_copy names its source address), where a
+    pageable tensor's goes through the staging buffer; gradients pass through it. And .cuda()/.cpu() take torch's
+    keywords."""
+    x = lapis.arange(6.0).reshape(2, 3)
+    pinned = x.pin_memory()
+    assert pinned.is_pinned() and not x.is_pinned() and pinned is not x and pinned.pin_memory() is pinned
+    assert pinned.tolist() == x.tolist() and pinned.device.type == "cpu"
+    for source, direct in ((pinned, True), (x, False)):
+        with lapis.trace() as t:
+            moved = source.cuda(non_blocking=True)
+        copies = [e for e in t.events if e.name == "memory_copy" and e.args["kind"] == "host_to_device"]
+        assert copies and all(("src" in e.args) == direct for e in copies)
+        assert moved.device == lapis.device("cuda", 0) and moved.tolist() == x.tolist()
+    assert not moved.is_pinned() and not moved.cpu().is_pinned()
+    leaf = lapis.ones(3, requires_grad=True)
+    (leaf.pin_memory() * 2).sum().backward()
+    assert leaf.grad.tolist() == [2.0, 2.0, 2.0]
+    for device in (None, 0, "cuda:0", lapis.device("cuda")):
+        assert x.cuda(device, memory_format=lapis.preserve_format).device == lapis.device("cuda:0")
+    assert x.t().cpu(memory_format=lapis.contiguous_format).is_contiguous()
+    assert x.cuda().cpu(memory_format=lapis.preserve_format).tolist() == x.tolist()
+    with pytest.raises(RuntimeError, match="must be cuda device"):
+        x.cuda("cpu")
+    with pytest.raises(NotImplementedError, match="channels_last"):
+        x.cuda(memory_format=lapis.channels_last)
+
+
+def test_accelerator_is_the_cuda_device_with_torchs_calls():
+    """lapis.accelerator as torch.accelerator (2.6+): the current accelerator is device('cuda'), its count, the
+    current index and setting it (an int, 'cuda:N' or a device), synchronize, and device_index as a block."""
+    acc = lapis.accelerator
+    assert acc.is_available() and acc.current_accelerator() == lapis.device("cuda")
+    assert acc.current_accelerator(check_available=True).type == "cuda"
+    assert acc.device_count() == lapis.cuda.device_count() >= 1
+    assert acc.current_device_index() == lapis.cuda.current_device() == 0
+    acc.set_device_index("cuda:0")
+    acc.set_device_index(lapis.device("cuda", 0))
+    acc.set_device_index(0)
+    assert acc.current_device_index() == 0
+    y = lapis.ones(4, device="cuda") * 3
+    acc.synchronize()
+    acc.synchronize(0)
+    assert y.tolist() == [3.0] * 4
+    with acc.device_index(0):
+        assert acc.current_device_index() == 0
+    with pytest.raises(ValueError, match="doesn't match the current accelerator"):
+        acc.set_device_index("cpu")
+    with pytest.raises(ValueError, match="specified index"):
+        acc.set_device_index("cuda")
+    assert isinstance(acc.memory_allocated(), int) and set(acc.__all__) >= {
+        "is_available", "current_accelerator", "device_count", "current_device_index", "set_device_index",
+        "synchronize"}
+
+
+def test_load_puts_tensors_back_on_the_device_they_were_saved_from_unless_map_location_says(tmp_path):
+    """A checkpoint saved from cuda tensors loads onto cuda, as torch.load does; map_location as a name or device
+    (everything there), a dict of locations (the others stay) or a function of (cpu tensor, location) (None: its
+    saved place) overrides; a PyTorch file's locations ('cpu') reach the function as torch's load gives them."""
+    model = lapis.nn.Linear(2, 2).to("cuda")
+    lapis.save({"model": model.state_dict(), "host": lapis.ones(2), "step": 3}, tmp_path / "ckpt.pt")
+    lapis.save(model.weight.detach(), tmp_path / "weight.pt")
+    lapis.save(model.state_dict(), tmp_path / "state.pt")
+    back = lapis.load(tmp_path / "ckpt.pt")
+    assert back["model"]["weight"].device == lapis.device("cuda:0") and back["host"].device.type == "cpu"
+    assert lapis.equal(back["model"]["weight"], model.weight) and back["step"] == 3
+    assert lapis.load(tmp_path / "weight.pt").device.type == "cuda"
+    assert {t.device.type for t in lapis.load(tmp_path / "state.pt").values()} == {"cuda"}
+    for where, model_on, host_on in (("cpu", "cpu", "cpu"), (lapis.device("cpu"), "cpu", "cpu"),
+                                     ("cuda", "cuda", "cuda"), ({"cuda:0": "cpu"}, "cpu", "cpu"),
+                                     ({"cpu": "cuda:0"}, "cuda", "cuda"),
+                                     (lambda t, location: t, "cpu", "cpu"),
+                                     (lambda t, location: None, "cuda", "cpu"),
+                                     (lambda t, location: t.cuda() if location == "cpu" else None, "cuda", "cuda")):
+        loaded = lapis.load(tmp_path / "ckpt.pt", map_location=where)
+        assert loaded["model"]["bias"].device.type == model_on and loaded["host"].device.type == host_on
+        assert loaded["model"]["bias"].tolist() == model.bias.tolist()
+    torch.save({"x": torch.ones(2), "y": torch.arange(3)}, tmp_path / "torch.pt")
+    ours, theirs = [], []
+    torch.load(tmp_path / "torch.pt", map_location=lambda s, location: theirs.append(location))
+    loaded = lapis.load(tmp_path / "torch.pt", map_location=lambda t, location: ours.append(location) or t.cuda())
+    assert ours == theirs == ["cpu", "cpu"] and loaded["y"].device.type == "cuda"
+    assert lapis.load(tmp_path / "torch.pt")["x"].device.type == "cpu"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_pad_reflect_replicate_and_circular_match_torch_with_gradients(device):
+    """F.pad's non-constant modes on the last 1, 2 or 3 dimensions of batched and unbatched inputs (negative amounts
+    crop), values and gradients (which add up where one element was copied to several places) as torch's; torch's
+    refusals: reflect's padding must be smaller than the dimension, circular's may not wrap more than once, a value
+    is only for 'constant', an unknown mode, too many dimensions."""
+    F, TF = lapis.nn.functional, torch.nn.functional
+    cases = [((2, 5), (2, 3)), ((1, 2, 5), (-1, 4)), ((2, 3, 4), (1, 2, 2, 0)), ((1, 2, 3, 4), (3, 1, -1, 2)),
+             ((2, 3, 3, 4), (1, 0, 2, 1, 2, 2)), ((1, 1, 2, 3, 3), (1, 2, 1, 1, 1, 0))]
+    for mode in ("reflect", "replicate", "circular"):
+        for shape, amounts in cases:
+            x = rng.standard_normal(shape).astype(np.float32)
+            ours, theirs = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+            got, want = F.pad(ours, amounts, mode=mode), TF.pad(theirs, amounts, mode=mode)
+            same(got, want)
+            w = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+            (got * lapis.tensor(w, device=device)).sum().backward()
+            (want * torch.tensor(w)).sum().backward()
+            same(ours.grad, theirs.grad)
+    x = lapis.ones(1, 2, 3, device=device)
+    for mode, amounts, error, message in (("reflect", (3, 0), RuntimeError, "Padding size should be less than"),
+                                          ("circular", (4, 0), RuntimeError, "wrapping around more than once"),
+                                          ("foo", (1, 1), NotImplementedError, "Unrecognised padding mode foo"),
+                                          ("replicate", (1, 1, 1, 1, 1, 1), NotImplementedError, "not supported")):
+        with pytest.raises(error, match=message):
+            TF.pad(torch.ones(1, 2, 3), amounts, mode=mode)
+        with pytest.raises(error, match=message):
+            F.pad(x, amounts, mode=mode)
+    with pytest.raises(RuntimeError, match="doesn't take in value argument"):
+        F.pad(x, (1, 1), mode="reflect", value=1.0)
+    same(F.pad(x, (1, 1), mode="reflect", value=0.0), TF.pad(torch.ones(1, 2, 3), (1, 1), mode="reflect", value=0.0))

@@ -15,7 +15,7 @@ The layers below are packages of their own: `lapis.libs` (4), `lapis.cuda` / `la
 every layer did: `with lapis.trace() as t: ...`.
 """
 
-from lapis import amp, autograd, backends, distributed, distributions, nn, optim, profiler, trace, utils
+from lapis import accelerator, amp, autograd, backends, distributed, distributions, nn, optim, profiler, trace, utils
 from lapis.backends import get_float32_matmul_precision, set_float32_matmul_precision
 from lapis.framework.amp import autocast
 from lapis.framework.autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
@@ -77,6 +77,7 @@ from lapis.framework.ops.elementwise import clamp as clip
 from lapis.framework.ops.indexing import (
     flip,
     gather,
+    index_add,
     index_select,
     masked_fill,
     nonzero,
@@ -112,7 +113,14 @@ from lapis.framework.ops.sorting import argsort, bincount, searchsorted, sort, t
 from lapis.framework.ops.views import cat, chunk, flatten, meshgrid, split, squeeze, stack, unbind, unsqueeze
 from lapis.framework.ops.views import expand as broadcast_to
 from lapis.framework.serialization import load, save
-from lapis.framework.tensor import Tensor
+from lapis.framework.tensor import (
+    Tensor,
+    channels_last,
+    channels_last_3d,
+    contiguous_format,
+    memory_format,
+    preserve_format,
+)
 from lapis.framework.tensor_base import Size
 
 bool = bool_  # noqa: A001 - torch.bool
@@ -154,3 +162,5 @@ __all__ += ["all", "allclose", "any", "broadcast_to", "clip", "equal", "flatten"
             "compile", "nonzero", "randperm", "Generator", "FloatTensor", "DoubleTensor", "HalfTensor", "LongTensor",
             "IntTensor", "BoolTensor", "argsort", "sort", "topk", "einsum", "backends",
             "get_float32_matmul_precision", "set_float32_matmul_precision"]
+__all__ += ["accelerator", "index_add", "memory_format", "preserve_format", "contiguous_format", "channels_last",
+            "channels_last_3d"]

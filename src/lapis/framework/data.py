@@ -3,9 +3,9 @@ samplers (Sequential, Random, SubsetRandom, Batch) and DataLoader, which batches
 sampler gives.
 
 Loading happens in the calling process: `num_workers`, `pin_memory`, `prefetch_factor`, `persistent_workers` and
-`worker_init_fn` are accepted and change nothing (lapis's cpu device is the host's memory, and a GPU copy goes
-through its own staging); `timeout` too. Random orders come from `generator` (a lapis or numpy Generator) or the
-framework's generator.
+`worker_init_fn` are accepted and change nothing (batches are not pinned: `Tensor.pin_memory()` pins one, and a
+GPU copy of an unpinned batch goes through the runtime's staging buffer); `timeout` too. Random orders come from
+`generator` (a lapis or numpy Generator) or the framework's generator.
 """
 
 import bisect

@@ -7,7 +7,9 @@ dict) under its keys (kind "dict"), so other safetensors readers find them by na
 lists, tuples, strings, numbers, None and tensors (a checkpoint: model and optimizer state dicts, the step, a
 config) is kind "tree": its tensors under their dotted paths ("model.fc.weight", "optimizer.state.0.exp_avg") and
 the structure as JSON in the metadata's "tree", each tensor there {"$tensor": path}, each dict {"$dict": [[key,
-value], ...]} (keys may be ints), each tuple {"$tuple": [...]}.
+value], ...]} (keys may be ints), each tuple {"$tuple": [...]}. The device of each tensor not on the cpu is kept in
+the metadata's "devices" (JSON: {"name": "cuda:0"}), so `load` puts it back there, as torch.load does, unless
+`map_location` says otherwise.
 
 `load` also reads files PyTorch's `torch.save` wrote (a zip of a pickle and raw storages) the way
 `torch.load(weights_only=True)` does: the pickle is read by an unpickler that knows only what a checkpoint holds
@@ -25,6 +27,7 @@ from collections import OrderedDict
 import numpy as np
 
 from lapis.framework import dtype as _dtype
+from lapis.framework.device import device
 from lapis.framework.nn.modules import Parameter
 from lapis.framework.tensor import Tensor
 from lapis.framework.tensor_base import device_of
@@ -51,6 +54,9 @@ def save(obj, f) -> None:
         header[name] = {"dtype": _CODES[t.dtype.name], "shape": list(t.shape), "data_offsets": [at, at + len(raw)]}
         chunks.append(raw)
         at += len(raw)
+    devices = {name: str(t.device) for name, t in tensors.items() if t.device.type != "cpu"}
+    if devices:
+        meta["devices"] = json.dumps(devices)
     header["__metadata__"] = {"format": "lapis", "kind": kind, **meta}
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)                       # the data starts 8-byte aligned, as safetensors pads
@@ -87,25 +93,40 @@ def _encode(obj, path: str, tensors: dict):
 
 # -- load ------------------------------------------------------------------------------------------------------
 def load(f, map_location=None, weights_only: bool = True):
-    """Load what `save` wrote, or what `torch.save` wrote, onto `map_location` (a device or its name; the cpu by
-    default). Nothing in the file is run, whatever `weights_only` says."""
+    """Load what `save` wrote, or what `torch.save` wrote. Each tensor goes back to the device it was saved from
+    (its location: 'cpu', 'cuda:0', ...), as torch.load does, unless `map_location` says otherwise, in torch's
+    spellings: a device or its name (every tensor there), a dict from saved locations to new ones (others stay),
+    or a function f(cpu_tensor, location) returning the tensor to use (None: its saved location). Nothing in the
+    file is run, whatever `weights_only` says."""
     data = f.read() if hasattr(f, "read") else open(f, "rb").read()
-    dev = device_of(map_location)
     if data[:4] == b"PK\x03\x04":
-        return _load_torch_zip(data, dev)
+        return _load_torch_zip(data, map_location)
     (n,) = struct.unpack_from("<Q", data, 0)
     header = json.loads(data[8:8 + n])
     meta = header.pop("__metadata__", {})
+    locations = json.loads(meta.get("devices", "{}"))
     base = 8 + n
     out = OrderedDict()
     for name, entry in header.items():
         dt = _BY_CODE[entry["dtype"]]
         begin, end = entry["data_offsets"]
         array = np.frombuffer(data[base + begin:base + end], dtype=dt.np).reshape(entry["shape"]).copy()
-        out[name] = Tensor._from_numpy(array, dev)
+        out[name] = _restore(array, locations.get(name, "cpu"), map_location)
     if meta.get("kind") == "tree":
         return _decode(json.loads(meta["tree"]), out)
     return out["tensor"] if meta.get("kind") == "tensor" else out
+
+
+def _restore(array: np.ndarray, location: str, map_location) -> Tensor:
+    """The tensor of a loaded array saved from `location`, placed as torch's _get_restore_location places it."""
+    if map_location is None:
+        return Tensor._from_numpy(array, device_of(location))
+    if isinstance(map_location, dict):
+        return Tensor._from_numpy(array, device_of(map_location.get(location, location)))
+    if callable(map_location) and not isinstance(map_location, (str, device)):
+        placed = map_location(Tensor._from_numpy(array, device_of("cpu")), location)
+        return placed if placed is not None else Tensor._from_numpy(array, device_of(location))
+    return Tensor._from_numpy(array, device_of(map_location))
 
 
 def _decode(value, tensors: dict):
@@ -126,27 +147,29 @@ _TORCH_STORAGES = {"FloatStorage": np.float32, "DoubleStorage": np.float64, "Hal
                    "BoolStorage": np.bool_}
 
 
-def _load_torch_zip(data: bytes, dev):
+def _load_torch_zip(data: bytes, map_location):
     """A `torch.save` file: archive/data.pkl, whose persistent ids name raw storages archive/data/<key>."""
     archive = zipfile.ZipFile(io.BytesIO(data))
     pickled = next(name for name in archive.namelist() if name.endswith("data.pkl"))
     root = pickled[:-len("data.pkl")]
     byteorder = archive.read(root + "byteorder").decode() if root + "byteorder" in archive.namelist() else "little"
-    storages: dict[str, np.ndarray] = {}
+    storages: dict[str, tuple[np.ndarray, str]] = {}
 
     def storage(pid):
-        kind, storage_type, key, _, _ = pid
+        kind, storage_type, key, location, _ = pid
         if kind != "storage":
             raise pickle.UnpicklingError(f"unknown persistent id {kind!r}")
         if key not in storages:
             dtype = np.dtype(storage_type).newbyteorder("<" if byteorder == "little" else ">")
-            storages[key] = np.frombuffer(archive.read(f"{root}data/{key}"), dtype=dtype)
+            storages[key] = np.frombuffer(archive.read(f"{root}data/{key}"), dtype=dtype), str(location)
         return storages[key]
 
-    def rebuild_tensor(values, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
+    def rebuild_tensor(stored, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
+        values, location = stored
         itemsize = values.dtype.itemsize
         array = np.lib.stride_tricks.as_strided(values[offset:], tuple(size), tuple(s * itemsize for s in stride))
-        t = Tensor._from_numpy(np.array(array, dtype=values.dtype.newbyteorder("="), order="C"), dev)  # 0-d stays
+        t = _restore(np.array(array, dtype=values.dtype.newbyteorder("="), order="C"), location,    # 0-d stays
+                     map_location)
         t.requires_grad = requires_grad
         return t
 

@@ -15,6 +15,33 @@ from lapis.framework.ops import elementwise, indexing, inplace, linalg, nn, redu
 from lapis.framework.tensor_base import TensorBase, device_of
 
 
+class memory_format:  # noqa: N801 - torch.memory_format
+    """torch's memory formats: how a copy lays out a tensor's elements. lapis tensors are made row-major
+    (contiguous), which is torch.contiguous_format, and what preserve_format gives here too; channels_last
+    layouts are not supported."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"lapis.{self.name}"
+
+
+preserve_format, contiguous_format = memory_format("preserve_format"), memory_format("contiguous_format")
+channels_last, channels_last_3d = memory_format("channels_last"), memory_format("channels_last_3d")
+
+
+def _check_memory_format(fmt) -> bool:
+    """Whether fmt asks for a contiguous result (None and preserve_format keep the layout a copy makes anyway)."""
+    if fmt is None or fmt is preserve_format:
+        return False
+    if fmt is contiguous_format:
+        return True
+    if fmt in (channels_last, channels_last_3d):
+        raise NotImplementedError(f"{fmt!r}: lapis tensors are row-major (contiguous_format) only")
+    raise TypeError(f"memory_format must be a lapis.memory_format, not {type(fmt).__name__}")
+
+
 def _reflected(f):
     """The reflected operator: a @ b with a not a tensor is matmul(a, b) called on b."""
     return lambda self, other: f(other, self)
@@ -35,25 +62,38 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
             else:
                 device = a
         device = device_of(device) if device is not None else self.device
+        copy = copy or (_check_memory_format(memory_format) and not self.is_contiguous())
         if device == self.device and (dtype or self.dtype) is self.dtype and not copy:
             return self                                  # nothing to change: the tensor itself, as torch
         return elementwise.ToCopy.apply(self, device, dtype or self.dtype, copy)
 
     def pin_memory(self, device=None) -> "Tensor":
-        """torch's page-locked copy of a cpu tensor: the tensor itself here (lapis's copies are synchronous, so
-        pinning buys nothing); a GPU tensor cannot be pinned, as in torch."""
+        """A copy of this cpu tensor in page-locked host memory (the tensor itself if it is pinned already), as
+        torch's: memory of the runtime's host pool, mapped for the GPU (`device`, the current 'cuda' one by default),
+        so a later `.to('cuda')` is one copy-engine transfer from it, with no staging buffer. The copy itself is
+        synchronous either way (`non_blocking` changes nothing here). A GPU tensor cannot be pinned, as in torch."""
         if self.device.type != "cpu":
             raise RuntimeError(f"cannot pin '{self.device.type}' memory: only dense CPU tensors can be pinned")
-        return self
+        if self.is_pinned():
+            return self
+        gpu = _device("cuda", _device("cuda").api.current_device()) if device is None else device_of(device)
+        return elementwise.PinMemory.apply(self, gpu)
 
-    def is_pinned(self, device=None) -> bool:
-        return False
+    def cpu(self, memory_format=None) -> "Tensor":
+        return self.to("cpu", memory_format=memory_format)
 
-    def cpu(self) -> "Tensor":
-        return self.to("cpu")
-
-    def cuda(self, index: builtins.int = 0) -> "Tensor":
-        return self.to(_device("cuda", index))
+    def cuda(self, device=None, non_blocking: bool = False, memory_format=None) -> "Tensor":
+        """This tensor on a GPU: `device` an index, 'cuda:1' or a device (the current 'cuda' device when None), as
+        torch's; the tensor itself when it is there already. `non_blocking` is accepted: the copy is synchronous."""
+        if device is None:
+            device = _device("cuda", _device("cuda").api.current_device())
+        elif isinstance(device, builtins.int):
+            device = _device("cuda", device)
+        else:
+            device = device_of(device)
+            if device.type == "cpu":
+                raise RuntimeError(f"Invalid device, must be cuda device, got {device}")
+        return self.to(device, non_blocking=non_blocking, memory_format=memory_format)
 
     def float(self) -> "Tensor":
         return self.to(_dtype.float32)
@@ -147,6 +187,7 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     # -- indexing (ops/indexing.py) and writing (ops/inplace.py) --------------------------------------------
     __getitem__, __setitem__ = indexing.getitem, indexing.setitem
     gather, scatter_add, index_select = indexing.gather, indexing.scatter_add, indexing.index_select
+    index_add, index_add_ = indexing.index_add, indexing.index_add_
     repeat_interleave, lerp, outer = indexing.repeat_interleave, elementwise.lerp, linalg.outer
     masked_fill, masked_select, tril, triu = indexing.masked_fill, indexing.masked_select, indexing.tril, indexing.triu
     masked_fill_, flip, roll, nonzero = indexing.masked_fill_, indexing.flip, indexing.roll, indexing.nonzero

@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 from lapis.cuda import DeviceNDArray
+from lapis.cuda.context import PinnedHostMemory
 from lapis.framework import autograd, backend
 from lapis.framework import dtype as _dtype
 from lapis.framework.device import device
@@ -213,6 +214,14 @@ class TensorBase(autograd.Variable):
 
     def element_size(self) -> builtins.int:
         return self.dtype.itemsize
+
+    def is_pinned(self, device=None) -> bool:
+        """Whether this cpu tensor's memory is page-locked host memory (what `pin_memory` copies into: a buffer of
+        the runtime's host pool, mapped for the GPU), which the copy engine reads and writes without staging."""
+        owner = self._storage.array
+        while isinstance(owner, np.ndarray):
+            owner = owner.base
+        return self.device.type == "cpu" and isinstance(owner, PinnedHostMemory)
 
     @property
     def is_cuda(self) -> bool:

@@ -269,19 +269,29 @@ def mse_loss(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
 class _BinaryCrossEntropyWithLogits(Function):
     """log(1 + exp(-|x|)) + max(x, 0) - x y, the stable form torch uses, with torch's gradients: sigmoid(x) - y
     for x and -x for y. (The form's |x| and max(x, 0) have no slope at 0, where their sum has 1/2: through
-    them a logit of exactly 0, as zero-initialized weights give, would get -y.) The backward is made of
-    differentiable ops, so a second derivative follows."""
+    them a logit of exactly 0, as zero-initialized weights give, would get -y.) With a pos_weight p (broadcast
+    along the last dimension, the classes), (1 - y) x + (1 + (p - 1) y) softplus(-x), whose gradients are
+    (p y + 1 - y) sigmoid(x) - p y for x, (p - 1) softplus(-x) - x for y (torch's), and y softplus(-x) for p.
+    The backward is made of differentiable ops, so a second derivative follows."""
     node_name = "BinaryCrossEntropyWithLogitsBackward0"
 
     @staticmethod
-    def forward(ctx, x: Tensor, y: Tensor):
-        ctx.save_for_backward(x, y)
-        return (1 + (-x.abs()).exp()).log() + x.relu() - x * y
+    def forward(ctx, x: Tensor, y: Tensor, pos_weight: Tensor | None = None):
+        ctx.save_for_backward(x, y, pos_weight)
+        if pos_weight is None:
+            return (1 + (-x.abs()).exp()).log() + x.relu() - x * y
+        softplus = (1 + (-x.abs()).exp()).log() + (-x).relu()          # -log(sigmoid(x)), stable
+        return (1 - y) * x + (1 + (pos_weight - 1) * y) * softplus
 
     @staticmethod
     def backward(ctx, g):
-        x, y = ctx.saved_tensors
-        return g * (x.sigmoid() - y), -g * x
+        x, y, p = ctx.saved_tensors
+        if p is None:
+            return g * (x.sigmoid() - y), -g * x, None
+        softplus = (1 + (-x.abs()).exp()).log() + (-x).relu()
+        py = p * y
+        return (g * ((py + 1 - y) * x.sigmoid() - py), g * ((p - 1) * softplus - x),
+                g * y * softplus if ctx.needs_input_grad[2] else None)
 
 
 class _BinaryCrossEntropy(Function):
@@ -327,14 +337,60 @@ def huber_loss(x: Tensor, y: Tensor, reduction: str = "mean", delta: float = 1.0
     return _reduce(where(d < delta, 0.5 * d * d, delta * (d - 0.5 * delta)), reduction)
 
 
-def pad(x: Tensor, pad: tuple, mode: str = "constant", value: float = 0.0) -> Tensor:
-    """x with pad = (left, right) for its last dimension, then (top, bottom) for the one before, ... of `value`
-    around it (a negative amount crops), differentiable as torch's; only the constant mode."""
-    if mode != "constant":
-        raise NotImplementedError(f"pad mode {mode!r} is not supported yet (only 'constant')")
-    if len(pad) % 2 or len(pad) // 2 > x.ndim:
+def pad(x: Tensor, pad: tuple, mode: str = "constant", value: float | None = None) -> Tensor:
+    """x with pad = (left, right) for its last dimension, then (top, bottom) for the one before, ... (a negative
+    amount crops), differentiable as torch's. 'constant' fills with `value` (0 by default), any number of
+    dimensions; 'reflect' (mirrored about the edge element), 'replicate' (the edge element repeated) and 'circular'
+    (wrapped around) pad the last 1, 2 or 3 dimensions of a batched or unbatched input, as torch's
+    reflection/replication/circular pads do: one index_select per padded dimension, at indices computed on the
+    host, so the gradient scatter-adds back into every element a padded one was copied from."""
+    if len(pad) % 2:
         raise ValueError(f"Padding length must be divisible by 2 and at most twice the input's dimensions, got "
                          f"{len(pad)} for {x.ndim} dimensions")
+    if len(pad) // 2 > x.ndim:
+        raise ValueError(f"Padding length should be less than or equal to two times the input dimension but got "
+                         f"padding length {len(pad)} and input of dimension {x.ndim}")
+    if mode == "constant":
+        return _pad_constant(x, pad, 0.0 if value is None else value)
+    if mode not in ("reflect", "replicate", "circular"):
+        raise NotImplementedError(f"Unrecognised padding mode {mode}")
+    if value is not None and value != 0:
+        raise RuntimeError(f'Padding mode "{mode}" doesn\'t take in value argument')
+    count = len(pad) // 2
+    if count not in (1, 2, 3) or x.ndim not in (count + 1, count + 2):
+        raise NotImplementedError(
+            f"Padding size {len(pad)} is not supported for {x.ndim}D input tensor.\nSupported combinations for "
+            "non-constant padding:\n  - 2D or 3D input: padding size = 2 (pads last dimension)\n  - 3D or 4D input: "
+            "padding size = 4 (pads last 2 dimensions)\n  - 4D or 5D input: padding size = 6 (pads last 3 dimensions)")
+    if any(n == 0 for n in x.shape[1:]):                   # the first may be empty (a batch, or the channels)
+        raise RuntimeError(f"Expected {count + 1}D or {count + 2}D (batch mode) tensor with possibly 0 batch size and "
+                           f"other non-zero dimensions for input, but got: {list(x.shape)}")
+    for k in range(count):
+        d, before, after = x.ndim - 1 - k, int(pad[2 * k]), int(pad[2 * k + 1])
+        n = x.shape[d]
+        if mode == "reflect" and (before >= n or after >= n):
+            raise RuntimeError(f"Argument #4: Padding size should be less than the corresponding input dimension, "
+                               f"but got: padding ({before}, {after}) at dimension {d} of input {list(x.shape)}")
+        kept = n - max(0, -before) - max(0, -after)          # circular: crops first, then wraps what is kept
+        if mode == "circular" and (before > kept or after > kept):
+            raise RuntimeError("Padding value causes wrapping around more than once.")
+        if n + before + after < 0 or (mode != "circular" and n + before + after < 1):
+            raise RuntimeError(f"input (W: {n}) is too small. Calculated output W: {n + before + after}")
+        if before == after == 0:
+            continue
+        j = np.arange(-before, n + after)
+        if mode == "reflect":
+            j = np.abs(j)
+            j = np.where(j > n - 1, 2 * (n - 1) - j, j)
+        elif mode == "replicate":
+            j = np.clip(j, 0, n - 1)
+        else:
+            j = max(0, -before) + (np.arange(-max(before, 0), kept + max(after, 0)) % max(kept, 1))
+        x = x.index_select(d, tensor(j.astype(np.int64), device=x.device))
+    return x
+
+
+def _pad_constant(x: Tensor, pad: tuple, value) -> Tensor:
     shape, inside, source = list(x.shape), [slice(None)] * x.ndim, [slice(None)] * x.ndim
     for k in range(len(pad) // 2):
         d, before, after = x.ndim - 1 - k, pad[2 * k], pad[2 * k + 1]
@@ -349,8 +405,25 @@ def pad(x: Tensor, pad: tuple, mode: str = "constant", value: float = 0.0) -> Te
     return out
 
 
-def binary_cross_entropy_with_logits(x: Tensor, y: Tensor, reduction: str = "mean") -> Tensor:
-    return _reduce(_BinaryCrossEntropyWithLogits.apply(x, y), reduction)
+def binary_cross_entropy_with_logits(x: Tensor, y: Tensor, weight: Tensor | None = None, size_average=None,
+                                     reduce=None, reduction: str = "mean", pos_weight: Tensor | None = None) -> Tensor:
+    """torch's: the loss of sigmoid(x) against y, computed from the logits x (stable); `weight` rescales each
+    element's loss (broadcast to x), `pos_weight` the positive term of each class (broadcast along the last
+    dimension); `size_average` and `reduce` are torch's legacy spellings of `reduction`."""
+    if tuple(x.shape) != tuple(y.shape):
+        raise ValueError(f"Target size ({y.shape}) must be the same as input size ({x.shape})")
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    loss = _BinaryCrossEntropyWithLogits.apply(x, y, pos_weight)
+    return _reduce(loss * weight if weight is not None else loss, reduction)
+
+
+def _legacy_reduction(size_average, reduce, reduction: str) -> str:
+    """torch's legacy_get_string: size_average and reduce (None means True) decide when either is given."""
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    return ("mean" if size_average else "sum") if reduce else "none"
 
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:

@@ -34,8 +34,17 @@ class MSELoss(_Loss):
 
 
 class BCEWithLogitsLoss(_Loss):
+    """F.binary_cross_entropy_with_logits with the module's `weight` and `pos_weight`, buffers as torch's (so they
+    move with `.to()` and are in the state dict when given)."""
+
+    def __init__(self, weight=None, size_average=None, reduce=None, reduction: str = "mean", pos_weight=None):
+        super().__init__(F._legacy_reduction(size_average, reduce, reduction))
+        self.register_buffer("weight", weight)
+        self.register_buffer("pos_weight", pos_weight)
+
     def forward(self, x, y):
-        return F.binary_cross_entropy_with_logits(x, y, self.reduction)
+        return F.binary_cross_entropy_with_logits(x, y, self.weight, reduction=self.reduction,
+                                                  pos_weight=self.pos_weight)
 
 
 class BCELoss(_Loss):

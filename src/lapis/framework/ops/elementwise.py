@@ -65,7 +65,7 @@ from lapis.framework.ops.scalar_functions import (
     tanh,
     trunc,
 )
-from lapis.framework.tensor_base import TensorBase
+from lapis.framework.tensor_base import Storage, TensorBase, contiguous_strides
 
 
 # -- dtype rules: (operands) -> (the dtype the op computes in, the dtype of its result) ------------------------
@@ -363,13 +363,34 @@ class ToCopy(Function):
                 out = new(x.shape, dt, dev)
                 backend.copy(x._data, out._data)
                 return out
-            host = x._host()
+            # pinned memory is uploaded from where it lies (the copy engine reads it directly, with no staging)
+            host = x._data if x.is_pinned() and x.is_contiguous() else x._host()
             return TensorBase._from_numpy(host.astype(dt.np) if host.dtype != dt.np else host, dev)
 
     @staticmethod
     def backward(ctx, g):
         dev, dt = ctx.src
         return g.to(dev, dt), None, None, None
+
+
+class PinMemory(Function):
+    """A copy of a cpu tensor in page-locked host memory (torch's pin_memory): a buffer from the runtime's host
+    pool, mapped for the GPU `dev`, which the copy engine then reads and writes directly (no staging buffer). The
+    gradient passes through unchanged."""
+    node_name = "PinMemoryBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, dev: device):
+        n = x.numel()
+        flat = dev.api.current_context(dev.index).pinned_array(max(n, 1), x.dtype.np)
+        out = TensorBase.made_class(Storage(flat), x.shape, contiguous_strides(tuple(x.shape)), 0, x.device)
+        if n:
+            out._data[...] = x._data
+        return out
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
 
 
 # -- selection and bounds ---------------------------------------------------------------------------------

@@ -84,6 +84,72 @@ def scatter_add(x: TensorBase, dim: int, index: TensorBase, src: TensorBase) -> 
     return ScatterAdd.apply(x, dim, index, src)
 
 
+class IndexAdd(ScatterAdd):
+    """x.index_add(dim, index, src) with a 1-D index: ScatterAdd reading the index as a vector along dim (the
+    kernel's vector form, as index_select's gradient uses it), under torch's node name."""
+    node_name = "IndexAddBackward0"
+
+
+def _scalar_name(t: TensorBase) -> str:
+    return inplace.SCALAR_TYPE[t.dtype.name]
+
+
+def _index_add_operands(x: TensorBase, dim: int, index: TensorBase, source: TensorBase, alpha):
+    """index_add's checks, in torch's order and with its messages; the dimension made non-negative, the index as
+    an int64 vector and the source scaled by alpha, all read as at least 1-D (a 0-d x has the one dimension 0)."""
+    d = wrap_dim(dim, x.ndim)
+    for name, t in (("index", index), ("source", source)):
+        if not isinstance(t, TensorBase):
+            raise TypeError(f"index_add(): argument '{name}' must be Tensor, not {type(t).__name__}")
+    if index.ndim > 1:
+        raise IndexError(f"index_add_(): Index is supposed to be a vector, but got dim: {index.ndim} with type: "
+                         f"{_scalar_name(index)} and size: {list(index.shape)}")
+    if index.dtype not in (_dtype.int32, _dtype.int64):
+        raise RuntimeError(f"index_add_(): Expected dtype int32/int64 for index but got: {_scalar_name(index)}")
+    if source.dtype is not x.dtype:
+        raise RuntimeError(f"index_add_(): self ({_scalar_name(x)}) and source ({_scalar_name(source)}) must have "
+                           f"the same scalar type")
+    count = source.shape[d] if source.ndim else 1
+    if index.numel() != count:
+        raise RuntimeError(f"index_add_(): Number of indices ({index.numel()}) should be equal to source.size(dim): "
+                           f"({count}), for dim: {d}")
+    if max(x.ndim, 1) != max(source.ndim, 1) or any(a != b for k, (a, b) in enumerate(zip(
+            x.shape or (1,), source.shape or (1,), strict=True)) if k != d):
+        raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. "
+                           f"Got self.shape = {list(x.shape)} source.shape = {list(source.shape)}")
+    if x.dtype.category == 1 and isinstance(alpha, float):
+        raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+    check_devices(x, index, source)
+    source = source if alpha == 1 else source * alpha
+    return d, index.reshape(-1).long().to(x.device), source.reshape(source.shape or (1,))
+
+
+def index_add(x: TensorBase, dim: int, index: TensorBase, source: TensorBase, *, alpha=1) -> TensorBase:
+    """x with alpha * source's slices added at x's slices `index` along dim (torch.index_add): a repeated index
+    adds every slice sent to it. One scatter-add (atomic adds on a GPU: float32 and int32 there); an index out of
+    [0, x.size(dim)) raises IndexError on the cpu and stops the kernel with a device-side assert on a GPU. The
+    gradient is g for x and alpha * g.index_select(dim, index) for source."""
+    d, index, source = _index_add_operands(x, dim, index, source, alpha)
+    if x.ndim == 0:
+        return IndexAdd.apply(x.reshape(1), d, index, source).reshape(())
+    return IndexAdd.apply(x, d, index, source)
+
+
+def index_add_(x: TensorBase, dim: int, index: TensorBase, source: TensorBase, *, alpha=1) -> TensorBase:
+    """index_add in place: one scatter-add into x's own elements, or, when autograd records it, torch's history
+    rewrite (x takes the out-of-place result's IndexAddBackward0)."""
+    inplace.check(x, source)
+    if inplace.records(x, source):
+        return inplace.rebase(x, index_add(x, dim, index, source, alpha=alpha))
+    d, index, source = _index_add_operands(x, dim, index, source, alpha)
+    if not x.is_contiguous() or x.ndim == 0:
+        with no_grad():
+            return inplace.write(x, index_add(x.detach(), d, index, source))
+    backend.scatter_add(x._data, d, index._contiguous()._data, source.detach()._contiguous()._data)
+    x._storage.version += 1
+    return x
+
+
 def index_select(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
     """x's slices at `index` along dim: a gather that reads the 1-D index as it is."""
     if index.ndim != 1:

@@ -106,6 +106,103 @@ class CosineAnnealingLR(LRScheduler):
                 for lr in self.base_lrs]
 
 
+def _per_group(name: str, optimizer, value) -> list:
+    """A value per parameter group: a list or tuple of one each, or one value for all (torch's _format_param)."""
+    groups = len(optimizer.param_groups)
+    if isinstance(value, (list, tuple)):
+        if len(value) != groups:
+            raise ValueError(f"{name} must have the same length as optimizer.param_groups. {name} has {len(value)} "
+                             f"values, param_groups has {groups}.")
+        return list(value)
+    return [value] * groups
+
+
+class OneCycleLR(LRScheduler):
+    """The 1cycle policy (torch's, step by step): the rate rises from max_lr / div_factor to max_lr over the first
+    pct_start of `total_steps` (or epochs * steps_per_epoch), then anneals to initial_lr / final_div_factor, by a
+    cosine or linearly; with `three_phase` it first comes back down to initial_lr symmetrically and anneals only in
+    the last phase. With `cycle_momentum` the momentum (SGD's `momentum`, Adam's beta1) moves the opposite way
+    between max_momentum and base_momentum. Each group keeps its initial_lr, max_lr and min_lr (and max_momentum,
+    base_momentum), as torch's do; a step past total_steps is an error."""
+
+    def __init__(self, optimizer, max_lr, total_steps: int | None = None, epochs: int | None = None,
+                 steps_per_epoch: int | None = None, pct_start: float = 0.3, anneal_strategy: str = "cos",
+                 cycle_momentum: bool = True, base_momentum=0.85, max_momentum=0.95, div_factor: float = 25.0,
+                 final_div_factor: float = 1e4, three_phase: bool = False, last_epoch: int = -1):
+        if total_steps is not None:
+            if not isinstance(total_steps, int) or total_steps <= 0:
+                raise ValueError(f"Expected positive integer total_steps, but got {total_steps}")
+            self.total_steps = total_steps
+        elif epochs is not None and steps_per_epoch is not None:
+            if not isinstance(epochs, int) or epochs <= 0:
+                raise ValueError(f"Expected positive integer epochs, but got {epochs}")
+            if not isinstance(steps_per_epoch, int) or steps_per_epoch <= 0:
+                raise ValueError(f"Expected positive integer steps_per_epoch, but got {steps_per_epoch}")
+            self.total_steps = epochs * steps_per_epoch
+        else:
+            raise ValueError("You must define either total_steps OR (epochs AND steps_per_epoch)")
+        # (the step a phase ends at, the group keys its rate and its momentum go between), as torch's phases
+        up = (float(pct_start * self.total_steps) - 1, "initial_lr", "max_lr", "max_momentum", "base_momentum")
+        if three_phase:
+            self._phases = [up, (float(2 * pct_start * self.total_steps) - 2, "max_lr", "initial_lr",
+                                 "base_momentum", "max_momentum"),
+                            (self.total_steps - 1, "initial_lr", "min_lr", "max_momentum", "max_momentum")]
+        else:
+            self._phases = [up, (self.total_steps - 1, "max_lr", "min_lr", "base_momentum", "max_momentum")]
+        if not isinstance(pct_start, float) or not 0 <= pct_start <= 1:
+            raise ValueError(f"Expected float between 0 and 1 pct_start, but got {pct_start}")
+        if anneal_strategy not in ("cos", "linear"):
+            raise ValueError(f"anneal_strategy must be one of 'cos' or 'linear', instead got {anneal_strategy}")
+        self.anneal_strategy = anneal_strategy
+        max_lrs = _per_group("max_lr", optimizer, max_lr)
+        if last_epoch == -1:
+            for group, top in zip(optimizer.param_groups, max_lrs, strict=True):
+                group["initial_lr"] = top / div_factor
+                group["max_lr"] = top
+                group["min_lr"] = group["initial_lr"] / final_div_factor
+        self.cycle_momentum = cycle_momentum
+        if cycle_momentum:
+            defaults = getattr(optimizer, "defaults", {})
+            if "momentum" not in defaults and "betas" not in defaults:
+                raise ValueError("optimizer must support momentum or beta1 with `cycle_momentum` option enabled")
+            self.use_beta1 = "betas" in defaults
+            tops = _per_group("max_momentum", optimizer, max_momentum)
+            bases = _per_group("base_momentum", optimizer, base_momentum)
+            if last_epoch == -1:
+                for top, base, group in zip(tops, bases, optimizer.param_groups, strict=True):
+                    self._set_momentum(group, top)
+                    group["max_momentum"], group["base_momentum"] = top, base
+        super().__init__(optimizer, last_epoch)
+
+    def _set_momentum(self, group: dict, value: float) -> None:
+        if self.use_beta1:
+            group["betas"] = (value, *group["betas"][1:])
+        else:
+            group["momentum"] = value
+
+    def _anneal(self, start: float, end: float, pct: float) -> float:
+        if self.anneal_strategy == "cos":
+            return end + (start - end) / 2.0 * (math.cos(math.pi * pct) + 1)
+        return (end - start) * pct + start
+
+    def get_lr(self) -> list:
+        step = self.last_epoch
+        if step > self.total_steps:
+            raise ValueError(f"Tried to step {step} times. The specified number of total steps is {self.total_steps}")
+        rates = []
+        for group in self.optimizer.param_groups:
+            start = 0.0
+            for i, (end, lr_from, lr_to, momentum_from, momentum_to) in enumerate(self._phases):
+                if step <= end or i == len(self._phases) - 1:
+                    pct = (step - start) / (end - start)
+                    rates.append(self._anneal(group[lr_from], group[lr_to], pct))
+                    if self.cycle_momentum:
+                        self._set_momentum(group, self._anneal(group[momentum_from], group[momentum_to], pct))
+                    break
+                start = end
+        return rates
+
+
 class ReduceLROnPlateau:
     """Multiply every group's rate by `factor` (not below `min_lr`) once the metric given to `step(metric)` has not
     improved for more than `patience` epochs, then wait `cooldown` epochs; improving means below (mode "min") or
@@ -161,4 +258,4 @@ class ReduceLROnPlateau:
 
 
 __all__ = ["CosineAnnealingLR", "ExponentialLR", "LRScheduler", "LambdaLR", "LinearLR", "MultiStepLR",
-           "ReduceLROnPlateau", "StepLR"]
+           "OneCycleLR", "ReduceLROnPlateau", "StepLR"]
