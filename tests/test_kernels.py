@@ -857,3 +857,47 @@ def test_a_lambda_in_a_kernel_is_inlined_where_it_is_called():
         out[0] = twice(1, 2)
     with pytest.raises(cuda.CompileError, match="takes 1 arguments by position, got 2"):
         wrong_count[1, 1](out)
+
+
+def make_slicer(step):
+    @cuda.jit
+    def slicer(a, lo, hi, out):
+        view = a[lo:hi:step]
+        out[0] = view.size
+        for k in range(len(view)):
+            out[1 + k] = view[k]
+    return slicer
+
+
+@pytest.mark.parametrize("step", [1, 2, -1, -3])
+def test_a_slice_of_an_array_in_a_kernel_is_numpy_s_view(step):
+    """a[lo:hi:step] in a kernel, bounds known only at run time (negative ones count from the end, those past
+    either end clip), as numpy slices: the same length and elements, nothing copied."""
+    a = np.arange(10, dtype=np.float32) * 1.5
+    d_a, out = cuda.to_device(a), cuda.device_array(12, np.float32)
+    slicer = make_slicer(step)
+    for lo, hi in [(0, 10), (2, 7), (-3, 10), (-20, 4), (7, 2), (3, 30), (-1, -8), (9, -11), (5, 5)]:
+        slicer[1, 1](d_a, lo, hi, out)
+        got = out.copy_to_host()
+        want = a[lo:hi:step]
+        assert got[0] == want.size and np.array_equal(got[1:1 + want.size], want), (lo, hi, step)
+
+
+@cuda.jit
+def rows_and_columns(m, out):
+    r = cuda.threadIdx.x
+    row, column, corner = m[r, :], m[:, r], m[1:, 2:]
+    out[r, 0] = row[3] + row.size * 100
+    out[r, 1] = column[1] + column.shape[0] * 100
+    out[r, 2] = corner[1, r % 2] + corner.shape[0] * 100 + corner.shape[1] * 1000
+    out[r, 3] = m[r][1:][0]                        # a view of a view
+
+
+def test_rows_columns_and_blocks_of_a_matrix_are_views_in_a_kernel():
+    m = np.arange(20, dtype=np.float32).reshape(4, 5)
+    out = cuda.device_array((3, 4), np.float32)
+    rows_and_columns[1, 3](cuda.to_device(m), out)
+    want = [[m[r, 3] + 500, m[1, r] + 400, m[1:, 2:][1, r % 2] + 300 + 3000, m[r, 1]] for r in range(3)]
+    assert np.array_equal(out.copy_to_host(), np.array(want, np.float32))
+    with pytest.raises(cuda.CompileError, match="step must be a constant integer"):
+        make_slicer(cuda.float32(1.5))[1, 1](cuda.to_device(m[0]), 0, 2, out[0])

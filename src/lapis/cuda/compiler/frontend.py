@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lapis import abi
-from lapis.cuda.compiler import calls, ir
+from lapis.cuda.compiler import array_views, calls, ir
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.builder import IRBuilder
@@ -451,6 +451,10 @@ class Frontend(IRBuilder):
     def expr_Tuple(self, node):
         return tuple(self.expr(e) for e in node.elts)
 
+    def expr_Slice(self, node):
+        return array_views.Slice(*(None if part is None else self.expr(part)
+                                   for part in (node.lower, node.upper, node.step)))
+
     def expr_Lambda(self, node):
         """A lambda written in the kernel (numba inlines it): a compile-time value, its body compiled where it is
         called, with its free names read there, as a closure reads them when it runs."""
@@ -663,11 +667,7 @@ class Frontend(IRBuilder):
         return self.emit(Op.DIM, T.int32, offset=base + 4 * "xyz".index(axis))
 
     def shape(self, ref: ArrayRef) -> tuple:
-        if ref.parent is not None:
-            return self.shape(ref.parent)[len(ref.prefix):]
-        if ref.type.shape is not None:
-            return tuple(Const(s, T.WEAK_INT) for s in ref.type.shape)
-        return tuple(self.param(ref.param_offset + 8 + 8 * k, T.int64) for k in range(ref.type.ndim))
+        return array_views.shape(self, ref)
 
     def strides(self, ref: ArrayRef) -> list:
         """Element strides: constants where the layout fixes them, else read from the kernarg."""
@@ -699,8 +699,8 @@ class Frontend(IRBuilder):
         if not isinstance(base, ArrayRef):
             raise self.error(f"{describe(base)} cannot be indexed")
         items = index if isinstance(index, tuple) else (index,)
-        if 0 < len(items) < base.type.ndim:
-            return self.sub_array(base, items)
+        if 0 < len(items) < base.type.ndim or any(isinstance(x, array_views.Slice) for x in items):
+            return array_views.view(self, base, items)
         if base.type.space == "local":
             return self.read(self.local_slot(base, index), self.current)
         t = base.type.dtype
@@ -709,22 +709,11 @@ class Frontend(IRBuilder):
                              storage=t.name)
         return self.emit(Op.LOAD, t, [self.address(base, index)], space=_SPACE[base.type.space])
 
-    def sub_array(self, ref: ArrayRef, items: tuple) -> ArrayRef:
-        """A[i] of an array of more dimensions: the sub-array, a view over the same memory (numba's), addressed
-        through its parent when it is indexed in full."""
-        for x in items:
-            if not isinstance(x, Const | ir.Value) or getattr(self.typeof(x), "kind", "int") == "float":
-                raise self.error(f"array index must be an integer, not {describe(x)} (slices are not supported "
-                                 "inside kernels)")
-        t = ref.type
-        shape = t.shape[len(items):] if t.shape is not None else None
-        sub = T.ArrayType(t.dtype, t.ndim - len(items), "C" if t.layout == "C" else "A", t.space, shape)
-        root = ref.parent or ref
-        return ArrayRef(ref.name, sub, ref.param_offset, ref.base, (*ref.prefix, *items), root)
-
     def assign_subscript(self, base, index, value) -> None:
         if not isinstance(base, ArrayRef):
             raise self.error(f"cannot assign into {describe(base)}")
+        if any(isinstance(x, array_views.Slice) for x in (index if isinstance(index, tuple) else (index,))):
+            raise self.error("assigning to a slice is not supported in kernels: store each element")
         t = base.type.dtype
         if not isinstance(value, Const | ir.Value):
             raise self.error(f"cannot store {describe(value)} into an array")
@@ -743,7 +732,7 @@ class Frontend(IRBuilder):
         items = list(index) if isinstance(index, tuple) else [index]
         if len(items) != ref.type.ndim:
             raise self.error(f"array {ref.name!r} has {ref.type.ndim} dimension(s) but is indexed with "
-                             f"{len(items)} (slicing arrays inside kernels is not supported)")
+                             f"{len(items)}")
         for x in items:
             if not isinstance(x, Const | ir.Value) or self.typeof(x) in (T.WEAK_FLOAT,) or \
                     getattr(self.typeof(x), "kind", "int") == "float":
@@ -753,7 +742,7 @@ class Frontend(IRBuilder):
     def local_slot(self, ref: ArrayRef, index) -> str:
         items = self.indices(ref, index)
         if ref.parent is not None:
-            return self.local_slot(ref.parent, (*ref.prefix, *items))
+            return self.local_slot(ref.parent, array_views.parent_indices(self, ref, items))
         if not all(isinstance(x, Const) for x in items):
             self.hints["memory_locals"].add(ref.name)     # indexed at run time: restart with it in memory
             raise _Retype(ref.name)
@@ -769,8 +758,8 @@ class Frontend(IRBuilder):
 
     def address(self, ref: ArrayRef, index) -> ir.Value:
         items = self.indices(ref, index)
-        if ref.parent is not None:                  # a sub-array: its parent's element
-            return self.address(ref.parent, (*ref.prefix, *items))
+        if ref.parent is not None:                  # a view: its parent's element
+            return self.address(ref.parent, array_views.parent_indices(self, ref, items))
         if ref.type.shape is not None:
             items = [Const(x.value + s, x.type) if isinstance(x, Const) and x.value < 0 else x
                      for x, s in zip(items, ref.type.shape, strict=True)]
