@@ -901,3 +901,23 @@ def test_rows_columns_and_blocks_of_a_matrix_are_views_in_a_kernel():
     assert np.array_equal(out.copy_to_host(), np.array(want, np.float32))
     with pytest.raises(cuda.CompileError, match="step must be a constant integer"):
         make_slicer(cuda.float32(1.5))[1, 1](cuda.to_device(m[0]), 0, 2, out[0])
+
+
+def test_a_real_numba_jit_function_is_inlined_where_a_kernel_calls_it():
+    """A function decorated with numba's own @njit (a numba CPUDispatcher), called from a kernel: numba compiles
+    it for the GPU there, lapis inlines its Python function; the host still calls numba's compiled one."""
+    import numba
+
+    @numba.njit
+    def scaled_plus_one(x, y):
+        return x * y + 1.0
+
+    @cuda.jit
+    def calls_numba(a, out):
+        i = cuda.grid(1)
+        if i < a.size:
+            out[i] = scaled_plus_one(a[i], 2.0)
+    a = np.arange(4, dtype=np.float32)
+    out = cuda.device_array(4, np.float32)
+    calls_numba[1, 4](cuda.to_device(a), out)
+    assert np.array_equal(out.copy_to_host(), a * 2 + 1) and scaled_plus_one(3.0, 2.0) == 7.0

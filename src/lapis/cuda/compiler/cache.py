@@ -27,7 +27,7 @@ import numpy as np
 
 from lapis.cuda import libdevice, libdevice64
 from lapis.cuda.compiler import calls
-from lapis.cuda.compiler.device_function import DeviceFunction, parse_source
+from lapis.cuda.compiler.device_function import DeviceFunction, as_device_function, parse_source
 
 _COMPILER_HASH: str | None = None
 
@@ -87,6 +87,7 @@ def _digest(func, open_calls: frozenset = frozenset()) -> str:
     visible = _names(func)
     for name in sorted({n.id for n in ast.walk(parse_source(func, source)) if isinstance(n, ast.Name)}):
         value = visible.get(name)
+        value = as_device_function(value) or value
         if isinstance(value, DeviceFunction) and value.py_func not in open_calls:
             h.update(f"{name}=device:{_digest(value.py_func, open_calls | {func})};".encode())
         elif (text := _constant(value)) is not None:

@@ -92,3 +92,20 @@ class HostDeviceFunction(DeviceFunction):
 
     def __repr__(self) -> str:
         return f"<lapis host and device function {self.__name__}>"
+
+
+_NUMBA_FUNCTIONS: dict[int, tuple[object, HostDeviceFunction]] = {}     # id(dispatcher) -> (it, its stand-in)
+
+
+def as_device_function(value) -> DeviceFunction | None:
+    """What a kernel calls `value` as: a DeviceFunction as it is; a real numba @jit function (numba's
+    CPUDispatcher, which numba compiles for the GPU where a kernel calls it) as a HostDeviceFunction of its Python
+    function, the same one at every call (recursion is found by identity); anything else None."""
+    if isinstance(value, DeviceFunction):
+        return value
+    if type(value).__name__ != "CPUDispatcher" or not callable(getattr(value, "py_func", None)):
+        return None
+    kept = _NUMBA_FUNCTIONS.get(id(value))
+    if kept is None or kept[0] is not value:
+        kept = _NUMBA_FUNCTIONS[id(value)] = (value, HostDeviceFunction(value.py_func))
+    return kept[1]

@@ -24,7 +24,7 @@ from lapis.cuda.compiler import array_views, calls, ir
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.builder import IRBuilder
-from lapis.cuda.compiler.device_function import DeviceFunction, function_def
+from lapis.cuda.compiler.device_function import DeviceFunction, as_device_function, function_def
 from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.ir import Op
 from lapis.cuda.compiler.printing import lower_print
@@ -788,6 +788,7 @@ class Frontend(IRBuilder):
             if node.keywords:
                 raise self.error("a lambda in a kernel takes its arguments by position")
             return self.call_lambda(fn.node, [self.expr(a) for a in node.args])
+        fn = as_device_function(fn) or fn           # a real numba @jit function too, as numba compiles it here
         if isinstance(fn, DeviceFunction):
             if node.keywords:
                 raise self.error(f"device function {fn.__name__!r} takes its arguments by position")
