@@ -533,6 +533,7 @@ def test_parallel_and_distributed_import_and_say_what_they_do():
     reports itself unavailable and refuses to start a process group, saying so."""
     model = lapis.nn.Linear(3, 2)
     wrapped = lapis.nn.parallel.DataParallel(model)
+    assert lapis.nn.DataParallel is lapis.nn.parallel.DataParallel         # torch.nn.DataParallel too
     x = lapis.ones(4, 3)
     assert wrapped.module is model and lapis.equal(wrapped(x), model(x))
     assert [n for n, _ in wrapped.named_parameters()] == ["module.weight", "module.bias"]

@@ -30,6 +30,7 @@ from lapis.framework.nn.modules import (
     Tanh,
     Upsample,
 )
+from lapis.framework.nn.parallel import DataParallel
 from lapis.framework.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 from lapis.framework.nn.transformer import (
     Transformer,
@@ -45,4 +46,4 @@ __all__ = ["AdaptiveAvgPool2d", "KLDivLoss", "Upsample", "AvgPool2d", "BatchNorm
            "MSELoss", "MultiheadAttention", "Module", "ModuleDict", "ModuleList", "NLLLoss", "Parameter", "ReLU",
            "RNN", "RNNCell", "Sequential", "SiLU", "Sigmoid", "Softmax", "Tanh", "Transformer", "TransformerDecoder",
            "TransformerDecoderLayer", "TransformerEncoder", "TransformerEncoderLayer", "functional", "init",
-           "parallel", "utils"]
+           "parallel", "utils", "DataParallel"]
