@@ -443,6 +443,11 @@ def test_torch_utils_data_samplers_subsets_and_loader_options():
     loader = DataLoader(data, batch_sampler=BatchSampler(SequentialSampler(data), 3, False), num_workers=4,
                         pin_memory=True, persistent_workers=True)
     assert [b[1].tolist() for b in loader] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]] and len(loader) == 4
+    assert all(t.is_pinned() for b in loader for t in b)                 # pin_memory=True pins each batch
+    assert not any(t.is_pinned() for b in DataLoader(data, batch_size=5) for t in b)
+    pinned = next(iter(DataLoader(data, batch_size=2, pin_memory=True,
+                                  collate_fn=lambda rows: {"x": [r[0] for r in rows], "y": rows[0][1]})))
+    assert all(t.is_pinned() for t in pinned["x"]) and pinned["y"].is_pinned()
     picked = DataLoader(data, batch_size=2, sampler=SubsetRandomSampler([1, 3, 5, 7]))
     assert sorted(sum((b[1].tolist() for b in picked), [])) == [1, 3, 5, 7]
     assert [s[1].item() for s in DataLoader(data, batch_size=None)][:3] == [0, 1, 2]

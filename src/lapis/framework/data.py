@@ -2,10 +2,11 @@
 samplers (Sequential, Random, SubsetRandom, Batch) and DataLoader, which batches a dataset in the order its
 sampler gives.
 
-Loading happens in the calling process: `num_workers`, `pin_memory`, `prefetch_factor`, `persistent_workers` and
-`worker_init_fn` are accepted and change nothing (batches are not pinned: `Tensor.pin_memory()` pins one, and a
-GPU copy of an unpinned batch goes through the runtime's staging buffer); `timeout` too. Random orders come from
-`generator` (a lapis or numpy Generator) or the framework's generator.
+Loading happens in the calling process: `num_workers`, `prefetch_factor`, `persistent_workers`,
+`worker_init_fn` and `timeout` are accepted and change nothing. With `pin_memory`, each batch's cpu tensors (in
+tuples, lists and dicts too) are copied into page-locked memory, as torch's pin-memory thread does, so their copy
+to a GPU needs no staging buffer. Random orders come from `generator` (a lapis or numpy Generator) or the
+framework's generator.
 """
 
 import bisect
@@ -250,6 +251,10 @@ class DataLoader:
         return len(self.batch_sampler) if self.batch_sampler is not None else len(self.sampler)
 
     def __iter__(self):
+        batches = self._batches()
+        yield from (map(_pinned, batches) if self.pin_memory else batches)
+
+    def _batches(self):
         if self.iterable:
             yield from self._iterable_batches()
             return
@@ -278,6 +283,17 @@ class DataLoader:
                 batch = []
         if batch and not self.drop_last:
             yield self.collate_fn(batch)
+
+
+def _pinned(batch):
+    """A batch with its cpu tensors in page-locked memory (torch's pin_memory of a batch, recursively)."""
+    if isinstance(batch, Tensor):
+        return batch.pin_memory() if batch.device.type == "cpu" else batch
+    if isinstance(batch, dict):
+        return {key: _pinned(value) for key, value in batch.items()}
+    if isinstance(batch, tuple | list):
+        return type(batch)(_pinned(value) for value in batch)
+    return batch
 
 
 __all__ = ["BatchSampler", "ConcatDataset", "DataLoader", "Dataset", "IterableDataset", "RandomSampler", "Sampler",
