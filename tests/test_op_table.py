@@ -2,6 +2,7 @@
 the in-place Tensor.<op>_ and its Python operators, and match PyTorch's forward, backward and in-place results on
 `cpu` and `cuda`. A new row is tested here without a line of test code."""
 
+import math
 import operator
 
 import numpy as np
@@ -32,16 +33,6 @@ def _domain(op) -> list[list[np.ndarray]]:
     return cases
 
 
-def _refused_here(op, device: str) -> bool:
-    """Whether the row refuses float tensors on this device, saying so: floor division and remainder of floats run
-    on the cpu device only (a kernel has no exact float remainder yet); their integer cases are tested below."""
-    if op.check is None or device == "cpu":
-        return False
-    with pytest.raises(NotImplementedError, match="cpu device only"):
-        getattr(lapis, op.name)(*(lapis.tensor(a, device=device) for a in _inputs(op, positive=True)))
-    return True
-
-
 def _check(got, want) -> None:
     assert tuple(got.shape) == tuple(want.shape)
     assert got.dtype.name == str(want.dtype).removeprefix("torch.")
@@ -55,8 +46,6 @@ def test_every_row_matches_torch_forward_and_backward(name, device):
     op = OPS[name]
     assert callable(getattr(lapis, name)) and name in lapis.__all__
     assert callable(getattr(lapis.Tensor, name)) and callable(getattr(lapis.Tensor, name + "_"))
-    if _refused_here(op, device):
-        return
     for arrays in _domain(op):
         ours = [lapis.tensor(a, device=device, requires_grad=op.grads is not None) for a in arrays]
         theirs = [torch.tensor(a, requires_grad=op.grads is not None) for a in arrays]
@@ -68,8 +57,13 @@ def test_every_row_matches_torch_forward_and_backward(name, device):
             continue
         assert got.grad_fn.name() == want.grad_fn.name()
         weight = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+        try:
+            (want * torch.tensor(weight)).sum().backward()
+        except RuntimeError as error:              # no derivative (floor_divide): ours raises torch's error
+            with pytest.raises(RuntimeError, match=str(error)):
+                (got * lapis.tensor(weight, device=device)).sum().backward()
+            continue
         (got * lapis.tensor(weight, device=device)).sum().backward()
-        (want * torch.tensor(weight)).sum().backward()
         for o, t in zip(ours, theirs, strict=True):
             _check(o.grad, t.grad)
             o.grad = None
@@ -83,8 +77,6 @@ EDGES = np.array([-np.inf, np.inf, np.nan, -0.0, 0.0, -1.0, 1.0, -3.5, 3.5, 1e-3
 def test_every_unary_row_answers_as_torch_at_the_edges(name, device):
     """Infinities, NaN, signed zeros, subnormals and huge values: the same values as torch, NaN where torch's is
     NaN, and a zero's sign where torch's result is a zero (relu(-inf) was NaN on cuda: -inf * 0; tanh(-0) +0)."""
-    if _refused_here(OPS[name], device):
-        return
     got = getattr(lapis, name)(lapis.tensor(EDGES, device=device)).cpu().numpy()
     want = getattr(torch, name)(torch.tensor(EDGES)).numpy()
     assert got.dtype == want.dtype
@@ -101,8 +93,6 @@ def test_every_unary_row_answers_as_torch_at_the_edges(name, device):
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_every_row_in_place_matches_torch(name, device):
     op = OPS[name]
-    if _refused_here(op, device):
-        return
     arrays = _domain(op)[-1]
     x = rng.uniform(0.5, 2.0, (5, 4)).astype(np.float32) if op.arity == 2 else arrays[0].reshape(3, 4)
     others = [rng.uniform(0.5, 2.0, (4,)).astype(np.float32)] if op.arity == 2 else []
@@ -150,8 +140,6 @@ def test_alpha_scales_the_second_operand_where_torch_takes_it():
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_every_row_propagates_nan_as_torch(name, device):
     op = OPS[name]
-    if _refused_here(op, device):
-        return
     arrays = _inputs(op, positive=True)
     for k in range(op.arity):                          # a NaN in each operand in turn
         with_nan = [a.copy() for a in arrays]
@@ -204,13 +192,109 @@ def test_integer_floor_division_and_remainder_match_torch(device, dt):
     a, b = lapis.tensor(a_np, device=device), lapis.tensor(b_np, device=device)
     ta, tb = torch.tensor(a_np), torch.tensor(b_np)
     for got, want in ((a % b, ta % tb), (a // b, ta // tb), (a % 4, ta % 4), (a // -4, ta // -4),
-                      (9 % b, 9 % tb), (-9 // b, -9 // tb), (lapis.remainder(a, b), torch.remainder(ta, tb))):
+                      (9 % b, 9 % tb), (-9 // b, -9 // tb), (lapis.remainder(a, b), torch.remainder(ta, tb)),
+                      (lapis.fmod(a, b), torch.fmod(ta, tb)), (a.fmod(-4), ta.fmod(-4)),
+                      (lapis.div(a, b, rounding_mode="trunc"), torch.div(ta, tb, rounding_mode="trunc")),
+                      (a.div(-4, rounding_mode="floor"), ta.div(-4, rounding_mode="floor")),
+                      (a.div(2.5, rounding_mode="trunc"), ta.div(2.5, rounding_mode="trunc"))):
         _check(got, want)
     before = a
     a %= 3
     ta %= 3
     assert a is before
     _check(a, ta)
-    for divide in (lambda: a // 0, lambda: a % lapis.zeros_like(a), lambda: 5 // a.clamp(0, 1)):
+    assert a.div_(-2, rounding_mode="trunc") is before
+    _check(a, ta.div_(-2, rounding_mode="trunc"))
+    for divide in (lambda: a // 0, lambda: a % lapis.zeros_like(a), lambda: 5 // a.clamp(0, 1),
+                   lambda: lapis.fmod(a, 0), lambda: a.div(0, rounding_mode="trunc"), lambda: a.__ifloordiv__(0)):
         with pytest.raises(RuntimeError, match="ZeroDivisionError"):
             divide()
+
+
+# Floats where torch's division rounding shows: signed zeros, infinities, NaN, subnormals, quotients that
+# overflow, that round, and that fall just short of an integer
+DIVISION_EDGES = [-math.inf, math.inf, math.nan, -0.0, 0.0, 1.0, -1.0, 2.0, -2.0, 3.5, -7.5, 0.1, -0.3, 0.7,
+                  1e-39, -1e-39, 1e-45, 1e-30, -1e30, 3e38, 16777217.0]
+WIDE_EDGES = [5e-324, 1e-300, -1e300, 1.7976931348623157e308]       # float64 only
+DIVISIONS = {"remainder": torch.remainder, "fmod": torch.fmod, "floor_divide": torch.floor_divide,
+             "trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
+             "floor": lambda a, b: torch.div(a, b, rounding_mode="floor")}
+
+
+def _torch_elementwise(fn, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """torch's results one element at a time: its scalar loop, whose formulas (C's fmod, IEEE's division) its
+    CUDA kernels share; its vectorized cpu loop (Sleef's fmod) gives NaN where a / b overflows."""
+    return np.array([fn(torch.tensor([x]), torch.tensor([y])).item() for x, y in zip(a, b, strict=True)], a.dtype)
+
+
+def _bitwise_equal(got: np.ndarray, want: np.ndarray) -> None:
+    bits = np.uint32 if got.dtype == np.float32 else np.uint64
+    bad = (got.view(bits) != want.view(bits)) & ~(np.isnan(got) & np.isnan(want))
+    assert not bad.any(), f"{bad.sum()} differ, such as {got[bad][:4]} for torch's {want[bad][:4]}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dt", [np.float32, np.float64])
+def test_float_division_and_remainder_match_torch_bit_for_bit(device, dt):
+    """remainder, fmod, floor_divide and div's two rounding modes of floats over every pair of edge values,
+    bit for bit with torch's (a zero's sign, inf and NaN by zero, quotients past the float range, huge ones
+    that rounding decides): on a GPU as kernels, computing as torch's formulas do with IEEE's division."""
+    values = np.array(DIVISION_EDGES + (WIDE_EDGES if dt is np.float64 else []), dt)
+    a_np, b_np = (v.ravel() for v in np.meshgrid(values, values, indexing="ij"))
+    a, b = lapis.tensor(a_np, device=device), lapis.tensor(b_np, device=device)
+    ours = {"remainder": a % b, "fmod": lapis.fmod(a, b), "floor_divide": a // b,
+            "trunc": lapis.div(a, b, rounding_mode="trunc"), "floor": a.div(b, rounding_mode="floor")}
+    for name, got in ours.items():
+        assert got.dtype == a.dtype and got.device == a.device
+        _bitwise_equal(got.cpu().numpy(), _torch_elementwise(DIVISIONS[name], a_np, b_np))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_float_division_by_numbers_in_place_and_its_gradients_match_torch(device):
+    """A number either side and in-place forms; remainder's and fmod's gradients (the divisor's is -g times the
+    floored or truncated quotient); div's rounded quotient has a zero gradient (DivBackward2); floor_divide
+    records a node whose backward raises, as torch's."""
+    x_np = np.array([-7.5, 7.5, -0.0, 3.0, 1e30, -2.5], np.float32)
+    y_np = np.array([2.0, -2.0, 3.0, -0.75, 0.3, 1.5], np.float32)
+    x, tx = lapis.tensor(x_np, device=device), torch.tensor(x_np)
+    for got, want in ((x % 2.5, tx % 2.5), (-7 % x, -7 % tx), (x // -0.75, tx // -0.75), (7.5 // x, 7.5 // tx),
+                      (lapis.fmod(x, -2.0), torch.fmod(tx, -2.0)), (x.div(0.0, rounding_mode="floor"),
+                                                                     tx.div(0.0, rounding_mode="floor"))):
+        _bitwise_equal(got.cpu().numpy(), want.numpy())
+    ours, theirs = x.clone(), tx.clone()
+    ours %= -1.5
+    ours //= 0.5
+    ours.div_(0.75, rounding_mode="trunc")
+    theirs %= -1.5
+    theirs //= 0.5
+    theirs.div_(0.75, rounding_mode="trunc")
+    _bitwise_equal(ours.cpu().numpy(), theirs.numpy())
+    for name in ("remainder", "fmod", "div_trunc", "div_floor"):
+        a, b = (lapis.tensor(v, device=device, requires_grad=True) for v in (x_np, y_np))
+        ta, tb = (torch.tensor(v, requires_grad=True) for v in (x_np, y_np))
+        got = getattr(lapis, name)(a, b) if name in OPS else lapis.div(a, b, rounding_mode=name[4:])
+        want = DIVISIONS[name.removeprefix("div_")](ta, tb)
+        assert got.grad_fn.name() == want.grad_fn.name()
+        weight = np.arange(1.0, 7.0, dtype=np.float32)
+        (got * lapis.tensor(weight, device=device)).sum().backward()
+        (want * torch.tensor(weight)).sum().backward()
+        _check(a.grad, ta.grad)
+        _check(b.grad, tb.grad)
+    floored = lapis.tensor(x_np, device=device, requires_grad=True) // 2
+    assert repr(floored).endswith("grad_fn=<NotImplemented>)")
+    with pytest.raises(RuntimeError, match="derivative for aten::floor_divide is not implemented"):
+        floored.sum().backward()
+
+
+def test_rounding_modes_and_dtypes_refused_as_torch():
+    x = lapis.tensor([1.0, 2.0])
+    with pytest.raises(RuntimeError, match="rounding_mode to be one of None, 'trunc', or 'floor' but found 'round'"):
+        lapis.div(x, 2, rounding_mode="round")
+    flags = lapis.tensor([True, False])
+    for divide in (lambda: flags % flags, lambda: lapis.fmod(flags, flags), lambda: flags // flags,
+                   lambda: flags.div(flags, rounding_mode="trunc")):
+        with pytest.raises(NotImplementedError, match="not implemented for 'bool'"):
+            divide()
+    assert lapis.div(x, 4).tolist() == [0.25, 0.5] and lapis.div(x, 4, rounding_mode=None).tolist() == [0.25, 0.5]
+    with pytest.raises(NotImplementedError, match="float16 tensors runs on the cpu device only"):
+        lapis.tensor([1.0], dtype=lapis.float16, device="cuda") % 0.5

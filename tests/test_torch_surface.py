@@ -396,6 +396,64 @@ def test_einsum_contracts_as_torch_with_gradients(device):
         lapis.einsum("ij,jk->ik", lapis.ones(2, 3, device=device), lapis.ones(4, 2, device=device))
 
 
+REPEATED = [("ii->i", (3, 3)), ("ii", (3, 3)), ("iij->j", (3, 3, 2)), ("bii->bi", (2, 3, 3)), ("ii,i->i", (3, 3), (3,)),
+            ("iji->j", (3, 2, 3)), ("ijij->ji", (2, 3, 2, 3)), ("iij,jkk->ik", (2, 2, 3), (3, 4, 4)),
+            ("ii,jj", (2, 2), (3, 3))]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_einsum_takes_the_diagonal_of_a_repeated_subscript(device):
+    """A letter twice in one operand is that operand's diagonal (a trace where it is summed), values and
+    gradients as torch's; sizes that differ, a repeated output letter and a wrong count raise torch's errors."""
+    for equation, *shapes in REPEATED:
+        arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+        ours = [lapis.tensor(a, device=device, requires_grad=True) for a in arrays]
+        theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+        got, want = lapis.einsum(equation, *ours), torch.einsum(equation, *theirs)
+        same(got, want)
+        weight = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+        (got * lapis.tensor(weight, device=device)).sum().backward()
+        (want * torch.tensor(weight)).sum().backward()
+        for o, t in zip(ours, theirs, strict=True):
+            same(o.grad, t.grad)
+    with pytest.raises(RuntimeError, match="subscript i is repeated for operand 0 but the sizes don't match, 3 != 2"):
+        lapis.einsum("ii", lapis.ones(2, 3, device=device))
+    with pytest.raises(RuntimeError, match="output subscript i appears more than once"):
+        lapis.einsum("ii->ii", lapis.ones(2, 2, device=device))
+    with pytest.raises(RuntimeError, match=r"subscripts in the equation \(2\) does not match the number of dimensions "
+                                           r"\(1\) for operand 0"):
+        lapis.einsum("ij->", lapis.ones(2, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_diagonal_is_a_view_with_torchs_offsets_dimensions_and_gradient(device):
+    """torch.diagonal and Tensor.diagonal: any two dimensions (negative ones too), offsets above and below and
+    past the end (an empty diagonal), the diagonal last; a view of the same storage, with torch's strides; its
+    gradient zeros with the incoming one on the diagonal, and that gradient differentiable again."""
+    x_np = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    x, tx = lapis.tensor(x_np, device=device), torch.tensor(x_np)
+    for args in ((), (1,), (-2,), (1, 0, 2), (-1, -1, 0), (2, 2, 1), (7,), (-5, 1, 2)):
+        got, want = x.diagonal(*args), tx.diagonal(*args)
+        same(got, want)
+        same(lapis.diagonal(x, *args), torch.diagonal(tx, *args))
+        assert got.stride() == want.stride() and got._shares_storage(x)
+        assert got.storage_offset() == want.storage_offset() or not want.numel()
+    ours, theirs = lapis.tensor(x_np, device=device, requires_grad=True), torch.tensor(x_np, requires_grad=True)
+    got, want = ours.diagonal(1, 2, 0), theirs.diagonal(1, 2, 0)
+    assert got.grad_fn.name() == want.grad_fn.name() == "DiagonalBackward0"
+    weight = rng.standard_normal(tuple(want.shape)).astype(np.float32)
+    (g,) = lapis.autograd.grad((got * got * lapis.tensor(weight, device=device)).sum(), ours, create_graph=True)
+    (tg,) = torch.autograd.grad((want * want * torch.tensor(weight)).sum(), theirs, create_graph=True)
+    same(g, tg)
+    g.sum().backward()
+    tg.sum().backward()
+    same(ours.grad, theirs.grad)
+    with pytest.raises(RuntimeError, match="diagonal dimensions cannot be identical 1, -2"):
+        x.diagonal(0, 1, -2)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        x.diagonal(0, 1, 3)
+
+
 def test_the_backend_switches_programs_set_keep_their_values():
     """nanoGPT's first lines: lapis computes float32 products in float32 whatever they say, and reads back what was
     set; an unknown precision is refused as torch's."""

@@ -110,7 +110,18 @@ from lapis.framework.ops.reductions import (  # noqa: A004 - torch's names
     var,
 )
 from lapis.framework.ops.sorting import argsort, bincount, searchsorted, sort, topk, unique
-from lapis.framework.ops.views import cat, chunk, flatten, meshgrid, split, squeeze, stack, unbind, unsqueeze
+from lapis.framework.ops.views import (
+    cat,
+    chunk,
+    diagonal,
+    flatten,
+    meshgrid,
+    split,
+    squeeze,
+    stack,
+    unbind,
+    unsqueeze,
+)
 from lapis.framework.ops.views import expand as broadcast_to
 from lapis.framework.serialization import load, save
 from lapis.framework.tensor import (
@@ -163,4 +174,4 @@ __all__ += ["all", "allclose", "any", "broadcast_to", "clip", "equal", "flatten"
             "IntTensor", "BoolTensor", "argsort", "sort", "topk", "einsum", "backends",
             "get_float32_matmul_precision", "set_float32_matmul_precision"]
 __all__ += ["accelerator", "index_add", "memory_format", "preserve_format", "contiguous_format", "channels_last",
-            "channels_last_3d"]
+            "channels_last_3d", "diagonal"]

@@ -72,9 +72,10 @@ def _api(x):
 
 def pointwise(op, inputs: list, out) -> None:
     """out = op(*inputs) for an elementwise op of the framework's table: numpy on cpu, one kernel applying the
-    op's device function on a GPU."""
+    op's device function for the inputs' dtype on a GPU."""
     if on_gpu(out):
-        (kernels.unary if len(inputs) == 1 else kernels.binary)(_api(out), op.gpu, *inputs, out)
+        fn = op.device_function(inputs[0].dtype)
+        (kernels.unary if len(inputs) == 1 else kernels.binary)(_api(out), fn, *inputs, out)
     else:
         with np.errstate(all="ignore"):
             out[...] = op.cpu(*inputs)

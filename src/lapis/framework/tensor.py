@@ -182,7 +182,7 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     T, mT = property(views.T), property(views.mT)
     unsqueeze, squeeze, flatten = views.unsqueeze, views.squeeze, views.flatten
     expand, expand_as, narrow, split, chunk = views.expand, views.expand_as, views.narrow, views.split, views.chunk
-    unbind = views.unbind
+    unbind, diagonal = views.unbind, views.diagonal
 
     # -- indexing (ops/indexing.py) and writing (ops/inplace.py) --------------------------------------------
     __getitem__, __setitem__ = indexing.getitem, indexing.setitem

@@ -311,7 +311,8 @@ class TensorBase(autograd.Variable):
         if self.dtype not in (_dtype.get_default_dtype(), _dtype.int64, _dtype.bool_):
             extras += f", dtype={self.dtype!r}"
         if self.grad_fn is not None:
-            extras += f", grad_fn=<{self.grad_fn.name()}>"
+            # torch's class name: <NotImplemented> for the node named torch::autograd::NotImplemented
+            extras += f", grad_fn=<{self.grad_fn.name().rpartition('::')[2]}>"
         elif self.requires_grad:
             extras += ", requires_grad=True"
         return f"tensor({body}{extras})"

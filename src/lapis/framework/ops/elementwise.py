@@ -35,10 +35,18 @@ from lapis.framework.ops.scalar_functions import (
     erf,
     exp,
     expm1,
+    float_floor_divide32,
+    float_floor_divide64,
+    float_fmod,
+    float_remainder,
+    float_trunc_divide32,
+    float_trunc_divide64,
     floor,
     floor_divide,
     ge,
     gt,
+    integer_fmod,
+    integer_trunc_divide,
     isfinite,
     isinf,
     isnan,
@@ -86,6 +94,9 @@ def to_bool(operands) -> tuple:
     return _dtype.result_type(*operands), _dtype.bool_
 
 
+NOT_IMPLEMENTED = "torch::autograd::NotImplemented"        # torch's node of an op it has no derivative for
+
+
 @dataclass(frozen=True)
 class Op:
     """One elementwise op. `cpu` takes and returns numpy arrays; `gpu` is a device function of scalars; `grads`
@@ -96,7 +107,9 @@ class Op:
     it takes torch's `alpha` scale of its second operand; `node`: torch's name for its backward node where it is
     not the op's name capitalized (Log1PBackward0); `numbered`: torch numbers that name by which operands are
     tensors (PowBackward0 for tensor ** number, 1 for tensor ** tensor, 2 for number ** tensor); `check`: called
-    with the operands and the dtype the op computes in before it runs, to refuse what torch refuses."""
+    with the operands and the dtype the op computes in before it runs, to refuse what torch refuses;
+    `gpu_float`: the device functions of floating-point operands by dtype name, where they are not `gpu` (which
+    is then the integers' and bool's): a float dtype it lacks runs on the cpu device only."""
     name: str
     cpu: Callable
     gpu: Callable
@@ -108,13 +121,25 @@ class Op:
     node: str = ""
     numbered: bool = False
     check: Callable | None = None
+    gpu_float: dict | None = None
 
     @property
     def arity(self) -> int:
         return self.gpu.arity
 
+    def device_function(self, dt: np.dtype) -> Callable:
+        """The device function a GPU applies to operands of numpy dtype dt."""
+        dt = np.dtype(dt)
+        if self.gpu_float is None or dt.kind in "biu":
+            return self.gpu
+        if dt.name not in self.gpu_float:
+            raise NotImplementedError(f"{self.name} of {dt.name} tensors runs on the cpu device only for now")
+        return self.gpu_float[dt.name]
+
     def node_name(self, operands) -> str:
         """torch's name of the backward node of a call (ExpBackward0)."""
+        if self.node == NOT_IMPLEMENTED:
+            return self.node
         number = 0
         if self.numbered:
             number = 1 if all(isinstance(x, TensorBase) for x in operands) else \
@@ -137,20 +162,49 @@ def _sign(x, g):
 
 
 def _divisor_check(operands, dt) -> None:
-    """Floor division and remainder as torch's: integers by zero raise (a GPU's answer would be unspecified; this
-    waits for the divisor on a GPU); bool has neither; floats (inf and NaN by zero, as IEEE 754) only on the cpu
-    device for now, where numpy's remainder is exact (a kernel's a - floor(a / b) * b is not, for large quotients)."""
+    """Floor and truncating division, remainder and fmod as torch's: integers by zero raise (a GPU's answer would
+    be unspecified; this waits for the divisor on a GPU); bool has none of them; floats divide by zero as IEEE 754
+    says (inf and NaN)."""
     if dt is _dtype.bool_:
-        raise NotImplementedError(f"floor division and remainder are not implemented for '{dt}'")
-    divisor = operands[1]
+        raise NotImplementedError(f"floor and truncating division, remainder and fmod are not implemented for "
+                                  f"'{dt.name}'")
     if dt.is_floating_point:
-        if any(isinstance(x, TensorBase) and x.device.type != "cpu" for x in operands):
-            raise NotImplementedError("floor division and remainder of floating-point tensors run on the cpu device "
-                                      "only for now; integer tensors run on any device")
         return
+    divisor = operands[1]
     zero = (divisor == 0).sum().item() > 0 if isinstance(divisor, TensorBase) else divisor == 0
     if zero:
         raise RuntimeError("ZeroDivisionError")
+
+
+def _not_implemented(name: str) -> tuple:
+    """The gradients of a binary op torch records a node for but has no derivative of (floor_divide): backward
+    raises torch's error."""
+    def grad(g, *_):
+        raise RuntimeError(f"derivative for aten::{name} is not implemented")
+    return grad, grad
+
+
+def _float_remainder(a, b):
+    """torch.remainder of floats: fmod (exact), plus b where that is nonzero and not of b's sign (numpy's remainder
+    differs in a zero's sign: remainder(-4, 2) is -0 in torch, 0 in numpy)."""
+    mod = np.fmod(a, b)
+    return np.where((mod != 0) & ((b < 0) != (mod < 0)), mod + b, mod)
+
+
+def _numpy_remainder(a, b):
+    return np.remainder(a, b) if a.dtype.kind in "biu" else _float_remainder(a, b)
+
+
+def _numpy_trunc_divide(a, b):
+    """Division toward zero: C's for integers, trunc(a / b) for floats (torch's div_trunc)."""
+    if a.dtype.kind not in "biu":
+        return np.trunc(a / b)
+    q = a // b
+    return q + ((q * b != a) & ((a < 0) != (b < 0))).astype(q.dtype)
+
+
+def _floats(f32, f64) -> dict:
+    return {"float32": f32, "float64": f64}
 
 
 def _zero(g, *_):
@@ -208,10 +262,15 @@ OPS = {op.name: op for op in (
        operators=("__mul__", "__rmul__")),
     Op("div", np.divide, div, (lambda g, a, b, y: g / b, lambda g, a, b, y: -g * a / (b * b)), to_float,
        operators=("__truediv__", "__rtruediv__")),
-    Op("remainder", np.remainder, remainder, (lambda g, a, b, y: g, lambda g, a, b, y: -g * (a // b)),
-       operators=("__mod__", "__rmod__"), numbered=True, check=_divisor_check),
-    Op("floor_divide", np.floor_divide, floor_divide, None, operators=("__floordiv__", "__rfloordiv__"),
-       check=_divisor_check),
+    Op("remainder", _numpy_remainder, remainder,
+       (lambda g, a, b, y: g, lambda g, a, b, y: -g * RoundedDiv.apply(a, b, "floor")),
+       operators=("__mod__", "__rmod__"), numbered=True, check=_divisor_check,
+       gpu_float=_floats(float_remainder, float_remainder)),
+    Op("fmod", np.fmod, integer_fmod, (lambda g, a, b, y: g, lambda g, a, b, y: -g * RoundedDiv.apply(a, b, "trunc")),
+       numbered=True, check=_divisor_check, gpu_float=_floats(float_fmod, float_fmod)),
+    Op("floor_divide", np.floor_divide, floor_divide, _not_implemented("floor_divide"), saves="nothing",
+       operators=("__floordiv__", "__rfloordiv__"), node=NOT_IMPLEMENTED, check=_divisor_check,
+       gpu_float=_floats(float_floor_divide32, float_floor_divide64)),
     Op("pow", _numpy_pow, power, (lambda g, a, b, y: g * b * a ** (b - 1), lambda g, a, b, y: g * a ** b * _log(a)),
        operators=("__pow__", "__rpow__"), numbered=True),
     Op("maximum", np.maximum, maximum, (lambda g, a, b, y: _share(a, b, g, lambda p, q: p > q),
@@ -225,6 +284,11 @@ OPS = {op.name: op for op in (
     Op("gt", np.greater, gt, None, to_bool, operators=("__gt__",)),
     Op("ge", np.greater_equal, ge, None, to_bool, operators=("__ge__",)),
 )}
+
+
+# torch.div(a, b, rounding_mode="trunc"): not a row of its own (torch has no such function), the Function below's
+TRUNC_DIVIDE = Op("div_trunc", _numpy_trunc_divide, integer_trunc_divide, None, check=_divisor_check,
+                  gpu_float=_floats(float_trunc_divide32, float_trunc_divide64))
 
 
 def compute(op: Op, *operands, out=None) -> TensorBase:
@@ -266,6 +330,20 @@ class Pointwise(Function):
             inputs = tuple(n if t is None else t for t, n in zip(saved, ctx.numbers, strict=True))
         return tuple(grad(g, *inputs, out) if needed else None
                      for grad, needed in zip(cls.op.grads, ctx.needs_input_grad, strict=True))
+
+
+class RoundedDiv(Function):
+    """torch.div with a rounding_mode: "floor" (floor_divide's kernels) or "trunc" (toward zero); the gradient is
+    zero, as torch's (DivBackward2), where floor_divide itself has none."""
+    node_name = "DivBackward2"
+
+    @staticmethod
+    def forward(ctx, a, b, rounding_mode: str):
+        return compute(OPS["floor_divide"] if rounding_mode == "floor" else TRUNC_DIVIDE, a, b)
+
+    @staticmethod
+    def backward(ctx, g):
+        return tuple(g.new_zeros(g.shape) if needed else None for needed in ctx.needs_input_grad[:2]) + (None,)
 
 
 FUNCTIONS = {name: type(name.capitalize(), (Pointwise,), {"op": op, "__doc__": f"The {name} row's Function."})
@@ -324,6 +402,24 @@ def _public(op: Op) -> Callable:
 PUBLIC = {name: _public(op) for name, op in OPS.items()}
 
 
+def _rounding(true_divide: Callable) -> Callable:
+    """lapis.div with torch's rounding_mode: None (true division), "trunc" or "floor"."""
+    def div(a, b, *, rounding_mode=None):
+        if rounding_mode is None:
+            return true_divide(a, b)
+        if rounding_mode not in ("trunc", "floor"):
+            raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found "
+                               f"'{rounding_mode}'")
+        if not isinstance(a, TensorBase) and not isinstance(b, TensorBase):
+            raise TypeError(f"div(): expected a Tensor operand, got {type(a).__name__} and {type(b).__name__}")
+        return RoundedDiv.apply(a, b, rounding_mode)
+    div.__name__ = div.__qualname__ = "div"
+    return div
+
+
+PUBLIC["div"] = _rounding(PUBLIC["div"])
+
+
 AUGMENTED = {"__add__": "__iadd__", "__sub__": "__isub__", "__mul__": "__imul__", "__truediv__": "__itruediv__",
              "__pow__": "__ipow__", "__mod__": "__imod__", "__floordiv__": "__ifloordiv__"}   # x += y: in place
 
@@ -339,6 +435,15 @@ def _methods() -> dict:
             methods[dunder] = (lambda f: lambda a, b: f(b, a))(fn) if dunder.startswith("__r") else fn
             if dunder in AUGMENTED:
                 methods[AUGMENTED[dunder]] = inplace.augmented(methods[name + "_"], fn, AUGMENTED[dunder])
+    true_div_, rounded_div_ = methods["div_"], inplace.op(PUBLIC["div"], OPS["floor_divide"])
+
+    def div_(x, other, *, rounding_mode=None):
+        """x.div_(y, rounding_mode=...): a rounded quotient keeps an integer x's dtype, as floor_divide_'s."""
+        if rounding_mode is None:
+            return true_div_(x, other)
+        return rounded_div_(x, other, rounding_mode=rounding_mode)
+    div_.__qualname__ = "div_"
+    methods["div_"] = div_
     return methods
 
 

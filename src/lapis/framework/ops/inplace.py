@@ -143,6 +143,8 @@ def op(fn, row):
             return rebase(x, result.to(x.dtype))
         if not kwargs and broadcast_shapes(x.shape, *(shape_of(o) for o in others)) == tuple(x.shape):
             # one kernel reading and writing x's own elements (each by the thread that owns it)
+            if row.check is not None:                # x //= 0 of integers raises, as out of place
+                row.check([x, *others], x.dtype)
             backend.pointwise(row, [x._data, *(operand(o, x.dtype, x.device) for o in others)], x._data)
             x._storage.version += 1
             return x

@@ -165,9 +165,10 @@ def bmm(a: TensorBase, b: TensorBase) -> TensorBase:
 
 
 def einsum(equation: str, *operands) -> TensorBase:
-    """torch.einsum for subscripts of letters without ellipsis or a repeated letter within one operand: each
-    operand first sums the letters no one else needs, then pairs contract left to right as one batched matrix
-    product (batch letters, the left's own, the contracted, the right's own), so the work is matmul's."""
+    """torch.einsum for subscripts of letters without ellipsis: a letter repeated within one operand first takes
+    that operand's diagonal over its dimensions (torch.diagonal: "ii->i", "ii" a trace); then each operand sums
+    the letters no one else needs, and pairs contract left to right as one batched matrix product (batch
+    letters, the left's own, the contracted, the right's own), so the work is matmul's."""
     if len(operands) == 1 and isinstance(operands[0], list | tuple):
         operands = tuple(operands[0])
     equation = equation.replace(" ", "")
@@ -177,17 +178,36 @@ def einsum(equation: str, *operands) -> TensorBase:
         raise NotImplementedError(f"einsum {equation!r}: one subscript per operand, without '...', is supported")
     if not arrow:                                   # implicit output: the letters that appear once, in order
         output = "".join(sorted(c for c in set(inputs) if inputs.count(c) == 1 and c.isalpha()))
-    for term, x in zip(terms, operands, strict=True):
-        if len(term) != x.ndim or len(set(term)) != len(term):
-            raise NotImplementedError(f"einsum {equation!r}: subscript {term!r} must name each of its operand's "
-                                      f"{x.ndim} dimensions once")
-    pairs = list(zip(terms, operands, strict=True))
+    for c in output:
+        if output.count(c) > 1:
+            raise RuntimeError(f"einsum(): output subscript {c} appears more than once in the output")
+    pairs = []
+    for k, (term, x) in enumerate(zip(terms, operands, strict=True)):
+        if len(term) != x.ndim:
+            raise RuntimeError(f"einsum(): the number of subscripts in the equation ({len(term)}) does not match the "
+                               f"number of dimensions ({x.ndim}) for operand {k} and no ellipsis was given")
+        pairs.append(_einsum_diagonal(term, x, k))
     term, x = _einsum_keep(*pairs[0], "".join(t for t, _ in pairs[1:]) + output)
     for k in range(1, len(pairs)):
         later = "".join(t for t, _ in pairs[k + 1:]) + output
         other, y = _einsum_keep(*pairs[k], term + later)
         term, x = _einsum_pair(term, x, other, y, later)
     return x.permute(*(term.index(c) for c in output)) if term != output else x
+
+
+def _einsum_diagonal(term: str, x: TensorBase, k: int) -> tuple[str, TensorBase]:
+    """An operand whose subscript repeats a letter, as the diagonal over each repeated pair of its dimensions (a
+    view, the letter moved last, as torch.diagonal puts it), until each letter names one dimension."""
+    for c in term:
+        while term.count(c) > 1:
+            i = term.index(c)
+            j = term.index(c, i + 1)
+            if x.shape[i] != x.shape[j]:
+                raise RuntimeError(f"einsum(): subscript {c} is repeated for operand {k} but the sizes don't match, "
+                                   f"{x.shape[j]} != {x.shape[i]}")
+            x = x.diagonal(0, i, j)
+            term = term[:i] + term[i + 1:j] + term[j + 1:] + c
+    return term, x
 
 
 def _einsum_keep(term: str, x: TensorBase, needed: str) -> tuple[str, TensorBase]:

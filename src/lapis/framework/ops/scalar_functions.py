@@ -6,6 +6,7 @@ computes in its operands' type (the table's dtype rule has cast them), and answe
 import math
 
 from lapis import cuda
+from lapis.cuda import float32, float64
 
 
 @cuda.jit(device=True)
@@ -207,3 +208,145 @@ def isinf(v):
 @cuda.jit(device=True)
 def isfinite(v):
     return v == v and abs(v) != math.inf
+
+
+# -- floating-point floor and truncating division, remainder and fmod, as torch computes them -------------------
+# Integer operands take `remainder` and `floor_divide` above (Python's // and %, torch's for integers); floats take
+# these: C's fmod (exact) and, for a quotient, IEEE's correctly rounded division, which the results of torch's
+# formulas depend on bit for bit (the kernel language's x / y may be an ulp off). float32 divides in float64 and
+# rounds once to float32: a float64 quotient within an ulp of the exact one rounds to float32's correctly rounded
+# one (the quotient of two float32s is never that close to a float32 tie). float64 corrects its quotient with an
+# exact residual (`quotient64`).
+TWO_64 = 18446744073709551616.0               # 2^64
+TWO_MINUS_64 = 1.0 / TWO_64
+SPLIT = 134217729.0                           # 2^27 + 1: Veltkamp's splitter of a float64 into two 26-bit halves
+NUDGE = 0.6 * 2.0 ** -52                      # c + c * NUDGE is c's next float64 away from zero (for c > 0)
+
+
+@cuda.jit(device=True)
+def _split(a):
+    c = SPLIT * a
+    high = c - (c - a)
+    return high, a - high
+
+
+@cuda.jit(device=True)
+def _residual(a, q, b):
+    """a - q b exactly, for a q within an ulp or two of a / b and all three between 2^-64 and 2^64 (Dekker's exact
+    product q b = p + e; a - p is exact as p is within a few ulps of a, and so is the remainder)."""
+    p = q * b
+    qh, ql = _split(q)
+    bh, bl = _split(b)
+    e = ((qh * bh - p) + qh * bl + ql * bh) + ql * bl
+    return (a - p) - e
+
+
+@cuda.jit(device=True)
+def _unit(v):
+    """(|v| scaled by 2^(-64 k) into [1, 2^64), k) for a finite nonzero v."""
+    a = abs(v)
+    k = 0
+    while a >= TWO_64:
+        a = a * TWO_MINUS_64
+        k += 1
+    while a < 1.0:
+        a = a * TWO_64
+        k -= 1
+    return a, k
+
+
+@cuda.jit(device=True)
+def quotient64(x, y):
+    """x / y in float64, correctly rounded (IEEE's division; a subnormal quotient may be off in its last bit): the
+    operands scaled by powers of two into [1, 2^64), their quotient c, within an ulp of the exact one, and c's
+    neighbour on the side the residual a - c b points to, the one of the two with the smaller exact residual;
+    scaled back. Zeros, infinities and NaN take the division's own IEEE answer."""
+    q = x / y
+    if x != 0 and y != 0 and abs(x) != math.inf and abs(y) != math.inf and x == x and y == y:
+        a, kx = _unit(x)
+        b, ky = _unit(y)
+        c = a / b
+        r = _residual(a, c, b)
+        if r != 0:
+            n = c + c * NUDGE if r > 0 else c - c * NUDGE
+            if abs(_residual(a, n, b)) < abs(r):
+                c = n
+        k = kx - ky
+        while k > 0:
+            c = c * TWO_64
+            k -= 1
+        while k < 0:
+            c = c * TWO_MINUS_64
+            k += 1
+        q = c if (x < 0) == (y < 0) else -c
+    return q
+
+
+@cuda.jit(device=True)
+def quotient32(x, y):
+    """x / y of float32s, correctly rounded: the float64 quotient (within an ulp) rounded once to float32."""
+    return float32(float64(x) / float64(y))
+
+
+@cuda.jit(device=True)
+def float_remainder(x, y):
+    """torch.remainder of floats: C's fmod, which is exact, moved to the divisor's side by adding the divisor when
+    it is nonzero and of the other sign (so a zero keeps the dividend's sign: remainder(-4, 2) is -0)."""
+    r = math.fmod(x, y)
+    if r != 0 and (y < 0) != (r < 0):
+        r = r + y
+    return r
+
+
+@cuda.jit(device=True)
+def float_fmod(x, y):
+    return math.fmod(x, y)
+
+
+@cuda.jit(device=True)
+def integer_fmod(x, y):
+    """C's x % y (the dividend's sign) from Python's (the divisor's)."""
+    r = x % y
+    if r != 0 and (r < 0) != (x < 0):
+        r = r - y
+    return r
+
+
+@cuda.jit(device=True)
+def integer_trunc_divide(x, y):
+    """C's x / y of integers (toward zero) from Python's x // y (toward minus infinity)."""
+    q = x // y
+    if q * y != x and (x < 0) != (y < 0):
+        q = q + 1
+    return q
+
+
+def _float_divisions(quotient):
+    """floor_divide and the truncating division of one float type, `quotient` its correctly rounded division."""
+    @cuda.jit(device=True)
+    def float_floor_divide(x, y):
+        """torch's div_floor_floating: IEEE's x / y for y = 0; else (x - fmod(x, y)) / y, one less where the
+        remainder's sign is not y's, floored and rounded up where that left more than a half (the quotient of a
+        multiple of y can fall an ulp short of the integer), and a zero quotient signed as x / y."""
+        q = x / y
+        if y != 0:
+            mod = math.fmod(x, y)
+            d = quotient(x - mod, y)
+            if mod != 0 and (y < 0) != (mod < 0):
+                d = d - 1
+            if d != 0:
+                q = math.floor(d)
+                if d - q > 0.5:
+                    q = q + 1
+            else:
+                q = q * 0                             # copysign(0, x / y): x / y is finite here
+        return q
+
+    @cuda.jit(device=True)
+    def float_trunc_divide(x, y):
+        return math.trunc(quotient(x, y))
+    return float_floor_divide, float_trunc_divide
+
+
+float_floor_divide32, float_trunc_divide32 = _float_divisions(quotient32)
+float_floor_divide64, float_trunc_divide64 = _float_divisions(quotient64)

@@ -1,6 +1,6 @@
 """Layer 5: views, which make a new tensor over the same storage and cost nothing (view/reshape, permute,
-transpose, expand, basic indexing, narrow, split, chunk, squeeze, unsqueeze, flatten), with their gradients;
-and `cat`/`stack`, the joins that undo split and chunk, which copy."""
+transpose, expand, basic indexing, narrow, diagonal, split, chunk, squeeze, unsqueeze, flatten), with their
+gradients; and `cat`/`stack`, the joins that undo split and chunk, which copy."""
 
 import builtins
 import math
@@ -244,6 +244,57 @@ def narrow(x, dim, start, length):
     if not 0 <= start <= x.shape[d] - length or length < 0:
         raise IndexError(f"start ({start}) + length ({length}) exceeds dimension size ({x.shape[d]}).")
     return Index.apply(x, (slice(None),) * d + (slice(start, start + length),))
+
+
+def _diagonal_view(x: TensorBase, offset: builtins.int, d1: builtins.int, d2: builtins.int) -> TensorBase:
+    """The view of x's diagonal over dimensions d1 and d2 (non-negative, distinct), `offset` above the main one
+    (below for a negative offset), as its last dimension: a stride of the two dimensions' strides summed."""
+    n1, n2 = x._shape[d1], x._shape[d2]
+    size = builtins.max(builtins.min(n1, n2 - offset) if offset >= 0 else builtins.min(n1 + offset, n2), 0)
+    start = (offset * x._strides[d2] if offset >= 0 else -offset * x._strides[d1]) if size else 0
+    keep = [d for d in range(x.ndim) if d not in (d1, d2)]
+    return x._view(tuple(x._shape[d] for d in keep) + (size,),
+                   tuple(x._strides[d] for d in keep) + (x._strides[d1] + x._strides[d2],), x._offset + start)
+
+
+class Diagonal(Function):
+    """torch.diagonal: a view; its gradient is zeros with the incoming gradient on the diagonal (DiagonalEmbed)."""
+    node_name = "DiagonalBackward0"
+
+    @staticmethod
+    def forward(ctx, x: TensorBase, offset: builtins.int, dim1: builtins.int, dim2: builtins.int):
+        d1, d2 = wrap_dim(dim1, x.ndim), wrap_dim(dim2, x.ndim)
+        if d1 == d2:
+            raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+        ctx.shape, ctx.where = tuple(x._shape), (offset, d1, d2)
+        return _diagonal_view(x, offset, d1, d2)
+
+    @staticmethod
+    def backward(ctx, g):
+        return DiagonalEmbed.apply(g, ctx.shape, *ctx.where), None, None, None
+
+
+class DiagonalEmbed(Function):
+    """Zeros of `shape` with g written on the diagonal that Diagonal(offset, d1, d2) views (torch's
+    diagonal_backward); its own gradient is that diagonal of the incoming one."""
+    node_name = "DiagonalBackwardBackward0"
+
+    @staticmethod
+    def forward(ctx, g: TensorBase, shape: tuple, offset: builtins.int, d1: builtins.int, d2: builtins.int):
+        out = g.new_zeros(shape)
+        if g.numel():
+            backend.copy(g._data, _diagonal_view(out, offset, d1, d2)._data)
+        ctx.where = (offset, d1, d2)
+        return out
+
+    @staticmethod
+    def backward(ctx, gg):
+        return Diagonal.apply(gg, *ctx.where), None, None, None, None
+
+
+def diagonal(x, offset=0, dim1=0, dim2=1):
+    """torch.diagonal (and Tensor.diagonal): a view of the diagonal over dim1 and dim2, as the last dimension."""
+    return Diagonal.apply(x, builtins.int(offset), dim1, dim2)
 
 
 class Split(Function):
