@@ -14,7 +14,7 @@ converted to float32 for the call and the result converted back. float64's `sqrt
 `sin`, `cos` and `tan` are float64 functions in `libdevice64.py`, computed in float64 (within a few ulps; pow
 within 2 |y ln x| more; sin, cos and tan for |x| below 2^20 pi/2, losing digits beyond); the rest of math on
 float64 is built on those in `libdevice64_derived.py` (log2, log1p, expm1, the hyperbolic functions and their
-inverses, cbrt, atan, atan2, asin, acos, hypot, fmod), but exp2, erf, erfc, gamma and lgamma, which still go
+inverses, cbrt, atan, atan2, asin, acos, hypot, fmod, gamma, lgamma), but exp2, erf and erfc, which still go
 through the float32 functions and carry float32 accuracy (see docs/layer3-programming-interface.md).
 """
 

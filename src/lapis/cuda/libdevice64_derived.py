@@ -11,7 +11,10 @@ minimax polynomials:
   digits, so two take 1e-7 to an ulp; atan2, asin and acos from atan with C's quadrants and signed zeros;
 - fmod exactly, as a long division in binary: every subtraction of y 2^k is exact (Sterbenz's lemma).
 
-erf, erfc, tgamma and lgamma of a float64 still go through float32 (`libdevice.py`).
+- tgamma and lgamma by Lanczos' approximation (g = 7, nine terms, as `libdevice.tgammaf` uses it), reflected
+  below 1/2 through a float64 sin(pi x).
+
+erf and erfc of a float64 still go through float32 (`libdevice.py`).
 """
 
 import math
@@ -19,8 +22,9 @@ import math
 from numpy import float32, float64, int64
 
 from lapis.cuda.compiler.device_function import DeviceFunction
+from lapis.cuda.libdevice import LANCZOS_G, PI, SQRT_2PI, lanczos_sum
 from lapis.cuda.libdevice import cbrt as cbrtf
-from lapis.cuda.libdevice64 import BIG, LN2_HI, LN2_LO, SMALL, exp, log, pow2, sqrt, tan
+from lapis.cuda.libdevice64 import BIG, LN2_HI, LN2_LO, SMALL, exp, log, pow2, sin, sqrt, tan
 
 LOG2E = 1.4426950408889634
 PIO2_HI, PIO2_LO = 1.57079632679489655800e+00, 6.12323399573676603587e-17     # pi/2 in two parts (fdlibm)
@@ -272,4 +276,47 @@ def cbrt(x):
         y = y - (y * y * y - a) / (3.0 * y * y)
         y = y - (y * y * y - a) / (3.0 * y * y)
         r = -(y * scale) if x < 0.0 else y * scale
+    return r
+
+
+@DeviceFunction
+def sin_pi(v):
+    """sin(pi v) from the nearest integer n: (-1)^n sin(pi (v - n)), v - n exact and at most 1/2 in magnitude."""
+    n = math.floor(v + 0.5)
+    r = sin(PI * (v - n))
+    return -r if n % 2.0 != 0.0 else r
+
+
+@DeviceFunction
+def gamma(x):
+    """Gamma(x): Lanczos' sum times sqrt(2 pi) t^(z + 1/2) e^-t (z = x - 1, t = z + g + 1/2), reflected below 1/2 as
+    pi / (sin(pi x) Gamma(1 - x)); +-inf at +-0, NaN at the negative integers and -inf, inf past 171.6."""
+    r = math.nan
+    if x == 0.0:
+        r = math.inf if 1.0 / x > 0.0 else -math.inf
+    elif x == math.inf:
+        r = x
+    elif x > 0.0 or math.floor(x) != x:
+        w = x if x >= 0.5 else 1.0 - x
+        z = w - 1.0
+        t = z + LANCZOS_G + 0.5
+        g = SQRT_2PI * exp((z + 0.5) * log(t) - t) * lanczos_sum(z)
+        r = g if x >= 0.5 else PI / (sin_pi(x) * g)
+    return r
+
+
+@DeviceFunction
+def lgamma(x):
+    """ln |Gamma(x)| from Lanczos' approximation in logarithms (finite where Gamma overflows), reflected below
+    1/2; inf at 0, at the negative integers and at +-inf, NaN for NaN."""
+    r = math.inf
+    if x != x:
+        r = x
+    elif x != math.inf and x != -math.inf and (x > 0.0 or math.floor(x) != x):
+        w = x if x >= 0.5 else 1.0 - x
+        z = w - 1.0
+        t = z + LANCZOS_G + 0.5
+        r = (z + 0.5) * log(t) - t + log(SQRT_2PI * lanczos_sum(z))
+        if x < 0.5:
+            r = log(PI / abs(sin_pi(x))) - r
     return r

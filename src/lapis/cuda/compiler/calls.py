@@ -340,7 +340,8 @@ LIBDEVICE_FLOAT64 = {"sqrt": libdevice64.sqrt, "exp": libdevice64.exp, "log": li
                      "cos": libdevice64.cos, "tan": libdevice64.tan,
                      **{name: getattr(libdevice64_derived, name)
                         for name in ("log2", "log1p", "expm1", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
-                                     "cbrt", "hypot", "atan", "atan2", "asin", "acos", "fmod")}}
+                                     "cbrt", "hypot", "atan", "atan2", "asin", "acos", "fmod", "gamma",
+                                     "lgamma")}}
 
 
 def math_function(fe, name: str, args: list):
