@@ -25,14 +25,15 @@ def strided(v: np.ndarray, inc: int) -> np.ndarray:
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_axpy_scal_copy_swap(handle, n, dtype):
     x, y = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    axpy = (1.5 * x.astype(np.float64) + y).astype(dtype)      # a float32 FFMA rounds once: the exact value, rounded
     for incx, incy in ((1, 1), (2, -3)):
         dx, dy = cuda.to_device(strided(x, incx)), cuda.to_device(strided(y, incy))
         blas.axpy(handle, n, 1.5, dx, incx, dy, incy)
-        assert np.allclose(dy.copy_to_host(), strided(dtype(1.5) * x + y, incy), rtol=1e-6)
+        assert np.allclose(dy.copy_to_host(), strided(axpy, incy), rtol=1e-6)
         blas.scal(handle, n, -2.0, dx, incx)
         assert np.array_equal(dx.copy_to_host(), strided(dtype(-2.0) * x, incx))
         blas.swap(handle, n, dx, incx, dy, incy)
-        assert np.allclose(dx.copy_to_host(), strided(dtype(1.5) * x + y, incx), rtol=1e-6)
+        assert np.allclose(dx.copy_to_host(), strided(axpy, incx), rtol=1e-6)
         blas.copy(handle, n, dy, incy, dx, incx)
         assert np.array_equal(dx.copy_to_host(), strided(dtype(-2.0) * x, incx))
 

@@ -25,7 +25,8 @@ def test_saxpy():
     x, y = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
     out = cuda.device_array(n, np.float32)
     saxpy[(n + 255) // 256, 256](np.float32(2.5), cuda.to_device(x), cuda.to_device(y), out)
-    assert np.allclose(out.copy_to_host(), 2.5 * x + y, rtol=1e-6)
+    # a * x[i] + y[i] compiles to one FFMA, rounded once: the exact value, rounded to float32
+    assert np.array_equal(out.copy_to_host(), (2.5 * x.astype(np.float64) + y).astype(np.float32))
 
 
 @cuda.jit
@@ -921,3 +922,31 @@ def test_a_real_numba_jit_function_is_inlined_where_a_kernel_calls_it():
     out = cuda.device_array(4, np.float32)
     calls_numba[1, 4](cuda.to_device(a), out)
     assert np.array_equal(out.copy_to_host(), a * 2 + 1) and scaled_plus_one(3.0, 2.0) == 7.0
+
+
+@cuda.jit
+def divide_and_fuse(a, b, c, quotient, fused):
+    i = cuda.grid(1)
+    if i < a.size:
+        quotient[i] = a[i] / b[i]
+        fused[i] = a[i] * b[i] + c[i]            # contracted to one FFMA
+
+
+def test_float32_division_is_correctly_rounded_and_ffma_rounds_once():
+    """IEEE's float32 division (numba's, div.rn): the quotient rounded once, as numpy's; it rests on an FFMA that
+    rounds once (the hardware's fused multiply-add: `numerics.fma32` in the reference, the host's in the engine),
+    whose exact residual corrects the reciprocal's quotient. Operands of every magnitude and of cancelling sums."""
+    from lapis.hardware.numerics import fma32
+    near = np.random.default_rng(7)
+    n = 4096
+    a = (near.standard_normal(n) * 10.0 ** near.uniform(-30, 30, n)).astype(np.float32)
+    b = (near.standard_normal(n) * 10.0 ** near.uniform(-30, 30, n)).astype(np.float32)
+    with np.errstate(over="ignore"):              # products past float32's range cancel against inf
+        c = np.where(near.random(n) < 0.5, -(a.astype(np.float64) * b), near.standard_normal(n)).astype(np.float32)
+    quotient, fused = cuda.device_array(n, np.float32), cuda.device_array(n, np.float32)
+    divide_and_fuse[n // 256, 256](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), quotient, fused)
+    with np.errstate(all="ignore"):
+        assert np.array_equal(quotient.copy_to_host(), a / b)
+        assert np.array_equal(fused.copy_to_host(), fma32(a, b, c))
+        separately = (a * b + c) != fma32(a, b, c)
+    assert separately.sum() > 100                 # rounding twice would have differed here

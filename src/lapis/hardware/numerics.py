@@ -45,6 +45,23 @@ def f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
     return bits.view(F32)
 
 
+def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """a * b + c of float32s rounded once, as a fused multiply-add: the product is exact in float64; the sum is
+    rounded to float64 by rounding to odd (the nearest float64, moved to its odd neighbour where it is even and the
+    sum inexact: TwoSum's error says which way), which then rounds to float32 as the exact sum would (53 bits are at
+    least float32's 24 plus 2)."""
+    p = np.asarray(a, F32).astype(F64) * np.asarray(b, F32).astype(F64)
+    z = np.asarray(c, F32).astype(F64)
+    s = p + z
+    t = s - p
+    with np.errstate(invalid="ignore"):
+        error = (p - (s - t)) + (z - t)
+        bits = s.view(np.int64)
+        even = (error != 0) & ((bits & 1) == 0) & np.isfinite(s)
+    bits = np.where(even, bits + np.where((error > 0) == (s > 0), 1, -1), bits)
+    return bits.view(F64).astype(F32)
+
+
 def split_halves(word: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:
     """A packed register's (low, high) halves as float64."""
     word = np.asarray(word, U32)

@@ -6,7 +6,6 @@ computes in its operands' type (the table's dtype rule has cast them), and answe
 import math
 
 from lapis import cuda
-from lapis.cuda import float32, float64
 
 
 @cuda.jit(device=True)
@@ -213,10 +212,8 @@ def isfinite(v):
 # -- floating-point floor and truncating division, remainder and fmod, as torch computes them -------------------
 # Integer operands take `remainder` and `floor_divide` above (Python's // and %, torch's for integers); floats take
 # these: C's fmod (exact) and, for a quotient, IEEE's correctly rounded division, which the results of torch's
-# formulas depend on bit for bit (the kernel language's x / y may be an ulp off). float32 divides in float64 and
-# rounds once to float32: a float64 quotient within an ulp of the exact one rounds to float32's correctly rounded
-# one (the quotient of two float32s is never that close to a float32 tie). float64 corrects its quotient with an
-# exact residual (`quotient64`).
+# formulas depend on bit for bit: float32's x / y is (`quotient32`); float64's may be an ulp off (its DFMA rounds
+# twice), so float64 corrects its quotient with an exact residual (`quotient64`).
 TWO_64 = 18446744073709551616.0               # 2^64
 TWO_MINUS_64 = 1.0 / TWO_64
 SPLIT = 134217729.0                           # 2^27 + 1: Veltkamp's splitter of a float64 into two 26-bit halves
@@ -284,8 +281,9 @@ def quotient64(x, y):
 
 @cuda.jit(device=True)
 def quotient32(x, y):
-    """x / y of float32s, correctly rounded: the float64 quotient (within an ulp) rounded once to float32."""
-    return float32(float64(x) / float64(y))
+    """x / y of float32s, correctly rounded: the kernel language's float32 division is IEEE's (its last step is an
+    FFMA, which rounds once)."""
+    return x / y
 
 
 @cuda.jit(device=True)

@@ -5,8 +5,9 @@ function unit (MUFU: reciprocal, square root, exp2, log2, sine, cosine) do, and 
 conversions between integers and every float format. The operations each one counts per lane
 are in `launch.FLOPS_PER_LANE`.
 
-Simplifications, on purpose: FFMA rounds the product and the sum separately (numpy has no
-fused float32 multiply-add) and DFMA is likewise a multiply then an add; packed-half results
+FFMA rounds once, as the hardware's fused multiply-add (`numerics.fma32`; the native engine uses the host's
+fused multiply-add). Simplifications, on purpose: DFMA rounds the product and the sum separately (numpy has no
+float64 fused multiply-add, nor an exact product to build one on); packed-half results
 are computed in float64 and rounded once to the format; denormals are kept; MUFU computes
 exact results (reciprocal, square root), exp2 and log2 in float64 rounded once to float32 (the
 float32 result correctly rounded: numpy's float64 routines and libm's, which the native engine
@@ -23,6 +24,7 @@ from lapis.hardware.numerics import (
     float_max,
     float_min,
     float_to_format,
+    fma32,
     format_to_float,
     pack_halves,
     split_halves,
@@ -59,8 +61,7 @@ def ffma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     product = np.empty(blocks.lanes, F32)
 
     def execute(mask: Mask) -> None:
-        np.multiply(a(), b(), out=product)
-        np.add(product, c(), out=product)
+        product[...] = fma32(a(), b(), c())
         write(d, canonical(product), mask)
     return execute
 

@@ -112,8 +112,13 @@ def _to_float(x: Lanes, t, pc, target: ir.Type):
 
 
 def _ffma(x: Lanes, t, pc):
+    """a * b + c rounded once: llvm.fma, as the engine's `native_values.fma32`."""
     z = x.float_of(x.modified(x.bits_of(x.arithmetic(int(t[tr.C])), 32), t[tr.FLAGS] & tr.NEG_C, False, 32), 32)
-    return x.b.fadd(x.b.fmul(x.fa(t, True), x.fb(t, pc, True)), z)
+    a, b = x.fa(t, True), x.fb(t, pc, True)
+    full = f"llvm.fma.v{x.width}f32"
+    module = x.b.module
+    fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(a.type, [a.type] * 3), full)
+    return x.b.call(fn, [a, b, z])
 
 
 def _dfma(x: Lanes, t, pc):

@@ -2,9 +2,10 @@
 
 Each `v_*` function is the value instruction `kind` gives lane `l`, written to mean exactly
 what the reference's numpy code means (`integer.py`, `floating.py`): integers are held in
-int64 and wrap as the hardware's; float32 and float64 round at every operation (an FFMA is a
-multiply then an add: numba does not contract them); min and max are `numerics.float_min`'s;
-conversions round and saturate as the reference's. They all take the same arguments so the
+int64 and wrap as the hardware's; float32 and float64 round at every operation but FFMA, which rounds
+once (`fma32`, the host's fused multiply-add; a DFMA is a multiply then an add: numba does not contract
+them); min and max are `numerics.float_min`'s; conversions round and saturate as the reference's. They
+all take the same arguments so the
 engine (`native.py`) can loop any of them over the lanes:
 
   R, F, P   the register file as uint32 and float32 rows, and the predicates
@@ -58,6 +59,14 @@ def as_f32(typingctx, x):
     def codegen(context, builder, sig, args):
         return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
     return types.float32(types.int64), codegen
+
+
+@intrinsic
+def fma32(typingctx, a, b, c):
+    """a * b + c of float32s rounded once (LLVM's llvm.fma.f32: the host's fused multiply-add)."""
+    def codegen(context, builder, sig, args):
+        return builder.fma(*args)
+    return types.float32(types.float32, types.float32, types.float32), codegen
 
 
 @intrinsic
@@ -317,9 +326,8 @@ def v_ffma(R, F, P, l, o, bf):
 
 @inline
 def ffma_with(F, l, o, bf, z):
-    """FFMA's value with addend z (C's value, negated here when the instruction says so)."""
-    product = _fa(F, l, o) * _fb(F, l, o, bf)
-    return canonical32(product + (-z if o[O_NEGC] else z))
+    """FFMA's value with addend z (C's value, negated here when the instruction says so), rounded once."""
+    return canonical32(fma32(_fa(F, l, o), _fb(F, l, o, bf), -z if o[O_NEGC] else z))
 
 
 @inline
