@@ -35,7 +35,7 @@ from lapis.cuda.compiler.intrinsics import (
     syncthreads,
     threadIdx,
 )
-from lapis.cuda.libdevice64 import LOG2E, exp, log, pow2, pow_signs  # float64's, which some float32 ones use
+from lapis.cuda.libdevice64 import LOG2E, log, pow2, pow_signs  # float64's, which some float32 ones use
 
 LN2 = 0.6931471805599453                # ln(2): ln x is log2(x) ln 2
 LOG10_2 = math.log10(2)
@@ -252,69 +252,6 @@ def fmodf(x, y):
         r = a
     if x < 0.0 or (x == 0.0 and 1.0 / x < 0.0):
         r = -r
-    return float32(r)
-
-
-# tgamma by Lanczos' approximation (g = 7, nine coefficients, as in Numerical Recipes and Boost), in float64
-LANCZOS_G = 7.0
-L0, L1, L2, L3 = 0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313
-L4, L5, L6 = -176.61502916214059, 12.507343278686905, -0.13857109526572012
-L7, L8 = 9.9843695780195716e-6, 1.5056327351493116e-7
-SQRT_2PI = math.sqrt(2 * math.pi)
-
-
-@DeviceFunction
-def lanczos_sum(z):
-    """Lanczos' series at z = x - 1 (x >= 1/2): L0 + sum of Lk / (z + k)."""
-    return (L0 + L1 / (z + 1.0) + L2 / (z + 2.0) + L3 / (z + 3.0) + L4 / (z + 4.0) + L5 / (z + 5.0)
-            + L6 / (z + 6.0) + L7 / (z + 7.0) + L8 / (z + 8.0))
-
-
-@DeviceFunction
-def tgammaf(x):
-    """Gamma(x) from Lanczos' approximation in float64 (reflected below 1/2: pi / (sin(pi x) Gamma(1 - x))), then
-    rounded to float32: inf at 0 (with 0's sign) and past float32's range, NaN at the negative integers."""
-    v = float64(x)
-    r = math.nan
-    if v == 0.0:
-        r = math.inf if 1.0 / v > 0.0 else -math.inf
-    elif v == math.inf:
-        r = v
-    elif v > 0.0 or math.floor(v) != v:
-        w = v if v >= 0.5 else 1.0 - v
-        z = w - 1.0
-        t = z + LANCZOS_G + 0.5
-        g = SQRT_2PI * exp((z + 0.5) * log(t) - t) * lanczos_sum(z)
-        r = g if v >= 0.5 else PI / (sin_pi(v) * g)
-    return float32(r)
-
-
-@DeviceFunction
-def sin_pi(v):
-    """sin(pi v) from the nearest integer n: (-1)^n sin(pi (v - n)), whose argument is at most pi / 2, so the
-    special function unit's sine keeps its digits near v's integers (the poles of Gamma's reflection)."""
-    n = math.floor(v + 0.5)
-    r = float64(math.sin(float32(PI * (v - n))))
-    if n % 2.0 != 0.0:
-        r = -r
-    return r
-
-
-@DeviceFunction
-def lgammaf(x):
-    """ln |Gamma(x)|, in float64 from Lanczos' approximation in logarithms (finite where Gamma itself overflows),
-    reflected below 1/2; inf at 0 and at the negative integers, as C's."""
-    v = float64(x)
-    r = math.inf
-    if v != v:
-        r = v
-    elif v != math.inf and (v > 0.0 or math.floor(v) != v):
-        w = v if v >= 0.5 else 1.0 - v
-        z = w - 1.0
-        t = z + LANCZOS_G + 0.5
-        r = (z + 0.5) * log(t) - t + log(SQRT_2PI * lanczos_sum(z))
-        if v < 0.5:
-            r = log(PI / abs(sin_pi(v))) - r
     return float32(r)
 
 

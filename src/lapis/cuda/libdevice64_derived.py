@@ -11,8 +11,8 @@ minimax polynomials:
   digits, so two take 1e-7 to an ulp; atan2, asin and acos from atan with C's quadrants and signed zeros;
 - fmod exactly, as a long division in binary: every subtraction of y 2^k is exact (Sterbenz's lemma).
 
-- tgamma and lgamma by Lanczos' approximation (g = 7, nine terms, as `libdevice.tgammaf` uses it), reflected
-  below 1/2 through a float64 sin(pi x).
+- tgamma and lgamma by Lanczos' approximation (g = 7, nine coefficients, as in Numerical Recipes and Boost),
+  reflected below 1/2 through a float64 sin(pi x); float32's are these, rounded.
 
 erf and erfc of a float64 still go through float32 (`libdevice.py`).
 """
@@ -22,7 +22,6 @@ import math
 from numpy import float32, float64, int64
 
 from lapis.cuda.compiler.device_function import DeviceFunction
-from lapis.cuda.libdevice import LANCZOS_G, PI, SQRT_2PI, lanczos_sum
 from lapis.cuda.libdevice import cbrt as cbrtf
 from lapis.cuda.libdevice64 import BIG, LN2_HI, LN2_LO, SMALL, exp, log, pow2, sin, sqrt, tan
 
@@ -33,6 +32,12 @@ TANH_ONE = 22.0                 # tanh(x) rounds to +-1 from here
 EXP_HALF_MAX = 709.0            # e^x overflows just above; sinh and cosh take e^(x/2) twice beyond
 HUGE_ROOT = 2.0 ** 28           # x^2 + 1 is x^2 from here (asinh, acosh)
 CBRT_BIG, CBRT_SMALL = 2.0 ** 20, 2.0 ** -20      # the cube roots of libdevice64's BIG and SMALL
+PI = math.pi
+LANCZOS_G = 7.0
+L0, L1, L2, L3 = 0.99999999999980993, 676.5203681218851, -1259.1392167224028, 771.32342877765313
+L4, L5, L6 = -176.61502916214059, 12.507343278686905, -0.13857109526572012
+L7, L8 = 9.9843695780195716e-6, 1.5056327351493116e-7
+SQRT_2PI = math.sqrt(2 * math.pi)
 
 
 @DeviceFunction
@@ -277,6 +282,13 @@ def cbrt(x):
         y = y - (y * y * y - a) / (3.0 * y * y)
         r = -(y * scale) if x < 0.0 else y * scale
     return r
+
+
+@DeviceFunction
+def lanczos_sum(z):
+    """Lanczos' series at z = x - 1 (x >= 1/2): L0 + sum of Lk / (z + k)."""
+    return (L0 + L1 / (z + 1.0) + L2 / (z + 2.0) + L3 / (z + 3.0) + L4 / (z + 4.0) + L5 / (z + 5.0)
+            + L6 / (z + 6.0) + L7 / (z + 7.0) + L8 / (z + 8.0))
 
 
 @DeviceFunction
