@@ -200,21 +200,6 @@ def erfcf(x):
 
 
 @DeviceFunction
-def hypotf(x, y):
-    """sqrt(x^2 + y^2) without overflow: the larger magnitude times sqrt(1 + r^2); inf if either is inf (even
-    with a NaN, as C says), NaN if either is NaN."""
-    a = abs(x) if abs(x) >= abs(y) else abs(y)
-    b = abs(y) if abs(x) >= abs(y) else abs(x)
-    r = a + b                                       # NaN for a NaN
-    if a == math.inf or b == math.inf:
-        r = float32(math.inf)
-    elif a > 0 and r == r:
-        q = b / a
-        r = a * math.sqrt(float32(1.0) + q * q)
-    return r
-
-
-@DeviceFunction
 def powf(x, y):
     """x^y as 2^(y log2 |x|), with C's signs and exact cases (`pow_signs`)."""
     return pow_signs(x, y, math.exp2(math.log2(abs(x)) * y))
