@@ -107,6 +107,20 @@ def exp(x):
 
 
 @DeviceFunction
+def exponent_split(x):
+    """(m, e) with x = m 2^e exactly and m within 2^+-60 of 1, for a finite positive x: m near enough to 1 that
+    float32's log2 of it is a first guess of its exponent (x scaled by exact 2^+-60 steps)."""
+    e = int64(0)
+    while x > BIG:
+        x = x * SMALL
+        e = e + 60
+    while x < SMALL:
+        x = x * BIG
+        e = e - 60
+    return x, e
+
+
+@DeviceFunction
 def log(x):
     """ln x in float64 (within an ulp): x = m 2^e with m in [sqrt(1/2), sqrt(2)) (e from float32's log2, m by
     exact scaling), ln m as fdlibm writes it, plus e ln 2 in two parts; -inf at 0, NaN below 0 and for NaN, inf at
@@ -117,13 +131,7 @@ def log(x):
     elif x == math.inf:
         r = x
     elif x > 0.0:
-        e = int64(0)
-        while x > BIG:
-            x = x * SMALL
-            e = e + 60
-        while x < SMALL:
-            x = x * BIG
-            e = e - 60
+        x, e = exponent_split(x)
         k = int64(math.floor(math.log2(float32(x)) + 0.5))
         m = x * pow2(-k)
         if m > SQRT2:

@@ -23,7 +23,7 @@ from numpy import float32, float64, int64
 
 from lapis.cuda.compiler.device_function import DeviceFunction
 from lapis.cuda.libdevice import cbrt as cbrtf
-from lapis.cuda.libdevice64 import BIG, LN2_HI, LN2_LO, SMALL, exp, log, pow2, sin, sqrt, tan
+from lapis.cuda.libdevice64 import BIG, LN2_HI, LN2_LO, SMALL, exp, exponent_split, log, pow2, sin, sqrt, tan
 
 LOG2E = 1.4426950408889634
 PIO2_HI, PIO2_LO = 1.57079632679489655800e+00, 6.12323399573676603587e-17     # pi/2 in two parts (fdlibm)
@@ -53,15 +53,9 @@ def log2(x):
     """log2 x: the exponent e of x = m 2^e exactly, plus log(m) log2(e), so powers of two come out exact."""
     r = log(x) * LOG2E
     if x > 0.0 and x != math.inf:
-        e = int64(0)
-        while x > BIG:
-            x = x * SMALL
-            e = e + 60
-        while x < SMALL:
-            x = x * BIG
-            e = e - 60
-        k = int64(math.floor(math.log2(float32(x)) + 0.5))
-        r = float64(e + k) + log(x * pow2(-k)) * LOG2E
+        m, e = exponent_split(x)
+        k = int64(math.floor(math.log2(float32(m)) + 0.5))
+        r = float64(e + k) + log(m * pow2(-k)) * LOG2E
     return r
 
 
