@@ -394,3 +394,36 @@ def test_assembler_reads_absolute_values():
     assert isa.format_instruction(inst) == "FADD R1, -|R2|, |c[0x0][0x10]| ;"
     assert isa.decode(isa.encode(inst)) == inst
     assert pointers(1) == (1).to_bytes(8, "little")
+
+
+def fma_in_numpy(a, b, c):
+    """a * b + c of float32s rounded once, in numpy alone: the product is exact in float64; the sum is rounded to
+    float64 *to odd* (the nearest float64, moved to its odd neighbour where it is even and the sum inexact, which
+    way TwoSum's error says), which then rounds to float32 as the exact sum would (53 bits >= 24 + 2)."""
+    p = a.astype(np.float64) * b.astype(np.float64)
+    z = c.astype(np.float64)
+    s = p + z
+    t = s - p
+    with np.errstate(invalid="ignore"):
+        error = (p - (s - t)) + (z - t)
+        bits = s.view(np.int64)
+        even = (error != 0) & ((bits & 1) == 0) & np.isfinite(s)
+    bits = np.where(even, bits + np.where((error > 0) == (s > 0), 1, -1), bits)
+    return bits.view(np.float64).astype(np.float32)
+
+
+def test_ffma_s_arithmetic_is_the_fused_multiply_add_ieee_defines():
+    """numerics.fma32 (the reference's FFMA, over the host's fused multiply-add) against the construction in numpy
+    alone, on random bit patterns (every magnitude, infinities and NaN), cancelling sums and subnormal results."""
+    from lapis.hardware.numerics import fma32
+    near = np.random.default_rng(11)
+    n = 200_000
+    random_bits = near.integers(0, 2**32, (3, n), dtype=np.uint64).astype(np.uint32).view(np.float32)
+    a, b = near.standard_normal((2, n)).astype(np.float32)
+    cancelling = (-(a.astype(np.float64) * b) * (1 + near.standard_normal(n) * 1e-7)).astype(np.float32)
+    tiny = (near.standard_normal((3, n)) * [[1e-20], [1e-20], [1e-39]]).astype(np.float32)
+    for x, y, z in (random_bits, (a, b, cancelling), tiny):
+        with np.errstate(all="ignore"):
+            got, want = fma32(x, y, z), fma_in_numpy(x, y, z)
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32)) or \
+            np.array_equal(got, want, equal_nan=True)

@@ -9,6 +9,8 @@ which makes the second rounding (to nearest even) exact as if done directly.
 """
 
 import numpy as np
+from numba import types, vectorize
+from numba.extending import intrinsic
 
 U16, U32, I32, F32, F64, I64, U64 = np.uint16, np.uint32, np.int32, np.float32, np.float64, np.int64, np.uint64
 
@@ -45,21 +47,21 @@ def f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
     return bits.view(F32)
 
 
-def fma32(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """a * b + c of float32s rounded once, as a fused multiply-add: the product is exact in float64; the sum is
-    rounded to float64 by rounding to odd (the nearest float64, moved to its odd neighbour where it is even and the
-    sum inexact: TwoSum's error says which way), which then rounds to float32 as the exact sum would (53 bits are at
-    least float32's 24 plus 2)."""
-    p = np.asarray(a, F32).astype(F64) * np.asarray(b, F32).astype(F64)
-    z = np.asarray(c, F32).astype(F64)
-    s = p + z
-    t = s - p
-    with np.errstate(invalid="ignore"):
-        error = (p - (s - t)) + (z - t)
-        bits = s.view(np.int64)
-        even = (error != 0) & ((bits & 1) == 0) & np.isfinite(s)
-    bits = np.where(even, bits + np.where((error > 0) == (s > 0), 1, -1), bits)
-    return bits.view(F64).astype(F32)
+@intrinsic
+def fused_multiply_add(typingctx, a, b, c):
+    """a * b + c of float32s rounded once: LLVM's llvm.fma.f32, the host's fused multiply-add (IEEE 754's
+    fusedMultiplyAdd; libm's fmaf where the host has no instruction for it)."""
+    def codegen(context, builder, sig, args):
+        return builder.fma(*args)
+    return types.float32(types.float32, types.float32, types.float32), codegen
+
+
+@vectorize(["float32(float32, float32, float32)"], cache=True)
+def fma32(a, b, c):
+    """a * b + c of float32 arrays (or numbers), elementwise, rounded once (FFMA's arithmetic). numpy has no
+    fused multiply-add, so this one numpy ufunc is numba's, over the host's instruction; tests/test_instructions.py
+    checks it against a construction in numpy alone (the product exact in float64, the sum rounded to odd)."""
+    return fused_multiply_add(a, b, c)
 
 
 def split_halves(word: np.ndarray, kind: str) -> tuple[np.ndarray, np.ndarray]:

@@ -5,9 +5,9 @@ function unit (MUFU: reciprocal, square root, exp2, log2, sine, cosine) do, and 
 conversions between integers and every float format. The operations each one counts per lane
 are in `launch.FLOPS_PER_LANE`.
 
-FFMA rounds once, as the hardware's fused multiply-add (`numerics.fma32`; the native engine uses the host's
-fused multiply-add). Simplifications, on purpose: DFMA rounds the product and the sum separately (numpy has no
-float64 fused multiply-add, nor an exact product to build one on); packed-half results
+FFMA rounds once, as the hardware's fused multiply-add (`numerics.fma32`, a ufunc over the host's fused
+multiply-add, which the native engine uses too; numpy has none). Simplifications, on purpose: DFMA rounds the
+product and the sum separately (numpy has no float64 fused multiply-add); packed-half results
 are computed in float64 and rounded once to the format; denormals are kept; MUFU computes
 exact results (reciprocal, square root), exp2 and log2 in float64 rounded once to float32 (the
 float32 result correctly rounded: numpy's float64 routines and libm's, which the native engine

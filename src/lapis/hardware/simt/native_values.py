@@ -2,11 +2,11 @@
 
 Each `v_*` function is the value instruction `kind` gives lane `l`, written to mean exactly
 what the reference's numpy code means (`integer.py`, `floating.py`): integers are held in
-int64 and wrap as the hardware's; float32 and float64 round at every operation but FFMA, which rounds
-once (`fma32`, the host's fused multiply-add; a DFMA is a multiply then an add: numba does not contract
-them); min and max are `numerics.float_min`'s; conversions round and saturate as the reference's. They
-all take the same arguments so the
-engine (`native.py`) can loop any of them over the lanes:
+int64 and wrap as the hardware's; float32 and float64 round at every operation but FFMA, which
+rounds once (`numerics.fused_multiply_add`, the host's fused multiply-add; a DFMA is a multiply then an
+add: numba does not contract them); min and max are `numerics.float_min`'s; conversions round and
+saturate as the reference's. They all take the same arguments so the engine (`native.py`) can loop
+any of them over the lanes:
 
   R, F, P   the register file as uint32 and float32 rows, and the predicates
   l         the lane
@@ -23,6 +23,8 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
+
+from lapis.hardware.numerics import fused_multiply_add
 
 # Positions in the operand tuple `o` the engine builds for each instruction.
 (O_A, O_B, O_C, O_B32, O_BREG, O_NEGA, O_NEGB, O_NEGC, O_ABSA, O_ABSB, O_M1, O_M2, O_M3, O_PS, O_PSNEG, O_A2, O_B2,
@@ -59,14 +61,6 @@ def as_f32(typingctx, x):
     def codegen(context, builder, sig, args):
         return builder.bitcast(builder.trunc(args[0], ir.IntType(32)), ir.FloatType())
     return types.float32(types.int64), codegen
-
-
-@intrinsic
-def fma32(typingctx, a, b, c):
-    """a * b + c of float32s rounded once (LLVM's llvm.fma.f32: the host's fused multiply-add)."""
-    def codegen(context, builder, sig, args):
-        return builder.fma(*args)
-    return types.float32(types.float32, types.float32, types.float32), codegen
 
 
 @intrinsic
@@ -327,7 +321,7 @@ def v_ffma(R, F, P, l, o, bf):
 @inline
 def ffma_with(F, l, o, bf, z):
     """FFMA's value with addend z (C's value, negated here when the instruction says so), rounded once."""
-    return canonical32(fma32(_fa(F, l, o), _fb(F, l, o, bf), -z if o[O_NEGC] else z))
+    return canonical32(fused_multiply_add(_fa(F, l, o), _fb(F, l, o, bf), -z if o[O_NEGC] else z))
 
 
 @inline
