@@ -932,21 +932,23 @@ def divide_and_fuse(a, b, c, quotient, fused):
         fused[i] = a[i] * b[i] + c[i]            # contracted to one FFMA
 
 
-def test_float32_division_is_correctly_rounded_and_ffma_rounds_once():
-    """IEEE's float32 division (numba's, div.rn): the quotient rounded once, as numpy's; it rests on an FFMA that
-    rounds once (the hardware's fused multiply-add: `numerics.fma32` in the reference, the host's in the engine),
-    whose exact residual corrects the reciprocal's quotient. Operands of every magnitude and of cancelling sums."""
-    from lapis.hardware.numerics import fma32
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_division_is_correctly_rounded_and_ffma_and_dfma_round_once(dtype):
+    """IEEE's division (numba's, div.rn) of float32 and float64: the quotient rounded once, as numpy's; it rests on an
+    FFMA (DFMA) that rounds once (the hardware's fused multiply-add: `numerics.fma` in the reference, the host's in
+    the engine), whose exact residual corrects the reciprocal's quotient. Operands of every magnitude (normal
+    quotients) and of cancelling sums."""
+    from lapis.hardware.numerics import fma
     near = np.random.default_rng(7)
     n = 4096
-    a = (near.standard_normal(n) * 10.0 ** near.uniform(-30, 30, n)).astype(np.float32)
-    b = (near.standard_normal(n) * 10.0 ** near.uniform(-30, 30, n)).astype(np.float32)
+    a = (near.standard_normal(n) * 10.0 ** near.uniform(-30, 30, n)).astype(dtype)
+    b = (near.standard_normal(n) * 10.0 ** near.uniform(-30, 30, n)).astype(dtype)
     with np.errstate(over="ignore"):              # products past float32's range cancel against inf
-        c = np.where(near.random(n) < 0.5, -(a.astype(np.float64) * b), near.standard_normal(n)).astype(np.float32)
-    quotient, fused = cuda.device_array(n, np.float32), cuda.device_array(n, np.float32)
+        c = np.where(near.random(n) < 0.5, -(a.astype(np.float64) * b), near.standard_normal(n)).astype(dtype)
+    quotient, fused = cuda.device_array(n, dtype), cuda.device_array(n, dtype)
     divide_and_fuse[n // 256, 256](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), quotient, fused)
     with np.errstate(all="ignore"):
         assert np.array_equal(quotient.copy_to_host(), a / b)
-        assert np.array_equal(fused.copy_to_host(), fma32(a, b, c))
-        separately = (a * b + c) != fma32(a, b, c)
+        assert np.array_equal(fused.copy_to_host(), fma(a, b, c))
+        separately = (a * b + c) != fma(a, b, c)
     assert separately.sum() > 100                 # rounding twice would have differed here

@@ -49,18 +49,21 @@ def f64_to_f32_odd(x: np.ndarray) -> np.ndarray:
 
 @intrinsic
 def fused_multiply_add(typingctx, a, b, c):
-    """a * b + c of float32s rounded once: LLVM's llvm.fma.f32, the host's fused multiply-add (IEEE 754's
-    fusedMultiplyAdd; libm's fmaf where the host has no instruction for it)."""
+    """a * b + c of three float32s or three float64s rounded once: LLVM's llvm.fma, the host's fused multiply-add
+    (IEEE 754's fusedMultiplyAdd; libm's fma where the host has no instruction for it)."""
+    if not (a == b == c and a in (types.float32, types.float64)):
+        return None
     def codegen(context, builder, sig, args):
         return builder.fma(*args)
-    return types.float32(types.float32, types.float32, types.float32), codegen
+    return a(a, b, c), codegen
 
 
-@vectorize(["float32(float32, float32, float32)"], cache=True)
-def fma32(a, b, c):
-    """a * b + c of float32 arrays (or numbers), elementwise, rounded once (FFMA's arithmetic). numpy has no
-    fused multiply-add, so this one numpy ufunc is numba's, over the host's instruction; tests/test_instructions.py
-    checks it against a construction in numpy alone (the product exact in float64, the sum rounded to odd)."""
+@vectorize(["float32(float32, float32, float32)", "float64(float64, float64, float64)"], cache=True)
+def fma(a, b, c):
+    """a * b + c of float arrays (or numbers), elementwise, rounded once (FFMA's and DFMA's arithmetic). numpy has
+    no fused multiply-add, so this one numpy ufunc is numba's, over the host's instruction; tests/test_instructions.py
+    checks its float32 results against a construction in numpy alone (the product exact in float64, the sum rounded
+    to odd)."""
     return fused_multiply_add(a, b, c)
 
 

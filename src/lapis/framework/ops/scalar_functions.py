@@ -6,6 +6,7 @@ computes in its operands' type (the table's dtype rule has cast them), and answe
 import math
 
 from lapis import cuda
+from lapis.cuda import float32, float64
 
 
 @cuda.jit(device=True)
@@ -212,78 +213,21 @@ def isfinite(v):
 # -- floating-point floor and truncating division, remainder and fmod, as torch computes them -------------------
 # Integer operands take `remainder` and `floor_divide` above (Python's // and %, torch's for integers); floats take
 # these: C's fmod (exact) and, for a quotient, IEEE's correctly rounded division, which the results of torch's
-# formulas depend on bit for bit: float32's x / y is (`quotient32`); float64's may be an ulp off (its DFMA rounds
-# twice), so float64 corrects its quotient with an exact residual (`quotient64`).
-TWO_64 = 18446744073709551616.0               # 2^64
-TWO_MINUS_64 = 1.0 / TWO_64
-SPLIT = 134217729.0                           # 2^27 + 1: Veltkamp's splitter of a float64 into two 26-bit halves
-NUDGE = 0.6 * 2.0 ** -52                      # c + c * NUDGE is c's next float64 away from zero (for c > 0)
-
-
-@cuda.jit(device=True)
-def _split(a):
-    c = SPLIT * a
-    high = c - (c - a)
-    return high, a - high
-
-
-@cuda.jit(device=True)
-def _residual(a, q, b):
-    """a - q b exactly, for a q within an ulp or two of a / b and all three between 2^-64 and 2^64 (Dekker's exact
-    product q b = p + e; a - p is exact as p is within a few ulps of a, and so is the remainder)."""
-    p = q * b
-    qh, ql = _split(q)
-    bh, bl = _split(b)
-    e = ((qh * bh - p) + qh * bl + ql * bh) + ql * bl
-    return (a - p) - e
-
-
-@cuda.jit(device=True)
-def _unit(v):
-    """(|v| scaled by 2^(-64 k) into [1, 2^64), k) for a finite nonzero v."""
-    a = abs(v)
-    k = 0
-    while a >= TWO_64:
-        a = a * TWO_MINUS_64
-        k += 1
-    while a < 1.0:
-        a = a * TWO_64
-        k -= 1
-    return a, k
+# formulas depend on bit for bit: float64's x / y is (but for a subnormal quotient, which may be an ulp off), and a
+# float32 quotient is float64's, rounded once: float32's own x / y can be an ulp off for subnormal operands.
 
 
 @cuda.jit(device=True)
 def quotient64(x, y):
-    """x / y in float64, correctly rounded (IEEE's division; a subnormal quotient may be off in its last bit): the
-    operands scaled by powers of two into [1, 2^64), their quotient c, within an ulp of the exact one, and c's
-    neighbour on the side the residual a - c b points to, the one of the two with the smaller exact residual;
-    scaled back. Zeros, infinities and NaN take the division's own IEEE answer."""
-    q = x / y
-    if x != 0 and y != 0 and abs(x) != math.inf and abs(y) != math.inf and x == x and y == y:
-        a, kx = _unit(x)
-        b, ky = _unit(y)
-        c = a / b
-        r = _residual(a, c, b)
-        if r != 0:
-            n = c + c * NUDGE if r > 0 else c - c * NUDGE
-            if abs(_residual(a, n, b)) < abs(r):
-                c = n
-        k = kx - ky
-        while k > 0:
-            c = c * TWO_64
-            k -= 1
-        while k < 0:
-            c = c * TWO_MINUS_64
-            k += 1
-        q = c if (x < 0) == (y < 0) else -c
-    return q
+    """x / y of float64s: the kernel language's division, IEEE's (its last step is a DFMA, which rounds once)."""
+    return x / y
 
 
 @cuda.jit(device=True)
 def quotient32(x, y):
-    """x / y of float32s, correctly rounded: the kernel language's float32 division is IEEE's (its last step is an
-    FFMA, which rounds once)."""
-    return x / y
+    """x / y of float32s, correctly rounded: the float64 quotient, itself correctly rounded, rounded to float32 (a
+    second rounding that cannot move it: 53 bits are more than twice float32's 24, plus 2)."""
+    return float32(float64(x) / float64(y))
 
 
 @cuda.jit(device=True)

@@ -5,9 +5,8 @@ function unit (MUFU: reciprocal, square root, exp2, log2, sine, cosine) do, and 
 conversions between integers and every float format. The operations each one counts per lane
 are in `launch.FLOPS_PER_LANE`.
 
-FFMA rounds once, as the hardware's fused multiply-add (`numerics.fma32`, a ufunc over the host's fused
-multiply-add, which the native engine uses too; numpy has none). Simplifications, on purpose: DFMA rounds the
-product and the sum separately (numpy has no float64 fused multiply-add); packed-half results
+FFMA and DFMA round once, as the hardware's fused multiply-add (`numerics.fma`, a ufunc over the host's fused
+multiply-add, which the native engine uses too; numpy has none). Simplifications, on purpose: packed-half results
 are computed in float64 and rounded once to the format; denormals are kept; MUFU computes
 exact results (reciprocal, square root), exp2 and log2 in float64 rounded once to float32 (the
 float32 result correctly rounded: numpy's float64 routines and libm's, which the native engine
@@ -24,7 +23,7 @@ from lapis.hardware.numerics import (
     float_max,
     float_min,
     float_to_format,
-    fma32,
+    fma,
     format_to_float,
     pack_halves,
     split_halves,
@@ -61,7 +60,7 @@ def ffma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     product = np.empty(blocks.lanes, F32)
 
     def execute(mask: Mask) -> None:
-        product[...] = fma32(a(), b(), c())
+        product[...] = fma(a(), b(), c())
         write(d, canonical(product), mask)
     return execute
 
@@ -108,7 +107,7 @@ def float64_binary(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Execut
 def dfma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     a, b, c = _f64_operands(blocks, inst, "abc")
     return lambda mask: blocks.registers.write_pair(
-        inst.rd, np.broadcast_to(canonical(a() * b() + c()), blocks.lanes).view(U64), mask)
+        inst.rd, np.broadcast_to(canonical(fma(a(), b(), c())), blocks.lanes).view(U64), mask)
 
 
 @binds("DSETP")

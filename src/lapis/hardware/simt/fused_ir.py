@@ -111,19 +111,22 @@ def _to_float(x: Lanes, t, pc, target: ir.Type):
     return x.b.sitofp(b32, x.type(target)) if m1 == 0 else x.b.uitofp(b32, x.type(target))
 
 
-def _ffma(x: Lanes, t, pc):
-    """a * b + c rounded once: llvm.fma, as the engine's `native_values.fma32`."""
-    z = x.float_of(x.modified(x.bits_of(x.arithmetic(int(t[tr.C])), 32), t[tr.FLAGS] & tr.NEG_C, False, 32), 32)
-    a, b = x.fa(t, True), x.fb(t, pc, True)
-    full = f"llvm.fma.v{x.width}f32"
+def _fused_multiply_add(x: Lanes, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """a * b + c of vectors rounded once: llvm.fma, as the engine's `numerics.fused_multiply_add`."""
+    full = f"llvm.fma.v{x.width}{'f32' if a.type.element == F32 else 'f64'}"
     module = x.b.module
     fn = module.globals.get(full) or ir.Function(module, ir.FunctionType(a.type, [a.type] * 3), full)
-    return x.b.call(fn, [a, b, z])
+    return x.b.call(fn, [a, b, c])
+
+
+def _ffma(x: Lanes, t, pc):
+    z = x.float_of(x.modified(x.bits_of(x.arithmetic(int(t[tr.C])), 32), t[tr.FLAGS] & tr.NEG_C, False, 32), 32)
+    return _fused_multiply_add(x, x.fa(t, True), x.fb(t, pc, True), z)
 
 
 def _dfma(x: Lanes, t, pc):
     z = x.float_of(x.modified(x.pair(int(t[tr.C]), int(t[tr.C2])), t[tr.FLAGS] & tr.NEG_C, False, 64), 64)
-    return x.canonical(x.b.fadd(x.b.fmul(x.da(t), x.db(t, pc)), z), 64)
+    return x.canonical(_fused_multiply_add(x, x.da(t), x.db(t, pc), z), 64)
 
 
 def _intrinsic(x: Lanes, name: str, value: ir.Value) -> ir.Value:

@@ -2,10 +2,10 @@
 
 Each `v_*` function is the value instruction `kind` gives lane `l`, written to mean exactly
 what the reference's numpy code means (`integer.py`, `floating.py`): integers are held in
-int64 and wrap as the hardware's; float32 and float64 round at every operation but FFMA, which
-rounds once (`numerics.fused_multiply_add`, the host's fused multiply-add; a DFMA is a multiply then an
-add: numba does not contract them); min and max are `numerics.float_min`'s; conversions round and
-saturate as the reference's. They all take the same arguments so the engine (`native.py`) can loop
+int64 and wrap as the hardware's; float32 and float64 round at every operation but FFMA and DFMA,
+which round once (`numerics.fused_multiply_add`, the host's fused multiply-add: numba contracts
+nothing itself); min and max are `numerics.float_min`'s; conversions round and saturate as the
+reference's. They all take the same arguments so the engine (`native.py`) can loop
 any of them over the lanes:
 
   R, F, P   the register file as uint32 and float32 rows, and the predicates
@@ -440,9 +440,8 @@ def v_dmul(R, F, P, l, o, bf):
 
 @inline
 def v_dfma(R, F, P, l, o, bf):
-    product = _da(R, l, o) * _db(R, l, o)
     z = as_f64(pair(R, o[O_C], o[O_C2], l))
-    return as_i64(canonical64(product + (-z if o[O_NEGC] else z)))
+    return as_i64(canonical64(fused_multiply_add(_da(R, l, o), _db(R, l, o), -z if o[O_NEGC] else z)))
 
 
 @inline
