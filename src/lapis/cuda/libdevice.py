@@ -20,7 +20,7 @@ through the float32 functions and carry float32 accuracy (see docs/layer3-progra
 
 import math
 
-from numpy import float32, float64, int32, int64, uint32
+from numpy import float32, float64, int32, uint32
 
 from lapis.cuda.compiler.device_function import DeviceFunction
 from lapis.cuda.compiler.intrinsics import (
@@ -35,7 +35,7 @@ from lapis.cuda.compiler.intrinsics import (
     syncthreads,
     threadIdx,
 )
-from lapis.cuda.libdevice64 import LOG2E, log, pow2, pow_signs  # float64's, which some float32 ones use
+from lapis.cuda.libdevice64 import LOG2E, pow_signs  # float64's, which some float32 ones use
 
 LN2 = 0.6931471805599453                # ln(2): ln x is log2(x) ln 2
 LOG10_2 = math.log10(2)
@@ -215,29 +215,6 @@ def asinf(x):
 def acosf(x):
     """acos x as atan2(sqrt((1 - x)(1 + x)), x)."""
     return atan2f(math.sqrt((1.0 - x) * (1.0 + x)), x)
-
-
-@DeviceFunction
-def fmodf(x, y):
-    """C's fmod, exactly: x - n y for n the quotient truncated, with x's sign (a zero result too); NaN for y = 0,
-    an infinite x or a NaN, x for an infinite y. In float64, |x| loses the largest y 2^k not above it until it is
-    below |y|: each subtraction is exact (Sterbenz), so no quotient, however large, is rounded."""
-    a, b = abs(float64(x)), abs(float64(y))
-    r = math.nan
-    if b == math.inf and a != math.inf:
-        r = a
-    elif b > 0.0 and a != math.inf and a == a:
-        while a >= b:
-            t = b * pow2(int64(math.floor(log(a / b) * LOG2E)))
-            if t > a:
-                t = t * 0.5
-            elif t * 2.0 <= a:
-                t = t * 2.0
-            a = a - t
-        r = a
-    if x < 0.0 or (x == 0.0 and 1.0 / x < 0.0):
-        r = -r
-    return float32(r)
 
 
 # -- numba.cuda's bit and warp intrinsics that CUDA's headers build from instructions (here: from the kernel

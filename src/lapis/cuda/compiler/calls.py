@@ -329,12 +329,12 @@ LIBDEVICE = {"exp": libdevice.expf, "log": libdevice.logf, "log10": libdevice.lo
              "tan": libdevice.tanf, "atan": libdevice.atanf, "atan2": libdevice.atan2f,
              "expm1": libdevice.expm1f, "sinh": libdevice.sinhf, "cosh": libdevice.coshf, "tanh": libdevice.tanhf,
              "erf": libdevice.erff, "erfc": libdevice.erfcf, "pow": libdevice.powf,
-             "asin": libdevice.asinf, "acos": libdevice.acosf, "fmod": libdevice.fmodf, "cbrt": libdevice.cbrt}
+             "asin": libdevice.asinf, "acos": libdevice.acosf, "cbrt": libdevice.cbrt}
 
 
 # float64 functions computed in float64 (the rest of float64 math goes through float32); those without a float32
-# function of their own (asinh, acosh, atanh, hypot, gamma, lgamma) are computed in float64 for float32 too, and
-# rounded
+# function of their own (asinh, acosh, atanh, hypot, fmod, gamma, lgamma) are computed in float64 for float32 too,
+# and rounded (fmod exactly: a float32 remainder is a float32)
 LIBDEVICE_FLOAT64 = {"sqrt": libdevice64.sqrt, "exp": libdevice64.exp, "log": libdevice64.log,
                      "log10": libdevice64.log10, "pow": libdevice64.pow, "sin": libdevice64.sin,
                      "cos": libdevice64.cos, "tan": libdevice64.tan,
