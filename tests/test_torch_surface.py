@@ -378,18 +378,25 @@ EINSUMS = [("ij,jk->ik", (3, 4), (4, 5)), ("bij,bjk->bik", (2, 3, 4), (2, 4, 5))
            ("ij,jk", (3, 4), (4, 5)), ("bn,anm,bm->ba", (2, 3), (4, 3, 5), (2, 5))]
 
 
+def einsum_like_torch(device, equation: str, shapes: list, weighted: bool = False) -> None:
+    """lapis.einsum and torch.einsum of the same random operands: the same values, and the same gradients of their
+    sum (`weighted`: of a random weighting of it, so every element's gradient differs)."""
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    ours = [lapis.tensor(a, device=device, requires_grad=True) for a in arrays]
+    theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
+    got, want = lapis.einsum(equation, *ours), torch.einsum(equation, *theirs)
+    same(got, want)
+    weight = rng.standard_normal(tuple(want.shape)).astype(np.float32) if weighted else np.float32(1)
+    (got * lapis.tensor(weight, device=device)).sum().backward()
+    (want * torch.tensor(weight)).sum().backward()
+    for o, t in zip(ours, theirs, strict=True):
+        same(o.grad, t.grad)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_einsum_contracts_as_torch_with_gradients(device):
     for equation, *shapes in EINSUMS:
-        arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-        ours = [lapis.tensor(a, device=device, requires_grad=True) for a in arrays]
-        theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-        got, want = lapis.einsum(equation, *ours), torch.einsum(equation, *theirs)
-        same(got, want)
-        got.sum().backward()
-        want.sum().backward()
-        for o, t in zip(ours, theirs, strict=True):
-            same(o.grad, t.grad)
+        einsum_like_torch(device, equation, shapes)
     with pytest.raises(NotImplementedError, match="without '...'"):
         lapis.einsum("...ij->...ji", lapis.ones(2, 3, device=device))
     with pytest.raises(RuntimeError, match="do not match"):
@@ -406,16 +413,7 @@ def test_einsum_takes_the_diagonal_of_a_repeated_subscript(device):
     """A letter twice in one operand is that operand's diagonal (a trace where it is summed), values and
     gradients as torch's; sizes that differ, a repeated output letter and a wrong count raise torch's errors."""
     for equation, *shapes in REPEATED:
-        arrays = [rng.standard_normal(s).astype(np.float32) for s in shapes]
-        ours = [lapis.tensor(a, device=device, requires_grad=True) for a in arrays]
-        theirs = [torch.tensor(a, requires_grad=True) for a in arrays]
-        got, want = lapis.einsum(equation, *ours), torch.einsum(equation, *theirs)
-        same(got, want)
-        weight = rng.standard_normal(tuple(want.shape)).astype(np.float32)
-        (got * lapis.tensor(weight, device=device)).sum().backward()
-        (want * torch.tensor(weight)).sum().backward()
-        for o, t in zip(ours, theirs, strict=True):
-            same(o.grad, t.grad)
+        einsum_like_torch(device, equation, shapes, weighted=True)
     with pytest.raises(RuntimeError, match="subscript i is repeated for operand 0 but the sizes don't match, 3 != 2"):
         lapis.einsum("ii", lapis.ones(2, 3, device=device))
     with pytest.raises(RuntimeError, match="output subscript i appears more than once"):
