@@ -63,7 +63,6 @@ import numpy as np
 from lapis import abi, trace
 from lapis.hardware.mmu import MemoryFault
 from lapis.hardware.perf import LaunchResourceError, model_time, occupancy
-from lapis.hardware.power import kernel_energy_j
 from lapis.hardware.simt import Dispatch, KernelFault
 from lapis.isa import INSTRUCTION_BYTES, IsaError, decode_program, disassemble, format_instruction
 
@@ -571,7 +570,7 @@ class CommandProcessor:
             raise err from None
         wall = time.perf_counter() - wall
         timing = model_time(profile, counters, occ, program)
-        energy = kernel_energy_j(profile, counters)
+        energy = timing.energy_j
         throttle = gpu.power.throttle(energy, timing.duration_ns)
         if throttle.clock_ratio < 1:
             timing = model_time(profile, counters, occ, program, throttle.clock_ratio)

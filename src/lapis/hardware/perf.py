@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from lapis.hardware.power import kernel_energy_j
 from lapis.hardware.profiles import DeviceProfile
 from lapis.hardware.simt import Counters
 from lapis.isa import OPCODES, Instruction
@@ -94,6 +95,7 @@ class KernelTiming:
     # and why ("long scoreboard", "short scoreboard", "wait", or "" when it issues at once), as Nsight
     # Compute's source view reports stall reasons
     stalls: list[tuple[float, str]]
+    energy_j: float               # dynamic energy of the counted work at full clock (`power.kernel_energy_j`)
 
     def fraction_of(self, rate: float, amount: float) -> float:
         """`amount` per device duration as a fraction of a peak `rate` (e.g. FLOPs vs FLOP/s)."""
@@ -217,4 +219,4 @@ def _model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: li
     resident = occ.blocks_per_unit * profile.compute_units
     achieved = occ.theoretical * c.blocks / (max(1, c.waves) * resident)
     return KernelTiming(terms, profile.kernel_launch_ns, duration, profile.kernel_launch_ns + duration, limiter,
-                        active, chain, achieved, stalls)
+                        active, chain, achieved, stalls, kernel_energy_j(profile, c))

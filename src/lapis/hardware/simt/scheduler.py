@@ -88,11 +88,10 @@ class SimtCore:
             self._run_blocks(blocks, kinds, targets)
         if translation is not None and self.fuse_after is not None:
             fuse_hot(translation, c.thread_instructions, self.fuse_after, stride, self.warp_size)
-        (pipe_names, per_pipe), (precisions, flops_per_lane) = pipes, flops
-        c.warp_instructions_by_pipe.update(zip(pipe_names, (per_pipe @ c.warp_instructions).tolist(), strict=True))
-        for precision, count in zip(precisions, (flops_per_lane @ c.thread_instructions).tolist(), strict=True):
-            if count:
-                c.flops_by_precision[precision] = count
+        by_pipe, by_precision = self.caches.per_count(d.program, c.warp_instructions, c.thread_instructions,
+                                                      partial(_pipe_and_precision_totals, c, pipes, flops))
+        c.warp_instructions_by_pipe.update(by_pipe)
+        c.flops_by_precision.update(by_precision)
         return c
 
     def _batch(self, d: Dispatch, nblocks: int, translation: Translation | None) -> ResidentBlocks:
@@ -231,6 +230,15 @@ class SimtCore:
 
 
 PAST_END_TEXT = "execution ran past the end of the program (missing EXIT)"
+
+
+def _pipe_and_precision_totals(c: Counters, pipes: tuple, flops: tuple) -> tuple[dict, dict]:
+    """Warp instructions by pipe and FLOPs by precision (those not zero), from the per-instruction counts."""
+    (pipe_names, per_pipe), (precisions, flops_per_lane) = pipes, flops
+    by_pipe = dict(zip(pipe_names, (per_pipe @ c.warp_instructions).tolist(), strict=True))
+    by_precision = {precision: count for precision, count
+                    in zip(precisions, (flops_per_lane @ c.thread_instructions).tolist(), strict=True) if count}
+    return by_pipe, by_precision
 
 
 def program_facts(program: list[Instruction]) -> tuple:

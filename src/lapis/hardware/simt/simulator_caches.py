@@ -14,6 +14,8 @@ it is the simulator keeping work it would otherwise redo, as QEMU keeps translat
   constants and picks functions; see `binders.py`), and by later launches of the same program
   and shape.
 - Each program's translation for the native engine (`translate.py`).
+- What is summed from a launch's per-instruction counts (its warp instructions by pipe, FLOPs by
+  precision), by program and counts: a framework launches one kernel on one shape over and over.
 - Values derived from registers (`DerivedValues`), kept until one of those registers is
   written again: a shared-memory address register's word indices, its bank-conflict count,
   an HMMA operand's unpacked fragment.
@@ -42,6 +44,7 @@ class SimulatorCaches:
     KEPT_BATCHES = 64
     KEPT_LANES = 1 << 21           # lanes of all kept batches together (about 20 bytes each) ...
     KEPT_LAYOUT_LANES = 1 << 20    # ... and of all kept lane layouts (about 120 bytes each)
+    KEPT_COUNTS = 4096             # launches' count totals (past this many, the cache starts over)
 
     def __init__(self, enabled: bool = True):
         self.enabled = enabled
@@ -49,6 +52,7 @@ class SimulatorCaches:
         self._programs: dict[bytes, list[Instruction]] = {}
         self._translations: dict[tuple[int, int, int], tuple[list[Instruction], Translation]] = {}
         self._per_program: dict[tuple[int, str], tuple[list[Instruction], object]] = {}
+        self._per_count: dict[tuple[int, bytes, bytes], tuple[list[Instruction], tuple]] = {}
         self._arrays: dict[str, np.ndarray] = {}
         self._batches: dict[Hashable, tuple[list[Instruction], ResidentBlocks, int]] = {}
         self._layouts: dict[Hashable, tuple[None, LaneLayout, int]] = {}
@@ -84,6 +88,19 @@ class SimulatorCaches:
             kept = self._translations[key] = (program, translate(program, registers))
         return kept[1]
 
+    def per_count(self, program: list[Instruction], warp_counts: np.ndarray, thread_counts: np.ndarray,
+                  make: Callable[[], tuple]) -> tuple:
+        """make(), once per program and per-instruction warp and thread counts."""
+        if not self.enabled:
+            return make()
+        key = (id(program), warp_counts.tobytes(), thread_counts.tobytes())
+        kept = self._per_count.get(key)
+        if kept is None or kept[0] is not program:
+            if len(self._per_count) >= self.KEPT_COUNTS:
+                self._per_count.clear()
+            kept = self._per_count[key] = (program, make())
+        return kept[1]
+
     def translations(self, program: list[Instruction]) -> list["Translation"]:
         """Every translation kept of the program (one per register count and row length)."""
         return [translation for kept, translation in self._translations.values() if kept is program]
@@ -93,6 +110,7 @@ class SimulatorCaches:
         self._programs.clear()
         self._translations.clear()
         self._per_program.clear()
+        self._per_count.clear()
         self._batches.clear()
         self._layouts.clear()
 
