@@ -78,7 +78,7 @@ def _codec(cls) -> tuple[struct.Struct, operator.attrgetter]:
 class KernelDispatchPacket(_Layout):
     FORMAT = "<HHHHHHIIIIIQQQQ"
     header: int = 0
-    setup: int = 1
+    setup: int = 1                  # bits 0-1: dimensions; bit 15 (lapis's): SETUP_COOPERATIVE
     workgroup_size_x: int = 1
     workgroup_size_y: int = 1
     workgroup_size_z: int = 1
@@ -92,6 +92,12 @@ class KernelDispatchPacket(_Layout):
     kernarg_address: int = 0
     reserved2: int = 0
     completion_signal: int = 0
+
+
+# A cooperative dispatch (CUDA's cuLaunchCooperativeKernel, HIP's hipLaunchCooperativeKernel): every workgroup of
+# the grid is resident at once, so that workgroups may wait for each other (a grid barrier). HSA leaves the setup
+# field's upper bits reserved; lapis marks the dispatch with its top bit, where AMD's runtime uses a queue of its own.
+SETUP_COOPERATIVE = 1 << 15
 
 
 @dataclass

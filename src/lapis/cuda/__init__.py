@@ -39,6 +39,7 @@ from lapis.cuda.compiler.intrinsics import (
     ballot_sync,
     blockDim,
     blockIdx,
+    cg,
     const,
     grid,
     gridDim,
@@ -161,7 +162,7 @@ bfloat16 = ml_dtypes.bfloat16
 boolean = np.bool_
 
 __all__ = [
-    "all_sync", "any_sync", "atomic", "ballot_sync", "mma", "bfloat16", "const", "float16", "shfl_down_sync",
+    "all_sync", "any_sync", "atomic", "ballot_sync", "cg", "mma", "bfloat16", "const", "float16", "shfl_down_sync",
     "shfl_sync",
     "shfl_up_sync", "shfl_xor_sync", "syncwarp", "threadfence", "threadfence_block", "threadfence_system",
     "Api", "CompileError", "CudaError", "CudaSupportError", "Device", "DeviceNDArray", "KernelFault", "LaunchError",

@@ -88,6 +88,9 @@ class Device:
         self.WARP_SIZE = p.warp_size
         self.MAX_THREADS_PER_BLOCK = p.max_threads_per_block
         self.MAX_SHARED_MEMORY_PER_BLOCK = p.shared_per_block
+        self.MAX_BLOCKS_PER_MULTIPROCESSOR = p.max_blocks_per_unit
+        self.COOPERATIVE_LAUNCH = 1             # kernels that sync their grid (cuda.cg) may be launched
+        self.properties = p                     # the driver's topology entry (what the occupancy calculator reads)
         self.total_memory = p.memory_bytes
         self.profile = p.profile
 
@@ -115,6 +118,8 @@ class Context:
         self.allocations: dict[int, weakref.ref] = {}       # by address; `Allocation`s register themselves
         self.pool = MemoryPool(self)                        # device memory, cached by size class
         self.printf = None                                  # its printf FIFO (printf_fifo.py), once a kernel prints
+        self.grid_barrier = None                            # its grid barrier's word, once a kernel syncs its grid
+        self.grid_barrier_dirty = False                     # ... to be zeroed before its next use
         self.lock = threading.RLock()
 
     # -- memory -------------------------------------------------------------------------------
@@ -275,9 +280,10 @@ class Context:
 
     # -- launches and event records -----------------------------------------------------------
     def launch(self, compiled, kernargs: bytes, grid: tuple, block: tuple, dynamic_shared: int,
-               stream=None) -> tuple[int, int]:
-        """Queue a kernel on `stream` (a Stream of this context; None or 0: the default stream); returns the
-        queue id and packet index, which the device's kernel event reports too."""
+               stream=None, cooperative: bool = False) -> tuple[int, int]:
+        """Queue a kernel on `stream` (a Stream of this context; None or 0: the default stream), `cooperative`ly
+        (every block resident at once) if asked; returns the queue id and packet index, which the device's kernel
+        event reports too."""
         with self.lock:
             state = self.stream_state(stream)
             self.raise_completed_faults()
@@ -292,7 +298,8 @@ class Context:
             signal = self._signal()
             dims = 3 if grid[2] > 1 or block[2] > 1 else 2 if grid[1] > 1 or block[1] > 1 else 1
             packet = abi.KernelDispatchPacket(
-                header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH, barrier=True), setup=dims,
+                header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH, barrier=True),
+                setup=dims | (abi.SETUP_COOPERATIVE if cooperative else 0),
                 workgroup_size_x=block[0], workgroup_size_y=block[1], workgroup_size_z=block[2],
                 grid_size_x=grid[0] * block[0], grid_size_y=grid[1] * block[1], grid_size_z=grid[2] * block[2],
                 group_segment_size=symbol.group_segment_size + dynamic_shared, kernel_object=symbol.kernel_object,
@@ -445,6 +452,7 @@ class Context:
                 self.free_slots.append(other.kernarg_slot)
         self.stopped_queues.append(state.queue)
         state.queue = self.rt.create_queue(self.agent, QUEUE_PACKETS)
+        self.grid_barrier_dirty = True          # the failed kernel may have left a grid barrier half-counted
         reason = detail.get("fault") or detail.get("reason", "the kernel failed")
         trap = re.fullmatch(r"device-side assert triggered \(trap (\d+)\)", reason)
         if trap and work.assertions and int(trap[1]) in work.assertions:
@@ -609,8 +617,8 @@ class Event:
         return f"<Event {id(self):#x}{where}>"
 
 
-_SCALAR_FORMATS = {"int32": "i", "uint32": "I", "int64": "q", "float32": "f", "float64": "d", "bool": "I",
-                   "float16": "H", "bfloat16": "H"}
+_SCALAR_FORMATS = {"int32": "i", "uint32": "I", "int64": "q", "uint64": "Q", "float32": "f", "float64": "d",
+                   "bool": "I", "float16": "H", "bfloat16": "H"}
 _PACKERS: dict[int, tuple] = {}       # id(layout) -> (layout, struct, plan): made at a kernel's first launch
 # How pack_kernargs writes an argument: a 1-D array, an array of more dimensions, a half, a bool, another number.
 _VECTOR, _ARRAY, _HALF, _BOOL, _NUMBER = range(5)

@@ -21,10 +21,12 @@ import warnings
 import numpy as np
 
 from lapis import abi, trace
+from lapis.cuda import occupancy
 from lapis.cuda import signatures as signatures_
 from lapis.cuda.compiler import CompiledKernel, compile_kernel
 from lapis.cuda.compiler import types as T
 from lapis.cuda.context import pack_kernargs
+from lapis.cuda.cooperative_groups import BARRIER_WORD
 from lapis.cuda.devicearray import DeviceNDArray, MappedNDArray
 from lapis.cuda.errors import LaunchError
 from lapis.cuda.printf_fifo import fifo_of
@@ -206,12 +208,15 @@ class Dispatcher:
         if compiled.shared_bytes + shared > device.MAX_SHARED_MEMORY_PER_BLOCK:
             raise LaunchError(f"kernel {self.__name__!r} needs {compiled.shared_bytes + shared} bytes of shared "
                               f"memory per block; {device.name} has {device.MAX_SHARED_MEMORY_PER_BLOCK}")
+        if compiled.cooperative:
+            self._check_cooperative(device, compiled, grid, threads, shared)
         hidden = [self._hidden(context, compiled, entry["name"]) for entry in compiled.arg_layout[len(args):]]
         kernargs = pack_kernargs(compiled.arg_layout, list(args) + hidden)
         if len(kernargs) > abi.MAX_KERNARG_BYTES:
             raise LaunchError(f"kernel {self.__name__!r} takes {len(kernargs)} bytes of arguments; the limit is "
                               f"{abi.MAX_KERNARG_BYTES}")
-        queue, index = context.launch(compiled, kernargs, grid, block, shared, stream=stream)
+        queue, index = context.launch(compiled, kernargs, grid, block, shared, stream=stream,
+                                      cooperative=compiled.cooperative)
         if trace.enabled():
             trace.emit(3, "launch", kernel=self.__name__, device=str(device), grid=grid, block=block,
                        registers=compiled.registers, shared_bytes=compiled.shared_bytes + shared,
@@ -220,6 +225,28 @@ class Dispatcher:
                        kernarg_bytes=len(kernargs), kernarg_hex=kernargs.hex(),
                        instructions=len(compiled.instructions), queue=queue, packet_index=index)
 
+
+    def _check_cooperative(self, device, compiled: CompiledKernel, grid: tuple, threads: int, shared: int) -> None:
+        """A kernel that syncs its grid runs only if every block is resident at once (numba launches it
+        cooperatively, and CUDA refuses a larger grid with CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)."""
+        limit = occupancy.max_cooperative_grid_blocks(device.properties, threads, compiled.registers,
+                                                      compiled.shared_bytes + shared)
+        blocks = grid[0] * grid[1] * grid[2]
+        if blocks > limit:
+            raise LaunchError(f"cooperative launch too large (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE): kernel "
+                              f"{self.__name__!r} syncs its grid, so all {blocks} blocks must be resident at once, "
+                              f"and {device.name} holds at most {limit} blocks of {threads} threads at once "
+                              "(see max_cooperative_grid_blocks)")
+
+    def max_cooperative_grid_blocks(self, blockdim, dynsmemsize: int = 0) -> int:
+        """The most blocks of `blockdim` threads (and `dynsmemsize` bytes of dynamic shared memory) a cooperative
+        launch of this kernel may have on the current device (numba's _Kernel.max_cooperative_grid_blocks); the
+        kernel's last compiled signature decides its registers and shared memory."""
+        block = _dim3(blockdim, "the block (threads)")
+        compiled = self._last[1] or self._compiled()[-1]
+        device = self.api.get_current_device()
+        return occupancy.max_cooperative_grid_blocks(device.properties, block[0] * block[1] * block[2],
+                                                     compiled.registers, compiled.shared_bytes + dynsmemsize)
 
     def _fitted(self, args: tuple, argtypes: tuple) -> tuple[tuple, tuple]:
         """The arguments as the first declared signature they fit takes them, and that signature (numba's
@@ -255,9 +282,12 @@ class Dispatcher:
                 a[...] = d.copy_to_host(stream=stream)
 
     def _hidden(self, context, compiled: CompiledKernel, name: str) -> DeviceNDArray:
-        """The value of a hidden argument after the kernel's own: a constant array's copy, or the printf FIFO."""
+        """The value of a hidden argument after the kernel's own: a constant array's copy, the grid barrier's word,
+        or the printf FIFO."""
         if name.startswith("$const"):
             return self._const_copy(context, compiled.const_arrays[int(name[len("$const"):])])
+        if name == BARRIER_WORD:
+            return _grid_barrier(context)
         return fifo_of(context).argument(compiled, name)
 
     def _const_copy(self, context, data: np.ndarray) -> DeviceNDArray:
@@ -268,6 +298,20 @@ class Dispatcher:
             copy = self._const_copies[key] = DeviceNDArray.allocate(context, data.shape, data.dtype, "C")
             copy.copy_to_device(data)
         return copy
+
+
+def _grid_barrier(context) -> DeviceNDArray:
+    """The word in which kernels syncing their grid count arrivals (`cooperative_groups.py`): one per context, as
+    dispatches run one at a time; zeroed when made, and again after a fault, which may have stopped a kernel
+    part-way through a barrier."""
+    with context.lock:
+        context.raise_completed_faults()
+        if context.grid_barrier is None:
+            context.grid_barrier, context.grid_barrier_dirty = DeviceNDArray.allocate(context, 1, np.uint32), True
+        if context.grid_barrier_dirty:
+            context.grid_barrier.copy_to_device(np.zeros(1, np.uint32))
+            context.grid_barrier_dirty = False
+        return context.grid_barrier
 
 
 class LaunchConfiguration:

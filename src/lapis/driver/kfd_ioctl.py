@@ -72,6 +72,8 @@ class NodeProperties:
     shared_per_block: int          # bytes
     shared_per_unit: int           # bytes
     registers_per_unit: int        # 32-bit registers
+    register_allocation_unit: int  # registers a warp is given at a time
+    max_blocks_per_unit: int
     memory_bytes: int
     l2_bytes: int
     fp32_tflops: float

@@ -559,7 +559,15 @@ class CommandProcessor:
         shared = max(kd.group_segment_fixed_size, p.group_segment_size)
         occ = self._occupancy(block[0] * block[1] * block[2], kd.registers, shared)
         local = max(kd.private_segment_fixed_size, p.private_segment_size)
-        d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps, local)
+        cooperative = bool(p.setup & abi.SETUP_COOPERATIVE)
+        blocks = grid[0] * grid[1] * grid[2]
+        if cooperative and blocks > occ.resident_blocks:
+            raise PacketError(f"cooperative dispatch of {blocks} workgroups exceeds the {occ.resident_blocks} that can "
+                              "be resident at once")
+        if cooperative and blocks * block[0] * block[1] * block[2] > gpu.simt.MAX_COOPERATIVE_LANES:
+            raise PacketError(f"cooperative dispatch of {blocks} workgroups exceeds the "
+                              f"{gpu.simt.MAX_COOPERATIVE_LANES} threads the simulator runs together")
+        d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps, local, cooperative)
         wall, host_start = time.perf_counter(), time.monotonic()
         try:
             counters = gpu.simt.run(d, occ.resident_blocks)

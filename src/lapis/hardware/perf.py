@@ -36,8 +36,6 @@ from lapis.hardware.simt import Counters
 from lapis.isa import OPCODES, Instruction
 from lapis.isa.dataflow import registers
 
-REGISTER_ALLOCATION_UNIT = 256      # registers are handed to warps in chunks, as on NVIDIA GPUs
-
 
 @dataclass(frozen=True)
 class Occupancy:
@@ -65,7 +63,8 @@ def occupancy(profile: DeviceProfile, threads_per_block: int, registers: int, sh
         raise LaunchResourceError(f"{shared_bytes} bytes of shared memory per block exceeds the device limit of "
                                   f"{profile.shared_per_block}")
     warps = -(-threads_per_block // profile.warp_size)
-    regs_per_warp = -(-max(registers, 1) * profile.warp_size // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    unit = profile.register_allocation_unit
+    regs_per_warp = -(-max(registers, 1) * profile.warp_size // unit) * unit
     limits = {
         "block slots": profile.max_blocks_per_unit,
         "threads": profile.max_threads_per_unit // (warps * profile.warp_size),

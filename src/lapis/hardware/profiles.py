@@ -53,6 +53,7 @@ class DeviceProfile:
     tdp_watts: float
     kernel_launch_ns: float        # fixed front-end cost of a dispatch
     compute_capability: tuple[int, int]
+    register_allocation_unit: int = 256   # registers are handed to warps in chunks of this many, as on NVIDIA GPUs
     # power and temperature (lapis.hardware.power): energy per unit of work, the thermal model
     idle_watts: float = 90.0
     memory_clock_mhz: float = 2619.0

@@ -26,6 +26,7 @@ from lapis.cuda import (
     blockDim,
     blockIdx,
     boolean,
+    cg,
     const,
     float16,
     float32,
@@ -95,7 +96,7 @@ _runtime_api = RuntimeApi(_api, "hip")
 globals().update(_runtime_api.namespace())      # hipMalloc, hipSuccess, ...: the CUDA names through one table
 
 __all__ = [
-    "all_sync", "any_sync", "atomic", "ballot_sync", "mma", "bfloat16", "const", "float16", "shfl_down_sync",
+    "all_sync", "any_sync", "atomic", "ballot_sync", "cg", "mma", "bfloat16", "const", "float16", "shfl_down_sync",
     "shfl_sync",
     "shfl_up_sync", "shfl_xor_sync", "syncwarp", "threadfence", "threadfence_block", "threadfence_system",
     "CompileError", "CudaError", "DeviceNDArray", "HipError", "KernelFault", "LaunchError", "blockDim", "blockIdx",

@@ -19,6 +19,7 @@ from lapis import abi, trace
 from lapis.cuda.compiler import cache, codegen, isel, layout, passes, regalloc
 from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.frontend import build_ir, kernarg_layout
+from lapis.cuda.cooperative_groups import BARRIER_WORD
 from lapis.isa import INSTRUCTION_BYTES, disassemble, encode_program
 from lapis.runtime import CodeObject, KernelCode
 
@@ -42,6 +43,11 @@ class CompiledKernel:
     const_arrays: list = field(default_factory=list)    # hidden arguments after the kernel's own
     assertions: dict = field(default_factory=dict)      # trap number -> the assertion it reports (BPT.TRAP n)
     prints: dict = field(default_factory=dict)          # print() number -> its items, the printf FIFO's records
+
+    @property
+    def cooperative(self) -> bool:
+        """Whether the kernel syncs its grid, so that it must be launched cooperatively."""
+        return any(entry.get("name") == BARRIER_WORD for entry in self.arg_layout)
 
     def listing(self) -> str:
         return disassemble(self.instructions)

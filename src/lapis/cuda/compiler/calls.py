@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lapis.cuda import libdevice, libdevice64, libdevice64_derived
+from lapis.cuda import cooperative_groups, libdevice, libdevice64, libdevice64_derived
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
@@ -140,6 +140,16 @@ def lookup(fn) -> Builtin | None:
 # -- lowerings: (frontend, arguments) -> value ------------------------------------------------
 def _barrier(fe, args):
     fe.emit(Op.BARRIER, None)
+    return NOTHING
+
+
+def _this_grid(fe, args):
+    return K.grid_group
+
+
+def _grid_sync(fe, args):
+    word = fe.hidden_array(cooperative_groups.BARRIER_WORD, T.uint32)
+    fe.inline(cooperative_groups.grid_sync, [word])
     return NOTHING
 
 
@@ -419,6 +429,8 @@ NUMPY_BINARY = {np.arctan2: "atan2", np.hypot: "hypot", np.fmod: "fmod"}
 CALLS: dict[object, Builtin] = {
     K.syncthreads: Builtin("cuda.syncthreads", (), _barrier),
     K.syncwarp: Builtin("cuda.syncwarp", (Param("mask", optional=True),), _syncwarp),
+    K.cg.this_grid: Builtin("cuda.cg.this_grid", (), _this_grid),
+    K.grid_group.sync: Builtin("cuda.cg.GridGroup.sync", (), _grid_sync),
     K.threadfence: Builtin("cuda.threadfence", (), _fence("GPU")),
     K.threadfence_block: Builtin("cuda.threadfence_block", (), _fence("CTA")),
     K.threadfence_system: Builtin("cuda.threadfence_system", (), _fence("SYS")),

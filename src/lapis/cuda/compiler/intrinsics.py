@@ -70,6 +70,11 @@ shfl_xor_sync = Intrinsic("cuda.shfl_xor_sync", "cuda.shfl_xor_sync(mask, value,
 all_sync = Intrinsic("cuda.all_sync", "cuda.all_sync(mask, predicate): whether it holds on every active lane")
 any_sync = Intrinsic("cuda.any_sync", "cuda.any_sync(mask, predicate): whether it holds on some active lane")
 ballot_sync = Intrinsic("cuda.ballot_sync", "cuda.ballot_sync(mask, predicate): a bit per lane where it holds")
+# Cooperative groups, as numba has them: the grid as a group, whose sync() is a barrier for every thread of the grid.
+grid_group = _Namespace("cuda.cg.GridGroup", sync=Intrinsic(
+    "cuda.cg.GridGroup.sync", "g.sync(): wait until every thread of the grid arrives (a kernel that calls it is "
+    "launched cooperatively: every block resident at once)"))
+cg = _Namespace("cuda.cg", this_grid=Intrinsic("cuda.cg.this_grid", "cuda.cg.this_grid(): the grid as a group"))
 # libdevice's reciprocal (PTX's rcp.approx.f32), as math.exp2 is its 2^x: one instruction where x / y
 # takes four, which is what the library's formulas were written with.
 fast_rcp = Intrinsic("fast_rcp", "fast_rcp(x): 1 / x in float32 from the special function unit (one MUFU.RCP)")

@@ -122,3 +122,4 @@ class Dispatch:
     vmid: int
     watchdog_steps: int
     local_bytes: int = 0                 # local (private) memory per thread
+    cooperative: bool = False            # every block resident at once (one batch), for grid barriers

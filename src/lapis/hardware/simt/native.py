@@ -627,7 +627,7 @@ def atomic_add(t, active, R, words, where, keys, lane_of, spare):
     n = 0
     for l in range(active.size):
         if active[l]:
-            keys[n] = ((where[l] >> 2) << 20) | n           # at most 2^16 lanes (SimtCore.MAX_LANES)
+            keys[n] = ((where[l] >> 2) << 20) | n           # under 2^20 lanes (a cooperative batch: 622,592)
             lane_of[n] = l
             n += 1
     merge_sort(keys, spare, n)

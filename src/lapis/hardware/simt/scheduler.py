@@ -41,6 +41,7 @@ class SimtCore:
     """Runs dispatches: splits the grid into batches of resident blocks and executes each."""
 
     MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
+    MAX_COOPERATIVE_LANES = 1 << 20    # a cooperative dispatch's lanes, all together (the engine's atomics index them)
     # A run of arithmetic is compiled into an LLVM function (`fused.py`) once threads have run it this many
     # times, over all launches: compiling costs about 2 ms per instruction and saves about 0.15 ns per
     # instruction and thread, so within one process a run would pay for itself after some 2^23 thread-runs;
@@ -75,6 +76,8 @@ class SimtCore:
         total = d.grid[0] * d.grid[1] * d.grid[2]
         tpb = d.block[0] * d.block[1] * d.block[2]
         per_batch = max(1, min(resident_blocks, self.MAX_LANES // tpb))
+        if d.cooperative:               # blocks wait for each other: the command processor checked they all fit
+            per_batch = total
         c.waves = -(-total // resident_blocks)
         c.blocks = total
         c.warps_per_block = -(-tpb // self.warp_size)
