@@ -426,7 +426,8 @@ class Context:
                     if thread.is_alive():
                         raise CudaError(f"a host callback added to a stream of {self.device} has not returned after "
                                         f"{CALLBACK_WAIT_S:.0f} s")
-            state.callbacks = [t for t in state.callbacks if t.is_alive()]
+            with self.lock:          # add_callback on another thread extends the same list
+                state.callbacks = [t for t in state.callbacks if t.is_alive()]
 
     def stream_done(self, stream) -> bool:
         """Whether a stream has finished all its work (cudaStreamQuery), without waiting."""
@@ -509,7 +510,8 @@ class Stream:
                 signal.destroy()
             callback(self, 0 if value == 0 else LAUNCH_FAILURE, arg)
         thread = threading.Thread(target=wait_then_call, name="stream callback", daemon=True)
-        state.callbacks = [t for t in state.callbacks if t.is_alive()] + [thread]
+        with self.context.lock:      # a synchronize on another thread prunes the same list
+            state.callbacks = [t for t in state.callbacks if t.is_alive()] + [thread]
         thread.start()
 
     def async_done(self):
