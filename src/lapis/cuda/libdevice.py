@@ -14,8 +14,8 @@ converted to float32 for the call and the result converted back. float64's `sqrt
 `sin`, `cos` and `tan` are float64 functions in `libdevice64.py`, computed in float64 (within a few ulps; pow
 within 2 |y ln x| more; sin, cos and tan for |x| below 2^20 pi/2, losing digits beyond); the rest of math on
 float64 is built on those in `libdevice64_derived.py` (log2, log1p, expm1, the hyperbolic functions and their
-inverses, cbrt, atan, atan2, asin, acos, hypot, fmod, gamma, lgamma), but exp2, erf and erfc, which still go
-through the float32 functions and carry float32 accuracy (see docs/layer3-programming-interface.md).
+inverses, cbrt, atan, atan2, asin, acos, hypot, fmod, gamma, lgamma, exp2, erf, erfc), so no float64 math goes
+through float32 (see docs/layer3-programming-interface.md).
 """
 
 import math
@@ -39,10 +39,15 @@ from lapis.cuda.libdevice64 import LOG2E, pow_signs  # float64's, which some flo
 
 LN2 = 0.6931471805599453                # ln(2): ln x is log2(x) ln 2
 LOG10_2 = math.log10(2)
-# erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7): for x >= 0,
-# erfc x = t (A1 + t (A2 + t (A3 + t (A4 + t A5)))) e^(-x^2), with t = 1 / (1 + P x).
-P = 0.3275911
-A1, A2, A3, A4, A5 = 0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429
+# erfc a (a = |x|) as e^(-a^2) erfcx(a), erfcx the scaled complementary error function (as float64's erfc in
+# libdevice64_derived.py): (1 + 2a) erfcx(a) rises smoothly from 1 to 2 / sqrt(pi), and in y = (a - 2) / (a + 2) it is
+# F0 + y (F1 + y (F2 + ...)) to within 2e-8 up to ERFCF_ZERO (Chebyshev's interpolation on that stretch of y,
+# computed at 50 digits with mpmath and rewritten in powers of y). e^(-a^2) is 2^-(n + f), with a^2 log2(e) = n + f
+# (n an integer, |f| <= 1/2) computed in float64: in float32 the product's rounding alone would cost 1e-5 near 10.
+F0, F1, F2, F3 = 1.2769783880678627, -0.09276399307024008, -0.16603108025094307, 0.16405558724790958
+F4, F5, F6 = -0.05420768652062406, -0.008061872734149681, 0.008642424213068092
+F7, F8, F9 = 0.001320734003771549, -0.0012407702068514298, -0.000409181789036338
+ERFCF_ZERO = 10.1               # erfc x < 2^-150 from here: it rounds to 0 in float32
 # Near 0, Cephes' single-precision polynomials (S. L. Moshier): tanh x = x + x z (T1 + z (T2 + ...)) with z = x^2
 # for |x| < 0.625, and erf x = x (E0 + z (E1 + ...)) for |x| < 1.
 T1, T2, T3, T4, T5 = -3.33332819422e-1, 1.33314422036e-1, -5.37397155531e-2, 2.06390887954e-2, -5.70498872745e-3
@@ -174,21 +179,34 @@ def atan2f(y, x):
 
 
 @DeviceFunction
+def erfcx_scaled(a):
+    """erfcx(a) = e^(a^2) erfc a for a >= 0, from its polynomial in y = (a - 2) / (a + 2) (see the constants above);
+    its two quotients are MUFU reciprocals (an ulp or so costs nothing here)."""
+    y = (a - 2.0) * fast_rcp(a + 2.0)
+    p = ((((((((F9 * y + F8) * y + F7) * y + F6) * y + F5) * y + F4) * y + F3) * y + F2) * y + F1) * y + F0
+    return p * fast_rcp(a * 2.0 + 1.0)
+
+
+@DeviceFunction
 def erfc_abs(x):
-    """erfc |x|, by Abramowitz and Stegun 7.1.26 (see the constants above)."""
-    t = fast_rcp(abs(x) * P + 1.0)
-    poly = (((A5 * t + A4) * t + A3) * t + A2) * t + A1
-    return poly * t * math.exp2(x * x * -LOG2E)
+    """erfc |x| to float32's relative accuracy down its tail: 2^-f erfcx(|x|), then times 2^-n (exact, so the result
+    rounds once, where it is subnormal); 0 from ERFCF_ZERO on (and at +-inf), NaN for NaN."""
+    a = abs(x)
+    t = float64(a) * float64(a) * LOG2E
+    n = math.floor(t + 0.5)
+    e = math.exp2(-float32(t - n)) * erfcx_scaled(a) * math.exp2(float32(-n))
+    return 0.0 if a > ERFCF_ZERO else e
 
 
 @DeviceFunction
 def erff(x):
-    """1 - erfc |x| with x's sign; below 1 in magnitude, where that would leave an absolute error of 1.5e-7 (all
-    of a small erf's digits), Cephes' x P(x^2) (ERF_NEAR_0). Both are computed and one selected, without a
-    branch (as `tanhf`)."""
+    """1 - erfc |x| with x's sign; below 1 in magnitude, where that difference would cancel a small erf's digits,
+    Cephes' x P(x^2) (E0 to E6). Both are computed and one selected, without a branch (as `tanhf`). Here erfc |x|
+    needs only absolute accuracy (erf rounds to +-1 once it is below 2^-25), so e^(-x^2) is one float32 MUFU.EX2,
+    not erfc's float64 split: GELU calls this in every transformer's MLP."""
     z = x * x
     near = ((((((E6 * z + E5) * z + E4) * z + E3) * z + E2) * z + E1) * z + E0) * x
-    e = 1.0 - erfc_abs(x)
+    e = 1.0 - erfcx_scaled(min(abs(x), ERFCF_ZERO)) * math.exp2(z * -LOG2E)     # (not inf * 0 at +-inf)
     far = -e if x < 0.0 else e
     return near if abs(x) < 1.0 else far
 

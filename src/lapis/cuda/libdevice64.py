@@ -1,8 +1,8 @@
 """Layer 3: libdevice's float64 functions (NVIDIA's `__nv_sqrt`, `__nv_exp`, `__nv_log`, `__nv_sin`, ...), written
 in the kernel language and computed in float64: what `calls.LIBDEVICE_FLOAT64` compiles a kernel's float64
-`math.sqrt`, `exp`, `log`, `log10`, `pow`, `sin`, `cos` and `tan` to (the rest of float64 math goes through
-libdevice's float32 functions, `libdevice.py`). Also the pieces float32's functions share with them: `LOG2E`,
-`pow2`, and `pow_signs` (C's signs and exact cases of pow).
+`math.sqrt`, `exp`, `log`, `log10`, `pow`, `sin`, `cos` and `tan` to (the rest of float64 math is built on these,
+in `libdevice64_derived.py`). Also the pieces float32's functions share with them: `LOG2E`, `pow2`, and
+`pow_signs` (C's signs and exact cases of pow).
 """
 
 import math

@@ -1,8 +1,8 @@
 """Layer 3: libdevice's float64 functions that build on `libdevice64`'s exp, log, tan and sqrt (NVIDIA's
 `__nv_log2`, `__nv_log1p`, `__nv_expm1`, `__nv_sinh`, `__nv_cosh`, `__nv_tanh`, `__nv_asinh`, `__nv_acosh`,
-`__nv_atanh`, `__nv_cbrt`, `__nv_hypot`, `__nv_atan`, `__nv_atan2`, `__nv_asin`, `__nv_acos`, `__nv_fmod`),
-computed in float64 to within a few ulps, with C's special values. The textbook constructions, not libdevice's
-minimax polynomials:
+`__nv_atanh`, `__nv_cbrt`, `__nv_hypot`, `__nv_atan`, `__nv_atan2`, `__nv_asin`, `__nv_acos`, `__nv_fmod`,
+`__nv_exp2`, `__nv_erf`, `__nv_erfc`), computed in float64 to within a few ulps, with C's special values. The
+textbook constructions, not libdevice's minimax polynomials:
 
 - log1p and expm1 by Goldberg's and Kahan's corrections (u = 1 + x, then ln u times x / (u - 1); u = e^x, then
   (u - 1) times x / ln u), which cancel the rounding of u;
@@ -12,9 +12,10 @@ minimax polynomials:
 - fmod exactly, as a long division in binary: every subtraction of y 2^k is exact (Sterbenz's lemma).
 
 - tgamma and lgamma by Lanczos' approximation (g = 7, nine coefficients, as in Numerical Recipes and Boost),
-  reflected below 1/2 through a float64 sin(pi x); float32's are these, rounded.
-
-erf and erfc of a float64 still go through float32 (`libdevice.py`).
+  reflected below 1/2 through a float64 sin(pi x); float32's are these, rounded;
+- exp2 as 2^n times e^(f ln 2) for the nearest integer n (the float32 argument keeps the MUFU's 2^x);
+- erf by its Maclaurin series near 0, erfc (and erf beyond) as e^(-x^2) times erfcx(x), the scaled complementary
+  error function, a polynomial fitted to it (see the constants below).
 """
 
 import math
@@ -23,9 +24,23 @@ from numpy import float32, float64, int64
 
 from lapis.cuda.compiler.device_function import DeviceFunction
 from lapis.cuda.libdevice import cbrt as cbrtf
-from lapis.cuda.libdevice64 import BIG, LN2_HI, LN2_LO, SMALL, exp, exponent_split, log, pow2, sin, sqrt, tan
+from lapis.cuda.libdevice64 import (
+    BIG,
+    EXP_TERMS,
+    LN2_HI,
+    LN2_LO,
+    SMALL,
+    exp,
+    exponent_split,
+    log,
+    pow2,
+    sin,
+    sqrt,
+    tan,
+)
 
 LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453                # ln 2, correctly rounded
 PIO2_HI, PIO2_LO = 1.57079632679489655800e+00, 6.12323399573676603587e-17     # pi/2 in two parts (fdlibm)
 PI_HI, PI_LO = 3.14159265358979311600e+00, 1.22464679914735317723e-16
 TANH_ONE = 22.0                 # tanh(x) rounds to +-1 from here
@@ -325,4 +340,122 @@ def lgamma(x):
         r = (z + 0.5) * log(t) - t + log(SQRT_2PI * lanczos_sum(z))
         if x < 0.5:
             r = log(PI / abs(sin_pi(x))) - r
+    return r
+
+
+@DeviceFunction
+def exp2(x):
+    """2^x: 2^n for the nearest integer n, exactly (in two steps, as exp scales), times 2^f = e^(f ln 2) for the
+    exact rest f = x - n (|f| <= 1/2), by its Taylor series nested as 1 + f ln2 (1 + f ln2 / 2 (1 + ...)); exact at
+    the integers, inf from 1024 on, 0 below -1075, NaN for NaN."""
+    r = x
+    if x >= 1024.0:
+        r = math.inf
+    elif x < -1075.0:
+        r = 0.0
+    elif x == x:
+        n = math.floor(x + 0.5)
+        f = x - n
+        p = 0.0
+        for k in range(EXP_TERMS - 1, 0, -1):
+            p = (f * (LN2 / k)) * (1.0 + p)
+        m = int64(n)
+        half = m >> 1
+        r = (1.0 + p) * pow2(half) * pow2(m - half)
+    return r
+
+
+# erf and erfc. Below ERF_SERIES, erf x is its Maclaurin series, (2 / sqrt(pi)) x sum (-x^2)^n / (n! (2n + 1)): the
+# terms alternate and shrink over 5 times each, and the first one left out of ERF_TERMS is below 2e-19. Elsewhere
+# erfc a (a = |x|) is e^(-a^2) erfcx(a), erfcx the scaled complementary error function, which falls smoothly from 1
+# at 0 towards 1 / (a sqrt(pi)): (1 + 2a) erfcx(a) rises from 1 to 2 / sqrt(pi), and in y = (a - ERFCX_K) / (a +
+# ERFCX_K), which maps [0, inf) onto [-1, 1), it is a polynomial of degree 24 to within 7e-18 (its Chebyshev series
+# on [-1, 1], computed at 50 digits with mpmath, truncated and rewritten in powers of y; those coefficients sum to
+# 1.8 in magnitude, so Horner's rule in float64 loses no digits to cancellation). e^(-a^2) takes a^2 as an exact
+# sum hi + lo (Dekker's product: a split into two 26-bit halves, whose products are exact), lo going into the
+# reduction of the exponent; where a^2 rounded once, the result would be off by up to a^2 2^-53 relatively (7e-14
+# near 26).
+TWO_OVER_SQRT_PI = 1.1283791670955126           # 2 / sqrt(pi), correctly rounded
+ERF_SERIES, ERF_TERMS = 0.75, 15
+ERF_ONE = 6.0                   # erfc x < 2.2e-17 from here: 1 - erfc x rounds to 1
+ERFC_ZERO = 27.3                # erfc x < 2^-1075 (and e^(-x^2) is 0) from here: it rounds to 0
+ERFCX_K = 3.0                   # y = 0 at a = 3: the map that took fewest terms (of 2 to 5)
+SPLIT = 134217729.0             # 2^27 + 1: Veltkamp's splitting constant
+
+
+@DeviceFunction
+def square(a):
+    """(hi, lo) with hi = a^2 rounded and hi + lo = a^2 exactly (for |a| below 2^996): Dekker's product of a with
+    itself, a split into halves of 26 bits whose products are exact."""
+    hi = a * a
+    c = SPLIT * a
+    ah = c - (c - a)
+    al = a - ah
+    return hi, ((ah * ah - hi) + 2.0 * ah * al) + al * al
+
+
+@DeviceFunction
+def erfcx(a):
+    """e^(a^2) erfc a for a >= 0: (1 + 2a) erfcx(a) as a polynomial in y = (a - ERFCX_K) / (a + ERFCX_K), over
+    1 + 2a."""
+    y = (a - ERFCX_K) / (a + ERFCX_K)
+    p = 0.0
+    for c in (8.393734858690877e-10, 9.862533510345587e-10, -8.217595058711455e-09, -1.3312919661038687e-08,
+              4.1064013667940355e-08, 1.0183620603842736e-07, -1.4047654315428462e-07, -6.166011460398726e-07,
+              3.5576086684080595e-07, 3.472370944977168e-06, -7.308281468783614e-07, -2.0100542268525612e-05,
+              4.949196649968345e-06, 0.0001250993424583729, -0.00010515971958448065, -0.0007798322696543306,
+              0.0018886903449991718, 0.0025293918156939696, -0.02377051491717134, 0.0683080273440099,
+              -0.11927366341538638, 0.1296451587027594, -0.0475622943534492, -0.13562110612458117,
+              1.2530080582697296):
+        p = p * y + c
+    return p / (1.0 + 2.0 * a)
+
+
+@DeviceFunction
+def erfc_positive(a):
+    """erfc a for 0 <= a < ERFC_ZERO: erfcx(a) e^(-a^2). With a^2 = hi + lo exactly, e^-(hi + lo) = 2^-n e^r for n
+    the nearest integer to a^2 log2(e) and r = n ln 2 - hi - lo, |r| <= ln(2) / 2 (ln 2 in two parts: n LN2_HI and
+    its difference from hi are exact); e^r by its Taylor series, nested; the product scaled by 2^-n in two exact
+    steps, so it rounds once at most, where erfc is subnormal."""
+    hi, lo = square(a)
+    n = math.floor(hi * LOG2E + 0.5)
+    r = (n * LN2_HI - hi) + (n * LN2_LO - lo)
+    p = 0.0
+    for k in range(EXP_TERMS - 1, 0, -1):
+        p = (r * (1.0 / k)) * (1.0 + p)
+    m = int64(n)
+    half = m >> 1
+    return erfcx(a) * (1.0 + p) * pow2(-half) * pow2(half - m)
+
+
+@DeviceFunction
+def erf(x):
+    """The error function: its Maclaurin series below ERF_SERIES (nested, each term the last times
+    -x^2 (2n - 1) / (n (2n + 1))), 1 - erfc |x| beyond, 1 from ERF_ONE on; the sign of x, +-0 and NaN as they are."""
+    a = abs(x)
+    r = 1.0
+    if a < ERF_SERIES:
+        z = a * a
+        q = 0.0
+        for n in range(ERF_TERMS, 0, -1):
+            q = (z * ((1 - 2 * n) / (n * (2 * n + 1)))) * (1.0 + q)
+        t = a * TWO_OVER_SQRT_PI
+        r = t + t * q
+    elif a < ERF_ONE:
+        r = 1.0 - erfc_positive(a)
+    return odd(x, r)
+
+
+@DeviceFunction
+def erfc(x):
+    """The complementary error function, 1 - erf x: e^(-x^2) erfcx(x) for x >= 0 (0 from ERFC_ZERO on), and
+    2 - erfc |x| below 0; NaN for NaN."""
+    a = abs(x)
+    r = 0.0
+    if a < ERFC_ZERO:
+        r = erfc_positive(a)
+    if x < 0.0:
+        r = 2.0 - r
+    if x != x:
+        r = x
     return r

@@ -7,8 +7,9 @@ A compiled kernel is stored under a key hashed from everything its code depends 
     sizes, for instance, or which math function a factory's kernel applies);
   - the argument types;
   - the compiler itself (the source of `lapis.cuda.compiler`, of the ISA it emits and of
-    libdevice, whose functions it compiles into kernels), so a changed compiler never reuses
-    old code.
+    every library written in the kernel language whose functions it compiles into kernels,
+    `lapis/cuda/libdevice*.py` and `cooperative_groups.py`), so a changed compiler never
+    reuses old code.
 
 The directory is $LAPIS_CACHE_DIR, else ~/.cache/lapis/kernels; LAPIS_CACHE_DIR=off turns
 the cache off. Entries are pickles written atomically (to a temporary file, then renamed),
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lapis.cuda import libdevice, libdevice64
+from lapis.cuda import libdevice
 from lapis.cuda.compiler import calls
 from lapis.cuda.compiler.device_function import DeviceFunction, as_device_function, parse_source
 
@@ -42,8 +43,10 @@ def directory() -> Path | None:
 def compiler_sources() -> list[Path]:
     """The files whose text decides the code the compiler makes."""
     here = Path(__file__).resolve().parent
-    return sorted([*here.glob("*.py"), *(here.parent.parent / "isa").glob("*.py"),
-                   *(Path(m.__file__).resolve() for m in (libdevice, libdevice64))])
+    cuda = Path(libdevice.__file__).resolve().parent
+    # the kernel-language libraries the compiler inlines: libdevice*.py and cooperative_groups.py's grid barrier
+    library = [*cuda.glob("libdevice*.py"), cuda / "cooperative_groups.py"]
+    return sorted([*here.glob("*.py"), *(here.parent.parent / "isa").glob("*.py"), *library])
 
 
 def compiler_hash() -> str:

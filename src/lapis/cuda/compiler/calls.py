@@ -351,7 +351,7 @@ LIBDEVICE_FLOAT64 = {"sqrt": libdevice64.sqrt, "exp": libdevice64.exp, "log": li
                      **{name: getattr(libdevice64_derived, name)
                         for name in ("log2", "log1p", "expm1", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
                                      "cbrt", "hypot", "atan", "atan2", "asin", "acos", "fmod", "gamma",
-                                     "lgamma")}}
+                                     "lgamma", "exp2", "erf", "erfc")}}
 
 
 def math_function(fe, name: str, args: list):
