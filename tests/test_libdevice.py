@@ -488,6 +488,32 @@ def test_numba_bit_and_warp_functions():
 
 
 @cuda.jit
+def fused_multiply_adds(a, b, c, out, out32):
+    i = cuda.grid(1)
+    if i < a.size:
+        out[i] = cuda.fma(a[i], b[i], c[i]) + 0.0 * (a[i] * b[i])      # its product also used on its own
+        out32[i] = cuda.fma(np.float32(a[i]), np.float32(b[i]), np.float32(c[i]))
+
+
+def test_cuda_fma_rounds_once_in_float64_and_float32():
+    """cuda.fma is one DFMA (FFMA) in the arguments' type: a b + c exactly, then rounded once (it rounded float64
+    operands to float32 once, and an a * b + c the optimiser shares a product of is not contracted)."""
+    from fractions import Fraction
+    a = rng.standard_normal(256) * 3
+    b = rng.standard_normal(256) * 3
+    c = -(a * b) * (1 + rng.standard_normal(256) * 1e-9)     # cancellation: the product's low bits decide
+    a[:2], b[:2], c[:2] = [0.1, 1 + 2**-30], [0.3, 1 - 2**-30], [0.7, -1.0]
+    out, out32 = cuda.device_array(256, np.float64), cuda.device_array(256, np.float32)
+    fused_multiply_adds[1, 256](cuda.to_device(a), cuda.to_device(b), cuda.to_device(c), out, out32)
+    exact = [Fraction(x) * Fraction(y) + Fraction(z) for x, y, z in zip(a, b, c, strict=True)]
+    assert out.copy_to_host().tolist() == [float(e) for e in exact]
+    f32 = [np.float32(v) for v in (a, b, c)]
+    exact32 = [Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z)) for x, y, z in zip(*f32, strict=True)]
+    want32 = [np.float32(float(e)) for e in exact32]        # float64 then float32: a tie between them is unlikely
+    assert out32.copy_to_host().tolist() == [float(w) for w in want32]
+
+
+@cuda.jit
 def block_votes(x, out):
     i = cuda.grid(1)
     out[i, 0] = cuda.syncthreads_count(x[i] > 0)

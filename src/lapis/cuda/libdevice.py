@@ -284,14 +284,6 @@ def ffs(x):
 
 
 @DeviceFunction
-def fma(a, b, c):
-    """a b + c with one rounding (cuda.fma): the product of two float32s is exact in float64, so the float64 sum
-    rounded to float32 is the fused result (but where that double rounding lands on a tie); float64 operands
-    take the ISA's multiply-add."""
-    return float32(float64(a) * float64(b) + float64(c))
-
-
-@DeviceFunction
 def selp(test, a, b):
     """a where test holds, else b (cuda.selp, PTX's selp): one select, no branch."""
     return a if test else b

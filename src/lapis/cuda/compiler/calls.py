@@ -153,6 +153,18 @@ def _grid_sync(fe, args):
     return NOTHING
 
 
+def _fma(fe, args):
+    """cuda.fma(a, b, c): one fused multiply-add in the arguments' float type (float64 for integers), whatever the
+    optimiser does to a * b + c written out (a product it shares with another expression is not contracted)."""
+    t = T.WEAK_FLOAT
+    for a in args:
+        t = T.unify(t, fe.typeof(a))
+    t = T.float64 if isinstance(t, T.Weak) or t.kind != "float" else t
+    if t.half:
+        raise fe.error("cuda.fma takes float32 or float64 numbers (cuda.fp16.hfma is the half-precision one)")
+    return fe.emit(Op.MATH, t, [fe.materialize(fe.cast(a, t), t) for a in args], fn="fma")
+
+
 def _fence(scope: str):
     def lower(fe, args):
         fe.emit(Op.FENCE, None, scope=scope)
@@ -432,6 +444,7 @@ CALLS: dict[object, Builtin] = {
     K.cg.this_grid: Builtin("cuda.cg.this_grid", (), _this_grid),
     K.grid_group.sync: Builtin("cuda.cg.GridGroup.sync", (), _grid_sync),
     K.threadfence: Builtin("cuda.threadfence", (), _fence("GPU")),
+    K.fma: Builtin("cuda.fma", (Param("a", NUMBER), Param("b", NUMBER), Param("c", NUMBER)), _fma),
     K.threadfence_block: Builtin("cuda.threadfence_block", (), _fence("CTA")),
     K.threadfence_system: Builtin("cuda.threadfence_system", (), _fence("SYS")),
     K.grid: Builtin("cuda.grid", (Param("ndim", NDIM),), _grid(absolute=True)),

@@ -75,6 +75,7 @@ grid_group = _Namespace("cuda.cg.GridGroup", sync=Intrinsic(
     "cuda.cg.GridGroup.sync", "g.sync(): wait until every thread of the grid arrives (a kernel that calls it is "
     "launched cooperatively: every block resident at once)"))
 cg = _Namespace("cuda.cg", this_grid=Intrinsic("cuda.cg.this_grid", "cuda.cg.this_grid(): the grid as a group"))
+fma = Intrinsic("cuda.fma", "cuda.fma(a, b, c): a b + c rounded once (one FFMA or DFMA), in float32 or float64")
 # libdevice's reciprocal (PTX's rcp.approx.f32), as math.exp2 is its 2^x: one instruction where x / y
 # takes four, which is what the library's formulas were written with.
 fast_rcp = Intrinsic("fast_rcp", "fast_rcp(x): 1 / x in float32 from the special function unit (one MUFU.RCP)")
