@@ -81,6 +81,17 @@ def test_cholesky_and_its_solve(handle, n):
     assert np.allclose(a @ load(dB.copy_to_host(), n, 2, n), b, atol=1e-3)
 
 
+def test_a_float64_cholesky_factor_has_float64_accuracy(handle):
+    """Its square roots are float64's own (not the float32 unit's), so the factor agrees with LAPACK's to 1e-13."""
+    n = 24
+    g = rng.standard_normal((n, n))
+    a = g @ g.T + n * np.eye(n)
+    dA = cuda.to_device(store(a, n))
+    assert solver.potrf(handle, "L", n, dA, n) == 0
+    L, want = np.tril(load(dA.copy_to_host(), n, n, n)), np.linalg.cholesky(a)
+    assert L.dtype == np.float64 and np.abs(L - want).max() <= 1e-13 * np.abs(want).max()
+
+
 def test_cholesky_of_an_indefinite_matrix_reports_info(handle):
     a = np.array([[4.0, 2.0, 0], [2.0, 1.0, 0], [0, 0, 1.0]], np.float32)        # leading minor 2 is zero
     assert solver.potrf(handle, "L", 3, cuda.to_device(store(a, 3)), 3) == 2

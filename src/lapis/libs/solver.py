@@ -14,8 +14,8 @@ host. The algorithms are the unblocked right-looking ones, a few kernel launches
 single block finds the pivot (a tree reduction in shared memory) and swaps rows, then a grid
 updates the trailing matrix. Solves give one thread to each right-hand side. That is simple and
 exact in its arithmetic order, and slow for large matrices (no blocking, no look-ahead).
-Values are float32 or float64; float64 square roots go through the float32 unit (see the
-Layer 3 page), so float64 factors carry about float32 accuracy in their diagonal scaling.
+Values are float32 or float64, each computed in its own precision (float64's square roots too:
+the kernel language's float64 math library, see the Layer 3 page).
 """
 
 import math

@@ -354,7 +354,7 @@ LIBDEVICE = {"exp": libdevice.expf, "log": libdevice.logf, "log10": libdevice.lo
              "asin": libdevice.asinf, "acos": libdevice.acosf, "cbrt": libdevice.cbrt}
 
 
-# float64 functions computed in float64 (the rest of float64 math goes through float32); those without a float32
+# float64 functions, computed in float64 (every math function has one); those without a float32
 # function of their own (asinh, acosh, atanh, hypot, fmod, gamma, lgamma) are computed in float64 for float32 too,
 # and rounded (fmod exactly: a float32 remainder is a float32)
 LIBDEVICE_FLOAT64 = {"sqrt": libdevice64.sqrt, "exp": libdevice64.exp, "log": libdevice64.log,
