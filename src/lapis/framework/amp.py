@@ -12,6 +12,7 @@ back: a sync point, where torch keeps the flag on the device), and grows or back
 """
 
 import threading
+import warnings
 
 from lapis import cuda
 from lapis.framework import dtype as _dtype
@@ -42,11 +43,14 @@ class autocast:  # noqa: N801 - torch's name
     def __init__(self, device_type: str = "cuda", dtype=None, enabled: bool = True, cache_enabled=None):
         if device_type not in DEFAULT_DTYPES:
             raise RuntimeError(f"User specified an unsupported autocast device_type '{device_type}'")
-        self.device_type, self.enabled = device_type, enabled
         self.dtype = dtype or DEFAULT_DTYPES[device_type]
-        if self.dtype not in (_dtype.float16, _dtype.bfloat16):
-            raise RuntimeError(f"In autocast, the supported dtypes are torch.float16 and torch.bfloat16, not "
-                               f"{self.dtype}")
+        if enabled and device_type == "cpu" and self.dtype not in (_dtype.bfloat16, _dtype.float16):
+            # torch's rule: the cpu's autocast takes the two half types and turns itself off for any other; a GPU's
+            # takes any dtype (nanoGPT's float32 runs enter autocast(device_type="cuda", dtype=torch.float32))
+            warnings.warn("In CPU autocast, but the target dtype is not supported. Disabling autocast.\nCPU "
+                          "Autocast only supports dtypes of torch.bfloat16, torch.float16 currently.", stacklevel=2)
+            enabled = False
+        self.device_type, self.enabled = device_type, enabled
 
     def __enter__(self):
         active = _active()

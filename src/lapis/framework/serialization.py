@@ -98,7 +98,11 @@ def load(f, map_location=None, weights_only: bool = True):
     spellings: a device or its name (every tensor there), a dict from saved locations to new ones (others stay),
     or a function f(cpu_tensor, location) returning the tensor to use (None: its saved location). Nothing in the
     file is run, whatever `weights_only` says."""
-    data = f.read() if hasattr(f, "read") else open(f, "rb").read()
+    if hasattr(f, "read"):
+        data = f.read()
+    else:
+        with open(f, "rb") as file:
+            data = file.read()
     if data[:4] == b"PK\x03\x04":
         return _load_torch_zip(data, map_location)
     (n,) = struct.unpack_from("<Q", data, 0)

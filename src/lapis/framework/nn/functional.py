@@ -86,8 +86,8 @@ def batch_norm(x: Tensor, running_mean: Tensor | None, running_var: Tensor | Non
     return y
 
 
-def relu(x: Tensor) -> Tensor:
-    return x.relu()
+def relu(x: Tensor, inplace: bool = False) -> Tensor:
+    return x.relu_() if inplace else x.relu()
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -426,15 +426,17 @@ def _legacy_reduction(size_average, reduce, reduction: str) -> str:
     return ("mean" if size_average else "sum") if reduce else "none"
 
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
-    """Zero each element with probability p and scale the rest by 1 / (1 - p); the mask is drawn by the
-    framework's generator (on the host, as its other random numbers)."""
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
+    """Zero each element with probability p and scale the rest by 1 / (1 - p) (in x itself with `inplace`); the
+    mask is drawn by the framework's generator (on the host, as its other random numbers)."""
     if not 0 <= p <= 1:
         raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0:
         return x
+    if p == 1:
+        return x.mul_(0) if inplace else x * 0
     keep = (rand(x.shape, device=x.device) >= p).to(x.dtype)
-    return x * keep * (1 / (1 - p)) if p < 1 else x * 0
+    return x.mul_(keep).mul_(1 / (1 - p)) if inplace else x * keep * (1 / (1 - p))
 
 
 def layer_norm(x: Tensor, normalized_shape, weight: Tensor | None = None, bias: Tensor | None = None,

@@ -100,6 +100,10 @@ class RNNBase(Module):
             for suffix in ("", "_reverse")[:directions]:
                 _parameters(self, gates, inputs, hidden_size, bias, f"_l{layer}{suffix}", device, dtype)
 
+    def flatten_parameters(self) -> None:
+        """torch's call to pack the weights into one buffer for cuDNN's fused RNN (word_language_model makes it after
+        loading a model); a step of time here is a few kernels over the weights as they are, so nothing to do."""
+
     def _weights(self, layer: int, suffix: str) -> list:
         return [getattr(self, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
 

@@ -1,4 +1,4 @@
-"""Layer 5, `lapis.optim`: SGD, Adam, AdamW, RMSprop, Adagrad and LBFGS with torch.optim's update rules, and
+"""Layer 5, `lapis.optim`: SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta and LBFGS with torch.optim's update rules, and
 `lr_scheduler`.
 
 Updates run as tensor ops without recording gradients, so on a GPU each is a few kernels; the
@@ -17,8 +17,8 @@ from lapis.framework.optim.optimizer import Optimizer
 
 
 def _followed_gradient(g: dict, p):
-    """The gradient a step of SGD, RMSprop or Adagrad follows: negated when the group maximizes, plus the group's
-    weight decay times the parameter (L2 regularization, as torch's)."""
+    """The gradient a step of SGD, RMSprop, Adagrad or Adadelta follows: negated when the group maximizes, plus the
+    group's weight decay times the parameter (L2 regularization, as torch's)."""
     grad = p.grad if not g["maximize"] else -p.grad
     return grad + g["weight_decay"] * p if g["weight_decay"] else grad
 
@@ -161,10 +161,38 @@ class Adagrad(Optimizer):
         return loss
 
 
+class Adadelta(Optimizer):
+    """torch.optim.Adadelta (pytorch/examples' mnist): running means of squared gradients and of squared updates;
+    each update is the gradient times the ratio of their roots, so lr=1.0 is the usual rate."""
+
+    def __init__(self, params, lr: float = 1.0, rho: float = 0.9, eps: float = 1e-6, weight_decay: float = 0.0,
+                 maximize: bool = False):
+        if not 0.0 <= rho <= 1.0:
+            raise ValueError(f"Invalid rho value: {rho}")
+        super().__init__(params, dict(lr=lr, rho=rho, eps=eps, weight_decay=weight_decay, maximize=maximize))
+
+    @no_grad()
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        for g, p, state in self._params():
+            grad = _followed_gradient(g, p)
+            if not state:
+                state["step"] = 0
+                state["square_avg"] = zeros_like(p)
+                state["acc_delta"] = zeros_like(p)
+            state["step"] += 1
+            square_avg, acc_delta, rho = state["square_avg"], state["acc_delta"], g["rho"]
+            square_avg.mul_(rho).add_(grad * grad * (1 - rho))
+            delta = (acc_delta + g["eps"]).sqrt() / (square_avg + g["eps"]).sqrt() * grad
+            acc_delta.mul_(rho).add_(delta * delta * (1 - rho))
+            p.sub_(g["lr"] * delta)
+        return loss
+
+
 class AdamW(Adam):
     def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
                  amsgrad: bool = False):
         super().__init__(params, lr, betas, eps, weight_decay, amsgrad, decoupled=True)
 
 
-__all__ = ["SGD", "Adam", "AdamW", "Adagrad", "LBFGS", "Optimizer", "RMSprop", "lr_scheduler"]
+__all__ = ["SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "LBFGS", "Optimizer", "RMSprop", "lr_scheduler"]
