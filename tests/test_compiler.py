@@ -569,7 +569,7 @@ MISUSED_CALLS = [
     (host_function_in_a_kernel, r"call to to_device is not supported in kernels"),
     (cast_of_two, r"float32\(\) takes 1 argument \(x\), got 2"),
     (cas_on_floats, r"cuda\.atomic\.cas\(\) argument 1 \(array\) must be a global or shared array of int32, "
-                    r"uint32, not array 'out'"),
+                    r"uint32, int64, uint64, not array 'out'"),
     (keyword_to_abs, r"abs\(\) takes no keyword arguments"),
     (misspelt_keyword, r"cuda\.local\.array\(\) got an unexpected keyword argument 'shap'"),
     (range_of_four, r"range\(\) takes 1 to 3 arguments \(start, stop, step\), got 4"),

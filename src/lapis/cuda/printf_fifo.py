@@ -69,7 +69,8 @@ class PrintfFifo:
             word = words[at]
             at += 1
             parts.append(f"{float(word.view(np.float64)):f}" if item[0] == "float" else
-                         str(bool(word)) if item[0] == "bool" else str(int(word)))
+                         str(bool(word)) if item[0] == "bool" else
+                         str(int(word.view(np.uint64))) if item[0] == "uint" else str(int(word)))
         return " ".join(parts)
 
     def _zero(self, words: int) -> None:

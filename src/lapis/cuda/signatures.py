@@ -19,7 +19,7 @@ from lapis.cuda.devicearray import DeviceNDArray
 _SIGNATURE = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*\((.*)\)\s*")
 _ARGUMENT = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[(.*)\])?\s*")
 _NAMES = {"b1": "bool", "boolean": "bool", "f4": "float32", "f8": "float64", "i4": "int32", "i8": "int64",
-          "u4": "uint32", "f2": "float16"}
+          "u4": "uint32", "u8": "uint64", "f2": "float16"}
 
 
 def is_signature(x) -> bool:

@@ -25,14 +25,15 @@ __version__ = "0.61.0"
 
 boolean = b1 = _T.boolean
 int8, int16, int32, int64 = _T.int8, _T.int16, _T.int32, _T.int64
-uint8, uint16, uint32 = _T.uint8, _T.uint16, _T.uint32
+uint8, uint16, uint32, uint64 = _T.uint8, _T.uint16, _T.uint32, _T.uint64
 float16, float32, float64 = _T.float16, _T.float32, _T.float64
-i1, i2, i4, i8, u1, u2, u4, f2, f4, f8 = int8, int16, int32, int64, uint8, uint16, uint32, float16, float32, float64
+i1, i2, i4, i8, u1, u2, u4, u8 = int8, int16, int32, int64, uint8, uint16, uint32, uint64
+f2, f4, f8 = float16, float32, float64
 void = none = _T.void
 _SCALARS = {"boolean": boolean, "b1": b1, "int8": int8, "int16": int16, "int32": int32, "int64": int64,
-            "uint8": uint8, "uint16": uint16, "uint32": uint32, "float16": float16, "float32": float32,
-            "float64": float64, "i1": i1, "i2": i2, "i4": i4, "i8": i8, "u1": u1, "u2": u2, "u4": u4, "f2": f2,
-            "f4": f4, "f8": f8}
+            "uint8": uint8, "uint16": uint16, "uint32": uint32, "uint64": uint64, "float16": float16,
+            "float32": float32, "float64": float64, "i1": i1, "i2": i2, "i4": i4, "i8": i8, "u1": u1, "u2": u2,
+            "u4": u4, "u8": u8, "f2": f2, "f4": f4, "f8": f8}
 
 
 def Array(dtype, ndim: int, layout: str = "A") -> _T.ArrayType:

@@ -24,6 +24,15 @@ _LOGIC = frozenset({Op.AND, Op.OR, Op.XOR})
 _SHIFTS = frozenset({Op.SHL, Op.SHR})
 
 
+def literal_type(x, other):
+    """x's type as it meets a value of type `other`: a negative integer literal that meets an unsigned type is
+    int64, numba's type for it, since the unsigned type cannot hold it (u // -2 divides as int64, u < -1 is
+    False); otherwise x's own (a weak literal then takes `other`'s type)."""
+    if isinstance(x, Const) and x.type == T.WEAK_INT and x.value < 0 and getattr(other, "kind", "") == "uint":
+        return T.int64
+    return x.type
+
+
 class IRBuilder:
     """Builds one function; `filename`, `line` and `kernel` say where errors are (the frontend keeps
     them current)."""
@@ -163,6 +172,8 @@ class IRBuilder:
 
     def binop(self, op: Op, a, b):
         ta, tb = self.typeof(a), self.typeof(b)
+        if op not in _LOGIC | _SHIFTS:      # (~x is x ^ -1: a bit pattern of x's type)
+            ta, tb = literal_type(a, tb), literal_type(b, ta)
         if op is Op.FDIV:
             t = T.unify(ta, tb)
             if t == T.WEAK_INT or (isinstance(t, T.Scalar) and t.kind != "float"):
@@ -172,7 +183,7 @@ class IRBuilder:
         elif op in _SHIFTS:
             t = T.concrete(ta) if not isinstance(ta, T.Weak) or isinstance(tb, T.Weak) else tb
         else:
-            t = T.unify(ta, tb)
+            t = T.unify(ta, tb) if op in (Op.MIN, Op.MAX) else T.binary(ta, tb)
         if isinstance(t, T.Scalar) and t.kind == "bool" and op not in _LOGIC:
             t = T.int64
         if op in _LOGIC | _SHIFTS and (t == T.WEAK_FLOAT or getattr(t, "kind", "") == "float"):
@@ -222,12 +233,15 @@ class IRBuilder:
         return Const(cast_constant(value, t) if isinstance(t, T.Scalar) else value, t)
 
     def compare(self, op: str, a, b):
-        t = T.unify(self.typeof(a), self.typeof(b))
+        fn = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq,
+              "ne": operator.ne}[op]
         if isinstance(a, Const) and isinstance(b, Const):
-            fn = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq,
-                  "ne": operator.ne}[op]
             return Const(fn(a.value, b.value), T.boolean)
-        t = T.concrete(t)
+        ta, tb = self.typeof(a), self.typeof(b)
+        if literal_type(a, tb) == T.int64 != ta or literal_type(b, ta) == T.int64 != tb:
+            # an unsigned value and a negative literal: decided now, as numba's exact comparison decides it
+            return Const(fn(0, b.value) if isinstance(b, Const) else fn(a.value, 0), T.boolean)
+        t = T.concrete(T.unify(ta, tb))
         if t == T.boolean and op in ("eq", "ne"):
             x = self.emit(Op.XOR, T.boolean, [self.materialize(a), self.materialize(b)])
             return self.emit(Op.NOT, T.boolean, [x]) if op == "eq" else x

@@ -311,6 +311,8 @@ def _abs(fe, args):
         return Const(abs(x.value), t)
     if t.kind == "float":
         return fe.emit(Op.MATH, t, [x], fn="fabs")
+    if t.kind == "uint":                      # its own absolute value (max(x, -x) would compare unsigned)
+        return x
     return fe.binop(Op.MAX, x, fe.neg(x))
 
 
@@ -324,6 +326,12 @@ def _cast(t: T.Scalar):
             return fe.binop(Op.SUB, fe.binop(Op.XOR, low, Const(sign, T.WEAK_INT)), Const(sign, T.WEAK_INT))
         return fe.to_bool(args[0]) if t == T.boolean else fe.cast(args[0], t)
     return lower
+
+
+def _int(fe, args):
+    """int(x): int64, or a uint64 kept as it is (numba's int() of a uint64 is a uint64)."""
+    (x,) = args
+    return x if fe.typeof(x) == T.uint64 else fe.cast(x, T.int64)
 
 
 def _range(fe, args):
@@ -426,10 +434,12 @@ X = (Param("x"),)
 MASKED = (Param("mask"), Param("predicate"))
 SHUFFLE = (Param("mask"), Param("value", SHUFFLED))
 ARRAY_SHAPE = (Param("shape", SHAPE), Param("dtype", DTYPE))
-ATOMIC_TYPES = {"add": (T.int32, T.uint32, T.float32, T.int64, T.float64),
-                "sub": (T.int32, T.uint32, T.float32, T.int64, T.float64),
-                "max": (T.int32, T.uint32, T.float32, T.float64), "min": (T.int32, T.uint32, T.float32, T.float64),
-                "exch": (T.int32, T.uint32, T.float32, T.int64, T.float64), "cas": (T.int32, T.uint32)}
+ATOMIC_TYPES = {"add": (T.int32, T.uint32, T.float32, T.int64, T.uint64, T.float64),
+                "sub": (T.int32, T.uint32, T.float32, T.int64, T.uint64, T.float64),
+                "max": (T.int32, T.uint32, T.uint64, T.float32, T.float64),
+                "min": (T.int32, T.uint32, T.uint64, T.float32, T.float64),
+                "exch": (T.int32, T.uint32, T.float32, T.int64, T.uint64, T.float64),
+                "cas": (T.int32, T.uint32, T.int64, T.uint64)}
 
 NUMPY_UNARY = {np.sin: "sin", np.cos: "cos", np.tan: "tan", np.exp: "exp", np.exp2: "exp2", np.expm1: "expm1",
                np.log: "log", np.log2: "log2", np.log10: "log10", np.log1p: "log1p", np.sqrt: "sqrt", np.cbrt: "cbrt",
@@ -487,7 +497,7 @@ CALLS: dict[object, Builtin] = {
     abs: Builtin("abs", X, _abs),
     len: Builtin("len", (Param("obj", SIZED),), _len),
     float: Builtin("float", X, _cast(T.float64)),
-    int: Builtin("int", X, _cast(T.int64)),
+    int: Builtin("int", X, _int),
     bool: Builtin("bool", X, _cast(T.boolean)),
     range: Builtin("range", (Param("start", INTEGER), Param("stop", INTEGER, optional=True),
                              Param("step", INTEGER, optional=True)), _range),

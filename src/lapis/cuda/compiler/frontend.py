@@ -23,7 +23,7 @@ from lapis import abi
 from lapis.cuda.compiler import array_views, calls, ir
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import types as T
-from lapis.cuda.compiler.builder import IRBuilder
+from lapis.cuda.compiler.builder import IRBuilder, literal_type
 from lapis.cuda.compiler.device_function import DeviceFunction, as_device_function, function_def
 from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.ir import Op
@@ -386,7 +386,9 @@ class Frontend(IRBuilder):
                     self.static[name] = Const(v, T.unify(T.unify(start.type, stop.type), step.type))
                     self.statements(node.body)
                 return
-        t = T.concrete(T.unify(T.unify(self.typeof(start), self.typeof(stop)), self.typeof(step)))
+        # the counter's type, numba's: range(n - 1, -1, -1) of a uint64 n counts in int64
+        t = T.binary(T.binary(self.typeof(start), self.typeof(stop)), self.typeof(step))
+        t = T.concrete(T.binary(T.binary(literal_type(start, t), literal_type(stop, t)), literal_type(step, t)))
         self.counter += 1
         counter, limit = f"$i{self.counter}", f"$stop{self.counter}"
         if not isinstance(step, Const):         # a run-time step (a grid-stride loop's): its sign picks the test
@@ -441,7 +443,7 @@ class Frontend(IRBuilder):
         if isinstance(v, bool):
             return Const(v, T.boolean)
         if isinstance(v, int):
-            return Const(v, T.WEAK_INT)
+            return _int_constant(v)
         if isinstance(v, float):
             return Const(v, T.WEAK_FLOAT)
         if isinstance(v, str):                      # a compile-time value, as a closure's op name
@@ -507,7 +509,7 @@ class Frontend(IRBuilder):
         if isinstance(value, bool):
             return Const(value, T.boolean)
         if isinstance(value, int):
-            return Const(value, T.WEAK_INT)
+            return _int_constant(value)
         if isinstance(value, float):
             return Const(value, T.WEAK_FLOAT)
         if isinstance(value, np.generic) and not isinstance(value, np.str_):
@@ -979,6 +981,11 @@ def _targets(node):
         return
     for t in targets:
         yield from (n for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store))
+
+
+def _int_constant(value: int) -> Const:
+    """An int the kernel names: a weak literal, or a uint64 from 2^63 up, as numba types an int only uint64 holds."""
+    return Const(value, T.uint64 if 2**63 <= value < 2**64 else T.WEAK_INT)
 
 
 def _returned(node: ast.Return):

@@ -101,7 +101,7 @@ class MBlock:
 
 
 def _int_class(t) -> str:
-    return {"int32": "S32", "uint32": "U32", "int64": "S64", "ptr64": "U64"}.get(t.name, "S32")
+    return {"int32": "S32", "uint32": "U32", "int64": "S64", "uint64": "U64", "ptr64": "U64"}.get(t.name, "S32")
 
 
 class InstructionSelector:
@@ -160,6 +160,10 @@ class InstructionSelector:
     def const64(self, value: float) -> VReg:
         """A float64 constant in a register pair, loaded before the loops it is used in."""
         return self.reg(ir.Value(0, Op.CONST, T.float64, attrs={"value": value}))
+
+    def const_u64(self, value: int) -> VReg:
+        """A 64-bit integer constant in a register pair, loaded before the loops it is used in."""
+        return self.reg(ir.Value(0, Op.CONST, T.uint64, attrs={"value": value}))
 
     def load_const(self, r: VReg, t, value) -> None:
         if t == T.boolean:
@@ -459,9 +463,13 @@ class InstructionSelector:
         elif sk == dk == "float":
             self.emit("F2F", mods={"to": dst.isa_format, "fr": src.isa_format}, rd=r, b=a)
         elif dk == "float":
+            if src == T.uint64:
+                return self._uint64_to_float(a, dst)
             self.emit("I2F", mods={"to": dst.isa_format, "fr": _int_class(src) if src.bits == 32 else "S64"},
                       rd=r, b=a)
         else:
+            if dst == T.uint64:
+                return self._float_to_uint64(a, src)
             if dst.bits == 64 or dst.kind == "uint":
                 wide = r if dst.bits == 64 else self.new(T.int64)
                 self.emit("F2I", mods={"to": "S64", "fr": src.isa_format, "rnd": "TRUNC"}, rd=wide, b=a)
@@ -469,6 +477,55 @@ class InstructionSelector:
                     self.emit("I2I", mods={"to": "S32", "fr": "S64"}, rd=r, b=wide)
             else:
                 self.emit("F2I", mods={"to": "S32", "fr": src.isa_format, "rnd": "TRUNC"}, rd=r, b=a)
+        return r
+
+    def _uint64_to_float(self, x: VReg, dst) -> VReg:
+        """A uint64 as a float, rounded once (the ISA converts signed 64-bit integers only): below 2^63 as an int64;
+        from 2^63 up, half of it with its lowest bit kept (x >> 1 | x & 1: the bit that decides a tie's rounding
+        survives) converted, then doubled exactly. A half is rounded from the float64, as an int64's is."""
+        fmt = T.float32 if dst == T.float32 else T.float64
+        big, half, low, odd, src = self.new(T.boolean), *(self.new(T.uint64) for _ in range(4))
+        f, twice, r = self.new(fmt), self.new(fmt), self.new(fmt)
+        self.emit("ISETP", mods={"cmp": "LT", "t": "S64"}, pd=big, ra=x, b=Imm(0), ps=(None, False))
+        self.emit("SHR", mods={"t": "U32", "w": "64"}, rd=half, ra=x, b=Imm(1))
+        self.emit("LOP", mods={"op": "AND", "w": "64"}, rd=low, ra=x, b=Imm(1))
+        self.emit("LOP", mods={"op": "OR", "w": "64"}, rd=odd, ra=half, b=low)
+        self.emit("SEL64", rd=src, ra=odd, b=x, ps=(big, False))
+        self.emit("I2F", mods={"to": fmt.isa_format, "fr": "S64"}, rd=f, b=src)
+        self.emit("FADD" if fmt == T.float32 else "DADD", rd=twice, ra=f, b=f)
+        self.emit("SEL" if fmt == T.float32 else "SEL64", rd=r, ra=twice, b=f, ps=(big, False))
+        if dst == fmt:
+            return r
+        out = self.new(dst)
+        self.emit("F2F", mods={"to": dst.isa_format, "fr": "F64"}, rd=out, b=r)
+        return out
+
+    def _float_to_uint64(self, x: VReg, src) -> VReg:
+        """A float truncated to a uint64 (the ISA converts to signed 64-bit integers only): from 2^63 up, x - 2^63
+        converted and 2^63 added back, and 2^64 and above saturate at 2^64 - 1 (selected: F2I.S64 gives -2^63 for
+        2^63 and above); below, as an int64, so NaN gives 0 and a negative value wraps, as numpy's cast does on the
+        host (and lapis's uint32 conversion)."""
+        if src.half:                                # exact in float32
+            wide = self.new(T.float32)
+            self.emit("F2F", mods={"to": "F32", "fr": src.isa_format}, rd=wide, b=x)
+            x, src = wide, T.float32
+        single = src == T.float32
+        big, over, shifted, pick = self.new(T.boolean), self.new(T.boolean), self.new(src), self.new(src)
+        low, high, fits, r = (self.new(T.uint64) for _ in range(4))
+        if single:
+            self.emit("FSETP", mods={"cmp": "GE"}, pd=big, ra=x, b=self.imm(T.float32, 2.0**63), ps=(None, False))
+            self.emit("FSETP", mods={"cmp": "GE"}, pd=over, ra=x, b=self.imm(T.float32, 2.0**64), ps=(None, False))
+            self.emit("FADD", rd=shifted, ra=x, b=self.imm(T.float32, -2.0**63))
+            self.emit("SEL", rd=pick, ra=shifted, b=x, ps=(big, False))
+        else:
+            self.emit("DSETP", mods={"cmp": "GE"}, pd=big, ra=x, b=self.const64(2.0**63), ps=(None, False))
+            self.emit("DSETP", mods={"cmp": "GE"}, pd=over, ra=x, b=self.const64(2.0**64), ps=(None, False))
+            self.emit("DADD", rd=shifted, ra=x, b=self.const64(-2.0**63))
+            self.emit("SEL64", rd=pick, ra=shifted, b=x, ps=(big, False))
+        self.emit("F2I", mods={"to": "S64", "fr": src.isa_format, "rnd": "TRUNC"}, rd=low, b=pick)
+        self.emit("IADD", mods={"w": "64"}, rd=high, ra=low, b=self.const_u64(2**63))
+        self.emit("SEL64", rd=fits, ra=high, b=low, ps=(big, False))
+        self.emit("SEL64", rd=r, ra=self.const_u64(2**64 - 1), b=fits, ps=(over, False))
         return r
 
     # -- division -----------------------------------------------------------------------------
@@ -588,10 +645,50 @@ class InstructionSelector:
         key = (self.block.label, a, b, t)
         if key not in self.divmods:
             exact = t.bits == 32 or v.attrs.get("narrow")
-            self.divmods[key] = (self._divide_exact if exact else self._divide)(a, b, t)
+            if t == T.uint64:
+                self.divmods[key] = self._divide_unsigned(a, b, exact)
+            else:
+                self.divmods[key] = (self._divide_exact if exact else self._divide)(a, b, t)
         return self.divmods[key]
 
-    def _divide_exact(self, a: ir.Value, b: ir.Value, t) -> tuple[VReg, VReg]:
+    def _divide_unsigned(self, a: ir.Value, b: ir.Value, narrow: bool) -> tuple[VReg, VReg]:
+        """uint64 a // b and a % b from the signed division (Hacker's Delight, 9-3): a divisor from 2^63 up goes
+        into a once or not at all; a smaller one divides a >> 1 (both then non-negative int64s), and the doubled
+        quotient is at most one short. Operands below 2^32 (`narrow`) divide exactly in float64. A zero divisor
+        gives 0 and 0, as numba's kernels do (its numpy error model)."""
+        t = T.uint64
+        ra, rb = self.reg(a), self.reg(b)
+        m64 = {"w": "64"}
+        if narrow:
+            q, r = self._divide_exact(ra, rb, t)
+        else:
+            half, q1, prod, rem, q2, r2, qs, rs = (self.new(t) for _ in range(8))
+            self.emit("SHR", mods={"t": "U32", **m64}, rd=half, ra=ra, b=Imm(1))
+            q0, _ = self._divide(half, rb, T.int64)
+            self.emit("SHL", mods=m64, rd=q1, ra=q0, b=Imm(1))
+            self.emit("IMUL", mods=m64, rd=prod, ra=q1, b=rb)
+            self.emit("IADD", mods=m64, rd=rem, ra=ra, b=prod, neg="b")
+            short, huge, fits = (self.new(T.boolean) for _ in range(3))
+            self.emit("ISETP", mods={"cmp": "GE", "t": "U64"}, pd=short, ra=rem, b=rb, ps=(None, False))
+            self.emit("IADD", mods=m64, rd=q2, ra=q1, b=Imm(1))
+            self.emit("IADD", mods=m64, rd=r2, ra=rem, b=rb, neg="b")
+            self.emit("SEL64", rd=qs, ra=q2, b=q1, ps=(short, False))
+            self.emit("SEL64", rd=rs, ra=r2, b=rem, ps=(short, False))
+            qh, rh, less, q, r = (self.new(t) for _ in range(5))          # a divisor from 2^63 up
+            self.emit("ISETP", mods={"cmp": "LT", "t": "S64"}, pd=huge, ra=rb, b=Imm(0), ps=(None, False))
+            self.emit("ISETP", mods={"cmp": "GE", "t": "U64"}, pd=fits, ra=ra, b=rb, ps=(None, False))
+            self.emit("SEL64", rd=qh, ra=self.const_u64(1), b=RZ64, ps=(fits, False))
+            self.emit("IADD", mods=m64, rd=less, ra=ra, b=rb, neg="b")
+            self.emit("SEL64", rd=rh, ra=less, b=ra, ps=(fits, False))
+            self.emit("SEL64", rd=q, ra=qh, b=qs, ps=(huge, False))
+            self.emit("SEL64", rd=r, ra=rh, b=rs, ps=(huge, False))
+        zero, qz, rz = self.new(T.boolean), self.new(t), self.new(t)
+        self.emit("ISETP", mods={"cmp": "EQ", "t": "U64"}, pd=zero, ra=rb, b=Imm(0), ps=(None, False))
+        self.emit("SEL64", rd=qz, ra=RZ64, b=q, ps=(zero, False))
+        self.emit("SEL64", rd=rz, ra=RZ64, b=r, ps=(zero, False))
+        return qz, rz
+
+    def _divide_exact(self, a: "ir.Value | VReg", b: "ir.Value | VReg", t) -> tuple[VReg, VReg]:
         """Floor division of integers below 2^32 in magnitude (exact in float64), with no correction step.
 
         The reciprocal after one Newton step is within about 2^-46 of 1/b, so q0 = a * (1/b) is within
@@ -601,13 +698,14 @@ class InstructionSelector:
         quotient. (Correcting q0 by its residual would need the residual exact, which a DFMA that rounds
         its product, as this simulator's does, does not give.) An int32 quotient is converted through
         int64, so INT_MIN // -1 wraps as the other int32 arithmetic does."""
-        cls = _int_class(t)
+        cls = _int_class(t) if t.bits == 32 else "S64"
         m64 = {"w": "64"} if t.bits == 64 else {}
         fa, fb, r0, e0, r1, q0, raised = (self.new(T.float64) for _ in range(7))
         f0, f1 = self.new(T.float32), self.new(T.float32)
-        ra = self.reg(a)
+        ra = self.reg(a) if isinstance(a, ir.Value) else a
+        rb = self.reg(b) if isinstance(b, ir.Value) else b
         self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fa, b=ra)
-        self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fb, b=self.reg(b))
+        self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fb, b=rb)
         self.emit("F2F", mods={"to": "F32", "fr": "F64"}, rd=f0, b=fb)
         self.emit("MUFU", mods={"fn": "RCP"}, rd=f1, b=f0)
         self.emit("F2F", mods={"to": "F64", "fr": "F32"}, rd=r0, b=f1)
@@ -623,16 +721,16 @@ class InstructionSelector:
         else:
             self.emit("F2I", mods={"to": cls if t.bits == 32 else "S64", "fr": "F64", "rnd": "FLOOR"}, rd=q,
                       b=raised)
-        self.emit("IMUL", mods=m64, rd=prod, ra=q, b=self.operand_b(b))
+        self.emit("IMUL", mods=m64, rd=prod, ra=q, b=self.operand_b(b) if isinstance(b, ir.Value) else rb)
         self.emit("IADD", mods=m64, rd=r, ra=ra, b=prod, neg="b")
         return q, r
 
-    def _divide(self, a: ir.Value, b: ir.Value, t) -> tuple[VReg, VReg]:
+    def _divide(self, a: "ir.Value | VReg", b: "ir.Value | VReg", t) -> tuple[VReg, VReg]:
         """Floor division of 64-bit integers: the quotient estimated in float64 (exact operands below
         2^53; the remainder is divided once more, since a larger numerator was rounded), floored, and
         corrected by one step each way, so the remainder ends up with the divisor's sign as Python
         defines it."""
-        ra, rb = self.reg(a), self.reg(b)
+        ra, rb = (self.reg(x) if isinstance(x, ir.Value) else x for x in (a, b))
         m64, cls = {"w": "64"}, "S64"
         fa, fb, fq, q, r, prod = (self.new(x) for x in (T.float64, T.float64, T.float64, t, t, t))
         self.emit("I2F", mods={"to": "F64", "fr": cls}, rd=fa, b=ra)
@@ -706,8 +804,9 @@ class InstructionSelector:
         if n is None:
             return self._divmod(v)[1]
         r = self.new(t)
+        mask = Imm(n - 1) if n <= 2**31 else self.const_u64(n - 1)     # an immediate's 32 bits sign-extend
         self.emit("LOP", mods={"op": "AND", **({"w": "64"} if t.bits == 64 else {})}, rd=r, ra=self.reg(a),
-                  b=Imm(n - 1))
+                  b=mask)
         return r
 
     # -- math ---------------------------------------------------------------------------------
@@ -715,8 +814,8 @@ class InstructionSelector:
 
     def op_math(self, v):
         """What the hardware computes in one instruction (calls.py sends the rest of math to libdevice):
-        fabs, floor, ceil and trunc in any float type, and the special function unit's float32
-        approximations (MUFU)."""
+        fabs, floor, ceil and trunc in any float type, cuda.fma (FFMA, DFMA), and the special function
+        unit's float32 approximations (MUFU)."""
         fn, t = v.attrs["fn"], v.type
         x = self.reg(v.args[0])
         r = self.new(t)
@@ -865,9 +964,9 @@ class InstructionSelector:
         kind = {"int32": "S32", "uint32": "U32", "float32": "F32", "float64": "F64"}.get(t.name, "U64")
         base, offset = self.address(addr)
         data = self.reg(values[0])
-        if op == "CAS":                      # compare and new value travel in a register pair
-            data = self.new(T.int64)
-            self.emit("PAIR", rd=data, ra=self.reg(values[0]), b=self.reg(values[1]))
+        if op == "CAS":                      # compare and new value travel in a register pair (64-bit: a quad)
+            data = self.new(T.u32x4 if t.bits == 64 else T.int64)
+            self.emit("QUAD" if t.bits == 64 else "PAIR", rd=data, ra=self.reg(values[0]), b=self.reg(values[1]))
         r = self.new(t)
         self.emit("ATOMG" if v.attrs["space"] == "global" else "ATOMS", mods={"op": op, "t": kind}, rd=r, ra=base,
                   b=Imm(offset & 0xFFFFFFFF), rc=data)

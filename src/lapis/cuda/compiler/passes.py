@@ -252,6 +252,9 @@ def eliminate_dead_code(func: ir.Function) -> None:
             return
 
 
+_WIDE_INTS = (T.int64, T.uint64)
+
+
 def narrow_divisions(func: ir.Function) -> None:
     """Give each 64-bit `//` or `%` by a value a fast path, as nvcc does: where both operands lie in
     [0, 2^32) (indices and sizes, nearly always), a division exact in float64 (isel's `narrow`);
@@ -261,14 +264,14 @@ def narrow_divisions(func: ir.Function) -> None:
     blocks = list(func.blocks)
     while blocks:
         b = blocks.pop(0)
-        at = next((k for k, v in enumerate(b.instrs) if v.op in (Op.DIV, Op.MOD) and v.type == T.int64
+        at = next((k for k, v in enumerate(b.instrs) if v.op in (Op.DIV, Op.MOD) and v.type in _WIDE_INTS
                    and "narrow" not in v.attrs and not ir.power_of_two(v.args[1])), None)   # those are shifts
         if at is None:
             continue
         count += 1
         head = b.instrs[at]
         x, d = head.args
-        pair = [v for v in b.instrs[at:] if v.op in (Op.DIV, Op.MOD) and v.args == [x, d] and v.type == T.int64]
+        pair = [v for v in b.instrs[at:] if v.op in (Op.DIV, Op.MOD) and v.args == [x, d] and v.type == head.type]
         narrow, wide, join = (ir.Block(f"{kind}{count}_{b.name}") for kind in ("narrow", "wide", "join"))
         join.instrs, join.term = [v for v in b.instrs[at + 1:] if v not in pair], b.term
         for v in join.instrs:

@@ -4,11 +4,12 @@ CUDA's printf writes each call's format and arguments into a FIFO in device memo
 cudaLimitPrintfFifoSize), and the host formats and prints the records at its next synchronization, in the order
 the calls reserved their space; output past the FIFO's end is lost. Here print(a, "text", b) compiles to one 64-bit
 atomic add on the FIFO's first word, which reserves 1 + (number of values) words after the last record, and, if
-they fit, stores into them the call's number and each value: integers and booleans as int64, floats as float64
-(numba formats them with %lld and %f). The text, and which value is which, stays in the compiled kernel's table
-(`CompiledKernel.prints`), under a number made from the kernel's file, line and items, so records of kernels
-compiled in other processes (the on-disk cache) do not collide. The FIFO is two hidden arguments, one memory read
-as int64 and as float64 (`FIFO_INT`, `FIFO_FLOAT`); `lapis.cuda.printf_fifo` keeps it and prints the records.
+they fit, stores into them the call's number and each value: integers and booleans as int64 (a uint64's bits,
+printed unsigned), floats as float64 (numba formats them with %lld, %llu and %f). The text, and which value is which,
+stays in the compiled kernel's table (`CompiledKernel.prints`), under a number made from the kernel's file, line and
+items, so records of kernels compiled in other processes (the on-disk cache) do not collide. The FIFO is two hidden
+arguments, one memory read as int64 and as float64 (`FIFO_INT`, `FIFO_FLOAT`); `lapis.cuda.printf_fifo` keeps it and
+prints the records.
 """
 
 import ast
@@ -36,6 +37,8 @@ def lower_print(fe, node: ast.Call) -> Const:
         kind = KINDS.get(getattr(fe.typeof(value), "kind", None)) if isinstance(value, Const | ir.Value) else None
         if kind is None:
             raise fe.error("print() in a kernel prints numbers and string literals")
+        if fe.typeof(value) == T.uint64:
+            kind = "uint"                     # its bits as int64, printed unsigned (numba's %llu)
         stored = T.float64 if kind == "float" else T.int64
         items.append((kind,))
         values.append(fe.materialize(fe.cast(value, stored), stored))

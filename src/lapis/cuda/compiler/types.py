@@ -1,12 +1,15 @@
 """Layer 3 compiler: the types of the kernel language and numba's rules for combining them.
 
-Scalars are int32, int64, uint32, float16, bfloat16, float32, float64 and bool. The half
+Scalars are int32, int64, uint32, uint64, float16, bfloat16, float32, float64 and bool. The half
 types are storage and arithmetic types (float16 + float16 is float16), computed in float32
 and rounded back (`passes.legalize_halves`), which for +, -, *, / and sqrt gives the
-correctly rounded half result. Kernel arguments follow numba:
-a Python int is int64, a Python float is float64, a device array is an array of its dtype
+correctly rounded half result. Kernel arguments follow numba: a Python int is int64 (uint64
+from 2^63 up), a Python float is float64, a device array is an array of its dtype
 with its number of dimensions and layout ("C", "F" or "A"). Arithmetic follows numba
-(int32 + int64 -> int64, any int + float32 -> float64, int / int -> float64). One
+(int32 + int64 -> int64, any int + float32 -> float64, int / int -> float64; uint64 with a signed
+integer is int64 in an operator (`binary`: numba's integer typing, signed if either operand is) and
+float64 where types merge, in comparisons, min/max and variables (`unify`: numpy's promotion, which
+numba's unification follows), as numba does). One
 deliberate difference: a literal in an expression is weak and takes the type of the other
 operand when it can (x * 2.0 stays float32, i + 1 stays int32), as in C and JAX; a variable
 assigned only literals is int64 or float64, as in numba.
@@ -77,6 +80,7 @@ class Weak:
 int32 = Scalar("int32", "int", 32)
 int64 = Scalar("int64", "int", 64)
 uint32 = Scalar("uint32", "uint", 32)
+uint64 = Scalar("uint64", "uint", 64)
 float16 = Scalar("float16", "float", 16)
 bfloat16 = Scalar("bfloat16", "float", 16)
 float32 = Scalar("float32", "float", 32)
@@ -93,7 +97,7 @@ FRAGMENTS = {t.name: t for t in (u32x2, u32x4, f32x4)}
 int8, uint8 = Scalar("int8", "int", 8), Scalar("uint8", "uint", 8)
 int16, uint16 = Scalar("int16", "int", 16), Scalar("uint16", "uint", 16)
 STORAGE = frozenset({int8, uint8, int16, uint16})
-SCALARS = {t.name: t for t in (int32, int64, uint32, float16, bfloat16, float32, float64, boolean,
+SCALARS = {t.name: t for t in (int32, int64, uint32, uint64, float16, bfloat16, float32, float64, boolean,
                                int8, uint8, int16, uint16)}
 
 
@@ -199,9 +203,9 @@ def unify(a, b):
             return a
         return float64             # an integer meets a float literal
     if a.kind == "bool":
-        a = int64
+        a = uint64 if b == uint64 else int64
     if b.kind == "bool":
-        b = int64
+        b = uint64 if a == uint64 else int64
     if a == b:
         return a
     if a.kind == "float" or b.kind == "float":
@@ -214,7 +218,19 @@ def unify(a, b):
         return float32 if f == float32 and i.bits <= 16 else float64
     if a.kind == b.kind:
         return a if a.bits >= b.bits else b
-    return int64                   # signed meets unsigned
+    if uint64 in (a, b):           # signed meets uint64: no integer type holds both (numpy's float64)
+        return float64
+    return int64                   # signed meets a narrower unsigned
+
+
+def binary(a, b):
+    """The type of an arithmetic or bitwise operator's result (+ - * // % & | ^): `unify`'s, except that uint64
+    with a signed integer or a bool is int64, numba's integer typing (signed if either operand is, at least 64
+    bits), not numpy's float64."""
+    other = b if a == uint64 else a if b == uint64 else None
+    if isinstance(other, Scalar) and other.kind in ("int", "bool"):
+        return int64
+    return unify(a, b)
 
 
 def can_hold(var, value) -> bool:
