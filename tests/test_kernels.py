@@ -952,3 +952,24 @@ def test_division_is_correctly_rounded_and_ffma_and_dfma_round_once(dtype):
         assert np.array_equal(fused.copy_to_host(), fma(a, b, c))
         separately = (a * b + c) != fma(a, b, c)
     assert separately.sum() > 100                 # rounding twice would have differed here
+
+
+@cuda.jit
+def float_to_int64(x, out, out32):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i] = np.int64(x[i])
+        out32[i] = np.int32(x[i])
+
+
+def test_float_to_int_conversions_saturate_at_both_ends_and_take_nan_to_zero():
+    """As PTX's cvt.rzi.s64.f64 and .s32: truncation toward zero, saturation to the type's range, NaN to 0. The top
+    of int64's range, 2^63 - 1, is no float64; a clamp to it rounded up to 2^63, which wrapped to -2^63."""
+    x = np.array([1e19, 2.0**63, 2.0**63 - 1024, -1e19, -2.0**63, np.inf, -np.inf, np.nan, -2.5, 2.5, 3e9, -3e9])
+    out, out32 = cuda.device_array(x.size, np.int64), cuda.device_array(x.size, np.int32)
+    float_to_int64[1, 32](cuda.to_device(x), out, out32)
+    top, bottom = 2**63 - 1, -2**63
+    assert out.copy_to_host().tolist() == [top, top, 2**63 - 1024, bottom, bottom, top, bottom, 0, -2, 2,
+                                           3_000_000_000, -3_000_000_000]
+    assert out32.copy_to_host().tolist() == [2**31 - 1, 2**31 - 1, 2**31 - 1, -2**31, -2**31, 2**31 - 1, -2**31,
+                                             0, -2, 2, 2**31 - 1, -2**31]

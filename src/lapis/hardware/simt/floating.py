@@ -168,7 +168,9 @@ def f2i(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     def convert():
         x = round_fn(src())
         x = np.nan_to_num(x, nan=0.0, posinf=info.max, neginf=info.min)
-        return np.broadcast_to(np.clip(x, info.min, info.max).astype(dt), blocks.lanes)
+        # the clip's bounds are floats: S64's top, 2^63 - 1, rounds up to 2^63, which the cast wraps to -2^63
+        top = np.asarray(x >= -float(info.min) if to == "S64" else False)
+        return np.broadcast_to(np.where(top, info.max, np.clip(x, info.min, info.max).astype(dt)), blocks.lanes)
     if to == "S64":
         return lambda mask: regs.write_pair(inst.rd, convert().view(U64), mask)
     d = regs.R[regs.dest(inst.rd)]

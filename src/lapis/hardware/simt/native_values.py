@@ -164,7 +164,9 @@ def to_integer(v, to, rnd):
     if to == 0:
         v = min(max(v, -2147483648.0), 2147483647.0)
     elif to == 1:
-        v = min(max(v, -9223372036854775808.0), 9223372036854775807.0)
+        if v >= 9223372036854775808.0:       # 2^63 - 1 is no float64: the clamp must not make 2^63 and wrap
+            return np.int64(9223372036854775807)
+        v = max(v, -9223372036854775808.0)
     else:
         v = min(max(v, 0.0), 4294967295.0)
     return np.int64(v)
