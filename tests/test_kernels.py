@@ -973,3 +973,22 @@ def test_float_to_int_conversions_saturate_at_both_ends_and_take_nan_to_zero():
                                            3_000_000_000, -3_000_000_000]
     assert out32.copy_to_host().tolist() == [2**31 - 1, 2**31 - 1, 2**31 - 1, -2**31, -2**31, 2**31 - 1, -2**31,
                                              0, -2, 2, 2**31 - 1, -2**31]
+
+
+@cuda.jit
+def divide_and_take_the_remainder(a, b, q, r):
+    i = cuda.grid(1)
+    if i < a.size:
+        q[i], r[i] = a[i] // b[i], a[i] % b[i]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.uint32, np.uint64])
+def test_an_integer_zero_divisor_gives_zero_quotient_and_remainder(dtype):
+    """numba's kernels (its numpy error model) and numpy give 0 and 0; the division's arithmetic left a % 0 = a."""
+    a = np.array([7, 9, 0, 5, 12, 100], dtype)
+    b = np.array([0, 0, 0, 0, 5, 7], dtype)
+    q, r = cuda.device_array(6, dtype), cuda.device_array(6, dtype)
+    divide_and_take_the_remainder[1, 32](cuda.to_device(a), cuda.to_device(b), q, r)
+    with np.errstate(divide="ignore"):
+        assert q.copy_to_host().tolist() == (a // b).tolist() == [0, 0, 0, 0, 2, 14]
+        assert r.copy_to_host().tolist() == (a % b).tolist() == [0, 0, 0, 0, 2, 2]

@@ -638,24 +638,36 @@ class InstructionSelector:
 
         Operands below 2^32 in magnitude (32-bit types, and 64-bit divisions `passes.narrow_divisions`
         found to fit) take `_divide_exact`: one float64 quotient, floored. Other 64-bit operands take
-        `_divide`. A zero divisor gives an unspecified value, as on a GPU, not an exception.
-        `a // b` and `a % b` in one block share one division."""
+        `_divide`. A zero divisor gives 0 and 0, as numba's kernels do (its numpy error model: no exception,
+        both results 0), not an exception. `a // b` and `a % b` in one block share one division."""
         a, b = v.args
         t = v.type
         key = (self.block.label, a, b, t)
         if key not in self.divmods:
             exact = t.bits == 32 or v.attrs.get("narrow")
             if t == T.uint64:
-                self.divmods[key] = self._divide_unsigned(a, b, exact)
+                q, r = self._divide_unsigned(a, b, exact)
             else:
-                self.divmods[key] = (self._divide_exact if exact else self._divide)(a, b, t)
+                q, r = (self._divide_exact if exact else self._divide)(a, b, t)
+            self.divmods[key] = self._zero_unless_divisor(b, q, r, t)
         return self.divmods[key]
+
+    def _zero_unless_divisor(self, b: ir.Value, q: VReg, r: VReg, t) -> tuple[VReg, VReg]:
+        """(q, r), or (0, 0) where the divisor b is 0: the division's own arithmetic leaves a there as r."""
+        if b.op is Op.CONST and b.attrs["value"] != 0:
+            return q, r
+        wide = t.bits == 64
+        zero, qz, rz = self.new(T.boolean), self.new(t), self.new(t)
+        self.emit("ISETP", mods={"cmp": "EQ", "t": "U64" if wide else "U32"}, pd=zero, ra=self.reg(b), b=Imm(0),
+                  ps=(None, False))
+        for out, value in ((qz, q), (rz, r)):
+            self.emit("SEL64" if wide else "SEL", rd=out, ra=RZ64 if wide else RZ32, b=value, ps=(zero, False))
+        return qz, rz
 
     def _divide_unsigned(self, a: ir.Value, b: ir.Value, narrow: bool) -> tuple[VReg, VReg]:
         """uint64 a // b and a % b from the signed division (Hacker's Delight, 9-3): a divisor from 2^63 up goes
         into a once or not at all; a smaller one divides a >> 1 (both then non-negative int64s), and the doubled
-        quotient is at most one short. Operands below 2^32 (`narrow`) divide exactly in float64. A zero divisor
-        gives 0 and 0, as numba's kernels do (its numpy error model)."""
+        quotient is at most one short. Operands below 2^32 (`narrow`) divide exactly in float64."""
         t = T.uint64
         ra, rb = self.reg(a), self.reg(b)
         m64 = {"w": "64"}
@@ -682,11 +694,7 @@ class InstructionSelector:
             self.emit("SEL64", rd=rh, ra=less, b=ra, ps=(fits, False))
             self.emit("SEL64", rd=q, ra=qh, b=qs, ps=(huge, False))
             self.emit("SEL64", rd=r, ra=rh, b=rs, ps=(huge, False))
-        zero, qz, rz = self.new(T.boolean), self.new(t), self.new(t)
-        self.emit("ISETP", mods={"cmp": "EQ", "t": "U64"}, pd=zero, ra=rb, b=Imm(0), ps=(None, False))
-        self.emit("SEL64", rd=qz, ra=RZ64, b=q, ps=(zero, False))
-        self.emit("SEL64", rd=rz, ra=RZ64, b=r, ps=(zero, False))
-        return qz, rz
+        return q, r
 
     def _divide_exact(self, a: "ir.Value | VReg", b: "ir.Value | VReg", t) -> tuple[VReg, VReg]:
         """Floor division of integers below 2^32 in magnitude (exact in float64), with no correction step.
