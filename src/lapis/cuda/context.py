@@ -22,7 +22,7 @@ import numpy as np
 
 from lapis import abi, runtime, trace
 from lapis.cuda.compiler import types as T
-from lapis.cuda.errors import CudaError, InvalidHandleError, KernelFault, OutOfMemoryError
+from lapis.cuda.errors import CudaError, InvalidHandleError, KernelFault, LaunchError, OutOfMemoryError
 from lapis.cuda.memory_pool import MemoryPool
 
 KERNARG_SLOT = abi.MAX_KERNARG_BYTES
@@ -284,6 +284,7 @@ class Context:
         """Queue a kernel on `stream` (a Stream of this context; None or 0: the default stream), `cooperative`ly
         (every block resident at once) if asked; returns the queue id and packet index, which the device's kernel
         event reports too."""
+        _check_geometry(grid, block, dynamic_shared)
         with self.lock:
             state = self.stream_state(stream)
             self.raise_completed_faults()
@@ -304,9 +305,16 @@ class Context:
                 grid_size_x=grid[0] * block[0], grid_size_y=grid[1] * block[1], grid_size_z=grid[2] * block[2],
                 group_segment_size=symbol.group_segment_size + dynamic_shared, kernel_object=symbol.kernel_object,
                 kernarg_address=va, completion_signal=signal.handle)
-            state.pending.append(Work(signal, compiled.name, slot, self.loaded[id(compiled)][1],
-                                      assertions=compiled.assertions or None))
-            return state.queue.queue_id, state.queue.submit(packet)
+            work = Work(signal, compiled.name, slot, self.loaded[id(compiled)][1],
+                        assertions=compiled.assertions or None)
+            state.pending.append(work)
+            try:
+                return state.queue.queue_id, state.queue.submit(packet)
+            except BaseException:         # nothing was queued: no one may wait for it, and its slot is free again
+                state.pending.remove(work)
+                self.free_slots.append(slot)
+                self._spare(signal)
+                raise
 
     def record_event(self, stream) -> tuple[StreamState, Work]:
         """Queue an event's marker on `stream`: a barrier-AND packet with no dependencies, whose
@@ -624,6 +632,22 @@ _SCALAR_FORMATS = {"int32": "i", "uint32": "I", "int64": "q", "uint64": "Q", "fl
 _PACKERS: dict[int, tuple] = {}       # id(layout) -> (layout, struct, plan): made at a kernel's first launch
 # How pack_kernargs writes an argument: a 1-D array, an array of more dimensions, a half, a bool, another number.
 _VECTOR, _ARRAY, _HALF, _BOOL, _NUMBER = range(5)
+
+
+GRID_LIMITS = (2**31 - 1, 65535, 65535)     # CUDA's most blocks along x, y and z
+BLOCK_LIMITS = (1024, 1024, 64)              # ... and threads
+
+
+def _check_geometry(grid: tuple, block: tuple, dynamic_shared: int) -> None:
+    """A launch's shape as CUDA checks it (cudaErrorInvalidConfiguration), before anything is queued: a dispatch
+    packet holds each dimension's thread count in 32 bits, so a grid past those limits could not even be written."""
+    for what, dims, limits in (("grid", grid, GRID_LIMITS), ("block", block, BLOCK_LIMITS)):
+        if len(dims) != 3 or not all(isinstance(d, int | np.integer) and 1 <= d <= most
+                                     for d, most in zip(dims, limits, strict=True)):
+            raise LaunchError(f"invalid configuration argument: the {what} {tuple(dims)} must have 1 to "
+                              f"{limits} along x, y and z")
+    if not isinstance(dynamic_shared, int | np.integer) or dynamic_shared < 0:
+        raise LaunchError(f"invalid configuration argument: dynamic shared memory of {dynamic_shared} bytes")
 
 
 def _packer(layout: list[dict], values: list) -> tuple[struct.Struct, list[tuple[int, int, str]]]:

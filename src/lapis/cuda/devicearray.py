@@ -61,6 +61,11 @@ class DeviceNDArray:
     @classmethod
     def allocate(cls, context, shape, dtype, order: str = "C") -> "DeviceNDArray":
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        if not all(isinstance(n, int | np.integer) and not isinstance(n, bool) for n in shape):
+            raise TypeError(f"an array's shape takes integers, not {shape}")
+        if any(n < 0 for n in shape):
+            raise ValueError(f"negative dimensions are not allowed: {shape}")      # numpy's words
+        shape = tuple(int(n) for n in shape)
         dtype = np.dtype(dtype)
         strides = _contiguous_strides(shape, dtype.itemsize, order)
         nbytes = max(math.prod(int(n) for n in shape) * dtype.itemsize, 1)

@@ -96,25 +96,28 @@ class AqlQueue:
         return value
 
     def reserve(self, timeout_s: float = 5.0) -> int:
-        """Reserve the next packet index, waiting for a free slot."""
+        """Reserve the next packet index once its slot is free (waiting at most `timeout_s`). The caller must
+        then write the slot: the packet processor stops at an unwritten one, and every later packet with it, so
+        the index advances only when a slot is there to take (a reservation that timed out would leave a hole)."""
         if self.destroyed:
             raise QueueError(f"queue {self.queue_id} was destroyed")
+        deadline = time.monotonic() + timeout_s
         with self._lock:
             index = self.write_index
+            while index - self.read_index >= self.size:
+                self.check()
+                if time.monotonic() > deadline:
+                    raise QueueFull(f"queue {self.queue_id} is full: packet {index} waited {timeout_s}s for a slot")
+                time.sleep(0.0005)
             struct.pack_into("<Q", self.indices.host, 0, index + 1)
-        deadline = time.monotonic() + timeout_s
-        while index - self.read_index >= self.size:
-            self.check()
-            if time.monotonic() > deadline:
-                raise QueueFull(f"queue {self.queue_id} is full: packet {index} waited {timeout_s}s for a slot")
-            time.sleep(0.0005)
         return index
 
     def submit(self, packet, index: int | None = None) -> int:
-        """Write a packet (an abi layout whose header is set) into its slot and ring the doorbell."""
+        """Write a packet (an abi layout whose header is set) into its slot and ring the doorbell. The packet is
+        packed before a slot is reserved: a field out of range raises here and reserves nothing."""
+        raw = packet.pack()
         if index is None:
             index = self.reserve()
-        raw = packet.pack()
         slot = index & (self.size - 1)
         view = self.ring.host[slot * abi.PACKET_BYTES:(slot + 1) * abi.PACKET_BYTES]
         view[2:] = memoryview(raw[2:])          # body first, header still INVALID

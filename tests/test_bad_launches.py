@@ -1,0 +1,78 @@
+"""Bad input to a launch or an allocation is a clear error that changes nothing: no packet slot is reserved that
+will not be written (the packet processor would stop at it, and every later wait on the queue would sleep), no
+work is left pending that will never complete, and the next launch runs."""
+
+import numpy as np
+import pytest
+
+from lapis import abi, cuda, runtime
+from lapis.cuda import LaunchError
+from test_runtime import dispatch, load
+
+
+@cuda.jit
+def mark(a):
+    a[cuda.grid(1)] = 1
+
+
+def still_runs():
+    a = cuda.to_device(np.zeros(64, np.int32))
+    mark[1, 64](a)
+    cuda.synchronize()
+    return a.copy_to_host().tolist() == [1] * 64
+
+
+@pytest.mark.parametrize("config, what", [
+    ((1, 64, 0, -8), "dynamic shared memory of -8 bytes"),
+    ((2**31, 64), "the grid"),
+    (((1, 70000), 64), "the grid"),
+    (((1, 1, 1), (1, 1, 65)), "the block"),
+    ((0, 64), "the grid"),
+])
+def test_an_impossible_launch_shape_is_refused_and_the_stream_goes_on(config, what):
+    a = cuda.to_device(np.zeros(64, np.int32))
+    with pytest.raises(LaunchError, match=what):
+        mark[config](a)
+    assert still_runs()
+
+
+def test_a_launch_whose_packet_cannot_be_queued_leaves_nothing_pending(monkeypatch):
+    """Whatever fails at the queue, the context forgets the work it was about to wait for."""
+    a = cuda.to_device(np.zeros(64, np.int32))
+    mark[1, 64](a)
+    cuda.synchronize()
+    context = cuda.current_context()
+    slots, queue = len(context.free_slots), context.default_state.queue
+
+    def refuse(packet, index=None):
+        raise runtime.QueueError("refused")
+    monkeypatch.setattr(queue, "submit", refuse)
+    with pytest.raises(runtime.QueueError):
+        mark[1, 64](a)
+    monkeypatch.undo()
+    assert not context.default_state.pending and len(context.free_slots) == slots
+    assert still_runs()
+
+
+def test_a_packet_that_cannot_be_packed_reserves_no_slot():
+    rt = runtime.Runtime()
+    try:
+        gpu = rt.gpu_agents[0]
+        queue = rt.create_queue(gpu, packets=4)
+        before = queue.write_index
+        bad = abi.KernelDispatchPacket(header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH), group_segment_size=-1)
+        with pytest.raises(Exception, match="out of range|format requires"):
+            queue.submit(bad)
+        assert queue.write_index == before
+        symbol = load(rt, gpu)                          # the queue still runs the next packet
+        out = rt.device_pool(gpu).allocate(64 * 4)
+        signal = dispatch(rt, queue, symbol, np.array([out.va, 7], np.uint64).tobytes(), 64)
+        assert signal.wait(runtime.Condition.LT, 1, 10.0) == 0
+    finally:
+        rt.shutdown()
+
+
+@pytest.mark.parametrize("shape, error", [(-5, ValueError), ((3, -1), ValueError), ((2.5,), TypeError)])
+def test_a_device_array_of_a_negative_or_fractional_size_is_refused(shape, error):
+    with pytest.raises(error):
+        cuda.device_array(shape, np.float32)
