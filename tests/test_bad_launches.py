@@ -28,6 +28,7 @@ def still_runs():
     (((1, 70000), 64), "the grid"),
     (((1, 1, 1), (1, 1, 65)), "the block"),
     ((0, 64), "the grid"),
+    ((2**23, 1024), "exceed the 2\\^32 - 1 threads"),
 ])
 def test_an_impossible_launch_shape_is_refused_and_the_stream_goes_on(config, what):
     a = cuda.to_device(np.zeros(64, np.int32))

@@ -648,6 +648,10 @@ def _check_geometry(grid: tuple, block: tuple, dynamic_shared: int) -> None:
                               f"{limits} along x, y and z")
     if not isinstance(dynamic_shared, int | np.integer) or dynamic_shared < 0:
         raise LaunchError(f"invalid configuration argument: dynamic shared memory of {dynamic_shared} bytes")
+    for axis, blocks, threads in zip("xyz", grid, block, strict=True):
+        if blocks * threads >= 2**32:          # as HIP's limit: the AQL packet's grid size is 32 bits per axis
+            raise LaunchError(f"invalid configuration argument: {blocks} blocks of {threads} threads along {axis} "
+                              "exceed the 2^32 - 1 threads a dispatch packet holds per dimension")
 
 
 def _packer(layout: list[dict], values: list) -> tuple[struct.Struct, list[tuple[int, int, str]]]:
