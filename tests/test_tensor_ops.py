@@ -397,6 +397,27 @@ def test_the_pieces_of_a_chunk_send_their_gradients_back_through_one_join():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("padding_idx", [2, -1])
+def test_an_embedding_s_padding_row_gets_no_gradient_as_torch_s(device, padding_idx):
+    weight = f32(5, 3)
+    idx = np.array([[2, 4, 0], [4, 2, 2]], np.int64)
+    ours = lapis.tensor(weight, device=device, requires_grad=True)
+    theirs = torch.tensor(weight, requires_grad=True)
+    out = lapis.nn.functional.embedding(lapis.tensor(idx, device=device), ours, padding_idx)
+    want = torch.nn.functional.embedding(torch.tensor(idx), theirs, padding_idx)
+    w = f32(2, 3, 3)
+    (out * lapis.tensor(w, device=device)).sum().backward()
+    (want * torch.tensor(w)).sum().backward()
+    assert tuple(out.shape) == tuple(want.shape)
+    np.testing.assert_array_equal(out.detach().cpu().numpy(), want.detach().numpy())
+    np.testing.assert_allclose(ours.grad.cpu().numpy(), theirs.grad.numpy(), atol=1e-6)
+    module = lapis.nn.Embedding(5, 3, padding_idx=padding_idx).to(device)
+    module(lapis.tensor(idx, device=device)).sum().backward()
+    assert module.padding_idx == (padding_idx % 5)
+    assert not module.weight.grad.cpu().numpy()[module.padding_idx].any()
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_embedding_and_save_load(device, tmp_path):
     emb = lapis.nn.Embedding(10, 4).to(device)
     ref = torch.nn.Embedding(10, 4)

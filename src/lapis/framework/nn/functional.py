@@ -203,6 +203,20 @@ def kl_div(x: Tensor, target: Tensor, reduction: str = "mean", log_target: bool 
     return _reduce(loss, reduction)
 
 
+def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> Tensor:
+    """Rows of `weight` (V, E) picked by `input` (...) int64 -> (..., E), gathered (scattered back in backward). A
+    `padding_idx` row is read like any other but gets no gradient, as torch's (its rows of the result are the
+    picked values with the graph cut)."""
+    # input: (...) int64, weight: (V, E)
+    out = weight[input]                                       # (..., E)
+    if padding_idx is None:
+        return out
+    if not -weight.shape[0] <= padding_idx < weight.shape[0]:
+        raise AssertionError("Padding_idx must be within num_embeddings")
+    padding_idx %= weight.shape[0]
+    return where((input != padding_idx).unsqueeze(-1), out, out.detach())
+
+
 def one_hot(target: Tensor, num_classes: int = -1) -> Tensor:
     """(..., ) int64 -> (..., C) int64, as an elementwise comparison with arange(C) (no scatter needed)."""
     if target.dtype is not _dtype.int64:
@@ -529,6 +543,6 @@ def multi_head_attention_forward(module, query: Tensor, key: Tensor, value: Tens
 
 __all__ = ["linear", "conv2d", "conv_transpose2d", "adaptive_avg_pool2d", "interpolate", "kl_div", "leaky_relu",
            "max_pool2d", "avg_pool2d", "batch_norm", "relu", "gelu", "silu", "sigmoid", "tanh", "softmax",
-           "log_softmax", "one_hot", "nll_loss", "cross_entropy", "mse_loss", "binary_cross_entropy",
+           "log_softmax", "embedding", "one_hot", "nll_loss", "cross_entropy", "mse_loss", "binary_cross_entropy",
            "binary_cross_entropy_with_logits", "dropout", "huber_loss", "l1_loss", "pad", "smooth_l1_loss",
            "layer_norm", "scaled_dot_product_attention", "multi_head_attention_forward"]

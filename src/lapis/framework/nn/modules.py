@@ -444,6 +444,10 @@ class Embedding(Module):
     def __init__(self, num_embeddings: int, embedding_dim: int, padding_idx: int | None = None, device=None,
                  dtype=None):
         super().__init__()
+        if padding_idx is not None:
+            if not -num_embeddings <= padding_idx < num_embeddings:
+                raise AssertionError("Padding_idx must be within num_embeddings")
+            padding_idx %= num_embeddings
         self.num_embeddings, self.embedding_dim, self.padding_idx = num_embeddings, embedding_dim, padding_idx
         self.weight = Parameter(empty(num_embeddings, embedding_dim, device=device, dtype=dtype))
         init.normal_(self.weight)
@@ -452,8 +456,8 @@ class Embedding(Module):
                 self.weight[padding_idx] = 0.0
 
     def forward(self, index):
-        # index: (...) int64 -> (..., embedding_dim), rows of the weight gathered (scattered back in backward)
-        return self.weight[index]
+        # index: (...) int64 -> (..., embedding_dim); the padding row gets no gradient, as torch's
+        return F.embedding(index, self.weight, self.padding_idx)
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}"
