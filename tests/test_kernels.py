@@ -992,3 +992,33 @@ def test_an_integer_zero_divisor_gives_zero_quotient_and_remainder(dtype):
     with np.errstate(divide="ignore"):
         assert q.copy_to_host().tolist() == (a // b).tolist() == [0, 0, 0, 0, 2, 14]
         assert r.copy_to_host().tolist() == (a % b).tolist() == [0, 0, 0, 0, 2, 2]
+
+
+@cuda.jit
+def literal_too_big_for_int32(out, flags):
+    i = cuda.grid(1)                               # int32
+    if i < out.size:
+        out[i] = i + 2**34                         # int64, as numba types the literal: it once wrapped to i
+        flags[i] = 1 if i < 2**40 and i > -2**35 else 0
+
+
+@cuda.jit
+def store_far_past(a):
+    a[cuda.grid(1) + 2**34] = 1                    # 64 GiB past the array
+
+
+def test_an_int_literal_an_int32_cannot_hold_makes_the_expression_int64():
+    out, flags = cuda.device_array(32, np.int64), cuda.device_array(32, np.int32)
+    literal_too_big_for_int32[1, 32](out, flags)
+    assert out.copy_to_host().tolist() == [i + 2**34 for i in range(32)]
+    assert flags.copy_to_host().tolist() == [1] * 32
+
+
+def test_an_address_offset_beyond_32_bits_is_not_cut_to_its_low_bits():
+    """An element offset of 2^36 bytes once lost its high bits (the instruction's offset is 32 bits) and stored
+    into a[i]; it must reach the address it names, here an unmapped one."""
+    a = cuda.to_device(np.zeros(32, np.int32))
+    with pytest.raises(cuda.KernelFault, match="not mapped"):
+        store_far_past[1, 32](a)
+        cuda.synchronize()
+    assert not a.copy_to_host().any()

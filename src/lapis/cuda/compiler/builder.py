@@ -25,11 +25,15 @@ _SHIFTS = frozenset({Op.SHL, Op.SHR})
 
 
 def literal_type(x, other):
-    """x's type as it meets a value of type `other`: a negative integer literal that meets an unsigned type is
-    int64, numba's type for it, since the unsigned type cannot hold it (u // -2 divides as int64, u < -1 is
-    False); otherwise x's own (a weak literal then takes `other`'s type)."""
-    if isinstance(x, Const) and x.type == T.WEAK_INT and x.value < 0 and getattr(other, "kind", "") == "uint":
-        return T.int64
+    """x's type as it meets a value of type `other`: an integer literal that the integer type `other` cannot hold
+    is numba's type for it, int64 (uint64 from 2^63 up): a negative one meeting an unsigned type (u // -2 divides
+    as int64, u < -1 is False), a large one meeting a narrow type (i + 2**34 with an int32 i is int64, where the
+    literal once wrapped to 0); otherwise x's own (a weak literal then takes `other`'s type)."""
+    if isinstance(x, Const) and x.type == T.WEAK_INT and isinstance(other, T.Scalar) and other.kind in ("int", "uint"):
+        bits, signed = other.bits, other.kind == "int"
+        low, high = (-(1 << (bits - 1)), 1 << (bits - 1)) if signed else (0, 1 << bits)
+        if not low <= x.value < high:
+            return T.uint64 if x.value >= 1 << 63 else T.int64
     return x.type
 
 

@@ -853,15 +853,19 @@ class InstructionSelector:
                 index = index.args[0]
             if index.op is Op.CONST:
                 offset += index.attrs["value"] * scale
-                if -2**31 <= offset < 2**31:
-                    return self.reg(ptr), offset
-                index = None
-            key = (self.block.label, ptr, index, scale)
-            base = self.addr_cache.get(key)
-            if base is None:
-                base = self.addr_cache[key] = self.new(ir.ADDRESS)
-                wide = "WIDE" if index.type.bits == 32 else "64"
-                self.emit("IMAD", mods={"w": wide}, rd=base, ra=self.reg(index), b=Imm(scale), rc=self.reg(ptr))
+                base = self.reg(ptr)
+            else:
+                key = (self.block.label, ptr, index, scale)
+                base = self.addr_cache.get(key)
+                if base is None:
+                    base = self.addr_cache[key] = self.new(ir.ADDRESS)
+                    wide = "WIDE" if index.type.bits == 32 else "64"
+                    self.emit("IMAD", mods={"w": wide}, rd=base, ra=self.reg(index), b=Imm(scale),
+                              rc=self.reg(ptr))
+            if not -2**31 <= offset < 2**31:      # an instruction's offset is 32 bits, sign-extended: the rest
+                far = self.new(ir.ADDRESS)         # goes into the base (it was cut to its low 32 bits)
+                self.emit("IADD", mods={"w": "64"}, rd=far, ra=base, b=self.const_u64(offset % 2**64))
+                return far, 0
             return base, offset
         if addr.op is Op.CONST:                   # shared memory: a byte offset
             return RZ32, addr.attrs["value"]
