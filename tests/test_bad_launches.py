@@ -77,3 +77,28 @@ def test_a_packet_that_cannot_be_packed_reserves_no_slot():
 def test_a_device_array_of_a_negative_or_fractional_size_is_refused(shape, error):
     with pytest.raises(error):
         cuda.device_array(shape, np.float32)
+
+
+@cuda.jit
+def write_far_past(a):
+    a[cuda.grid(1) + 2**34] = 1            # 64 GiB past the array: unmapped
+
+
+def test_a_fault_is_reported_to_its_own_stream_not_to_another_stream_s_launch():
+    """Stream A's kernel faults; launches and queries on stream B go on (a thread working on B never sees A's
+    error), and A's next call, or a synchronize that covers A, reports it."""
+    from lapis.cuda import KernelFault
+    a_stream, b_stream = cuda.stream(), cuda.stream()
+    a = cuda.to_device(np.zeros(64, np.int32))
+    b = cuda.to_device(np.zeros(64, np.int32))
+    write_far_past[1, 32, a_stream](a)
+    mark[1, 64, b_stream](b)
+    b_stream.synchronize()                          # the device runs both queues: A's kernel faults meanwhile
+    assert cuda.current_context().default_state.pending == [] and a_stream.state.pending[0].signal.load() < 0
+    mark[1, 64, b_stream](b)                        # B's launches and queries do not see A's fault
+    assert b_stream.query() in (True, False)
+    b_stream.synchronize()
+    assert b.copy_to_host(stream=b_stream).tolist() == [1] * 64
+    with pytest.raises(KernelFault, match="write_far_past"):
+        a_stream.synchronize()
+    assert still_runs()

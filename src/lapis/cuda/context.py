@@ -243,7 +243,7 @@ class Context:
             if state.default:
                 raise InvalidHandleError(f"the default stream of {self.device} cannot be destroyed")
             state.released = True
-            self.raise_completed_faults()
+            self.raise_completed_faults(state)
             self._reap()
 
     def stream_state(self, stream) -> StreamState:
@@ -287,12 +287,12 @@ class Context:
         _check_geometry(grid, block, dynamic_shared)
         with self.lock:
             state = self.stream_state(stream)
-            self.raise_completed_faults()
+            self.raise_completed_faults(state)
             self._revive(state)
             self._order_before(state)
             symbol = self.load(compiled)
             if not self.free_slots:
-                self.synchronize()
+                self._free_a_slot(state)
             slot = self.free_slots.pop()
             va = self.kernargs.va + slot * KERNARG_SLOT
             self.kernargs.host[slot * KERNARG_SLOT:slot * KERNARG_SLOT + len(kernargs)] = memoryview(kernargs)
@@ -316,12 +316,27 @@ class Context:
                 self._spare(signal)
                 raise
 
+    def _free_a_slot(self, state: StreamState) -> None:
+        """Wait for the oldest work, this stream's first, until a kernel-argument slot is free. A fault from this
+        stream is raised; another stream's stays with it (its slot is freed when that stream reports it)."""
+        for other in [state, *(s for s in self.streams if s is not state)]:
+            while other.pending and not self.free_slots:
+                work = other.pending[0]
+                value = work.signal.wait(runtime.Condition.LT, 1)
+                if value < 0 and other is not state:
+                    break
+                self._retire(other, work, value)
+            if self.free_slots:
+                return
+        raise CudaError(f"every kernel-argument slot of {self.device} is held by work that failed on other streams: "
+                        "synchronize to see their faults")
+
     def record_event(self, stream) -> tuple[StreamState, Work]:
         """Queue an event's marker on `stream`: a barrier-AND packet with no dependencies, whose
         completion signal the device stamps with its clock when it gets there."""
         with self.lock:
             state = self.stream_state(stream)
-            self.raise_completed_faults()
+            self.raise_completed_faults(state)
             self._revive(state)
             self._order_before(state)
             work = Work(self._signal())
@@ -336,7 +351,7 @@ class Context:
         destroys it); no synchronize waits for it."""
         with self.lock:
             state = self.stream_state(stream)
-            self.raise_completed_faults()
+            self.raise_completed_faults(state)
             self._revive(state)
             self._order_before(state)
             signal = self.rt.create_signal(1)
@@ -380,12 +395,15 @@ class Context:
         if value < 0:
             self._raise_fault(state, work)
 
-    def raise_completed_faults(self) -> None:
-        """Retire the work every stream has finished, reporting a fault from it (errors surface at
-        the next call)."""
+    def raise_completed_faults(self, only: StreamState | None = None) -> None:
+        """Retire the work every stream has finished, reporting a fault from it (errors surface at the next call).
+        With `only` (the stream a call works on), a fault belongs to its own stream: another stream's finished
+        work is retired up to its failed packet, which waits for a call on that stream or a synchronize."""
         with self.lock:
             for state in list(self.streams):
                 while state.pending and (value := state.pending[0].signal.load()) <= 0:
+                    if value < 0 and only is not None and state is not only:
+                        break
                     self._retire(state, state.pending[0], value)
 
     def _drain(self, state: StreamState, upto: Work | None = None) -> None:
@@ -441,7 +459,7 @@ class Context:
         """Whether a stream has finished all its work (cudaStreamQuery), without waiting."""
         with self.lock:
             state = self.stream_state(stream)
-            self.raise_completed_faults()
+            self.raise_completed_faults(state)
             return not state.pending
 
     def wait_for(self, state: StreamState, work: Work) -> None:
