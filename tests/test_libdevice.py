@@ -620,3 +620,42 @@ def test_numpy_ufuncs_on_numbers_compile_as_math_s_functions():
         numpy_and_math[1, x.size](cuda.to_device(x), out)
         both = out.copy_to_host()
         assert np.array_equal(both[:, 0::2], both[:, 1::2], equal_nan=True)
+
+
+@cuda.jit
+def bits_of_64_bit_integers(x, out, uout):
+    i = cuda.grid(1)
+    if i < x.size:
+        out[i, 0] = cuda.clz(x[i])
+        out[i, 1] = cuda.ffs(x[i])
+        out[i, 2] = cuda.popc(x[i])
+        uout[i] = cuda.brev(x[i])
+
+
+def test_brev_clz_and_ffs_of_64_bit_integers_use_all_64_bits():
+    """As CUDA's __brevll, __clzll and __ffsll (numba picks them by the argument's width); they were computed on
+    the low 32 bits: clz(1 << 40) gave 32."""
+    values = [0, 1, 1 << 40, -1, -(1 << 63) + 8, 0x0123456789ABCDEF, 1 << 31]
+    x = np.array(values, np.int64)
+    out, uout = cuda.device_array((len(values), 3), np.int64), cuda.device_array(len(values), np.uint64)
+    bits_of_64_bit_integers[1, 32](cuda.to_device(x), out, uout)
+    u = [v % 2**64 for v in values]
+    assert out.copy_to_host().tolist() == [[64 - v.bit_length(), (v & -v).bit_length(), bin(v).count("1")] for v in u]
+    assert uout.copy_to_host().tolist() == [int(f"{v:064b}"[::-1], 2) for v in u]
+
+
+@cuda.jit
+def matches_in_a_short_block(x, any_out, all_out):
+    i = cuda.grid(1)
+    any_out[i] = cuda.match_any_sync(0xFFFFFFFF, x[i])
+    mask, _ = cuda.match_all_sync(0xFFFFFFFF, 7)
+    all_out[i] = mask
+
+
+def test_match_any_and_all_name_only_lanes_that_exist():
+    """A block of 10 threads: the warp's other 22 lanes are not active, so no mask names them (they did)."""
+    x = np.array([1, 2, 1, 2, 1, 2, 1, 2, 1, 2], np.int32)
+    any_out, all_out = cuda.device_array(10, np.int64), cuda.device_array(10, np.int64)
+    matches_in_a_short_block[1, 10](cuda.to_device(x), any_out, all_out)
+    assert any_out.copy_to_host().tolist() == [0x155 if v == 1 else 0x2AA for v in x]
+    assert all_out.copy_to_host().tolist() == [0x3FF] * 10

@@ -39,8 +39,11 @@ from lapis.cuda.compiler.intrinsics import (
     ballot_sync,
     blockDim,
     blockIdx,
+    brev,
     cg,
+    clz,
     const,
+    ffs,
     fma,
     grid,
     gridDim,
@@ -74,11 +77,8 @@ from lapis.cuda.errors import (
 )
 from lapis.cuda.libdevice import (  # numba.cuda's bit and warp functions, built from instructions in libdevice
     activemask,
-    brev,
     cbrt,
-    clz,
     eq_sync,
-    ffs,
     lanemask_lt,
     match_all_sync,
     match_any_sync,

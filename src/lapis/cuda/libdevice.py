@@ -20,7 +20,7 @@ through float32 (see docs/layer3-programming-interface.md).
 
 import math
 
-from numpy import float32, float64, int32, uint32
+from numpy import float32, float64, int32, uint32, uint64
 
 from lapis.cuda.compiler.device_function import DeviceFunction
 from lapis.cuda.compiler.intrinsics import (
@@ -249,9 +249,11 @@ def popc(x):
     return n
 
 
+# brev, clz and ffs of 32- and 64-bit integers (numba's cuda.brev, clz, ffs; CUDA's __brev/__brevll, __clz/__clzll,
+# __ffs/__ffsll): calls.py picks the function of the argument's width.
 @DeviceFunction
-def brev(x):
-    """The 32 bits of x in reverse order (cuda.brev, __brev)."""
+def brev32(x):
+    """The 32 bits of x in reverse order, as a uint32."""
     r = uint32(0)
     v = uint32(x)
     for k in range(32):
@@ -260,8 +262,18 @@ def brev(x):
 
 
 @DeviceFunction
-def clz(x):
-    """The number of leading zero bits of x as 32 bits (cuda.clz, __clz): 32 for 0."""
+def brev64(x):
+    """The 64 bits of x in reverse order, as a uint64."""
+    r = uint64(0)
+    v = uint64(x)
+    for k in range(64):
+        r = (r << uint64(1)) | ((v >> uint64(k)) & uint64(1))
+    return r
+
+
+@DeviceFunction
+def clz32(x):
+    """The number of leading zero bits of x as 32 bits: 32 for 0."""
     v = uint32(x)
     n = 32
     while v != uint32(0):
@@ -271,8 +283,19 @@ def clz(x):
 
 
 @DeviceFunction
-def ffs(x):
-    """The position of x's lowest set bit, counting from 1 (cuda.ffs, __ffs): 0 for 0."""
+def clz64(x):
+    """The number of leading zero bits of x as 64 bits: 64 for 0."""
+    v = uint64(x)
+    n = 64
+    while v != uint64(0):
+        v = v >> uint64(1)
+        n -= 1
+    return n
+
+
+@DeviceFunction
+def ffs32(x):
+    """The position of the lowest set bit of x as 32 bits, counting from 1: 0 for 0."""
     v = uint32(x)
     n = 0
     if v != uint32(0):
@@ -287,6 +310,19 @@ def ffs(x):
 def selp(test, a, b):
     """a where test holds, else b (cuda.selp, PTX's selp): one select, no branch."""
     return a if test else b
+
+
+@DeviceFunction
+def ffs64(x):
+    """The position of the lowest set bit of x as 64 bits, counting from 1: 0 for 0."""
+    v = uint64(x)
+    n = 0
+    if v != uint64(0):
+        n = 1
+        while v & uint64(1) == uint64(0):
+            v = v >> uint64(1)
+            n += 1
+    return n
 
 
 @DeviceFunction
@@ -316,19 +352,22 @@ def lanemask_lt():
 
 @DeviceFunction
 def match_any_sync(mask, value):
-    """The lanes of mask whose value equals this lane's (cuda.match_any_sync): one shuffle per lane."""
+    """The active lanes of mask whose value equals this lane's (cuda.match_any_sync): one shuffle per lane (a lane
+    past the block's last thread, or exited, is not active: its shuffle would read this lane's own value)."""
     same = uint32(0)
+    active = activemask()
     for lane in range(32):
-        if shfl_sync(mask, value, lane) == value and (mask >> lane) & 1:
+        if shfl_sync(mask, value, lane) == value and (mask >> lane) & (active >> lane) & 1:
             same |= uint32(1) << uint32(lane)
     return same
 
 
 @DeviceFunction
 def match_all_sync(mask, value):
-    """(mask, True) when every lane of mask holds the same value, else (0, False) (cuda.match_all_sync)."""
-    equal = all_sync(mask, shfl_sync(mask, value, ffs(mask) - 1) == value)
-    return (uint32(mask) if equal else uint32(0)), equal
+    """(the active lanes of mask, True) when they all hold the same value, else (0, False) (cuda.match_all_sync)."""
+    lanes = uint32(mask) & activemask()
+    equal = all_sync(mask, shfl_sync(mask, value, ffs32(lanes) - 1) == value)
+    return (lanes if equal else uint32(0)), equal
 
 
 @DeviceFunction

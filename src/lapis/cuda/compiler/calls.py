@@ -153,6 +153,17 @@ def _grid_sync(fe, args):
     return NOTHING
 
 
+def _bits_of_width(name: str):
+    """cuda.brev, clz or ffs: libdevice's function of the argument's width (32 or 64 bits), as CUDA has __brev
+    and __brevll."""
+    def lower(fe, args):
+        (x,) = args
+        t = fe.typeof(x)
+        bits = 64 if isinstance(t, T.Scalar) and t.bits == 64 else 32
+        return fe.inline(getattr(libdevice, f"{name}{bits}"), [x])
+    return lower
+
+
 def _fma(fe, args):
     """cuda.fma(a, b, c): one fused multiply-add in the arguments' float type (float64 for integers), whatever the
     optimiser does to a * b + c written out (a product it shares with another expression is not contracted)."""
@@ -454,6 +465,8 @@ CALLS: dict[object, Builtin] = {
     K.cg.this_grid: Builtin("cuda.cg.this_grid", (), _this_grid),
     K.grid_group.sync: Builtin("cuda.cg.GridGroup.sync", (), _grid_sync),
     K.threadfence: Builtin("cuda.threadfence", (), _fence("GPU")),
+    **{getattr(K, name): Builtin(f"cuda.{name}", (Param("x", INTEGER),), _bits_of_width(name))
+       for name in ("brev", "clz", "ffs")},
     K.fma: Builtin("cuda.fma", (Param("a", NUMBER), Param("b", NUMBER), Param("c", NUMBER)), _fma),
     K.threadfence_block: Builtin("cuda.threadfence_block", (), _fence("CTA")),
     K.threadfence_system: Builtin("cuda.threadfence_system", (), _fence("SYS")),

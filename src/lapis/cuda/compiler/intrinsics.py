@@ -75,6 +75,9 @@ grid_group = _Namespace("cuda.cg.GridGroup", sync=Intrinsic(
     "cuda.cg.GridGroup.sync", "g.sync(): wait until every thread of the grid arrives (a kernel that calls it is "
     "launched cooperatively: every block resident at once)"))
 cg = _Namespace("cuda.cg", this_grid=Intrinsic("cuda.cg.this_grid", "cuda.cg.this_grid(): the grid as a group"))
+brev = Intrinsic("cuda.brev", "cuda.brev(x): the bits of a 32- or 64-bit integer in reverse order, unsigned")
+clz = Intrinsic("cuda.clz", "cuda.clz(x): the leading zero bits of a 32- or 64-bit integer")
+ffs = Intrinsic("cuda.ffs", "cuda.ffs(x): the position of a 32- or 64-bit integer's lowest set bit, from 1 (0 for 0)")
 fma = Intrinsic("cuda.fma", "cuda.fma(a, b, c): a b + c rounded once (one FFMA or DFMA), in float32 or float64")
 # libdevice's reciprocal (PTX's rcp.approx.f32), as math.exp2 is its 2^x: one instruction where x / y
 # takes four, which is what the library's formulas were written with.
