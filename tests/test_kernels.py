@@ -1022,3 +1022,25 @@ def test_an_address_offset_beyond_32_bits_is_not_cut_to_its_low_bits():
         store_far_past[1, 32](a)
         cuda.synchronize()
     assert not a.copy_to_host().any()
+
+
+@cuda.jit
+def atomic_nan_extremes(res, v):
+    i = cuda.grid(1)
+    if i < v.size:
+        cuda.atomic.nanmax(res, 0, v[i])
+        cuda.atomic.nanmin(res, 1, v[i])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32])
+def test_atomic_nanmax_and_nanmin_treat_a_nan_as_missing(dtype):
+    """numba's atomic.nanmax/nanmin: a NaN in memory or in a value loses (numpy's nanmax/nanmin)."""
+    v = np.array([3, -2, 7, 5], dtype)
+    res = np.array([0, 0], dtype)
+    if np.dtype(dtype).kind == "f":
+        v = np.array([3, np.nan, 7, -2], dtype)
+        res = np.array([np.nan, np.nan], dtype)
+    d = cuda.to_device(res)
+    atomic_nan_extremes[1, 32](d, cuda.to_device(v))
+    want = [np.nanmax(np.append(v, res[0])), np.nanmin(np.append(v, res[1]))]
+    assert d.copy_to_host().tolist() == [float(w) if np.dtype(dtype).kind == "f" else int(w) for w in want]

@@ -479,6 +479,11 @@ CALLS: dict[object, Builtin] = {
         f"cuda.atomic.{op}", (Param("array", array_of(types, ("global", "shared"))), Param("index", INDEX),
                               *((Param("old"),) if op == "cas" else ()), Param("value")), _atomic(op))
        for op, types in ATOMIC_TYPES.items()},
+    # The ISA's float MIN and MAX are IEEE's minimumNumber and maximumNumber (a NaN loses): numba's nanmin, nanmax
+    **{getattr(K.atomic, f"nan{op}"): Builtin(
+        f"cuda.atomic.nan{op}", (Param("array", array_of(ATOMIC_TYPES[op], ("global", "shared"))),
+                                 Param("index", INDEX), Param("value")), _atomic(op))
+       for op in ("max", "min")},
     **{getattr(K.atomic, name): Builtin(
         f"cuda.atomic.{name}", (Param("array", array_of(ATOMIC_TYPES["cas"], ("global", "shared"))),
                                 Param("index", INDEX), Param("value")), _atomic_loop(name))

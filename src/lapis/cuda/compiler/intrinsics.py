@@ -54,6 +54,10 @@ threadfence_system = Intrinsic("cuda.threadfence_system", "order this thread's m
 atomic = _Namespace("cuda.atomic", **{name: Intrinsic(f"cuda.atomic.{name}", f"cuda.atomic.{name}(array, index, "
                                                       "value): atomically update array[index]; returns the old value")
                                       for name in ("add", "sub", "max", "min", "exch")},
+                    **{name: Intrinsic(f"cuda.atomic.{name}", f"cuda.atomic.{name}(array, index, value): atomically "
+                                       f"update array[index] to {name[3:]}(array[index], value), a NaN counting as "
+                                       "missing (the hardware's minimumNumber/maximumNumber); returns the old value")
+                       for name in ("nanmax", "nanmin")},
                     cas=Intrinsic("cuda.atomic.cas", "cuda.atomic.cas(array, index, old, value): compare and swap; "
                                   "returns the value array[index] held"),
                     compare_and_swap=Intrinsic("cuda.atomic.compare_and_swap", "cuda.atomic.compare_and_swap("
