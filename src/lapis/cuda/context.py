@@ -646,10 +646,11 @@ class Event:
 
 
 _SCALAR_FORMATS = {"int32": "i", "uint32": "I", "int64": "q", "uint64": "Q", "float32": "f", "float64": "d",
-                   "bool": "I", "float16": "H", "bfloat16": "H"}
+                   "bool": "I", "float16": "H", "bfloat16": "H", "complex64": "2f", "complex128": "2d"}
 _PACKERS: dict[int, tuple] = {}       # id(layout) -> (layout, struct, plan): made at a kernel's first launch
-# How pack_kernargs writes an argument: a 1-D array, an array of more dimensions, a half, a bool, another number.
-_VECTOR, _ARRAY, _HALF, _BOOL, _NUMBER = range(5)
+# How pack_kernargs writes an argument: a 1-D array, an array of more dimensions, a half, a bool, a complex (its
+# real and imaginary parts), another number.
+_VECTOR, _ARRAY, _HALF, _BOOL, _COMPLEX, _NUMBER = range(6)
 
 
 GRID_LIMITS = (2**31 - 1, 65535, 65535)     # CUDA's most blocks along x, y and z
@@ -687,7 +688,8 @@ def _packer(layout: list[dict], values: list) -> tuple[struct.Struct, list[tuple
             field, how = f"Q{value.ndim}q{value.ndim}q", _VECTOR if value.ndim == 1 else _ARRAY
         else:
             field = _SCALAR_FORMATS[dtype]
-            how = _HALF if dtype in ("float16", "bfloat16") else _BOOL if dtype == "bool" else _NUMBER
+            how = _HALF if dtype in ("float16", "bfloat16") else _BOOL if dtype == "bool" else \
+                _COMPLEX if dtype.startswith("complex") else _NUMBER
         plan.append((i, how, dtype))
         fmt += "x" * (entry["offset"] - at) + field
         at = entry["offset"] + struct.calcsize("<" + field)
@@ -710,6 +712,8 @@ def pack_kernargs(layout: list[dict], values: list) -> bytes:
             fields += (value.ptr, *value.shape, *[s // itemsize for s in value.strides])
         elif how == _HALF:                                       # a half: its 16 bits
             fields.append(int(np.asarray(value, T.scalar_of(dtype).dtype).view(np.uint16)))
+        elif how == _COMPLEX:
+            fields += (value.real, value.imag)
         else:
             v = value.item() if hasattr(value, "item") else value
             fields.append(int(v) if how == _BOOL else v)

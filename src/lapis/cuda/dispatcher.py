@@ -11,7 +11,8 @@
 As in numba, compilation is lazy and per argument types: the first launch with new types
 compiles (Python -> lapis ISA, see `lapis.cuda.compiler`), later ones reuse the result.
 Argument types follow numba: a device array types as array(dtype, ndim, layout), a Python
-int as int64 (uint64 from 2^63 up), a Python float as float64, a numpy scalar as its dtype. A host numpy array is
+int as int64 (uint64 from 2^63 up), a Python float as float64, a Python complex as complex128, a numpy scalar as
+its dtype. A host numpy array is
 copied to the device for the launch and back after it (the launch then waits for the kernel),
 with numba's warning about the copies.
 """
@@ -41,6 +42,8 @@ def _scalar_type(value, index: int, name: str):
         return T.uint64 if value >= 2**63 else T.int64       # numba's typeof: an int only uint64 holds
     if isinstance(value, float):
         return T.float64
+    if isinstance(value, complex):
+        return T.complex128
     if isinstance(value, np.generic):
         t = T.scalar_of(value.dtype)
         return T.int32 if t in T.STORAGE else t           # a small integer's value, as an array element's load

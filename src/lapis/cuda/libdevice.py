@@ -169,10 +169,17 @@ def atan2f(y, x):
     r = atanf(abs(y) / abs(x))                 # first, so that r is of the arguments' type (the others are weak)
     if negative_x:
         r = PI - r
+    # (constants assigned one by one: a conditional expression of two literals would be a float64, and widen r)
     if abs(x) == math.inf and abs(y) == math.inf:
-        r = PI_4 * 3 if negative_x else PI_4
+        r = PI_4
+        if negative_x:
+            r = PI_4 * 3
     elif x == 0.0 or abs(y) == math.inf:
-        r = PI_2 if y != 0.0 else (PI if negative_x else 0.0)
+        r = PI_2
+        if y == 0.0:
+            r = 0.0
+            if negative_x:
+                r = PI
     if y != y or x != x:
         r = x + y
     return -r if negative_y else r
@@ -307,12 +314,6 @@ def ffs32(x):
 
 
 @DeviceFunction
-def selp(test, a, b):
-    """a where test holds, else b (cuda.selp, PTX's selp): one select, no branch."""
-    return a if test else b
-
-
-@DeviceFunction
 def ffs64(x):
     """The position of the lowest set bit of x as 64 bits, counting from 1: 0 for 0."""
     v = uint64(x)
@@ -323,6 +324,12 @@ def ffs64(x):
             v = v >> uint64(1)
             n += 1
     return n
+
+
+@DeviceFunction
+def selp(test, a, b):
+    """a where test holds, else b (cuda.selp, PTX's selp): one select, no branch."""
+    return a if test else b
 
 
 @DeviceFunction

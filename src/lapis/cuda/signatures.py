@@ -19,7 +19,7 @@ from lapis.cuda.devicearray import DeviceNDArray
 _SIGNATURE = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*\((.*)\)\s*")
 _ARGUMENT = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[(.*)\])?\s*")
 _NAMES = {"b1": "bool", "boolean": "bool", "f4": "float32", "f8": "float64", "i4": "int32", "i8": "int64",
-          "u4": "uint32", "u8": "uint64", "f2": "float16"}
+          "u4": "uint32", "u8": "uint64", "f2": "float16", "c8": "complex64", "c16": "complex128"}
 
 
 def is_signature(x) -> bool:
@@ -104,10 +104,13 @@ def fit(signature: tuple, args: tuple) -> tuple | None:
 
 def _number(value, t: T.Scalar):
     """value as a numpy scalar of t, where numba would convert it: bools and integers to any number type,
-    floats to floats."""
-    if isinstance(value, DeviceNDArray | np.ndarray) or not isinstance(value, bool | int | float | np.generic):
+    floats to floats and complex numbers, complex numbers to complex numbers."""
+    if isinstance(value, DeviceNDArray | np.ndarray) or \
+            not isinstance(value, bool | int | float | complex | np.generic):
         return None
     target = t.dtype
-    if isinstance(value, float | np.floating) and target.kind not in "f":
+    if isinstance(value, float | np.floating) and target.kind not in "fc":
+        return None
+    if isinstance(value, complex | np.complexfloating) and target.kind != "c":
         return None
     return target.type(value)

@@ -68,7 +68,7 @@ def _names(func) -> dict:
 
 
 def _constant(value) -> str | None:
-    if isinstance(value, bool | int | float | str | np.generic | np.dtype) or value is None:
+    if isinstance(value, bool | int | float | complex | str | np.generic | np.dtype) or value is None:
         return repr(value)
     if (builtin := calls.lookup(value)) is not None:     # a function kernels call, as a factory's closure
         return builtin.name

@@ -1,7 +1,8 @@
 """Layer 3 compiler: every call a kernel may make, in one table.
 
 A kernel calls intrinsics (`cuda.grid`, `cuda.atomic.add`, ...), Python builtins (`abs`, `min`,
-`float`, ...), dtypes as casts (`cuda.float32(x)`) and `math` functions. Each has one `Builtin`
+`float`, `complex`, ...), dtypes as casts (`cuda.float32(x)`), `math` functions and `cmath`'s (on complex numbers,
+`complex_values.py`). Each has one `Builtin`
 entry in `CALLS`, keyed by the object the kernel names: the name it goes by, its parameters
 (each with the `Kind` of value it accepts) and the function that lowers a call to IR.
 `Frontend.expr_Call` looks the callee up and binds the arguments to the parameters
@@ -10,6 +11,7 @@ at the call's file and line, and a lowering only ever sees arguments of the kind
 Device functions are not here: the frontend compiles their bodies in place (`Frontend.inline`).
 """
 
+import cmath
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,11 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from lapis.cuda import cooperative_groups, libdevice, libdevice64, libdevice64_derived
+from lapis.cuda.compiler import complex_values, ir
 from lapis.cuda.compiler import intrinsics as K
-from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.ir import Op
-from lapis.cuda.compiler.values import ArrayRef, Const, describe, dtype_of, fold
+from lapis.cuda.compiler.values import ArrayRef, Complex, Const, describe, dtype_of, fold
 
 NOTHING = Const(0, T.WEAK_INT)        # what a call without a result gives, as `syncthreads()`
 
@@ -50,6 +52,7 @@ def _is_int_constant(x) -> bool:
 
 
 NUMBER = Kind("a number", lambda x: _number_type(x) is not None)
+REAL_OR_COMPLEX = Kind("a number (real or complex)", lambda x: isinstance(x, Complex) or _number_type(x) is not None)
 INTEGER = Kind("an integer", _is_integer)
 INDEX = Kind("an integer or a tuple of integers",
              lambda x: all(map(_is_integer, x)) if isinstance(x, tuple) else _is_integer(x))
@@ -317,6 +320,8 @@ def _extremum(op: Op):
 
 def _abs(fe, args):
     (x,) = args
+    if isinstance(x, Complex):
+        return complex_values.absolute(fe, x)
     t = fe.typeof(x)
     if isinstance(x, Const):
         return Const(abs(x.value), t)
@@ -343,6 +348,47 @@ def _int(fe, args):
     """int(x): int64, or a uint64 kept as it is (numba's int() of a uint64 is a uint64)."""
     (x,) = args
     return x if fe.typeof(x) == T.uint64 else fe.cast(x, T.int64)
+
+
+def _complex(fe, args):
+    """complex(), complex(x), complex(re, im)."""
+    return complex_values.construct(fe, args)
+
+
+def _complex_cast(t: T.Scalar):
+    """np.complex64(x), cuda.complex128(x), ...: x (real or complex) converted to t."""
+    def lower(fe, args):
+        return complex_values.convert(fe, args[0], t)
+    return lower
+
+
+def _cmath(name: str):
+    def lower(fe, args):
+        return complex_values.cmath_call(fe, name, args)
+    return lower
+
+
+def _numpy_math(name: str):
+    """A numpy ufunc called on a number: math's function of the same meaning, or cmath's for a complex (np.exp(z)
+    is cmath.exp(z), as numba compiles it)."""
+    def lower(fe, args):
+        if any(isinstance(a, Complex) for a in args):
+            if len(args) != 1 or name not in complex_values.CMATH:
+                raise fe.error(f"numpy's {name} of a complex number is not supported in kernels")
+            return complex_values.cmath_call(fe, name, args)
+        return _math(name)(fe, args)
+    return lower
+
+
+def _conjugate(fe, args):
+    return complex_values.call_method(fe, complex_values.Method("conjugate", args[0]), [])
+
+
+def _part(attr: str):
+    """np.real(x), np.imag(x)."""
+    def lower(fe, args):
+        return complex_values.attribute(fe, args[0], attr)
+    return lower
 
 
 def _range(fe, args):
@@ -512,11 +558,13 @@ CALLS: dict[object, Builtin] = {
     K.mma.pack: Builtin("cuda.mma.pack", tuple(Param(name, NUMBER) for name in "abcd"), _mma_pack),
     min: Builtin("min", (Param("a"), Param("b")), _extremum(Op.MIN), variadic=True),
     max: Builtin("max", (Param("a"), Param("b")), _extremum(Op.MAX), variadic=True),
-    abs: Builtin("abs", X, _abs),
+    abs: Builtin("abs", (Param("x", REAL_OR_COMPLEX),), _abs),
+    complex: Builtin("complex", (Param("real", REAL_OR_COMPLEX, optional=True), Param("imag", optional=True)),
+                     _complex, keywords=True),
     len: Builtin("len", (Param("obj", SIZED),), _len),
     float: Builtin("float", X, _cast(T.float64)),
     int: Builtin("int", X, _int),
-    bool: Builtin("bool", X, _cast(T.boolean)),
+    bool: Builtin("bool", (Param("x", REAL_OR_COMPLEX),), _cast(T.boolean)),
     range: Builtin("range", (Param("start", INTEGER), Param("stop", INTEGER, optional=True),
                              Param("step", INTEGER, optional=True)), _range),
     **{fn: Builtin(f"math.{fn.__name__}", X, _math(fn.__name__))
@@ -527,12 +575,27 @@ CALLS: dict[object, Builtin] = {
     **{fn: Builtin(f"math.{fn.__name__}", (Param("x"), Param("y")), _math(fn.__name__))
        for fn in (math.pow, math.hypot, math.atan2, math.fmod)},
     **{fn: Builtin(f"math.{fn.__name__}", X, _classify(fn)) for fn in (math.isnan, math.isinf, math.isfinite)},
+    # cmath's functions of a complex (or a real) number (complex_values.py, libdevice_complex.py)
+    **{getattr(cmath, name): Builtin(f"cmath.{name}", (Param("z", REAL_OR_COMPLEX),), _cmath(name))
+       for name in complex_values.CMATH if name != "log"},
+    cmath.log: Builtin("cmath.log", (Param("z", REAL_OR_COMPLEX), Param("base", REAL_OR_COMPLEX, optional=True)),
+                       _cmath("log")),
+    cmath.rect: Builtin("cmath.rect", (Param("r"), Param("phi")), _cmath("rect")),
     # numpy's ufuncs called on numbers, as numba compiles them in kernels: math's functions of the same meaning
-    **{fn: Builtin(f"numpy.{fn.__name__}", X, _math(name)) for fn, name in NUMPY_UNARY.items()},
+    # (cmath's for a complex)
+    **{fn: Builtin(f"numpy.{fn.__name__}", (Param("x", REAL_OR_COMPLEX),), _numpy_math(name))
+       for fn, name in NUMPY_UNARY.items()},
+    np.absolute: Builtin("numpy.absolute", (Param("x", REAL_OR_COMPLEX),), _abs),
+    np.conjugate: Builtin("numpy.conjugate", (Param("x", REAL_OR_COMPLEX),), _conjugate),
+    np.real: Builtin("numpy.real", (Param("x", REAL_OR_COMPLEX),), _part("real")),
+    np.imag: Builtin("numpy.imag", (Param("x", REAL_OR_COMPLEX),), _part("imag")),
     **{fn: Builtin(f"numpy.{fn.__name__}", (Param("x"), Param("y")), _math(name)) for fn, name in NUMPY_BINARY.items()},
     **{fn: Builtin(f"numpy.{fn.__name__}", X, _classify(getattr(math, fn.__name__)))
        for fn in (np.isnan, np.isinf, np.isfinite)},
     K.fast_rcp: Builtin("fast_rcp", X, _math("rcp")),
-    # A dtype called is a cast: cuda.float32(x), np.int32(x), and an array's x.dtype(v).
-    **{key: Builtin(t.name, X, _cast(t)) for t in T.SCALARS.values() for key in (t, t.dtype.type)},
+    # A dtype called is a cast: cuda.float32(x), np.int32(x), np.complex64(x), and an array's x.dtype(v).
+    **{key: Builtin(t.name, X, _cast(t)) for t in T.SCALARS.values() if t.kind != "complex"
+       for key in (t, t.dtype.type)},
+    **{key: Builtin(t.name, (Param("x", REAL_OR_COMPLEX),), _complex_cast(t)) for t in (T.complex64, T.complex128)
+       for key in (t, t.dtype.type)},
 }

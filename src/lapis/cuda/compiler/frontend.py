@@ -6,7 +6,8 @@ folding, local CSE). A variable has one type, so when a later assignment needs a
 walk restarts with the wider type. Calls are checked and lowered by the table in calls.py;
 device functions are compiled in place (`Frontend.inline`). `for` loops over a constant range
 of at most UNROLL_LIMIT trips are unrolled, which turns indices into constants, so
-`cuda.local.array`s indexed by them live in registers. Errors name the file and line of the
+`cuda.local.array`s indexed by them live in registers. A complex number is a pair of float values
+(complex_values.py), as a tuple of numbers is one variable per element. Errors name the file and line of the
 offending construct.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lapis import abi
-from lapis.cuda.compiler import array_views, calls, ir
+from lapis.cuda.compiler import array_views, calls, complex_values, ir
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.builder import IRBuilder, literal_type
@@ -28,7 +29,7 @@ from lapis.cuda.compiler.device_function import DeviceFunction, as_device_functi
 from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.ir import Op
 from lapis.cuda.compiler.printing import lower_print
-from lapis.cuda.compiler.values import ArrayRef, Const, describe, fold
+from lapis.cuda.compiler.values import ArrayRef, Complex, Const, describe, fold
 
 UNROLL_LIMIT = 32
 MAX_RETYPES = 16
@@ -40,7 +41,8 @@ class _Retype(Exception):
 
 def kernarg_layout(argtypes: list) -> tuple[list[dict], int]:
     """Where each argument lives in the kernarg segment: an array is a 64-bit data pointer
-    followed by its shape and strides (in elements) as int64; a scalar is its own bytes."""
+    followed by its shape and strides (in elements) as int64; a scalar is its own bytes (a complex its two
+    floats, aligned as one)."""
     layout, offset = [], 0
     for t in argtypes:
         if isinstance(t, T.ArrayType):
@@ -50,7 +52,8 @@ def kernarg_layout(argtypes: list) -> tuple[list[dict], int]:
             offset += 8 + 16 * t.ndim
         else:
             size = 4 if t.kind == "bool" or t.bits == 16 else t.itemsize     # a half sits in a word's low bits
-            offset = -(-offset // size) * size
+            align = size // 2 if t.kind == "complex" else size
+            offset = -(-offset // align) * align
             layout.append({"kind": "scalar", "offset": offset, "dtype": t.name, "size": size})
             offset += size
     return layout, -(-offset // 8) * 8
@@ -113,12 +116,42 @@ class Frontend(IRBuilder):
         for name, t in self.argtypes.items():     # scalar arguments the body reassigns are variables
             if name in self.assigned and not isinstance(t, T.ArrayType):
                 self.var_types[name] = t
-                self.write(name, self.entry, self.param(self.arg_offsets[name], t))
+                if t.kind == "complex":
+                    complex_values.write(self, name, complex_values.param(self, self.arg_offsets[name], t))
+                else:
+                    self.write(name, self.entry, self.param(self.arg_offsets[name], t))
 
     def at(self, node) -> None:
         """Errors and emitted values from here on belong to node's line."""
         if hasattr(node, "lineno"):
             self.line = self.first_line + node.lineno - 1
+
+    # -- complex numbers where the builder expects real ones (complex_values.py) -----------------
+    def typeof(self, x):
+        return x.type if isinstance(x, Complex) else super().typeof(x)
+
+    def materialize(self, x, t=None) -> ir.Value:
+        if isinstance(x, Complex):
+            raise complex_values.refuse(self, x, "here" if t is None else f"as a {t}")
+        return super().materialize(x, t)
+
+    def cast(self, x, t):
+        if isinstance(x, Complex):
+            raise complex_values.refuse(self, x, f"as a {t}")
+        return super().cast(x, t)
+
+    def to_bool(self, x):
+        return complex_values.truth(self, x) if isinstance(x, Complex) else super().to_bool(x)
+
+    def compare(self, op: str, a, b):
+        if isinstance(a, Complex) or isinstance(b, Complex):
+            return complex_values.compare(self, op, a, b)
+        return super().compare(op, a, b)
+
+    def widen(self, name: str, t) -> None:
+        """Restart the walk with the variable `name` of the wider type t."""
+        self.var_types[name] = t
+        raise _Retype(name)
 
     # -- driving --------------------------------------------------------------------------------
     def build(self) -> ir.Function:
@@ -217,8 +250,11 @@ class Frontend(IRBuilder):
             raise self.error(f"unsupported assignment target: {_construct(target)}")
 
     def assign_name(self, name: str, value) -> None:
-        if isinstance(value, tuple) and value and all(isinstance(v, Const | ir.Value) for v in value):
+        if isinstance(value, tuple) and value and all(isinstance(v, Const | ir.Value | Complex) for v in value):
             self.assign_numbers(name, value)
+            return
+        if isinstance(value, Complex) or T.is_complex(self.var_types.get(name)):
+            complex_values.assign(self, name, value)     # two float variables (complex_values.py)
             return
         if not isinstance(value, Const | ir.Value):
             # An array, a tuple, a module: known at compile time, so the same on every path. Rebinding a name
@@ -446,6 +482,8 @@ class Frontend(IRBuilder):
             return _int_constant(v)
         if isinstance(v, float):
             return Const(v, T.WEAK_FLOAT)
+        if isinstance(v, complex):                  # 1j, 2 + 3j: a complex literal (complex128 in a variable)
+            return complex_values.constant(v)
         if isinstance(v, str):                      # a compile-time value, as a closure's op name
             return v
         raise self.error(f"unsupported constant {v!r} (kernels compute with numbers only)")
@@ -481,18 +519,22 @@ class Frontend(IRBuilder):
             value = self.static[name]
             if isinstance(value, _Numbers):
                 return value.value if value.value is not None else \
-                    tuple(self.read(f"{name}${k}", self.current) for k in range(value.arity))
+                    tuple(self.lookup(f"{name}${k}") for k in range(value.arity))
             if isinstance(value, _Diverged):
                 raise self.error(f"{name!r} names {value.what} after the branch at line {value.line}, decided at run "
                                  "time; a kernel's array names are fixed when it compiles: index each array inside "
                                  "the branch that chooses it")
             return value
         if name in self.var_types:
+            if T.is_complex(self.var_types[name]):
+                return complex_values.read(self, name)
             return self.read(name, self.current)
         if name in self.argtypes:
             t = self.argtypes[name]
             if isinstance(t, T.ArrayType):
                 return ArrayRef(name, t, param_offset=self.arg_offsets[name])
+            if t.kind == "complex":
+                return complex_values.param(self, self.arg_offsets[name], t)
             return self.param(self.arg_offsets[name], t)
         if name in self.globals:
             return self.static_value(self.globals[name], name)
@@ -512,6 +554,10 @@ class Frontend(IRBuilder):
             return _int_constant(value)
         if isinstance(value, float):
             return Const(value, T.WEAK_FLOAT)
+        if isinstance(value, complex):
+            return complex_values.constant(value)
+        if isinstance(value, np.complexfloating):
+            return complex_values.constant(value, T.scalar_of(value.dtype))
         if isinstance(value, np.generic) and not isinstance(value, np.str_):
             return Const(value.item(), T.scalar_of(value.dtype))
         return value
@@ -524,6 +570,8 @@ class Frontend(IRBuilder):
 
     def arith(self, operator: ast.operator, a, b):
         """a <operator> b, for one of Python's binary operators."""
+        if isinstance(a, Complex) or isinstance(b, Complex):
+            return complex_values.arith(self, operator, a, b)
         if isinstance(operator, ast.Pow):
             return self.power(a, b)
         op = _BINOPS.get(type(operator))
@@ -545,6 +593,10 @@ class Frontend(IRBuilder):
 
     def expr_UnaryOp(self, node):
         x = self.expr(node.operand)
+        if isinstance(x, Complex) and not isinstance(node.op, ast.Not | ast.UAdd):
+            if isinstance(node.op, ast.USub):
+                return complex_values.negate(self, x)
+            raise self.error("~ on a complex number")
         if isinstance(node.op, ast.USub):
             return self.neg(x)
         if isinstance(node.op, ast.UAdd):
@@ -614,6 +666,11 @@ class Frontend(IRBuilder):
         if _is_simple(node.body) and _is_simple(node.orelse):
             a, b = self.expr(node.body), self.expr(node.orelse)
             t = T.concrete(T.unify(self.typeof(a), self.typeof(b)))
+            if t.kind == "complex":                  # part by part
+                a, b = complex_values.promote(self, a, t), complex_values.promote(self, b, t)
+                c = T.component(t)
+                return Complex(*(self.emit(Op.SELECT, c, [cond, self.materialize(x, c), self.materialize(y, c)])
+                                 for x, y in ((a.re, b.re), (a.im, b.im))), t)
             return self.emit(Op.SELECT, t, [cond, self.materialize(a, t), self.materialize(b, t)])
         self.counter += 1
         tmp = f"$ifexp{self.counter}"
@@ -626,7 +683,7 @@ class Frontend(IRBuilder):
             self.jump(join)
         self.place(join)
         self.seal(join)
-        return self.read(tmp, join)
+        return self.lookup(tmp)
 
     def expr_Attribute(self, node):
         base = self.expr(node.value)
@@ -650,6 +707,8 @@ class Frontend(IRBuilder):
             raise self.error(f"arrays in kernels have .shape, .ndim, .size and .dtype, not .{attr}")
         if base is K.laneid or base is K.warpsize:
             raise self.error(f"{base.name} has no attributes")
+        if isinstance(base, Complex) or isinstance(base, Const | ir.Value) and attr in ("real", "imag", "conjugate"):
+            return complex_values.attribute(self, base, attr)
         if isinstance(base, Const | ir.Value | tuple):
             raise self.error(f"{describe(base)} has no attribute {attr!r}")
         try:
@@ -703,9 +762,11 @@ class Frontend(IRBuilder):
         items = index if isinstance(index, tuple) else (index,)
         if 0 < len(items) < base.type.ndim or any(isinstance(x, array_views.Slice) for x in items):
             return array_views.view(self, base, items)
+        t = base.type.dtype
+        if t.kind == "complex":
+            return complex_values.load(self, base, index, _SPACE.get(base.type.space))
         if base.type.space == "local":
             return self.read(self.local_slot(base, index), self.current)
-        t = base.type.dtype
         if t in T.STORAGE:                          # a small integer: loaded widened to int32
             return self.emit(Op.LOAD, T.int32, [self.address(base, index)], space=_SPACE[base.type.space],
                              storage=t.name)
@@ -717,6 +778,11 @@ class Frontend(IRBuilder):
         if any(isinstance(x, array_views.Slice) for x in (index if isinstance(index, tuple) else (index,))):
             raise self.error("assigning to a slice is not supported in kernels: store each element")
         t = base.type.dtype
+        if t.kind == "complex":
+            complex_values.store(self, base, index, value, _SPACE.get(base.type.space))
+            return
+        if isinstance(value, Complex):
+            raise complex_values.refuse(self, value, f"as an element of {describe(base)} of {t}")
         if not isinstance(value, Const | ir.Value):
             raise self.error(f"cannot store {describe(value)} into an array")
         if base.type.space == "local":
@@ -758,10 +824,11 @@ class Frontend(IRBuilder):
         self.var_types.setdefault(slot, ref.type.dtype)
         return slot
 
-    def address(self, ref: ArrayRef, index) -> ir.Value:
+    def address(self, ref: ArrayRef, index, part: int = 0) -> ir.Value:
+        """The address of ref[index] (of its real or imaginary part, `part` 0 or 1, in a complex array)."""
         items = self.indices(ref, index)
         if ref.parent is not None:                  # a view: its parent's element
-            return self.address(ref.parent, array_views.parent_indices(self, ref, items))
+            return self.address(ref.parent, array_views.parent_indices(self, ref, items), part)
         if ref.type.shape is not None:
             items = [Const(x.value + s, x.type) if isinstance(x, Const) and x.value < 0 else x
                      for x, s in zip(items, ref.type.shape, strict=True)]
@@ -769,6 +836,9 @@ class Frontend(IRBuilder):
         for x, stride in zip(items, self.strides(ref), strict=True):
             flat = self.binop(Op.ADD, flat, self.binop(Op.MUL, x, stride))
         itemsize = ref.type.dtype.itemsize
+        if ref.type.dtype.kind == "complex":        # an element is two floats: address the part's
+            itemsize //= 2
+            flat = self.binop(Op.ADD, self.binop(Op.MUL, flat, Const(2, T.WEAK_INT)), Const(part, T.WEAK_INT))
         if ref.type.space in ("shared", "local_memory"):
             flat = self.cast(flat, T.int32)
             byte = self.binop(Op.ADD, self.binop(Op.MUL, flat, Const(itemsize, T.WEAK_INT)),
@@ -786,6 +856,8 @@ class Frontend(IRBuilder):
         fn = self.expr(node.func)
         if fn is print:
             return lower_print(self, node)
+        if isinstance(fn, complex_values.Method):
+            return complex_values.call_method(self, fn, [self.expr(a) for a in node.args] + node.keywords)
         if isinstance(fn, _Lambda):
             if node.keywords:
                 raise self.error("a lambda in a kernel takes its arguments by position")
@@ -885,12 +957,12 @@ class Frontend(IRBuilder):
         if not exit_.preds:
             raise self.error(f"device function {fn.__name__!r} never returns")
         if prefix in self.returned_tuples:
-            return tuple(self.read(f"{prefix}$return.{k}", exit_) for k in range(self.returned_tuples[prefix]))
+            return tuple(self.lookup(f"{prefix}$return.{k}") for k in range(self.returned_tuples[prefix]))
         result = prefix + "$return"
         if result in self.static:              # an array or a tuple, the same from every return (else an error)
             return self.lookup(result)
         if result in self.var_types:
-            return self.read(result, exit_)
+            return self.lookup(result)
         return Const(0, T.WEAK_INT)
 
     def allocate_array(self, space: str, shape: tuple, dtype: T.Scalar) -> ArrayRef:

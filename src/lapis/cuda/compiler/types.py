@@ -1,6 +1,7 @@
 """Layer 3 compiler: the types of the kernel language and numba's rules for combining them.
 
-Scalars are int32, int64, uint32, uint64, float16, bfloat16, float32, float64 and bool. The half
+Scalars are int32, int64, uint32, uint64, float16, bfloat16, float32, float64, bool, complex64 and complex128 (a
+pair of float32 or float64, which the frontend keeps as two float values: `complex_values.py`). The half
 types are storage and arithmetic types (float16 + float16 is float16), computed in float32
 and rounded back (`passes.legalize_halves`), which for +, -, *, / and sqrt gives the
 correctly rounded half result. Kernel arguments follow numba: a Python int is int64 (uint64
@@ -24,7 +25,7 @@ import numpy as np
 @dataclass(frozen=True)
 class Scalar:
     name: str
-    kind: str          # "int", "uint", "float" or "bool"
+    kind: str          # "int", "uint", "float", "bool", "complex" (or "vector": a register fragment)
     bits: int
 
     @property
@@ -86,7 +87,11 @@ bfloat16 = Scalar("bfloat16", "float", 16)
 float32 = Scalar("float32", "float", 32)
 float64 = Scalar("float64", "float", 64)
 boolean = Scalar("bool", "bool", 1)
-WEAK_INT, WEAK_FLOAT = Weak("int"), Weak("float")
+# Complex numbers: a pair of float32 or float64 (real, imaginary). The frontend keeps each part a float value of
+# its own (`values.Complex`, `complex_values.py`), so no IR value and no register is ever complex.
+complex64 = Scalar("complex64", "complex", 64)
+complex128 = Scalar("complex128", "complex", 128)
+WEAK_INT, WEAK_FLOAT, WEAK_COMPLEX = Weak("int"), Weak("float"), Weak("complex")
 # Matrix-instruction fragments: several 32-bit registers held together (an even pair or an aligned quad).
 u32x2 = Scalar("u32x2", "vector", 64)
 u32x4 = Scalar("u32x4", "vector", 128)
@@ -98,7 +103,7 @@ int8, uint8 = Scalar("int8", "int", 8), Scalar("uint8", "uint", 8)
 int16, uint16 = Scalar("int16", "int", 16), Scalar("uint16", "uint", 16)
 STORAGE = frozenset({int8, uint8, int16, uint16})
 SCALARS = {t.name: t for t in (int32, int64, uint32, uint64, float16, bfloat16, float32, float64, boolean,
-                               int8, uint8, int16, uint16)}
+                               int8, uint8, int16, uint16, complex64, complex128)}
 
 
 @dataclass(frozen=True)
@@ -185,13 +190,45 @@ def concrete(t):
         return int64
     if t == WEAK_FLOAT:
         return float64
+    if t == WEAK_COMPLEX:
+        return complex128
     return t
+
+
+def is_complex(t) -> bool:
+    """Whether t is a complex type (complex64, complex128 or a complex literal's)."""
+    return getattr(t, "kind", None) == "complex"
+
+
+def component(t):
+    """The type of a complex type's parts (float32 for complex64, float64 for complex128, a float literal's for a
+    complex literal's); any other type is its own."""
+    if t == WEAK_COMPLEX:
+        return WEAK_FLOAT
+    if t == complex64:
+        return float32
+    if t == complex128:
+        return float64
+    return t
+
+
+def complex_of(t):
+    """The complex type whose parts have type t (a float32 or narrower float: complex64; an integer: complex128)."""
+    if isinstance(t, Weak):
+        return WEAK_COMPLEX
+    if t.kind == "complex":
+        return t
+    return complex64 if t.kind == "float" and t.bits <= 32 else complex128
 
 
 def unify(a, b):
     """The type two numeric types combine to, numba's way (with weak literals)."""
     if a == b:
         return a
+    if is_complex(a) or is_complex(b):        # numba's: the parts' types unified (a bool takes the other's)
+        if getattr(a, "kind", None) == "bool" or getattr(b, "kind", None) == "bool":
+            return b if a.kind == "bool" else a
+        return complex_of(unify(component(a), component(b)))
     if isinstance(a, Weak) and isinstance(b, Weak):
         return WEAK_FLOAT if "float" in (a.kind, b.kind) else WEAK_INT
     if isinstance(a, Weak):

@@ -2,7 +2,8 @@
 
 An expression is either a run-time value (an `ir.Value`, which the frontend emitted) or
 something known at compile time: a `Const` number, an `ArrayRef`, a tuple of either, or a
-plain Python object the kernel names (a module, an intrinsic, a dtype, a string).
+plain Python object the kernel names (a module, an intrinsic, a dtype, a string); or a `Complex`,
+a complex number as a pair of real ones (`complex_values.py`).
 """
 
 from dataclasses import dataclass
@@ -17,6 +18,15 @@ from lapis.cuda.compiler import types as T
 class Const:
     """A value known at compile time, with its (possibly weak) type."""
     value: object
+    type: object
+
+
+@dataclass(frozen=True)
+class Complex:
+    """A complex number: its real and imaginary parts, each a Const or an ir.Value of the component type
+    (`types.component(type)`), and its type (complex64, complex128, or a complex literal's weak type)."""
+    re: object
+    im: object
     type: object
 
 
@@ -60,6 +70,8 @@ def describe(x) -> str:
         return f"a tuple of {len(x)}"
     if isinstance(x, Const):
         return f"constant {x.value!r}"
+    if isinstance(x, Complex):
+        return f"a {T.concrete(x.type)} value"
     if isinstance(x, ir.Value):
         return f"a {x.type} value"
     return getattr(x, "name", None) or getattr(x, "__name__", None) or repr(x)
