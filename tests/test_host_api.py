@@ -448,6 +448,15 @@ def test_pinned_arrays_copy_without_staging_and_live_as_long_as_a_view():
 
 
 @pytest.mark.parametrize("api", [cuda, hip], ids=["h200", "mi300x"])
+def test_pinned_and_mapped_arrays_like_another_keep_its_shape_dtype_and_order(api):
+    for like in (np.zeros((3, 4), np.float32, order="F"), api.to_device(np.zeros((2, 5), np.int16))):
+        for made in (api.pinned_array_like(like), api.mapped_array_like(like)):
+            assert isinstance(made, np.ndarray) and made.shape == like.shape and made.dtype == like.dtype
+            assert made.flags.f_contiguous == (like.flags["F_CONTIGUOUS"] and not like.flags["C_CONTIGUOUS"])
+    assert type(api.mapped_array_like(np.zeros(3))).__name__ == "MappedNDArray"
+
+
+@pytest.mark.parametrize("api", [cuda, hip], ids=["h200", "mi300x"])
 def test_a_mapped_array_is_used_in_place_by_kernels_with_no_copy(api, recwarn):
     @api.jit
     def twice(x):

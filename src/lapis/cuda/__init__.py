@@ -112,6 +112,7 @@ event = _api.event
 event_elapsed_time = _api.event_elapsed_time
 pinned_array, pinned = _api.pinned_array, _api.pinned
 mapped_array, managed_array = _api.mapped_array, _api.managed_array
+pinned_array_like, mapped_array_like = _api.pinned_array_like, _api.mapped_array_like
 list_devices = _api.list_devices
 gpus = DeviceList(_api)                         # numba's cuda.gpus: len(cuda.gpus), with cuda.gpus[1]: ...
 memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_allocated
@@ -171,7 +172,8 @@ __all__ = [
     "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared", "synchronize",
     "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
-    "pinned_array", "mapped_array", "managed_array", "list_devices", "gpus", "selp",
+    "pinned_array", "mapped_array", "managed_array",
+    "pinned_array_like", "mapped_array_like", "list_devices", "gpus", "selp",
     "pinned", "stream", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "memory_stats", "memory_summary", "empty_cache", "current_device", "set_device",
     "current_stream",

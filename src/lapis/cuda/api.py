@@ -231,11 +231,7 @@ class Api:
 
     def device_array_like(self, ary, stream=0) -> DeviceNDArray:
         """An uninitialized device array of ary's shape, dtype and order; ary is a host or device array."""
-        if isinstance(ary, DeviceNDArray):
-            order = "F" if ary.is_f_contiguous() and not ary.is_c_contiguous() else "C"
-        else:
-            order = "F" if ary.flags.f_contiguous and not ary.flags.c_contiguous else "C"
-        return self.device_array(ary.shape, ary.dtype, order)
+        return self.device_array(ary.shape, ary.dtype, _order_of(ary))
 
     def to_device(self, obj, stream=0, copy: bool = True, to=None) -> DeviceNDArray:
         if isinstance(obj, DeviceNDArray):
@@ -266,6 +262,14 @@ class Api:
         lapis gives it as `mapped_array` does, in pinned host memory the device reaches over PCIe: the
         simulated driver does not migrate pages to VRAM, so kernels pay PCIe for its bytes."""
         return self.mapped_array(shape, dtype, strides, order, stream)
+
+    def pinned_array_like(self, ary) -> np.ndarray:
+        """numba's cuda.pinned_array_like: a pinned array of ary's shape, dtype and order (C unless only F fits)."""
+        return self.pinned_array(ary.shape, ary.dtype, _order_of(ary))
+
+    def mapped_array_like(self, ary, stream=0, portable=False, wc=False) -> np.ndarray:
+        """numba's cuda.mapped_array_like: a mapped array of ary's shape, dtype and order."""
+        return self.mapped_array(ary.shape, ary.dtype, order=_order_of(ary))
 
     def list_devices(self) -> list[Device]:
         """numba's cuda.list_devices(): every device of this API."""
@@ -320,3 +324,9 @@ class Api:
         def wrap(f):
             return DeviceFunction(f) if device else Dispatcher(f, self, signatures)
         return wrap(func) if callable(func) else wrap
+
+
+def _order_of(ary) -> str:
+    """"F" for a host or device array that is Fortran-contiguous only, else "C" (numba's *_like arrays keep the
+    layout)."""
+    return "F" if ary.flags["F_CONTIGUOUS"] and not ary.flags["C_CONTIGUOUS"] else "C"

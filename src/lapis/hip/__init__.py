@@ -91,6 +91,7 @@ event = _api.event
 event_elapsed_time = _api.event_elapsed_time
 pinned_array = _api.pinned_array
 mapped_array, managed_array = _api.mapped_array, _api.managed_array
+pinned_array_like, mapped_array_like = _api.pinned_array_like, _api.mapped_array_like
 list_devices, detect = _api.list_devices, _api.detect
 gpus = DeviceList(_api)
 memory_allocated, max_memory_allocated = _api.memory_allocated, _api.max_memory_allocated
@@ -122,7 +123,8 @@ __all__ = [
     "jit", "laneid", "local", "select_device", "shared", "synchronize", "syncthreads", "threadIdx", "uint32",
     "warpsize",
     "CudaSupportError", "Device", "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "Stream",
-    "event", "event_elapsed_time", "pinned_array", "mapped_array", "managed_array",
+    "event", "event_elapsed_time", "pinned_array", "mapped_array", "managed_array", "pinned_array_like",
+    "mapped_array_like",
     "list_devices", "detect", "gpus", "stream", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "memory_stats", "memory_summary", "empty_cache", "current_device", "set_device",
     "current_stream", "get_device_name", "get_device_properties", "Reduce", "reduce", "fp16",
