@@ -284,7 +284,8 @@ class Context:
         """Queue a kernel on `stream` (a Stream of this context; None or 0: the default stream), `cooperative`ly
         (every block resident at once) if asked; returns the queue id and packet index, which the device's kernel
         event reports too."""
-        _check_geometry(grid, block, dynamic_shared)
+        if (grid, block, dynamic_shared) not in _GOOD_GEOMETRIES:
+            _check_geometry(grid, block, dynamic_shared)
         with self.lock:
             state = self.stream_state(stream)
             self.raise_completed_faults(state)
@@ -657,6 +658,9 @@ GRID_LIMITS = (2**31 - 1, 65535, 65535)     # CUDA's most blocks along x, y and 
 BLOCK_LIMITS = (1024, 1024, 64)              # ... and threads
 
 
+_GOOD_GEOMETRIES: set[tuple] = set()        # launch shapes already checked (a training loop repeats a few)
+
+
 def _check_geometry(grid: tuple, block: tuple, dynamic_shared: int) -> None:
     """A launch's shape as CUDA checks it (cudaErrorInvalidConfiguration), before anything is queued: a dispatch
     packet holds each dimension's thread count in 32 bits, so a grid past those limits could not even be written."""
@@ -671,6 +675,9 @@ def _check_geometry(grid: tuple, block: tuple, dynamic_shared: int) -> None:
         if blocks * threads >= 2**32:          # as HIP's limit: the AQL packet's grid size is 32 bits per axis
             raise LaunchError(f"invalid configuration argument: {blocks} blocks of {threads} threads along {axis} "
                               "exceed the 2^32 - 1 threads a dispatch packet holds per dimension")
+    if len(_GOOD_GEOMETRIES) >= 4096:
+        _GOOD_GEOMETRIES.clear()
+    _GOOD_GEOMETRIES.add((tuple(grid), tuple(block), dynamic_shared))
 
 
 def _packer(layout: list[dict], values: list) -> tuple[struct.Struct, list[tuple[int, int, str]]]:

@@ -11,6 +11,7 @@ LAPIS_DUMP_DIR set, each stage is also written to files there. Results are kept 
 on-disk cache (`cache.py`), so a second run of a program reuses them.
 """
 
+import functools
 import hashlib
 import os
 from dataclasses import dataclass, field
@@ -44,9 +45,10 @@ class CompiledKernel:
     assertions: dict = field(default_factory=dict)      # trap number -> the assertion it reports (BPT.TRAP n)
     prints: dict = field(default_factory=dict)          # print() number -> its items, the printf FIFO's records
 
-    @property
+    @functools.cached_property
     def cooperative(self) -> bool:
-        """Whether the kernel syncs its grid, so that it must be launched cooperatively."""
+        """Whether the kernel syncs its grid, so that it must be launched cooperatively (looked up at every
+        launch: worked out once)."""
         return any(entry.get("name") == BARRIER_WORD for entry in self.arg_layout)
 
     def listing(self) -> str:
