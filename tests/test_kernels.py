@@ -1044,3 +1044,19 @@ def test_atomic_nanmax_and_nanmin_treat_a_nan_as_missing(dtype):
     atomic_nan_extremes[1, 32](d, cuda.to_device(v))
     want = [np.nanmax(np.append(v, res[0])), np.nanmin(np.append(v, res[1]))]
     assert d.copy_to_host().tolist() == [float(w) if np.dtype(dtype).kind == "f" else int(w) for w in want]
+
+
+@cuda.jit
+def shuffle_from_an_argument(out, lane, delta):
+    i = cuda.grid(1)
+    out[i, 0] = cuda.shfl_sync(0xFFFFFFFF, i, lane)
+    out[i, 1] = cuda.shfl_down_sync(0xFFFFFFFF, i, delta)
+
+
+def test_a_shuffle_s_lane_may_be_a_kernel_argument():
+    """A 32-bit argument is read from the constant bank, which SHFL's operand B cannot be (it was an IsaError)."""
+    out = cuda.device_array((32, 2), np.int32)
+    shuffle_from_an_argument[1, 32](out, np.int32(4), np.int32(3))
+    got = out.copy_to_host()
+    assert got[:, 0].tolist() == [4] * 32
+    assert got[:, 1].tolist() == [i + 3 if i + 3 < 32 else i for i in range(32)]

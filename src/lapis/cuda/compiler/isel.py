@@ -988,7 +988,10 @@ class InstructionSelector:
         value, lane = v.args
         r = self.new(v.type)
         op = "SHFL64" if v.type.bits == 64 else "SHFL"
-        self.emit(op, mods={"mode": v.attrs["mode"]}, rd=r, ra=self.reg(value), b=self.operand_b(lane))
+        b = self.operand_b(lane)
+        if isinstance(b, Const):                 # SHFL's B is a register or an immediate, not a constant-bank word
+            b = self.reg(lane)
+        self.emit(op, mods={"mode": v.attrs["mode"]}, rd=r, ra=self.reg(value), b=b)
         return r
 
     def op_vote(self, v):
