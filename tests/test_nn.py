@@ -476,6 +476,32 @@ def test_digits_cnn_example_learns_on_cpu_and_cuda():
     assert abs(short["accuracy"] - cpu_short["accuracy"]) <= 0.02
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_max_pooling_propagates_nan_and_routes_its_gradient_as_torch(device):
+    """A window holding a NaN pools to NaN, whose gradient goes to that NaN (the GPU's kernel took the largest
+    number, as IEEE's maximumNumber does, and gave no gradient)."""
+    x = f32(1, 2, 4, 4)
+    x[0, 0, 1, 2] = x[0, 1, 3, 3] = np.nan
+    ours, theirs = lapis.tensor(x, device=device, requires_grad=True), torch.tensor(x, requires_grad=True)
+    y, want = lapis.nn.functional.max_pool2d(ours, 2), torch.nn.functional.max_pool2d(theirs, 2)
+    y.sum().backward()
+    want.sum().backward()
+    np.testing.assert_array_equal(y.detach().cpu().numpy(), want.detach().numpy())
+    np.testing.assert_array_equal(ours.grad.cpu().numpy(), theirs.grad.numpy())
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_zero_stride_or_window_is_torch_s_error(device):
+    x = lapis.zeros(1, 1, 4, 4, device=device)
+    for call, words in [(lambda: lapis.nn.functional.conv2d(x, lapis.ones(1, 1, 1, 1, device=device), stride=0),
+                         "non-positive stride"),
+                        (lambda: lapis.nn.functional.max_pool2d(x, 2, 0), "stride should not be zero"),
+                        (lambda: lapis.nn.functional.max_pool2d(x, 0), "stride should not be zero"),
+                        (lambda: lapis.nn.functional.avg_pool2d(x, 2, 1, 2), "pad should be at most half")]:
+        with pytest.raises(RuntimeError, match=words):
+            call()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("conv", [dict(), dict(stride=2, padding=1), dict(padding=(1, 2), dilation=2, groups=2)])

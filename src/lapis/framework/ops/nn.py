@@ -101,7 +101,7 @@ class Conv2d(Function):
             raise RuntimeError(f"Given groups={groups}, weight of size {list(w.shape)}, expected input"
                                f"{list(x.shape)} to have {w.shape[1] * groups} channels, but got {x.shape[1]} "
                                "channels instead")
-        geometry = (_pair(padding), _pair(stride), _pair(dilation), groups)
+        geometry = _convolution_geometry(padding, stride, dilation, groups)
         (ph, pw), (sh, sw), (dh, dw) = geometry[:3]
         n, _, h, wd = x.shape
         k, _, r, s = w.shape
@@ -120,6 +120,20 @@ class Conv2d(Function):
     @staticmethod
     def backward(ctx, g):
         return *_convolution_grads(ctx, g, transposed=False), None, None, None, None
+
+
+def _convolution_geometry(padding, stride, dilation, groups: int) -> tuple:
+    """(padding, stride, dilation) pairs and groups, checked as torch checks them (a zero stride divided)."""
+    padding, stride, dilation = _pair(padding), _pair(stride), _pair(dilation)
+    if min(stride) < 1:
+        raise RuntimeError("non-positive stride is not supported")
+    if min(padding) < 0:
+        raise RuntimeError("negative padding is not supported")
+    if min(dilation) < 1:
+        raise RuntimeError("dilation should be greater than zero")
+    if groups < 1:
+        raise RuntimeError("non-positive groups is not supported")
+    return padding, stride, dilation, groups
 
 
 def _convolution_grads(ctx, g: TensorBase, transposed: bool) -> tuple:
@@ -157,7 +171,7 @@ class ConvTranspose2d(Function):
         if x.shape[1] != w.shape[0]:
             raise RuntimeError(f"Given transposed=1, weight of size {list(w.shape)}, expected input {list(x.shape)} "
                                f"to have {w.shape[0]} channels, but got {x.shape[1]} channels instead")
-        geometry = (_pair(padding), _pair(stride), _pair(dilation), groups)
+        geometry = _convolution_geometry(padding, stride, dilation, groups)
         (ph, pw), (sh, sw), (dh, dw) = geometry[:3]
         oh, ow = _pair(output_padding)
         if not (oh < max(sh, dh) and ow < max(sw, dw)):
@@ -189,6 +203,13 @@ class Pool2d(Function):
     def forward(ctx, x: TensorBase, mode: str, window, stride, padding):
         ctx.node_name = "MaxPool2DWithIndicesBackward0" if mode == "max" else "AvgPool2DBackward0"
         window, stride, padding = _pair(window), _pair(stride if stride is not None else window), _pair(padding)
+        if min(stride) == 0:                              # torch's checks and words (a zero divided here)
+            raise RuntimeError("stride should not be zero")
+        if min(window) < 1 or min(stride) < 1:
+            raise RuntimeError(f"pooling takes a positive kernel_size and stride, not {window} and {stride}")
+        if not (0 <= padding[0] <= window[0] // 2 and 0 <= padding[1] <= window[1] // 2):
+            raise RuntimeError(f"pad should be at most half of effective kernel size, but got pad={padding}, "
+                               f"kernel_size={window} and dilation=1")
         n, c, h, wd = x.shape
         p = (h + 2 * padding[0] - window[0]) // stride[0] + 1
         q = (wd + 2 * padding[1] - window[1]) // stride[1] + 1

@@ -32,7 +32,8 @@ def pooling_forward_kernel(c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, by_
                 ix = ox * sw - pw + dx_
                 if 0 <= iy < h and 0 <= ix < w:
                     v = x[b * xn + ch * xc + iy * xh + ix * xw]
-                    best = max(best, v)
+                    if v > best or v != v:                 # a NaN wins and stays (CUDNN_PROPAGATE_NAN, torch's)
+                        best = v
                     total += v
         y[b * yn + ch * yc + oy * yh + ox * yw] = total / float32(kh * kw) if average else best
         o += cuda.gridDim.y * cuda.blockDim.x
@@ -44,7 +45,7 @@ def pooling_backward_kernel(c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, by
     # atomics): the outputs oy with oy * sh - ph <= iy < oy * sh - ph + kh, that is from
     # ceil((iy + ph - kh + 1) / sh) (the numerator clamped at 0: no window starts above the image) to
     # (iy + ph) // sh, and likewise for ox. For max pooling, the gradient goes to the first element equal to
-    # the window's maximum.
+    # the window's maximum (its first NaN, where the maximum is NaN).
     b, ch = split_index(cuda.blockIdx.x, c, by_c)
     i = cuda.blockIdx.y * cuda.blockDim.x + cuda.threadIdx.x
     while i < h * w:
@@ -64,7 +65,8 @@ def pooling_backward_kernel(c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, average, by
                     first = True
                     for wy in range(max(y0, 0), min(y0 + kh, h)):
                         for wx in range(max(x0, 0), min(x0 + kw, w)):
-                            if first and x[b * xn + ch * xc + wy * xh + wx * xw] == m:
+                            v = x[b * xn + ch * xc + wy * xh + wx * xw]
+                            if first and (v == m or (v != v and m != m)):      # a NaN maximum is its first NaN
                                 first = False
                                 if wy == iy and wx == ix:
                                     grad += g
