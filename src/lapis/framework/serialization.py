@@ -22,6 +22,7 @@ import json
 import pickle
 import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 
 import numpy as np
@@ -103,19 +104,66 @@ def load(f, map_location=None, weights_only: bool = True):
     else:
         with open(f, "rb") as file:
             data = file.read()
-    if data[:4] == b"PK\x03\x04":
-        return _load_torch_zip(data, map_location)
+    try:
+        if data[:4] == b"PK\x03\x04":
+            return _load_torch_zip(data, map_location)
+        return _load_safetensors(data, map_location)
+    except pickle.UnpicklingError:
+        raise                                   # a PyTorch file naming code to run: torch's own error type
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, StopIteration, OverflowError, EOFError,
+            NotImplementedError, RecursionError, struct.error, zipfile.BadZipFile, zlib.error, pickle.PickleError) as e:
+        raise LoadError(f"lapis.load: not a file lapis.save or torch.save wrote, or a damaged one: "
+                        f"{type(e).__name__}: {e}") from None
+
+
+class LoadError(RuntimeError):
+    """A file `load` cannot read: damaged, truncated, or inconsistent (torch.load raises RuntimeError too)."""
+
+
+MAX_HEADER_BYTES = 100_000_000      # the safetensors format's limit on its JSON header
+
+
+def _load_safetensors(data: bytes, map_location):
+    """A safetensors file, checked as the format requires before any byte of it is used: a JSON object header of
+    at most MAX_HEADER_BYTES, known dtypes, non-negative shapes, each tensor's byte range inside the buffer and of
+    its shape's size, and the ranges covering the buffer exactly, with no hole or overlap."""
+    if len(data) < 8:
+        raise ValueError(f"{len(data)} bytes: shorter than a safetensors header's length")
     (n,) = struct.unpack_from("<Q", data, 0)
-    header = json.loads(data[8:8 + n])
+    if n > min(MAX_HEADER_BYTES, len(data) - 8):
+        raise ValueError(f"a header of {n} bytes in a file of {len(data)}")
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    if not isinstance(header, dict):
+        raise ValueError("the header is not a JSON object")
     meta = header.pop("__metadata__", {})
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise ValueError("__metadata__ must map names to strings")
     locations = json.loads(meta.get("devices", "{}"))
-    base = 8 + n
-    out = OrderedDict()
+    if not isinstance(locations, dict):
+        raise ValueError("the saved devices are not a JSON object")
+    base, size = 8 + n, len(data) - 8 - n
+    ranges, out = [], OrderedDict()
     for name, entry in header.items():
         dt = _BY_CODE[entry["dtype"]]
-        begin, end = entry["data_offsets"]
-        array = np.frombuffer(data[base + begin:base + end], dtype=dt.np).reshape(entry["shape"]).copy()
+        shape, (begin, end) = entry["shape"], entry["data_offsets"]
+        if not (isinstance(shape, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                                for d in shape)):
+            raise ValueError(f"tensor {name!r} has shape {shape}")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in (begin, end)) or \
+                not 0 <= begin <= end <= size:
+            raise ValueError(f"tensor {name!r} has bytes [{begin}, {end}) in a buffer of {size}")
+        if end - begin != int(np.prod(shape, dtype=np.int64)) * dt.np.itemsize:
+            raise ValueError(f"tensor {name!r} of shape {shape} and dtype {entry['dtype']} has {end - begin} bytes")
+        ranges.append((begin, end))
+        array = np.frombuffer(data[base + begin:base + end], dtype=dt.np).reshape(shape).copy()
         out[name] = _restore(array, locations.get(name, "cpu"), map_location)
+    covered = 0
+    for begin, end in sorted(ranges):
+        if begin != covered:
+            raise ValueError(f"the tensors' bytes {'overlap' if begin < covered else 'leave a hole'} at {begin}")
+        covered = end
+    if covered != size:
+        raise ValueError(f"the tensors cover {covered} of the buffer's {size} bytes")
     if meta.get("kind") == "tree":
         return _decode(json.loads(meta["tree"]), out)
     return out["tensor"] if meta.get("kind") == "tensor" else out
@@ -141,7 +189,11 @@ def _decode(value, tensors: dict):
             return tensors[value["$tensor"]]
         if "$tuple" in value:
             return tuple(_decode(v, tensors) for v in value["$tuple"])
-        return {k: _decode(v, tensors) for k, v in value["$dict"]}
+        pairs = value["$dict"]
+        if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str | int | float | bool | None)
+                   for p in pairs):
+            raise ValueError("a saved dict is not a list of [key, value] pairs")
+        return {k: _decode(v, tensors) for k, v in pairs}
     return value
 
 
@@ -171,6 +223,11 @@ def _load_torch_zip(data: bytes, map_location):
     def rebuild_tensor(stored, offset, size, stride, requires_grad=False, hooks=None, metadata=None):
         values, location = stored
         itemsize = values.dtype.itemsize
+        size, stride = tuple(size), tuple(stride)
+        if len(size) != len(stride) or min((offset, *size, *stride), default=0) < 0 or (
+                all(size) and offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) >= len(values)):
+            raise ValueError(f"a tensor of size {size}, stride {stride} at offset {offset} lies outside its "
+                             f"storage of {len(values)} elements")       # as_strided would read other memory
         array = np.lib.stride_tricks.as_strided(values[offset:], tuple(size), tuple(s * itemsize for s in stride))
         t = _restore(np.array(array, dtype=values.dtype.newbyteorder("="), order="C"), location,    # 0-d stays
                      map_location)
