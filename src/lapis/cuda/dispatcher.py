@@ -62,7 +62,7 @@ def _array_type_of(dtype: np.dtype, ndim: int, layout: str) -> T.ArrayType:
     key = (dtype, ndim, layout)
     kind = _ARRAY_TYPES.get(key)
     if kind is None:
-        kind = _ARRAY_TYPES[key] = T.ArrayType(T.scalar_of(dtype), ndim, layout)
+        kind = _ARRAY_TYPES[key] = T.ArrayType(T.element_of(dtype), ndim, layout)
     return kind
 
 

@@ -89,7 +89,7 @@ def fit(signature: tuple, args: tuple) -> tuple | None:
     fitted = []
     for t, value in zip(signature, args, strict=True):
         if isinstance(t, T.ArrayType):
-            if not isinstance(value, DeviceNDArray) or value.ndim != t.ndim or T.scalar_of(value.dtype) != t.dtype:
+            if not isinstance(value, DeviceNDArray) or value.ndim != t.ndim or T.element_of(value.dtype) != t.dtype:
                 return None
             if t.layout == "C" and not value.is_c_contiguous() or t.layout == "F" and not value.is_f_contiguous():
                 return None

@@ -16,6 +16,8 @@ host code faster), and numba's other targets (`prange`, `vectorize` for the CPU)
 
 import types as _namespaces
 
+import numpy as _np
+
 from lapis import cuda
 from lapis.cuda.compiler import types as _T
 from lapis.cuda.compiler.device_function import HostDeviceFunction
@@ -42,10 +44,16 @@ def Array(dtype, ndim: int, layout: str = "A") -> _T.ArrayType:
     """numba.types.Array(dtype, ndim, layout): an array argument type, as float32[:, ::1] spells it."""
     if layout not in ("C", "F", "A"):
         raise ValueError(f"an array type's layout is 'C', 'F' or 'A', not {layout!r}")
-    return _T.ArrayType(_T.scalar_of(dtype), ndim, layout)
+    return _T.ArrayType(_T.element_of(dtype), ndim, layout)
 
 
-types = _namespaces.SimpleNamespace(**_SCALARS, void=void, none=none, Array=Array)
+def from_dtype(dtype) -> "_T.Scalar | _T.Record":
+    """numba.from_dtype: the kernel type of a numpy dtype; a structured dtype's is a `Record`, whose `rec_t[:]`
+    is an array type for a signature."""
+    return _T.element_of(_np.dtype(dtype))
+
+
+types = _namespaces.SimpleNamespace(**_SCALARS, void=void, none=none, Array=Array, Record=_T.Record)
 
 
 def jit(function=None, *args, **options):
@@ -60,4 +68,4 @@ njit = jit
 
 vectorize = cuda.vectorize          # numba's @vectorize(signatures, target='cuda')
 
-__all__ = ["Array", "cuda", "jit", "njit", "none", "types", "vectorize", "void", *_SCALARS]
+__all__ = ["Array", "cuda", "from_dtype", "jit", "njit", "none", "types", "vectorize", "void", *_SCALARS]

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from lapis import abi
-from lapis.cuda.compiler import array_views, calls, complex_values, ir
+from lapis.cuda.compiler import array_views, calls, complex_values, ir, records
 from lapis.cuda.compiler import intrinsics as K
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.builder import IRBuilder, literal_type
@@ -241,6 +241,8 @@ class Frontend(IRBuilder):
             self.assign_name(target.id, value)
         elif isinstance(target, ast.Subscript):
             self.assign_subscript(self.expr(target.value), self.expr(target.slice), value)
+        elif isinstance(target, ast.Attribute) and isinstance(base := self.expr(target.value), records.RecordRef):
+            records.store(self, base, target.attr, value)
         elif isinstance(target, ast.Tuple | ast.List):
             if not isinstance(value, tuple) or len(value) != len(target.elts):
                 raise self.error(f"cannot unpack {describe(value)} into {len(target.elts)} names")
@@ -705,6 +707,8 @@ class Frontend(IRBuilder):
                     size = self.binop(Op.MUL, size, s)
                 return size
             raise self.error(f"arrays in kernels have .shape, .ndim, .size and .dtype, not .{attr}")
+        if isinstance(base, records.RecordRef):
+            return records.load(self, base, attr)
         if base is K.laneid or base is K.warpsize:
             raise self.error(f"{base.name} has no attributes")
         if isinstance(base, Complex) or isinstance(base, Const | ir.Value) and attr in ("real", "imag", "conjugate"):
@@ -757,12 +761,16 @@ class Frontend(IRBuilder):
                 return base[index.value]
             except IndexError:
                 raise self.error(f"tuple index {index.value} out of range") from None
+        if isinstance(base, records.RecordRef):
+            return records.load(self, base, index)
         if not isinstance(base, ArrayRef):
             raise self.error(f"{describe(base)} cannot be indexed")
         items = index if isinstance(index, tuple) else (index,)
         if 0 < len(items) < base.type.ndim or any(isinstance(x, array_views.Slice) for x in items):
             return array_views.view(self, base, items)
         t = base.type.dtype
+        if t.kind == "record":
+            return records.element(self, base, index)
         if t.kind == "complex":
             return complex_values.load(self, base, index, _SPACE.get(base.type.space))
         if base.type.space == "local":
@@ -773,11 +781,16 @@ class Frontend(IRBuilder):
         return self.emit(Op.LOAD, t, [self.address(base, index)], space=_SPACE[base.type.space])
 
     def assign_subscript(self, base, index, value) -> None:
+        if isinstance(base, records.RecordRef):
+            records.store(self, base, index, value)
+            return
         if not isinstance(base, ArrayRef):
             raise self.error(f"cannot assign into {describe(base)}")
         if any(isinstance(x, array_views.Slice) for x in (index if isinstance(index, tuple) else (index,))):
             raise self.error("assigning to a slice is not supported in kernels: store each element")
         t = base.type.dtype
+        if t.kind == "record":
+            raise self.error(f"cannot assign a whole element of record array {base.name!r}: assign its fields")
         if t.kind == "complex":
             complex_values.store(self, base, index, value, _SPACE.get(base.type.space))
             return

@@ -107,8 +107,40 @@ SCALARS = {t.name: t for t in (int32, int64, uint32, uint64, float16, bfloat16, 
 
 
 @dataclass(frozen=True)
+class Record:
+    """A numpy record (structured) dtype as an array element type (numba's `Record`, `from_dtype`): its scalar
+    fields as (name, type, byte offset) and its itemsize, as numpy lays them out (packed, or `align=True`). An
+    element is read and written field by field, in memory (`records.py`); nested records and array-valued fields
+    are refused."""
+    fields: tuple               # ((name, Scalar, offset), ...) in numpy's order
+    itemsize: int
+    aligned: bool = False
+    kind = "record"
+
+    @property
+    def name(self) -> str:
+        return str(self)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype({"names": [f[0] for f in self.fields], "formats": [f[1].dtype for f in self.fields],
+                         "offsets": [f[2] for f in self.fields], "itemsize": self.itemsize}, align=self.aligned)
+
+    def field(self, name: str):
+        """(type, offset) of the field `name`, or None."""
+        return next(((t, offset) for n, t, offset in self.fields if n == name), None)
+
+    def __str__(self) -> str:          # numba's spelling (and the compile cache's key: every offset is in it)
+        fields = ",".join(f"{n}[type={t};offset={offset}]" for n, t, offset in self.fields)
+        return f"Record({fields};{self.itemsize};{self.aligned})"
+
+    def __getitem__(self, dims) -> "ArrayType":
+        return array_type(self, dims)
+
+
+@dataclass(frozen=True)
 class ArrayType:
-    dtype: Scalar
+    dtype: "Scalar | Record"
     ndim: int
     layout: str = "A"          # "C", "F" or "A"
     space: str = "global"      # "global", "shared" or "local"
@@ -182,6 +214,39 @@ def scalar_of(dtype) -> Scalar:
 
 
 _SCALAR_OF_DTYPE: dict[np.dtype, Scalar] = {np.dtype(bool): boolean}
+
+
+def element_of(dtype):
+    """An array's element type for a numpy dtype: `scalar_of`'s, or a `Record` for a structured dtype."""
+    if isinstance(dtype, Record):
+        return dtype
+    if isinstance(dtype, np.dtype) and dtype.fields is not None:
+        return record_of(dtype)
+    return scalar_of(dtype)
+
+
+def record_of(dtype: np.dtype) -> Record:
+    """The `Record` type of a structured dtype (numba's `from_dtype`), refusing what kernels cannot read."""
+    known = _RECORD_OF_DTYPE.get(dtype)
+    if known is not None:
+        return known
+    fields = []
+    for name in dtype.names:
+        field, offset = dtype.fields[name][:2]
+        if field.fields is not None:
+            raise TypeError(f"record dtype {dtype}: field {name!r} is itself a record; nested records are not "
+                            "supported in kernels")
+        if field.subdtype is not None:
+            raise TypeError(f"record dtype {dtype}: field {name!r} is an array ({field}); array-valued fields are "
+                            "not supported in kernels")
+        if not field.isnative:
+            raise TypeError(f"record dtype {dtype}: field {name!r} is not in the machine's byte order")
+        fields.append((name, scalar_of(field), offset))
+    record = _RECORD_OF_DTYPE[dtype] = Record(tuple(fields), dtype.itemsize, dtype.isalignedstruct)
+    return record
+
+
+_RECORD_OF_DTYPE: dict[np.dtype, Record] = {}
 
 
 def concrete(t):
