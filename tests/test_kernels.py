@@ -1060,3 +1060,28 @@ def test_a_shuffle_s_lane_may_be_a_kernel_argument():
     got = out.copy_to_host()
     assert got[:, 0].tolist() == [4] * 32
     assert got[:, 1].tolist() == [i + 3 if i + 3 < 32 else i for i in range(32)]
+
+
+SHARED_TILE = 4, 8                                 # a module constant, as numba's examples size shared tiles
+
+
+def tile_kernels():
+    rows = 3
+
+    @cuda.jit
+    def sized_by_names(out):
+        n = 100
+        local_shape = (2, 5)
+        a = cuda.shared.array(SHARED_TILE, np.float32)  # a global tuple
+        b = cuda.shared.array(n, np.int32)              # a local constant
+        c = cuda.local.array(local_shape, np.int32)     # a local tuple
+        d = cuda.local.array((rows, 2), np.float64)     # a closure constant in a tuple
+        out[0], out[1], out[2], out[3] = a.size, b.size, c.size, d.size
+        out[4], out[5] = a.shape[1], d.shape[0]
+    return sized_by_names
+
+
+def test_array_shapes_may_be_named_constants():
+    out = cuda.device_array(6, np.int64)
+    tile_kernels()[1, 1](out)
+    assert out.copy_to_host().tolist() == [32, 100, 10, 6, 8, 3]

@@ -57,8 +57,24 @@ INTEGER = Kind("an integer", _is_integer)
 INDEX = Kind("an integer or a tuple of integers",
              lambda x: all(map(_is_integer, x)) if isinstance(x, tuple) else _is_integer(x))
 INT_CONSTANT = Kind("an integer constant", _is_int_constant)
-SHAPE = Kind("a constant shape (an integer or a tuple of integers)",
-             lambda x: all(map(_is_int_constant, x)) if isinstance(x, tuple) else _is_int_constant(x))
+def constant_shape(x) -> tuple | None:
+    """x as a shape known when the kernel compiles, a tuple of int Consts, or None: an int literal or a tuple of
+    them, and also what names one, as numba folds constants: a global or closure tuple of ints (`SHAPE = 16, 16`),
+    a local bound to a constant (`N = 100`, which the frontend keeps as a constant instruction)."""
+    items = x if isinstance(x, tuple) else (x,)
+    shape = []
+    for item in items:
+        if isinstance(item, ir.Value) and item.op is Op.CONST:
+            item = Const(item.attrs["value"], item.type)
+        elif isinstance(item, int) and not isinstance(item, bool):
+            item = Const(item, T.WEAK_INT)
+        if not _is_int_constant(item):
+            return None
+        shape.append(item)
+    return tuple(shape)
+
+
+SHAPE = Kind("a constant shape (an integer or a tuple of integers)", lambda x: constant_shape(x) is not None)
 NDIM = Kind("a constant 1, 2 or 3", lambda x: _is_int_constant(x) and x.value in (1, 2, 3))
 SHUFFLED = Kind("a number other than a bool (shuffle int(flag) and compare after)",
                 lambda x: _number_type(x) not in (None, T.boolean))
@@ -214,7 +230,7 @@ def _array(space: str):
         if space == "local" and t in T.STORAGE:
             raise fe.error(f"local arrays of {t} are not supported; make it int32 (global and shared arrays of "
                            f"{t} are)")
-        return fe.allocate_array(space, shape if isinstance(shape, tuple) else (shape,), t)
+        return fe.allocate_array(space, constant_shape(shape), t)
     return lower
 
 
