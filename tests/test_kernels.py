@@ -1085,3 +1085,16 @@ def test_array_shapes_may_be_named_constants():
     out = cuda.device_array(6, np.int64)
     tile_kernels()[1, 1](out)
     assert out.copy_to_host().tolist() == [32, 100, 10, 6, 8, 3]
+
+
+@cuda.jit
+def twice_in_place(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] *= 2
+
+
+def test_an_array_of_the_other_byte_order_is_refused_not_misread():
+    """numba refuses it ('Unsupported array dtype: >f4'); a kernel read its bytes as this machine's floats."""
+    with pytest.raises(TypeError, match="byte order"):
+        twice_in_place[1, 32](cuda.to_device(np.arange(8, dtype=">f4")))

@@ -203,6 +203,9 @@ def scalar_of(dtype) -> Scalar:
     known = _SCALAR_OF_DTYPE.get(dtype) if isinstance(dtype, np.dtype) else None
     if known is not None:                     # every launch asks for its arrays' dtypes
         return known
+    if isinstance(dtype, np.dtype) and not dtype.isnative:       # '>f4': numba refuses it too
+        raise TypeError(f"Unsupported array dtype: {dtype.str}: its byte order is not this machine's (a kernel would "
+                        "read its bytes in the wrong order); convert with .astype(a.dtype.newbyteorder('='))")
     name = np.dtype(dtype).name if not isinstance(dtype, str) or dtype in np.sctypeDict else dtype
     if name == "bool":
         return boolean
