@@ -1098,3 +1098,18 @@ def test_an_array_of_the_other_byte_order_is_refused_not_misread():
     """numba refuses it ('Unsupported array dtype: >f4'); a kernel read its bytes as this machine's floats."""
     with pytest.raises(TypeError, match="byte order"):
         twice_in_place[1, 32](cuda.to_device(np.arange(8, dtype=">f4")))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint8, np.uint16])
+def test_an_8_or_16_bit_integer_argument_arrives_whole(dtype):
+    """numba types np.int8(-3) as int8 and a signature may name int8: such an argument takes a word of its own,
+    widened (it was a KeyError while packing the arguments)."""
+    @cuda.jit(f"void(int64[:], {np.dtype(dtype).name})")
+    def store(out, v):
+        out[0] = v
+        out[1] = v + 1
+
+    value = np.iinfo(dtype).min if np.dtype(dtype).kind == "i" else np.iinfo(dtype).max
+    out = cuda.device_array(2, np.int64)
+    store[1, 1](out, dtype(value))
+    assert out.copy_to_host().tolist() == [int(value), int(value) + 1]

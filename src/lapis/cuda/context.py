@@ -647,7 +647,8 @@ class Event:
 
 
 _SCALAR_FORMATS = {"int32": "i", "uint32": "I", "int64": "q", "uint64": "Q", "float32": "f", "float64": "d",
-                   "bool": "I", "float16": "H", "bfloat16": "H", "complex64": "2f", "complex128": "2d"}
+                   "bool": "I", "float16": "H", "bfloat16": "H", "complex64": "2f", "complex128": "2d",
+                   "int8": "i", "int16": "i", "uint8": "I", "uint16": "I"}     # small integers widened to a word
 _PACKERS: dict[int, tuple] = {}       # id(layout) -> (layout, struct, plan): made at a kernel's first launch
 # How pack_kernargs writes an argument: a 1-D array, an array of more dimensions, a half, a bool, a complex (its
 # real and imaginary parts), another number.

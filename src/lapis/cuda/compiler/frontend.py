@@ -51,7 +51,9 @@ def kernarg_layout(argtypes: list) -> tuple[list[dict], int]:
                            "layout": t.layout, "size": 8 + 16 * t.ndim})
             offset += 8 + 16 * t.ndim
         else:
-            size = 4 if t.kind == "bool" or t.bits == 16 else t.itemsize     # a half sits in a word's low bits
+            # a bool, a half or an 8- or 16-bit integer takes a word: a half in its low bits, an integer widened
+            # (as registers hold them), read with one MOV of the word
+            size = 4 if t.kind == "bool" or t.bits <= 16 else t.itemsize
             align = size // 2 if t.kind == "complex" else size
             offset = -(-offset // align) * align
             layout.append({"kind": "scalar", "offset": offset, "dtype": t.name, "size": size})
