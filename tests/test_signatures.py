@@ -109,3 +109,25 @@ def test_specialize_compiles_for_the_arguments_given_and_takes_only_their_types(
     assert (x.copy_to_host() == 3).all()
     with pytest.raises(TypeError, match="no signature"):
         special[1, 8](cuda.to_device(np.ones(8)), 3.0)
+
+
+def test_numba_s_other_type_names_and_a_signature_without_a_return_type():
+    """numba reads "(float64[::1], intp)" as a void signature, and names float64 double and int64 intp."""
+    from lapis.numba import double, float_, intp, uintp
+
+    assert (double, float_, intp, uintp) == (nb.float64, nb.float32, nb.int64, nb.uint64)
+
+    @cuda.jit("(float64[::1], intp)")
+    def ramp(a, n):
+        i = cuda.grid(1)
+        if i < n:
+            a[i] = i * 2.0
+
+    @cuda.jit([(double[:], intp), "void(i1[:], u2)"])
+    def first(a, n):
+        a[0] = n
+
+    a = cuda.to_device(np.zeros(5))
+    ramp[1, 8](a, 5)
+    first[1, 1](a, 7)
+    assert a.copy_to_host().tolist() == [7.0, 2.0, 4.0, 6.0, 8.0]

@@ -16,10 +16,12 @@ import numpy as np
 from lapis.cuda.compiler import types as T
 from lapis.cuda.devicearray import DeviceNDArray
 
-_SIGNATURE = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*\((.*)\)\s*")
+_SIGNATURE = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)?\s*\((.*)\)\s*")      # numba's "(types)" is a void one
 _ARGUMENT = re.compile(r"\s*([A-Za-z_][A-Za-z_0-9]*)\s*(?:\[(.*)\])?\s*")
 _NAMES = {"b1": "bool", "boolean": "bool", "f4": "float32", "f8": "float64", "i4": "int32", "i8": "int64",
-          "u4": "uint32", "u8": "uint64", "f2": "float16", "c8": "complex64", "c16": "complex128"}
+          "u4": "uint32", "u8": "uint64", "f2": "float16", "c8": "complex64", "c16": "complex128",
+          "i1": "int8", "i2": "int16", "u1": "uint8", "u2": "uint16", "double": "float64", "float_": "float32",
+          "intp": "int64", "uintp": "uint64", "intc": "int32", "uintc": "uint32"}     # numba's other names
 
 
 def is_signature(x) -> bool:
@@ -59,7 +61,7 @@ def function_signature(signature) -> tuple:
             pieces.append(text[start:at])
             start = at + 1
     pieces.append(text[start:])
-    returns = T.void if whole.group(1) == "void" else _argument(whole.group(1), signature)
+    returns = T.void if whole.group(1) in ("void", None) else _argument(whole.group(1), signature)
     return returns, tuple(_argument(piece, signature) for piece in pieces if piece.strip() or len(pieces) > 1)
 
 

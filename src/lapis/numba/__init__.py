@@ -32,12 +32,14 @@ float16, float32, float64 = _T.float16, _T.float32, _T.float64
 i1, i2, i4, i8, u1, u2, u4, u8 = int8, int16, int32, int64, uint8, uint16, uint32, uint64
 f2, f4, f8 = float16, float32, float64
 complex64, complex128 = c8, c16 = _T.complex64, _T.complex128
+double, float_, intp, uintp, intc, uintc = float64, float32, int64, uint64, int32, uint32     # numba's aliases
 void = none = _T.void
 _SCALARS = {"boolean": boolean, "b1": b1, "int8": int8, "int16": int16, "int32": int32, "int64": int64,
             "uint8": uint8, "uint16": uint16, "uint32": uint32, "uint64": uint64, "float16": float16,
             "float32": float32, "float64": float64, "i1": i1, "i2": i2, "i4": i4, "i8": i8, "u1": u1, "u2": u2,
             "u4": u4, "u8": u8, "f2": f2, "f4": f4, "f8": f8, "complex64": complex64, "complex128": complex128,
-            "c8": c8, "c16": c16}
+            "c8": c8, "c16": c16, "double": double, "float_": float_, "intp": intp, "uintp": uintp, "intc": intc,
+            "uintc": uintc}
 
 
 def Array(dtype, ndim: int, layout: str = "A") -> _T.ArrayType:
