@@ -257,73 +257,41 @@ def popc(x):
 
 
 # brev, clz and ffs of 32- and 64-bit integers (numba's cuda.brev, clz, ffs; CUDA's __brev/__brevll, __clz/__clzll,
-# __ffs/__ffsll): calls.py picks the function of the argument's width.
-@DeviceFunction
-def brev32(x):
-    """The 32 bits of x in reverse order, as a uint32."""
-    r = uint32(0)
-    v = uint32(x)
-    for k in range(32):
-        r = (r << uint32(1)) | ((v >> uint32(k)) & uint32(1))
-    return r
+# __ffs/__ffsll): one source for both widths; calls.py picks the functions of the argument's width.
+def _bit_functions(unsigned, width: int) -> tuple[DeviceFunction, DeviceFunction, DeviceFunction]:
+    """brev, clz and ffs of x taken as `width` bits (`unsigned` is uint32 or uint64): its bits reversed (unsigned),
+    its leading zero bits (`width` for 0), the position of its lowest set bit from 1 (0 for 0)."""
+    U, WIDTH = unsigned, width
+
+    def brev(x):
+        r = U(0)
+        v = U(x)
+        for k in range(WIDTH):
+            r = (r << U(1)) | ((v >> U(k)) & U(1))
+        return r
+
+    def clz(x):
+        v = U(x)
+        n = WIDTH
+        while v != U(0):
+            v = v >> U(1)
+            n -= 1
+        return n
+
+    def ffs(x):
+        v = U(x)
+        n = 0
+        if v != U(0):
+            n = 1
+            while v & U(1) == U(0):
+                v = v >> U(1)
+                n += 1
+        return n
+    return DeviceFunction(brev), DeviceFunction(clz), DeviceFunction(ffs)
 
 
-@DeviceFunction
-def brev64(x):
-    """The 64 bits of x in reverse order, as a uint64."""
-    r = uint64(0)
-    v = uint64(x)
-    for k in range(64):
-        r = (r << uint64(1)) | ((v >> uint64(k)) & uint64(1))
-    return r
-
-
-@DeviceFunction
-def clz32(x):
-    """The number of leading zero bits of x as 32 bits: 32 for 0."""
-    v = uint32(x)
-    n = 32
-    while v != uint32(0):
-        v = v >> uint32(1)
-        n -= 1
-    return n
-
-
-@DeviceFunction
-def clz64(x):
-    """The number of leading zero bits of x as 64 bits: 64 for 0."""
-    v = uint64(x)
-    n = 64
-    while v != uint64(0):
-        v = v >> uint64(1)
-        n -= 1
-    return n
-
-
-@DeviceFunction
-def ffs32(x):
-    """The position of the lowest set bit of x as 32 bits, counting from 1: 0 for 0."""
-    v = uint32(x)
-    n = 0
-    if v != uint32(0):
-        n = 1
-        while v & uint32(1) == uint32(0):
-            v = v >> uint32(1)
-            n += 1
-    return n
-
-
-@DeviceFunction
-def ffs64(x):
-    """The position of the lowest set bit of x as 64 bits, counting from 1: 0 for 0."""
-    v = uint64(x)
-    n = 0
-    if v != uint64(0):
-        n = 1
-        while v & uint64(1) == uint64(0):
-            v = v >> uint64(1)
-            n += 1
-    return n
+brev32, clz32, ffs32 = _bit_functions(uint32, 32)
+brev64, clz64, ffs64 = _bit_functions(uint64, 64)
 
 
 @DeviceFunction
