@@ -97,6 +97,7 @@ def test_max_cooperative_grid_blocks_is_what_the_device_holds_at_once(api):
         held = hardware_occupancy(profile, threads, compiled.registers, compiled.shared_bytes).resident_blocks
         assert rotate.max_cooperative_grid_blocks(threads) == held
     assert rotate.max_cooperative_grid_blocks((16, 16)) == rotate.max_cooperative_grid_blocks(256)
+    assert compiled.max_cooperative_grid_blocks(256) == rotate.max_cooperative_grid_blocks(256)   # numba's spelling
 
 
 def test_a_cooperative_launch_larger_than_the_device_holds_is_refused_before_it_runs():

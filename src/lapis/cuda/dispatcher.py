@@ -17,6 +17,7 @@ copied to the device for the launch and back after it (the launch then waits for
 with numba's warning about the copies.
 """
 
+import functools
 import warnings
 
 import numpy as np
@@ -161,6 +162,8 @@ class Dispatcher:
         compiled = self.overloads.get(argtypes)
         if compiled is None:
             compiled = self.overloads[argtypes] = compile_kernel(self.py_func, argtypes)
+            # numba's overloads[signature].max_cooperative_grid_blocks(blockdim): the device is this API's
+            compiled.max_cooperative_grid_blocks = functools.partial(self._cooperative_limit, compiled)
         self._last = (argtypes, compiled)
         return compiled
 
@@ -245,8 +248,10 @@ class Dispatcher:
         """The most blocks of `blockdim` threads (and `dynsmemsize` bytes of dynamic shared memory) a cooperative
         launch of this kernel may have on the current device (numba's _Kernel.max_cooperative_grid_blocks); the
         kernel's last compiled signature decides its registers and shared memory."""
+        return self._cooperative_limit(self._last[1] or self._compiled()[-1], blockdim, dynsmemsize)
+
+    def _cooperative_limit(self, compiled: CompiledKernel, blockdim, dynsmemsize: int = 0) -> int:
         block = _dim3(blockdim, "the block (threads)")
-        compiled = self._last[1] or self._compiled()[-1]
         device = self.api.get_current_device()
         return occupancy.max_cooperative_grid_blocks(device.properties, block[0] * block[1] * block[2],
                                                      compiled.registers, compiled.shared_bytes + dynsmemsize)
