@@ -1113,3 +1113,30 @@ def test_an_8_or_16_bit_integer_argument_arrives_whole(dtype):
     out = cuda.device_array(2, np.int64)
     store[1, 1](out, dtype(value))
     assert out.copy_to_host().tolist() == [int(value), int(value) + 1]
+
+
+PRICES = np.array([10.0, 25.0, 5.0], np.float64)          # numba freezes a global host array into the kernel
+DEVICE_PRICES = cuda.to_device(np.array([1.0, 2.0, 3.0], np.float32))    # ... and captures a device one by reference
+
+
+@cuda.jit
+def priced(quantities, totals, device_totals):
+    i = cuda.grid(1)
+    if i < totals.size:
+        totals[i] = quantities[i] * PRICES[i]
+        device_totals[i] = DEVICE_PRICES[i] * 2
+
+
+def test_global_arrays_are_frozen_on_the_host_and_captured_on_the_device():
+    """As numba's globals example: a global numpy array is a constant of the compiled kernel (changing it later
+    changes nothing); a global device array is read where it is, so writing it between launches is seen."""
+    q = cuda.to_device(np.array([1.0, 2.0, 3.0]))
+    totals, device_totals = cuda.device_array(3), cuda.device_array(3, np.float32)
+    priced[1, 32](q, totals, device_totals)
+    assert totals.copy_to_host().tolist() == [10.0, 50.0, 15.0] and device_totals.copy_to_host().tolist() == [2, 4, 6]
+    PRICES[:] = 0
+    DEVICE_PRICES[:] = [5.0, 6.0, 7.0]                     # DeviceNDArray.__setitem__ copies from the host
+    DEVICE_PRICES[0] = 4.0
+    priced[1, 32](q, totals, device_totals)
+    assert totals.copy_to_host().tolist() == [10.0, 50.0, 15.0]               # frozen when it compiled
+    assert device_totals.copy_to_host().tolist() == [8.0, 12.0, 14.0]         # read at the launch

@@ -158,6 +158,20 @@ class DeviceNDArray:
             if self.nbytes:
                 self.context.copy_to_device(self.ptr, np.asarray(data, order=order).ravel(order=order), stream)
 
+    def __setitem__(self, index, value) -> None:
+        """`d[...] = value`: a copy from the host into the view `d[index]` (numba's DeviceNDArray.__setitem__),
+        value broadcast to the view's shape as numpy's assignment does (a number fills it)."""
+        key = index if isinstance(index, tuple) else (index,)
+        if len(key) <= self.ndim and all(isinstance(k, int | np.integer | slice) for k in key):
+            # an integer i is the one-long slice at i (counted from the end when negative): a view to copy into
+            key = tuple(slice(k % self.shape[axis], k % self.shape[axis] + 1)
+                        if isinstance(k, int | np.integer) and -self.shape[axis] <= k < self.shape[axis] else k
+                        for axis, k in enumerate(key))
+        view = self[key]
+        if not isinstance(view, DeviceNDArray):
+            raise IndexError(f"index {index} is out of bounds for a device array of shape {self.shape}")
+        view.copy_to_device(np.broadcast_to(np.asarray(value, dtype=self.dtype), view.shape))
+
     def __getitem__(self, index):
         """A view, as numpy's basic indexing makes one: integers drop a dimension, slices keep it
         with a new start, stop and step. No data moves; the view shares the allocation. An integer

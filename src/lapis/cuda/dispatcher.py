@@ -18,6 +18,7 @@ with numba's warning about the copies.
 """
 
 import functools
+import sys
 import warnings
 
 import numpy as np
@@ -27,6 +28,7 @@ from lapis.cuda import occupancy
 from lapis.cuda import signatures as signatures_
 from lapis.cuda.compiler import CompiledKernel, compile_kernel
 from lapis.cuda.compiler import types as T
+from lapis.cuda.compiler.frontend import CAPTURED
 from lapis.cuda.context import pack_kernargs
 from lapis.cuda.cooperative_groups import BARRIER_WORD
 from lapis.cuda.devicearray import DeviceNDArray, MappedNDArray
@@ -296,6 +298,8 @@ class Dispatcher:
             return self._const_copy(context, compiled.const_arrays[int(name[len("$const"):])])
         if name == BARRIER_WORD:
             return _grid_barrier(context)
+        if name.startswith(CAPTURED):
+            return _captured(context, compiled, name)
         return fifo_of(context).argument(compiled, name)
 
     def _const_copy(self, context, data: np.ndarray) -> DeviceNDArray:
@@ -306,6 +310,20 @@ class Dispatcher:
             copy = self._const_copies[key] = DeviceNDArray.allocate(context, data.shape, data.dtype, "C")
             copy.copy_to_device(data)
         return copy
+
+
+def _captured(context, compiled: CompiledKernel, name: str) -> DeviceNDArray:
+    """The global device array a kernel reads (`Frontend.captured_device_array`), as it is now: numba captures it by
+    reference, so writes to it between launches reach the kernel; it must still be on the launch's device with the
+    dtype and shape the kernel compiled for."""
+    module, _, global_name = name[len(CAPTURED):].partition(":")
+    array = vars(sys.modules[module]).get(global_name)
+    entry = next(e for e in compiled.arg_layout if e.get("name") == name)
+    if not isinstance(array, DeviceNDArray) or array.context is not context or str(array.dtype) != entry["dtype"] \
+            or array.ndim != entry["ndim"]:
+        raise LaunchError(f"global device array {global_name!r} of {module} is no longer a {entry['dtype']} array "
+                          f"on {context.device} as when kernel {compiled.name!r} compiled")
+    return array
 
 
 def _grid_barrier(context) -> DeviceNDArray:

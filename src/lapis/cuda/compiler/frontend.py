@@ -16,6 +16,7 @@ import copy
 import inspect
 import linecache
 import operator
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,6 +33,7 @@ from lapis.cuda.compiler.printing import lower_print
 from lapis.cuda.compiler.values import ArrayRef, Complex, Const, describe, fold
 
 UNROLL_LIMIT = 32
+CAPTURED = "$global "         # the hidden argument of a global device array: "$global module:name"
 MAX_RETYPES = 16
 
 
@@ -541,7 +543,10 @@ class Frontend(IRBuilder):
                 return complex_values.param(self, self.arg_offsets[name], t)
             return self.param(self.arg_offsets[name], t)
         if name in self.globals:
-            return self.static_value(self.globals[name], name)
+            value = self.globals[name]
+            if type(value).__name__ == "DeviceNDArray" and hasattr(value, "copy_to_host"):     # (no import cycle)
+                return self.captured_device_array(name, value)
+            return self.static_value(value, name)
         builtins = __builtins__ if isinstance(__builtins__, dict) else vars(__builtins__)
         if name in builtins:
             return builtins[name]
@@ -765,6 +770,8 @@ class Frontend(IRBuilder):
                 raise self.error(f"tuple index {index.value} out of range") from None
         if isinstance(base, records.RecordRef):
             return records.load(self, base, index)
+        if isinstance(base, np.ndarray):           # a global or closure numpy array: numba freezes it into the
+            base = self.constant_array(np.ascontiguousarray(base))     # kernel when it compiles, as const memory
         if not isinstance(base, ArrayRef):
             raise self.error(f"{describe(base)} cannot be indexed")
         items = index if isinstance(index, tuple) else (index,)
@@ -905,6 +912,18 @@ class Frontend(IRBuilder):
             index = len(self.func.const_arrays)
             self.func.const_arrays.append(data)
         return self.hidden_array(f"$const{index}", T.scalar_of(data.dtype), data.shape)
+
+    def captured_device_array(self, name: str, array) -> ArrayRef:
+        """A module's global device array that the kernel reads, as numba captures it: by reference (a write to it
+        between launches is seen), its dtype and shape fixed when the kernel compiles. It travels as a hidden
+        argument named after the module and the global, which the dispatcher looks up at each launch."""
+        module = self.globals.get("__name__")
+        if module is None or sys.modules.get(module) is None or vars(sys.modules[module]).get(name) is not array:
+            raise self.error(f"{name!r} is a device array a kernel reads from its closure; make it an argument or a "
+                             "module global")
+        if not array.flags["C_CONTIGUOUS"]:
+            raise self.error(f"global device array {name!r} must be C-contiguous")
+        return self.hidden_array(f"{CAPTURED}{module}:{name}", T.element_of(array.dtype), tuple(array.shape))
 
     def hidden_array(self, name: str, dtype: T.Scalar, shape: tuple | None = None) -> ArrayRef:
         """A C-contiguous array the kernel takes as a hidden argument after its own, named `name` in its argument
