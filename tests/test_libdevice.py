@@ -659,3 +659,27 @@ def test_match_any_and_all_name_only_lanes_that_exist():
     matches_in_a_short_block[1, 10](cuda.to_device(x), any_out, all_out)
     assert any_out.copy_to_host().tolist() == [0x155 if v == 1 else 0x2AA for v in x]
     assert all_out.copy_to_host().tolist() == [0x3FF] * 10
+
+
+@cuda.jit
+def rounded_powered_and_turned(x, r, r32, d, p):
+    i = cuda.grid(1)
+    if i < x.size:
+        r[i] = round(x[i])
+        r32[i] = round(np.float32(x[i]))
+        d[i, 0] = math.degrees(x[i])
+        d[i, 1] = math.radians(x[i])
+        p[i] = pow(x[i], 3)
+
+
+def test_round_pow_degrees_and_radians_are_python_s():
+    """round(x) is Python's (ties to even, an int), degrees and radians CPython's one multiplication, so each
+    equals Python's exactly; pow is the ** operator, whose small integer exponent multiplies out, as numba's does."""
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 2.4999, 3.7, -3.7, 1e10 + 0.5, 123.456, -0.0])
+    r, r32 = cuda.device_array(x.size, np.int64), cuda.device_array(x.size, np.int64)
+    d, p = cuda.device_array((x.size, 2)), cuda.device_array(x.size)
+    rounded_powered_and_turned[1, 32](cuda.to_device(x), r, r32, d, p)
+    assert r.copy_to_host().tolist() == [round(v) for v in x]
+    assert r32.copy_to_host().tolist() == [round(float(np.float32(v))) for v in x]
+    assert d.copy_to_host().tolist() == [[math.degrees(v), math.radians(v)] for v in x]
+    assert p.copy_to_host().tolist() == [v * v * v for v in x]

@@ -334,6 +334,32 @@ def _extremum(op: Op):
     return lower
 
 
+def _round(fe, args):
+    """round(x): Python's, to the nearest integer with ties to even (FRND.RN), as an int64 (numba's); an integer
+    is itself. round(x, ndigits) is refused."""
+    x, ndigits = (*args, None)[:2]
+    if ndigits is not None:
+        raise fe.error("round(x, ndigits) is not supported in kernels; round(x) is")
+    t = fe.typeof(x)
+    if isinstance(x, Const) and isinstance(x.value, int | float):
+        return Const(round(x.value), T.WEAK_INT)
+    if getattr(t, "kind", "") != "float" and t != T.WEAK_FLOAT:
+        return x
+    t = T.concrete(t)
+    return fe.cast(fe.emit(Op.MATH, t, [fe.materialize(x, t)], fn="rint"), T.int64)
+
+
+def _scaled_by(factor: float):
+    """math.degrees or math.radians: one multiplication by 180/pi or pi/180, as CPython computes them."""
+    def lower(fe, args):
+        (x,) = args
+        t = fe.typeof(x)
+        if getattr(t, "kind", "") not in ("float", "") and t != T.WEAK_FLOAT:
+            x = fe.cast(x, T.float64)
+        return fe.binop(Op.MUL, x, Const(factor, T.WEAK_FLOAT))
+    return lower
+
+
 def _abs(fe, args):
     (x,) = args
     if isinstance(x, Complex):
@@ -575,6 +601,10 @@ CALLS: dict[object, Builtin] = {
     min: Builtin("min", (Param("a"), Param("b")), _extremum(Op.MIN), variadic=True),
     max: Builtin("max", (Param("a"), Param("b")), _extremum(Op.MAX), variadic=True),
     abs: Builtin("abs", (Param("x", REAL_OR_COMPLEX),), _abs),
+    round: Builtin("round", (Param("number", NUMBER), Param("ndigits", optional=True)), _round),
+    pow: Builtin("pow", (Param("base", NUMBER), Param("exp", NUMBER)), lambda fe, args: fe.power(*args)),
+    math.degrees: Builtin("math.degrees", X, _scaled_by(180.0 / math.pi)),
+    math.radians: Builtin("math.radians", X, _scaled_by(math.pi / 180.0)),
     complex: Builtin("complex", (Param("real", REAL_OR_COMPLEX, optional=True), Param("imag", optional=True)),
                      _complex, keywords=True),
     len: Builtin("len", (Param("obj", SIZED),), _len),

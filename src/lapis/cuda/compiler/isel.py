@@ -831,8 +831,8 @@ class InstructionSelector:
             _, y, z = v.args
             op, b_op = ("FFMA", self.operand_b(y)) if t.bits == 32 else ("DFMA", self.reg(y))
             self.emit(op, rd=r, ra=x, b=b_op, rc=self.reg(z))
-        elif fn in ("floor", "ceil", "trunc"):
-            self.emit("FRND", mods={"rnd": fn.upper(), "w": f"F{t.bits}"}, rd=r, b=x)
+        elif fn in ("floor", "ceil", "trunc", "rint"):
+            self.emit("FRND", mods={"rnd": "RN" if fn == "rint" else fn.upper(), "w": f"F{t.bits}"}, rd=r, b=x)
         elif fn == "fabs" and t.bits == 64:
             self.emit("DADD", rd=r, ra=x, b=RZ64, abs_="a")     # |x| + 0: +0 for -0 (a select on x < 0 kept -0)
         elif fn == "fabs":
