@@ -1,6 +1,7 @@
 """Layer 3: a suite of numba.cuda-style kernels, compiled and run, against numpy references."""
 
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -1140,3 +1141,10 @@ def test_global_arrays_are_frozen_on_the_host_and_captured_on_the_device():
     priced[1, 32](q, totals, device_totals)
     assert totals.copy_to_host().tolist() == [10.0, 50.0, 15.0]               # frozen when it compiled
     assert device_totals.copy_to_host().tolist() == [8.0, 12.0, 14.0]         # read at the launch
+    module, kept = sys.modules[__name__], DEVICE_PRICES
+    module.DEVICE_PRICES = cuda.to_device(np.ones(7, np.float32))
+    try:                                   # its shape was compiled in: another one is refused, not misread
+        with pytest.raises(cuda.LaunchError, match="DEVICE_PRICES"):
+            priced[1, 32](q, totals, device_totals)
+    finally:
+        module.DEVICE_PRICES = kept

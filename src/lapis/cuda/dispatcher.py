@@ -320,9 +320,10 @@ def _captured(context, compiled: CompiledKernel, name: str) -> DeviceNDArray:
     array = vars(sys.modules[module]).get(global_name)
     entry = next(e for e in compiled.arg_layout if e.get("name") == name)
     if not isinstance(array, DeviceNDArray) or array.context is not context or str(array.dtype) != entry["dtype"] \
-            or array.ndim != entry["ndim"]:
-        raise LaunchError(f"global device array {global_name!r} of {module} is no longer a {entry['dtype']} array "
-                          f"on {context.device} as when kernel {compiled.name!r} compiled")
+            or list(array.shape) != entry["shape"]:
+        raise LaunchError(f"global device array {global_name!r} of {module} is no longer the {entry['dtype']} array "
+                          f"of shape {tuple(entry['shape'])} on {context.device} kernel {compiled.name!r} compiled "
+                          "for")
     return array
 
 

@@ -74,6 +74,8 @@ def _constant(value) -> str | None:
         return builtin.name
     if isinstance(value, np.ndarray):       # cuda.const.array_like data is baked into the code
         return f"{value.dtype}{value.shape}:" + hashlib.sha256(np.ascontiguousarray(value).tobytes()).hexdigest()
+    if type(value).__name__ == "DeviceNDArray":    # a captured global device array: its type and shape are compiled in
+        return f"device {value.dtype}{tuple(value.shape)}"
     if isinstance(value, type) and issubclass(value, np.generic):
         return value.__name__
     if isinstance(value, tuple) and all(_constant(v) is not None for v in value):

@@ -923,7 +923,10 @@ class Frontend(IRBuilder):
                              "module global")
         if not array.flags["C_CONTIGUOUS"]:
             raise self.error(f"global device array {name!r} must be C-contiguous")
-        return self.hidden_array(f"{CAPTURED}{module}:{name}", T.element_of(array.dtype), tuple(array.shape))
+        ref = self.hidden_array(f"{CAPTURED}{module}:{name}", T.element_of(array.dtype), tuple(array.shape))
+        entry = next(e for e in self.func.arg_layout if e.get("name") == ref.name)
+        entry["shape"] = list(array.shape)          # the shape compiled in, which each launch's array must have
+        return ref
 
     def hidden_array(self, name: str, dtype: T.Scalar, shape: tuple | None = None) -> ArrayRef:
         """A C-contiguous array the kernel takes as a hidden argument after its own, named `name` in its argument
