@@ -138,3 +138,16 @@ def bench64():
 @pytest.fixture
 def teaching():
     return Bench("teaching")
+
+
+def pytest_collection_finish(session):
+    """Start the in-suite compare run now if it was selected, so that it runs beside the rest of the suite."""
+    import compare_run
+    if not session.config.option.collectonly and any(item.nodeid == compare_run.TEST_ID for item in session.items):
+        compare_run.started = compare_run.CompareRun()
+
+
+def pytest_sessionfinish(session):
+    import compare_run
+    if compare_run.started is not None:           # stopped early (-x, ^C): the child goes too
+        compare_run.started.stop()

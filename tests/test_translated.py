@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import compare_run
 import test_simt as simt
 from conftest import Bench, pointers
 from lapis.hardware import PTE_WRITABLE
@@ -578,62 +579,18 @@ def test_a_launch_after_a_fault_counts_only_itself(sim, monkeypatch):
     assert np.array_equal(bench.read(buffer, np.zeros(64, np.uint32)), np.arange(64, dtype=np.uint32))
 
 
-KERNEL_TESTS = ["tests/test_kernels.py", "tests/test_instructions.py", "tests/test_libdevice.py",
-                "tests/test_block_reduction.py", "tests/test_dnn.py", "tests/test_blas_level1.py",
-                "tests/test_tensor_ops.py", "tests/test_generated_kernels.py", "tests/test_autograd.py"]
-# Cases that take 5-25 s each under the reference executor (four minutes together): one case of each of
-# their kernels stays (micro1, heads[24], lengths [40-3-32], float32-70000, the float64 exp, log, tanh, atan
-# and hypot[float32] cases), and `make test-compare` runs them all.
-COMPARE_SKIPS = [
-    "tests/test_libdevice.py::test_float64_and_half_arguments_are_computed_in_float32",
-    "tests/test_libdevice.py::test_numpy_ufuncs_on_numbers_compile_as_math_s_functions",
-    "tests/test_libdevice.py::test_float64_gamma_and_lgamma_are_computed_in_float64",
-    "tests/test_libdevice.py::test_float64_functions_are_accurate_in_float64[sinh]",
-    "tests/test_libdevice.py::test_float64_functions_are_accurate_in_float64[asinh]",
-    "tests/test_libdevice.py::test_float64_functions_are_accurate_in_float64[cosh]",
-    "tests/test_libdevice.py::test_float64_functions_are_accurate_in_float64[acosh]",
-    "tests/test_libdevice.py::test_hypot_atan2_and_fmod_keep_their_type_s_accuracy_and_c_s_special_values[float64]",
-    "tests/test_dnn.py::test_every_micro_tile_of_the_implicit_gemm_agrees_with_the_direct_kernels[micro0]",
-    "tests/test_dnn.py::test_every_micro_tile_of_the_implicit_gemm_agrees_with_the_direct_kernels[micro2]",
-    "tests/test_dnn.py::test_fused_attention_reads_and_writes_strided_heads[8]",
-    "tests/test_dnn.py::test_lanes_attention_with_query_and_key_lengths_apart[33-33-4-False]",
-    "tests/test_dnn.py::test_lanes_attention_with_query_and_key_lengths_apart[5-37-16-False]",
-    "tests/test_libdevice.py::test_float64_pow_is_accurate_in_float64_with_c_signs",
-    "tests/test_libdevice.py::test_asin_acos_fmod_gamma_and_lgamma_match_c_s",
-    "tests/test_blas_level1.py::test_axpy_scal_copy_swap[float64-70000]",
-    # float64 libdevice functions whose instructions (DFMA, DADD, F2F, ...) the float64 ones above still compare
-    "tests/test_libdevice.py::test_float64_erf_and_erfc_are_accurate_in_float64",
-    "tests/test_libdevice.py::test_float64_exp2_is_accurate_in_float64_and_float32_exp2_in_float32",
-    "tests/test_libdevice.py::test_float64_functions_are_accurate_in_float64[acos]",
-    "tests/test_libdevice.py::test_float64_functions_are_accurate_in_float64[expm1]",
-    "tests/test_libdevice.py::test_float64_functions_are_accurate_in_float64[tanh]",
-    "tests/test_libdevice.py::test_float64_functions_are_accurate_in_float64[atan]",
-    "tests/test_libdevice.py::test_float64_functions_are_accurate_in_float64[atanh]",
-    "tests/test_libdevice.py::test_float64_functions_are_accurate_in_float64[asin]",
-    # the longest of the rest (about 50 s compared): their kernels' other shapes and sizes are still compared
-    "tests/test_dnn.py::test_every_micro_tile_of_the_implicit_gemm_agrees_with_the_direct_kernels[micro1]",
-    "tests/test_dnn.py::test_lanes_attention_with_query_and_key_lengths_apart[33-33-4-True]",
-    "tests/test_dnn.py::test_lanes_attention_with_query_and_key_lengths_apart[5-37-16-True]",
-    "tests/test_kernels.py::test_softmax_rows",
-    "tests/test_blas_level1.py::test_axpy_scal_copy_swap[float32-70000]",
-]
-
-
 @pytest.mark.slow
 def test_the_kernel_tests_pass_with_every_dispatch_run_both_ways():
     """LAPIS_SIM=compare runs each dispatch with the reference, then translated from the same memory,
     and fails the dispatch on any difference (`compare.py`): the kernel, library and framework-op tests
-    this way (about two minutes, but for COMPARE_SKIPS); `make test-compare` does it for every test."""
-    root = Path(__file__).resolve().parent.parent
-    env = dict(os.environ, LAPIS_SIM="compare")
-    skips = [arg for case in COMPARE_SKIPS for arg in ("--deselect", case)]
-    result = subprocess.run([sys.executable, "-m", "pytest", "-o", "addopts=", "-q", "-x", "-m", "not slow",
-                             "-p", "no:cacheprovider", *skips, *KERNEL_TESTS],
-                            cwd=root, env=env, capture_output=True, text=True, timeout=1200)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    for case in COMPARE_SKIPS:                      # a renamed test would leave its skip doing nothing
+    this way (but for COMPARE_SKIPS; `compare_run.py` says how it overlaps the suite), and `make test-compare`
+    does it for every test."""
+    run = compare_run.started or compare_run.CompareRun()
+    code, output = run.result()
+    assert code == 0, output
+    for case in compare_run.COMPARE_SKIPS:          # a renamed test would leave its skip doing nothing
         path, name = case.split("::")
-        assert f"def {name.split('[')[0]}(" in (root / path).read_text(), f"{case} no longer exists"
+        assert f"def {name.split('[')[0]}(" in (compare_run.ROOT / path).read_text(), f"{case} no longer exists"
 
 
 @settings(max_examples=200, deadline=None)
