@@ -2,11 +2,13 @@
 `trace`, `profile` and `smi`, their output parsed."""
 
 import io
+import json
 import re
 
 import pytest
 from rich.console import Console
 
+from lapis import isa
 from lapis.cli import main, run_demo
 
 
@@ -72,8 +74,6 @@ def _rows(text: str, title: str) -> list[list[str]]:
 
 
 def test_trace_runs_a_script_and_writes_a_chrome_trace(tmp_path, capsys):
-    import json
-
     from test_profiler import validate_chrome_trace
     script = tmp_path / "prog.py"
     script.write_text(SCRIPT)
@@ -210,3 +210,118 @@ def test_disasm_shows_per_instruction_counts_and_stalls(tmp_path, capsys, monkey
     assert annotated.startswith("saxpy: ") and "warp execs" in annotated and " 4096 " in annotated
     assert main(["disasm", "nonexistent", "--profile", str(record)]) == 1
     assert "no kernel 'nonexistent'" in capsys.readouterr().err
+
+
+# -- what a careless or hostile user types: one line on stderr, status 2 for usage and 1 for failures ----------------
+USAGE_ERRORS = [   # (argv, where {tmp} is a scratch directory holding trace.json and prog.py; what stderr says)
+    (["view", "{tmp}/trace.json", "--port", "70000"], r"argument --port: 70000: must be from 0 to 65535"),
+    (["view", "{tmp}/trace.json", "--port", "-1"], r"argument --port: -1: must be from 0 to 65535"),
+    (["view", "{tmp}/trace.json", "--html", "{tmp}/missing/x.html"],
+     r"argument --html: cannot write .*/missing/x.html: there is no directory .*/missing"),
+    (["view", "{tmp}/trace.json", "--html", "{tmp}"], r"argument --html: cannot write .*: it is a directory"),
+    (["hipify", "{tmp}/prog.py", "-o", "{tmp}/missing/out.py"], r"argument -o/--output: cannot write"),
+    (["trace", "-o", "{tmp}/missing/t.json", "--", "python", "{tmp}/prog.py"], r"argument -o/--output: cannot write"),
+    (["profile", "--roofline", "{tmp}/r.xyz", "--", "python", "{tmp}/prog.py"],
+     r"argument --roofline: cannot draw .*r.xyz: its suffix names none of the formats matplotlib writes \(.*png"),
+    (["profile", "-o", "{tmp}/missing/r.json", "--", "python", "{tmp}/prog.py"], r"argument -o/--output: cannot write"),
+    (["trace", "-o", "{tmp}/t.json", "--", "python", "{tmp}/missing.py"], r"can't open file '.*missing.py'"),
+    (["trace", "-o", "{tmp}/t.json", "--", "python", "{tmp}"], r"can't open file"),           # no __main__.py
+    (["trace", "-o", "{tmp}/t.json", "--", "python", "-m", "no_such_module_anywhere"],
+     r"no module named 'no_such_module_anywhere'"),
+    (["smi", "-l", "-1"], r"argument -l/--loop: -1: must be from 0.01 to 86400"),
+    (["smi", "-l", "nan"], r"argument -l/--loop: nan: must be from"),
+    (["smi", "--count", "0"], r"argument --count: 0: must be at least 1"),
+    (["demo", "--size", "4097"], r"argument --size: 4097: must be from 1 to 4096"),
+]
+
+
+@pytest.fixture
+def scratch(tmp_path):
+    (tmp_path / "trace.json").write_text('{"traceEvents": []}')
+    (tmp_path / "prog.py").write_text("print('never runs')\n")
+    return tmp_path
+
+
+@pytest.mark.parametrize("argv, message", USAGE_ERRORS,
+                         ids=[" ".join(argv).replace("{tmp}/", "") for argv, _ in USAGE_ERRORS])
+def test_bad_arguments_are_usage_errors(scratch, capsys, argv, message):
+    with pytest.raises(SystemExit) as exited:
+        main([a.format(tmp=scratch) for a in argv])
+    captured = capsys.readouterr()
+    assert exited.value.code == 2 and re.search(message, captured.err), captured.err
+    assert "Traceback" not in captured.err and "never runs" not in captured.out
+
+
+def _code_object(code: bytes) -> bytes:
+    from lapis import abi
+    from lapis.runtime.code_object import CodeObject, KernelCode
+    return CodeObject([KernelCode("k", code, abi.KernelDescriptor(compute_pgm_rsrc1=2), {"args": []})]).to_bytes()
+
+
+def _record_with_bad_counts() -> str:
+    """A record `lapis profile` could have written, but with one count fewer than instructions."""
+    entry = {"name": "k", "profile": "h200", "registers": 2, "launches": 1, "text": ["EXIT ;"],
+             "warp_executions": [], "thread_executions": [1], "stall_cycles": [0.0], "stall_reasons": [""]}
+    return json.dumps({"producer": "lapis.profiler", "kernels": {"k": entry}})
+
+
+RUNTIME_ERRORS = [   # (files to write, argv, what the one line on stderr says)
+    ({"prog.py": b"\x00\x01\xff\xfe"}, ["hipify", "prog.py"], r"lapis hipify: .*prog.py is not UTF-8 text"),
+    ({"r.json": b"\x00garbage"}, ["disasm", "k", "--profile", "r.json"],
+     r"lapis disasm: .*r.json is not a record written by `lapis profile`"),
+    ({"r.json": b"[1, 2]"}, ["disasm", "k", "--profile", "r.json"], r"is not a record written by `lapis profile`"),
+    ({"r.json": b"[" * 100000}, ["disasm", "k", "--profile", "r.json"], r"is not a record written by"),
+    ({"r.json": _record_with_bad_counts().encode()}, ["disasm", "k", "--profile", "r.json"],
+     r"is not a record written by"),
+    ({"k.co": _code_object(isa.encode(isa.make("EXIT")) + b"\xff" * 16)}, ["disasm", "k.co", "--profile", "none"],
+     r"lapis disasm: .*k.co: kernel k: invalid instruction word 0xf+ at /\*0010\*/: unknown opcode 0xfff"),
+    ({"t.json": b"[" * 100000}, ["view", "t.json"], r"lapis view: .*t.json: maximum recursion depth exceeded"),
+]
+
+
+@pytest.mark.parametrize("files, argv, message", RUNTIME_ERRORS, ids=[" ".join(a[:3]) for _, a, _ in RUNTIME_ERRORS])
+def test_bad_files_are_one_line_errors(tmp_path, capsys, files, argv, message):
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
+    assert main([str(tmp_path / a) if a in files or a == "none" else a for a in argv]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"lapis {argv[0]}: ") and err.count("\n") == 1 and re.search(message, err), err
+
+
+def test_view_on_a_port_in_use_is_a_one_line_error(scratch, capsys):
+    import socket
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["view", str(scratch / "trace.json"), "--port", str(port)]) == 1
+    assert re.fullmatch(rf"lapis view: cannot serve on 127.0.0.1:{port}: .*\(--port 0 picks a free port\)\n",
+                        capsys.readouterr().err)
+
+
+def test_a_failing_script_shows_its_own_traceback_and_keeps_its_trace(tmp_path, capsys):
+    script, out_file = tmp_path / "boom.py", tmp_path / "t.json"
+    script.write_text("x = 1\nraise RuntimeError('the script failed')\n")
+    assert main(["trace", "-o", str(out_file), "--", "python", str(script)]) == 1
+    err = capsys.readouterr().err
+    assert re.fullmatch(r'Traceback \(most recent call last\):\n  File ".*boom.py", line 2, in <module>\n.*\n'
+                        r"RuntimeError: the script failed\n", err, re.S), err
+    assert "cli.py" not in err and "runpy" not in err and "traceEvents" in out_file.read_text()
+    script.write_text("raise KeyboardInterrupt\n")                    # Ctrl-C: the shell's status, no traceback
+    assert main(["trace", "-o", str(out_file), "--", "python", str(script)]) == 130
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("env, argv, message", [
+    ({"LAPIS_GPUS": "bogus"}, ["info"], r"the simulated GPUs cannot start with this environment: unknown device "
+                                        r"profile 'bogus'"),
+    ({"LAPIS_GPUS": "h200"}, ["demo", "--device", "hip"],
+     r"--device hip: no such GPU is simulated \(LAPIS_GPUS=h200\)"),
+], ids=["LAPIS_GPUS=bogus info", "LAPIS_GPUS=h200 demo --device hip"])
+def test_a_bad_environment_is_a_usage_error(env, argv, message):
+    import os
+    import subprocess
+    import sys
+    ran = subprocess.run([sys.executable, "-m", "lapis.cli", *argv], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, **env})
+    assert ran.returncode == 2 and re.search(message, ran.stderr) and "Traceback" not in ran.stderr, ran.stderr

@@ -3,7 +3,7 @@
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from lapis import isa
@@ -121,6 +121,114 @@ def test_assembler_errors_name_the_line():
         isa.assemble("IADD R1, R2 ;")
     with pytest.raises(IsaError, match="cannot negate"):
         isa.assemble("FMUL R1, R2, -R3 ;".replace("FMUL", "SHL"))
+
+
+MALFORMED_SOURCES = [   # (source, what the error must say); each once raised a raw ValueError or went unreported
+    ("@P0", r"line 1: guard @P0 has no instruction after it \(in '@P0'\)"),
+    ("NOP ;\n@!P1 ;", r"line 2: guard @!P1 has no instruction after it"),
+    ("STS [R8-04], R2 ;", r"line 1: expected a number, got '04' \(in 'STS \[R8-04\], R2 ;'\)"),
+    ("MOV R1, c[08][0x160] ;", r"expected a number, got '08'"),
+    ("FADD R1, R2, 1e39 ;", r"float 1e39 does not fit in 32 bits"),
+    ("loop:\nNOP ;\nloop:\nBRA loop ;", r"line 3: label 'loop' is already defined"),
+    ("/* 0x000fc200000efcff */", r"line 1: the high half of a word with no listing line above it"),
+    ("        /*0000*/  EXIT ;  /* 0x000000ffffff7001 */\n  /* 0x000fc200000efcff */\n  /* 0x000fc200000efcff */",
+     r"line 3: the high half of a word"),
+    ("        /*0000*/  NOP ;  /* 0x000000ffffff7001 */\n  /* 0x000fc200000efcff */",
+     r"line 1: the text does not match its word 0x000fc200000efcff000000ffffff7001 \(in 'NOP ;'\)"),
+]
+
+
+@pytest.mark.parametrize("source, message", MALFORMED_SOURCES)
+def test_malformed_assembly_is_refused_with_the_line_and_its_text(source, message):
+    with pytest.raises(IsaError, match=message):
+        isa.assemble(source)
+
+
+@pytest.mark.parametrize("word, message", [
+    (bytes(15), "an instruction word is 16 bytes, got 15"),
+    (b"", "an instruction word is 16 bytes, got 0"),
+    (1 << 128, "is not a 128-bit instruction word"),
+    (-1, "is not a 128-bit instruction word"),
+])
+def test_words_of_the_wrong_size_are_refused(word, message):
+    with pytest.raises(IsaError, match=message):
+        isa.decode(word)
+
+
+def test_a_listing_of_a_partial_word_is_refused():
+    code = isa.encode(isa.make("EXIT")) + b"\x01"
+    with pytest.raises(IsaError, match="code size 17 is not a multiple of 16"):
+        isa.disassemble(code)
+
+
+# Bytes a hostile or careless source is made of: operand syntax, digits, separators, controls and non-ASCII.
+FUZZ_ALPHABET = "RPZTcxSR_0123456789abcdefE.@!-|[]+*/,;: \t\n\x00\xff\u00e9"
+
+
+@st.composite
+def mutated_sources(draw):
+    """A real program's listing or plain text with a few characters inserted, deleted or replaced."""
+    program = draw(st.lists(instructions(), min_size=1, max_size=3))
+    text = list(draw(st.sampled_from([isa.disassemble(program),
+                                      "\n".join(isa.format_instruction(i, 16 * n) for n, i in enumerate(program))])))
+    for _ in range(draw(st.integers(1, 6))):
+        at = draw(st.integers(0, len(text) - 1))
+        edit = draw(st.sampled_from(["insert", "delete", "replace"]))
+        if edit == "delete":
+            del text[at]
+        else:
+            text[at:at + (edit == "replace")] = draw(st.sampled_from(FUZZ_ALPHABET))
+    return "".join(text)
+
+
+# Tokens of the assembly language and near misses of them, for lines that are wrong in their structure.
+FUZZ_TOKENS = [*OPCODES, "ISETP.GE.S32.AND", "LDG.E.64", "IADD.FOO", "@P0", "@!PT", "@P9", "R0", "R255", "R300", "RZ",
+               "P0", "!P6", "PT", "SR_TID.X", "SR_NOPE", "0x10", "010", "-0x4", "0x1ffffffff", "1.5", "1e39", "-inf",
+               "nan", "c[0x0][0x160]", "c[08][0x0]", "c[0x20][0x0]", "[R2.64+0x10]", "[R8-04]", "[R8+-0x4]", "[0x10]",
+               "loop", "loop:", ",", ";", "-|R3|", "|R4", "--R1", "/*0010*/", "/* 0x000fc200000efcff */", "//"]
+
+
+@st.composite
+def token_sources(draw):
+    lines = draw(st.lists(st.lists(st.sampled_from(FUZZ_TOKENS), max_size=7), min_size=1, max_size=4))
+    return "\n".join(" ".join(line) for line in lines)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(mutated_sources(), token_sources(), st.text(FUZZ_ALPHABET, max_size=60), st.text(max_size=60)))
+@example("@P0")                      # these three once escaped as a raw ValueError or OverflowError
+@example("STS [R8-04], R2 ;")
+@example("FADD R1, R2, 1e39 ;")
+def test_assemble_accepts_a_program_or_raises_isa_error(source):
+    """Anything the assembler accepts lists and assembles back to itself; the rest is an IsaError naming the line
+    (never an IndexError, KeyError, OverflowError or a bare ValueError from a parser underneath)."""
+    try:
+        program = isa.assemble(source)
+    except IsaError as e:
+        assert re.match(r"line \d+: ", str(e)), str(e)
+    else:
+        assert isa.assemble(isa.disassemble(program)) == program
+
+
+@st.composite
+def mutated_words(draw):
+    """A valid instruction's word with one to three bits flipped."""
+    word = int.from_bytes(isa.encode(draw(instructions())), "little")
+    for bit in draw(st.lists(st.integers(0, 127), min_size=1, max_size=3)):
+        word ^= 1 << bit
+    return word.to_bytes(16, "little")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(mutated_words(), st.binary(min_size=16, max_size=16), st.binary(max_size=40)))
+def test_decode_and_disassemble_list_a_word_or_raise_isa_error(code):
+    """Random code decodes into a listing that assembles back to the same bytes, or is refused with IsaError."""
+    try:
+        listing = isa.disassemble(code)
+    except IsaError as e:
+        assert re.search(r"invalid instruction word 0x[0-9a-f]{32} at /\*[0-9a-f]{4}\*/: |code size", str(e)), str(e)
+    else:
+        assert isa.encode_program(isa.assemble(listing)) == code
 
 
 def test_the_isa_reference_page_is_generated_from_the_table():

@@ -24,9 +24,14 @@ terminal and plain text when piped.
 
 nvidia-smi for the simulated GPUs of every running lapis process (their drivers publish their
 state, driver/sysfs.py); what each layer found; the benchmark scripts; the trace viewer page.
+
+A mistake is one line on stderr, never a traceback of lapis: a bad argument (checked by argparse before anything
+runs, output paths included) exits with status 2, a file or port that fails with 1, Ctrl-C with 130. A traced
+script's own error prints the script's traceback, as python would, and its record is still written.
 """
 
 import argparse
+import math
 import os
 import runpy
 import sys
@@ -45,6 +50,8 @@ A = lapis.randn({n}, {n}, device=device)
 B = lapis.randn({n}, {n}, device=device)
 C = lapis.matmul(A, B)
 print(f"Calculation complete. Result shape: {{C.shape}}")"""
+
+DEMO_MAX_SIZE = 4096    # the N x N matmul's simulated instructions grow as N^3: minutes at this size
 
 LAYERS = {5: ("framework", "PyTorch", "PyTorch"), 4: ("libraries", "cuBLAS", "rocBLAS"),
           3: ("programming interface", "CUDA runtime, numba.cuda", "HIP"),
@@ -70,6 +77,48 @@ def _si(n: float, unit: str) -> str:
 
 def _scalar(v) -> str:
     return str(v.item()) if hasattr(v, "item") else str(v)
+
+
+class CommandError(Exception):
+    """A failure the user can fix (a file that is not what the command reads, a port in use): `main` prints it as
+    one line and exits with status 1."""
+
+
+def _number(kind: type, low: float, high: float, why: str = ""):
+    """An argparse type: an int or float in [low, high], refused as a usage error otherwise (NaN included)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if not low <= value <= high:
+            bounds = f"at least {low}" if high == math.inf else f"from {low} to {high}"
+            raise argparse.ArgumentTypeError(f"{text}: must be {bounds}{why}")
+        return value
+    return parse
+
+
+def _output_file(path: str) -> str:
+    """An argparse type: a file the command will write, checked before it runs anything (a trace may take minutes)."""
+    folder = os.path.dirname(path) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"cannot write {path}: there is no directory {folder}")
+    if os.path.isdir(path):
+        raise argparse.ArgumentTypeError(f"cannot write {path}: it is a directory")
+    if not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {path}: the directory {folder} is not writable")
+    return path
+
+
+def _figure_file(path: str) -> str:
+    """An argparse type: an output file whose suffix names a format matplotlib draws."""
+    from matplotlib.backend_bases import FigureCanvasBase
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if os.path.splitext(path)[1].lstrip(".").lower() not in formats:
+        raise argparse.ArgumentTypeError(f"cannot draw {path}: its suffix names none of the formats matplotlib "
+                                         f"writes ({', '.join(sorted(formats))})")
+    return _output_file(path)
 
 
 def run_demo(device_type: str = "cuda", n: int = 1024, console: Console | None = None) -> dict:
@@ -226,7 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     demo = sub.add_parser("demo", help="run the seed program and print its trip through the six layers")
     demo.add_argument("--device", choices=["cuda", "hip"], default="cuda",
                       help="cuda: the H200-like GPU (warp 32); hip: the MI300X-like GPU (wavefront 64)")
-    demo.add_argument("--size", type=int, default=1024, help="matrix size N for the N x N matmul (default 1024)")
+    demo.add_argument("--size", type=_number(int, 1, DEMO_MAX_SIZE, " (the simulated matmul's time grows as N^3)"),
+                      default=1024, help=f"matrix size N for the N x N matmul, 1..{DEMO_MAX_SIZE} (default 1024)")
     hip = sub.add_parser("hipify", help="rewrite a program's CUDA spellings into HIP's, as hipify-perl does",
                          description="Rewrite a Python program that uses lapis.cuda into one that uses lapis.hip: "
                          "imports, cuda.X, and the runtime API (cudaMalloc -> hipMalloc, cudaSuccess -> hipSuccess, "
@@ -234,18 +284,20 @@ def main(argv: list[str] | None = None) -> int:
                          "lapis.device('cuda') stay, as in PyTorch's ROCm build. Statistics go to stderr.")
     hip.add_argument("file", help="the Python program to convert")
     where = hip.add_mutually_exclusive_group()
-    where.add_argument("-o", "--output", metavar="OUT", help="write the converted program to OUT (default: stdout)")
+    where.add_argument("-o", "--output", metavar="OUT", type=_output_file,
+                       help="write the converted program to OUT (default: stdout)")
     where.add_argument("--inplace", action="store_true", help="overwrite FILE with the converted program")
     for name, text in (("trace", "run a Python script under the tracer and write a Chrome trace of every layer"),
                        ("profile", "run a Python script and print a per-kernel table, as nsys and ncu summarize")):
         run = sub.add_parser(name, help=text, description=f"lapis {name} -- python script.py [args]: {text}.")
         if name == "trace":
-            run.add_argument("-o", "--output", default="lapis-trace.json",
+            run.add_argument("-o", "--output", default="lapis-trace.json", type=_output_file,
                              help="where the Chrome trace goes (default lapis-trace.json)")
             run.add_argument("--summary", action="store_true", help="also print per-layer and per-kernel tables")
         if name == "profile":
-            run.add_argument("--roofline", metavar="FILE", help="also draw the kernels' roofline (PNG, SVG, PDF)")
-            run.add_argument("-o", "--output", default="lapis-profile.json",
+            run.add_argument("--roofline", metavar="FILE", type=_figure_file,
+                             help="also draw the kernels' roofline (PNG, SVG, PDF)")
+            run.add_argument("-o", "--output", default="lapis-profile.json", type=_output_file,
                              help="where the per-instruction record for lapis disasm goes (default "
                                   "lapis-profile.json)")
         run.add_argument("program", nargs=argparse.REMAINDER, help="-- python script.py [args], or python -m module")
@@ -255,8 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                          "shows the GPUs that LAPIS_GPUS configures, idle.")
     smi.add_argument("--query", metavar="FIELDS",
                      help=f"comma-separated fields to print as CSV with a header: {', '.join(SMI_FIELDS)}")
-    smi.add_argument("-l", "--loop", type=float, metavar="SEC", help="refresh every SEC seconds (Ctrl-C stops)")
-    smi.add_argument("--count", type=int, help="with -l: stop after this many reports")
+    smi.add_argument("-l", "--loop", type=_number(float, 0.01, 86400), metavar="SEC",
+                     help="refresh every SEC seconds (Ctrl-C stops)")
+    smi.add_argument("--count", type=_number(int, 1, math.inf), help="with -l: stop after this many reports")
     sub.add_parser("info", help="every layer's version and what it found: agents, pools, device properties")
     bench = sub.add_parser("bench", help="run the benchmark suite (benchmarks/ of a source checkout) and print its "
                            "figures", description="Runs benchmarks/simulator.py, libs.py, seed_matmul.py and "
@@ -266,8 +319,9 @@ def main(argv: list[str] | None = None) -> int:
                           description="Serve the viewer for a Chrome trace (from lapis trace) on localhost, or "
                           "write it as one self-contained HTML file with --html. The page fetches nothing.")
     view.add_argument("trace", help="a Chrome trace written by lapis trace or profile.export_chrome_trace")
-    view.add_argument("--html", metavar="OUT", help="write the page to OUT instead of serving it")
-    view.add_argument("--port", type=int, default=8000, help="port to serve on (default 8000)")
+    view.add_argument("--html", metavar="OUT", type=_output_file, help="write the page to OUT instead of serving it")
+    view.add_argument("--port", type=_number(int, 0, 65535), default=8000,
+                      help="port to serve on (default 8000; 0 picks a free one)")
     disasm = sub.add_parser("disasm", help="a kernel's listing, with per-instruction counts and stalls when profiled",
                             description="The cuobjdump-style listing of a kernel from the last `lapis profile` "
                             "record (by name), or of every kernel in a code object file (.co, as LAPIS_DUMP_DIR "
@@ -277,6 +331,25 @@ def main(argv: list[str] | None = None) -> int:
     disasm.add_argument("target", help="a kernel name from the record, or a code object file")
     disasm.add_argument("--profile", default="lapis-profile.json", help="the record (default lapis-profile.json)")
     args = parser.parse_args(argv)
+    try:
+        return _run(parser, args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:      # the reader (`| head`) has gone: stop quietly, and keep the exit's flush quiet too
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as e:         # a file that cannot be read or written: its name and why
+        print(f"lapis {args.command}: {e.filename}: {e.strerror}" if e.filename else f"lapis {args.command}: {e}",
+              file=sys.stderr)
+        return 1
+    except CommandError as e:
+        print(f"lapis {args.command}: {e}", file=sys.stderr)
+        return 1
+
+
+def _run(parser, args) -> int:
+    if args.command in ("demo", "info", "smi"):
+        _check_gpus(parser, args)
     if args.command == "disasm":
         return run_disasm(args)
     if args.command == "view":
@@ -290,8 +363,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("trace", "profile"):
         return run_traced(parser, args)
     if args.command == "demo":
-        if args.size < 1:
-            parser.error("--size must be positive")
         result = run_demo(args.device, args.size)
         return 0 if result["ok"] else 1
     if args.command == "hipify":
@@ -299,25 +370,36 @@ def main(argv: list[str] | None = None) -> int:
     return 2
 
 
+def _check_gpus(parser, args) -> None:
+    """The simulated GPUs come from the environment (LAPIS_GPUS, LAPIS_SIM, LAPIS_FUSE_AFTER): a setting they refuse
+    is a usage error, reported before the command starts, as is a demo on a GPU kind that is not there."""
+    from lapis import cuda, driver, hip
+    try:
+        driver.system()
+    except ValueError as e:     # the only input at this point is the environment
+        parser.error(f"the simulated GPUs cannot start with this environment: {e}")
+    if args.command == "demo" and {"cuda": cuda, "hip": hip}[args.device].device_count() == 0:
+        parser.error(f"--device {args.device}: no such GPU is simulated (LAPIS_GPUS="
+                     f"{os.environ.get('LAPIS_GPUS', 'default')})")
+
+
 # -- lapis disasm ---------------------------------------------------------------------------------------
 def run_disasm(args) -> int:
-    import json
-
-    from lapis.isa import INSTRUCTION_BYTES, decode_program, disassemble, format_instruction
+    from lapis.isa import INSTRUCTION_BYTES, IsaError, decode_program, disassemble, format_instruction
     from lapis.runtime.code_object import CodeObject, CodeObjectError
-    record = {}
-    if os.path.exists(args.profile):
-        with open(args.profile, encoding="utf-8") as f:
-            record = json.load(f).get("kernels", {})
+    record = _load_record(args.profile) if os.path.exists(args.profile) else {}
     if os.path.isfile(args.target):
+        with open(args.target, "rb") as f:
+            data = f.read()
         try:
-            with open(args.target, "rb") as f:
-                kernels = CodeObject.from_bytes(f.read()).kernels
-        except (OSError, CodeObjectError) as e:
-            print(f"lapis disasm: {args.target}: {e}", file=sys.stderr)
-            return 1
+            kernels = CodeObject.from_bytes(data).kernels
+        except CodeObjectError as e:
+            raise CommandError(f"{args.target}: {e}") from None
         for k in kernels:
-            program = decode_program(k.code)
+            try:
+                program = decode_program(k.code)
+            except IsaError as e:
+                raise CommandError(f"{args.target}: kernel {k.name}: {e}") from None
             text = [format_instruction(inst, pc * INSTRUCTION_BYTES) for pc, inst in enumerate(program)]
             profiled = next((r for r in record.values() if r["text"] == text), None)
             print(f"{k.name}: {len(program)} instructions, {k.descriptor.registers} registers")
@@ -333,6 +415,37 @@ def run_disasm(args) -> int:
           f"{r['launches']} launches, {sum(r['warp_executions'])} warp-instructions executed")
     print(_annotated(r))
     return 0
+
+
+# A kernel's entry in the record `lapis profile` writes (profiler.listings): its fields and their types; the
+# per-instruction fields hold one value per line of "text".
+RECORD_FIELDS = {"name": str, "profile": str, "registers": int, "launches": int}
+RECORD_PER_INSTRUCTION = {"text": str, "warp_executions": int, "thread_executions": int,
+                          "stall_cycles": (int, float), "stall_reasons": str}
+
+
+def _load_record(path: str) -> dict[str, dict]:
+    """The kernels of a `lapis profile` record, refused with CommandError unless every entry has the shape
+    `_annotated` prints."""
+    import json
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        kernels = json.loads(data).get("kernels")
+    except (ValueError, RecursionError, AttributeError):    # not JSON (or nested past json's depth), not an object
+        kernels = None
+
+    def usable(entry) -> bool:
+        if not isinstance(entry, dict) or not all(isinstance(entry.get(k), t) for k, t in RECORD_FIELDS.items()):
+            return False
+        columns = [entry.get(k) for k in RECORD_PER_INSTRUCTION]
+        return all(isinstance(c, list) and len(c) == len(entry["text"]) and all(isinstance(v, t) for v in c)
+                   for c, t in zip(columns, RECORD_PER_INSTRUCTION.values(), strict=True))
+
+    if not isinstance(kernels, dict) or not all(map(usable, kernels.values())):
+        raise CommandError(f"{path} is not a record written by `lapis profile` (a JSON object whose \"kernels\" "
+                           "hold each kernel's listing and counts)")
+    return kernels
 
 
 def _annotated(r: dict) -> str:
@@ -351,9 +464,8 @@ def run_view(args) -> int:
     from lapis import viewer
     try:
         html = viewer.page(viewer.load(args.trace))
-    except (OSError, ValueError) as e:
-        print(f"lapis view: {args.trace}: {e}", file=sys.stderr)
-        return 1
+    except (ValueError, RecursionError) as e:   # not UTF-8, not JSON (or nested past json's depth), not a trace
+        raise CommandError(f"{args.trace}: {e}") from None
     if args.html:
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(html)
@@ -365,6 +477,9 @@ def run_view(args) -> int:
             flush=True))
     except KeyboardInterrupt:
         pass
+    except OSError as e:        # the port is taken, or needs privileges
+        raise CommandError(f"cannot serve on 127.0.0.1:{args.port}: {e.strerror} (--port 0 picks a free port)") \
+            from None
     return 0
 
 
@@ -508,8 +623,31 @@ def _script(parser, program: list[str]) -> tuple[str, str, list[str]]:
     if program[1] == "-m":
         if len(program) < 3:
             parser.error("python -m needs a module name")
+        if not _module_exists(program[2]):
+            parser.error(f"no module named {program[2]!r}")
         return "module", program[2], program[2:]
-    return "path", program[1], program[1:]
+    script = program[1]
+    if not (os.path.isfile(script) or os.path.isfile(os.path.join(script, "__main__.py"))):
+        parser.error(f"can't open file {script!r}: no such file (or directory with a __main__.py)")
+    return "path", script, program[1:]
+
+
+def _module_exists(name: str) -> bool:
+    """Whether `python -m name` would find the module (a dotted name imports its parent packages to look)."""
+    import importlib.util
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):   # a missing parent package, or a name like "" or ".x"
+        return False
+
+
+def _print_script_error(error: BaseException) -> None:
+    """A traceback of the user's script as python prints it, without the frames of lapis and runpy that ran it."""
+    import traceback
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename in (__file__, runpy.run_path.__code__.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(error), error, tb)
 
 
 def run_traced(parser, args) -> int:
@@ -529,6 +667,11 @@ def run_traced(parser, args) -> int:
                     runpy.run_module(target, run_name="__main__", alter_sys=True)
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+                if not isinstance(e.code, int | None):     # sys.exit("message"): python prints the message
+                    print(e.code, file=sys.stderr)
+            except Exception as e:      # the script's own error: its traceback, then the record of its run so far
+                _print_script_error(e)
+                code = 1
     finally:
         sys.argv, sys.path[:] = saved_argv, saved_path
     console = Console(stderr=False, highlight=False)
@@ -547,6 +690,8 @@ def run_traced(parser, args) -> int:
         prof.save(args.output)
         console.print(f"per-instruction record of {len(prof.listings())} kernels -> {args.output} (lapis disasm)")
         if args.roofline:
+            if not profiler.roofline_points(prof.kernels()):
+                raise CommandError(f"no roofline to draw in {args.roofline}: the script ran no kernel that computes")
             points = prof.roofline(args.roofline)
             console.print(f"roofline of {len(points)} kernels -> {args.roofline}")
     return code
@@ -615,12 +760,10 @@ def run_hipify(path: str, output: str | None = None, inplace: bool = False) -> i
         with open(path, encoding="utf-8") as f:
             source = f.read()
         result = hipify(source, path)
-    except OSError as e:
-        print(f"lapis hipify: cannot read {path}: {e.strerror}", file=sys.stderr)
-        return 1
+    except UnicodeDecodeError as e:
+        raise CommandError(f"{path} is not UTF-8 text ({e.reason}), so not a Python program") from None
     except (tokenize.TokenError, SyntaxError) as e:
-        print(f"lapis hipify: {path} is not a Python program it can read: {e}", file=sys.stderr)
-        return 1
+        raise CommandError(f"{path} is not a Python program it can read: {e}") from None
     target = path if inplace else output
     if target is None:
         sys.stdout.write(result.source)

@@ -124,8 +124,14 @@ def _check(inst: Instruction, op: Opcode) -> None:
 
 def decode(word: bytes | int, address: int | None = None) -> Instruction:
     """Decode one 128-bit word; raise IsaError naming the address for anything invalid."""
-    w = int.from_bytes(word, "little") if isinstance(word, bytes | bytearray | memoryview) else word
     where = f" at /*{address:04x}*/" if address is not None else ""
+    w = word
+    if isinstance(w, bytes | bytearray | memoryview):
+        if len(w) != INSTRUCTION_BYTES:
+            raise IsaError(f"an instruction word is {INSTRUCTION_BYTES} bytes, got {len(w)}{where}")
+        w = int.from_bytes(w, "little")
+    if not 0 <= w < 1 << (8 * INSTRUCTION_BYTES):
+        raise IsaError(f"{w:#x}{where} is not a {8 * INSTRUCTION_BYTES}-bit instruction word")
 
     def bad(why: str) -> IsaError:
         return IsaError(f"invalid instruction word 0x{w:032x}{where}: {why}")
@@ -173,10 +179,11 @@ def decode(word: bytes | int, address: int | None = None) -> Instruction:
     return inst
 
 
-def decode_program(code: bytes) -> list[Instruction]:
+def decode_program(code: bytes, base: int = 0) -> list[Instruction]:
+    """Decode a program whose first instruction is at `base` (the addresses errors name)."""
     if len(code) % INSTRUCTION_BYTES:
         raise IsaError(f"code size {len(code)} is not a multiple of {INSTRUCTION_BYTES} bytes")
-    return [decode(code[i:i + INSTRUCTION_BYTES], i) for i in range(0, len(code), INSTRUCTION_BYTES)]
+    return [decode(code[i:i + INSTRUCTION_BYTES], base + i) for i in range(0, len(code), INSTRUCTION_BYTES)]
 
 
 def encode_program(instructions: list[Instruction]) -> bytes:

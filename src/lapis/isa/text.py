@@ -16,7 +16,7 @@ import struct
 
 import numpy as np
 
-from lapis.isa.encoding import INSTRUCTION_BYTES, decode, encode
+from lapis.isa.encoding import INSTRUCTION_BYTES, decode, decode_program, encode
 from lapis.isa.instruction import Const, Control, Imm, Instruction, IsaError, Reg, make
 from lapis.isa.opcodes import OPCODES, PT, RZ, SPECIAL_REGISTERS
 
@@ -103,8 +103,8 @@ def format_instruction(inst: Instruction, address: int = 0) -> str:
 def disassemble(code: bytes | list[Instruction], base: int = 0, indent: str = "        ") -> str:
     """The cuobjdump-style listing of a program (bytes or decoded instructions)."""
     if isinstance(code, bytes | bytearray):
+        insts = decode_program(bytes(code), base)
         words = [bytes(code[i:i + INSTRUCTION_BYTES]) for i in range(0, len(code), INSTRUCTION_BYTES)]
-        insts = [decode(w, base + i * INSTRUCTION_BYTES) for i, w in enumerate(words)]
     else:
         insts = list(code)
         words = [encode(i) for i in insts]
@@ -125,7 +125,7 @@ _LABEL = re.compile(r"^\s*([A-Za-z_.$][\w.$]*)\s*:\s*$")
 
 
 def assemble(source: str) -> list[Instruction]:
-    """Instructions from assembly text or a listing; raises IsaError naming the line."""
+    """Instructions from assembly text or a listing; raises IsaError naming the line and its text."""
     pending: list[tuple[int, str, int | None]] = []   # (line number, text, low word of a listing line)
     labels: dict[str, int] = {}
     words: dict[int, list[int]] = {}
@@ -133,10 +133,15 @@ def assemble(source: str) -> list[Instruction]:
         line = raw.split("//")[0].rstrip()
         if not line.strip():
             continue
-        if (m := _HIGH_WORD.match(line)) and pending and pending[-1][2] is not None:
+        if m := _HIGH_WORD.match(line):
+            if len(words.get(len(pending) - 1, [])) != 1:
+                raise IsaError(f"line {number}: the high half of a word with no listing line above it to complete "
+                               f"(in {line.strip()!r})")
             words[len(pending) - 1].append(int(m.group(1), 16))
             continue
         if m := _LABEL.match(line):
+            if m.group(1) in labels:
+                raise IsaError(f"line {number}: label {m.group(1)!r} is already defined")
             labels[m.group(1)] = len(pending) * INSTRUCTION_BYTES
             continue
         if m := _LISTING.match(line):
@@ -153,10 +158,10 @@ def assemble(source: str) -> list[Instruction]:
                 lo, hi = words[index]
                 decoded = decode((hi << 64 | lo).to_bytes(16, "little"), address)
                 if decoded.__class__(**{**decoded.__dict__, "ctrl": inst.ctrl}) != inst:
-                    raise IsaError(f"text {text!r} does not match its word")
+                    raise IsaError(f"the text does not match its word 0x{hi:016x}{lo:016x}")
                 inst = decoded
         except IsaError as e:
-            raise IsaError(f"line {number}: {e}") from None
+            raise IsaError(f"line {number}: {e} (in {text!r})") from None
         program.append(inst)
     return program
 
@@ -208,7 +213,7 @@ def _imm(value: int) -> Imm:
 def _parse_b(token: str, b_float: bool) -> tuple[Reg | Imm | Const, bool, bool]:
     inner, neg, absolute = _unwrap(token)
     if m := re.fullmatch(r"c\[(0x[0-9a-fA-F]+|\d+)\]\[(0x[0-9a-fA-F]+|\d+)\]", inner):
-        return Const(int(m.group(1), 0), int(m.group(2), 0)), neg, absolute
+        return Const(_parse_int(m.group(1)), _parse_int(m.group(2))), neg, absolute
     if re.fullmatch(r"R\d+|RZ", inner):
         return Reg(_parse_reg(inner)[0]), neg, absolute
     if b_float and not re.fullmatch(r"-?0x[0-9a-fA-F]+", token):
@@ -216,6 +221,8 @@ def _parse_b(token: str, b_float: bool) -> tuple[Reg | Imm | Const, bool, bool]:
             return Imm(float_bits(float(token))), False, False
         except ValueError:
             raise IsaError(f"expected a float, got {token!r}") from None
+        except OverflowError:   # finite but past float32's largest, which struct refuses to round to inf
+            raise IsaError(f"float {token} does not fit in 32 bits") from None
     return _imm(_parse_int(token)), False, False
 
 
@@ -224,7 +231,7 @@ def _parse_address(token: str, wide: bool) -> tuple[int, Imm]:
     if not m or (m.group(1) and bool(m.group(2)) != wide):
         raise IsaError(f"expected an address like {'[R2.64+0x10]' if wide else '[R2+0x10]'}, got {token!r}")
     base = _parse_reg(m.group(1))[0] if m.group(1) else RZ
-    off = int(m.group(4), 0) if m.group(4) else 0
+    off = _parse_int(m.group(4)) if m.group(4) else 0
     return base, _imm(-off if m.group(3) == "-" else off)
 
 
@@ -232,8 +239,11 @@ def parse_instruction(text: str, address: int = 0, labels: dict[str, int] | None
     text = text.strip().rstrip(";").strip()
     guard, guard_neg = PT, False
     if text.startswith("@"):
-        head, text = text[1:].split(None, 1)
+        head, *after = text[1:].split(None, 1) or [""]
         guard, guard_neg = _parse_pred(head)
+        if not after:
+            raise IsaError(f"guard @{head} has no instruction after it")
+        text = after[0]
     name, _, rest = text.partition(" ")
     op, *given = name.split(".")
     if op not in OPCODES:
