@@ -7,7 +7,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from lapis import abi, isa, runtime
+from lapis import abi, driver, isa, runtime
 from lapis.runtime import CodeObject, CodeObjectError, Condition, Executable, KernelCode, QueueError
 
 FILL = """
@@ -223,7 +223,7 @@ def test_the_runtime_reports_its_errors_as_hsa_errors(rt):
     signal.destroy()
     with pytest.raises(runtime.HsaError, match="was destroyed"):
         signal.load()
-    for error in (runtime.OutOfMemory, QueueError, runtime.QueueFull):
+    for error in (runtime.OutOfMemory, QueueError, runtime.QueueFull, CodeObjectError):
         assert issubclass(error, runtime.HsaError)
     assert issubclass(runtime.HsaError, RuntimeError)          # the builtin: existing except clauses still catch it
 
@@ -241,3 +241,114 @@ def test_constant_bank_words_past_a_kernels_arguments_read_zero_after_a_launch_w
     assert queue.wait(done, timeout_s=5) == 0
     got = np.frombuffer(rt.copy_to_host(gpu, out.va, 512), np.float32)
     assert np.array_equal(got, np.repeat([5.0, 0.0], 64).astype(np.float32))
+
+
+def raw_kernel(rt, agent, source: str, registers: int = 8, local_bytes: int = 0) -> int:
+    """A kernel written straight into executable device memory, where no loader checked it: its kernel_object."""
+    code = isa.encode_program(isa.assemble(source))
+    kd = abi.KernelDescriptor(private_segment_fixed_size=local_bytes, compute_pgm_rsrc1=registers,
+                              kernel_code_entry_byte_offset=abi.KERNEL_DESCRIPTOR_BYTES, code_size=len(code))
+    buffer = rt.device_pool(agent).allocate(abi.KERNEL_DESCRIPTOR_BYTES + len(code), executable=True)
+    rt.copy_to_device(agent, buffer.va, kd.pack() + code)
+    return buffer.va
+
+
+def dispatch_raw(rt, queue, kernel_object: int, local_bytes: int = 0):
+    """A 32-thread dispatch of `kernel_object`; returns its completion signal."""
+    done = rt.create_signal(1)
+    queue.submit(abi.KernelDispatchPacket(
+        header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH), setup=1, workgroup_size_x=32, grid_size_x=32,
+        private_segment_size=local_bytes, kernel_object=kernel_object, completion_signal=done.handle))
+    return done
+
+
+def assert_the_device_still_serves(rt, bystander):
+    """No reset: another process's queue stays active, and a new queue of this process runs a kernel."""
+    assert bystander.status() == ("active", None)
+    gpu = rt.gpu_agents[0]
+    out = rt.device_pool(gpu).allocate(64 * 4)
+    done = dispatch(rt, rt.create_queue(gpu), load(rt, gpu), struct.pack("<Qf", out.va, 3.0), 64)
+    assert done.wait(Condition.EQ, 0, timeout_s=5) == 0
+    assert np.all(np.frombuffer(rt.copy_to_host(gpu, out.va, 256), np.float32) == 3.0)
+
+
+@pytest.fixture
+def bystander():
+    """A queue of another process on the same GPU."""
+    other = runtime.Runtime()
+    yield other.create_queue(other.gpu_agents[0])
+    other.shutdown()
+
+
+@pytest.mark.parametrize("source, registers, fault", [
+    ("IADD.64 R6, R6, R6 ;\nEXIT ;", 7, "uses R7 but the kernel declares 7 registers"),
+    ("BRA -0x5 ;\nEXIT ;", 8, "branch target -0x5 is not at an instruction boundary"),
+    ("BRA 0x18 ;\nNOP ;\nEXIT ;", 8, "branch target 0x18 is not at an instruction boundary"),
+    ("@P0 BRA -0x30 ;\nEXIT ;", 8, "branch target -0x30 is outside the program"),     # refused even if not taken
+])
+def test_an_invalid_program_in_a_raw_packet_faults_only_its_queue(rt, bystander, source, registers, fault):
+    gpu = rt.gpu_agents[0]
+    queue = rt.create_queue(gpu)
+    done = dispatch_raw(rt, queue, raw_kernel(rt, gpu, source, registers))
+    assert done.wait(Condition.LT, 1, timeout_s=5) == -1
+    state, error = queue.status()
+    assert state == "error" and "is not a valid program" in error["reason"] and error["fault"] == fault
+    assert error["pc"] == 0 and error["instruction"] == source.split("\n")[0]
+    assert_the_device_still_serves(rt, bystander)
+
+
+@pytest.mark.parametrize("in_descriptor", [True, False])
+def test_a_dispatch_asking_more_local_memory_than_a_thread_may_have_is_refused(rt, bystander, in_descriptor):
+    gpu = rt.gpu_agents[0]
+    too_much = gpu.properties.max_local_per_thread + 4
+    queue = rt.create_queue(gpu)
+    kernel = raw_kernel(rt, gpu, "EXIT ;", local_bytes=too_much if in_descriptor else 0)
+    done = dispatch_raw(rt, queue, kernel, local_bytes=0 if in_descriptor else too_much)
+    assert done.wait(Condition.LT, 1, timeout_s=5) == -1
+    state, error = queue.status()
+    assert state == "error" and f"private segment of {too_much} bytes per work-item exceeds" in error["reason"]
+    assert_the_device_still_serves(rt, bystander)
+
+
+def test_a_ring_the_device_cannot_write_is_its_queue_s_error(rt, bystander):
+    """The packet processor resets each header it consumed: in a read-only ring it cannot, and the queue stops."""
+    gpu, kfd = rt.gpu_agents[0], rt.kfd
+    ring = kfd.ioctl(driver.Ioctl.ALLOC_MEMORY_OF_GPU, driver.AllocMemoryArgs(
+        gpu.gpu_id, 64 * abi.PACKET_BYTES, driver.MemFlags.GTT | driver.MemFlags.COHERENT))    # not WRITABLE
+    kfd.ioctl(driver.Ioctl.MAP_MEMORY_TO_GPU, driver.MapMemoryArgs(ring.handle))
+    slots = kfd.mmap(ring.handle).reshape(64, abi.PACKET_BYTES)          # the CPU's view writes
+    slots[:, :2] = np.frombuffer(struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID)), np.uint8)
+    done = rt.create_signal(1)
+    barrier = abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND), completion_signal=done.handle)
+    slots[0] = np.frombuffer(barrier.pack(), np.uint8)
+    read_index = rt.host_pool(gpu).allocate(8)
+    queue = kfd.ioctl(driver.Ioctl.CREATE_QUEUE, driver.CreateQueueArgs(
+        gpu.gpu_id, "compute", ring.va_addr, 64 * abi.PACKET_BYTES, read_index.va, None))
+    kfd.mmap_doorbell(queue.queue_id).write(0)
+    assert done.wait(Condition.EQ, 0, timeout_s=5) == 0                  # the packet itself ran
+    status = kfd.ioctl(driver.Ioctl.QUEUE_STATUS, driver.QueueArgs(queue.queue_id))
+    assert status.state == "error" and "cannot reset the packet header" in status.error["reason"]
+    assert "read-only" in status.error["reason"]
+    assert_the_device_still_serves(rt, bystander)
+
+
+@pytest.mark.parametrize("source, descriptor, refusal", [
+    ("IADD.64 R6, R6, R6 ;\nEXIT ;", {"compute_pgm_rsrc1": 7},
+     r"kernel 'bad' is not a valid program: uses R7 but the kernel declares 7 registers "
+     r"\(instruction /\*0000\*/ IADD.64 R6, R6, R6 ;\)"),
+    ("BRA -0x5 ;\nEXIT ;", {}, "branch target -0x5 is not at an instruction boundary"),
+    ("@P0 BRA 0x20 ;\nEXIT ;", {}, "branch target 0x20 is outside the program"),
+    ("EXIT ;", {"compute_pgm_rsrc1": 0}, "declares 0 registers per thread"),
+    ("EXIT ;", {"private_segment_fixed_size": 1 << 31}, "2147483648 bytes of local memory per thread exceed"),
+    ("EXIT ;", {"group_segment_fixed_size": 1 << 20}, "1048576 bytes of shared memory exceed"),
+    ("EXIT ;", {"kernarg_size": abi.MAX_KERNARG_BYTES + 4}, "kernel arguments of 4100 bytes exceed"),
+])
+def test_the_loader_refuses_a_kernel_the_device_could_not_run(rt, source, descriptor, refusal):
+    gpu = rt.gpu_agents[0]
+    kd = abi.KernelDescriptor(**{"compute_pgm_rsrc1": 8, **descriptor})
+    blob = CodeObject([KernelCode("bad", isa.encode_program(isa.assemble(source)), kd)]).to_bytes()
+    free = rt.memory_info(gpu)[0]
+    with pytest.raises(CodeObjectError, match=refusal) as e:
+        Executable(rt).load_code_object(gpu, blob)
+    assert e.value.status == "HSA_STATUS_ERROR_INVALID_CODE_OBJECT"
+    assert rt.memory_info(gpu)[0] == free                 # refused before anything was allocated

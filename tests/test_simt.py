@@ -24,10 +24,12 @@ def test_every_opcode_has_exactly_one_binder():
     assert BINDERS["FADD"] is fadd and "FOO" not in BINDERS
 
 
-def test_a_branch_out_of_the_program_faults_only_when_taken(bench):
-    assert bench.run("@P0 BRA 0x1000 ;\nEXIT ;").steps == 2          # P0 is false: nothing jumps
-    with pytest.raises(KernelFault, match=r"branch target 0x1000 is outside the program \(instruction /\*0000\*/"):
-        bench.run("BRA 0x1000 ;\nEXIT ;")
+@pytest.mark.parametrize("target", ["0x1000", "-0x20", "-0x5", "0x18"])
+def test_a_branch_to_no_instruction_of_the_program_faults_only_when_taken(bench, target):
+    assert bench.run(f"@P0 BRA {target} ;\nNOP ;\nEXIT ;").steps == 3          # P0 is false: nothing jumps
+    with pytest.raises(KernelFault, match=rf"branch target {target} is (outside the program|not at an instruction "
+                                          r"boundary) \(instruction /\*0000\*/"):
+        bench.run(f"BRA {target} ;\nNOP ;\nEXIT ;")
 
 
 @pytest.mark.parametrize("instruction", ["LDS R1, [R40]", "ATOMS.ADD.U32 R1, [R40], R2",
@@ -35,6 +37,37 @@ def test_a_branch_out_of_the_program_faults_only_when_taken(bench):
 def test_a_register_past_the_declared_count_faults_when_reached(bench, instruction):
     with pytest.raises(KernelFault, match=r"uses R40 but the kernel declares 32 registers \(instruction /\*0010\*/"):
         bench.run(f"NOP ;\n{instruction} ;\nEXIT ;", registers=32, shared=64)
+
+
+@pytest.mark.parametrize("instruction, registers", [
+    ("IADD.64 R31, R2, R4", 32), ("DADD R31, R2, R4", 32), ("LDC.64 R31, c[0x0][0x160]", 32),
+    ("IMAD.WIDE R31, R0, R0, R2", 32), ("LDS.128 R29, [R0]", 32), ("IADD.64 R254, R0, R0", 255)])
+def test_a_register_pair_running_past_the_declared_count_faults_when_reached(bench, instruction, registers):
+    """The pair's second register is past the count (for R254, it would be RZ): a fault, not a simulator error."""
+    with pytest.raises(KernelFault, match=rf"uses R{registers} but the kernel declares {registers} registers "
+                                          r"\(instruction /\*0010\*/"):
+        bench.run(f"NOP ;\n{instruction} ;\nEXIT ;", registers=registers, shared=64)
+
+
+@pytest.mark.parametrize("sim", ["translated", "reference"])
+def test_a_predicated_barrier_waits_only_for_the_threads_whose_guard_holds(sim, monkeypatch):
+    monkeypatch.setenv("LAPIS_SIM", sim)
+    bench = Bench()
+    # Threads 0-15 jump ahead; the rest reach a barrier whose guard fails for all of them: none arrives, none waits.
+    bench.run("""
+        S2R R0, SR_TID.X ;
+        ISETP.LT.U32.AND P0, R0, 0x10, PT ;
+        @P0 BRA done ;
+        @P0 BAR.SYNC 0x0 ;
+    done:
+        EXIT ;
+    """)
+    # Every thread of block 0 arrives and none of block 1: each block is whole at its barrier.
+    bench.run("S2R R1, SR_CTAID.X ;\nISETP.EQ.U32.AND P1, R1, 0x0, PT ;\n@P1 BAR.SYNC 0x0 ;\nEXIT ;", grid=(2, 1, 1))
+    # Half of a block arrives: the other half, live and predicated off, never will.
+    with pytest.raises(KernelFault, match="barrier reached under divergence") as e:
+        bench.run("S2R R0, SR_TID.X ;\nISETP.LT.U32.AND P1, R0, 0x10, PT ;\n@P1 BAR.SYNC 0x0 ;\nEXIT ;")
+    assert e.value.pc == 0x20 and "@P1 BAR.SYNC" in e.value.instruction
 
 
 # Kernels for `Bench.lanes`: each lane's inputs are in R8, R9, ..., its outputs R40, R41, ...

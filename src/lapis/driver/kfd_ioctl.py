@@ -73,6 +73,8 @@ class NodeProperties:
     shared_per_unit: int           # bytes
     registers_per_unit: int        # 32-bit registers
     register_allocation_unit: int  # registers a warp is given at a time
+    max_registers_per_thread: int
+    max_local_per_thread: int      # bytes of local (private) memory
     max_blocks_per_unit: int
     memory_bytes: int
     l2_bytes: int

@@ -8,10 +8,12 @@ whose header is still INVALID; it runs each packet, decrements the completion si
 advances the read index in memory, as the HSA packet processor does.
 
 Kernel dispatch: reads the kernel descriptor at kernel_object, fetches and decodes the
-code (decoded programs are cached by their bytes), copies the kernel arguments into
+code (decoded programs are cached by their bytes) and checks it against the descriptor
+(registers, branch targets, local memory), copies the kernel arguments into
 constant bank 0, places blocks on compute units by occupancy and runs them on the SIMT
-core. A malformed packet or a faulting kernel puts only its own queue into the error
-state and posts a queue-error interrupt; other queues go on.
+core. A malformed packet, an invalid program, a ring the processor cannot write or a
+faulting kernel puts only its own queue into the error state and posts a queue-error
+interrupt; other queues go on.
 
 The processor runs on its own thread, as the CP firmware runs on its own microcontroller:
 a doorbell write only marks the queue kicked, and returns at once. It serves the queues round
@@ -65,6 +67,7 @@ from lapis.hardware.mmu import MemoryFault
 from lapis.hardware.perf import LaunchResourceError, model_time, occupancy
 from lapis.hardware.simt import Dispatch, KernelFault
 from lapis.isa import INSTRUCTION_BYTES, IsaError, decode_program, disassemble, format_instruction
+from lapis.isa.verify import InvalidProgram, check_program
 
 
 @dataclass
@@ -408,13 +411,19 @@ class CommandProcessor:
             q.waiting = True
             return "blocked"
         q.waiting = False
-        gpu.write_virtual(q.vmid, slot_va, struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID)),
-                          "packet header reset")
+        try:
+            gpu.write_virtual(q.vmid, slot_va, struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID)),
+                              "packet header reset")
+        except MemoryFault as e:          # a read-only ring, or one unmapped while its packet ran
+            self._queue_error(q, f"cannot reset the packet header: {e}", {"address": e.va})
         q.read_index += 1
         return "ran"
 
     def _queue_error(self, q: HardwareQueue, reason: str, detail: dict) -> None:
+        """Stop the queue and report why; a queue already stopped on an error keeps its first one."""
         with self._cond:
+            if q.state == "error":
+                return
             q.state = "error"
         trace.emit(0, "queue_error", device=self.gpu.name, queue=q.queue_id, reason=reason, **detail)
         self.gpu.post_interrupt(Interrupt("queue_error", q.vmid, q.queue_id, detail={"reason": reason, **detail}))
@@ -486,14 +495,25 @@ class CommandProcessor:
         except PacketError:
             pass          # the signal itself is unreachable: the queue error is all there is to report
 
-    def _program(self, code: bytes, kernel_object: int):
-        """The kernel's instructions, decoded once per distinct code (the SIMT core's caches keep them)."""
+    def _program(self, code: bytes, kernel_object: int, registers: int):
+        """The kernel's instructions, decoded once per distinct code (the SIMT core's caches keep them) and checked
+        once per register count (`isa.verify`): a program that names a register past the `registers` its
+        descriptor declares, or branches to no instruction of its own, is refused before any of it runs, as the
+        runtime's loader refuses it; this one reached the device another way (hand-written code, a raw packet)."""
+        caches, warp_size = self.gpu.simt.caches, self.gpu.profile.warp_size
         try:
-            return self.gpu.simt.caches.program(code, decode_program)
+            program = caches.program(code, decode_program)
+            caches.per_program(program, f"valid with {registers} registers",
+                               lambda decoded: check_program(decoded, registers, warp_size))
+        except InvalidProgram as e:
+            err = PacketError(f"kernel at {kernel_object:#x} is not a valid program: {e}")
+            err.detail = {"kernel_object": kernel_object, "pc": e.pc, "instruction": e.instruction, "fault": e.reason}
+            raise err from None
         except IsaError as e:
             err = PacketError(f"kernel at {kernel_object:#x} holds an invalid instruction: {e}")
             err.detail = {"kernel_object": kernel_object}
             raise err from None
+        return program
 
     def _constant_bank(self, block: tuple, grid: tuple, kernargs: bytes) -> np.ndarray:
         """Constant bank 0 for a dispatch: the launch dimensions, the warp size, then the kernel arguments,
@@ -529,6 +549,20 @@ class CommandProcessor:
                 raise PacketError(str(e)) from None
         return occ
 
+    def _check_resources(self, kd: abi.KernelDescriptor, p: abi.KernelDispatchPacket) -> None:
+        """Refuse a dispatch whose descriptor or packet asks a thread for more than the device gives one (registers,
+        local memory) or passes more kernel arguments than constant bank 0 holds, before anything is read for it."""
+        profile = self.gpu.profile
+        if kd.registers > profile.max_registers_per_thread:
+            raise PacketError(f"kernel declares {kd.registers} registers per thread; the device allows "
+                              f"{profile.max_registers_per_thread}")
+        local = max(kd.private_segment_fixed_size, p.private_segment_size)
+        if local > profile.max_local_per_thread:
+            raise PacketError(f"private segment of {local} bytes per work-item exceeds the device limit of "
+                              f"{profile.max_local_per_thread}")
+        if kd.kernarg_size > abi.MAX_KERNARG_BYTES:
+            raise PacketError(f"kernel arguments of {kd.kernarg_size} bytes exceed {abi.MAX_KERNARG_BYTES}")
+
     def _dispatch(self, q: HardwareQueue, p: abi.KernelDispatchPacket) -> float:
         """Run a kernel; returns the device time it started."""
         gpu, profile = self.gpu, self.gpu.profile
@@ -544,7 +578,8 @@ class CommandProcessor:
                                                               "kernel descriptor fetch"))
             if kd.code_size <= 0 or kd.code_size % INSTRUCTION_BYTES or not 0 < kd.registers:
                 raise PacketError(f"kernel_object {p.kernel_object:#x} does not point at a kernel descriptor")
-            entry = p.kernel_object + kd.kernel_code_entry_byte_offset
+            self._check_resources(kd, p)
+            entry = (p.kernel_object + kd.kernel_code_entry_byte_offset) % 2**64     # a 64-bit address adder
             code = gpu.read_virtual(q.vmid, entry, kd.code_size, "instruction fetch", execute=True)
             kernargs = (gpu.read_virtual(q.vmid, p.kernarg_address, kd.kernarg_size, "kernel argument fetch")
                         if kd.kernarg_size else b"")
@@ -552,9 +587,7 @@ class CommandProcessor:
             err = PacketError(f"dispatch cannot read its kernel: {e}")
             err.detail = {"address": e.va, "kernel_object": p.kernel_object}
             raise err from None
-        if kd.kernarg_size > abi.MAX_KERNARG_BYTES:
-            raise PacketError(f"kernel arguments of {kd.kernarg_size} bytes exceed {abi.MAX_KERNARG_BYTES}")
-        program = self._program(code, p.kernel_object)
+        program = self._program(code, p.kernel_object, kd.registers)
         cbank = self._constant_bank(block, grid, kernargs)
         shared = max(kd.group_segment_fixed_size, p.group_segment_size)
         occ = self._occupancy(block[0] * block[1] * block[2], kd.registers, shared)

@@ -54,6 +54,9 @@ class DeviceProfile:
     kernel_launch_ns: float        # fixed front-end cost of a dispatch
     compute_capability: tuple[int, int]
     register_allocation_unit: int = 256   # registers are handed to warps in chunks of this many, as on NVIDIA GPUs
+    # The most local (private, scratch) memory a thread may have: CUDA's documented 512 KiB per thread; on AMD the
+    # CP's per-wave scratch field (COMPUTE_TMPRING_SIZE.WAVESIZE, 8,387,584 bytes) over a wave's 64 lanes.
+    max_local_per_thread: int = 512 * KiB
     # power and temperature (lapis.hardware.power): energy per unit of work, the thermal model
     idle_watts: float = 90.0
     memory_clock_mhz: float = 2619.0
@@ -109,6 +112,7 @@ MI300X = DeviceProfile(
     compute_capability=(9, 4), idle_watts=130.0, memory_clock_mhz=1300.0, pj_per_warp_instruction=150.0,
     pj_per_fp32_flop=3.5, pj_per_fp64_flop=8.0, pj_per_fp16_flop=1.75, pj_per_matrix_flop=0.4, pj_per_l2_byte=4.0,
     pj_per_dram_byte=55.0, thermal_resistance_c_per_w=0.07, temperature_limit_c=90.0,
+    max_local_per_thread=8_387_584 // 64,
 )
 
 # Small enough to follow by hand: two units of eight warps (one 256-thread block each, the

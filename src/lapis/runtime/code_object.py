@@ -18,6 +18,10 @@ import struct
 from dataclasses import dataclass, field
 
 from lapis import abi, trace
+from lapis.driver import NodeProperties
+from lapis.isa import INSTRUCTION_BYTES, IsaError, decode_program
+from lapis.isa.verify import check_program
+from lapis.runtime.errors import HsaError
 
 EM_LAPIS = 0x4C50
 ELFOSABI_LAPIS = 0x4C
@@ -30,8 +34,13 @@ SEGMENT_OFFSET = 0x1000
 CODE_ALIGN = 256
 
 
-class CodeObjectError(ValueError):
-    pass
+class CodeObjectError(HsaError, ValueError):
+    """A code object the runtime refuses, or a misuse of an executable; `status` names the hsa_status_t code
+    (HSA_STATUS_ERROR_INVALID_CODE_OBJECT unless the raiser says otherwise)."""
+
+    def __init__(self, message: str, status: str = "HSA_STATUS_ERROR_INVALID_CODE_OBJECT"):
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -176,6 +185,40 @@ class LoadedImage:
         return cls(segment, symbols, metadata)
 
 
+def check_kernel(name: str, segment: bytes, kd_addr: int, device: NodeProperties) -> None:
+    """Raise CodeObjectError unless the kernel whose descriptor sits at `kd_addr` of the loaded segment can run on
+    `device` (a GPU's `NodeProperties`): its code inside the segment and whole instructions, a register count,
+    shared and local memory and kernel arguments within the device's limits, and a program that names no register
+    past its count and branches only to its own instructions (`isa.verify`), as ROCr's loader refuses a code object
+    (HSA_STATUS_ERROR_INVALID_CODE_OBJECT) that the device would fault on."""
+    if kd_addr < 0 or kd_addr + abi.KERNEL_DESCRIPTOR_BYTES > len(segment):
+        raise CodeObjectError(f"kernel {name!r}: its descriptor at {kd_addr:#x} is outside the loaded segment")
+    kd = abi.KernelDescriptor.unpack(segment[kd_addr:kd_addr + abi.KERNEL_DESCRIPTOR_BYTES])
+    start = kd_addr + kd.kernel_code_entry_byte_offset
+    limits = [
+        (0 < kd.code_size and kd.code_size % INSTRUCTION_BYTES == 0,
+         f"code of {kd.code_size} bytes is not a whole number of {INSTRUCTION_BYTES}-byte instructions"),
+        (0 <= start and start + kd.code_size <= len(segment), f"code at {start:#x} is outside the loaded segment"),
+        (0 < kd.registers <= device.max_registers_per_thread,
+         f"declares {kd.registers} registers per thread; the device allows 1 to {device.max_registers_per_thread}"),
+        (kd.group_segment_fixed_size <= device.shared_per_block,
+         f"{kd.group_segment_fixed_size} bytes of shared memory exceed the device's {device.shared_per_block} "
+         "per block"),
+        (kd.private_segment_fixed_size <= device.max_local_per_thread,
+         f"{kd.private_segment_fixed_size} bytes of local memory per thread exceed the device's "
+         f"{device.max_local_per_thread}"),
+        (kd.kernarg_size <= abi.MAX_KERNARG_BYTES,
+         f"kernel arguments of {kd.kernarg_size} bytes exceed {abi.MAX_KERNARG_BYTES}"),
+    ]
+    for holds, why in limits:
+        if not holds:
+            raise CodeObjectError(f"kernel {name!r}: {why}")
+    try:
+        check_program(decode_program(segment[start:start + kd.code_size]), kd.registers, device.warp_size)
+    except IsaError as e:
+        raise CodeObjectError(f"kernel {name!r} is not a valid program: {e}") from None
+
+
 @dataclass
 class KernelSymbol:
     name: str
@@ -197,9 +240,14 @@ class Executable:
         self.frozen = False
 
     def load_code_object(self, agent, data: bytes) -> None:
+        """Load a code object onto a GPU agent, once every kernel in it is checked against the agent (`check_kernel`):
+        one the device could not run is refused here, before anything is allocated or dispatched."""
         if self.frozen:
-            raise CodeObjectError("cannot load into a frozen executable")
+            raise CodeObjectError("cannot load into a frozen executable", "HSA_STATUS_ERROR_FROZEN_EXECUTABLE")
         image = LoadedImage.parse(data)
+        for meta in image.metadata["kernels"]:
+            kd_addr = image.symbols[meta["descriptor_symbol"]][0]
+            check_kernel(meta["name"], image.segment, kd_addr, agent.properties)
         buffer = self.runtime.device_pool(agent).allocate(len(image.segment), executable=True)
         self.runtime.copy_to_device(agent, buffer.va, image.segment)
         self.buffers.append(buffer)
@@ -217,12 +265,14 @@ class Executable:
 
     def get_symbol(self, name: str) -> KernelSymbol:
         if not self.frozen:
-            raise CodeObjectError("freeze the executable before looking up symbols")
+            raise CodeObjectError("freeze the executable before looking up symbols",
+                                  "HSA_STATUS_ERROR_INVALID_EXECUTABLE")
         try:
             return self.symbols[name]
         except KeyError:
             raise CodeObjectError(f"no kernel named {name!r} in this executable "
-                                  f"(it has: {', '.join(self.symbols) or 'none'})") from None
+                                  f"(it has: {', '.join(self.symbols) or 'none'})",
+                                  "HSA_STATUS_ERROR_INVALID_SYMBOL_NAME") from None
 
     def destroy(self) -> None:
         for b in self.buffers:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from lapis.isa import OPCODES, PT, Instruction
+from lapis.isa.verify import register_problem
 
 if TYPE_CHECKING:
     from lapis.hardware.simt.blocks import ResidentBlocks
@@ -53,6 +54,10 @@ def binds(*mnemonics: str) -> Callable[[Binder], Binder]:
 def bind(blocks: "ResidentBlocks", pc: int) -> Executor:
     """The executor of the instruction at `pc` for this batch of blocks."""
     inst = blocks.d.program[pc]
+    # A register the launch does not have faults here, once, rather than as the executor writes it.
+    problem = register_problem(inst, blocks.d.registers, blocks.core.warp_size)
+    if problem is not None:
+        raise blocks.fault(pc, problem)
     try:
         execute = BINDERS[inst.op](blocks, inst, pc)
     except ValueError as e:            # the instruction asks for something this launch does not have

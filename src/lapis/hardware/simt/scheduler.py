@@ -8,9 +8,9 @@ reconverges exactly where the SIMT stack of a GPU's warp scheduler would (the "t
 frontier" scheme of Diamos et al., MICRO 2011). A branch splits a group into the lanes that
 jump and those that fall through; those that fall through run on, unless the branch goes back
 (a loop's test at its bottom), when they wait and the lanes at the lower pc run first. EXIT
-retires lanes; a barrier (BAR) is a no-op when its group holds every live lane of each block
-it touches and otherwise is a barrier under divergence, which faults. A watchdog on scheduler
-steps stops a kernel that never ends.
+retires lanes; a barrier (BAR) is a no-op when the lanes that arrive (those of its group whose
+guard holds) are every live lane of each block they touch, and otherwise is a barrier under
+divergence, which faults. A watchdog on scheduler steps stops a kernel that never ends.
 
 Every step counts the warp- and thread-instructions it issued; instruction latencies do not
 delay execution here (they feed the performance model through the counters).
@@ -35,6 +35,7 @@ from lapis.hardware.simt.simulator_caches import SimulatorCaches
 from lapis.hardware.simt.translate import Translation
 from lapis.hardware.simt.translated import NativeRunner
 from lapis.isa import INSTRUCTION_BYTES, OPCODES, PT, Instruction
+from lapis.isa.verify import branch_problem
 
 
 class SimtCore:
@@ -316,13 +317,12 @@ def nop(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
 @binds("BRA")
 def branch(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     """The executor gives the lanes that jump; the scheduler parks them at the target."""
-    target = branch_target(inst, pc)
-    inside = 0 <= target < len(blocks.d.program)
+    problem = branch_problem(inst, pc * INSTRUCTION_BYTES, len(blocks.d.program) * INSTRUCTION_BYTES)
 
     def execute(mask: Mask):
         taken = guarded_lanes(blocks, inst, mask)
-        if taken is not False and not inside:
-            raise blocks.fault(pc, f"branch target {target * INSTRUCTION_BYTES:#x} is outside the program")
+        if taken is not False and problem is not None:
+            raise blocks.fault(pc, problem)
         return taken
     return execute
 
@@ -346,13 +346,20 @@ def trap(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
 
 @binds("BAR")
 def barrier(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
-    """In lockstep the barrier has nothing to wait for; the executor faults if the group is diverged."""
+    """The lanes of the group whose guard holds arrive (a predicated-off thread does not take part, as for any
+    instruction). In lockstep the barrier has nothing to wait for; the executor faults if a block has threads
+    that arrive and live threads that do not (on another path, or predicated off): they would wait forever."""
     def execute(mask: Mask) -> None:
+        arriving = guarded_lanes(blocks, inst, mask)
+        if arriving is False:
+            return
+        if arriving is not True:
+            mask = arriving
         if mask is None:
             return
         missing = (~blocks.exited & ~mask).reshape(blocks.nblocks, blocks.threads_per_block)
         present = mask.reshape(blocks.nblocks, blocks.threads_per_block).any(axis=1)
         if (present & missing.any(axis=1)).any():
-            raise blocks.fault(pc, "barrier reached under divergence: some live threads of the block are "
-                                   "on another path")
+            raise blocks.fault(pc, "barrier reached under divergence: some live threads of the block do not "
+                                   "arrive (they are on another path or predicated off)")
     return execute

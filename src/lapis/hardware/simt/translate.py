@@ -16,9 +16,10 @@ the same in two parts:
 
 Instructions the engine leaves to the reference (atomics other than 32-bit global adds, votes, the matrix unit, packed
 halves, the sine and cosine of MUFU, whose numpy results differ from libm's, conversions to
-16-bit formats, and any instruction naming a register the kernel does not declare, which must
-fault as the reference faults) go back to the scheduler, which runs them through their binders,
-as it does branches that split a group. The engine counts what the reference counts with the
+16-bit formats, a barrier under a guard, whose arriving lanes the binder finds, and any instruction naming a
+register the kernel does not declare, which must fault as the reference faults) go back to the
+scheduler, which runs them through their binders, as it does branches that split a group or jump
+to no instruction of the program. The engine counts what the reference counts with the
 reference's algorithms (`native_counters.py`).
 """
 
@@ -26,8 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lapis.isa import INSTRUCTION_BYTES, OPCODES, RZ, Const, Imm, Instruction, Reg
+from lapis.isa import INSTRUCTION_BYTES, OPCODES, PT, RZ, Const, Imm, Instruction, Reg
 from lapis.isa.opcodes import CMP, MEM_BYTES
+from lapis.isa.verify import branch_problem, register_problem
 
 # The engine's operations, one per row kind (the numbers only link this table to native.py), in
 # families by what they write: a 32-bit register, a float32 register, a register pair, a
@@ -80,7 +82,7 @@ def translate(program: list[Instruction], registers: int) -> Translation:
     logged: list[int] = []
     for pc, inst in enumerate(program):
         try:
-            _row(table[pc], inst, registers, pc)
+            _row(table[pc], inst, registers, pc, len(program))
         except Untranslatable:
             table[pc] = 0
             table[pc, KIND] = UNTRANSLATED
@@ -96,10 +98,14 @@ def _target(inst: Instruction, pc: int) -> int:
     return inst.branch_target(pc * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
 
 
-def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
-    """Fill one table row, or raise Untranslatable."""
+def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int, end: int) -> None:
+    """Fill one table row (of a program of `end` instructions), or raise Untranslatable."""
     op = inst.op
     spec = OPCODES[op]
+    # A register past the declared count (a pair running into RZ included) faults in its binder. The warp size
+    # matters only to VOTE, which the engine leaves to the binders anyway.
+    if register_problem(inst, registers, warp_size=32):
+        raise Untranslatable
 
     def src(r: int) -> int:                 # the row register r is read from
         if r == RZ:
@@ -148,7 +154,12 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int) -> None:
     if op in ("NOP", "MEMBAR"):
         kind = "NOP"
     elif op == "BRA":
-        row[BMODE], row[BVAL] = B_IMM, _target(inst, pc)       # the target's index, not the displacement
+        # The target's index, not the displacement; -1 for no instruction of the program (an address between two
+        # included), which the engine's range check hands to the binder, to fault if a lane takes the branch.
+        invalid = branch_problem(inst, pc * INSTRUCTION_BYTES, end * INSTRUCTION_BYTES)
+        row[BMODE], row[BVAL] = B_IMM, -1 if invalid else _target(inst, pc)
+    elif op == "BAR" and (inst.guard != PT or inst.guard_neg):
+        raise Untranslatable                                    # its binder finds the lanes that arrive
     elif op in ("EXIT", "BAR"):
         pass
     elif op == "MOV":
