@@ -11,6 +11,7 @@ from lapis.cuda.dispatcher import _grid_barrier
 from lapis.cuda.errors import KernelFault, LaunchError
 from lapis.hardware.perf import occupancy as hardware_occupancy
 from lapis.hardware.profiles import PROFILES
+from lapis.hardware.simt.scheduler import SimtCore
 
 APIS = pytest.mark.parametrize("api", [cuda, hip], ids=["h200", "mi300x"])
 
@@ -124,6 +125,31 @@ def test_the_device_refuses_a_cooperative_packet_whose_grid_cannot_be_resident()
     context.launch(compiled, kernargs, (blocks, 1, 1), (64, 1, 1), 0, cooperative=True)
     with pytest.raises(KernelFault, match="cooperative dispatch of .* exceeds"):
         context.synchronize()
+
+
+def test_the_device_refuses_a_cooperative_dispatch_whose_local_memory_the_simulator_cannot_hold(monkeypatch):
+    """A cooperative dispatch runs as one batch, and a batch's local memory is host memory: the command processor
+    refuses one that needs more than SimtCore.MAX_LOCAL_BYTES at once (here cut to 64 KiB; 4 x 64 threads x 1 KiB
+    need 256 KiB), as a fault of its stream."""
+    @cuda.jit
+    def rotate_through_local(a, out):
+        g = cuda.cg.this_grid()
+        buf = cuda.local.array(256, np.int32)
+        i = cuda.grid(1)
+        for j in range(256):
+            buf[j] = i
+        a[i] = buf[i % 256]
+        g.sync()
+        out[i] = a[(i + 1) % a.size]
+
+    a, out = cuda.to_device(np.zeros(256, np.int32)), cuda.to_device(np.zeros(256, np.int32))
+    monkeypatch.setattr(SimtCore, "MAX_LOCAL_BYTES", 64 << 10)
+    with pytest.raises(KernelFault, match="cooperative dispatch of 4 workgroups needs .* bytes of local memory"):
+        rotate_through_local[4, 64](a, out)
+        cuda.synchronize()
+    monkeypatch.undo()
+    rotate_through_local[4, 64](a, out)
+    np.testing.assert_array_equal(out.copy_to_host(), (np.arange(256) + 1) % 256)
 
 
 def test_a_grid_barrier_that_never_completes_faults_and_the_next_one_starts_clean():

@@ -1,6 +1,9 @@
 """Layer 5: tensors on cpu/cuda/hip, matmul's rules and errors (torch's); the seed program runs from the README
 (tests/test_readme.py)."""
 
+import os
+import tracemalloc
+
 import numpy as np
 import pytest
 import torch
@@ -76,6 +79,80 @@ def test_random_tensors_on_a_gpu_are_the_cpus_numbers_filled_a_chunk_at_a_time(m
         assert got.shape == (5, 11) and np.array_equal(got.cpu().numpy(), want)
     with pytest.raises(lapis.cuda.OutOfMemoryError):
         lapis.randn(1 << 18, 1 << 18, device="cuda")          # 256 GiB of float32
+
+
+def test_a_size_whose_bytes_overflow_is_refused_as_torch_refuses_it():
+    """2^32 x 2^32 elements (2^66 bytes of float32) once got one element of storage; torch's error on every device."""
+    huge = (1 << 32, 1 << 32)
+    for device in ("cpu", "cuda"):
+        for make, args in ((lapis.zeros, huge), (lapis.empty, huge), (lapis.randn, huge), (lapis.ones, (huge,)),
+                           (lapis.randint, (0, 9, huge))):
+            with pytest.raises(RuntimeError, match=r"Storage size calculation overflowed with sizes=\[4294967296, "
+                                                   r"4294967296\]"):
+                make(*args, device=device)
+        with pytest.raises(RuntimeError, match="Storage size calculation overflowed"):
+            lapis.arange(0, 1 << 64, device=device)
+
+
+def test_a_gpu_tensor_too_big_for_the_device_is_refused_before_the_host_makes_its_values():
+    """randint, randperm, eye, linspace and a float arange made their values on the host first (a 256 GiB array
+    for a tensor the device could never hold); the tensor is allocated first now, and their values match the cpu
+    device's."""
+    torch_words = r"CUDA out of memory\. Tried to allocate \d+\.\d\d GiB"
+    for make in (lambda: lapis.randint(0, 9, (1 << 18, 1 << 18), device="cuda"),
+                 lambda: lapis.randperm(1 << 36, device="cuda"),
+                 lambda: lapis.eye(1 << 18, device="cuda"),
+                 lambda: lapis.linspace(0, 1, 1 << 36, device="cuda"),
+                 lambda: lapis.arange(0.0, float(1 << 36), device="cuda")):
+        tracemalloc.start()
+        try:
+            with pytest.raises(lapis.cuda.OutOfMemoryError, match=torch_words):
+                make()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1 << 20
+    for make in (lambda device: lapis.randint(3, 9, (4, 5), device=device),
+                 lambda device: lapis.randperm(11, device=device),
+                 lambda device: lapis.eye(3, 4, device=device),
+                 lambda device: lapis.linspace(-1, 1, 7, device=device),
+                 lambda device: lapis.arange(0.0, 1.0, 0.1, device=device)):
+        lapis.manual_seed(5)
+        want = make("cpu")
+        lapis.manual_seed(5)
+        got = make("cuda")
+        assert got.shape == want.shape and got.dtype == want.dtype and got.tolist() == want.tolist()
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_zeros_in_memory_new_from_the_driver_costs_the_host_nothing():
+    """The driver hands out zeroed memory, so zeros in a block new from it skip the fill kernel, whose stores
+    made the host back every page of the simulated VRAM (a 256 MiB tensor grew the process by 276 MB); zeros in a
+    reused block are still filled."""
+    import gc
+    gc.collect()
+    lapis.cuda.empty_cache()
+    before = _rss()
+    z = lapis.zeros(8192, 8192 + 7, device="cuda")         # 256 MiB, in a block new from the driver
+    lapis.cuda.synchronize()
+    assert _rss() - before < 32 << 20
+    assert z[0, :4].tolist() == [0.0] * 4 and z[-1, -4:].tolist() == [0.0] * 4
+    del z
+    ones = lapis.ones(1 << 20, device="cuda")
+    del ones
+    reused = lapis.zeros(1 << 20, device="cuda")            # the ones' block, from the pool's cache
+    assert reused.sum().item() == 0.0 and lapis.full((1 << 20,), -0.0, device="cuda").cpu().numpy()[0].tobytes() \
+        == np.float32(-0.0).tobytes()
+
+
+def test_a_0d_tensor_stays_0d_when_made_and_moved():
+    t = lapis.tensor(2.0)
+    assert t.shape == () and t.to("cuda").shape == () and t.to("cuda").cpu().shape == ()
+    assert lapis.tensor(2.0, device="cuda").shape == () and lapis.tensor(2.0, device="cuda").item() == 2.0
 
 
 def test_moves_with_dtype_and_torch_conventions():

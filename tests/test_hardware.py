@@ -1,13 +1,16 @@
 """Layer 0: the SIMT core executing assembled machine code, its faults, and the memory path."""
 
 import struct
+import tracemalloc
 
 import numpy as np
 import pytest
 
-from conftest import Bench, pointers
+from conftest import VMID, Bench, pointers
+from lapis.hardware import copy_engine
 from lapis.hardware.mmu import MemoryFault
 from lapis.hardware.simt import KernelFault
+from lapis.hardware.simt.scheduler import SimtCore
 
 # out[tid] = a[tid] + b[tid] for a grid of blocks; kernargs: a, b, out pointers at 0x160.
 VECADD = """
@@ -270,3 +273,70 @@ def test_sparse_memory_takes_no_host_ram_for_untouched_vram(bench):
     assert bench.gpu.vram.size == 141 * 10**9
     bench.gpu.vram.write(100 * 10**9, struct.pack("<I", 7))
     assert bench.gpu.vram.read(100 * 10**9, 4) == struct.pack("<I", 7)
+
+
+def test_an_address_at_or_above_bit_48_is_unmapped_not_an_alias_of_its_low_bits(bench):
+    va = bench.buffer(np.arange(1024, dtype=np.uint32))
+    mmu, vmid = bench.gpu.mmu, VMID
+    for far in (va + 2**48, va + 2**52, va | 2**63):
+        with pytest.raises(MemoryFault, match="not mapped"):
+            mmu.translate_range(vmid, far, 4, write=False)
+        with pytest.raises(MemoryFault, match="not mapped"):
+            mmu.translate(vmid, np.array([far], np.uint64), 4, write=True)
+    with pytest.raises(KernelFault, match="not mapped") as e:
+        bench.run("LDC.64 R2, c[0x0][0x160] ;\nLDG.E R4, [R2.64] ;\nEXIT ;", args=pointers(va + 2**48))
+    assert e.value.address == va + 2**48
+
+
+def test_a_copy_of_a_huge_range_faults_at_its_first_unmapped_page_in_bounded_host_memory(bench):
+    """The MMU walks a range a slice at a time: a 16 GiB copy packet over a 1-page buffer costs the host a few
+    megabytes (a terabyte's would cost the same), not a page list of the whole range; and a copy that faults
+    writes nothing."""
+    src = bench.buffer(np.arange(1024, dtype=np.uint32))
+    dst = bench.buffer(np.zeros(1024, np.uint32))
+    tracemalloc.start()
+    try:
+        with pytest.raises(MemoryFault, match="not mapped") as e:
+            bench.gpu.copy_engine.copy(VMID, src, dst, 2**34)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert src < e.value.va < src + 0x20000          # the first page past the buffer's
+    assert peak < 16 << 20, f"{peak} bytes of host memory"
+    assert not bench.read(dst, np.zeros(1024, np.uint32)).any()
+
+
+@pytest.mark.parametrize("src_at, dst_at", [(0, 0x1000), (0x1000, 0), (0, 0x1234), (0x3000, 0x10)])
+def test_the_copy_engine_moves_a_copy_a_chunk_at_a_time_as_memmove_does(bench, monkeypatch, src_at, dst_at):
+    monkeypatch.setattr(copy_engine, "COPY_CHUNK", 4096)
+    data = np.arange(40 * 1024, dtype=np.uint8) * np.uint8(7)
+    va = bench.buffer(data)
+    size = 24 * 1024
+    bench.gpu.copy_engine.copy(VMID, va + src_at, va + dst_at, size)
+    expect = data.copy()
+    expect[dst_at:dst_at + size] = data[src_at:src_at + size]
+    assert np.array_equal(bench.read(va, data), expect)
+
+
+def test_a_batch_holds_at_most_max_local_bytes_of_local_memory(monkeypatch):
+    """Local memory is host memory: a launch of many threads with big local arrays runs in batches small enough
+    that their local memory stays within the simulator's bound, with the same results."""
+    monkeypatch.setattr(SimtCore, "MAX_LOCAL_BYTES", 4 << 20)
+    bench = Bench()
+    blocks, threads, local = 64, 256, 4096            # 64 MiB of local memory if every block ran at once
+    out = np.zeros(blocks * threads, np.uint32)
+    po = bench.buffer(out)
+    bench.run("""
+        S2R R0, SR_TID.X ;
+        S2R R1, SR_CTAID.X ;
+        IMAD R7, R1, c[0x0][0x0], R0 ;
+        MOV R6, 0xffc ;
+        STL [R6], R7 ;
+        LDL R5, [R6] ;
+        LDC.64 R2, c[0x0][0x160] ;
+        IMAD.WIDE R2, R7, 0x4, R2 ;
+        STG.E [R2.64], R5 ;
+        EXIT ;
+    """, grid=(blocks, 1, 1), block=(threads, 1, 1), args=pointers(po), local=local)
+    assert np.array_equal(bench.read(po, out), np.arange(blocks * threads, dtype=np.uint32))
+    assert bench.gpu.simt.caches._arrays["local"].nbytes <= 4 << 20

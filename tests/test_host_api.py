@@ -806,3 +806,80 @@ def test_gpus_list_devices_and_managed_arrays_as_numba_has_them():
     bump[1, 8](managed)
     cuda.synchronize()
     assert managed.tolist() == [2, 3, 2, 3, 2, 3]
+
+
+@pytest.mark.parametrize("make", [cuda.pinned_array, cuda.mapped_array, cuda.managed_array])
+def test_a_pinned_array_of_a_negative_or_overflowing_shape_is_refused(make):
+    """np.prod's int64 wrapped (2^32, 2^32) to 0 bytes and a negative size was taken for "the rest": numpy's error
+    for a negative size, the host pool's out-of-memory error for one that does not fit."""
+    with pytest.raises(ValueError, match="negative dimensions"):
+        make((4, -1), np.float32)
+    with pytest.raises(cuda.OutOfMemoryError):
+        make((1 << 32, 1 << 32), np.float32)
+    assert make((2, 3), np.float32).shape == (2, 3)
+
+
+def test_a_memset_of_many_megabytes_uploads_a_bounded_buffer_a_piece_at_a_time():
+    import tracemalloc
+    count = 160 << 20                                   # two and a half of the 64 MiB pieces
+    err, p = cuda.cudaMalloc(count)
+    assert err == cuda.cudaSuccess
+    try:
+        tracemalloc.start()
+        try:
+            assert cuda.cudaMemset(p, 0xA5, count) == (cuda.cudaSuccess,)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 80 << 20, f"{peak} bytes of host memory"        # one piece, not the whole
+        for at in (0, (64 << 20) - 2, count - 8):
+            out = np.zeros(8, np.uint8)
+            assert cuda.cudaMemcpy(out, p + at, 8, cuda.cudaMemcpyDeviceToHost) == (cuda.cudaSuccess,)
+            assert (out == 0xA5).all()
+    finally:
+        cuda.cudaFree(p)
+
+
+def test_a_view_of_memory_after_cuda_free_reaches_what_takes_its_addresses_and_faults_while_none_does():
+    """What the docs promise, as CUDA does it: cudaFree gives the addresses back at once and the next allocation
+    that fits takes them first, so a stale view then reaches that new memory with no fault; while no allocation
+    holds them they are unmapped, and a kernel using the stale view faults."""
+    a = cuda.to_device(np.zeros(N, np.float32))
+    axpb[1, N](a, 1.0, 1.0)                           # loaded before: its code takes no freed addresses
+    cuda.current_context().pool.empty_cache()         # no cached block answers the next allocations
+    err, p = cuda.cudaMalloc(4 * N)
+    stale = p.as_array(np.float32, N)
+    assert cuda.cudaFree(p) == (cuda.cudaSuccess,)
+    err, q = cuda.cudaMalloc(4 * N)
+    assert err == cuda.cudaSuccess and int(q) == int(p)
+    cuda.cudaMemset(q, 0, 4 * N)
+    axpb[1, N](stale, 1.0, 2.0)
+    cuda.synchronize()
+    assert (q.as_array(np.float32, N).copy_to_host() == 2.0).all()
+    assert cuda.cudaFree(q) == (cuda.cudaSuccess,)
+    with pytest.raises(cuda.KernelFault, match="not mapped"):
+        axpb[1, N](stale, 1.0, 1.0)
+        cuda.synchronize()
+
+
+def test_a_kernel_whose_local_memory_the_device_cannot_hold_is_refused_with_out_of_memory(monkeypatch):
+    """CUDA sets local memory aside for every thread the device holds at once when it loads a kernel, and a launch
+    whose share does not fit fails with cudaErrorMemoryAllocation: here 256 KiB x 2048 threads x 132 SMs (71 GB),
+    on a device with nothing free (but for what the pool keeps cached, which it could give back)."""
+    @cuda.jit
+    def scratch(out, n):
+        buf = cuda.local.array(65536, np.int32)
+        i = cuda.grid(1)
+        for j in range(n):
+            buf[(i + j) % 65536] = j
+        out[i] = buf[i % 65536]
+
+    context = cuda.current_context()
+    monkeypatch.setattr(context, "get_memory_info", lambda: (0, context.device.total_memory))
+    out = cuda.to_device(np.full(64, -1, np.int32))
+    with pytest.raises(cuda.OutOfMemoryError, match="262144 bytes of local memory per thread"):
+        scratch[1, 64](out, 1)
+    assert (out.copy_to_host() == -1).all()
+    monkeypatch.undo()
+    scratch[1, 64](out, 1)
+    assert (out.copy_to_host() == 0).all()

@@ -436,3 +436,17 @@ def test_the_processor_thread_stays_asleep_while_the_host_keeps_launching():
         assert cp._looks - looks <= 2 * (4 + seconds / CommandProcessor.MAX_DEFER_S)     # not every DEFER_S
         if switches is not None:
             assert _voluntary_switches(thread.native_id) - switches < max(30, launches // 25)
+
+
+def test_a_copy_larger_than_the_staging_buffer_goes_through_it_a_piece_at_a_time(rt):
+    """Pageable copies pass through a pinned staging buffer of at most STAGING_BYTES, as a CUDA driver pipelines
+    them: the buffer once grew to the largest copy ever made (host memory the process kept) and the copy engine
+    read the whole copy into a second buffer."""
+    gpu = rt.gpu_agents[0]
+    size = runtime.STAGING_BYTES + (16 << 20) + 12
+    data = np.random.default_rng(3).integers(0, 255, size, dtype=np.uint8)
+    dst = rt.device_pool(gpu).allocate(size)
+    rt.copy_to_device(gpu, dst.va, data)
+    back = rt.copy_to_host(gpu, dst.va, size)
+    assert np.array_equal(back, data)
+    assert rt._copy[gpu.gpu_id][1].size <= runtime.STAGING_BYTES

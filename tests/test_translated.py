@@ -561,6 +561,26 @@ def test_a_faulting_instruction_reports_the_same_fault(sim, instruction, message
 
 
 @pytest.mark.parametrize("sim", ["translated", "reference"])
+@pytest.mark.parametrize("instruction, message", [
+    ("LDG.E R40, [R60.64]", r"address is not mapped \(read\) at address 0x17f0000000000"),
+    ("STG.E [R60.64+0x40], R8", r"address is not mapped \(write\) at address 0x17f0000000040"),
+    ("ATOMG.ADD.U32 R40, [R60.64], R8", r"address is not mapped \(write\) at address 0x17f0000000000"),
+    ("IMAD.WIDE R60, R0, 0x10000, R60 ; STG.E [R60.64], R8",            # lanes 64 KiB apart: walked lane by lane
+     r"address is not mapped \(write\) at address 0x17f0000000000"),
+])
+def test_an_address_past_48_bits_faults_and_does_not_alias_its_low_bits(sim, instruction, message, monkeypatch):
+    """buffer + 2^48 once reached the buffer: the page walk dropped the bits above 47 (in both executors)."""
+    monkeypatch.setenv("LAPIS_SIM", sim)
+    bench = Bench("teaching")
+    buffer = bench.buffer(np.zeros(64, np.uint32))
+    far = buffer + 2**48
+    body = f"MOV R60, {far & 0xFFFFFFFF:#x} ; MOV R61, {far >> 32:#x} ; {instruction} ;"
+    with pytest.raises(KernelFault, match=message):
+        bench.lanes(body, np.arange(64, dtype=np.uint32)[:, None], 1)
+    assert not bench.read(buffer, np.zeros(64, np.uint32)).any()
+
+
+@pytest.mark.parametrize("sim", ["translated", "reference"])
 def test_a_launch_after_a_fault_counts_only_itself(sim, monkeypatch):
     """A batch kept from a launch that faulted half-way carries nothing over into the next launch."""
     monkeypatch.setenv("LAPIS_SIM", sim)

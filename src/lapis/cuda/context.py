@@ -10,6 +10,8 @@ replaces that stream's stopped queue, so the next launch on it runs.
 """
 
 import asyncio
+import math
+import operator
 import re
 import struct
 import threading
@@ -161,8 +163,11 @@ class Context:
     def pinned_array(self, shape, dtype, order: str = "C") -> np.ndarray:
         """An uninitialised numpy array in pinned host memory (numba's cuda.pinned_array)."""
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        shape = tuple(operator.index(n) for n in shape)
+        if any(n < 0 for n in shape):
+            raise ValueError(f"negative dimensions are not allowed: {shape}")      # numpy's words
         dtype = np.dtype(dtype)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        nbytes = math.prod(shape) * dtype.itemsize        # exact: np.prod's int64 wraps a huge shape to a few bytes
         return np.asarray(PinnedHostMemory(self, nbytes))[:nbytes].view(dtype).reshape(shape, order=order)
 
     def _pinned_va(self, ary: np.ndarray) -> int | None:
@@ -221,8 +226,27 @@ class Context:
             exe = runtime.Executable(self.rt)
             exe.load_code_object(self.agent, compiled.code_object)
             exe.freeze()
+            if compiled.local_bytes:
+                self._check_local_memory(compiled, exe)
             entry = self.loaded[id(compiled)] = (compiled, exe)
         return entry[1].get_symbol(compiled.name)
+
+    def _check_local_memory(self, compiled, exe: runtime.Executable) -> None:
+        """Refuse a kernel whose local memory the device cannot hold. CUDA sets local memory aside for every thread
+        the device can run at once (the kernel's bytes per thread x threads per SM x SMs) when it loads a kernel that
+        needs more than it has, and the launch fails with cudaErrorMemoryAllocation when the device's memory cannot
+        hold that; lapis checks the same figure against the free memory, counting the blocks this context's pool
+        keeps cached (it would give them back), and sets nothing aside."""
+        p = self.device.properties
+        needed = compiled.local_bytes * p.max_threads_per_unit * p.compute_units
+        stats = self.pool.stats
+        free = self.get_memory_info()[0] + stats["reserved_bytes"] - stats["allocated_bytes"]
+        if needed > free:
+            exe.destroy()
+            raise OutOfMemoryError(f"out of memory on {self.device}: kernel {compiled.name!r} needs "
+                                   f"{compiled.local_bytes} bytes of local memory per thread, {needed} bytes for the "
+                                   f"{p.max_threads_per_unit} threads of each of the {p.compute_units} SMs, and {free} "
+                                   "bytes are free")
 
     # -- streams ------------------------------------------------------------------------------
     def create_stream(self) -> "Stream":

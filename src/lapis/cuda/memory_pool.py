@@ -12,7 +12,9 @@ default stream), so no later kernel can start before the ones that used the bloc
 A block released while another stream is busy waits in `parked` until the streams are idle.
 Freeing to the driver waits for the GPU to be idle, which is why the pool keeps blocks instead:
 `del tensor` in a training loop costs nothing and the next step's tensors reuse the same memory.
-`stats` feeds `memory_allocated`, `memory_reserved` and `memory_summary`.
+`stats` feeds `memory_allocated`, `memory_reserved` and `memory_summary`. A block new from the driver holds
+zeros (the driver clears memory as it frees it), which `take_fresh` tells its caller once: a zero fill of it
+can be skipped, and skipping it keeps the simulated memory's pages unwritten (no host memory for them).
 """
 
 import threading
@@ -33,6 +35,7 @@ class MemoryPool:
         self.cached: dict[int, list] = {}         # size class -> free runtime buffers
         self.parked: list = []                    # released while another stream was busy
         self.lock = threading.RLock()             # a finalizer may release on any thread, this one included
+        self.fresh = None                         # the block last taken from the driver, until another goes out
         self.stats = {"allocated_bytes": 0, "reserved_bytes": 0, "peak_allocated_bytes": 0, "allocations": 0,
                       "cache_hits": 0, "driver_allocations": 0, "driver_frees": 0}
 
@@ -49,13 +52,24 @@ class MemoryPool:
             free = self.cached.get(size)
             if free:                            # a cached block: one trip through the lock
                 buffer = free.pop()
+                self.fresh = None
                 self.stats["cache_hits"] += 1
                 self._count(buffer)
                 return buffer
         buffer = self._from_driver(size)
         with self.lock:
+            self.fresh = buffer
             self._count(buffer)
         return buffer
+
+    def take_fresh(self, va: int) -> bool:
+        """Whether the block at `va` is the one the last allocation took from the driver (so it holds zeros): true
+        once, for the caller that allocated it; any allocation since, here or on another thread, makes it false."""
+        with self.lock:
+            if self.fresh is not None and self.fresh.va == va:
+                self.fresh = None
+                return True
+            return False
 
     def _count(self, buffer) -> None:
         s = self.stats

@@ -10,7 +10,7 @@ launches from `lapis.libs` (asynchronous, like ATen's), on `cpu` numpy does the 
     copy(x, out)               out = x, broadcast and cast
     where(cond, a, b, out)
     reduce(op, x, dim, out)    sum prod max min argmax argmin along one dimension (x contiguous)
-    fill(out, value)
+    fill(out, value), holds_zeros(out)   a new array's memory holds zeros already (new from the driver)
     matmul(a, b, out)          2-D; operands C- or F-contiguous
     bmm(a, b, out)             3-D batches of matrices, each operand row-major or transposed: one launch
     adam(p, g, m, v, ...)      one fused Adam/AdamW step, in place
@@ -132,6 +132,12 @@ def fill(out, value) -> None:
         kernels.fill(_api(out), out, value)
     else:
         out[...] = value
+
+
+def holds_zeros(out) -> bool:
+    """Whether a new array's memory is known to hold zeros: a GPU array in memory its context's pool has just taken
+    from the driver (`MemoryPool.take_fresh`). Asked once, by whoever allocated it."""
+    return on_gpu(out) and out.context.pool.take_fresh(out.memory.va)
 
 
 def _layout(x) -> str | None:

@@ -1,6 +1,7 @@
 """Layer 5: creating tensors (torch.tensor, zeros, arange, randn, ...)."""
 
 import builtins
+import math
 
 import numpy as np
 
@@ -20,14 +21,26 @@ def _finish(t: Tensor, requires_grad: bool) -> Tensor:
     return t.requires_grad_() if requires_grad else t
 
 
+# A new tensor of at least this many elements asks whether its memory holds zeros already before a zero fill (below
+# it, the fill costs less than asking); memory new from the driver does, and left unwritten it costs the host nothing.
+FRESH_ZEROS_ELEMENTS = 1 << 18
+
+
 def full(size, fill_value, dtype: _dtype.dtype | None = None, device=None, requires_grad: bool = False) -> Tensor:
     dtype = dtype or _dtype.scalar_dtype(fill_value)
     shape, dev = parse_shape((size,) if isinstance(size, builtins.int) else tuple(size)), device_of(device)
     with trace.span(5, "full", shape=list(shape), dtype=str(dtype), device=str(dev), value=fill_value):
         out = Tensor._empty(shape, dtype, dev)
-        if out.numel():
+        n = out.numel()
+        if n and not (n >= FRESH_ZEROS_ELEMENTS and _zero_bytes(fill_value) and backend.holds_zeros(out._data)):
             backend.fill(out._data, fill_value)
     return _finish(out, requires_grad)
+
+
+def _zero_bytes(value) -> bool:
+    """Whether `value` is stored as zero bytes in every dtype: 0, False or +0.0 (not -0.0)."""
+    return (isinstance(value, builtins.int | builtins.float | np.integer | np.floating | np.bool_) and value == 0
+            and math.copysign(1.0, value) > 0)
 
 
 def zeros(*size, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
@@ -126,41 +139,65 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool
         dtype = _dtype.int64 if all(isinstance(v, builtins.int) for v in (start, end, step)) else \
             _dtype.get_default_dtype()
     dev = device_of(device)
-    if dtype.is_floating_point:         # numpy's values (computed in float64, rounded once) on every device
-        values = np.arange(start, end, step, dtype=np.float64)
-        return _finish(Tensor._from_numpy(values.astype(dtype.np), dev), requires_grad)
-    # integers are made where they live (on a GPU by a kernel, as torch does: an upload would wait for the work
-    # before it)
     if step == 0:
         raise RuntimeError("step must be nonzero")
-    out = Tensor._empty((len(range(start, end, step)),), dtype, dev)
+    if dtype.is_floating_point:         # numpy's values (computed in float64, rounded once) on every device
+        length = (builtins.float(end) - builtins.float(start)) / builtins.float(step)    # numpy's count, exactly
+        if not math.isfinite(length):
+            raise RuntimeError(f"unsupported range: {start} -> {end}")
+        shape = (builtins.max(0, math.ceil(length)),)
+        values = _made(shape, dtype, dev, lambda: np.arange(start, end, step, dtype=np.float64))
+        return _finish(values, requires_grad)
+    # integers are made where they live (on a GPU by a kernel, as torch does: an upload would wait for the work
+    # before it)
+    span = range(start, end, step)          # its len() stops at 2^63: the count, computed
+    out = Tensor._empty((builtins.max(0, -((span.start - span.stop) // span.step)),), dtype, dev)
     if out.numel():
         backend.arange(out._data, start, step)
     return _finish(out, requires_grad)
 
 
 def linspace(start, end, steps: builtins.int, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
-    values = np.linspace(start, end, steps, dtype=np.float64).astype(_float(dtype).np)
-    return _finish(Tensor._from_numpy(values, device_of(device)), requires_grad)
+    values = _made(parse_shape((steps,)), _float(dtype), device_of(device),
+                   lambda: np.linspace(start, end, steps, dtype=np.float64))
+    return _finish(values, requires_grad)
 
 
 def eye(n: builtins.int, m: builtins.int | None = None, dtype=None, device=None, requires_grad=False) -> Tensor:
-    return _finish(Tensor._from_numpy(np.eye(n, m, dtype=_float(dtype).np), device_of(device)), requires_grad)
+    dt = _float(dtype)
+    values = _made(parse_shape((n, n if m is None else m)), dt, device_of(device), lambda: np.eye(n, m, dtype=dt.np))
+    return _finish(values, requires_grad)
 
 
-RANDOM_CHUNK = 1 << 22       # values a GPU's random tensor is drawn and copied in at a time
+def _made(shape: tuple, dt: _dtype.dtype, dev, make) -> Tensor:
+    """A tensor of `shape` holding make()'s values (a host array of that many), cast to `dt`. The tensor is
+    allocated first, so one too big for its device is refused before make() touches host memory."""
+    out = Tensor._empty(shape, dt, dev)
+    if out.numel():
+        _write(out, 0, make().reshape(-1))
+    return out
+
+
+def _write(t: Tensor, start: int, values: np.ndarray) -> None:
+    """Host values into a new tensor's flat storage from element `start` on, cast to its dtype."""
+    piece = t._storage.array[start:start + values.size]
+    if t.device.type == "cpu":
+        piece[...] = values
+    else:
+        piece.copy_to_device(values.astype(piece.dtype, copy=False))
+
+
+RANDOM_CHUNK = 1 << 22       # values a random tensor is drawn and written in at a time
 
 
 def _random(shape: tuple, dt, dev, draw) -> Tensor:
-    """A tensor of `draw(n)`'s values (the generator's float64 stream, so every device gets the same numbers). On a
-    GPU the tensor is allocated first (too big for the device: OutOfMemoryError before any host memory is
-    touched), then filled RANDOM_CHUNK values at a time, so the host never holds more than a chunk."""
-    if dev.type == "cpu":
-        return Tensor._from_numpy(draw(shape).astype(dt.np), dev)
+    """A tensor of `draw(n)`'s values (the generator's stream, so every device gets the same numbers). The tensor
+    is allocated first (too big for its device: refused before any host memory is touched), then filled
+    RANDOM_CHUNK values at a time, so the host never holds more than a chunk besides it."""
     out = Tensor._empty(shape, dt, dev)
-    flat, n = out._storage.array, out.numel()
+    n = out.numel()
     for start in range(0, n, RANDOM_CHUNK):
-        flat[start:min(n, start + RANDOM_CHUNK)].copy_to_device(draw(min(RANDOM_CHUNK, n - start)).astype(dt.np))
+        _write(out, start, draw(min(RANDOM_CHUNK, n - start)))
     return out
 
 
@@ -205,8 +242,9 @@ def randint(*args, size=None, low=None, high=None, dtype=None, device=None, gene
     if lo >= hi:
         raise RuntimeError(f"random_ expects 'from' to be less than 'to', but got from={lo} >= to={hi}")
     rng = generator or default_generator()
-    values = rng.integers(lo, hi, size=parse_shape(tuple(size)))
-    return _finish(Tensor._from_numpy(values.astype((dtype or _dtype.int64).np), device_of(device)), requires_grad)
+    values = _random(parse_shape(tuple(size)), dtype or _dtype.int64, device_of(device),
+                     lambda n: rng.integers(lo, hi, size=n))
+    return _finish(values, requires_grad)
 
 
 def multinomial(input: Tensor, num_samples: int, replacement: bool = False, generator=None) -> Tensor:
@@ -235,8 +273,9 @@ def rand_like(t, dtype=None, device=None, requires_grad=False):
 
 def randperm(n: int, generator=None, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
     """A random permutation of 0 .. n-1 (int64 unless told), drawn on the host by the generator."""
-    order = (generator or default_generator()).permutation(int(n))
-    return _finish(Tensor._from_numpy(order.astype((dtype or _dtype.int64).np), device_of(device)), requires_grad)
+    rng = generator or default_generator()
+    order = _made(parse_shape((n,)), dtype or _dtype.int64, device_of(device), lambda: rng.permutation(int(n)))
+    return _finish(order, requires_grad)
 
 
 def _legacy(dt: _dtype.dtype):

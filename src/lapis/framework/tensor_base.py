@@ -17,7 +17,7 @@ import sys
 
 import numpy as np
 
-from lapis.cuda import DeviceNDArray
+from lapis.cuda import DeviceNDArray, OutOfMemoryError
 from lapis.cuda.context import PinnedHostMemory
 from lapis.framework import autograd, backend
 from lapis.framework import dtype as _dtype
@@ -43,6 +43,14 @@ class Storage:
         self.dtype = _dtype.from_numpy(array.dtype)
 
 
+def _size_text(nbytes: builtins.int) -> str:
+    """A size as torch's out-of-memory message writes it: bytes, KiB, MiB or GiB with two decimals."""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.2f} {unit}"
+    return f"{nbytes} bytes"
+
+
 def device_of(d) -> device:
     """A device argument (None for cpu, a string or a device) as a device with its index."""
     if d is None:
@@ -58,6 +66,8 @@ def parse_shape(size: tuple) -> tuple:
         raise TypeError(f"size must be non-negative integers, got {size}")
     return tuple(builtins.int(s) for s in size)
 
+
+MAX_STORAGE_BYTES = 2**63 - 1   # a storage's size in bytes is an int64, as torch's (and numpy's intp)
 
 _STRIDES: dict = {}          # contiguous_strides by shape: a training loop's shapes repeat, op after op
 STRIDES_KEPT = 4096          # shapes kept before the table starts over
@@ -106,11 +116,20 @@ class TensorBase(autograd.Variable):
     @staticmethod
     def _empty(shape: tuple, dt: _dtype.dtype, dev: device) -> "TensorBase":
         n = builtins.max(math.prod(shape), 1)
-        if dev.type == "cpu":
-            flat = np.empty(n, dt.np)
-        else:
-            context = dev.api.current_context(dev.index)    # this device's, without changing the current one
-            flat = DeviceNDArray.vector(context, n, dt.np)
+        try:
+            if dev.type == "cpu":
+                flat = np.empty(n, dt.np)
+            else:
+                context = dev.api.current_context(dev.index)    # this device's, without changing the current one
+                flat = DeviceNDArray.vector(context, n, dt.np)
+        except (ValueError, OutOfMemoryError) as e:      # numpy's "array is too big", or the device's
+            nbytes = n * dt.itemsize
+            if nbytes > MAX_STORAGE_BYTES:
+                raise RuntimeError(f"Storage size calculation overflowed with sizes={list(shape)}") from None
+            if isinstance(e, OutOfMemoryError):       # torch's words first, then the device's account
+                raise OutOfMemoryError(f"{dev.type.upper()} out of memory. Tried to allocate {_size_text(nbytes)}. "
+                                       f"{e}") from None
+            raise
         out = TensorBase.made_class(Storage(flat), shape, contiguous_strides(shape), 0, dev)
         out._contiguity = (out._strides, out._shape, True)       # made contiguous: no need to look
         return out

@@ -600,6 +600,10 @@ class CommandProcessor:
         if cooperative and blocks * block[0] * block[1] * block[2] > gpu.simt.MAX_COOPERATIVE_LANES:
             raise PacketError(f"cooperative dispatch of {blocks} workgroups exceeds the "
                               f"{gpu.simt.MAX_COOPERATIVE_LANES} threads the simulator runs together")
+        if cooperative and blocks * block[0] * block[1] * block[2] * local > gpu.simt.MAX_LOCAL_BYTES:
+            raise PacketError(f"cooperative dispatch of {blocks} workgroups needs {local} bytes of local memory per "
+                              f"thread, more than the {gpu.simt.MAX_LOCAL_BYTES} the simulator holds for the threads "
+                              "it runs together")
         d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps, local, cooperative)
         wall, host_start = time.perf_counter(), time.monotonic()
         try:

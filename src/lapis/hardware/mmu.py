@@ -15,6 +15,10 @@ min/max check and one addition, whatever its number of lanes. A miss walks every
 leaf tables it touches (512 pages, 2 MiB each), as a GPU's TLB fills a whole fragment of
 contiguous pages from one walk, so neighbouring pages of a buffer share one run. The driver must call
 `invalidate` after it changes a mapping, as a real driver flushes the TLB.
+
+An address with any bit at or above bit 48 set is in no page table: it is unmapped, never an alias of the
+address its low 48 bits name. A range is walked WALK_PAGES pages at a time, so a packet naming a terabyte
+costs the host no more than a few megabytes before it faults.
 """
 
 import threading
@@ -30,10 +34,12 @@ INDEX_BITS = 9              # virtual-address bits each level indexes
 ENTRIES = 1 << INDEX_BITS   # 512 entries per table ...
 ENTRY_BYTES = 8             # ... of 8 bytes: a table is one page
 VA_BITS = 48
+VPN_LIMIT = 1 << (VA_BITS - 12)    # virtual page numbers at or past this are unmapped
 PTE_VALID, PTE_SYSTEM, PTE_WRITABLE, PTE_EXECUTABLE = 1, 2, 4, 8
 ADDRESS_MASK = ((1 << 52) - 1) & ~(PAGE_BYTES - 1)
 TLB_LEAVES = 256            # leaf tables (2 MiB of virtual addresses each) the TLB holds runs for
 LEAF_SHIFT = 12 + 9
+WALK_PAGES = 1 << 16          # pages `translate_range` walks at a time (a few MiB of host arrays)
 
 
 def level_shift(level: int) -> int:
@@ -101,7 +107,7 @@ class Mmu:
             return np.zeros(len(vpns), np.uint64)
         table = np.full(len(vpns), root, np.uint64)
         entry = np.zeros(len(vpns), np.uint64)
-        valid = np.ones(len(vpns), bool)
+        valid = vpns < np.uint64(VPN_LIMIT)      # the tables index 48 bits: the bits above are not ignored
         for level in range(LEVELS - 1, -1, -1):
             index = (vpns >> np.uint64(INDEX_BITS * level)) & np.uint64(ENTRIES - 1)
             slot = (table + index * np.uint64(ENTRY_BYTES)) >> np.uint64(3)   # a uint64 word of VRAM
@@ -215,9 +221,21 @@ class Mmu:
                 run = self._lookup_run(vmid, va, va + size - 1)
             if run is not None and run.flags & needed == needed:
                 return [(run.system, run.pa_start + va - run.va_start, size)]
-            vpns = np.arange(va >> PAGE_SHIFT, ((va + size - 1) >> PAGE_SHIFT) + 1, dtype=np.uint64)
-            entries = self._walk(vmid, vpns)
-            self._fill(vmid, vpns, entries)
+        pieces: list[tuple[bool, int, int]] = []
+        last_vpn = (va + size - 1) >> PAGE_SHIFT
+        for first_vpn in range(va >> PAGE_SHIFT, last_vpn + 1, WALK_PAGES):
+            vpns = np.arange(first_vpn, min(first_vpn + WALK_PAGES, last_vpn + 1), dtype=np.uint64)
+            with self.lock:
+                entries = self._walk(vmid, vpns)
+                self._add_pieces(pieces, vpns, entries, va, size, write, needed)    # a fault fills no runs
+                self._fill(vmid, vpns, entries)
+        return pieces
+
+    @staticmethod
+    def _add_pieces(pieces: list, vpns: np.ndarray, entries: np.ndarray, va: int, size: int, write: bool,
+                    needed: int) -> None:
+        """Append the pieces of [va, va+size) that pages `vpns` map (joining the last piece when it goes on
+        where that one ends), or raise MemoryFault for the first page that does not allow the access."""
         bad = (entries & np.uint64(needed)) != needed
         if bad.any():
             first = np.flatnonzero(bad)[0]
@@ -229,13 +247,15 @@ class Mmu:
         pas = (entries & np.uint64(ADDRESS_MASK)).astype(np.int64)
         system = (entries & np.uint64(PTE_SYSTEM)) != 0
         breaks = np.flatnonzero((np.diff(pas) != PAGE_BYTES) | (np.diff(system) != 0)) + 1
-        pieces = []
         for chunk in np.split(np.arange(len(vpns)), breaks):
             first, last = int(chunk[0]), int(chunk[-1])
             start = max(va, int(vpns[first]) << PAGE_SHIFT)
             end = min(va + size, (int(vpns[last]) + 1) << PAGE_SHIFT)
-            pieces.append((bool(system[first]), int(pas[first]) + (start & (PAGE_BYTES - 1)), end - start))
-        return pieces
+            piece = (bool(system[first]), int(pas[first]) + (start & (PAGE_BYTES - 1)), end - start)
+            if pieces and pieces[-1][0] == piece[0] and pieces[-1][1] + pieces[-1][2] == piece[1]:
+                pieces[-1] = (piece[0], pieces[-1][1], pieces[-1][2] + piece[2])
+            else:
+                pieces.append(piece)
 
 
 def _needed(write: bool, execute: bool) -> int:

@@ -24,6 +24,10 @@ from lapis.runtime.memory import Buffer, MemoryPool
 from lapis.runtime.queue import AqlQueue, QueueError, QueueFull, describe_packet
 from lapis.runtime.signal import Condition, Signal, SignalDestroyed, SignalPool
 
+# A copy between pageable host memory and the GPU goes through a pinned staging buffer this large at most, a piece
+# at a time, as a CUDA driver pipelines one: a copy as large as the GPU costs the host no second buffer of its size.
+STAGING_BYTES = 64 << 20
+
 
 class Runtime:
     """One process's view of the runtime: its driver handle, agents, pools, signals and queues."""
@@ -142,17 +146,23 @@ class Runtime:
         buf = np.frombuffer(data, np.uint8) if isinstance(data, bytes | bytearray) else \
             np.ascontiguousarray(data).view(np.uint8).ravel()
         with self._lock:
-            _, staging = self._copy_queue(agent, buf.size)
-            staging.host[:buf.size] = buf
+            _, staging = self._copy_queue(agent, min(buf.size, STAGING_BYTES))
             with trace.span(2, "memory_copy", kind="host_to_device", agent=agent.name, dst=dst, bytes=buf.size):
-                self._copy_and_wait(agent, dst, staging.va, buf.size)
+                for offset in range(0, buf.size, STAGING_BYTES):
+                    piece = buf[offset:offset + STAGING_BYTES]
+                    staging.host[:piece.size] = piece
+                    self._copy_and_wait(agent, dst + offset, staging.va, piece.size)
 
     def copy_to_host(self, agent: Agent, src: int, size: int) -> np.ndarray:
+        out = np.empty(size, np.uint8)
         with self._lock:
-            _, staging = self._copy_queue(agent, size)
+            _, staging = self._copy_queue(agent, min(size, STAGING_BYTES))
             with trace.span(2, "memory_copy", kind="device_to_host", agent=agent.name, src=src, bytes=size):
-                self._copy_and_wait(agent, staging.va, src, size)
-            return staging.host[:size].copy()
+                for offset in range(0, size, STAGING_BYTES):
+                    n = min(STAGING_BYTES, size - offset)
+                    self._copy_and_wait(agent, staging.va, src + offset, n)
+                    out[offset:offset + n] = staging.host[:n]
+        return out
 
     def copy_on_device(self, agent: Agent, dst: int, src: int, size: int, kind: str = "device_to_device") -> None:
         """Copy between GPU addresses, waiting for it. Either side may be host memory mapped for the GPU

@@ -36,6 +36,7 @@ from numba import njit
 
 import lapis.hardware.simt.native_loops as loops
 import lapis.hardware.simt.translate as tr
+from lapis.hardware.mmu import VPN_LIMIT
 from lapis.hardware.simt.native_counters import LOCAL_BYTES, count_global, count_shared
 from lapis.hardware.simt.native_values import MASK32, as_f32, as_u32, pair, put_pair
 from lapis.hardware.simt.translate import F32_OPS, OP, PAIR_OPS, PREDICATE_OPS, U32_OPS
@@ -281,8 +282,8 @@ def leaf_entry(vram_u64, table, vpn):
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
 def leaf_table(vram_u64, root, vpn):
     """The address of the last-level page table that holds a virtual page's entry (-1 when a level above it
-    is unmapped): the table 512 consecutive pages share."""
-    if root < 0:
+    is unmapped): the table 512 consecutive pages share. A page at or past VPN_LIMIT is in no table."""
+    if root < 0 or vpn >= np.uint64(VPN_LIMIT):
         return np.int64(-1)
     table = np.int64(root)
     for level in range(3, 0, -1):

@@ -42,6 +42,7 @@ class SimtCore:
     """Runs dispatches: splits the grid into batches of resident blocks and executes each."""
 
     MAX_LANES = 1 << 16        # cap on lanes simulated together, to bound host memory
+    MAX_LOCAL_BYTES = 1 << 30  # ... and on their local memory (host memory, zeroed as each batch starts)
     MAX_COOPERATIVE_LANES = 1 << 20    # a cooperative dispatch's lanes, all together (the engine's atomics index them)
     # A run of arithmetic is compiled into an LLVM function (`fused.py`) once threads have run it this many
     # times, over all launches: compiling costs about 2 ms per instruction and saves about 0.15 ns per
@@ -76,7 +77,8 @@ class SimtCore:
         self.counters = c = Counters.for_program(n)
         total = d.grid[0] * d.grid[1] * d.grid[2]
         tpb = d.block[0] * d.block[1] * d.block[2]
-        per_batch = max(1, min(resident_blocks, self.MAX_LANES // tpb))
+        fit = min(self.MAX_LANES // tpb, self.MAX_LOCAL_BYTES // (tpb * d.local_bytes or 1))
+        per_batch = max(1, min(resident_blocks, fit))
         if d.cooperative:               # blocks wait for each other: the command processor checked they all fit
             per_batch = total
         c.waves = -(-total // resident_blocks)
