@@ -167,6 +167,19 @@ def test_moves_with_dtype_and_torch_conventions():
     assert d.device == g.device and d.dtype == lapis.float64 and d.tolist() == [1.25, 2.5]
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int64"])
+def test_float_to_int_casts_out_of_range_follow_each_device_s_hardware_as_torch_s_do(dtype):
+    """C leaves a float -> int cast of NaN, inf or an out-of-range value undefined, and so does torch: on the
+    CPU it is x86's cvttss2si (the "integer indefinite", the type's minimum), on a GPU CUDA's cvt.rzi
+    (saturation, NaN to 0). Each lapis device gives its hardware's answer; in range both truncate."""
+    x = np.array([np.nan, np.inf, -np.inf, 3e9, -3e9, 2.7, -2.7, 1e20], np.float32)
+    info = np.iinfo(dtype)
+    on_cpu = lapis.tensor(x).to(getattr(lapis, dtype)).tolist()
+    assert on_cpu == torch.tensor(x).to(getattr(torch, dtype)).tolist()
+    saturated = [0, int(info.max), int(info.min)] + [max(int(info.min), min(int(info.max), int(v))) for v in x[3:]]
+    assert lapis.tensor(x, device="cuda").to(getattr(lapis, dtype)).cpu().tolist() == saturated
+
+
 def test_torch_cuda_names_work_on_lapis_cuda():
     import gc
     assert lapis.cuda.is_available() and lapis.cuda.device_count() >= 1 and lapis.cuda.current_device() == 0
