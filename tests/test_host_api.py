@@ -862,6 +862,38 @@ def test_a_view_of_memory_after_cuda_free_reaches_what_takes_its_addresses_and_f
         cuda.synchronize()
 
 
+@cuda.jit
+def store_at(a, i, v):
+    if cuda.grid(1) == 0:
+        a[i] = v
+
+
+def test_a_store_past_an_array_never_reaches_the_runtime_s_memory():
+    """The context's kernel arguments and the runtime's signals, rings and staging buffer lie gigabytes from any
+    array (the driver's internal window), farther than an int32 index reaches: a store a few pages or 400 KB past an
+    array faults, or lands in another of the process's arrays, as on CUDA, and synchronize returns. Such stores once
+    landed in the staging buffer, or zeroed a signal's mailbox address and synchronize slept forever."""
+    a = cuda.to_device(np.zeros(16, np.int64))
+    context = cuda.current_context()
+    context.copy_to_device(a.ptr, np.zeros(16, np.int64))            # the copy queue and its staging buffer
+    store_at[1, 1](a, 0, 1)
+    cuda.synchronize()
+    copy_queue, staging = context.rt._copy[context.agent.gpu_id]
+    signal = context.rt.create_signal(1)
+    owned = [context.kernargs, signal.pool.buffer, staging]
+    owned += [buffer for queue in (context.default_state.queue, copy_queue) for buffer in (queue.ring, queue.indices)]
+    signal.destroy()
+    reach = 2**31 * a.dtype.itemsize
+    assert all(abs(buffer.va - a.ptr) > reach for buffer in owned)
+    for distance in (3 * 4096, 400_000):
+        try:
+            store_at[1, 1](a, distance // 8, 0)
+            cuda.synchronize()
+        except cuda.KernelFault as e:
+            assert "not mapped" in str(e)
+    assert (a.copy_to_host() == [1] + [0] * 15).all()
+
+
 def test_a_kernel_whose_local_memory_the_device_cannot_hold_is_refused_with_out_of_memory(monkeypatch):
     """CUDA sets local memory aside for every thread the device holds at once when it loads a kernel, and a launch
     whose share does not fit fails with cudaErrorMemoryAllocation: here 256 KiB x 2048 threads x 132 SMs (71 GB),

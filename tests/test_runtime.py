@@ -3,6 +3,8 @@
 import shutil
 import struct
 import subprocess
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -173,6 +175,43 @@ def test_fault_in_one_process_leaves_another_running(rt):
         assert again.wait(Condition.EQ, 0, timeout_s=5) == 0
     finally:
         other.shutdown()
+
+
+def test_a_store_past_a_buffer_faults_instead_of_landing_in_the_runtime_s_memory(rt):
+    """Signals, rings, kernel arguments, staging and code lie in the driver's internal window, far above the user's
+    buffers: a store a few pages, 128 KiB, 400 KB or 1.5 MiB past a buffer is unmapped and faults its queue. These
+    landed in a copy ring, the staging buffer and a signal's mailbox address (after which the host slept forever)."""
+    gpu = rt.gpu_agents[0]
+    out = rt.device_pool(gpu).allocate(4096)
+    rt.copy_to_device(gpu, out.va, bytes(4096))                 # the copy queue and its staging buffer
+    fill = load(rt, gpu)
+    for distance in (3 * 4096, 128 << 10, 400_000, 1536 << 10):
+        queue = rt.create_queue(gpu)
+        done = dispatch(rt, queue, fill, struct.pack("<Qf", out.va + distance, 0.0), 1, 1)
+        with pytest.raises(QueueError, match="not mapped"):
+            queue.wait(done, timeout_s=10)
+        assert queue.status()[1]["address"] == out.va + distance
+        queue.destroy()
+
+
+def test_a_wait_returns_when_its_signal_completes_without_an_interrupt(rt):
+    """The mailbox address a completion posts its interrupt through is memory a kernel can write: zeroed, the signal
+    completes with no interrupt. The waiter reads the value again after a bounded sleep instead of sleeping on."""
+    gpu = rt.gpu_agents[0]
+    out = rt.device_pool(gpu).allocate(64 * 4)
+    queue = rt.create_queue(gpu)
+    gate, done = rt.create_signal(1), rt.create_signal(1)
+    slot = done.handle - done.pool.buffer.va
+    struct.pack_into("<Q", done.pool.buffer.host, slot + abi.SIGNAL_MAILBOX_OFFSET, 0)
+    queue.submit(abi.BarrierPacket(header=abi.make_header(abi.PACKET_TYPE_BARRIER_AND), dep_signal0=gate.handle))
+    dispatch(rt, queue, load(rt, gpu), struct.pack("<Qf", out.va, 1.0), 64, signal=done)
+    waiter = threading.Thread(target=done.wait, args=(Condition.EQ, 0), daemon=True)
+    waiter.start()
+    time.sleep(0.3)                                             # asleep on its event by now
+    gate.store(0)
+    queue.doorbell.write(queue.write_index - 1)                 # the processor re-checks the barrier
+    waiter.join(timeout=10)
+    assert not waiter.is_alive() and done.load() == 0
 
 
 def test_async_copy_through_the_copy_engine(rt):

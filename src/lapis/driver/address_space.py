@@ -3,7 +3,11 @@
 Virtual ranges (`VirtualRanges`) are process-wide, as in KFD: a buffer has the same GPU
 address on every GPU it is mapped to. They are handed out from the GPUVM aperture with an
 unmapped guard gap after each, so running off the end of a buffer faults instead of
-landing in the next one. Each GPU the process uses gets an `AddressSpace`: a VMID and page
+landing in the next one. Memory the runtime keeps for itself (`MemFlags.INTERNAL`: signals,
+queue rings, kernel arguments, staging, code, the event page) comes from a window at the
+top of the aperture, the user's from the bottom: a kernel's stray store, even megabytes or
+gigabytes past an array, reaches unmapped addresses or the user's own memory, never the
+words the host waits on. Each GPU the process uses gets an `AddressSpace`: a VMID and page
 tables that live in VRAM (pages from the VRAM allocator), in the format the MMU walks
 (`lapis.hardware.mmu`); the driver writes them through the PCIe BAR and flushes the TLB
 after changing a mapping.
@@ -17,33 +21,43 @@ from lapis.hardware.mmu import ENTRIES, ENTRY_BYTES, LEVELS, level_index, level_
 
 GPUVM_BASE = 0x7F00_0000_0000
 GPUVM_LIMIT = 0x7FFF_FFFF_F000
+# The internal window: the top 64 GiB of the 1 TiB aperture. Below it the user's 960 GiB, handed out from the bottom:
+# an int32 index of 8-byte elements reaches 16 GiB, so it strays into the window from no array of a process that
+# holds less than 944 GiB.
+INTERNAL_BASE = 0x7FF0_0000_0000
 VA_ALIGN = 64 * 1024
 GUARD_BYTES = 64 * 1024
 
 
 class VirtualRanges:
-    def __init__(self):
-        self.free_ranges: list[tuple[int, int]] = [(GPUVM_BASE, GPUVM_LIMIT - GPUVM_BASE)]
+    """Free virtual ranges of the user's window and of the internal window, each (start, length), by start."""
 
-    def reserve(self, size: int) -> int:
+    def __init__(self):
+        self.free_ranges: list[tuple[int, int]] = [(GPUVM_BASE, INTERNAL_BASE - GPUVM_BASE)]
+        self.internal_free_ranges: list[tuple[int, int]] = [(INTERNAL_BASE, GPUVM_LIMIT - INTERNAL_BASE)]
+
+    def reserve(self, size: int, internal: bool = False) -> int:
         need = -(-size // VA_ALIGN) * VA_ALIGN + GUARD_BYTES
-        for i, (start, length) in enumerate(self.free_ranges):
+        ranges = self.internal_free_ranges if internal else self.free_ranges
+        for i, (start, length) in enumerate(ranges):
             if length >= need:
-                self.free_ranges[i] = (start + need, length - need)
+                ranges[i] = (start + need, length - need)
                 return start
-        raise MemoryError(f"GPU virtual address space exhausted reserving {size} bytes")
+        window = "internal" if internal else "user"
+        raise MemoryError(f"GPU virtual address space exhausted reserving {size} bytes in the {window} window")
 
     def release(self, va: int, size: int) -> None:
         need = -(-size // VA_ALIGN) * VA_ALIGN + GUARD_BYTES
-        self.free_ranges.append((va, need))
-        self.free_ranges.sort()
+        ranges = self.internal_free_ranges if va >= INTERNAL_BASE else self.free_ranges
+        ranges.append((va, need))
+        ranges.sort()
         merged: list[tuple[int, int]] = []
-        for start, length in self.free_ranges:
+        for start, length in ranges:
             if merged and merged[-1][0] + merged[-1][1] == start:
                 merged[-1] = (merged[-1][0], merged[-1][1] + length)
             else:
                 merged.append((start, length))
-        self.free_ranges = merged
+        ranges[:] = merged
 
 
 class AddressSpace:

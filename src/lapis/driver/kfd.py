@@ -219,7 +219,7 @@ class KfdProcess:
         self.ranges = VirtualRanges()
         # The event page: host memory any GPU of the process may write event ids into.
         self._event_page_pa = system.gtt.alloc(EVENT_SLOTS * 8)
-        self.events = EventTable(self.ranges.reserve(EVENT_SLOTS * 8), EVENT_SLOTS)
+        self.events = EventTable(self.ranges.reserve(EVENT_SLOTS * 8, internal=True), EVENT_SLOTS)
 
     # -- dispatch of numbered commands ---------------------------------------------------------
     def ioctl(self, cmd: Ioctl, args):
@@ -305,7 +305,7 @@ class KfdProcess:
             pa = allocator.alloc(size)
         except OutOfMemoryError as e:
             raise DriverOutOfMemory(str(e)) from None
-        va = self.ranges.reserve(size)
+        va = self.ranges.reserve(size, internal=bool(flags & MemFlags.INTERNAL))
         handle = self._next_handle
         self._next_handle += 1
         self.buffers[handle] = BufferObject(handle, args.gpu_id, flags, pa, size, va)

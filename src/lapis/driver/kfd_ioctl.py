@@ -40,6 +40,9 @@ class Ioctl(IntEnum):
 class MemFlags(IntFlag):
     VRAM = 1 << 0
     GTT = 1 << 1
+    # lapis: the runtime's own memory (signals, rings, kernel arguments, staging, code), placed in the internal
+    # window of the address space, out of reach of a kernel's stray stores past the user's arrays
+    INTERNAL = 1 << 16
     UNCACHED = 1 << 25
     COHERENT = 1 << 26
     EXECUTABLE = 1 << 30

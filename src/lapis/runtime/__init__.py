@@ -113,7 +113,7 @@ class Runtime:
             if staging is None or staging.size < staging_bytes:
                 if staging is not None:
                     staging.free()
-                staging = self.host_pool(agent).allocate(max(staging_bytes, 1 << 20))
+                staging = self.host_pool(agent).allocate(max(staging_bytes, 1 << 20), internal=True)
             self._copy[agent.gpu_id] = (queue, staging)
             return queue, staging
 

@@ -6,6 +6,9 @@ Each GPU agent has three pools, as ROCr reports them:
   - "host": fine-grained system memory (GTT), mapped for the CPU and the GPU alike.
   - "kernarg": host memory for kernel arguments (GTT), read by the command processor.
 A `Buffer` has one GPU virtual address, valid on every GPU it is made accessible to.
+The runtime's own memory (`internal`: signals, queue rings, staging; every kernarg and
+executable buffer) gets its address from the driver's internal window, far from the user's
+allocations, so a kernel's stray store past an array cannot land in what the host waits on.
 """
 
 from dataclasses import dataclass
@@ -41,9 +44,13 @@ class MemoryPool:
             return f | driver.MemFlags.VRAM
         return f | driver.MemFlags.GTT | driver.MemFlags.COHERENT
 
-    def allocate(self, size: int, executable: bool = False) -> Buffer:
+    def allocate(self, size: int, executable: bool = False, internal: bool = False) -> Buffer:
+        """`internal`: memory the runtime keeps for itself, out of the reach of the user's kernels' stray stores.
+        Kernel arguments and code always are."""
         kfd = self.runtime.kfd
         flags = self.flags | (driver.MemFlags.EXECUTABLE if executable else 0)
+        if internal or executable or self.kind == "kernarg":
+            flags |= driver.MemFlags.INTERNAL
         try:
             r = kfd.ioctl(driver.Ioctl.ALLOC_MEMORY_OF_GPU, driver.AllocMemoryArgs(self.agent.gpu_id, size, flags))
         except driver.DriverOutOfMemory as e:

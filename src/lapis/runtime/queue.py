@@ -51,8 +51,8 @@ class AqlQueue:
         self.runtime, self.agent, self.size, self.kind = runtime, agent, packets, kind
         self.error_callback = error_callback
         host = runtime.host_pool(agent)
-        self.ring = host.allocate(packets * abi.PACKET_BYTES)
-        self.indices = host.allocate(64)          # write index u64 @0, read index u64 @8
+        self.ring = host.allocate(packets * abi.PACKET_BYTES, internal=True)
+        self.indices = host.allocate(64, internal=True)   # write index u64 @0, read index u64 @8
         invalid = struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID))
         for slot in range(packets):
             self.ring.host[slot * abi.PACKET_BYTES:slot * abi.PACKET_BYTES + 2] = memoryview(invalid)

@@ -6,7 +6,9 @@ When it completes a packet, the device also writes the packet's start and end ti
 clock into the signal object (`timestamps()`), as the CP writes amd_signal_t's start_ts and
 end_ts. A signal created with an event has its object name the driver event's mailbox, so the
 device posts an interrupt when it changes the value and a waiting thread sleeps in the
-driver (WAIT_EVENTS) until then, instead of spinning.
+driver (WAIT_EVENTS) until then, instead of spinning. The mailbox address and event id sit in
+memory a kernel can write, so a waiter also wakes every `INTERRUPT_RECHECK_S` to read the value
+itself: a lost interrupt costs it that long, never a hang.
 """
 
 import operator
@@ -25,6 +27,10 @@ class Condition(Enum):
     LT = "lt"
     GTE = "gte"
 
+
+# The longest a waiter sleeps on its event before it reads the signal's value again: the interrupt may never come
+# (a stray store zeroed the mailbox address, or changed the event id), while the value has already changed.
+INTERRUPT_RECHECK_S = 0.1
 
 _TESTS = {Condition.EQ: operator.eq, Condition.NE: operator.ne, Condition.LT: operator.lt, Condition.GTE: operator.ge}
 
@@ -94,8 +100,9 @@ class Signal:
             if self.event_id is None:
                 time.sleep(0.0005)
                 continue
-            kfd.ioctl(driver.Ioctl.WAIT_EVENTS, driver.WaitEventsArgs(
-                [self.event_id], False, None if remaining is None else max(1, int(remaining * 1000))))
+            sleep_s = INTERRUPT_RECHECK_S if remaining is None else min(remaining, INTERRUPT_RECHECK_S)
+            kfd.ioctl(driver.Ioctl.WAIT_EVENTS, driver.WaitEventsArgs([self.event_id], False,
+                                                                      max(1, int(sleep_s * 1000))))
 
     def destroy(self) -> None:
         self.pool.release(self)
@@ -110,7 +117,7 @@ class SignalPool:
         self.runtime = runtime
         self.lock = threading.Lock()
         host = runtime.host_pool_any()
-        self.buffer = host.allocate(self.SLOTS * abi.SIGNAL_BYTES)
+        self.buffer = host.allocate(self.SLOTS * abi.SIGNAL_BYTES, internal=True)
         host.allow_access(self.buffer, runtime.gpu_agents)
         self.free_slots = list(range(self.SLOTS - 1, -1, -1))
 
