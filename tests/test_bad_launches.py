@@ -2,10 +2,12 @@
 will not be written (the packet processor would stop at it, and every later wait on the queue would sleep), no
 work is left pending that will never complete, and the next launch runs."""
 
+import time
+
 import numpy as np
 import pytest
 
-from lapis import abi, cuda, runtime
+from lapis import abi, cuda, driver, runtime
 from lapis.cuda import LaunchError
 from test_runtime import dispatch, load
 
@@ -101,4 +103,42 @@ def test_a_fault_is_reported_to_its_own_stream_not_to_another_stream_s_launch():
     assert b.copy_to_host(stream=b_stream).tolist() == [1] * 64
     with pytest.raises(KernelFault, match="write_far_past"):
         a_stream.synchronize()
+    assert still_runs()
+
+
+@cuda.jit
+def spin_forever(a):
+    i = 0
+    while True:
+        i += 1
+        if i < 0:                      # never: keeps the loop from being dropped
+            a[0] = i
+
+
+@cuda.jit
+def mark_in_bounds(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] = 1
+
+
+@pytest.mark.parametrize("kernel, config", [(spin_forever, (1, 32)), (mark_in_bounds, (2**31 - 1, 1))])
+def test_a_kernel_past_the_time_limit_times_out_on_its_own_stream(monkeypatch, kernel, config):
+    """An endless kernel, or one with two billion blocks, is stopped at the device's time limit (as a driver's timeout
+    detection stops it): its stream reports cudaErrorLaunchTimeout's message, and another stream's kernels run."""
+    from lapis.cuda import KernelFault
+    for node in driver.system().nodes:
+        monkeypatch.setattr(node.gpu, "watchdog_steps", 10**15)
+        monkeypatch.setattr(node.gpu, "kernel_timeout_s", 0.5)
+    slow, other = cuda.stream(), cuda.stream()
+    a, b = cuda.to_device(np.zeros(64, np.int32)), cuda.to_device(np.zeros(64, np.int32))
+    start = time.monotonic()
+    kernel[(*config, slow)](a)
+    mark[1, 64, other](b)
+    other.synchronize()
+    assert b.copy_to_host(stream=other).tolist() == [1] * 64
+    with pytest.raises(KernelFault, match=f"kernel {kernel.__name__!r} faulted on .*: the launch timed out and was "
+                                          "terminated: it ran longer than the device's 0.5 s limit for one kernel"):
+        slow.synchronize()
+    assert time.monotonic() - start < 5
     assert still_runs()

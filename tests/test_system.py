@@ -139,6 +139,95 @@ def test_destroying_a_queue_with_work_in_flight_fails_its_signals(rt):
     assert [s.wait(Condition.LT, 1, timeout_s=5) for s in pending] == [-1, -1, -1]
 
 
+FOREVER = """
+top:
+    BRA top ;
+    EXIT ;
+"""
+
+
+def forever(rt, monkeypatch, limit_s: float):
+    """A kernel that never ends, and a device whose step watchdog lets it run and whose time limit is `limit_s`."""
+    gpu = rt.gpu_agents[0]
+    device = driver.system().nodes[gpu.gpu_id].gpu
+    monkeypatch.setattr(device, "watchdog_steps", 10**15)
+    monkeypatch.setattr(device, "kernel_timeout_s", limit_s)
+    return load(rt, gpu, "forever", FOREVER)
+
+
+def test_a_kernel_past_the_time_limit_faults_its_queue_and_the_device_serves_on(rt, monkeypatch):
+    gpu = rt.gpu_agents[0]
+    spin, queue = forever(rt, monkeypatch, 0.5), rt.create_queue(gpu)
+    start = time.monotonic()
+    done = dispatch(rt, queue, spin, b"", 64)
+    with pytest.raises(QueueError, match=r"the launch timed out and was terminated: it ran longer than the device's "
+                                         r"0.5 s limit for one kernel \(LAPIS_KERNEL_TIMEOUT_S\)"):
+        queue.wait(done, timeout_s=10)
+    assert time.monotonic() - start < 5
+    assert queue.status()[1]["instruction"] == "BRA 0x0 ;"           # where it was stopped
+    sym, out, other = load(rt, gpu), rt.device_pool(gpu).allocate(256), rt.create_queue(gpu)
+    assert other.wait(dispatch(rt, other, sym, struct.pack("<Qf", out.va, 4.0), 64), timeout_s=5) == 0
+    assert np.all(np.frombuffer(rt.copy_to_host(gpu, out.va, 256), np.float32) == 4.0)
+
+
+def test_destroying_a_queue_cancels_its_running_kernel(monkeypatch):
+    """hsa_queue_destroy: the kernel executing stops at the SIMT core's next look at its deadline, and its
+    waiters (and those of the packets behind it) get -1."""
+    with launch_blocking(False):
+        rt = runtime.Runtime()
+        try:
+            gpu = rt.gpu_agents[0]
+            spin, queue = forever(rt, monkeypatch, 60.0), rt.create_queue(gpu)
+            hardware = driver.system().nodes[gpu.gpu_id].gpu.cp.queues[queue.queue_id]
+            running, behind = dispatch(rt, queue, spin, b"", 64), rt.create_signal(1)
+            barrier(queue, rt.create_signal(0), behind)
+            deadline = time.monotonic() + 10
+            while not hardware.busy and time.monotonic() < deadline:       # the processor's thread runs it
+                time.sleep(0.001)
+            assert hardware.busy
+            start = time.monotonic()
+            queue.destroy()
+            assert time.monotonic() - start < 5
+            assert running.wait(Condition.LT, 1, timeout_s=5) == -1 and behind.wait(Condition.LT, 1, timeout_s=5) == -1
+            with pytest.raises(QueueError, match="destroyed"):
+                queue.wait(running, timeout_s=5)
+        finally:
+            rt.shutdown()
+
+
+@pytest.mark.parametrize("kind", [abi.PACKET_TYPE_BARRIER_AND, abi.PACKET_TYPE_BARRIER_OR])
+def test_a_barrier_on_a_failed_signal_is_its_queue_s_error(rt, kind):
+    gpu = rt.gpu_agents[0]
+    queue = rt.create_queue(gpu)
+    failed, pending, done = rt.create_signal(-1), rt.create_signal(1), rt.create_signal(1)
+    queue.submit(abi.BarrierPacket(header=abi.make_header(kind), dep_signal0=pending.handle,
+                                   dep_signal1=failed.handle, completion_signal=done.handle))
+    with pytest.raises(QueueError, match=f"barrier dependency signal {failed.handle:#x} is -1: the work it waits "
+                                         "for failed"):
+        queue.wait(done, timeout_s=5)
+
+
+def test_packets_behind_a_queue_error_fail_instead_of_waiting_forever(rt):
+    """A queue stopped on an error runs nothing more: the packets behind the failed one, and those written
+    after it, complete at once with -1, and a wait on any of them gets the queue's error."""
+    gpu = rt.gpu_agents[0]
+    sym, queue = load(rt, gpu), rt.create_queue(gpu, packets=4)
+    bad, behind = rt.create_signal(1), rt.create_signal(1)
+    queue.submit(abi.KernelDispatchPacket(header=abi.make_header(abi.PACKET_TYPE_KERNEL_DISPATCH), setup=1,
+                                          workgroup_size_x=64, grid_size_x=100, kernel_object=sym.kernel_object,
+                                          completion_signal=bad.handle))
+    barrier(queue, rt.create_signal(0), behind)
+    with pytest.raises(QueueError, match="not a whole number of workgroups"):
+        queue.wait(behind, timeout_s=5)
+    assert bad.load() == -1
+    for _ in range(6):                     # more than the ring holds: the failed packets free their slots
+        later = rt.create_signal(1)
+        barrier(queue, rt.create_signal(0), later)
+        with pytest.raises(QueueError, match="not a whole number of workgroups"):
+            queue.wait(later, timeout_s=5)
+    assert queue.read_index == queue.write_index
+
+
 def test_freeing_memory_waits_for_the_kernels_that_use_it(rt):
     gpu = rt.gpu_agents[0]
     sym, queue = load(rt, gpu), rt.create_queue(gpu)

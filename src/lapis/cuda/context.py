@@ -553,10 +553,8 @@ class Stream:
         signal, state = self.context.stream_marker(self), self.state
 
         def wait_then_call() -> None:
-            try:
-                value = signal.wait(runtime.Condition.LT, 1, CALLBACK_POLL_S)
-                while value > 0 and state.queue.status()[0] == "active":     # the stream still runs: wait on
-                    value = signal.wait(runtime.Condition.LT, 1, CALLBACK_POLL_S)
+            try:      # a queue that stops fails the packets left in it, this marker too: the wait ends either way
+                value = signal.wait(runtime.Condition.LT, 1)
             finally:
                 signal.destroy()
             callback(self, 0 if value == 0 else LAUNCH_FAILURE, arg)

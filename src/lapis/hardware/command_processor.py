@@ -13,7 +13,17 @@ code (decoded programs are cached by their bytes) and checks it against the desc
 constant bank 0, places blocks on compute units by occupancy and runs them on the SIMT
 core. A malformed packet, an invalid program, a ring the processor cannot write or a
 faulting kernel puts only its own queue into the error state and posts a queue-error
-interrupt; other queues go on.
+interrupt; other queues go on. A queue in the error state runs nothing more: the packets left in
+its ring, and any written there later, complete at once with their signals set to -1, so that no
+waiter sleeps on a packet that will never run. A barrier packet whose dependency signal has gone
+negative (its work failed) is such an error too.
+
+Every kernel has a time limit (`Gpu.kernel_timeout_s`, LAPIS_KERNEL_TIMEOUT_S), as a driver's
+timeout detection gives each job: a dispatch carries its deadline to the SIMT core, which stops
+the kernel there with a fault of its queue ("the launch timed out and was terminated", as CUDA's
+cudaErrorLaunchTimeout says), and the processor goes on to the other queues. Destroying a queue
+(or resetting the device) cancels its running kernel the same way, at the core's next look at the
+deadline.
 
 The processor runs on its own thread, as the CP firmware runs on its own microcontroller:
 a doorbell write only marks the queue kicked, and returns at once. It serves the queues round
@@ -54,6 +64,7 @@ finds it open runs what follows it. Either way one packet runs at a time per dev
 and one thread at a time serves the queues round robin (`_serving`).
 """
 
+import functools
 import math
 import struct
 import threading
@@ -122,8 +133,9 @@ class CommandProcessor:
         self._cond = threading.Condition(lock)     # a queue's state changed (its packet finished, it stopped)
         self._work = threading.Condition(lock)     # the processor's thread has a queue to run (a doorbell)
         # Held while a packet runs, by whichever thread runs it: the executor and its caches serve one
-        # packet at a time. A packet's run is bounded (a kernel's by the watchdog), and so is this wait.
+        # packet at a time. A packet's run is bounded (a kernel's by its time limit), and so is this wait.
         self._engine = threading.Lock()
+        self._running: tuple[HardwareQueue, Dispatch] | None = None     # the kernel executing, to cancel
         # Held by the thread serving the queues round robin (the processor's, or a host thread in
         # `run_ready`), so that one order of turns interleaves the queues.
         self._serving = threading.Lock()
@@ -150,30 +162,55 @@ class CommandProcessor:
                 self._thread.start()
 
     def unmap_queue(self, queue_id: int) -> None:
-        """Stop serving a queue: the packet executing finishes, the packets left in its ring do
-        not run and their completion signals are set to -1, so no waiter hangs."""
+        """Stop serving a queue (hsa_queue_destroy): a kernel of it executing is cancelled (it stops at the
+        SIMT core's next look at its deadline, and fails), the packets left in its ring do not run and their
+        completion signals are set to -1, so no waiter hangs."""
         with self._cond:
             queue = self.queues.pop(queue_id, None)
             if queue is None:
                 return
             self.by_doorbell.pop(queue.doorbell, None)
-            was = queue.state
             queue.state = "destroyed"
+            self._cancel(queue, "cancelled: its queue was destroyed")
             while queue.busy:
                 self._cond.wait()
-        if was == "active":
-            self._abandon(queue)
+        self._abandon(queue)
+
+    def _cancel(self, q: HardwareQueue, reason: str) -> None:
+        """Stop the kernel of `q` executing, if one is (the caller holds the lock and has set the queue's state:
+        a dispatch starting meanwhile sees that state, and stops itself)."""
+        running = self._running
+        if running is not None and running[0] is q:
+            running[1].stop(reason)
 
     def _abandon(self, q: HardwareQueue) -> None:
-        for index in range(q.read_index, q.read_index + q.ring_packets):
-            slot_va = q.ring_va + (index & (q.ring_packets - 1)) * abi.PACKET_BYTES
+        """Fail the packets in a queue that runs no more (in the error state, destroyed, or reset): each one's
+        completion signal is set to -1, its header reset and the read index moved past it, so each fails once.
+        The newest fails first: a host waits for its packets in order, and once it sees one fail it may free the
+        signals of those behind it, which the device must not write after that."""
+        slots = []
+        while len(slots) < q.ring_packets:
+            slot_va = q.ring_va + ((q.read_index + len(slots)) & (q.ring_packets - 1)) * abi.PACKET_BYTES
             try:
                 packet = self.gpu.read_virtual(q.vmid, slot_va, abi.PACKET_BYTES, "abandoned packet")
             except MemoryFault:
-                return
+                break
             if packet[0] == abi.PACKET_TYPE_INVALID:
-                return
-            self._fail_signal(q, struct.unpack_from("<Q", packet, 56)[0])
+                break
+            slots.append((slot_va, struct.unpack_from("<Q", packet, 56)[0]))
+        invalid = struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID))
+        for slot_va, signal in reversed(slots):
+            self._fail_signal(q, signal)
+            try:
+                self.gpu.write_virtual(q.vmid, slot_va, invalid, "packet header reset")
+            except MemoryFault:
+                pass              # a read-only ring: the read index alone keeps the packet from failing twice
+        if slots:
+            q.read_index += len(slots)
+            try:
+                self.gpu.write_virtual(q.vmid, q.read_index_va, struct.pack("<Q", q.read_index), "read index update")
+            except MemoryFault:
+                pass              # the host cannot reuse the slots, but every waiter has its answer
 
     def doorbell(self, doorbell: int, value: int) -> None:
         with self._cond:
@@ -253,8 +290,10 @@ class CommandProcessor:
         return all_blocked
 
     def _runnable(self) -> list[HardwareQueue]:
-        """The active queues with something to do: kicked by a doorbell, or waiting at a barrier."""
-        return [q for q in self.queues.values() if q.state == "active" and (q.kicked or q.waiting)]
+        """The queues with something to do: active ones kicked by a doorbell or waiting at a barrier, and kicked
+        ones in the error state (packets written after the error, to fail)."""
+        return [q for q in self.queues.values()
+                if (q.state == "active" and (q.kicked or q.waiting)) or (q.state == "error" and q.kicked)]
 
     # -- the processor's own thread -----------------------------------------------------------------
     def _due(self) -> tuple[list[HardwareQueue], float | None]:
@@ -324,18 +363,23 @@ class CommandProcessor:
     def _turn(self, q: HardwareQueue, packets: int = 1) -> str:
         """Run up to `packets` packets at the head of a queue on the calling thread (the processor's own, or
         with launch blocking the one that rang the doorbell), then write its read index: "ran" (the last
-        ran), "empty", "blocked" (at a barrier packet) or "stopped" (the queue or the device is not running)."""
+        ran), "empty", "blocked" (at a barrier packet) or "stopped" (the queue or the device is not running).
+        In a queue in the error state, the packets written since are failed instead."""
         with self._engine:
             with self._cond:
-                if q.state != "active" or self.halted:
+                if q.state not in ("active", "error") or self.halted:
                     return "stopped"
                 q.busy = True
             outcome, start = "empty", q.read_index
             try:
-                for _ in range(packets):
-                    outcome = self._step(q)
-                    if outcome != "ran" or q.state != "active" or self.halted:
-                        break
+                if q.state == "error":
+                    outcome = "stopped"
+                    self._abandon(q)
+                else:
+                    for _ in range(packets):
+                        outcome = self._step(q)
+                        if outcome != "ran" or q.state != "active" or self.halted:
+                            break
             except Exception as e:       # noqa: BLE001 - a simulator bug must not hang every waiter
                 self._fatal(q, e)
             finally:
@@ -370,6 +414,7 @@ class CommandProcessor:
             queues = list(self.queues.values())
             for q in queues:
                 q.state = "reset"
+                self._cancel(q, "cancelled: the GPU was reset")
             while any(q.busy for q in queues):
                 self._cond.wait()
             for q in queues:
@@ -398,35 +443,37 @@ class CommandProcessor:
             done = self._run_packet(q, kind, packet)
         except PacketError as e:
             self._queue_error(q, str(e), getattr(e, "detail", {}))
-            self._fail_signal(q, struct.unpack_from("<Q", packet, 56)[0])
             return "empty"
         except KeyboardInterrupt:
             # The program's thread runs packets under launch blocking and while it waits for the device, and
             # Ctrl-C interrupts it there. The packet stopped part-way, so its queue stops as on a fault
             # (nobody waits for it forever), and the interrupt goes on up to the program.
             self._queue_error(q, "interrupted: the host thread running the packet got a KeyboardInterrupt", {})
-            self._fail_signal(q, struct.unpack_from("<Q", packet, 56)[0])
             raise
         if not done:
             q.waiting = True
             return "blocked"
         q.waiting = False
+        q.read_index += 1                 # before an error below fails the packets from the read index on
         try:
             gpu.write_virtual(q.vmid, slot_va, struct.pack("<H", abi.make_header(abi.PACKET_TYPE_INVALID)),
                               "packet header reset")
         except MemoryFault as e:          # a read-only ring, or one unmapped while its packet ran
             self._queue_error(q, f"cannot reset the packet header: {e}", {"address": e.va})
-        q.read_index += 1
         return "ran"
 
     def _queue_error(self, q: HardwareQueue, reason: str, detail: dict) -> None:
-        """Stop the queue and report why; a queue already stopped on an error keeps its first one."""
+        """Stop the queue, report why, then fail the packets from its read index on (the one that failed, if it
+        did, and those behind it), so that a waiter that sees its packet fail finds the queue's error reported.
+        A queue already stopped (on an error, destroyed, or reset) keeps the state and reason it has."""
         with self._cond:
-            if q.state == "error":
+            if q.state != "active":
                 return
             q.state = "error"
+            q.waiting = False
         trace.emit(0, "queue_error", device=self.gpu.name, queue=q.queue_id, reason=reason, **detail)
         self.gpu.post_interrupt(Interrupt("queue_error", q.vmid, q.queue_id, detail={"reason": reason, **detail}))
+        self._abandon(q)
 
     def _run_packet(self, q: HardwareQueue, kind: int, packet: bytes) -> bool:
         if kind == abi.PACKET_TYPE_KERNEL_DISPATCH and q.kind == "compute":
@@ -436,7 +483,13 @@ class CommandProcessor:
         elif kind in (abi.PACKET_TYPE_BARRIER_AND, abi.PACKET_TYPE_BARRIER_OR):
             p = abi.BarrierPacket.unpack(packet)
             deps = [s for s in (p.dep_signal0, p.dep_signal1, p.dep_signal2, p.dep_signal3, p.dep_signal4) if s]
-            met = [self._signal_value(q, s) == 0 for s in deps]
+            values = [self._signal_value(q, s) for s in deps]
+            for handle, value in zip(deps, values, strict=True):
+                if value < 0:          # its packet failed, or never ran behind a failure: the barrier never opens
+                    err = PacketError(f"barrier dependency signal {handle:#x} is {value}: the work it waits for failed")
+                    err.detail = {"signal": handle}
+                    raise err
+            met = [value == 0 for value in values]
             ready = all(met) if kind == abi.PACKET_TYPE_BARRIER_AND else (any(met) or not deps)
             if not ready:
                 return False
@@ -604,8 +657,13 @@ class CommandProcessor:
             raise PacketError(f"cooperative dispatch of {blocks} workgroups needs {local} bytes of local memory per "
                               f"thread, more than the {gpu.simt.MAX_LOCAL_BYTES} the simulator holds for the threads "
                               "it runs together")
-        d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps, local, cooperative)
         wall, host_start = time.perf_counter(), time.monotonic()
+        limit = gpu.kernel_timeout_s
+        d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps, local, cooperative,
+                     host_start + limit, _timeout_reason(limit))
+        self._running = (q, d)
+        if q.state != "active":                # destroyed or reset as it was fetched (see `_cancel`)
+            d.stop(f"cancelled: its queue was {q.state}")
         try:
             counters = gpu.simt.run(d, occ.resident_blocks)
         except KernelFault as e:
@@ -613,6 +671,8 @@ class CommandProcessor:
             err.detail = {"kernel_object": p.kernel_object, "pc": e.pc, "instruction": e.instruction,
                           "address": e.address, "fault": e.reason}
             raise err from None
+        finally:
+            self._running = None
         wall = time.perf_counter() - wall
         timing = model_time(profile, counters, occ, program)
         energy = timing.energy_j
@@ -645,6 +705,14 @@ class CommandProcessor:
                        disassembly=disassemble(program[:8], indent=""),
                        per_instruction=_per_instruction(program, counters, timing))
         return start
+
+
+@functools.cache
+def _timeout_reason(limit_s: float) -> str:
+    """The fault of a kernel stopped at its time limit (kept per limit: formatting it per launch would cost a tiny
+    kernel more than its deadline's checks do)."""
+    return (f"the launch timed out and was terminated: it ran longer than the device's {limit_s:g} s limit for one "
+            "kernel (LAPIS_KERNEL_TIMEOUT_S)")
 
 
 def _per_instruction(program, counters, timing) -> dict:

@@ -7,6 +7,7 @@ the command processor, the copy engine and the SIMT compute units. Every crossin
 host and device goes through its `PcieLink`.
 """
 
+import math
 import os
 
 from lapis.hardware.command_processor import CommandProcessor, HardwareQueue, Interrupt
@@ -19,6 +20,13 @@ from lapis.hardware.profiles import DeviceProfile, GiB, get_profile
 from lapis.hardware.simt import SimtCore
 
 DEFAULT_WATCHDOG_STEPS = 1_000_000
+# The longest one kernel may run, in host seconds, before the command processor stops it and faults its queue
+# (LAPIS_KERNEL_TIMEOUT_S; 0: no limit). amdgpu gives a compute job 60 s before its timeout handler stops it
+# (lockup_timeout). The simulator runs a kernel thousands of times slower than the device it models, so a display
+# driver's 2 s (Windows' TDR) would stop real work; the slowest kernels of the tests take about a second.
+DEFAULT_KERNEL_TIMEOUT_S = 60.0
+# LAPIS_SIM=reference and compare run every instruction through numpy, from 5 to some tens of times slower.
+REFERENCE_TIMEOUT_FACTOR = 10
 HOST_MEMORY_BYTES = 512 * GiB
 
 
@@ -54,6 +62,8 @@ class Gpu:
         self.copy_engine = CopyEngine(self)
         self.power = PowerModel(profile)
         self.watchdog_steps = int(os.environ.get("LAPIS_WATCHDOG_STEPS", DEFAULT_WATCHDOG_STEPS))
+        default_timeout_s = DEFAULT_KERNEL_TIMEOUT_S * (1 if sim == "translated" else REFERENCE_TIMEOUT_FACTOR)
+        self.kernel_timeout_s = kernel_timeout_s(os.environ.get("LAPIS_KERNEL_TIMEOUT_S", str(default_timeout_s)))
         self._interrupt_handler = None
 
     @property
@@ -150,3 +160,14 @@ class Platform:
     def __init__(self, profile_names: list[str], host_memory_bytes: int = HOST_MEMORY_BYTES):
         self.sysmem = PhysicalMemory(host_memory_bytes, "system memory")
         self.gpus = [Gpu(i, get_profile(name), self.sysmem) for i, name in enumerate(profile_names)]
+
+
+def kernel_timeout_s(text: str) -> float:
+    """A per-kernel time limit as LAPIS_KERNEL_TIMEOUT_S gives it: seconds, 0 for none."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not seconds >= 0:
+        raise ValueError(f"LAPIS_KERNEL_TIMEOUT_S={text!r}: expected a number of seconds (0: no limit)")
+    return seconds or math.inf

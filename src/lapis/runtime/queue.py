@@ -87,9 +87,12 @@ class AqlQueue:
 
     def wait(self, signal, target: int = 0, timeout_s: float | None = None) -> int:
         """Wait for a completion signal of a packet on this queue to reach `target`; raise the
-        queue's error if the packet failed (the signal went negative) or the queue stopped."""
+        queue's error if the packet failed (the signal went negative) or the queue stopped. A packet
+        of a queue that stopped never runs: the device fails it, so this wait ends."""
         value = signal.wait(Condition.LT, target + 1, timeout_s)
         if value < 0:
+            if self.destroyed:
+                raise QueueError(f"queue {self.queue_id} was destroyed: the packet did not complete")
             state, error = self.status()
             raise self.error(state, error) if state != "active" else QueueError(
                 f"a packet on queue {self.queue_id} failed (its completion signal is {value})")

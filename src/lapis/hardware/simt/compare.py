@@ -5,7 +5,8 @@ alone, then again, from the same memory, with the translated code (`translated.p
 checks that both write the same bytes to the same global addresses, leave the same L2
 contents and the same counters (per-instruction warp and thread counts, sectors, L2 hits and
 misses, DRAM and PCIe bytes, shared-memory wavefronts, FLOPs by precision), or raise the same
-fault. A difference raises `ExecutorMismatch`.
+fault. A difference raises `ExecutorMismatch`. A run stopped at the dispatch's deadline (its time
+limit, or a cancel) is not compared: where it stopped depends on the host's clock; its fault is raised.
 
 Between the two runs only the bytes the reference's global stores and atomics wrote are put
 back (they record what they overwrite): host threads keep writing their own memory (queue
@@ -15,6 +16,7 @@ and `tests/test_translated.py` the kernel tests.
 """
 
 import dataclasses
+import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,6 +36,8 @@ def compare_executors(core: "SimtCore", d: Dispatch, resident_blocks: int) -> Co
     memories = (core.vram, core.sysmem)
     l2 = core.l2.tags.copy(), core.l2.dirty.copy()
     reference, log = _outcome(core, d, resident_blocks, False)
+    if _stopped_at_deadline(reference, d):
+        raise reference[1]
     ref_written = _addresses(log)
     ref_values = [memory.u8[at] for memory, at in zip(memories, ref_written, strict=True)]
     ref_l2 = core.l2.tags.copy(), core.l2.dirty.copy()
@@ -41,6 +45,8 @@ def compare_executors(core: "SimtCore", d: Dispatch, resident_blocks: int) -> Co
         memories[system].u8[at] = old
     core.l2.tags[:], core.l2.dirty[:] = l2
     translated, log = _outcome(core, d, resident_blocks, True)
+    if _stopped_at_deadline(translated, d):
+        raise translated[1]
     written = _addresses(log)
     program = f"{len(d.program)}-instruction kernel, grid {d.grid}, block {d.block}"
     if reference[0] != translated[0]:
@@ -75,6 +81,11 @@ def _outcome(core: "SimtCore", d: Dispatch, resident_blocks: int, translated: bo
         return outcome, core.write_log
     finally:
         core.write_log = None
+
+
+def _stopped_at_deadline(outcome, d: Dispatch) -> bool:
+    """Whether a run faulted with the dispatch's deadline passed (stopped by it, as far as a comparison can tell)."""
+    return isinstance(outcome[1], KernelFault) and time.monotonic() >= d.deadline
 
 
 def _addresses(log) -> list[np.ndarray]:

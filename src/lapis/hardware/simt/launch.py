@@ -11,6 +11,7 @@ stops on an error raises `KernelFault`, naming the instruction and, for memory, 
 address, as a GPU reports an illegal or misaligned address.
 """
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,3 +124,12 @@ class Dispatch:
     watchdog_steps: int
     local_bytes: int = 0                 # local (private) memory per thread
     cooperative: bool = False            # every block resident at once (one batch), for grid barriers
+    # The time.monotonic() past which the SIMT core stops the kernel with a fault for `deadline_reason`: the command
+    # processor's per-kernel time limit, or at once when it cancels the kernel (`stop`).
+    deadline: float = math.inf
+    deadline_reason: str = ""
+
+    def stop(self, reason: str) -> None:
+        """Stop the kernel at the SIMT core's next look at the deadline (from another thread: its queue went)."""
+        self.deadline_reason = reason
+        self.deadline = -math.inf

@@ -10,12 +10,16 @@ jump and those that fall through; those that fall through run on, unless the bra
 (a loop's test at its bottom), when they wait and the lanes at the lower pc run first. EXIT
 retires lanes; a barrier (BAR) is a no-op when the lanes that arrive (those of its group whose
 guard holds) are every live lane of each block they touch, and otherwise is a barrier under
-divergence, which faults. A watchdog on scheduler steps stops a kernel that never ends.
+divergence, which faults. A watchdog on scheduler steps stops a kernel that never ends, and the
+dispatch's deadline (the command processor's time limit per kernel, or its cancelling the kernel)
+one that runs too long: it is read between batches, between slices of the native engine's run
+and every `DEADLINE_STEPS` steps of the reference's, never per instruction.
 
 Every step counts the warp- and thread-instructions it issued; instruction latencies do not
 delay execution here (they feed the performance model through the counters).
 """
 
+import time
 from functools import partial
 
 import numpy as np
@@ -51,6 +55,10 @@ class SimtCore:
     # worth compiling once per machine is one a program returns to: a training loop's kernels, from its
     # first few dozen steps (a tiny GPT's attention, 8,192 thread-runs a step, from its 32nd).
     FUSE_AFTER = 1 << 18
+    # The native engine runs a batch in slices of about this many lane-instructions (tens of milliseconds), and the
+    # scheduler reads the deadline between them; a kernel shorter than a slice never pays for one more call.
+    DEADLINE_LANE_STEPS = 1 << 24
+    DEADLINE_STEPS = 256        # the reference reads the deadline once every so many steps
 
     def __init__(self, profile: DeviceProfile, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory,
                  caches: bool = True, translated: bool = True, compare: bool = False):
@@ -90,6 +98,8 @@ class SimtCore:
         for first in range(0, total, per_batch):
             nblocks = min(per_batch, total - first)
             blocks = self._batch_for(d, nblocks, translation)
+            if first and time.monotonic() >= d.deadline:
+                raise blocks.fault(0, f"{d.deadline_reason} ({first} of {total} workgroups had run)")
             blocks.start(first)
             self._run_blocks(blocks, kinds, targets)
         if translation is not None and self.fuse_after is not None:
@@ -178,11 +188,14 @@ class SimtCore:
         """Run one batch with the native scheduler; the binders run the steps it hands back."""
         native = blocks.native
         translated, waiting = native.translation.translated, native.waiting
-        budget, end = blocks.d.watchdog_steps, len(blocks.d.program)
+        d = blocks.d
+        budget, end = d.watchdog_steps, len(d.program)
+        per_slice = max(1, self.DEADLINE_LANE_STEPS // blocks.lanes)
         native.begin()
         steps, pc, current = 0, 0, False
         while True:
-            status, pc, ran = native.run(pc, current, budget - steps)
+            allowed = min(budget - steps, per_slice)
+            status, pc, ran = native.run(pc, current, allowed)
             steps += ran
             if status == FINISHED:
                 break
@@ -190,6 +203,12 @@ class SimtCore:
                 raise blocks.fault(pc - 1, PAST_END_TEXT)
             current = True
             if status == STORED:
+                continue
+            if time.monotonic() >= d.deadline:
+                raise blocks.fault(pc, d.deadline_reason)
+            if ran == allowed and steps < budget:
+                # The slice ran out: the engine stopped before the instruction at pc, the running group kept, and goes
+                # on from there. Had it stopped there for the binders too, the next call stops at once, and they run it.
                 continue
             mask, lanes, warps = native.current()
             with np.errstate(all="ignore"):           # the running group, through the binders (as the reference)
@@ -210,10 +229,12 @@ class SimtCore:
         """Count instruction pc as issued by a group of `lanes` lanes in `warps` warps, under the watchdog;
         returns the steps so far and its executor."""
         steps += 1
-        budget = blocks.d.watchdog_steps
-        if steps > budget:
-            raise blocks.fault(pc, f"watchdog: more than {budget} instruction steps in one batch of blocks "
+        d = blocks.d
+        if steps > d.watchdog_steps:
+            raise blocks.fault(pc, f"watchdog: more than {d.watchdog_steps} instruction steps in one batch of blocks "
                                    "(an infinite loop?); raise LAPIS_WATCHDOG_STEPS if the kernel is just long")
+        if not steps % self.DEADLINE_STEPS and time.monotonic() >= d.deadline:
+            raise blocks.fault(pc, d.deadline_reason)
         c = self.counters
         c.warp_instructions[pc] += warps
         c.thread_instructions[pc] += lanes
