@@ -208,6 +208,9 @@ def test_disasm_shows_per_instruction_counts_and_stalls(tmp_path, capsys, monkey
     assert main(["disasm", code_object, "--profile", str(record)]) == 0
     annotated = capsys.readouterr().out
     assert annotated.startswith("saxpy: ") and "warp execs" in annotated and " 4096 " in annotated
+    assert main(["disasm", code_object]) == 0                    # its line table: cuobjdump -lineinfo's comments
+    plain = capsys.readouterr().out
+    assert f"// {script}:6\n" in plain and plain.index(f"// {script}:8\n") < plain.index("FFMA")
     assert main(["disasm", "nonexistent", "--profile", str(record)]) == 1
     assert "no kernel 'nonexistent'" in capsys.readouterr().err
 

@@ -1,6 +1,7 @@
 """Layer 3: numba.cuda-style kernels compiled to the lapis ISA, run on the simulated GPU,
 checked against numpy; and the errors a kernel author sees."""
 
+import dataclasses
 import linecache
 import math
 
@@ -10,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lapis import cuda, hip
+from lapis.runtime import CodeObject, line_table
 
 rng = np.random.default_rng(7)
 
@@ -468,6 +470,64 @@ def test_out_of_bounds_write_faults_with_kernel_instruction_and_address_then_rec
     assert "scatter" in str(err) and f"{err.address:#x}" in str(err) and "not mapped" in str(err)
     scatter[1, 64](out, 0)                                   # the next launch runs
     assert np.all(out.copy_to_host() == 1.0)
+
+
+def _line_of(mark: str) -> int:
+    """The line of this file marked `# line: mark`."""
+    (line,) = [n for n, text in enumerate(linecache.getlines(__file__), 1) if text.rstrip().endswith(f"# line: {mark}")]
+    return line
+
+
+@cuda.jit(device=True)
+def store_one(a, i):
+    a[i] = 1                                       # line: the device function's store
+
+
+@cuda.jit
+def stores_around_a_fault(a, offset, device_offset):
+    i = cuda.grid(1)
+    a[i] = 2                                       # line: the first store
+    a[i + offset] = 1                              # line: the kernel's store
+    store_one(a, i + device_offset)
+    a[i] = 3                                       # line: the last store
+
+
+def test_a_fault_names_the_file_and_line_of_the_statement_from_the_code_objects_line_table():
+    """As compute-sanitizer with -lineinfo: the fault names the statement beside the instruction and address (an
+    inlined device function's own line where the fault is in it) with its text; the listing says which lines its
+    instructions came from."""
+    a = cuda.to_device(np.zeros(32, np.int32))
+    for offsets, mark, text in (((10_000_000, 0), "the kernel's store", "a[i + offset] = 1"),
+                                ((0, 10_000_000), "the device function's store", "a[i] = 1")):
+        stores_around_a_fault[1, 32](a, *offsets)
+        with pytest.raises(cuda.KernelFault, match="not mapped") as e:
+            cuda.synchronize()
+        assert str(e.value).endswith(f"{e.value.instruction} at {__file__}:{_line_of(mark)}: {text}")
+        assert "STG" in e.value.instruction
+    listing = stores_around_a_fault.inspect_asm()
+    for mark in ("the first store", "the kernel's store", "the device function's store", "the last store"):
+        assert f"// {__file__}:{_line_of(mark)}\n" in listing
+
+
+def test_the_line_table_round_trips_through_code_object_bytes_and_one_without_it_still_loads_and_runs():
+    stores_around_a_fault[1, 32](cuda.to_device(np.zeros(32, np.int32)), 0, 0)
+    (compiled,) = stores_around_a_fault.overloads.values()
+    (kernel,) = CodeObject.from_bytes(compiled.code_object).kernels
+    lines = line_table.sources(kernel.metadata, len(compiled.instructions))
+    assert {(__file__, _line_of("the kernel's store")), (__file__, _line_of("the last store"))} <= set(lines)
+    assert len(kernel.metadata["lines"]["rows"]) < len(compiled.instructions) / 2   # runs of pcs, not every pc
+    assert CodeObject.from_bytes(CodeObject([kernel]).to_bytes()).kernels[0].metadata["lines"] == \
+        kernel.metadata["lines"]
+    del kernel.metadata["lines"]                                # as a code object written before line tables
+    old = CodeObject([kernel]).to_bytes()
+    (reloaded,) = CodeObject.from_bytes(old).kernels
+    assert line_table.sources(reloaded.metadata, 2) == [None, None] and line_table.lookup(reloaded.metadata, 0) is None
+    without_table = cuda.jit(stores_around_a_fault.py_func)    # launches the old code object
+    without_table.overloads[compiled.argtypes] = dataclasses.replace(compiled, code_object=old)
+    without_table[1, 32](cuda.to_device(np.zeros(32, np.int32)), 10_000_000, 0)
+    with pytest.raises(cuda.KernelFault, match=r"not mapped .* at instruction /\*\w+\*/ STG\.E [^;]*;$"):
+        cuda.synchronize()
+    assert "// " not in without_table.inspect_asm()
 
 
 def test_ieee_specials_flow_without_warnings(recwarn):

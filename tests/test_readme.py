@@ -38,7 +38,8 @@ def test_readme_kernel_example_runs():
     out, _ = _run_block("Writing kernels")
     lines = out.splitlines()
     assert lines[0] == "[0. 3. 6. 9.]"
-    assert re.match(r"\s*/\*0000\*/  \S+", lines[1])
+    assert re.fullmatch(r"\s*// <README.md: Writing kernels>:6", lines[1])    # the line table, as -lineinfo keeps
+    assert re.match(r"\s*/\*0000\*/  \S+", lines[2])
     assert "ptxas info    : Used" in out
 
 

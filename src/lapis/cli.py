@@ -386,6 +386,7 @@ def _check_gpus(parser, args) -> None:
 # -- lapis disasm ---------------------------------------------------------------------------------------
 def run_disasm(args) -> int:
     from lapis.isa import INSTRUCTION_BYTES, IsaError, decode_program, disassemble, format_instruction
+    from lapis.runtime import line_table
     from lapis.runtime.code_object import CodeObject, CodeObjectError
     record = _load_record(args.profile) if os.path.exists(args.profile) else {}
     if os.path.isfile(args.target):
@@ -403,7 +404,8 @@ def run_disasm(args) -> int:
             text = [format_instruction(inst, pc * INSTRUCTION_BYTES) for pc, inst in enumerate(program)]
             profiled = next((r for r in record.values() if r["text"] == text), None)
             print(f"{k.name}: {len(program)} instructions, {k.descriptor.registers} registers")
-            print(_annotated(profiled) if profiled else disassemble(program))
+            print(_annotated(profiled) if profiled else
+                  disassemble(program, sources=line_table.sources(k.metadata, len(program))))
         return 0
     if args.target not in record:
         known = ", ".join(sorted(record)) or "none"

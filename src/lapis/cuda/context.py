@@ -5,11 +5,12 @@ stream's is made with the context), the loaded code objects, a kernarg arena the
 share, the work in flight on each stream, and the device memory handed out. Launches are
 asynchronous: a launch writes its packet and returns; synchronizing (a stream, an event,
 the whole context, or a copy) waits for completion signals. A kernel fault is reported
-there as a KernelFault naming the kernel, instruction and address; the context then
+there as a KernelFault naming the kernel, instruction, address and source line; the context then
 replaces that stream's stopped queue, so the next launch on it runs.
 """
 
 import asyncio
+import linecache
 import math
 import operator
 import re
@@ -26,6 +27,7 @@ from lapis import abi, runtime, trace
 from lapis.cuda.compiler import types as T
 from lapis.cuda.errors import CudaError, InvalidHandleError, KernelFault, LaunchError, OutOfMemoryError
 from lapis.cuda.memory_pool import MemoryPool
+from lapis.runtime import line_table
 
 KERNARG_SLOT = abi.MAX_KERNARG_BYTES
 KERNARG_SLOTS = 256
@@ -507,11 +509,14 @@ class Context:
         self.grid_barrier_dirty = True          # the failed kernel may have left a grid barrier half-counted
         reason = detail.get("fault") or detail.get("reason", "the kernel failed")
         trap = re.fullmatch(r"device-side assert triggered \(trap (\d+)\)", reason)
-        if trap and work.assertions and int(trap[1]) in work.assertions:
+        named = trap and work.assertions and int(trap[1]) in work.assertions
+        if named:
             reason += f": assertion failed at {work.assertions[int(trap[1])]}"
         where = ""
         if detail.get("instruction"):
             where = f" at instruction /*{detail['pc']:04x}*/ {detail['instruction']}"
+            if not named:                        # an assertion's message names its line already
+                where += _statement_at(work, detail["pc"])
         address = detail.get("address")
         what = f"kernel {work.kernel!r}" if work.kernel else "an event record"
         raise KernelFault(f"{what} faulted on {self.device}: {reason}"
@@ -519,7 +524,18 @@ class Context:
                           work.kernel or "", detail.get("pc"), detail.get("instruction"), address)
 
 
-CALLBACK_POLL_S = 0.5       # how often a stream callback's thread looks whether the stream's queue has stopped
+def _statement_at(work: Work, pc: int) -> str:
+    """The kernel statement the instruction at `pc` was compiled from, as " at file:line: source", by its code
+    object's line table (compute-sanitizer names it so); "" where the code object has none."""
+    symbol = work.executable.symbols.get(work.kernel) if work.executable else None
+    found = symbol and line_table.lookup(symbol.metadata, pc)
+    if not found:
+        return ""
+    file, line = found
+    text = linecache.getline(file, line).split("  #")[0].strip()
+    return f" at {file}:{line}" + (f": {text}" if text else "")
+
+
 CALLBACK_WAIT_S = 60.0      # how long a synchronize waits for a stream's host callbacks to return
 LAUNCH_FAILURE = 719        # cudaErrorLaunchFailure: the status a callback gets when the stream's work failed
 

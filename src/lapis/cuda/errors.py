@@ -24,7 +24,8 @@ class LaunchError(CudaError):
 
 class KernelFault(CudaError):
     """A kernel stopped on the device (like cudaErrorIllegalAddress): names the kernel, the
-    instruction and, for memory faults, the address."""
+    instruction, for memory faults the address, and the kernel's file and line where its code
+    object keeps a line table (as compute-sanitizer does with -lineinfo)."""
 
     def __init__(self, message: str, kernel: str, pc: int | None = None, instruction: str | None = None,
                  address: int | None = None):

@@ -100,8 +100,11 @@ def format_instruction(inst: Instruction, address: int = 0) -> str:
     return f"{guard}{name} {', '.join(parts)} ;" if parts else f"{guard}{name} ;"
 
 
-def disassemble(code: bytes | list[Instruction], base: int = 0, indent: str = "        ") -> str:
-    """The cuobjdump-style listing of a program (bytes or decoded instructions)."""
+def disassemble(code: bytes | list[Instruction], base: int = 0, indent: str = "        ",
+                sources: list | None = None) -> str:
+    """The cuobjdump-style listing of a program (bytes or decoded instructions); with `sources`, each instruction's
+    (file, line) or None (a code object's line table), a `// file:line` line where the line changes, as
+    cuobjdump -lineinfo prints them (`assemble` skips them, as any `//` comment)."""
     if isinstance(code, bytes | bytearray):
         insts = decode_program(bytes(code), base)
         words = [bytes(code[i:i + INSTRUCTION_BYTES]) for i in range(0, len(code), INSTRUCTION_BYTES)]
@@ -114,6 +117,8 @@ def disassemble(code: bytes | list[Instruction], base: int = 0, indent: str = " 
         lo = int.from_bytes(word[:8], "little")
         hi = int.from_bytes(word[8:], "little")
         text = format_instruction(inst, address)
+        if sources and sources[i] is not None and (i == 0 or sources[i] != sources[i - 1]):
+            lines.append(f"{indent}// {sources[i][0]}:{sources[i][1]}")
         lines.append(f"{indent}/*{address:04x}*/  {text:<{_TEXT_WIDTH}} /* 0x{lo:016x} */")
         lines.append(f"{indent}{'':10}{'':<{_TEXT_WIDTH}} /* 0x{hi:016x} */")
     return "\n".join(lines)

@@ -4,8 +4,8 @@ A code object is an ELF64 file, so `readelf -a` can open it:
   - one PT_LOAD segment: `.rodata` with a 64-byte kernel descriptor per kernel
     (`lapis.abi.KernelDescriptor`), then `.text` with each kernel's machine code;
   - `.note.lapis`: a note whose description is JSON metadata (kernel arguments and their
-    kernarg offsets, register, shared and local memory use), as AMD code objects carry
-    msgpack metadata in a note;
+    kernarg offsets, register, shared and local memory use, the compiler's line table:
+    `line_table.py`), as AMD code objects carry msgpack metadata in a note;
   - `.symtab`: `name` (the code, a function) and `name.kd` (its descriptor, an object).
 e_machine is 0x4C50 ("LP"): the lapis ISA is no registered machine.
 

@@ -22,7 +22,7 @@ from lapis.cuda.compiler.errors import CompileError
 from lapis.cuda.compiler.frontend import build_ir, kernarg_layout
 from lapis.cuda.cooperative_groups import BARRIER_WORD
 from lapis.isa import INSTRUCTION_BYTES, disassemble, encode_program
-from lapis.runtime import CodeObject, KernelCode
+from lapis.runtime import CodeObject, KernelCode, line_table
 
 
 @dataclass
@@ -52,7 +52,9 @@ class CompiledKernel:
         return any(entry.get("name") == BARRIER_WORD for entry in self.arg_layout)
 
     def listing(self) -> str:
-        return disassemble(self.instructions)
+        """The machine code, cuobjdump -lineinfo style: a `// file:line` comment where the source line changes."""
+        (kernel,) = CodeObject.from_bytes(self.code_object).kernels
+        return disassemble(self.instructions, sources=line_table.sources(kernel.metadata, len(self.instructions)))
 
     def resources(self) -> str:
         """A ptxas -v style report."""
@@ -93,7 +95,7 @@ def _compile(pyfunc, argtypes) -> CompiledKernel:
     assignment, registers, predicates, spill_bytes = regalloc.allocate(blocks, func)
     local_bytes = func.local_bytes + spill_bytes
     layout.arrange(blocks)
-    insts = codegen.lower(blocks, assignment)
+    insts, sources = codegen.lower(blocks, assignment)
     targets = {x.branch_target(i * INSTRUCTION_BYTES) // INSTRUCTION_BYTES
                for i, x in enumerate(insts) if x.op == "BRA"}
     insts = codegen.schedule(insts, targets)
@@ -105,6 +107,9 @@ def _compile(pyfunc, argtypes) -> CompiledKernel:
     meta = {"args": named + func.arg_layout[len(func.params):],
             "registers": registers, "predicates": predicates, "shared_bytes": func.shared_bytes,
             "local_bytes": local_bytes, "spill_bytes": spill_bytes, "kernarg_size": func.kernarg_size}
+    lines = line_table.encode(sources)
+    if lines:
+        meta["lines"] = lines
     code_object = CodeObject([KernelCode(func.name, encode_program(insts), kd, meta)]).to_bytes()
     compiled = CompiledKernel(func.name, tuple(argtypes), ir_text, machine_ir, insts, registers, predicates,
                               func.shared_bytes, local_bytes, func.kernarg_size, func.arg_layout, code_object,

@@ -129,7 +129,7 @@ class IRBuilder:
             found = self.cse.get(key)
             if found is not None:
                 return found
-        v = self.func.new_value(op, t, args, attrs, block=self.current, line=self.line)
+        v = self.func.new_value(op, t, args, attrs, block=self.current, line=self.line, file=self.filename)
         self.current.instrs.append(v)
         if op in ir.PURE:
             self.cse[key] = v

@@ -1,8 +1,9 @@
 """Layer 3: the on-disk compile cache, so a second run of a program does not recompile.
 
 A compiled kernel is stored under a key hashed from everything its code depends on:
-  - the source of the kernel and of every device function it reaches, and which device
-    function each name means (factories make several from one source);
+  - the source of the kernel and of every device function it reaches, where it is (file and
+    first line: the code object's line table names them), and which device function each
+    name means (factories make several from one source);
   - the values of the module constants and closure variables those sources name (tile
     sizes, for instance, or which math function a factory's kernel applies);
   - the argument types;
@@ -89,6 +90,8 @@ def _digest(func, open_calls: frozenset = frozenset()) -> str:
     function, under the same names, never share an entry)."""
     source = inspect.getsource(func)
     h = hashlib.sha256(source.encode())
+    # where the source is, too: the code names its file and lines (assertions, the line table faults report)
+    h.update(f"{func.__code__.co_filename}:{func.__code__.co_firstlineno};".encode())
     visible = _names(func)
     for name in sorted({n.id for n in ast.walk(parse_source(func, source)) if isinstance(n, ast.Name)}):
         value = visible.get(name)

@@ -29,21 +29,21 @@ def _pred(assignment: dict, p) -> tuple[int, bool]:
     return assignment[p[0]], p[1]
 
 
-def lower(blocks: list[MBlock], assignment: dict) -> list[Instruction]:
-    """Physical instructions with branch targets resolved."""
-    flat: list[tuple[MInst | Instruction, str | None]] = []
+def lower(blocks: list[MBlock], assignment: dict) -> tuple[list[Instruction], list[tuple | None]]:
+    """Physical instructions with branch targets resolved, and the (file, line) each came from (`MInst.source`)."""
+    flat: list[tuple[MInst | Instruction, str | None, tuple | None]] = []
     labels: dict[str, int] = {}
     for b in blocks:
         labels[b.label] = len(flat)
         for inst in b.insts:
-            flat.extend((i, inst.target) for i in _expand(inst, assignment))
+            flat.extend((i, inst.target, inst.source) for i in _expand(inst, assignment))
     out = []
-    for index, (inst, target) in enumerate(flat):
+    for index, (inst, target, _) in enumerate(flat):
         if target is not None:
             rel = (labels[target] - index - 1) * INSTRUCTION_BYTES
             inst = Instruction(**{**inst.__dict__, "b": Imm(rel & 0xFFFFFFFF)})
         out.append(inst)
-    return out
+    return out, [source for _, _, source in flat]
 
 
 def _expand(m: MInst, a: dict) -> list[Instruction]:

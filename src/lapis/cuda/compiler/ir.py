@@ -82,11 +82,13 @@ ADDRESS = T.Scalar("ptr64", "uint", 64)      # a 64-bit global address
 
 
 class Value:
-    __slots__ = ("id", "op", "type", "args", "attrs", "block", "line")
+    __slots__ = ("id", "op", "type", "args", "attrs", "block", "line", "file")
 
-    def __init__(self, id, op, type, args=(), attrs=None, block=None, line=0):
+    def __init__(self, id, op, type, args=(), attrs=None, block=None, line=0, file=None):
         self.id, self.op, self.type, self.args = id, op, type, list(args)
-        self.attrs, self.block, self.line = attrs or {}, block, line
+        # the source line it was made for, in `file` (None: the kernel's own file; an inlined device function's
+        # values name the function's file), for errors and the code object's line table
+        self.attrs, self.block, self.line, self.file = attrs or {}, block, line, file
 
     @property
     def name(self) -> str:
@@ -186,9 +188,9 @@ class Function:
     prints: dict = field(default_factory=dict)             # print() number -> its items (see printing.py)
     _next: int = 0
 
-    def new_value(self, op, type, args=(), attrs=None, block=None, line=0) -> Value:
+    def new_value(self, op, type, args=(), attrs=None, block=None, line=0, file=None) -> Value:
         self._next += 1
-        return Value(self._next, op, type, args, attrs, block, line)
+        return Value(self._next, op, type, args, attrs, block, line, file)
 
     def format(self) -> str:
         lines = [f"kernel {self.name}({', '.join(f'{n}: {t}' for n, t in self.params)})"

@@ -75,6 +75,7 @@ class MInst:
     abs_: str = ""
     guard: tuple | None = None
     target: str | None = None        # branch target block
+    source: tuple | None = None      # (file, line) of the statement it was selected for: the line table's entry
 
     def defs(self) -> list[VReg]:
         return [r for r in (self.rd, self.pd) if isinstance(r, VReg) and r.id >= 0]
@@ -116,9 +117,10 @@ class InstructionSelector:
         self.uses = func.uses()
         self.fused: set[ir.Value] = set()
         self.block: MBlock | None = None
+        self.source: tuple | None = None     # (file, line) of the value being lowered, given to what it emits
 
     def error(self, v: ir.Value, message: str) -> CompileError:
-        return CompileError(message, self.func.filename, v.line, self.func.name)
+        return CompileError(message, v.file or self.func.filename, v.line, self.func.name)
 
     # -- registers -----------------------------------------------------------------------------
     def new(self, t) -> VReg:
@@ -130,7 +132,7 @@ class InstructionSelector:
         return VReg(self.next_vreg, 2 if t.bits == 64 else 1)
 
     def emit(self, op: str, **kw) -> MInst:
-        inst = MInst(op, **kw)
+        inst = MInst(op, source=self.source, **kw)
         self.block.insts.append(inst)
         return inst
 
@@ -267,6 +269,8 @@ class InstructionSelector:
 
     # -- lowering -----------------------------------------------------------------------------
     def lower(self, v: ir.Value) -> None:
+        if v.line:                  # a value of no line (a hoisted constant's) keeps the line before it
+            self.source = (v.file or self.func.filename, v.line)
         handler = getattr(self, "op_" + v.op.value, None)
         if handler is None:
             raise self.error(v, f"operation {v.op} is not supported by the code generator")

@@ -46,7 +46,8 @@ def copy_tests(blocks: list[MBlock]) -> None:
         fall = blocks[index[target.label] + 1].label
         p, negated = branch.guard
         b.insts[-1:] = [replace(i, mods=dict(i.mods)) for i in work] + [
-            MInst("BRA", guard=(p, not negated), target=fall), MInst("BRA", target=branch.target)]
+            MInst("BRA", guard=(p, not negated), target=fall, source=branch.source),
+            MInst("BRA", target=branch.target, source=branch.source)]
         b.succs = [fall, branch.target]
 
 

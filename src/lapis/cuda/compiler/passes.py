@@ -196,12 +196,14 @@ def reduce_strength(func: ir.Function) -> None:
                     if not (v.op is Op.MUL and v.args[0] is phi and v.args[1].op is Op.CONST and v.type == phi.type):
                         continue
                     scale = func.new_value(Op.CONST, phi.type, attrs=dict(v.args[1].attrs), block=preheader)
-                    start = func.new_value(Op.MUL, phi.type, [init, scale], block=preheader, line=v.line)
+                    start = func.new_value(Op.MUL, phi.type, [init, scale], block=preheader, line=v.line,
+                                           file=v.file)
                     preheader.instrs += [scale, start]
                     delta = func.new_value(Op.CONST, phi.type, attrs={"value": step * scale.attrs["value"]},
                                            block=update.block)
-                    reduced = func.new_value(Op.PHI, phi.type, block=header, line=v.line)
-                    advanced = func.new_value(Op.ADD, phi.type, [reduced, delta], block=update.block, line=v.line)
+                    reduced = func.new_value(Op.PHI, phi.type, block=header, line=v.line, file=v.file)
+                    advanced = func.new_value(Op.ADD, phi.type, [reduced, delta], block=update.block,
+                                              line=v.line, file=v.file)
                     reduced.args = [None, None]
                     reduced.args[init_pos], reduced.args[1 - init_pos] = start, advanced
                     header.phis.append(reduced)
@@ -224,13 +226,13 @@ def legalize_halves(func: ir.Function) -> None:
                 args = []
                 for a in v.args:
                     if getattr(a.type, "half", False):
-                        a = func.new_value(Op.CAST, T.float32, [a], block=b, line=v.line)
+                        a = func.new_value(Op.CAST, T.float32, [a], block=b, line=v.line, file=v.file)
                         out.append(a)
                     args.append(a)
                 if v.op is Op.CMP:
                     v.args = args
                 else:                       # v becomes the rounding back, so its users keep it
-                    wide = func.new_value(v.op, T.float32, args, dict(v.attrs), block=b, line=v.line)
+                    wide = func.new_value(v.op, T.float32, args, dict(v.attrs), block=b, line=v.line, file=v.file)
                     out.append(wide)
                     v.op, v.args, v.attrs = Op.CAST, [wide], {}
             out.append(v)
@@ -278,7 +280,7 @@ def narrow_divisions(func: ir.Function) -> None:
             v.block = join
         for succ in join.succs:
             succ.preds = [join if p is b else p for p in succ.preds]
-        value = partial(_append, func, line=head.line)
+        value = partial(_append, func, line=head.line, file=head.file)
         b.instrs = b.instrs[:at]
         both = value(Op.OR, T.int64, [x, d], b)
         high = value(Op.SHR, T.int64, [both, value(Op.CONST, T.int64, [], b, value=32)], b)
@@ -297,9 +299,10 @@ def narrow_divisions(func: ir.Function) -> None:
         blocks.insert(0, join)
 
 
-def _append(func: ir.Function, kind: Op, t, args: list, block: ir.Block, line: int = 0, **attrs) -> ir.Value:
+def _append(func: ir.Function, kind: Op, t, args: list, block: ir.Block, line: int = 0, file: str | None = None,
+            **attrs) -> ir.Value:
     """A new value at the end of block (among its phis for a phi)."""
-    v = func.new_value(kind, t, args, attrs, block, line)
+    v = func.new_value(kind, t, args, attrs, block, line, file)
     (block.phis if kind is Op.PHI else block.instrs).append(v)
     return v
 

@@ -188,7 +188,7 @@ def _spill(blocks: list[MBlock], victim: VReg, offset: int, reloads: set[int]) -
                 tmp = VReg(next_id, victim.width)
                 next_id += 1
                 reloads.add(tmp.id)
-                out.append(MInst("LDL", mods=dict(width), rd=tmp, ra=VReg(-1), b=Imm(offset)))
+                out.append(MInst("LDL", mods=dict(width), rd=tmp, ra=VReg(-1), b=Imm(offset), source=inst.source))
                 for field in ("ra", "b", "rc"):
                     r = getattr(inst, field)
                     if r is victim:
@@ -201,7 +201,8 @@ def _spill(blocks: list[MBlock], victim: VReg, offset: int, reloads: set[int]) -
                 next_id += 1
                 reloads.add(tmp.id)
                 inst.rd = tmp
-                out.append(MInst("STL", mods=dict(width), ra=VReg(-1), b=Imm(offset), rc=tmp, guard=inst.guard))
+                out.append(MInst("STL", mods=dict(width), ra=VReg(-1), b=Imm(offset), rc=tmp, guard=inst.guard,
+                                 source=inst.source))
         b.insts = out
 
 
