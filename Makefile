@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test test-fast test-compare demo bench lint clean browser
+.PHONY: test test-fast test-compare fuzz demo bench lint clean browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test-fast: lint
 # failing on any difference in memory, counters or faults (LAPIS_SIM=compare; slow).
 test-compare: $(STAMP)
 	LAPIS_SIM=compare $(BIN)/python -m pytest --deselect tests/test_viewer.py
+
+# The fuzz tests (tests/test_fuzz.py) with 20 times their examples; LAPIS_FUZZ_SCALE=N sets another multiple.
+fuzz: $(STAMP)
+	LAPIS_FUZZ_SCALE=$${LAPIS_FUZZ_SCALE:-20} $(BIN)/python -m pytest tests/test_fuzz.py
 
 # The trace viewer's test drives Debian's chromium headless; install it (and its driver) when missing.
 browser:

@@ -114,8 +114,10 @@ def read_all(exclude_pid: int | None = None) -> list[dict]:
                 state = json.load(f)
         except (OSError, ValueError):
             continue
-        if state.get("pid") == exclude_pid or not _alive(state.get("pid", -1)) \
-                or time.time() - state.get("time", 0) > STALE_S:
+        if not (isinstance(state, dict) and isinstance(state.get("pid"), int) and 0 < state["pid"] < 2**31
+                and isinstance(state.get("time"), (int, float)) and isinstance(state.get("gpus"), list)):
+            continue                # not a state file a lapis process wrote
+        if state["pid"] == exclude_pid or not _alive(state["pid"]) or time.time() - state["time"] > STALE_S:
             continue
         found.append(state)
     return sorted(found, key=lambda s: s["pid"])

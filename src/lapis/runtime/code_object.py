@@ -134,13 +134,16 @@ class CodeObject:
     def from_bytes(cls, data: bytes) -> "CodeObject":
         image = LoadedImage.parse(data)
         kernels = []
-        for meta in image.metadata["kernels"]:
-            kd_addr = image.symbols[meta["descriptor_symbol"]][0]
-            kd = abi.KernelDescriptor.unpack(image.segment[kd_addr:kd_addr + abi.KERNEL_DESCRIPTOR_BYTES])
-            start = kd_addr + kd.kernel_code_entry_byte_offset
-            info = {k: v for k, v in meta.items() if k not in ("name", "symbol", "descriptor_symbol")}
-            kernels.append(KernelCode(meta["name"], image.segment[start:start + kd.code_size], kd, info))
-        return cls(kernels, image.metadata.get("target", "lapis-isa"))
+        try:
+            for meta in image.metadata["kernels"]:
+                kd_addr = image.symbols[meta["descriptor_symbol"]][0]
+                kd = abi.KernelDescriptor.unpack(image.segment[kd_addr:kd_addr + abi.KERNEL_DESCRIPTOR_BYTES])
+                start = kd_addr + kd.kernel_code_entry_byte_offset
+                info = {k: v for k, v in meta.items() if k not in ("name", "symbol", "descriptor_symbol")}
+                kernels.append(KernelCode(meta["name"], image.segment[start:start + kd.code_size], kd, info))
+            return cls(kernels, image.metadata.get("target", "lapis-isa"))
+        except (struct.error, KeyError, TypeError) as e:            # metadata naming what is not there
+            raise CodeObjectError(f"malformed lapis code object: {e!r}") from None
 
 
 @dataclass
@@ -180,7 +183,7 @@ class LoadedImage:
                 name_off, _, _, _, value, size = struct.unpack_from("<IBBHQQ", data, off)
                 end = data.index(b"\0", strtab[4] + name_off)
                 symbols[data[strtab[4] + name_off:end].decode()] = (value, size)
-        except (struct.error, KeyError, StopIteration, ValueError) as e:
+        except (struct.error, KeyError, IndexError, StopIteration, ValueError, OverflowError) as e:
             raise CodeObjectError(f"malformed lapis code object: {e!r}") from None
         return cls(segment, symbols, metadata)
 
@@ -245,9 +248,12 @@ class Executable:
         if self.frozen:
             raise CodeObjectError("cannot load into a frozen executable", "HSA_STATUS_ERROR_FROZEN_EXECUTABLE")
         image = LoadedImage.parse(data)
-        for meta in image.metadata["kernels"]:
-            kd_addr = image.symbols[meta["descriptor_symbol"]][0]
-            check_kernel(meta["name"], image.segment, kd_addr, agent.properties)
+        try:
+            for meta in image.metadata["kernels"]:
+                kd_addr = image.symbols[meta["descriptor_symbol"]][0]
+                check_kernel(meta["name"], image.segment, kd_addr, agent.properties)
+        except (KeyError, TypeError) as e:          # metadata naming what is not there
+            raise CodeObjectError(f"malformed lapis code object: {e!r}") from None
         buffer = self.runtime.device_pool(agent).allocate(len(image.segment), executable=True)
         self.runtime.copy_to_device(agent, buffer.va, image.segment)
         self.buffers.append(buffer)

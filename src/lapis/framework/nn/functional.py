@@ -207,8 +207,9 @@ def embedding(input: Tensor, weight: Tensor, padding_idx: int | None = None) -> 
     """Rows of `weight` (V, E) picked by `input` (...) int64 -> (..., E), gathered (scattered back in backward). A
     `padding_idx` row is read like any other but gets no gradient, as torch's (its rows of the result are the
     picked values with the graph cut)."""
-    # input: (...) int64, weight: (V, E)
-    out = weight[input]                                       # (..., E)
+    # input: (...) int64, weight: (V, E); index_select, unlike weight[input], refuses a negative index, as torch's
+    # embedding does
+    out = weight.index_select(0, input.reshape(-1)).reshape(*input.shape, weight.shape[1])     # (..., E)
     if padding_idx is None:
         return out
     if not -weight.shape[0] <= padding_idx < weight.shape[0]:

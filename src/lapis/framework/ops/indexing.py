@@ -81,6 +81,15 @@ def gather(x: TensorBase, dim: int, index: TensorBase) -> TensorBase:
 
 
 def scatter_add(x: TensorBase, dim: int, index: TensorBase, src: TensorBase) -> TensorBase:
+    if isinstance(index, TensorBase) and isinstance(src, TensorBase) and index.ndim == src.ndim == x.ndim:
+        # torch's shape check: the index no larger than src anywhere, nor than x but along dim (the kernel would
+        # read past src)
+        d = wrap_dim(dim, x.ndim)
+        if any(n > src.shape[k] or (k != d and n > x.shape[k]) for k, n in enumerate(index.shape)):
+            raise RuntimeError(f"Expected index {list(index.shape)} to be no larger than self {list(x.shape)} apart "
+                               f"from dimension {d} and to be no larger size than src {list(src.shape)}")
+        if index.shape != src.shape:        # as torch's, only the part of src the index covers is added
+            src = src[tuple(slice(0, n) for n in index.shape)]
     return ScatterAdd.apply(x, dim, index, src)
 
 

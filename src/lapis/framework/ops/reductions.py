@@ -222,7 +222,13 @@ argmin = _arg_extreme("argmin")
 
 
 def logsumexp(x, dim, keepdim=False):
+    """log(sum(exp(x))) along dim, computed as m + log(sum(exp(x - m))) with m the maximum, so that large values do
+    not overflow. As torch's: an infinite maximum shifts by 0 instead (inf - inf would be NaN), and an empty dim
+    gives -inf (the log of an empty sum) where max would refuse it."""
+    if x.numel() == 0:
+        return x.exp().sum(dim, keepdim).log()
     m = max(x, dim, keepdim=True).values.detach()
+    m = where(m.abs() == math.inf, 0.0, m)
     out = (x - m).exp().sum(dim, keepdim=True).log() + m
     return out if keepdim else out.squeeze(dim)
 
