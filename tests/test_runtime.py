@@ -349,6 +349,29 @@ def test_a_dispatch_asking_more_local_memory_than_a_thread_may_have_is_refused(r
     assert_the_device_still_serves(rt, bystander)
 
 
+@pytest.mark.parametrize("kind", ["compute", "copy"])
+def test_a_copy_packet_runs_only_on_a_copy_queue(rt, bystander, kind):
+    """A linear copy is the copy engine's (SDMA) packet, as a kernel dispatch is the compute queue's: on a
+    compute queue it is refused, as a dispatch is on a copy queue."""
+    gpu = rt.gpu_agents[0]
+    pool = rt.host_pool(gpu)
+    src, dst = pool.allocate(64), pool.allocate(64)
+    src.host[:64] = np.arange(64, dtype=np.uint8)
+    dst.host[:64] = 0
+    queue, done = rt.create_queue(gpu, 64, kind), rt.create_signal(1)
+    queue.submit(abi.CopyPacket(header=abi.make_header(abi.PACKET_TYPE_VENDOR_SPECIFIC), src=src.va, dst=dst.va,
+                                size=64, completion_signal=done.handle))
+    if kind == "copy":
+        assert done.wait(Condition.LT, 1, timeout_s=5) == 0
+        assert dst.host[:64].tolist() == list(range(64))
+    else:
+        assert done.wait(Condition.LT, 1, timeout_s=5) == -1
+        state, error = queue.status()
+        assert state == "error" and "VENDOR_SPECIFIC is not supported on a compute queue" in error["reason"]
+        assert not dst.host[:64].any()
+    assert_the_device_still_serves(rt, bystander)
+
+
 def test_a_ring_the_device_cannot_write_is_its_queue_s_error(rt, bystander):
     """The packet processor resets each header it consumed: in a read-only ring it cannot, and the queue stops."""
     gpu, kfd = rt.gpu_agents[0], rt.kfd

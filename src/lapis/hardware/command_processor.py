@@ -494,7 +494,7 @@ class CommandProcessor:
             if not ready:
                 return False
             self._complete(q, p.completion_signal)
-        elif kind == abi.PACKET_TYPE_VENDOR_SPECIFIC:
+        elif kind == abi.PACKET_TYPE_VENDOR_SPECIFIC and q.kind == "copy":     # SDMA's, as dispatches are the CP's
             p = abi.CopyPacket.unpack(packet)
             if p.format != abi.VENDOR_FORMAT_LINEAR_COPY:
                 raise PacketError(f"unknown vendor packet format {p.format}")
