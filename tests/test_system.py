@@ -396,7 +396,12 @@ def test_reset_stops_every_queue_on_the_gpu_and_wakes_the_waiters(rt):
         wa, wb = rt.create_signal(1), other.create_signal(1)
         barrier(qa, never_a, wa)
         barrier(qb, never_b, wb)
-        rt.kfd.ioctl(driver.Ioctl.RESET_GPU, driver.GpuArgs(0))
+        with pytest.raises(driver.DriverError, match="EPERM"):      # a reset stops other processes: root's only
+            rt.kfd.ioctl(driver.Ioctl.RESET_GPU, driver.GpuArgs(0))
+        assert qa.status() == qb.status() == ("active", None)
+        admin = driver.open(admin=True)                                # as root: nvidia-smi -r
+        admin.ioctl(driver.Ioctl.RESET_GPU, driver.GpuArgs(0))
+        admin.close()
         with pytest.raises(QueueError, match="reset"):
             qa.wait(wa, timeout_s=5)
         assert wb.wait(Condition.LT, 1, timeout_s=5) == -1
@@ -490,7 +495,9 @@ def test_a_cuda_context_idle_through_a_reset_keeps_working():
     y = cuda.to_device(np.zeros(8, np.float32))
     kernels.fill(cuda, y, 1.0)
     cuda.synchronize()
-    ctx.rt.kfd.ioctl(driver.Ioctl.RESET_GPU, driver.GpuArgs(ctx.agent.gpu_id))
+    admin = driver.open(admin=True)
+    admin.ioctl(driver.Ioctl.RESET_GPU, driver.GpuArgs(ctx.agent.gpu_id))
+    admin.close()
     z = cuda.to_device(np.zeros(8, np.float32))     # the runtime's copy queue is made anew
     kernels.fill(cuda, z, 3.0)                      # and the default stream's queue
     assert np.all(z.copy_to_host() == 3) and np.all(y.copy_to_host() == 1)

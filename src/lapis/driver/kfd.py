@@ -141,11 +141,13 @@ class KfdSystem:
         return [NodeProperties(gpu_id=i, profile=n.gpu.profile.name,
                                **{k: getattr(n.gpu.profile, k) for k in names}) for i, n in enumerate(self.nodes)]
 
-    def open(self) -> "KfdProcess":
+    def open(self, admin: bool = False) -> "KfdProcess":
+        """A process's handle on the driver; `admin` is what CAP_SYS_ADMIN is on Linux: a reset of a GPU, which
+        stops every process's work on it, needs it."""
         with self.lock:
             pid = self._next_pid
             self._next_pid += 1
-        return KfdProcess(self, pid)
+        return KfdProcess(self, pid, admin)
 
     def telemetry(self, gpu_id: int) -> TelemetryResult:
         """A GPU's power, thermals, clocks, memory and each client's VRAM (GET_TELEMETRY; sysfs publishes it)."""
@@ -208,8 +210,8 @@ class KfdSystem:
 class KfdProcess:
     """One process's open handle on the driver."""
 
-    def __init__(self, system: KfdSystem, pid: int):
-        self.system, self.pid = system, pid
+    def __init__(self, system: KfdSystem, pid: int, admin: bool = False):
+        self.system, self.pid, self.admin = system, pid, admin
         self.spaces: dict[int, AddressSpace] = {}
         self.buffers: dict[int, BufferObject] = {}
         self.queues: dict[int, QueueRecord] = {}
@@ -285,7 +287,11 @@ class KfdProcess:
             raise DriverError(str(e)) from None
 
     def _reset_gpu(self, args: GpuArgs) -> None:
-        self.system.reset(self._node(args.gpu_id), "reset requested")
+        node = self._node(args.gpu_id)
+        if not self.admin:             # amdgpu's recovery and nvidia-smi -r are root's: a reset stops every process
+            raise DriverError("RESET_GPU: operation not permitted (EPERM): a reset stops every process's work on "
+                              "the GPU and needs a privileged handle (driver.system().open(admin=True))")
+        self.system.reset(node, "reset requested")
 
     def _get_clock_counters(self, args: GetClockCountersArgs) -> ClockCounters:
         gpu = self._node(args.gpu_id).gpu
@@ -512,5 +518,5 @@ def system() -> KfdSystem:
         return _system
 
 
-def open() -> KfdProcess:  # noqa: A001 - the name mirrors open("/dev/kfd")
-    return system().open()
+def open(admin: bool = False) -> KfdProcess:  # noqa: A001 - the name mirrors open("/dev/kfd")
+    return system().open(admin)
