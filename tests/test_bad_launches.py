@@ -141,4 +141,6 @@ def test_a_kernel_past_the_time_limit_times_out_on_its_own_stream(monkeypatch, k
                                           "terminated: it ran longer than the device's 0.5 s limit for one kernel"):
         slow.synchronize()
     assert time.monotonic() - start < 5
+    kernel[(*config, slow)](a)                                 # through the runtime API: cudaErrorLaunchTimeout
+    assert cuda.cudaStreamSynchronize(slow) == (cuda.cudaErrorLaunchTimeout,)
     assert still_runs()

@@ -48,9 +48,11 @@ ERRORS = [
     ("cudaErrorInvalidResourceHandle", 400, "invalid resource handle"),
     ("cudaErrorNotReady", 600, "device not ready"),
     ("cudaErrorIllegalAddress", 700, "an illegal memory access was encountered"),
+    ("cudaErrorLaunchTimeout", 702, "the launch timed out and was terminated"),
     ("cudaErrorLaunchFailure", 719, "unspecified launch failure"),
     ("cudaErrorUnknown", 999, "unknown error"),
 ]
+TIMED_OUT = "the launch timed out and was terminated"       # how the device words a kernel it stopped at its limit
 MEMCPY_KINDS = [("cudaMemcpyHostToHost", 0), ("cudaMemcpyHostToDevice", 1), ("cudaMemcpyDeviceToHost", 2),
                 ("cudaMemcpyDeviceToDevice", 3), ("cudaMemcpyDefault", 4)]
 
@@ -112,7 +114,11 @@ def error_code(exc: CudaError) -> cudaError_t:
     if isinstance(exc, ApiError):
         return exc.code
     if isinstance(exc, KernelFault):
-        return cudaError_t.cudaErrorIllegalAddress if exc.address is not None else cudaError_t.cudaErrorLaunchFailure
+        if exc.address is not None:
+            return cudaError_t.cudaErrorIllegalAddress
+        if TIMED_OUT in str(exc):          # the device's time limit stopped it (the hardware's words)
+            return cudaError_t.cudaErrorLaunchTimeout
+        return cudaError_t.cudaErrorLaunchFailure
     for kind, code in ((OutOfMemoryError, cudaError_t.cudaErrorMemoryAllocation),
                        (LaunchError, cudaError_t.cudaErrorInvalidConfiguration),
                        (InvalidHandleError, cudaError_t.cudaErrorInvalidResourceHandle),
