@@ -915,3 +915,21 @@ def test_a_kernel_whose_local_memory_the_device_cannot_hold_is_refused_with_out_
     monkeypatch.undo()
     scratch[1, 64](out, 1)
     assert (out.copy_to_host() == 0).all()
+
+
+def test_a_kernel_asking_more_local_memory_than_a_thread_may_have_is_out_of_resources():
+    """Past the device's 512 KiB of local memory per thread the loader refuses the kernel: the launch fails with
+    cudaErrorLaunchOutOfResources ("too many resources requested for launch"), not a runtime error of Layer 2."""
+    @cuda.jit
+    def huge(out):
+        buf = cuda.local.array(200000, np.float32)         # 800,000 bytes a thread
+        i = cuda.grid(1)
+        buf[i] = i
+        out[i] = buf[(i * 7) % 200000]
+
+    out = cuda.to_device(np.full(32, -1, np.float32))
+    with pytest.raises(cuda.LaunchOutOfResources, match="too many resources requested for launch of kernel 'huge'"
+                                                          ".*800000 bytes of local memory per thread exceed"):
+        huge[1, 32](out)
+    assert cuda.cudaLaunchKernel(huge, 1, 32, (out,)) == (cuda.cudaErrorLaunchOutOfResources,)
+    assert (out.copy_to_host() == -1).all()

@@ -73,6 +73,7 @@ from lapis.cuda.errors import (
     InvalidHandleError,
     KernelFault,
     LaunchError,
+    LaunchOutOfResources,
     OutOfMemoryError,
 )
 from lapis.cuda.libdevice import (  # numba.cuda's bit and warp functions, built from instructions in libdevice
@@ -167,10 +168,10 @@ __all__ = [
     "shfl_sync",
     "shfl_up_sync", "shfl_xor_sync", "syncwarp", "threadfence", "threadfence_block", "threadfence_system",
     "Api", "CompileError", "CudaError", "CudaSupportError", "Device", "DeviceNDArray", "KernelFault", "LaunchError",
-    "Stream", "blockDim", "blockIdx", "boolean", "device_array", "device_array_like", "current_context",
-    "default_stream", "device_count", "detect", "float32", "float64", "get_current_device", "grid", "gridDim",
-    "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared", "synchronize",
-    "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
+    "LaunchOutOfResources", "Stream", "blockDim", "blockIdx", "boolean", "device_array", "device_array_like",
+    "current_context", "default_stream", "device_count", "detect", "float32", "float64", "get_current_device", "grid",
+    "gridDim", "gridsize", "int32", "int64", "is_available", "jit", "laneid", "local", "select_device", "shared",
+    "synchronize", "syncthreads", "threadIdx", "to_device", "uint32", "warpsize",
     "DevicePointer", "Event", "InvalidHandleError", "OutOfMemoryError", "event", "event_elapsed_time",
     "pinned_array", "mapped_array", "managed_array",
     "pinned_array_like", "mapped_array_like", "list_devices", "gpus", "selp",

@@ -25,7 +25,14 @@ import numpy as np
 
 from lapis import abi, runtime, trace
 from lapis.cuda.compiler import types as T
-from lapis.cuda.errors import CudaError, InvalidHandleError, KernelFault, LaunchError, OutOfMemoryError
+from lapis.cuda.errors import (
+    CudaError,
+    InvalidHandleError,
+    KernelFault,
+    LaunchError,
+    LaunchOutOfResources,
+    OutOfMemoryError,
+)
 from lapis.cuda.memory_pool import MemoryPool
 from lapis.runtime import line_table
 
@@ -226,7 +233,12 @@ class Context:
         entry = self.loaded.get(id(compiled))
         if entry is None or entry[0] is not compiled:
             exe = runtime.Executable(self.rt)
-            exe.load_code_object(self.agent, compiled.code_object)
+            try:
+                exe.load_code_object(self.agent, compiled.code_object)
+            except runtime.CodeObjectError as e:      # the compiler's code: only this device's limits refuse it
+                exe.destroy()
+                raise LaunchOutOfResources(f"too many resources requested for launch of kernel {compiled.name!r} on "
+                                           f"{self.device}: {e}") from None
             exe.freeze()
             if compiled.local_bytes:
                 self._check_local_memory(compiled, exe)

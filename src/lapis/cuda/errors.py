@@ -22,6 +22,11 @@ class LaunchError(CudaError):
     """A launch configuration the device cannot run (like cudaErrorInvalidConfiguration)."""
 
 
+class LaunchOutOfResources(LaunchError):
+    """A kernel that needs more of a thread's resources than the device has, such as local memory past its limit
+    (cudaErrorLaunchOutOfResources, "too many resources requested for launch")."""
+
+
 class KernelFault(CudaError):
     """A kernel stopped on the device (like cudaErrorIllegalAddress): names the kernel, the
     instruction, for memory faults the address, and the kernel's file and line where its code

@@ -33,6 +33,7 @@ from lapis.cuda.errors import (
     InvalidHandleError,
     KernelFault,
     LaunchError,
+    LaunchOutOfResources,
     OutOfMemoryError,
 )
 
@@ -48,6 +49,7 @@ ERRORS = [
     ("cudaErrorInvalidResourceHandle", 400, "invalid resource handle"),
     ("cudaErrorNotReady", 600, "device not ready"),
     ("cudaErrorIllegalAddress", 700, "an illegal memory access was encountered"),
+    ("cudaErrorLaunchOutOfResources", 701, "too many resources requested for launch"),
     ("cudaErrorLaunchTimeout", 702, "the launch timed out and was terminated"),
     ("cudaErrorLaunchFailure", 719, "unspecified launch failure"),
     ("cudaErrorUnknown", 999, "unknown error"),
@@ -120,6 +122,7 @@ def error_code(exc: CudaError) -> cudaError_t:
             return cudaError_t.cudaErrorLaunchTimeout
         return cudaError_t.cudaErrorLaunchFailure
     for kind, code in ((OutOfMemoryError, cudaError_t.cudaErrorMemoryAllocation),
+                       (LaunchOutOfResources, cudaError_t.cudaErrorLaunchOutOfResources),
                        (LaunchError, cudaError_t.cudaErrorInvalidConfiguration),
                        (InvalidHandleError, cudaError_t.cudaErrorInvalidResourceHandle),
                        (CudaSupportError, cudaError_t.cudaErrorInvalidDevice)):
