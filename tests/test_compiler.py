@@ -497,8 +497,9 @@ def test_a_fault_names_the_file_and_line_of_the_statement_from_the_code_objects_
     inlined device function's own line where the fault is in it) with its text; the listing says which lines its
     instructions came from."""
     a = cuda.to_device(np.zeros(32, np.int32))
-    for offsets, mark, text in (((10_000_000, 0), "the kernel's store", "a[i + offset] = 1"),
-                                ((0, 10_000_000), "the device function's store", "a[i] = 1")):
+    far = 1 << 40                                  # past anything mapped, whatever other tests' pools hold
+    for offsets, mark, text in (((far, 0), "the kernel's store", "a[i + offset] = 1"),
+                                ((0, far), "the device function's store", "a[i] = 1")):
         stores_around_a_fault[1, 32](a, *offsets)
         with pytest.raises(cuda.KernelFault, match="not mapped") as e:
             cuda.synchronize()
@@ -524,7 +525,7 @@ def test_the_line_table_round_trips_through_code_object_bytes_and_one_without_it
     assert line_table.sources(reloaded.metadata, 2) == [None, None] and line_table.lookup(reloaded.metadata, 0) is None
     without_table = cuda.jit(stores_around_a_fault.py_func)    # launches the old code object
     without_table.overloads[compiled.argtypes] = dataclasses.replace(compiled, code_object=old)
-    without_table[1, 32](cuda.to_device(np.zeros(32, np.int32)), 10_000_000, 0)
+    without_table[1, 32](cuda.to_device(np.zeros(32, np.int32)), 1 << 40, 0)
     with pytest.raises(cuda.KernelFault, match=r"not mapped .* at instruction /\*\w+\*/ STG\.E [^;]*;$"):
         cuda.synchronize()
     assert "// " not in without_table.inspect_asm()

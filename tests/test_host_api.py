@@ -198,7 +198,7 @@ def test_a_stream_callback_runs_after_the_stream_s_work_and_async_done_awaits_it
     @cuda.jit
     def scatter(out, offset):
         out[cuda.grid(1) + offset] = 1.0
-    scatter[1, 32, s](cuda.device_array(32, np.float32), 10_000_000)     # faults: the queue stops
+    scatter[1, 32, s](cuda.device_array(32, np.float32), 1 << 40)   # far past anything mapped: the queue stops
     failed = []
     done.clear()                             # first: the queue has stopped, so the callback may run at once
     s.add_callback(lambda stream, status, arg: failed.append(status) or done.set())
