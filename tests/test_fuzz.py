@@ -314,6 +314,25 @@ def test_a_sysfs_directory_holding_any_json_is_read_without_a_traceback(tmp_path
     assert sysfs.read_all() == []           # this process publishes nothing there: the one file is not a state
 
 
+@fuzz_settings(50)
+@given(st.sampled_from(sorted(sysfs.GPU_FIELDS)), st.one_of(st.none(), JSON_VALUES))
+def test_a_state_file_whose_gpu_entry_is_damaged_is_skipped(tmp_path, monkeypatch, field, value):
+    """A live process's state file that `snapshot` wrote is read; the same with one GPU field removed or of another
+    type is skipped (`lapis smi` indexes and formats every field)."""
+    from lapis import driver
+    monkeypatch.setenv("LAPIS_SYSFS_DIR", str(tmp_path))
+    state = json.loads(json.dumps(sysfs.snapshot(driver.system())))
+    state["pid"] = os.getppid()                                 # a live process other than this one (which
+    (tmp_path / "state.json").write_text(json.dumps(state))     # publishes its own file there too)
+    assert [s["pid"] for s in sysfs.read_all(exclude_pid=os.getpid())] == [os.getppid()]
+    expected = sysfs.GPU_FIELDS[field]
+    if value is not None and isinstance(value, expected):
+        return                                                  # a value of the right type (a bool is an int)
+    state["gpus"][0].pop(field) if value is None else state["gpus"][0].update({field: value})
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    assert sysfs.read_all(exclude_pid=os.getpid()) == []
+
+
 # -- framework inputs: cpu, cuda and PyTorch ------------------------------------------------------------------------
 
 SPECIAL = [0.0, -0.0, 1.0, -1.5, 1e-39, 3e38, np.inf, -np.inf, np.nan]

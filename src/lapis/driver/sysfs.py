@@ -100,6 +100,27 @@ def _alive(pid: int) -> bool:
     return True
 
 
+NUMBER = (int, float)
+# A GPU's entry in a state file (what `snapshot` writes) and its fields' types: what `lapis smi` reads of it.
+GPU_FIELDS = {"index": int, "name": str, "marketing_name": str, "profile": str, "vendor": str, "memory_used": NUMBER,
+              "memory_total": NUMBER, "power_watts": NUMBER, "power_limit_watts": NUMBER, "temperature_c": NUMBER,
+              "sm_clock_mhz": NUMBER, "memory_clock_mhz": NUMBER, "utilisation": NUMBER, "energy_joules": NUMBER,
+              "throttle_reasons": list, "resets": int, "clients": list}
+
+
+def _is_state(state) -> bool:
+    """Whether `state` is what `snapshot` writes (any other file in the directory is skipped, not trusted)."""
+    if not (isinstance(state, dict) and isinstance(state.get("pid"), int) and 0 < state["pid"] < 2**31
+            and isinstance(state.get("time"), NUMBER) and isinstance(state.get("command"), str)
+            and isinstance(state.get("gpus"), list)):
+        return False
+    return all(isinstance(gpu, dict) and all(isinstance(gpu.get(k), t) for k, t in GPU_FIELDS.items())
+               and all(isinstance(r, str) for r in gpu["throttle_reasons"])
+               and all(isinstance(c, dict) and isinstance(c.get("client"), int) and isinstance(c.get("memory"), int)
+                       for c in gpu["clients"])
+               for gpu in state["gpus"])
+
+
 def read_all(exclude_pid: int | None = None) -> list[dict]:
     """Every live lapis process's published state, oldest process first."""
     where = directory()
@@ -114,8 +135,7 @@ def read_all(exclude_pid: int | None = None) -> list[dict]:
                 state = json.load(f)
         except (OSError, ValueError):
             continue
-        if not (isinstance(state, dict) and isinstance(state.get("pid"), int) and 0 < state["pid"] < 2**31
-                and isinstance(state.get("time"), (int, float)) and isinstance(state.get("gpus"), list)):
+        if not _is_state(state):
             continue                # not a state file a lapis process wrote
         if state["pid"] == exclude_pid or not _alive(state["pid"]) or time.time() - state["time"] > STALE_S:
             continue
