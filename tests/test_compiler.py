@@ -1052,36 +1052,39 @@ def test_abs_of_negative_zero_is_positive_zero_in_every_float_type(dtype):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_division_is_within_an_ulp_at_every_magnitude(dtype):
-    """a / b over magnitudes from subnormals to the largest finite numbers, within an ulp of numpy's, IEEE's special
-    cases exact. float64 scales both operands into [1, 4) for its float32 first guess (a divisor beyond float32's
-    range once gave 0 or inf); float32 scales a divisor beyond [2^-126, 2^126] by 2^+-64 (a subnormal divisor's
-    reciprocal once overflowed: 1e-6 / 1e-40 gave inf)."""
+def test_division_is_correctly_rounded_at_every_magnitude(dtype):
+    """a / b equals numpy's (IEEE's correctly rounded quotient, as CUDA's div.rn) bit for bit, signs of zero
+    included, over magnitudes from subnormals to the largest finite numbers and IEEE's special cases. The cases
+    that once failed: a divisor beyond float32's range (its reciprocal gave 0 or inf: 1e-6 / 1e-40 gave inf), a
+    subnormal dividend or a quotient near the smallest normal (float32's Newton residual was subnormal: 1 ulp off
+    in 7% of them), and a float64 quotient that is subnormal (rounded twice: ties broken to even, 1 ulp off in 5%
+    of them)."""
     @cuda.jit
     def divide(a, b, out):
         i = cuda.grid(1)
         if i < a.size:
             out[i] = a[i] / b[i]
     info = np.finfo(dtype)
+    bits = np.uint32 if dtype == np.float32 else np.uint64
     rng = np.random.default_rng(4)
+    n = 3000
     decades = int(np.log10(info.max))
-    magnitudes = 10.0 ** rng.integers(-decades - 6, decades, (2, 3000))
-    a = (rng.standard_normal(3000) * magnitudes[0]).astype(dtype)
-    b = (rng.standard_normal(3000) * magnitudes[1]).astype(dtype)
+    magnitudes = 10.0 ** rng.integers(-decades - 6, decades, (2, n))
+    wide = [(rng.standard_normal(n) * magnitudes[i]).astype(dtype) for i in range(2)]
+    subnormal = rng.integers(1, 2 ** info.nmant, n, dtype=np.uint64).astype(bits).view(dtype)
+    ordinary = rng.uniform(0.1, 10, n).astype(dtype)
+    near_tiny = (rng.uniform(1, 1000, n) * float(info.tiny)).astype(dtype)
     smallest = float(np.nextafter(dtype(0), dtype(1)))
     specials = [0.0, -0.0, np.inf, -np.inf, np.nan, smallest, float(info.tiny) / 8, float(info.max) / 2, 1.0, -3.0]
-    a = np.concatenate([a, np.repeat(specials, len(specials)), [1e-6, 1.0, 3.0, 5.0]]).astype(dtype)
-    b = np.concatenate([b, np.tile(specials, len(specials)), [1e-40, 3e38, 1e-30, 1e-44]]).astype(dtype)
+    a = np.concatenate([wide[0], subnormal, ordinary, near_tiny, np.repeat(specials, len(specials)),
+                        [1e-6, 1.0, 3.0, 5.0]]).astype(dtype)
+    b = np.concatenate([wide[1], ordinary, subnormal, -rng.uniform(1, 1000, n), np.tile(specials, len(specials)),
+                        [1e-40, 3e38, 1e-30, 1e-44]]).astype(dtype)
     out = cuda.device_array(a.size, dtype)
     divide[(a.size + 255) // 256, 256](cuda.to_device(a), cuda.to_device(b), out)
     got = out.copy_to_host()
     with np.errstate(all="ignore"):
         want = a / b
-    exact = (got == want) | (np.isnan(got) & np.isnan(want))
-    assert np.array_equal(np.signbit(got[want == 0]), np.signbit(want[want == 0]))
-    normal = ~exact & (np.abs(want) >= info.tiny)
-    assert not (~exact & np.isinf(want)).any() and not (~exact & (want == 0)).any()
-    ulps = np.abs(got[normal].astype(np.float64) - want[normal]) / np.spacing(np.abs(want[normal]))
-    assert ulps.max(initial=0) <= 1
-    subnormal = ~exact & ~normal                      # scaled back into the subnormals: rounded twice at most
-    assert (np.abs(got[subnormal].astype(np.float64) - want[subnormal]) <= 2 * smallest).all()
+    number = ~np.isnan(want)
+    assert np.array_equal(np.isnan(got), ~number)
+    assert np.array_equal(got[number].view(bits), want[number].view(bits))

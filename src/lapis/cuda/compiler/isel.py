@@ -546,11 +546,15 @@ class InstructionSelector:
             r = self.new(T.float32)
             self.emit("FMUL", rd=r, ra=a, b=self.imm(T.float32, 1.0 / b.attrs["value"]))
             return r
-        # A divisor outside [2^-126, 2^126] in magnitude is scaled by 2^64 or 2^-64 first (its reciprocal would be
-        # inf or a subnormal MUFU.RCP flushes to 0: 1e-6 / 1e-40 gave inf), and the quotient by the same after.
+        # The quotient is computed in float64 and rounded to float32 once, which is IEEE's correctly rounded
+        # answer (a float64 within an ulp of a/b cannot be on the other side of a float32 midpoint, as 53 >=
+        # 2 * 24 + 2): a float32 Newton step lost digits wherever its residual was subnormal (a subnormal
+        # dividend, or a quotient near 2^-126). The first guess is float32's reciprocal, of a divisor outside
+        # [2^-126, 2^126] in magnitude scaled by 2^64 or 2^-64 first (its reciprocal would be inf, or a
+        # subnormal that MUFU.RCP flushes to 0: 1e-6 / 1e-40 gave inf), and the guess by the same after.
         d = self.reg(b)
         tiny, huge = self.new(T.boolean), self.new(T.boolean)
-        up, scale, ds = self.new(T.float32), self.new(T.float32), self.new(T.float32)
+        up, scale, ds, rcp = (self.new(T.float32) for _ in range(4))
         self.emit("FSETP", mods={"cmp": "LT"}, pd=tiny, ra=d, b=self.imm(T.float32, 2.0**-126), ps=(None, False),
                   abs_="a")
         self.emit("FSETP", mods={"cmp": "GT"}, pd=huge, ra=d, b=self.imm(T.float32, 2.0**126), ps=(None, False),
@@ -558,26 +562,34 @@ class InstructionSelector:
         self.emit("SEL", rd=up, ra=self._const32(2.0**64), b=self.imm(T.float32, 1.0), ps=(tiny, False))
         self.emit("SEL", rd=scale, ra=self._const32(2.0**-64), b=up, ps=(huge, False))
         self.emit("FMUL", rd=ds, ra=d, b=scale)
-        rcp, q, e, step, refined, q0 = (self.new(T.float32) for _ in range(6))
         self.emit("MUFU", mods={"fn": "RCP"}, rd=rcp, b=ds)
-        self.emit("FMUL", rd=q, ra=a, b=rcp)
-        self.emit("FFMA", rd=e, ra=ds, b=q, rc=a, neg="a")         # e = a - d*q
-        self.emit("FFMA", rd=step, ra=e, b=rcp, rc=q)              # q + e/d
-        self.emit("FMUL", rd=refined, ra=step, b=scale)
-        self.emit("FMUL", rd=q0, ra=q, b=scale)
+        a64, d64, rs, s64, r0, e0, r1, q, e, step = (self.new(T.float64) for _ in range(10))
+        to64 = {"to": "F64", "fr": "F32"}
+        for wide, narrow in ((a64, a), (d64, d), (rs, rcp), (s64, scale)):
+            self.emit("F2F", mods=to64, rd=wide, b=narrow)
+        one = self.const64(1.0)
+        self.emit("DMUL", rd=r0, ra=rs, b=s64)                    # 1/d, from the scaled divisor's reciprocal
+        self.emit("DFMA", rd=e0, ra=d64, b=r0, rc=one, neg="a")    # Newton: r = r + r(1 - d r)
+        self.emit("DFMA", rd=r1, ra=r0, b=e0, rc=r0)
+        self.emit("DMUL", rd=q, ra=a64, b=r1)
+        self.emit("DFMA", rd=e, ra=d64, b=q, rc=a64, neg="a")      # e = a - d*q
+        self.emit("DFMA", rd=step, ra=e, b=r1, rc=q)               # q + e/d
+        refined, guess, q0 = (self.new(T.float32) for _ in range(3))
+        self.emit("F2F", mods={"to": "F32", "fr": "F64"}, rd=refined, b=step)
+        self.emit("FMUL", rd=guess, ra=a, b=rcp)                   # IEEE's answer where Newton's steps give NaN
+        self.emit("FMUL", rd=q0, ra=guess, b=scale)
         return self._unless_special(a, e, q0, refined, T.float32)
 
     def _unless_special(self, a: VReg, e: VReg, q: VReg, refined: VReg, t) -> VReg:
         """refined, or q (a times the reciprocal) where it is already IEEE's answer and the Newton step would
-        spoil it: where the residual e is not finite (NaN: a zero or infinite divisor, or an infinite dividend,
+        spoil it: where the float64 residual e is not finite (NaN: a zero or infinite divisor, or an infinite dividend,
         giving +-inf, +-0 or NaN; infinite: a quotient that overflows, inf - inf in the step) and where a is +-0
         (a zero quotient keeps its sign: -0 / 2 is -0)."""
         finite, keep, out = self.new(T.boolean), self.new(T.boolean), self.new(t)
         zero = self.imm(T.float32, 0.0) if t.bits == 32 else self.const64(0.0)
-        inf = self.imm(T.float32, math.inf) if t.bits == 32 else self.const64(math.inf)
-        setp = "FSETP" if t.bits == 32 else "DSETP"
-        self.emit(setp, mods={"cmp": "LT"}, pd=finite, ra=e, b=inf, ps=(None, False), abs_="a")
-        self.emit(setp, mods={"cmp": "EQ", "bop": "OR"}, pd=keep, ra=a, b=zero, ps=(finite, True))
+        self.emit("DSETP", mods={"cmp": "LT"}, pd=finite, ra=e, b=self.const64(math.inf), ps=(None, False), abs_="a")
+        self.emit("FSETP" if t.bits == 32 else "DSETP", mods={"cmp": "EQ", "bop": "OR"}, pd=keep, ra=a, b=zero,
+                  ps=(finite, True))
         self.emit("SEL" if t.bits == 32 else "SEL64", rd=out, ra=q, b=refined, ps=(keep, False))
         return out
 
@@ -603,16 +615,46 @@ class InstructionSelector:
         self.emit("DMUL", rd=q, ra=a_s, b=r2)
         self.emit("DFMA", rd=e, ra=ds, b=q, rc=a_s, neg="a")
         self.emit("DFMA", rd=step, ra=e, b=r2, rc=q)
-        k, half, rest = (self.new(T.int64) for _ in range(3))            # the quotient's scale: 2^(e_a - e_d)
+        k, half, rest, minus_half, minus_rest = (self.new(T.int64) for _ in range(5))  # the scale: 2^(e_a - e_d)
         self.emit("IADD", mods={"w": "64"}, rd=k, ra=field_d, b=field_a, neg="b")
         self.emit("SHR", mods={"t": "S32", "w": "64"}, rd=half, ra=k, b=Imm(1))
         self.emit("IADD", mods={"w": "64"}, rd=rest, ra=k, b=half, neg="b")
-        once, refined = self.new(T.float64), self.new(T.float64)
-        self.emit("DMUL", rd=once, ra=step, b=self._power_of_two(half, 1023))
-        self.emit("DMUL", rd=refined, ra=once, b=self._power_of_two(rest, 1023))
+        self.emit("IADD", mods={"w": "64"}, rd=minus_half, ra=half, b=Imm(1023), neg="a")
+        self.emit("IADD", mods={"w": "64"}, rd=minus_rest, ra=rest, b=Imm(1023), neg="a")
+        up = (self._power_of_two(half, 1023), self._power_of_two(rest, 1023))
+        down = (self._power_of_two(minus_rest, 0), self._power_of_two(minus_half, 0))
+        refined = self._tie_to_truth(a_s, ds, r2, step, self._scaled(step, up), up, down)
         self.emit("DMUL", rd=guess, ra=a, b=r0)                     # IEEE's answer where Newton's steps give NaN
         self.emit("DMUL", rd=q0, ra=guess, b=sd)
         return self._unless_special(a, e, q0, refined, T.float64)
+
+    def _scaled(self, x: VReg, powers: tuple[VReg, VReg]) -> VReg:
+        """x times two powers of two in turn (a scale past float64's exponent range, in two exact halves)."""
+        for power in powers:
+            y = self.new(T.float64)
+            self.emit("DMUL", rd=y, ra=x, b=power)
+            x = y
+        return x
+
+    def _tie_to_truth(self, a: VReg, d: VReg, r: VReg, q: VReg, scaled: VReg, up, down) -> VReg:
+        """`scaled` (q, the correctly rounded a / d, times 2^k by `up`), or its neighbour where the quotient is
+        subnormal and q fell exactly halfway between two of its subnormal neighbours: rounding q a second time
+        broke that tie to even, where the exact quotient lies to one side (the sign of its residual). q's
+        distance t from the nearer one (`scaled` brought back by `down`, exactly) is then half their spacing,
+        and the other is that one plus 2t, a number the scale brings back unchanged; a quotient that did not
+        round twice (normal, or exact) has t = 0, or a point 2t away that the scale does not keep."""
+        e, c, back, t, other, side = (self.new(T.float64) for _ in range(6))
+        self.emit("DFMA", rd=e, ra=d, b=q, rc=a, neg="a")          # e = a - d q, exact
+        self.emit("DMUL", rd=c, ra=e, b=r)                         # the sign of a/d - q
+        self.emit("DADD", rd=t, ra=q, b=self._scaled(scaled, down), neg="b")
+        self.emit("DFMA", rd=other, ra=t, b=self.const64(2.0), rc=self._scaled(scaled, down))
+        tie_breaker = self._scaled(other, up)
+        kept, toward, out = self.new(T.boolean), self.new(T.boolean), self.new(T.float64)
+        self.emit("DSETP", mods={"cmp": "EQ"}, pd=kept, ra=self._scaled(tie_breaker, down), b=other, ps=(None, False))
+        self.emit("DMUL", rd=side, ra=c, b=t)
+        self.emit("DSETP", mods={"cmp": "GT", "bop": "AND"}, pd=toward, ra=side, b=self.const64(0.0), ps=(kept, False))
+        self.emit("SEL64", rd=out, ra=tie_breaker, b=scaled, ps=(toward, False))
+        return out
 
     def _unit_field(self, x: VReg) -> VReg:
         """2046 - e for x's exponent field e, clamped to [1, 2046]: the field of 2^(1023 - e), the power of two
