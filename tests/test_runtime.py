@@ -282,11 +282,13 @@ def test_constant_bank_words_past_a_kernels_arguments_read_zero_after_a_launch_w
     assert np.array_equal(got, np.repeat([5.0, 0.0], 64).astype(np.float32))
 
 
-def raw_kernel(rt, agent, source: str, registers: int = 8, local_bytes: int = 0) -> int:
-    """A kernel written straight into executable device memory, where no loader checked it: its kernel_object."""
+def raw_kernel(rt, agent, source: str, registers: int = 8, local_bytes: int = 0, code_size: int | None = None) -> int:
+    """A kernel written straight into executable device memory, where no loader checked it: its kernel_object.
+    `code_size`: what its descriptor claims, if not the code's length."""
     code = isa.encode_program(isa.assemble(source))
     kd = abi.KernelDescriptor(private_segment_fixed_size=local_bytes, compute_pgm_rsrc1=registers,
-                              kernel_code_entry_byte_offset=abi.KERNEL_DESCRIPTOR_BYTES, code_size=len(code))
+                              kernel_code_entry_byte_offset=abi.KERNEL_DESCRIPTOR_BYTES,
+                              code_size=len(code) if code_size is None else code_size)
     buffer = rt.device_pool(agent).allocate(abi.KERNEL_DESCRIPTOR_BYTES + len(code), executable=True)
     rt.copy_to_device(agent, buffer.va, kd.pack() + code)
     return buffer.va
@@ -346,6 +348,19 @@ def test_a_dispatch_asking_more_local_memory_than_a_thread_may_have_is_refused(r
     assert done.wait(Condition.LT, 1, timeout_s=5) == -1
     state, error = queue.status()
     assert state == "error" and f"private segment of {too_much} bytes per work-item exceeds" in error["reason"]
+    assert_the_device_still_serves(rt, bystander)
+
+
+def test_a_descriptor_claiming_gigabytes_of_code_is_refused_before_it_is_read(rt, bystander):
+    """The front end decodes a kernel's whole program at once, so a descriptor's code_size is refused past
+    abi.MAX_CODE_BYTES before any code is read (behind a 4 GiB claim, mapped memory was read into the host)."""
+    gpu = rt.gpu_agents[0]
+    queue = rt.create_queue(gpu)
+    claimed = 2**32 - isa.INSTRUCTION_BYTES                        # the largest a descriptor can hold
+    done = dispatch_raw(rt, queue, raw_kernel(rt, gpu, "EXIT ;", code_size=claimed))
+    assert done.wait(Condition.LT, 1, timeout_s=5) == -1
+    state, error = queue.status()
+    assert state == "error" and f"code of {claimed} bytes exceeds the {abi.MAX_CODE_BYTES}" in error["reason"]
     assert_the_device_still_serves(rt, bystander)
 
 

@@ -185,6 +185,10 @@ class KernelDescriptor(_Layout):
 
 
 KERNEL_DESCRIPTOR_BYTES = 64
+# The simulated front end reads and decodes a kernel's whole program at once (a real one fetches as it goes), so
+# a descriptor's code_size is bounded: 16 MiB, a million instructions, far past any compiled kernel, and no
+# 4 GiB host read for a descriptor that claims one.
+MAX_CODE_BYTES = 1 << 24
 assert struct.calcsize(KernelDescriptor.FORMAT) == KERNEL_DESCRIPTOR_BYTES
 
 # Constant bank 0 of a dispatch: blockDim at 0x0, gridDim (in blocks) at 0xc, the warp size at

@@ -604,8 +604,11 @@ class CommandProcessor:
 
     def _check_resources(self, kd: abi.KernelDescriptor, p: abi.KernelDispatchPacket) -> None:
         """Refuse a dispatch whose descriptor or packet asks a thread for more than the device gives one (registers,
-        local memory) or passes more kernel arguments than constant bank 0 holds, before anything is read for it."""
+        local memory), passes more kernel arguments than constant bank 0 holds or claims more code than a kernel may
+        have, before anything is read for it."""
         profile = self.gpu.profile
+        if kd.code_size > abi.MAX_CODE_BYTES:
+            raise PacketError(f"code of {kd.code_size} bytes exceeds the {abi.MAX_CODE_BYTES} a kernel may have")
         if kd.registers > profile.max_registers_per_thread:
             raise PacketError(f"kernel declares {kd.registers} registers per thread; the device allows "
                               f"{profile.max_registers_per_thread}")
