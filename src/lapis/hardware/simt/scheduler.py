@@ -55,9 +55,13 @@ class SimtCore:
     # worth compiling once per machine is one a program returns to: a training loop's kernels, from its
     # first few dozen steps (a tiny GPT's attention, 8,192 thread-runs a step, from its 32nd).
     FUSE_AFTER = 1 << 18
-    # The native engine runs a batch in slices of about this many lane-instructions (tens of milliseconds), and the
-    # scheduler reads the deadline between them; a kernel shorter than a slice never pays for one more call.
-    DEADLINE_LANE_STEPS = 1 << 24
+    # The native engine runs a batch in slices, and the scheduler reads the deadline between them. The first is about
+    # this many lane-instructions (a few milliseconds at the engine's speed), each next one 4x the last while a slice
+    # takes under SLICE_S: a kernel shorter than a slice never pays for one more call, which costs about as much as
+    # regathering the batch's registers (2^24 lane-instructions a slice halved the ALU benchmark's speed), and an
+    # endless one is still looked at every SLICE_S or so.
+    DEADLINE_LANE_STEPS = 1 << 28
+    SLICE_S = 0.05
     DEADLINE_STEPS = 256        # the reference reads the deadline once every so many steps
 
     def __init__(self, profile: DeviceProfile, mmu: Mmu, vram: PhysicalMemory, sysmem: PhysicalMemory,
@@ -190,7 +194,7 @@ class SimtCore:
         translated, waiting = native.translation.translated, native.waiting
         d = blocks.d
         budget, end = d.watchdog_steps, len(d.program)
-        per_slice = max(1, self.DEADLINE_LANE_STEPS // blocks.lanes)
+        per_slice, sliced = max(1, self.DEADLINE_LANE_STEPS // blocks.lanes), time.monotonic()
         native.begin()
         steps, pc, current = 0, 0, False
         while True:
@@ -207,6 +211,8 @@ class SimtCore:
             if time.monotonic() >= d.deadline:
                 raise blocks.fault(pc, d.deadline_reason)
             if ran == allowed and steps < budget:
+                now = time.monotonic()
+                per_slice, sliced = per_slice * 4 if now - sliced < self.SLICE_S else per_slice, now
                 # The slice ran out: the engine stopped before the instruction at pc, the running group kept, and goes
                 # on from there. Had it stopped there for the binders too, the next call stops at once, and they run it.
                 continue
