@@ -87,7 +87,11 @@ def compile_kernel(pyfunc, argtypes) -> CompiledKernel:
 
 def _compile(pyfunc, argtypes) -> CompiledKernel:
     """Every stage, from source to code object (the dump directory gets each stage's output)."""
-    func = build_ir(pyfunc, list(argtypes))
+    return compile_function(build_ir(pyfunc, list(argtypes)), argtypes)
+
+
+def compile_function(func, argtypes) -> CompiledKernel:
+    """Every stage after the frontend, from a kernel's IR (Python's, or PTX's: `ptx.py`) to its code object."""
     passes.optimize(func)
     ir_text = func.format()
     blocks = isel.select(func)
@@ -128,4 +132,4 @@ def _compile(pyfunc, argtypes) -> CompiledKernel:
     return compiled
 
 
-__all__ = ["CompileError", "CompiledKernel", "compile_kernel", "kernarg_layout"]
+__all__ = ["CompileError", "CompiledKernel", "compile_function", "compile_kernel", "kernarg_layout"]

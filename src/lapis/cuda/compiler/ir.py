@@ -8,7 +8,7 @@ its body), which the simulated GPU relies on to reconverge diverged threads.
 Operations (`Op`; args are Values, attrs hold constants):
   const(value)                 param(offset)            sreg(name)          dim(name)
   add sub mul fdiv div mod min max and or xor shl shr  (binary, same-typed)
-  neg  not  cmp(op)  select(cond, a, b)  cast
+  neg  not  cmp(op)  select(cond, a, b)  cast  bitcast (the same bits as another type of their width)
   math(fn): what the hardware does in one instruction (sqrt sin cos exp2 log2 rcp in float32; fabs
             floor ceil trunc); the rest of math is libdevice's functions, inlined
   gaddr(ptr, index, scale) -> 64-bit address     load(addr, space)   store(addr, value, space)
@@ -49,6 +49,7 @@ class Op(Enum):
     CMP = "cmp"
     SELECT = "select"
     CAST = "cast"
+    BITCAST = "bitcast"
     MATH = "math"
     GADDR = "gaddr"
     LOAD = "load"
@@ -75,7 +76,7 @@ class Op(Enum):
 # Pure operations depend on their operands alone: CSE may merge them, hoisting may move them.
 PURE = frozenset({Op.CONST, Op.PARAM, Op.SREG, Op.DIM, Op.ADD, Op.SUB, Op.MUL, Op.FDIV, Op.DIV, Op.MOD, Op.MIN,
                   Op.MAX, Op.AND, Op.OR, Op.XOR, Op.SHL, Op.SHR, Op.NEG, Op.NOT, Op.CMP, Op.SELECT, Op.CAST,
-                  Op.MATH, Op.GADDR, Op.VZERO, Op.VGET, Op.VPACK, Op.MMA})
+                  Op.BITCAST, Op.MATH, Op.GADDR, Op.VZERO, Op.VGET, Op.VPACK, Op.MMA})
 # Operations kept even when nothing reads their result.
 EFFECTS = frozenset({Op.STORE, Op.VSTORE, Op.BARRIER, Op.ATOMIC, Op.FENCE, Op.TRAP})
 ADDRESS = T.Scalar("ptr64", "uint", 64)      # a 64-bit global address

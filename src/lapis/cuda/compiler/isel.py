@@ -450,6 +450,12 @@ class InstructionSelector:
             self.emit("SEL", rd=r, ra=self.reg(a), b=self.operand_b(b), ps=(p, False))
         return r
 
+    def op_bitcast(self, v):
+        """The same register bits read as another type of their width (PTX's untyped .b32 and .b64 registers)."""
+        r = self.new(v.type)
+        self.copy(r, self.reg(v.args[0]))
+        return r
+
     def op_cast(self, v):
         (x,) = v.args
         src, dst = x.type, v.type

@@ -6,6 +6,7 @@ trip. Here, as ptxas and LLVM do (loop rotation), a jump to a short block that e
 conditional branch gets a copy of that block instead: the body then ends in the test and a
 branch back to the body's first instruction, one branch a trip. The copy computes what the
 block would have, from the same registers (allocation is done), so any such jump may take it.
+A test whose branch goes back into the loop (PTX's `if` inside a bottom-tested loop) is not copied.
 Then a branch to the instruction that follows it anyway is dropped.
 """
 
@@ -43,6 +44,11 @@ def copy_tests(blocks: list[MBlock]) -> None:
         if not _test(target) or index[target.label] + 1 == len(blocks):
             continue
         *work, branch = target.insts
+        if index[branch.target] <= index[b.label]:
+            # The copy's lanes that do not branch back wait at its jump while the others run the loop again (the
+            # scheduler runs the lowest pc first): the jump must go forward, past the loop, or those lanes would
+            # miss a barrier the others reach (a PTX loop's test that skips to a barrier inside the loop).
+            continue
         fall = blocks[index[target.label] + 1].label
         p, negated = branch.guard
         b.insts[-1:] = [replace(i, mods=dict(i.mods)) for i in work] + [

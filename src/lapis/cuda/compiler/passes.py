@@ -308,8 +308,9 @@ def _append(func: ir.Function, kind: Op, t, args: list, block: ir.Block, line: i
 
 
 def split_critical_edges(func: ir.Function) -> None:
-    """An edge from a block with two successors to one with phis gets a block between them,
-    placed just before the successor (all such edges go forward, so layout stays structured)."""
+    """An edge from a block with two successors to one with phis gets a block between them, placed just
+    before the successor, or, for a backward edge (a loop whose test at its bottom branches to its header, as
+    PTX's loops do), just after the branching block, so the copies come after every value they read."""
     count = 0
     for b in list(func.blocks):
         if not isinstance(b.term, ir.Branch):
@@ -321,7 +322,8 @@ def split_critical_edges(func: ir.Function) -> None:
             count += 1
             mid = ir.Block(f"edge{count}_{b.name}_{succ.name}", preds=[b], term=ir.Jump(succ))
             succ.preds[succ.preds.index(b)] = mid
-            func.blocks.insert(func.blocks.index(succ), mid)
+            backward = func.blocks.index(succ) <= func.blocks.index(b)
+            func.blocks.insert(func.blocks.index(b) + 1 if backward else func.blocks.index(succ), mid)
             then = mid if succ is then else then
             orelse = mid if succ is orelse else orelse
         b.term = replace(b.term, then=then, orelse=orelse)
