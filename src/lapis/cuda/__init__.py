@@ -28,6 +28,7 @@ import numpy as np
 from lapis.cuda import (
     fp16,  # numba's cuda.fp16 namespace (half-precision intrinsics)
     random,  # numba's cuda.random (xoroshiro128+ generators)
+    raw_kernel,  # CuPy's raw kernels: CUDA C++ through NVRTC and lapis's PTX assembler
     ufunc,  # numba's @vectorize(target='cuda')
 )
 from lapis.cuda.api import Api, DeviceList
@@ -95,6 +96,8 @@ from lapis.cuda.runtime_api import DevicePointer, RuntimeApi
 _api = Api("cuda", "nvidia")
 random.api = _api                                # cuda.random's states go to this API's devices
 ufunc.api = _api                                 # and vectorize's kernels run on them
+raw_kernel.api = _api                            # and CUDA C++ kernels
+RawKernel, RawModule, NvrtcError = raw_kernel.RawKernel, raw_kernel.RawModule, raw_kernel.NvrtcError
 vectorize = ufunc.vectorize
 jit = _api.jit
 to_device = _api.to_device
@@ -164,6 +167,7 @@ bfloat16 = ml_dtypes.bfloat16
 boolean = np.bool_
 
 __all__ = [
+    "RawKernel", "RawModule", "NvrtcError",
     "all_sync", "any_sync", "atomic", "ballot_sync", "cg", "mma", "bfloat16", "const", "float16", "shfl_down_sync",
     "shfl_sync",
     "shfl_up_sync", "shfl_xor_sync", "syncwarp", "threadfence", "threadfence_block", "threadfence_system",

@@ -980,7 +980,8 @@ class InstructionSelector:
         if v.attrs["space"] == "global":
             self.emit("LDG", mods={"e": "E", "w": width}, rd=r, ra=base, b=Imm(offset & 0xFFFFFFFF))
         else:
-            self.emit("LDS", mods={"w": width}, rd=r, ra=base, b=Imm(offset & 0xFFFFFFFF))
+            self.emit("LDS" if v.attrs["space"] == "shared" else "LDL", mods={"w": width}, rd=r, ra=base,
+                      b=Imm(offset & 0xFFFFFFFF))
         return r
 
     def op_vstore(self, v):
@@ -991,7 +992,8 @@ class InstructionSelector:
         if v.attrs["space"] == "global":
             self.emit("STG", mods={"e": "E", "w": width}, ra=base, b=Imm(offset & 0xFFFFFFFF), rc=src)
         else:
-            self.emit("STS", mods={"w": width}, ra=base, b=Imm(offset & 0xFFFFFFFF), rc=src)
+            self.emit("STS" if v.attrs["space"] == "shared" else "STL", mods={"w": width}, ra=base,
+                      b=Imm(offset & 0xFFFFFFFF), rc=src)
 
     def op_vzero(self, v):
         r = self.new(v.type)
@@ -1000,6 +1002,10 @@ class InstructionSelector:
 
     def op_vpack(self, v):
         # two pairs, then the quad of them (pseudo-instructions: codegen moves the words into place)
+        if len(v.args) == 2:                   # a u32x2: one pair
+            r = self.new(v.type)
+            self.emit("PAIR", rd=r, ra=self.reg(v.args[0]), b=self.reg(v.args[1]))
+            return r
         lo, hi = self.new(T.int64), self.new(T.int64)
         self.emit("PAIR", rd=lo, ra=self.reg(v.args[0]), b=self.reg(v.args[1]))
         self.emit("PAIR", rd=hi, ra=self.reg(v.args[2]), b=self.reg(v.args[3]))

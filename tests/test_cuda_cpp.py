@@ -1,0 +1,332 @@
+"""CUDA C++ kernels: NVRTC compiles them to PTX, lapis's PTX assembler translates the PTX into its IR and
+back end, and they run on the simulated GPU like any kernel (`lapis.cuda.RawKernel`, CuPy's interface).
+Every kernel here is checked against numpy."""
+
+import numpy as np
+import pytest
+
+from lapis import cuda
+from lapis.cuda.compiler import CompileError
+
+KERNELS = r"""
+extern "C" __global__ void vector_add(const float* a, const float* b, float* c, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void saxpy(float a, const float* x, float* y, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        y[i] = a * x[i] + y[i];
+}
+
+extern "C" __global__ void block_sum(const float* x, float* out, int n) {
+    extern __shared__ float partial[];
+    int t = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + t;
+    partial[t] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (t < k) partial[t] += partial[t + k];
+        __syncthreads();
+    }
+    if (t == 0) atomicAdd(out, partial[0]);
+}
+
+extern "C" __global__ void warp_sum(const float* x, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = i < n ? x[i] : 0.0f;
+    for (int offset = 16; offset > 0; offset /= 2) v += __shfl_down_sync(0xffffffff, v, offset);
+    if ((threadIdx.x & 31) == 0) atomicAdd(out, v);
+}
+
+template <int PAD>
+__device__ void transpose_tile(const float* in, float* out, int w, int h) {
+    __shared__ float tile[32][32 + PAD];
+    int x = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y * 32 + threadIdx.y;
+    if (x < w && y < h) tile[threadIdx.y][threadIdx.x] = in[y * w + x];
+    __syncthreads();
+    x = blockIdx.y * 32 + threadIdx.x;
+    y = blockIdx.x * 32 + threadIdx.y;
+    if (x < h && y < w) out[y * h + x] = tile[threadIdx.x][threadIdx.y];
+}
+extern "C" __global__ void transpose_padded(const float* in, float* out, int w, int h) {
+    transpose_tile<1>(in, out, w, h);
+}
+extern "C" __global__ void transpose_naive(const float* in, float* out, int w, int h) {
+    transpose_tile<0>(in, out, w, h);
+}
+
+extern "C" __global__ void histogram(const unsigned char* in, unsigned int* bins, int n) {
+    __shared__ unsigned int local[256];
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) local[i] = 0;
+    __syncthreads();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        atomicAdd(&local[in[i]], 1u);
+    __syncthreads();
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) atomicAdd(&bins[i], local[i]);
+}
+
+extern "C" __global__ void softmax_rows(const float* x, float* y, int cols) {
+    __shared__ float across[256];
+    const float* row = x + blockIdx.x * cols;
+    float* out = y + blockIdx.x * cols;
+    int t = threadIdx.x;
+    float m = -__int_as_float(0x7f800000);
+    for (int c = t; c < cols; c += blockDim.x) m = fmaxf(m, row[c]);
+    across[t] = m;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (t < k) across[t] = fmaxf(across[t], across[t + k]);
+        __syncthreads();
+    }
+    m = across[0];
+    __syncthreads();
+    float s = 0;
+    for (int c = t; c < cols; c += blockDim.x) s += expf(row[c] - m);
+    across[t] = s;
+    __syncthreads();
+    for (int k = blockDim.x / 2; k > 0; k >>= 1) {
+        if (t < k) across[t] += across[t + k];
+        __syncthreads();
+    }
+    s = across[0];
+    for (int c = t; c < cols; c += blockDim.x) out[c] = expf(row[c] - m) / s;
+}
+
+#define TILE 16
+extern "C" __global__ void matmul_tiled(const float* A, const float* B, float* C, int M, int N, int K) {
+    __shared__ float As[TILE][TILE], Bs[TILE][TILE];
+    int row = blockIdx.y * TILE + threadIdx.y, col = blockIdx.x * TILE + threadIdx.x;
+    float acc = 0.0f;
+    for (int t = 0; t < (K + TILE - 1) / TILE; ++t) {
+        int ak = t * TILE + threadIdx.x, bk = t * TILE + threadIdx.y;
+        As[threadIdx.y][threadIdx.x] = row < M && ak < K ? A[row * K + ak] : 0.0f;
+        Bs[threadIdx.y][threadIdx.x] = bk < K && col < N ? B[bk * N + col] : 0.0f;
+        __syncthreads();
+        for (int k = 0; k < TILE; ++k) acc += As[threadIdx.y][k] * Bs[k][threadIdx.x];
+        __syncthreads();
+    }
+    if (row < M && col < N) C[row * N + col] = acc;
+}
+
+extern "C" __global__ void inclusive_scan(const int* in, int* out, int n) {
+    __shared__ int buf[2][256];
+    int t = threadIdx.x, src = 0;
+    buf[0][t] = t < n ? in[t] : 0;
+    __syncthreads();
+    for (int offset = 1; offset < blockDim.x; offset *= 2) {
+        int v = buf[src][t];
+        if (t >= offset) v += buf[src][t - offset];
+        buf[1 - src][t] = v;
+        src = 1 - src;
+        __syncthreads();
+    }
+    if (t < n) out[t] = buf[src][t];
+}
+
+extern "C" __global__ void integer_ops(const int* a, const int* b, int* q, int* r, unsigned* u, long long* w, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    q[i] = a[i] / b[i];
+    r[i] = a[i] % b[i];
+    u[i] = (unsigned)a[i] >> 3 | ((unsigned)a[i] < (unsigned)b[i]);
+    w[i] = (long long)a[i] * b[i] + (a[i] >> 2);
+}
+
+extern "C" __global__ void double_ops(const double* x, double* y, float* z, int* k, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = x[i] * x[i] / 3.0 - x[i];
+        z[i] = (float)x[i];
+        k[i] = (int)x[i];
+    }
+}
+
+extern "C" __global__ void comparisons(const float* a, const float* b, int* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float x = a[i], y = b[i];
+        out[i] = (x < y) | (x <= y) << 1 | (x > y) << 2 | (x >= y) << 3 | (x == y) << 4 | (x != y) << 5
+                 | (!(x < y)) << 6 | (isnan(x)) << 7;
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def module():
+    return cuda.RawModule(KERNELS, options=("-std=c++17",))
+
+
+def test_vector_add_through_raw_kernel():
+    kernel = cuda.RawKernel(KERNELS, "vector_add")
+    n = 1000
+    a, b = np.random.default_rng(0).standard_normal((2, n)).astype(np.float32)
+    c = cuda.device_array(n, np.float32)
+    kernel(((n + 127) // 128,), (128,), (cuda.to_device(a), cuda.to_device(b), c, np.int32(n)))
+    assert np.array_equal(c.copy_to_host(), a + b)
+    assert ".entry vector_add" in kernel.ptx and "FADD" in kernel.inspect_asm()
+    assert "registers" in kernel.resources() and kernel.num_regs > 0
+
+
+def test_grid_stride_saxpy_with_python_numbers(module):
+    n = 5000
+    x, y = np.arange(n, dtype=np.float32), np.ones(n, np.float32)
+    d_y = cuda.to_device(y)
+    module.get_function("saxpy")((4,), (128,), (2.5, cuda.to_device(x), d_y, n))      # fewer threads than items
+    assert np.array_equal(d_y.copy_to_host(), np.float32(2.5) * x + 1)
+
+
+@pytest.mark.parametrize("kernel", ["block_sum", "warp_sum"])
+def test_reductions_in_shared_memory_and_warp_shuffles(module, kernel):
+    n = 3000
+    x = np.random.default_rng(1).integers(-50, 50, n).astype(np.float32)      # exact sums in any order
+    out = cuda.to_device(np.zeros(1, np.float32))
+    module.get_function(kernel)(((n + 255) // 256,), (256,), (cuda.to_device(x), out, np.int32(n)),
+                                shared_mem=256 * 4)
+    assert out.copy_to_host()[0] == x.sum()
+
+
+@pytest.mark.parametrize("kernel", ["transpose_padded", "transpose_naive"])
+def test_transpose_of_a_ragged_matrix(module, kernel):
+    h, w = 70, 45
+    a = np.random.default_rng(2).standard_normal((h, w)).astype(np.float32)
+    out = cuda.device_array((w, h), np.float32)
+    module.get_function(kernel)(((w + 31) // 32, (h + 31) // 32), (32, 32), (cuda.to_device(a), out, w, h))
+    assert np.array_equal(out.copy_to_host(), a.T)
+
+
+def test_shared_atomic_histogram_of_bytes(module):
+    data = np.random.default_rng(3).integers(0, 256, 20000).astype(np.uint8)
+    bins = cuda.to_device(np.zeros(256, np.uint32))
+    module.get_function("histogram")((8,), (128,), (cuda.to_device(data), bins, data.size))
+    assert np.array_equal(bins.copy_to_host(), np.bincount(data, minlength=256))
+
+
+def test_row_softmax_with_expf_and_division(module):
+    x = np.random.default_rng(4).standard_normal((6, 300)).astype(np.float32) * 4
+    out = cuda.device_array_like(x)
+    module.get_function("softmax_rows")((6,), (64,), (cuda.to_device(x), out, 300))
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    np.testing.assert_allclose(out.copy_to_host(), e / e.sum(1, keepdims=True), rtol=2e-6, atol=1e-9)
+
+
+def test_tiled_matmul_against_numpy(module):
+    m, n, k = 50, 37, 70
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    c = cuda.device_array((m, n), np.float32)
+    module.get_function("matmul_tiled")(((n + 15) // 16, (m + 15) // 16), (16, 16),
+                                        (cuda.to_device(a), cuda.to_device(b), c, m, n, k))
+    np.testing.assert_allclose(c.copy_to_host(), a.astype(np.float64) @ b, rtol=1e-4, atol=1e-4)
+
+
+def test_inclusive_scan_in_one_block(module):
+    x = np.random.default_rng(6).integers(-100, 100, 200).astype(np.int32)
+    out = cuda.device_array(200, np.int32)
+    module.get_function("inclusive_scan")((1,), (256,), (cuda.to_device(x), out, 200))
+    assert np.array_equal(out.copy_to_host(), np.cumsum(x))
+
+
+def test_integer_division_truncates_toward_zero_as_c_does(module):
+    rng = np.random.default_rng(7)
+    n = 500
+    a = rng.integers(-2**31, 2**31, n).astype(np.int32)
+    b = rng.integers(-1000, 1000, n).astype(np.int32)
+    b[b == 0] = 7
+    outs = [cuda.device_array(n, t) for t in (np.int32, np.int32, np.uint32, np.int64)]
+    module.get_function("integer_ops")((4,), (128,), (cuda.to_device(a), cuda.to_device(b), *outs, n))
+    q, r, u, w = (o.copy_to_host() for o in outs)
+    want_q = (np.abs(a.astype(np.int64)) // np.abs(b) * np.sign(a) * np.sign(b)).astype(np.int32)
+    assert np.array_equal(q, want_q) and np.array_equal(r, a - want_q * b)
+    ua, ub = a.view(np.uint32), b.view(np.uint32)
+    assert np.array_equal(u, (ua >> 3) | (ua < ub).astype(np.uint32))
+    assert np.array_equal(w, a.astype(np.int64) * b + (a >> 2))
+
+
+def test_float64_and_conversions(module):
+    x = np.random.default_rng(8).standard_normal(300) * 1e3
+    y, z, k = cuda.device_array(300, np.float64), cuda.device_array(300, np.float32), cuda.device_array(300, np.int32)
+    module.get_function("double_ops")((3,), (128,), (cuda.to_device(x), y, z, k, 300))
+    assert np.array_equal(y.copy_to_host(), x * x / 3.0 - x)
+    assert np.array_equal(z.copy_to_host(), x.astype(np.float32))
+    assert np.array_equal(k.copy_to_host(), np.trunc(x).astype(np.int32))
+
+
+def test_float_comparisons_follow_ieee_with_nan(module):
+    values = np.array([0.0, -0.0, 1.0, -1.0, np.inf, -np.inf, np.nan], np.float32)
+    a, b = (g.ravel() for g in np.meshgrid(values, values))
+    out = cuda.device_array(a.size, np.int32)
+    module.get_function("comparisons")((1,), (64,), (cuda.to_device(a), cuda.to_device(b), out, a.size))
+    with np.errstate(invalid="ignore"):
+        want = sum(c.astype(np.int32) << bit for bit, c in enumerate(
+            [a < b, a <= b, a > b, a >= b, a == b, a != b, ~(a < b), np.isnan(a)]))
+    assert np.array_equal(out.copy_to_host(), want)
+
+
+def test_the_unpadded_transpose_shows_its_bank_conflicts(module):
+    """Reading a column of a 32x32 float tile hits one bank 32 times; padding each row by a float spreads it."""
+    from lapis import profiler
+    a = np.zeros((256, 256), np.float32)
+    out = cuda.device_array((256, 256), np.float32)
+    conflicts = {}
+    for kernel in ("transpose_naive", "transpose_padded"):
+        with profiler.profile() as prof:
+            module.get_function(kernel)((8, 8), (32, 32), (cuda.to_device(a), out, 256, 256))
+            cuda.synchronize()
+        (record,) = [k for k in prof.kernels() if k["name"] == kernel]
+        conflicts[kernel] = record["bank_conflicts"]
+    assert conflicts["transpose_padded"] == 0 and conflicts["transpose_naive"] >= 31 * 64 * 32
+
+
+def test_a_cuda_error_reports_nvrtc_s_log_with_the_line():
+    with pytest.raises(cuda.NvrtcError, match=r"broken\.cu\(3\): error: identifier \"undefined_thing\""):
+        cuda.RawModule("extern \"C\" __global__ void k(int* a) {\n"
+                       "  int i = threadIdx.x;\n"
+                       "  a[i] = undefined_thing;\n}\n", name="broken.cu")
+
+
+def test_an_unsupported_ptx_instruction_is_named_with_its_line():
+    ptx = """
+.version 9.5
+.target sm_90
+.address_size 64
+.visible .entry k(.param .u64 k_param_0)
+{
+    .reg .b32 %r<3>;
+    mov.u32 %r1, %tid.x;
+    activemask.b32 %r2;
+    ret;
+}
+"""
+    with pytest.raises(CompileError, match=r"k\.ptx:9: the PTX instruction 'activemask\.b32' is not supported"):
+        cuda.RawModule(ptx=ptx, name="k.ptx").get_function("k").inspect_asm()
+
+
+def test_arguments_are_checked_against_the_parameters(module):
+    x = cuda.to_device(np.zeros(4, np.float32))
+    saxpy = module.get_function("saxpy")
+    with pytest.raises(TypeError, match="takes 4 arguments, got 3"):
+        saxpy((1,), (32,), (1.0, x, x))
+    with pytest.raises(cuda.LaunchError, match=r"argument 3 \(4294967296\) does not fit the parameter's 32-bit"):
+        saxpy((1,), (32,), (1.0, x, x, 2**32))
+    with pytest.raises(cuda.LaunchError, match="argument 0 is a device array, but the parameter is .f32"):
+        module.get_function("saxpy")((1,), (32,), (x, x, x, 4))
+    with pytest.raises(KeyError, match=r"no kernel .+nope.+ in the module"):
+        module.get_function("nope")
+
+
+@pytest.mark.parametrize("options, where", [
+    (("-lineinfo",), r"\S*kernel\.cu:3: a\[i \+ \(1 << 28\)\] = 1\.0f;"),   # the CUDA line, from PTX's .loc
+    ((), r"kernel\.ptx:\d+: st\.global\.u32\s+\[%rd\d+\], %r\d+;"),           # else the PTX line
+])
+def test_a_fault_names_the_source_line(options, where):
+    source = ("extern \"C\" __global__ void stray(float* a) {\n"
+              "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "    a[i + (1 << 28)] = 1.0f;\n"
+              "}\n")
+    kernel = cuda.RawKernel(source, "stray", options=options)
+    assert ("kernel.cu:3" in kernel.inspect_asm()) == bool(options)          # the listing's source lines too
+    with pytest.raises(cuda.KernelFault, match=r"kernel 'stray' faulted .*illegal memory access.* at " + where):
+        kernel((1,), (32,), (cuda.device_array(32, np.float32),))
+        cuda.synchronize()
