@@ -295,11 +295,11 @@ def test_an_unsupported_ptx_instruction_is_named_with_its_line():
 {
     .reg .b32 %r<3>;
     mov.u32 %r1, %tid.x;
-    activemask.b32 %r2;
+    nanosleep.u32 %r1;
     ret;
 }
 """
-    with pytest.raises(CompileError, match=r"k\.ptx:9: the PTX instruction 'activemask\.b32' is not supported"):
+    with pytest.raises(CompileError, match=r"k\.ptx:9: the PTX instruction 'nanosleep\.u32' is not supported"):
         cuda.RawModule(ptx=ptx, name="k.ptx").get_function("k").inspect_asm()
 
 
@@ -330,3 +330,157 @@ def test_a_fault_names_the_source_line(options, where):
     with pytest.raises(cuda.KernelFault, match=r"kernel 'stray' faulted .*illegal memory access.* at " + where):
         kernel((1,), (32,), (cuda.device_array(32, np.float32),))
         cuda.synchronize()
+
+
+MORE = r"""
+#include <cuda_fp16.h>
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+__constant__ float coefficients[4] = {1.0f, -2.0f, 0.5f, 3.0f};
+__device__ unsigned int calls;
+
+extern "C" __global__ void polynomial(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float v = x[i];
+        y[i] = coefficients[0] + v * (coefficients[1] + v * (coefficients[2] + v * coefficients[3]));
+        atomicAdd(&calls, 1u);
+    }
+}
+
+template <typename T>
+__global__ void scale(T* a, T factor, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) a[i] *= factor;
+}
+
+extern "C" __global__ void double_first(const float4* in, float4* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        float4 v = in[i];
+        v.x *= 2.0f;
+        out[i] = v;
+    }
+}
+
+extern "C" __global__ void lookup(const int* index, float* out, int n) {
+    float table[8];                                  // indexed at run time: local memory
+    for (int k = 0; k < 8; ++k) table[k] = k * 1.5f - 2.0f;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = table[index[i] & 7];
+}
+
+extern "C" __global__ void halves(const __half* a, const __half2* b, __half* c, __half2* d, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        c[i] = __hfma(a[i], __float2half(3.0f), __float2half(0.25f));
+        d[i] = __hmul2(__hadd2(b[i], b[i]), __floats2half2_rn(0.5f, -1.0f));
+    }
+}
+
+extern "C" __global__ void tile_sum(const float* x, float* out, int n) {
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = i < n ? x[i] : 0.0f;
+    for (int offset = warp.size() / 2; offset > 0; offset /= 2) v += warp.shfl_down(v, offset);
+    if (warp.thread_rank() == 0) atomicAdd(out, v);
+}
+
+extern "C" __global__ void bits(const unsigned* a, const unsigned* b, unsigned* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        unsigned x = a[i], y = b[i];
+        out[8 * i + 0] = __umulhi(x, y);
+        out[8 * i + 1] = (unsigned)__mulhi((int)x, (int)y);
+        out[8 * i + 2] = __popc(x) + 64 * __clz(y);
+        out[8 * i + 3] = __brev(x);
+        out[8 * i + 4] = (x & y) ^ (~x & (y | 0x0f0f0f0fu));
+        out[8 * i + 5] = __byte_perm(x, y, 0x5140);
+        out[8 * i + 6] = __funnelshift_l(x, y, i) ^ __funnelshift_r(x, y, i + 3);
+        out[8 * i + 7] = __activemask() == 0xffffffffu;
+    }
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def more():
+    return cuda.RawModule(MORE, name_expressions=["scale<float>", "scale<double>"])
+
+
+def test_constant_and_device_variables(more):
+    x = np.linspace(-2, 2, 100).astype(np.float32)
+    y = cuda.device_array(100, np.float32)
+    before = int(more.get_global("calls").view(np.uint32).copy_to_host()[0])
+    more.get_function("polynomial")((1,), (128,), (cuda.to_device(x), y, 100))
+    c = np.array([1.0, -2.0, 0.5, 3.0], np.float32)
+    np.testing.assert_allclose(y.copy_to_host(), c[0] + x * (c[1] + x * (c[2] + x * c[3])), rtol=1e-6, atol=1e-6)
+    assert more.get_global("calls").view(np.uint32).copy_to_host()[0] == before + 100
+    assert np.array_equal(more.get_global("coefficients").view(np.float32).copy_to_host(), c)
+
+
+@pytest.mark.parametrize("expression, dtype", [("scale<float>", np.float32), ("scale<double>", np.float64)])
+def test_templates_through_name_expressions(more, expression, dtype):
+    a = cuda.to_device(np.arange(40, dtype=dtype))
+    more.get_function(expression)((1,), (64,), (a, 0.5, 40))
+    assert np.array_equal(a.copy_to_host(), np.arange(40, dtype=dtype) * dtype(0.5))
+
+
+def test_float4_loads_and_stores_and_local_arrays(more):
+    x = np.random.default_rng(9).standard_normal((50, 4)).astype(np.float32)
+    out = cuda.device_array((50, 4), np.float32)
+    kernel = more.get_function("double_first")
+    kernel((1,), (64,), (cuda.to_device(x), out, 50))
+    want = x.copy()
+    want[:, 0] *= 2
+    assert np.array_equal(out.copy_to_host(), want)
+    assert "LDG.E.128" in kernel.inspect_asm()                          # one 16-byte load per float4
+    index = np.random.default_rng(10).integers(0, 1000, 70).astype(np.int32)
+    looked = cuda.device_array(70, np.float32)
+    more.get_function("lookup")((1,), (96,), (cuda.to_device(index), looked, 70))
+    assert np.array_equal(looked.copy_to_host(), (index & 7) * np.float32(1.5) - 2)
+
+
+def test_half_and_half2_arithmetic(more):
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal(64).astype(np.float16)
+    b = rng.standard_normal((64, 2)).astype(np.float16)
+    c, d = cuda.device_array(64, np.float16), cuda.device_array((64, 2), np.float16)
+    more.get_function("halves")((1,), (64,), (cuda.to_device(a), cuda.to_device(b), c, d, 64))
+    wide = a.astype(np.float64) * 3 + 0.25                  # __hfma rounds once
+    assert np.array_equal(c.copy_to_host(), wide.astype(np.float16))
+    assert np.array_equal(d.copy_to_host(), (b + b) * np.array([0.5, -1.0], np.float16))
+
+
+def test_cooperative_groups_tile_reduction(more):
+    x = np.random.default_rng(12).integers(-9, 9, 1000).astype(np.float32)
+    out = cuda.to_device(np.zeros(1, np.float32))
+    more.get_function("tile_sum")((4,), (256,), (cuda.to_device(x), out, 1000))
+    assert out.copy_to_host()[0] == x.sum()
+
+
+def test_integer_intrinsics(more):
+    rng = np.random.default_rng(13)
+    n = 32
+    a, b = (rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for _ in range(2))
+    out = cuda.device_array(8 * n, np.uint32)
+    more.get_function("bits")((1,), (32,), (cuda.to_device(a), cuda.to_device(b), out, n))
+    got = out.copy_to_host().reshape(n, 8).astype(np.uint64)
+    x, y = a.astype(np.uint64), b.astype(np.uint64)
+    i = np.arange(n, dtype=np.uint64)
+    mask = np.uint64(0xFFFFFFFF)
+    signed = (a.view(np.int32).astype(np.int64) * b.view(np.int32).astype(np.int64)) >> 32
+    popc = np.array([bin(v).count("1") for v in a], np.uint64)
+    clz = np.array([32 - int(v).bit_length() for v in b], np.uint64)
+    brev = np.array([int(f"{v:032b}"[::-1], 2) for v in a], np.uint64)
+    both = (y << np.uint64(32)) | x
+    left = ((both << (i & np.uint64(31))) >> np.uint64(32)) & mask
+    funnel = left ^ ((both >> ((i + np.uint64(3)) & np.uint64(31))) & mask)
+    perm = np.zeros(n, np.uint64)
+    for k, sel in enumerate((0, 4, 1, 5)):                 # 0x5140: bytes 0, 4, 1, 5 of y:x
+        perm |= ((both >> np.uint64(8 * sel)) & np.uint64(0xFF)) << np.uint64(8 * k)
+    want = np.stack([(x * y) >> np.uint64(32), signed.astype(np.uint64) & mask, popc + 64 * clz, brev,
+                     (x & y) ^ (~x & mask & (y | np.uint64(0x0F0F0F0F))), perm, funnel, np.ones(n, np.uint64)], 1)
+    assert np.array_equal(got, want)

@@ -40,7 +40,9 @@ from lapis.cuda.compiler.values import Const
 # in 32-bit registers, as the hardware's do.
 TYPES = {"pred": T.boolean, "b8": T.uint32, "u8": T.uint32, "s8": T.int32, "b16": T.uint32, "u16": T.uint32,
          "s16": T.int32, "b32": T.uint32, "u32": T.uint32, "s32": T.int32, "b64": T.uint64, "u64": T.uint64,
-         "s64": T.int64, "f32": T.float32, "f64": T.float64}
+         "s64": T.int64, "f32": T.float32, "f64": T.float64, "f16": T.float16, "bf16": T.bfloat16}
+# Two halves in a 32-bit register: their instructions run once per half (`_packed_halves`)
+HALF2 = {"f16x2": "f16", "bf16x2": "bf16"}
 # Loads and stores narrower than a register: the element type that widens or narrows them
 STORAGE = {"u8": "uint8", "b8": "uint8", "s8": "int8", "u16": "uint16", "b16": "uint16", "s16": "int16"}
 SPECIAL = {f"%{r}.{a}" for r in ("tid", "ctaid", "ntid", "nctaid") for a in "xyz"} | {"%laneid", "%warpid"}
@@ -131,6 +133,9 @@ class PtxFunction(IRBuilder):
             return v
         if v.type == T.boolean or t == T.boolean:
             raise self.error(f"a {v.type} cannot be used as a {t}")
+        if (v.type.half and t.kind != "float" and t.bits == 32) or (t.half and v.type.kind != "float" and
+                                                                     v.type.bits == 32):
+            return self.emit(Op.BITCAST, t, [v])   # a half in the low bits of its 32-bit register
         if v.type.kind != "float" and t.kind != "float":
             return self.emit(Op.CAST, t, [v])
         if v.type.bits != t.bits:
@@ -293,7 +298,10 @@ class PtxFunction(IRBuilder):
         handler = OPCODES.get(s.parts[0])
         if handler is None:
             raise self.refuse(f"the PTX instruction {s.opcode!r}")
-        handler(self, s)
+        if any(p in HALF2 for p in s.parts) and s.parts[0] in PACKED:
+            _packed_halves(self, s, handler)
+        else:
+            handler(self, s)
 
 
 def globals_image(module: Module, filename: str) -> tuple[dict[str, int], bytes]:
@@ -376,8 +384,14 @@ def _binary(fn: PtxFunction, s: Statement) -> None:
     _check(s, fn, {"lo", "wide", "hi", "cc"})
     t, _ = _kind(s, fn)
     d, a, b = s.operands
-    if "hi" in s.parts or "cc" in s.parts:
+    if "cc" in s.parts or "hi" in s.parts and t.bits == 64:
         raise fn.refuse(f"{s.opcode}")
+    if "hi" in s.parts:                           # the high word of the 64-bit product
+        wide = T.int64 if t.kind == "int" else T.uint64
+        x, y = (fn.as_type(fn.value(o, t), wide) for o in (a, b))
+        product = fn.emit(Op.MUL, wide, [x, y])
+        fn.assign(d, fn.as_type(fn.emit(Op.SHR, wide, [product, fn.materialize(Const(32, wide), wide)]), t))
+        return
     if "wide" in s.parts:                         # mul.wide: the product of two 32-bit values, in 64 bits
         wide = T.int64 if t.kind == "int" else T.uint64
         x, y = (fn.as_type(fn.value(o, t), wide) for o in (a, b))
@@ -477,9 +491,62 @@ def _fma(fn: PtxFunction, s: Statement) -> None:
 def _mov(fn: PtxFunction, s: Statement) -> None:
     t, _ = _kind(s, fn)
     d, a = s.operands
-    if a.startswith("{") or d.startswith("{"):
-        raise fn.refuse(f"{s.opcode} of a vector")
-    fn.assign(d, fn.value(a, t))
+    if a.startswith("{"):                         # pack: {low, high} into one register of twice their width
+        fn.assign(d, _pack(fn, [fn.value(x, T.uint32 if t.bits == 64 else T.uint32) for x in _elements(a)], t))
+    elif d.startswith("{"):                       # unpack
+        whole = fn.value(a, T.uint64 if t.bits == 64 else T.uint32)
+        names = _elements(d)
+        for i, name in enumerate(names):
+            if name != "_":
+                fn.assign(name, _part(fn, whole, i, len(names)))
+    else:
+        fn.assign(d, fn.value(a, t))
+
+
+def _pack(fn: PtxFunction, parts: list[ir.Value], t) -> ir.Value:
+    """Equal parts (their low bits) side by side in a register of type t, the first lowest."""
+    ut = T.uint64 if t.bits == 64 else T.uint32
+    width = t.bits // len(parts)
+    out = None
+    for i, x in enumerate(parts):
+        x = fn.as_type(x, ut)
+        if width < ut.bits:
+            x = fn.emit(Op.AND, ut, [x, fn.materialize(Const((1 << width) - 1, ut), ut)])
+        if i:
+            x = fn.emit(Op.SHL, ut, [x, fn.materialize(Const(i * width, ut), ut)])
+        out = x if out is None else fn.emit(Op.OR, ut, [out, x])
+    return out
+
+
+def _part(fn: PtxFunction, whole: ir.Value, i: int, count: int) -> ir.Value:
+    """Part i of `count` equal parts of a register (zero-extended in a 32-bit register)."""
+    width = whole.type.bits // count
+    x = fn.emit(Op.SHR, whole.type, [whole, fn.materialize(Const(i * width, whole.type), whole.type)]) if i else whole
+    x = fn.as_type(x, T.uint32) if whole.type.bits == 64 else x
+    return fn.emit(Op.AND, T.uint32, [x, fn.materialize(Const((1 << width) - 1, T.uint32), T.uint32)]) \
+        if width < 32 else x
+
+
+def _packed_halves(fn: PtxFunction, s: Statement, handler) -> None:
+    """An f16x2 or bf16x2 instruction: the same instruction on each half of its operands (the low halves, then
+    the high ones), through registers of its own, and the two results packed."""
+    kind = next(p for p in s.parts if p in HALF2)
+    half = TYPES[HALF2[kind]]
+    d, *sources = s.operands
+    scalar = s.opcode.replace(kind, HALF2[kind])
+    results = []
+    for lane in (0, 1):
+        names = []
+        for i, operand in enumerate(sources):
+            name = f"%__half{lane}_{i}"
+            fn.var_types[name] = half
+            fn.write(name, fn.current, fn.as_type(_part(fn, fn.value(operand, T.uint32), lane, 2), half))
+            names.append(name)
+        out = f"%__half{lane}_out"
+        fn.var_types[out] = half
+        handler(fn, Statement(s.line, scalar, [out, *names], source=s.source))
+        results.append(fn.read(out, fn.current))
+    fn.assign(d, _pack(fn, results, T.uint32))
 
 
 def _cvta(fn: PtxFunction, s: Statement) -> None:
@@ -560,6 +627,12 @@ def _predicate_logic(fn: PtxFunction, s: Statement) -> None:
 
 
 def _cvt(fn: PtxFunction, s: Statement) -> None:
+    if any(p in HALF2 for p in s.parts):          # cvt.rn.f16x2.f32 d, a, b: a's half high, b's low
+        kind = next(p for p in s.parts if p in HALF2)
+        d, a, b = s.operands
+        halves = [fn.emit(Op.CAST, TYPES[HALF2[kind]], [fn.value(x, T.float32)]) for x in (b, a)]
+        fn.assign(d, _pack(fn, halves, T.uint32))
+        return
     types = [p for p in s.parts[1:] if p in TYPES]
     _check(s, fn, set())
     if len(types) != 2:
@@ -838,7 +911,89 @@ def _brev(fn: PtxFunction, s: Statement) -> None:
     fn.assign(d, x)
 
 
+def _lop3(fn: PtxFunction, s: Statement) -> None:
+    """lop3.b32 d, a, b, c, lut: each bit of d is lut's bit at index (a's << 2) | (b's << 1) | c's: the OR of the
+    minterms lut selects."""
+    t, _ = _kind(s, fn)
+    d, a, b, c, lut = s.operands
+    table = immediate(lut, T.uint32, fn)
+    xs = [fn.value(o, t) for o in (a, b, c)]
+    inverted = [_invert(fn, x) for x in xs]
+    out = fn.materialize(Const(0, t), t)
+    for index in range(8):
+        if table >> index & 1:
+            term = None
+            for k, (x, nx) in enumerate(zip(xs, inverted, strict=True)):
+                factor = x if index >> (2 - k) & 1 else nx
+                term = factor if term is None else fn.emit(Op.AND, t, [term, factor])
+            out = fn.emit(Op.OR, t, [out, term])
+    fn.assign(d, out)
+
+
+def _prmt(fn: PtxFunction, s: Statement) -> None:
+    """prmt.b32 d, a, b, c: d's byte i is byte (c's nibble i & 7) of b:a (a the low four), or that byte's sign
+    replicated where the nibble's bit 3 is set. The selector must be a constant."""
+    if len(s.parts) > 2:
+        raise fn.refuse(f"{s.opcode} (a prmt mode)")
+    d, a, b, c = s.operands
+    selector = fn.value(c, T.uint32)
+    if selector.op is not Op.CONST:
+        raise fn.refuse(f"{s.opcode} with a selector computed at run time")
+    both = _pack(fn, [fn.value(a, T.uint32), fn.value(b, T.uint32)], T.uint64)
+    out = fn.materialize(Const(0, T.uint32), T.uint32)
+    for i in range(4):
+        nibble = selector.attrs["value"] >> (4 * i) & 0xF
+        byte = _part(fn, fn.emit(Op.SHR, T.uint64, [both, fn.materialize(Const(8 * (nibble & 7), T.uint64),
+                                                                          T.uint64)]), 0, 8)
+        if nibble & 8:                            # the byte's top bit, in all eight bits
+            byte = fn.as_type(fn.emit(Op.SHR, T.int32, [fn.emit(Op.SHL, T.int32, [
+                fn.as_type(byte, T.int32), fn.materialize(Const(24, T.int32), T.int32)]),
+                fn.materialize(Const(31, T.int32), T.int32)]), T.uint32)
+            byte = fn.emit(Op.AND, T.uint32, [byte, fn.materialize(Const(0xFF, T.uint32), T.uint32)])
+        if i:
+            byte = fn.emit(Op.SHL, T.uint32, [byte, fn.materialize(Const(8 * i, T.uint32), T.uint32)])
+        out = fn.emit(Op.OR, T.uint32, [out, byte])
+    fn.assign(d, out)
+
+
+def _shf(fn: PtxFunction, s: Statement) -> None:
+    """shf.l/.r.wrap/.clamp.b32 d, a, b, c: b:a (b high) shifted by c (mod 32, or at most 32), the high word
+    (left) or the low word (right)."""
+    d, a, b, c = s.operands
+    amount = fn.value(c, T.uint32)
+    if "clamp" in s.parts:
+        amount = fn.emit(Op.MIN, T.uint32, [amount, fn.materialize(Const(32, T.uint32), T.uint32)])
+    else:
+        amount = fn.emit(Op.AND, T.uint32, [amount, fn.materialize(Const(31, T.uint32), T.uint32)])
+    both = _pack(fn, [fn.value(a, T.uint32), fn.value(b, T.uint32)], T.uint64)
+    n = fn.as_type(amount, T.uint64)
+    if "l" in s.parts:
+        fn.assign(d, _part(fn, fn.emit(Op.SHL, T.uint64, [both, n]), 1, 2))
+    else:
+        fn.assign(d, _part(fn, fn.emit(Op.SHR, T.uint64, [both, n]), 0, 2))
+
+
+def _activemask(fn: PtxFunction, s: Statement) -> None:
+    (d,) = s.operands
+    fn.assign(d, fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)]))
+
+
+def _copysign(fn: PtxFunction, s: Statement) -> None:
+    """copysign d, a, b: b's magnitude with a's sign (by their bits)."""
+    t, _ = _kind(s, fn)
+    ut = T.uint32 if t.bits == 32 else T.uint64
+    d, a, b = s.operands
+    sign = 1 << (t.bits - 1)
+    x = fn.emit(Op.AND, ut, [fn.value(a, ut), fn.materialize(Const(sign, ut), ut)])
+    y = fn.emit(Op.AND, ut, [fn.value(b, ut), fn.materialize(Const(sign - 1, ut), ut)])
+    fn.assign(d, fn.as_type(fn.emit(Op.OR, ut, [x, y]), t))
+
+
+# instructions that run once per half of an f16x2 or bf16x2 operand
+PACKED = {"add", "sub", "mul", "fma", "neg", "abs", "min", "max"}
+
 OPCODES = {
+    "lop3": _lop3, "prmt": _prmt, "shf": _shf, "activemask": _activemask, "copysign": _copysign,
     "bfi": _bfi, "bfe": _bfe, "popc": _popc, "clz": _clz, "brev": _brev,
     **{name: _binary for name in ("add", "sub", "mul", "min", "max", "shl", "shr", "div", "rem")},
     **{name: _predicate_logic for name in ("and", "or", "xor", "not")},
