@@ -484,3 +484,43 @@ def test_integer_intrinsics(more):
     want = np.stack([(x * y) >> np.uint64(32), signed.astype(np.uint64) & mask, popc + 64 * clz, brev,
                      (x & y) ^ (~x & mask & (y | np.uint64(0x0F0F0F0F))), perm, funnel, np.ones(n, np.uint64)], 1)
     assert np.array_equal(got, want)
+
+
+LIBC = r"""
+#include <cstdio>
+#include <cstdint>
+#include <cmath>
+#include <cassert>
+#include <climits>
+
+extern "C" __global__ void report(int n, float x) {
+    uint64_t big = (uint64_t)INT_MAX + threadIdx.x;
+    printf("thread %d of %d: %.3f %5.2e %x %lu %c|%%\n", threadIdx.x, n, x * threadIdx.x, std::sqrt(2.0), 255u,
+           big, 'A' + threadIdx.x);
+}
+
+extern "C" __global__ void checked(const int* a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) assert(a[i] >= 0);
+}
+"""
+
+
+def test_device_printf_prints_as_c_does(capsys):
+    module = cuda.RawModule(LIBC)
+    module.get_function("report")((1,), (3,), (3, 0.5))
+    cuda.synchronize()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [f"thread {t} of 3: {0.5 * t:.3f} {2 ** 0.5:5.2e} ff {2**31 - 1 + t} {chr(65 + t)}|%"
+                     for t in range(3)]
+
+
+def test_assert_stops_the_kernel_naming_its_line():
+    module = cuda.RawModule(LIBC, options=("-lineinfo",))
+    good = cuda.to_device(np.arange(10, dtype=np.int32))
+    module.get_function("checked")((1,), (32,), (good, 10))
+    cuda.synchronize()
+    bad = cuda.to_device(np.array([1, 2, -3, 4], np.int32))
+    with pytest.raises(cuda.KernelFault, match=r"device-side assert triggered .*assertion failed at \S*kernel\.cu:16"):
+        module.get_function("checked")((1,), (32,), (bad, 4))
+        cuda.synchronize()

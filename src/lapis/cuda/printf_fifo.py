@@ -15,10 +15,10 @@ import warnings
 
 import numpy as np
 
-from lapis.cuda.compiler.printing import FIFO_FLOAT
+from lapis.cuda.compiler.printing import FIFO_FLOAT, FIFO_WORDS, c_format
 from lapis.cuda.devicearray import DeviceNDArray
 
-FIFO_BYTES = 1 << 20
+FIFO_BYTES = FIFO_WORDS * 8
 
 
 class PrintfFifo:
@@ -49,10 +49,12 @@ class PrintfFifo:
         self._zero(1 + used)
         lines, k = [], 0
         while k < used and int(words[k]) in self.formats:
-            lines.append(self._line(self.formats[int(words[k])], words, k + 1))
-            k += 1 + sum(item[0] != "text" for item in self.formats[int(words[k])])
+            items = self.formats[int(words[k])]
+            lines.append(self._line(items, words, k + 1))
+            k += 1 + _values(items)
         if lines:
-            sys.stdout.write("\n".join(lines) + "\n")
+            sys.stdout.write("".join(line if line.endswith("\n") and printf else line + "\n"
+                                     for line, printf in lines))
             sys.stdout.flush()
         if reserved > k:
             warnings.warn(f"kernels printed more than the printf FIFO's {FIFO_BYTES} bytes hold on "
@@ -60,7 +62,11 @@ class PrintfFifo:
                           stacklevel=3)
 
     @staticmethod
-    def _line(items: tuple, words: np.ndarray, at: int) -> str:
+    def _line(items: tuple, words: np.ndarray, at: int) -> tuple[str, bool]:
+        """A record's output, and whether it is C printf's (which writes its own newlines; print() ends a line)."""
+        if items[0][0] == "printf":                # CUDA C++'s printf: its format, with the values in C's ways
+            _, fmt, kinds = items[0]
+            return c_format(fmt, [(kind, int(words[at + i])) for i, (kind, _) in enumerate(kinds)]), True
         parts = []
         for item in items:
             if item[0] == "text":
@@ -71,10 +77,17 @@ class PrintfFifo:
             parts.append(f"{float(word.view(np.float64)):f}" if item[0] == "float" else
                          str(bool(word)) if item[0] == "bool" else
                          str(int(word.view(np.uint64))) if item[0] == "uint" else str(int(word)))
-        return " ".join(parts)
+        return " ".join(parts), False
 
     def _zero(self, words: int) -> None:
         self.context.rt.copy_to_device(self.context.agent, self.words.ptr, np.zeros(words, np.int64))
+
+
+def _values(items: tuple) -> int:
+    """The words of a record's values after its number."""
+    if items[0][0] == "printf":
+        return len(items[0][2])
+    return sum(item[0] != "text" for item in items)
 
 
 def fifo_of(context) -> PrintfFifo:

@@ -29,6 +29,7 @@ from lapis.cuda.compiler.ptx_parse import Module, parse
 from lapis.cuda.devicearray import DeviceNDArray
 from lapis.cuda.dispatcher import _dim3
 from lapis.cuda.errors import LaunchError
+from lapis.cuda.printf_fifo import fifo_of
 
 api = None              # the programming interface whose contexts launch the kernels (lapis.cuda sets it)
 
@@ -80,9 +81,11 @@ def compile_to_ptx(source: str, name: str = "kernel.cu", options: tuple = (),
 @functools.cache
 def header_paths() -> tuple[str, ...]:
     """Where CUDA's headers are (cuda_fp16.h, cooperative_groups.h, mma.h; cuda::std and cub from CCCL): the
-    nvidia-cuda-runtime and nvidia-cuda-cccl wheels' include folders, as nvcc finds its own without -I."""
+    nvidia-cuda-runtime and nvidia-cuda-cccl wheels' include folders, as nvcc finds its own without -I; and
+    lapis's own <stdio.h>, <cstdint>, <cmath>, <cassert> and the like, which NVRTC does not ship (src/lapis/cuda/
+    include: what a kernel uses of them, over CCCL's cuda::std)."""
     import nvidia  # the wheels' namespace package
-    found = []
+    found = [os.path.join(os.path.dirname(__file__), "include")]      # lapis's stand-ins for the C library's
     for root in nvidia.__path__:
         for folder in sorted(os.listdir(root)):
             include = os.path.join(root, folder, "include")
@@ -200,7 +203,8 @@ class RawKernel:
             raise TypeError(f"kernel {self.name!r} takes {len(params)} arguments, got {len(args)}")
         compiled = self.compiled
         context = api.context_for(args, stream)
-        hidden = [self.module.globals_buffer(context)] if len(compiled.arg_layout) > len(args) else []
+        hidden = [self.module.globals_buffer(context) if entry["kind"] == "globals" else
+                  fifo_of(context).argument(compiled, entry["name"]) for entry in compiled.arg_layout[len(args):]]
         kernargs = pack(compiled.arg_layout, (*args, *hidden), self.name)
         queue, index = context.launch(compiled, kernargs, grid, block, shared_mem, stream=stream)
         if trace.enabled():

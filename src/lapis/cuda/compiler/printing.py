@@ -14,6 +14,9 @@ prints the records.
 
 import ast
 import hashlib
+import re
+
+import numpy as np
 
 from lapis.cuda.compiler import ir
 from lapis.cuda.compiler import types as T
@@ -21,6 +24,7 @@ from lapis.cuda.compiler.ir import Op
 from lapis.cuda.compiler.values import Const
 
 FIFO_INT, FIFO_FLOAT = "$printf", "$printf_f"
+FIFO_WORDS = (1 << 20) // 8       # CUDA's default cudaLimitPrintfFifoSize, 1 MiB, in int64 words
 KINDS = {"int": "int", "uint": "int", "bool": "bool", "float": "float"}     # a value's kind -> how it is stored
 
 
@@ -65,6 +69,65 @@ def lower_print(fe, node: ast.Call) -> Const:
 
 
 def _number(fe, items: list) -> int:
-    """The call's number in the FIFO's records: from where it is and what it prints (62 bits, positive)."""
-    digest = hashlib.sha256(repr((fe.filename, fe.line, fe.kernel, items)).encode()).digest()
+    return record_number(fe.filename, fe.line, fe.kernel, items)
+
+
+def record_number(filename: str, line: int, kernel: str, items) -> int:
+    """A call's number in the FIFO's records: from where it is and what it prints (62 bits, positive)."""
+    digest = hashlib.sha256(repr((filename, line, kernel, items)).encode()).digest()
     return int.from_bytes(digest[:8], "little") >> 2
+
+
+# C's printf conversions: %[flags][width][.precision][length]conversion
+C_CONVERSION = re.compile(r"%([-+ #0]*)(\d+|\*)?(?:\.(\d+|\*))?(hh|h|ll|l|j|z|t|L)?([diouxXeEfFgGaAcsp%])")
+
+
+def c_format_arguments(fmt: str, refuse) -> tuple[list[tuple[int, str, int]], tuple]:
+    """Where CUDA's printf finds each argument of format `fmt` in its argument buffer (C's default promotions:
+    an int in 4 bytes, a long, pointer or double in 8, each at its alignment): (offset, kind, size) per value;
+    and the record's items for the FIFO, (("printf", fmt, kinds),). `refuse(why)` makes the error for what is not
+    supported (%s, * widths)."""
+    kinds, offset = [], 0
+    for m in C_CONVERSION.finditer(fmt):
+        flags, width, precision, length, conversion = m.groups()
+        if conversion == "%":
+            continue
+        if "*" in (width, precision) or conversion in "sn":
+            raise refuse(f"conversion {m.group(0)!r} is not supported (numbers and characters are)")
+        kind = "float" if conversion in "eEfFgGaA" else "int" if conversion in "dic" else "uint"
+        size = 8 if kind == "float" or conversion == "p" or length in ("l", "ll", "j", "z", "t") else 4
+        offset = -(-offset // size) * size
+        kinds.append((offset, kind, size))
+        offset += size
+    return kinds, (("printf", fmt, tuple((kind, size) for _, kind, size in kinds)),)
+
+
+def c_format(fmt: str, values: list) -> str:
+    """printf's output on the host: `fmt` with `values`, (kind, int64 word) pairs (an integer's bits, or a double's),
+    formatted in C's ways (a length modifier sets an integer's width: 32 bits without one, 64 with l or ll)."""
+    out, at, last = [], 0, 0
+    for m in C_CONVERSION.finditer(fmt):
+        out.append(fmt[last:m.start()])
+        last = m.end()
+        flags, width, precision, length, conversion = m.groups()
+        if conversion == "%":
+            out.append("%")
+            continue
+        kind, word = values[at]
+        at += 1
+        spec = f"%{flags}{width or ''}{'.' + precision if precision is not None else ''}"
+        if kind == "float":
+            x = float(np.int64(word).view(np.float64))
+            out.append(x.hex() if conversion in "aA" else (spec + conversion) % x)
+        elif conversion == "c":
+            out.append((spec + "c") % chr(word & 0xFF))
+        elif conversion == "p":
+            out.append(hex(word & (2**64 - 1)))
+        else:
+            bits = 64 if length in ("l", "ll", "j", "z", "t") else 32
+            v = word & ((1 << bits) - 1)
+            if kind == "int" and v >= 1 << (bits - 1):
+                v -= 1 << bits
+            out.append((spec + ("d" if conversion in "iu" else conversion)) % v)
+    out.append(fmt[last:])
+    return "".join(out)

@@ -23,12 +23,13 @@ nearest, which CUDA's expf uses only to pick a reduction step; `.ftz` is ignored
 kept); `sqrt.rn` is the special function unit's square root.
 """
 
+import re
 import struct
 
 import numpy as np
 
 from lapis import abi
-from lapis.cuda.compiler import ir
+from lapis.cuda.compiler import ir, printing
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.builder import IRBuilder
 from lapis.cuda.compiler.errors import CompileError
@@ -69,6 +70,8 @@ class PtxFunction(IRBuilder):
         self.ptx_name, self.ptx_line = filename, entry.line
         self.param_offsets = offsets
         self.local_symbols: set[str] = set()
+        self.call_arguments: dict[str, ir.Value] = {}     # a call sequence's .param names -> their values
+        self.call_results: dict[str, ir.Value] = {}
         self.symbols = self._shared_layout([*module.variables, *entry.variables])
         # module-scope .global and .const variables live in one device buffer per module and context (as
         # cuModuleLoad makes them), whose address the kernel takes as a hidden argument after its own
@@ -156,6 +159,17 @@ class PtxFunction(IRBuilder):
             return self.as_type(self.global_address(text, 0), t)
         return self.materialize(Const(immediate(text, t, self), t), t)
 
+    def hidden_pointer(self, name: str) -> ir.Value:
+        """A hidden 64-bit pointer argument after the kernel's own (`name` in its argument layout; the launch
+        passes it), laid out at its first use."""
+        entry = next((e for e in self.func.arg_layout if e.get("name") == name), None)
+        if entry is None:
+            offset = -(-self.func.kernarg_size // 8) * 8
+            entry = {"kind": "hidden", "name": name, "offset": offset, "dtype": "u64", "size": 8}
+            self.func.arg_layout.append(entry)
+            self.func.kernarg_size = offset + 8
+        return self.emit(Op.PARAM, T.uint64, offset=abi.KERNARG_CBANK_OFFSET + entry["offset"])
+
     def global_address(self, name: str, offset: int) -> ir.Value:
         """The 64-bit address of a module variable (plus offset): the module's buffer, from the hidden argument."""
         base = self.emit(Op.PARAM, T.uint64, offset=self.globals_param)
@@ -206,7 +220,11 @@ class PtxFunction(IRBuilder):
                 self.translate(s)
             if statements:
                 self.at(statements[-1])
-            self._terminate(block, ending)
+            end = self.current                    # where the block's code ended (printf adds blocks of its own)
+            if end is not block:
+                for succ in (ending[2:] if ending[0] == "branch" else ending[1:2] if ending[0] == "jump" else ()):
+                    succ.preds[succ.preds.index(block)] = end
+            self._terminate(end, ending)
             done.add(block)
             for b in [b for b, _, _ in segments if b not in self.sealed and all(p in done for p in b.preds)]:
                 self.seal(b)
@@ -550,9 +568,10 @@ def _packed_halves(fn: PtxFunction, s: Statement, handler) -> None:
 
 
 def _cvta(fn: PtxFunction, s: Statement) -> None:
-    """Generic and global addresses are the same virtual addresses here; a generic shared address is not."""
-    if "shared" in s.parts or "local" in s.parts:
-        raise fn.refuse(f"{s.opcode} (a generic address of shared or local memory)")
+    """Generic and global addresses are the same virtual addresses here; a generic shared address is not. A
+    generic address of local memory stays its local offset: printf's argument buffer is the one use (`_call`)."""
+    if "shared" in s.parts:
+        raise fn.refuse(f"{s.opcode} (a generic address of shared memory)")
     t, _ = _kind(s, fn)
     d, a = s.operands
     fn.assign(d, fn.value(a, t))
@@ -710,6 +729,9 @@ def _ld(fn: PtxFunction, s: Statement) -> None:
     if space == "param":
         name = a.strip()[1:-1]
         base, _, off = name.partition("+")
+        if base in fn.call_results:               # a call's return value
+            fn.assign(d, fn.as_type(fn.call_results[base], t))
+            return
         if base not in fn.param_offsets:
             raise fn.error(f"{base!r} is not a parameter of {fn.kernel}")
         offset = abi.KERNARG_CBANK_OFFSET + fn.param_offsets[base] + (int(off, 0) if off else 0)
@@ -727,8 +749,10 @@ def _load(fn: PtxFunction, addr: ir.Value, space: str, t, kind: str) -> ir.Value
 
 def _st(fn: PtxFunction, s: Statement) -> None:
     space = _space(fn, s)
-    if space == "param":
-        raise fn.refuse(f"{s.opcode}")
+    if space == "param":                          # an argument of the call that follows
+        a, v = s.operands
+        fn.call_arguments[a.strip()[1:-1].split("+")[0]] = fn.value(v, _kind(s, fn)[0])
+        return
     t, kind = _kind(s, fn)
     a, v = s.operands
     addr = fn.address(a, space)
@@ -989,12 +1013,85 @@ def _copysign(fn: PtxFunction, s: Statement) -> None:
     fn.assign(d, fn.as_type(fn.emit(Op.OR, ut, [x, y]), t))
 
 
+def _call(fn: PtxFunction, s: Statement) -> None:
+    """call (retval0), vprintf, (param0, param1): CUDA's device printf, into the printf FIFO as a Python kernel's
+    print() writes it (`printing.py`), its format kept in the kernel's `prints` table for the host to apply. Other
+    calls (a .func the compiler did not inline) are not supported yet."""
+    text = ", ".join(s.operands)
+    names = re.findall(r"[\w$%]+", text)                   # (retval0), vprintf, (param0, param1)
+    callee = names[1] if text.startswith("(") else names[0]
+    if callee != "vprintf" or len(names) != 4:
+        raise fn.refuse(f"a call to {callee!r} (a device function the compiler did not inline)")
+    result, _, fmt_param, args_param = names
+    fmt = _constant_string(fn, fn.call_arguments.get(fmt_param))
+    kinds, items = printing.c_format_arguments(fmt, lambda why: fn.refuse(f"printf {why}"))
+    buffer = fn.call_arguments.get(args_param)
+    values = []
+    for offset, kind, size in kinds:
+        if buffer is None:
+            raise fn.error("printf's arguments are not in local memory")
+        addr = fn.emit(Op.ADD, T.int32, [fn.as_type(buffer, T.int32), fn.materialize(Const(offset, T.int32), T.int32)])
+        t = T.float64 if kind == "float" else {(4, "int"): T.int32, (4, "uint"): T.uint32}.get((size, kind), T.uint64)
+        word = fn.emit(Op.LOAD, t, [addr], space="local")
+        values.append(fn.as_type(word, T.int64) if kind != "float" else fn.emit(Op.BITCAST, T.int64, [word]))
+    number = printing.record_number(fn.ptx_name, fn.ptx_line, fn.kernel, items)
+    fn.func.prints[number] = items
+    fifo = fn.hidden_pointer(printing.FIFO_INT)
+    words = 1 + len(values)
+    old = fn.emit(Op.ATOMIC, T.int64, [fifo, fn.materialize(Const(words, T.int64), T.int64)], op="add",
+                  space="global")
+    fits = fn.emit(Op.CMP, T.boolean, [fn.emit(Op.ADD, T.int64, [old, fn.materialize(Const(1 + words, T.int64),
+                                                                                        T.int64)]),
+                                       fn.materialize(Const(printing.FIFO_WORDS, T.int64), T.int64)], op="le")
+    first = fn.emit(Op.ADD, T.uint64, [fifo, fn.emit(Op.SHL, T.uint64, [
+        fn.emit(Op.ADD, T.uint64, [fn.as_type(old, T.uint64), fn.materialize(Const(1, T.uint64), T.uint64)]),
+        fn.materialize(Const(3, T.uint64), T.uint64)])])
+    write, after = fn.new_block("printf"), fn.new_block("printed")          # a record that does not fit: none
+    fn.current.term = ir.Branch(fits, write, after)
+    write.preds.append(fn.current)
+    after.preds += [fn.current, write]
+    fn.place(write)
+    fn.seal(write)
+    for k, value in enumerate([fn.materialize(Const(number, T.int64), T.int64), *values]):
+        at = fn.emit(Op.ADD, T.uint64, [first, fn.materialize(Const(8 * k, T.uint64), T.uint64)])
+        fn.emit(Op.STORE, None, [at, value], space="global")
+    write.term = ir.Jump(after)
+    fn.place(after)
+    fn.seal(after)
+    fn.call_results[result] = fn.materialize(Const(len(values), T.int32), T.int32)
+
+
+def _constant_string(fn: PtxFunction, address: ir.Value | None) -> str:
+    """The text at a module variable's address known while compiling (printf's format: `$str`)."""
+    offset = None
+    if address is not None and address.op is Op.PARAM and address.attrs["offset"] == getattr(fn, "globals_param",
+                                                                                             None):
+        offset = 0
+    elif address is not None and address.op is Op.ADD and address.args[0].op is Op.PARAM and \
+            address.args[1].op is Op.CONST:
+        offset = address.args[1].attrs["value"]
+    name = next((n for n, at in fn.globals.items() if at == offset), None)
+    variable = next((v for v in fn.module.variables if v.name == name), None)
+    if variable is None or variable.init is None:
+        raise fn.refuse("printf with a format that is not a string literal")
+    data = bytes(int(x, 0) & 0xFF for x in variable.init)
+    return data.split(b"\0")[0].decode(errors="replace")
+
+
+def _trap(fn: PtxFunction, s: Statement) -> None:
+    """trap: the kernel stops with a device-side assert (CUDA's assert, as lapis's <assert.h> writes it), which
+    the host reports naming this line."""
+    number = len(fn.func.assertions) + 1
+    fn.func.assertions[number] = f"{fn.filename}:{fn.line}"
+    fn.emit(Op.TRAP, None, number=number)
+
+
 # instructions that run once per half of an f16x2 or bf16x2 operand
 PACKED = {"add", "sub", "mul", "fma", "neg", "abs", "min", "max"}
 
 OPCODES = {
-    "lop3": _lop3, "prmt": _prmt, "shf": _shf, "activemask": _activemask, "copysign": _copysign,
-    "bfi": _bfi, "bfe": _bfe, "popc": _popc, "clz": _clz, "brev": _brev,
+    "call": _call, "trap": _trap, "lop3": _lop3, "prmt": _prmt, "shf": _shf, "activemask": _activemask,
+    "copysign": _copysign, "bfi": _bfi, "bfe": _bfe, "popc": _popc, "clz": _clz, "brev": _brev,
     **{name: _binary for name in ("add", "sub", "mul", "min", "max", "shl", "shr", "div", "rem")},
     **{name: _predicate_logic for name in ("and", "or", "xor", "not")},
     "neg": _unary, "abs": _unary, "mad": _mad, "fma": _fma, "mov": _mov, "cvta": _cvta, "setp": _setp,

@@ -152,29 +152,39 @@ def _entry(lines: list[str], i: int, filename: str) -> tuple[Entry, int]:
     entry = Entry(name, params, {}, [], [], start + 1,
                   tuple(int(x) for x in maxntid.group(1).replace(" ", "").split(",") if x) if maxntid else None)
     depth, source = 0, None
+    pending, first = "", 0              # a statement running over several lines (a call's), and its first line
     while i < len(lines):
-        for piece in lines[i].split(";"):
+        pieces = lines[i].split(";")
+        for k, piece in enumerate(pieces):
+            ended = k < len(pieces) - 1                  # a ';' followed it
             piece = piece.strip()
-            # A brace before a statement opens or closes a scope (a call sequence, an inline asm block); braces
-            # after an opcode are a vector operand's.
-            while piece[:1] in ("{", "}"):
-                depth += 1 if piece[0] == "{" else -1
-                piece = piece[1:].strip()
+            if pending:
+                piece = f"{pending} {piece}"
+            else:
+                first = i + 1
+                # A brace before a statement opens or closes a scope (a call sequence, an inline asm block);
+                # braces after an opcode are a vector operand's.
+                while piece[:1] in ("{", "}"):
+                    depth += 1 if piece[0] == "{" else -1
+                    piece = piece[1:].strip()
+            pending = ""
             if not piece:
                 continue
             if re.match(r"\.loc\s", piece):
                 numbers = piece.split()[1:3]
                 source = (int(numbers[0]), int(numbers[1]))
+            elif not ended and not re.fullmatch(r"[\w$]+\s*:", piece):
+                pending = piece                          # goes on at the next line
             elif piece.startswith(".reg"):
-                _registers(entry, piece, i + 1, filename)
+                _registers(entry, piece, first, filename)
             elif (m := _VARIABLE.match(piece)) is not None:
-                entry.variables.append(_variable(m, i + 1))
-            elif piece.startswith((".pragma", ".maxnreg", ".reqntid", ".minnctapersm")):
-                pass
+                entry.variables.append(_variable(m, first))
+            elif piece.startswith((".pragma", ".maxnreg", ".reqntid", ".minnctapersm", ".param")):
+                pass                               # (a call sequence's .param: st.param and ld.param name it)
             else:
-                _statements(entry, piece, i + 1, source, filename)
+                _statements(entry, piece, first, source, filename)
         i += 1
-        if depth <= 0:
+        if depth <= 0 and not pending:
             break
     return entry, i
 
