@@ -17,13 +17,14 @@ would pass its bits unchecked). NVRTC needs no GPU: the `nvidia-cuda-nvrtc` whee
 """
 
 import functools
+import hashlib
 import linecache
 import os
 
 import numpy as np
 
 from lapis import trace
-from lapis.cuda.compiler import CompileError, compile_function
+from lapis.cuda.compiler import CompileError, cache, compile_function
 from lapis.cuda.compiler import ptx as ptx_translate
 from lapis.cuda.compiler.ptx_parse import Module, parse
 from lapis.cuda.devicearray import DeviceNDArray
@@ -53,6 +54,27 @@ def compile_to_ptx(source: str, name: str = "kernel.cu", options: tuple = (),
     options = (*tuple(options), *(f"-I{path}" for path in header_paths()))
     if not any(o.startswith(("-arch", "--gpu-architecture")) for o in options):
         options = (f"--gpu-architecture={ARCHITECTURE}", *options)
+    key = cache.text_key("nvrtc", nvrtc.nvrtcVersion()[1:], _headers_digest(), source, name, options,
+                         tuple(name_expressions))
+    if (hit := cache.load(key)) is not None:
+        return hit
+    ptx, lowered = _nvrtc(nvrtc, source, name, options, name_expressions)
+    cache.store(key, (ptx, lowered))
+    return ptx, lowered
+
+
+@functools.cache
+def _headers_digest() -> str:
+    """A hash of lapis's own C headers (NVRTC's and the wheels' are pinned with their versions)."""
+    h = hashlib.sha256()
+    folder = os.path.join(os.path.dirname(__file__), "include")
+    for entry in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, entry), "rb") as f:
+            h.update(entry.encode() + f.read())
+    return h.hexdigest()
+
+
+def _nvrtc(nvrtc, source: str, name: str, options: tuple, name_expressions: tuple) -> tuple[str, dict[str, str]]:
     err, program = nvrtc.nvrtcCreateProgram(source.encode(), name.encode(), 0, [], [])
     _check(nvrtc, err, "nvrtcCreateProgram")
     try:
@@ -182,8 +204,13 @@ class RawKernel:
     @functools.cached_property
     def compiled(self):
         """The kernel through lapis's back end (a CompiledKernel, as a Python kernel's)."""
+        key = cache.text_key("ptx", self.module.ptx, self.name, self.module.ptx_name)
+        if (hit := cache.load(key)) is not None:
+            return hit
         func = ptx_translate.build_ir(self.module.module, self.name, self.module.ptx_name)
-        return compile_function(func, tuple(p.type for p in self.module.module.entries[self.name].params))
+        compiled = compile_function(func, tuple(p.type for p in self.module.module.entries[self.name].params))
+        cache.store(key, compiled)
+        return compiled
 
     def inspect_asm(self) -> str:
         return self.compiled.listing()

@@ -12,6 +12,10 @@ A compiled kernel is stored under a key hashed from everything its code depends 
     `lapis/cuda/libdevice*.py` and `cooperative_groups.py`), so a changed compiler never
     reuses old code.
 
+CUDA C++ kernels are kept twice, under `text_key`s: NVRTC's PTX under the source, options and name
+expressions (and NVRTC's version and lapis's C headers), and each kernel assembled from the PTX under its
+text and name.
+
 The directory is $LAPIS_CACHE_DIR, else ~/.cache/lapis/kernels; LAPIS_CACHE_DIR=off turns
 the cache off. Entries are pickles written atomically (to a temporary file, then renamed),
 as numba's cache does; a corrupt or unreadable entry is treated as a miss.
@@ -107,6 +111,14 @@ def key(pyfunc, argtypes) -> str:
     h = hashlib.sha256(compiler_hash().encode())
     h.update(repr([str(t) for t in argtypes]).encode())
     h.update(_digest(pyfunc).encode())
+    return h.hexdigest()
+
+
+def text_key(*parts) -> str:
+    """The key of something compiled from text alone (CUDA C++ through NVRTC, PTX through the assembler): the
+    compiler's hash and the parts (source, options, names) that decide it."""
+    h = hashlib.sha256(compiler_hash().encode())
+    h.update(repr(parts).encode())
     return h.hexdigest()
 
 
