@@ -524,3 +524,34 @@ def test_assert_stops_the_kernel_naming_its_line():
     with pytest.raises(cuda.KernelFault, match=r"device-side assert triggered .*assertion failed at \S*kernel\.cu:16"):
         module.get_function("checked")((1,), (32,), (bad, 4))
         cuda.synchronize()
+
+
+def test_atomics_without_an_instruction_loop_on_compare_and_swap():
+    """atomicAnd, atomicOr, atomicXor, atomicInc and atomicDec (no ATOMG form): CUDA's results, in global and
+    shared memory, with every thread of a block hitting one word."""
+    module = cuda.RawModule(r"""
+    extern "C" __global__ void bit_atomics(const unsigned* v, unsigned* out, int n) {
+        __shared__ unsigned s[2];
+        if (threadIdx.x == 0) { s[0] = 0xffffffffu; s[1] = 0; }
+        __syncthreads();
+        int i = threadIdx.x;
+        if (i < n) {
+            atomicAnd(&out[0], v[i]);
+            atomicOr(&out[1], v[i]);
+            atomicXor(&out[2], v[i]);
+            atomicInc(&out[3], 9u);
+            atomicDec(&out[4], 5u);
+            atomicAnd(&s[0], v[i]);
+            atomicOr(&s[1], v[i]);
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) { out[5] = s[0]; out[6] = s[1]; }
+    }""")
+    v = np.random.default_rng(14).integers(0, 2**32, 100, dtype=np.uint64).astype(np.uint32)
+    out = cuda.to_device(np.array([0xFFFFFFFF, 0, 0, 0, 3, 0, 0], np.uint32))
+    module.get_function("bit_atomics")((1,), (128,), (cuda.to_device(v), out, 100))
+    and_, or_, xor = np.bitwise_and.reduce(v), np.bitwise_or.reduce(v), np.bitwise_xor.reduce(v)
+    dec = 3
+    for _ in range(100):
+        dec = 5 if dec == 0 or dec > 5 else dec - 1
+    assert out.copy_to_host().tolist() == [and_, or_, xor, 100 % 10, dec, and_, or_]

@@ -779,10 +779,13 @@ def _store(fn: PtxFunction, addr: ir.Value, x: ir.Value, space: str, kind: str) 
 _ATOMIC = {"add": "add", "min": "min", "max": "max", "exch": "exch", "cas": "cas"}
 
 
+_CAS_UPDATES = {"and", "or", "xor", "inc", "dec"}      # atomics the hardware has no instruction for: a CAS loop
+
+
 def _atom(fn: PtxFunction, s: Statement) -> None:
     space = _space(fn, s)
-    op = next((p for p in s.parts[1:] if p in _ATOMIC or p in ("and", "or", "xor", "inc", "dec")), None)
-    if op not in _ATOMIC:
+    op = next((p for p in s.parts[1:] if p in _ATOMIC or p in _CAS_UPDATES), None)
+    if op is None:
         raise fn.refuse(f"{s.opcode}")
     t, kind = _kind(s, fn)
     if kind in ("b32", "b64") and op in ("min", "max", "add"):
@@ -793,9 +796,49 @@ def _atom(fn: PtxFunction, s: Statement) -> None:
     else:
         d, a, *values = s.operands
     addr = fn.address(a, space)
-    old = fn.emit(Op.ATOMIC, t, [addr, *(fn.value(v, t) for v in values)], op=_ATOMIC[op], space=space)
+    if op in _CAS_UPDATES:
+        old = _cas_loop(fn, addr, space, t, lambda current: _update(fn, op, current, fn.value(values[0], t)))
+    else:
+        old = fn.emit(Op.ATOMIC, t, [addr, *(fn.value(v, t) for v in values)], op=_ATOMIC[op], space=space)
     if d is not None:
         fn.assign(d, old)
+
+
+def _update(fn: PtxFunction, op: str, current: ir.Value, b: ir.Value) -> ir.Value:
+    """What atom.and/.or/.xor/.inc/.dec writes where memory holds `current` (PTX's definitions)."""
+    t = current.type
+    if op in _COMBINE:
+        return fn.emit(_COMBINE[op], t, [current, b])
+    zero, one = fn.materialize(Const(0, t), t), fn.materialize(Const(1, t), t)
+    if op == "inc":                                       # (old >= b) ? 0 : old + 1
+        wrap = fn.emit(Op.CMP, T.boolean, [current, b], op="ge")
+        return fn.emit(Op.SELECT, t, [wrap, zero, fn.emit(Op.ADD, t, [current, one])])
+    wrap = fn.emit(Op.OR, T.boolean, [fn.emit(Op.CMP, T.boolean, [current, zero], op="eq"),
+                                      fn.emit(Op.CMP, T.boolean, [current, b], op="gt")])
+    return fn.emit(Op.SELECT, t, [wrap, b, fn.emit(Op.SUB, t, [current, one])])     # dec
+
+
+def _cas_loop(fn: PtxFunction, addr: ir.Value, space: str, t, update) -> ir.Value:
+    """An atomic read-modify-write by compare-and-swap: read the word, CAS in update(it), again until the CAS saw
+    what was read; the old value. Lanes that lose go round again while the winners wait after the loop."""
+    seen = "%__cas_seen"
+    fn.var_types[seen] = t
+    fn.write(seen, fn.current, fn.emit(Op.LOAD, t, [addr], space=space))
+    loop, done = fn.new_block("cas"), fn.new_block("cas_done")
+    fn.current.term = ir.Jump(loop)
+    loop.preds.append(fn.current)
+    fn.place(loop)
+    expected = fn.read(seen, loop)
+    actual = fn.emit(Op.ATOMIC, t, [addr, expected, update(expected)], op="cas", space=space)
+    fn.write(seen, loop, actual)
+    lost = fn.emit(Op.CMP, T.boolean, [actual, expected], op="ne")
+    loop.term = ir.Branch(lost, loop, done)
+    loop.preds.append(loop)
+    done.preds.append(loop)
+    fn.seal(loop)
+    fn.place(done)
+    fn.seal(done)
+    return actual
 
 
 def _bar(fn: PtxFunction, s: Statement) -> None:
