@@ -48,6 +48,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/simulator.py
 	$(BIN)/python benchmarks/libs.py
 	$(BIN)/python benchmarks/seed_matmul.py
+	$(BIN)/python benchmarks/cuda_cpp.py
 	$(BIN)/python benchmarks/framework.py --digits
 
 clean:
