@@ -555,3 +555,13 @@ def test_atomics_without_an_instruction_loop_on_compare_and_swap():
     for _ in range(100):
         dec = 5 if dec == 0 or dec > 5 else dec - 1
     assert out.copy_to_host().tolist() == [and_, or_, xor, 100 % 10, dec, and_, or_]
+
+
+def test_the_docs_list_every_opcode_the_assembler_translates():
+    import pathlib
+    import re
+
+    from lapis.cuda.compiler.ptx import OPCODES
+    page = (pathlib.Path(__file__).parent.parent / "docs" / "cuda-cpp.md").read_text()
+    listed = re.search(r"<!--opcodes-->(.*?)<!--/opcodes-->", page, re.S).group(1)
+    assert re.findall(r"`(\w+)`", listed) == sorted(OPCODES)
