@@ -1,0 +1,290 @@
+"""Layer 3: the PTX assembler's memory, atomics, barriers, warp operations and calls.
+
+`ptx.OPCODES` maps each opcode to one of these translators; each reads its operands from the
+`PtxFunction` and emits IR."""
+
+import re
+
+from lapis import abi
+from lapis.cuda.compiler import ir, printing
+from lapis.cuda.compiler import types as T
+from lapis.cuda.compiler.ir import Op
+from lapis.cuda.compiler.ptx_function import (
+    COMBINE,
+    STORAGE,
+    PtxFunction,
+    elements,
+    narrow,
+    offset_address,
+    operand_type,
+    vector_count,
+)
+from lapis.cuda.compiler.ptx_parse import TYPE_BYTES, Statement
+from lapis.cuda.compiler.values import Const
+
+_SPACES = {"global": "global", "shared": "shared", "param": "param", "local": "local", "const": "global"}
+
+
+def _space(fn: PtxFunction, s: Statement) -> str:
+    spaces = [p for p in s.parts[1:] if p in ("global", "shared", "param", "local", "const")]
+    return _SPACES[spaces[0]] if spaces else "global"    # a generic address: a global one here (.const: global
+
+
+def _ld(fn: PtxFunction, s: Statement) -> None:
+    space = _space(fn, s)
+    t, kind = operand_type(s, fn)
+    d, a = s.operands
+    if (count := vector_count(s)) and space != "param":
+        addr = fn.address(a, space)
+        names = elements(d)
+        if t.bits == 32 and kind not in STORAGE and count in (2, 4):      # one 64- or 128-bit load
+            whole = fn.emit(Op.VLOAD, T.u32x2 if count == 2 else T.u32x4, [addr], space=space)
+            for i, name in enumerate(names):
+                if name != "_":
+                    fn.assign(name, fn.as_type(fn.emit(Op.VGET, T.uint32, [whole], index=i), t))
+            return
+        for i, name in enumerate(names):                                  # else one load per element
+            fn.assign(name, _load(fn, offset_address(fn, addr, i * TYPE_BYTES[kind]), space, t, kind))
+        return
+    if space == "param":
+        name = a.strip()[1:-1]
+        base, _, off = name.partition("+")
+        if base in fn.call_results:               # a call's return value
+            fn.assign(d, fn.as_type(fn.call_results[base], t))
+            return
+        if base not in fn.param_offsets:
+            raise fn.error(f"{base!r} is not a parameter of {fn.kernel}")
+        offset = abi.KERNARG_CBANK_OFFSET + fn.param_offsets[base] + (int(off, 0) if off else 0)
+        v = fn.emit(Op.PARAM, t, offset=offset)
+        fn.assign(d, narrow(fn, v, kind) if kind in STORAGE else v)
+        return
+    fn.assign(d, _load(fn, fn.address(a, space), space, t, kind))
+
+
+def _load(fn: PtxFunction, addr: ir.Value, space: str, t, kind: str) -> ir.Value:
+    if kind in STORAGE:
+        return fn.as_type(fn.emit(Op.LOAD, T.int32, [addr], space=space, storage=STORAGE[kind]), t)
+    return fn.emit(Op.LOAD, t, [addr], space=space)
+
+
+def _st(fn: PtxFunction, s: Statement) -> None:
+    space = _space(fn, s)
+    if space == "param":                          # an argument of the call that follows
+        a, v = s.operands
+        fn.call_arguments[a.strip()[1:-1].split("+")[0]] = fn.value(v, operand_type(s, fn)[0])
+        return
+    t, kind = operand_type(s, fn)
+    a, v = s.operands
+    addr = fn.address(a, space)
+    if count := vector_count(s):
+        values = [fn.value(x, t) for x in elements(v)]
+        if t.bits == 32 and kind not in STORAGE and count in (2, 4):     # one 64- or 128-bit store
+            words = [fn.as_type(x, T.float32 if count == 4 else T.uint32) for x in values]
+            whole = fn.emit(Op.VPACK, T.f32x4 if count == 4 else T.u32x2, words)
+            fn.emit(Op.VSTORE, None, [addr, whole], space=space)
+            return
+        for i, x in enumerate(values):
+            _store(fn, offset_address(fn, addr, i * TYPE_BYTES[kind]), x, space, kind)
+        return
+    _store(fn, addr, fn.value(v, t), space, kind)
+
+
+def _store(fn: PtxFunction, addr: ir.Value, x: ir.Value, space: str, kind: str) -> None:
+    if kind in STORAGE:
+        fn.emit(Op.STORE, None, [addr, fn.as_type(x, T.int32)], space=space, storage=STORAGE[kind])
+    else:
+        fn.emit(Op.STORE, None, [addr, x], space=space)
+
+
+_ATOMIC = {"add": "add", "min": "min", "max": "max", "exch": "exch", "cas": "cas"}
+
+
+_CAS_UPDATES = {"and", "or", "xor", "inc", "dec"}      # atomics the hardware has no instruction for: a CAS loop
+
+
+def _atom(fn: PtxFunction, s: Statement) -> None:
+    space = _space(fn, s)
+    op = next((p for p in s.parts[1:] if p in _ATOMIC or p in _CAS_UPDATES), None)
+    if op is None:
+        raise fn.refuse(f"{s.opcode}")
+    t, kind = operand_type(s, fn)
+    if kind in ("b32", "b64") and op in ("min", "max", "add"):
+        raise fn.error(f"{s.opcode}: .{op} needs a typed operand")
+    if s.parts[0] == "red":
+        a, *values = s.operands
+        d = None
+    else:
+        d, a, *values = s.operands
+    addr = fn.address(a, space)
+    if op in _CAS_UPDATES:
+        old = _cas_loop(fn, addr, space, t, lambda current: _update(fn, op, current, fn.value(values[0], t)))
+    else:
+        old = fn.emit(Op.ATOMIC, t, [addr, *(fn.value(v, t) for v in values)], op=_ATOMIC[op], space=space)
+    if d is not None:
+        fn.assign(d, old)
+
+
+def _update(fn: PtxFunction, op: str, current: ir.Value, b: ir.Value) -> ir.Value:
+    """What atom.and/.or/.xor/.inc/.dec writes where memory holds `current` (PTX's definitions)."""
+    t = current.type
+    if op in COMBINE:
+        return fn.emit(COMBINE[op], t, [current, b])
+    zero, one = fn.materialize(Const(0, t), t), fn.materialize(Const(1, t), t)
+    if op == "inc":                                       # (old >= b) ? 0 : old + 1
+        wrap = fn.emit(Op.CMP, T.boolean, [current, b], op="ge")
+        return fn.emit(Op.SELECT, t, [wrap, zero, fn.emit(Op.ADD, t, [current, one])])
+    wrap = fn.emit(Op.OR, T.boolean, [fn.emit(Op.CMP, T.boolean, [current, zero], op="eq"),
+                                      fn.emit(Op.CMP, T.boolean, [current, b], op="gt")])
+    return fn.emit(Op.SELECT, t, [wrap, b, fn.emit(Op.SUB, t, [current, one])])     # dec
+
+
+def _cas_loop(fn: PtxFunction, addr: ir.Value, space: str, t, update) -> ir.Value:
+    """An atomic read-modify-write by compare-and-swap: read the word, CAS in update(it), again until the CAS saw
+    what was read; the old value. Lanes that lose go round again while the winners wait after the loop."""
+    seen = "%__cas_seen"
+    fn.var_types[seen] = t
+    fn.write(seen, fn.current, fn.emit(Op.LOAD, t, [addr], space=space))
+    loop, done = fn.new_block("cas"), fn.new_block("cas_done")
+    fn.current.term = ir.Jump(loop)
+    loop.preds.append(fn.current)
+    fn.place(loop)
+    expected = fn.read(seen, loop)
+    actual = fn.emit(Op.ATOMIC, t, [addr, expected, update(expected)], op="cas", space=space)
+    fn.write(seen, loop, actual)
+    lost = fn.emit(Op.CMP, T.boolean, [actual, expected], op="ne")
+    loop.term = ir.Branch(lost, loop, done)
+    loop.preds.append(loop)
+    done.preds.append(loop)
+    fn.seal(loop)
+    fn.place(done)
+    fn.seal(done)
+    return actual
+
+
+def _bar(fn: PtxFunction, s: Statement) -> None:
+    if s.operands and s.operands[0] != "0" or len(s.operands) > 1 or "arrive" in s.parts or "red" in s.parts:
+        raise fn.refuse(f"{s.opcode} {', '.join(s.operands)} (only barrier 0 of the whole block)")
+    fn.emit(Op.BARRIER, None)
+
+
+def _membar(fn: PtxFunction, s: Statement) -> None:
+    scope = "CTA" if "cta" in s.parts else "SYS" if "sys" in s.parts else "GPU"
+    fn.emit(Op.FENCE, None, scope=scope)
+
+
+def _shfl(fn: PtxFunction, s: Statement) -> None:
+    mode = next((p for p in s.parts[1:] if p in ("up", "down", "bfly", "idx")), None)
+    d, a, b, c, *_mask = s.operands
+    clamp = fn.value(c, T.uint32)
+    whole = 0 if mode == "up" else 0x1F
+    if clamp.op is not Op.CONST or clamp.attrs["value"] != whole:
+        raise fn.refuse(f"{s.opcode} over part of a warp (its c operand is not {whole:#x})")
+    lane = fn.as_type(fn.value(b, T.uint32), T.int32)
+    value = fn.emit(Op.SHFL, T.uint32, [fn.value(a, T.uint32), lane], mode=mode.upper())
+    first, _, second = d.partition("|")
+    fn.assign(first, value)
+    if second:                                    # whether the source lane is in the warp
+        me = fn.emit(Op.SREG, T.int32, name="laneid")
+        combine = {"down": Op.ADD, "up": Op.SUB, "bfly": Op.XOR}.get(mode)
+        source = lane if combine is None else fn.emit(combine, T.int32, [me, lane])
+        low = fn.emit(Op.CMP, T.boolean, [source, fn.materialize(Const(0, T.int32), T.int32)], op="ge")
+        high = fn.emit(Op.CMP, T.boolean, [source, fn.materialize(Const(32, T.int32), T.int32)], op="lt")
+        fn.assign(second, fn.emit(Op.AND, T.boolean, [low, high]))
+
+
+def _vote(fn: PtxFunction, s: Statement) -> None:
+    mode = next((p for p in s.parts[1:] if p in ("all", "any", "uni", "ballot")), None)
+    d, a, *_mask = s.operands
+    p = fn.value(a.lstrip("!"), T.boolean)
+    if a.startswith("!"):
+        p = fn.emit(Op.NOT, T.boolean, [p])
+    if mode == "ballot":
+        fn.assign(d, fn.emit(Op.BALLOT, T.uint32, [p]))
+    elif mode in ("all", "any"):
+        fn.assign(d, fn.emit(Op.VOTE, T.boolean, [p], mode=mode.upper()))
+    else:
+        raise fn.refuse(f"{s.opcode}")
+
+
+def _activemask(fn: PtxFunction, s: Statement) -> None:
+    (d,) = s.operands
+    fn.assign(d, fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)]))
+
+
+def _call(fn: PtxFunction, s: Statement) -> None:
+    """call (retval0), vprintf, (param0, param1): CUDA's device printf, into the printf FIFO as a Python kernel's
+    print() writes it (`printing.py`), its format kept in the kernel's `prints` table for the host to apply. Other
+    calls (a .func the compiler did not inline) are not supported yet."""
+    text = ", ".join(s.operands)
+    names = re.findall(r"[\w$%]+", text)                   # (retval0), vprintf, (param0, param1)
+    callee = names[1] if text.startswith("(") else names[0]
+    if callee != "vprintf" or len(names) != 4:
+        raise fn.refuse(f"a call to {callee!r} (a device function the compiler did not inline)")
+    result, _, fmt_param, args_param = names
+    fmt = _constant_string(fn, fn.call_arguments.get(fmt_param))
+    kinds, items = printing.c_format_arguments(fmt, lambda why: fn.refuse(f"printf {why}"))
+    buffer = fn.call_arguments.get(args_param)
+    values = []
+    for offset, kind, size in kinds:
+        if buffer is None:
+            raise fn.error("printf's arguments are not in local memory")
+        addr = fn.emit(Op.ADD, T.int32, [fn.as_type(buffer, T.int32), fn.materialize(Const(offset, T.int32), T.int32)])
+        t = T.float64 if kind == "float" else {(4, "int"): T.int32, (4, "uint"): T.uint32}.get((size, kind), T.uint64)
+        word = fn.emit(Op.LOAD, t, [addr], space="local")
+        values.append(fn.as_type(word, T.int64) if kind != "float" else fn.emit(Op.BITCAST, T.int64, [word]))
+    number = printing.record_number(fn.ptx_name, fn.ptx_line, fn.kernel, items)
+    fn.func.prints[number] = items
+    fifo = fn.hidden_pointer(printing.FIFO_INT)
+    words = 1 + len(values)
+    old = fn.emit(Op.ATOMIC, T.int64, [fifo, fn.materialize(Const(words, T.int64), T.int64)], op="add",
+                  space="global")
+    fits = fn.emit(Op.CMP, T.boolean, [fn.emit(Op.ADD, T.int64, [old, fn.materialize(Const(1 + words, T.int64),
+                                                                                        T.int64)]),
+                                       fn.materialize(Const(printing.FIFO_WORDS, T.int64), T.int64)], op="le")
+    first = fn.emit(Op.ADD, T.uint64, [fifo, fn.emit(Op.SHL, T.uint64, [
+        fn.emit(Op.ADD, T.uint64, [fn.as_type(old, T.uint64), fn.materialize(Const(1, T.uint64), T.uint64)]),
+        fn.materialize(Const(3, T.uint64), T.uint64)])])
+    write, after = fn.new_block("printf"), fn.new_block("printed")          # a record that does not fit: none
+    fn.current.term = ir.Branch(fits, write, after)
+    write.preds.append(fn.current)
+    after.preds += [fn.current, write]
+    fn.place(write)
+    fn.seal(write)
+    for k, value in enumerate([fn.materialize(Const(number, T.int64), T.int64), *values]):
+        at = fn.emit(Op.ADD, T.uint64, [first, fn.materialize(Const(8 * k, T.uint64), T.uint64)])
+        fn.emit(Op.STORE, None, [at, value], space="global")
+    write.term = ir.Jump(after)
+    fn.place(after)
+    fn.seal(after)
+    fn.call_results[result] = fn.materialize(Const(len(values), T.int32), T.int32)
+
+
+def _constant_string(fn: PtxFunction, address: ir.Value | None) -> str:
+    """The text at a module variable's address known while compiling (printf's format: `$str`)."""
+    offset = None
+    if address is not None and address.op is Op.PARAM and address.attrs["offset"] == getattr(fn, "globals_param",
+                                                                                             None):
+        offset = 0
+    elif address is not None and address.op is Op.ADD and address.args[0].op is Op.PARAM and \
+            address.args[1].op is Op.CONST:
+        offset = address.args[1].attrs["value"]
+    name = next((n for n, at in fn.globals.items() if at == offset), None)
+    variable = next((v for v in fn.module.variables if v.name == name), None)
+    if variable is None or variable.init is None:
+        raise fn.refuse("printf with a format that is not a string literal")
+    data = bytes(int(x, 0) & 0xFF for x in variable.init)
+    return data.split(b"\0")[0].decode(errors="replace")
+
+
+def _trap(fn: PtxFunction, s: Statement) -> None:
+    """trap: the kernel stops with a device-side assert (CUDA's assert, as lapis's <assert.h> writes it), which
+    the host reports naming this line."""
+    number = len(fn.func.assertions) + 1
+    fn.func.assertions[number] = f"{fn.filename}:{fn.line}"
+    fn.emit(Op.TRAP, None, number=number)
+
+
+TABLE = {
+    "ld": _ld, "st": _st, "atom": _atom, "red": _atom, "bar": _bar, "barrier": _bar, "membar": _membar,
+    "fence": _membar, "shfl": _shfl, "vote": _vote, "activemask": _activemask, "call": _call, "trap": _trap,
+}
