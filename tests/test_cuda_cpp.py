@@ -2,6 +2,7 @@
 back end, and they run on the simulated GPU like any kernel (`lapis.cuda.RawKernel`, CuPy's interface).
 Every kernel here is checked against numpy."""
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -565,3 +566,72 @@ def test_the_docs_list_every_opcode_the_assembler_translates():
     page = (pathlib.Path(__file__).parent.parent / "docs" / "cuda-cpp.md").read_text()
     listed = re.search(r"<!--opcodes-->(.*?)<!--/opcodes-->", page, re.S).group(1)
     assert re.findall(r"`(\w+)`", listed) == sorted(OPCODES)
+
+
+WMMA = r"""
+#include <mma.h>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+using namespace nvcuda;
+
+template <typename T>
+__global__ void wmma_gemm(const T* a, const T* b, float* c, int M, int N, int K) {
+    // one warp per 16x16 tile of C: A row-major (M x K), B column-major (stored as N rows of K)
+    wmma::fragment<wmma::matrix_a, 16, 16, 16, T, wmma::row_major> fa;
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, T, wmma::col_major> fb;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+    wmma::load_matrix_sync(acc, c + blockIdx.y * 16 * N + blockIdx.x * 16, N, wmma::mem_row_major);
+    for (int k = 0; k < K; k += 16) {
+        wmma::load_matrix_sync(fa, a + blockIdx.y * 16 * K + k, K);
+        wmma::load_matrix_sync(fb, b + blockIdx.x * 16 * K + k, K);
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(c + blockIdx.y * 16 * N + blockIdx.x * 16, acc, N, wmma::mem_row_major);
+}
+
+extern "C" __global__ void mma_tile(const unsigned* a, const unsigned* b, float* d) {
+    int l = threadIdx.x;
+    float d0, d1, d2, d3;
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%10,%11,%12,%13};"
+                 : "=f"(d0), "=f"(d1), "=f"(d2), "=f"(d3)
+                 : "r"(a[4 * l]), "r"(a[4 * l + 1]), "r"(a[4 * l + 2]), "r"(a[4 * l + 3]), "r"(b[2 * l]),
+                   "r"(b[2 * l + 1]), "f"(1.0f), "f"(1.0f), "f"(1.0f), "f"(1.0f));
+    d[4 * l] = d0; d[4 * l + 1] = d1; d[4 * l + 2] = d2; d[4 * l + 3] = d3;
+}
+"""
+
+
+@pytest.mark.parametrize("dtype, cxx", [(np.float16, "__half"), (ml_dtypes.bfloat16, "__nv_bfloat16")])
+def test_wmma_gemm_on_the_matrix_unit(dtype, cxx):
+    module = cuda.RawModule(WMMA, name_expressions=[f"wmma_gemm<{cxx}>"])
+    kernel = module.get_function(f"wmma_gemm<{cxx}>")
+    rng = np.random.default_rng(15)
+    m, n, k = 32, 48, 64
+    a, b = rng.standard_normal((m, k)).astype(dtype), rng.standard_normal((n, k)).astype(dtype)
+    c0 = rng.standard_normal((m, n)).astype(np.float32)
+    c = cuda.to_device(c0)
+    kernel((n // 16, m // 16), (32,), (cuda.to_device(a), cuda.to_device(b), c, m, n, k))
+    want = c0 + a.astype(np.float64) @ b.astype(np.float64).T
+    np.testing.assert_allclose(c.copy_to_host(), want, rtol=1e-5, atol=1e-4)
+    assert kernel.inspect_asm().count("HMMA.16816") >= 2            # two m16n8k16 per 16x16x16 step
+
+
+def test_mma_sync_takes_ptx_s_fragment_layout():
+    """Inline PTX mma.sync.m16n8k16: each lane's registers hold the A, B and C elements PTX's ISA assigns it."""
+    module = cuda.RawModule(WMMA)
+    rng = np.random.default_rng(16)
+    a, b = rng.standard_normal((16, 16)).astype(ml_dtypes.bfloat16), rng.standard_normal((16, 8)).astype(
+        ml_dtypes.bfloat16)
+    lane = np.arange(32)[:, None, None]
+    g, t = lane >> 2, lane & 3
+    r4, r2, h = np.arange(4)[None, :, None], np.arange(2)[None, :, None], np.arange(2)[None, None, :]
+    a_words = a.ravel()[(g + 8 * (r4 & 1)) * 16 + 2 * t + 8 * (r4 >> 1) + h].view(np.uint32)
+    b_words = b.ravel()[(2 * t + 8 * r2 + h) * 8 + g].view(np.uint32)
+    out = cuda.device_array(128, np.float32)
+    module.get_function("mma_tile")((1,), (32,), (cuda.to_device(a_words.ravel()), cuda.to_device(b_words.ravel()),
+                                                  out))
+    d = np.empty(128, np.float32)
+    d[((g + 8 * (r4 >> 1)) * 8 + 2 * t + (r4 & 1))[:, :, 0].ravel()] = out.copy_to_host()
+    np.testing.assert_allclose(d.reshape(16, 8), 1 + a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5,
+                               atol=1e-5)
