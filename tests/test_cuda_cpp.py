@@ -635,3 +635,18 @@ def test_mma_sync_takes_ptx_s_fragment_layout():
     d[((g + 8 * (r4 >> 1)) * 8 + 2 * t + (r4 & 1))[:, :, 0].ravel()] = out.copy_to_host()
     np.testing.assert_allclose(d.reshape(16, 8), 1 + a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5,
                                atol=1e-5)
+
+
+def test_structs_by_value_and_registers_an_inline_asm_block_declares():
+    module = cuda.RawModule(r"""
+    struct Affine { float scale; float shift; int limit; };
+    extern "C" __global__ void affine(Affine f, float* x, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        unsigned over;
+        asm("{ .reg .pred big; setp.gt.s32 big, %1, %2; selp.u32 %0, 1, 0, big; }" : "=r"(over) : "r"(i), "r"(f.limit));
+        if (i < n) x[i] = over ? -1.0f : x[i] * f.scale + f.shift;
+    }""")
+    affine = np.dtype([("scale", np.float32), ("shift", np.float32), ("limit", np.int32)])
+    x = cuda.to_device(np.arange(8, dtype=np.float32))
+    module.get_function("affine")((1,), (32,), (np.array((2.0, 0.5, 5), affine), x, 8))
+    assert x.copy_to_host().tolist() == [0.5, 2.5, 4.5, 6.5, 8.5, 10.5, -1.0, -1.0]

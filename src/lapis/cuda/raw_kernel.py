@@ -153,6 +153,11 @@ class RawModule:
         self.global_offsets, self._global_image = ptx_translate.globals_image(self.module, self.ptx_name)
         self._globals: dict[object, DeviceNDArray] = {}       # context -> the module's .global/.const buffer
 
+    def launch_context(self, args: tuple, stream):
+        """The context a launch of this module's kernels with `args` on `stream` runs in (and, with neither, where
+        get_global looks): lapis.cuda's (lapis.hip's module checks the device's wave size too)."""
+        return api.context_for(args, stream)
+
     def globals_buffer(self, context) -> DeviceNDArray:
         """The module's `.global` and `.const` variables on `context`'s device, initialised when first asked for
         (cuModuleLoad's job); every kernel of the module launched there reads and writes these."""
@@ -171,7 +176,7 @@ class RawModule:
             known = ", ".join(self.global_offsets) or "none"
             raise KeyError(f"no __device__ or __constant__ variable {name!r} in the module (its variables: {known}; "
                            "a C++ name is the mangled one unless it is declared extern \"C\")")
-        buffer = self.globals_buffer(api.context())
+        buffer = self.globals_buffer(self.launch_context((), None))
         return DeviceNDArray((variable.size,), (1,), np.uint8, buffer.context, buffer.memory,
                              ptr=buffer.ptr + self.global_offsets[name])
 
@@ -229,7 +234,7 @@ class RawKernel:
         if len(args) != len(params):
             raise TypeError(f"kernel {self.name!r} takes {len(params)} arguments, got {len(args)}")
         compiled = self.compiled
-        context = api.context_for(args, stream)
+        context = self.module.launch_context(args, stream)
         hidden = [self.module.globals_buffer(context) if entry["kind"] == "globals" else
                   fifo_of(context).argument(compiled, entry["name"]) for entry in compiled.arg_layout[len(args):]]
         kernargs = pack(compiled.arg_layout, (*args, *hidden), self.name)
@@ -252,8 +257,11 @@ def pack(layout: list[dict], args: tuple, kernel: str) -> bytes:
                 raise LaunchError(f"kernel {kernel!r} argument {i} is a device array, but the parameter is "
                                   f".{entry['dtype']}, not a 64-bit pointer")
             raw = np.uint64(value.ptr).tobytes()
-        elif dtype is None:
-            raw = np.asarray(value).tobytes()
+        elif dtype is None or entry["size"] > np.dtype(dtype).itemsize:
+            # a struct by value (`.param .align 8 .b8 p[16]`): its bytes, as a numpy structured scalar or array,
+            # bytes, or a ctypes structure give them
+            raw = bytes(value) if isinstance(value, bytes | bytearray) or hasattr(value, "_fields_") else \
+                np.asarray(value).tobytes()
             if len(raw) != entry["size"]:
                 raise LaunchError(f"kernel {kernel!r} argument {i}: {len(raw)} bytes for a {entry['size']}-byte "
                                   "parameter")

@@ -160,7 +160,7 @@ class PtxFunction(IRBuilder):
 
     def value(self, text: str, t) -> ir.Value:
         """An operand as a value of type t: a register, an immediate, a special register or a symbol's address."""
-        if text.startswith("%") and text not in SPECIAL:
+        if self.is_register(text):
             if text not in self.var_types:
                 self.var_types[text] = self.register_type(text)
             return self.as_type(self.read(text, self.current), t)
@@ -190,6 +190,10 @@ class PtxFunction(IRBuilder):
         return self.emit(Op.ADD, T.uint64, [base, self.materialize(Const(where, T.uint64), T.uint64)]) if where \
             else base
 
+    def is_register(self, text: str) -> bool:
+        """A register's name: %-prefixed, or one an inline asm block declared (`{ .reg .pred q; ... }`)."""
+        return (text.startswith("%") and text not in SPECIAL) or text in self.entry_ptx.registers
+
     def special(self, name: str) -> ir.Value:
         reg, _, axis = name[1:].partition(".")
         if reg in ("tid", "ctaid", "laneid", "warpid"):
@@ -198,7 +202,7 @@ class PtxFunction(IRBuilder):
         return self.emit(Op.DIM, T.int32, offset=base + 4 * "xyz".index(axis))
 
     def assign(self, text: str, v: ir.Value) -> None:
-        if not text.startswith("%") or text in SPECIAL:
+        if not self.is_register(text):
             raise self.error(f"cannot write to {text}")
         if text not in self.var_types:
             self.var_types[text] = self.register_type(text)
@@ -213,7 +217,7 @@ class PtxFunction(IRBuilder):
             return self.materialize(Const(self.symbols[base] + offset, T.int32), T.int32)
         if base in self.globals and space == "global":
             return self.global_address(base, offset)
-        if not base.startswith("%"):
+        if not self.is_register(base):
             raise self.refuse(f"the address of {base!r} in the {space} space")
         t = T.int32 if space in ("shared", "local") else T.uint64
         v = self.value(base, t)

@@ -188,7 +188,8 @@ def _shfl(fn: PtxFunction, s: Statement) -> None:
         combine = {"down": Op.ADD, "up": Op.SUB, "bfly": Op.XOR}.get(mode)
         source = lane if combine is None else fn.emit(combine, T.int32, [me, lane])
         low = fn.emit(Op.CMP, T.boolean, [source, fn.materialize(Const(0, T.int32), T.int32)], op="ge")
-        high = fn.emit(Op.CMP, T.boolean, [source, fn.materialize(Const(32, T.int32), T.int32)], op="lt")
+        wave = fn.emit(Op.DIM, T.int32, offset=abi.CBANK_WARP_SIZE)      # 32, or 64 on a 64-wide device
+        high = fn.emit(Op.CMP, T.boolean, [source, wave], op="lt")
         fn.assign(second, fn.emit(Op.AND, T.boolean, [low, high]))
 
 
