@@ -9,7 +9,8 @@ top to bottom, with the real values of the run.
 
 rewrites a program's CUDA spellings (`lapis.cuda`, `cudaMalloc`, ...) into HIP's, as
 hipify-perl does; the converted program goes to stdout (or OUT, or FILE itself) and the
-statistics to stderr.
+statistics to stderr. A `.cu`/`.cuh` (or other C/C++) file is CUDA C++: includes, runtime
+API names and `<<<...>>>` launches (-> hipLaunchKernelGGL) are rewritten.
 
     lapis trace [-o FILE] [--summary] -- python script.py [args]
     lapis profile -- python script.py [args]
@@ -281,8 +282,10 @@ def main(argv: list[str] | None = None) -> int:
                          description="Rewrite a Python program that uses lapis.cuda into one that uses lapis.hip: "
                          "imports, cuda.X, and the runtime API (cudaMalloc -> hipMalloc, cudaSuccess -> hipSuccess, "
                          "...). Strings and comments are left alone, so framework device strings such as "
-                         "lapis.device('cuda') stay, as in PyTorch's ROCm build. Statistics go to stderr.")
-    hip.add_argument("file", help="the Python program to convert")
+                         "lapis.device('cuda') stay, as in PyTorch's ROCm build. A .cu/.cuh (or other C/C++) file is "
+                         "CUDA C++: includes, runtime API names and kernel<<<...>>> launches (-> hipLaunchKernelGGL) "
+                         "are rewritten. Statistics go to stderr.")
+    hip.add_argument("file", help="the Python program (or CUDA C++ source, by its suffix) to convert")
     where = hip.add_mutually_exclusive_group()
     where.add_argument("-o", "--output", metavar="OUT", type=_output_file,
                        help="write the converted program to OUT (default: stdout)")
@@ -763,7 +766,7 @@ def run_hipify(path: str, output: str | None = None, inplace: bool = False) -> i
             source = f.read()
         result = hipify(source, path)
     except UnicodeDecodeError as e:
-        raise CommandError(f"{path} is not UTF-8 text ({e.reason}), so not a Python program") from None
+        raise CommandError(f"{path} is not UTF-8 text ({e.reason}), so not a program it can read") from None
     except (tokenize.TokenError, SyntaxError) as e:
         raise CommandError(f"{path} is not a Python program it can read: {e}") from None
     target = path if inplace else output

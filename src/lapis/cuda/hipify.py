@@ -173,5 +173,9 @@ class _Rewriter:
 
 def hipify(source: str, filename: str = "<program>") -> Result:
     """The program with its CUDA spellings turned into HIP's, the counts by kind, and warnings.
-    Raises SyntaxError (tokenize.TokenError) for a file Python cannot tokenize."""
+    Raises SyntaxError (tokenize.TokenError) for a file Python cannot tokenize. A C/C++ file by its suffix
+    (`.cu`, `.cuh`, `.cpp`, `.h`, ...) is CUDA C++, rewritten by `hipify_cpp` as hipify-perl does."""
+    from lapis.cuda import hipify_cpp
+    if hipify_cpp.is_cpp(filename):
+        return hipify_cpp.hipify_cpp(source, filename)
     return _Rewriter(source, filename).rewrite()

@@ -70,11 +70,15 @@ from lapis.cuda import (
     warpsize,
 )
 from lapis.cuda.api import Api, DeviceList
+from lapis.cuda.raw_kernel import NvrtcError
 from lapis.cuda.reduction import Reduce as _Reduce
 from lapis.cuda.runtime_api import RuntimeApi
+from lapis.hip import raw_kernel  # HIP C++ kernels: NVRTC with lapis's hip/hip_runtime.h, launched on these GPUs
+from lapis.hip.raw_kernel import RawKernel, RawModule
 
 HipError = CudaError
 _api = Api("hip", "amd")
+raw_kernel.api = _api                           # HIP C++ kernels launch on these GPUs by default
 jit = _api.jit
 to_device = _api.to_device
 device_array = _api.device_array
@@ -128,5 +132,6 @@ __all__ = [
     "list_devices", "detect", "gpus", "stream", "memory_allocated", "max_memory_allocated",
     "memory_reserved", "memory_stats", "memory_summary", "empty_cache", "current_device", "set_device",
     "current_stream", "get_device_name", "get_device_properties", "Reduce", "reduce", "fp16",
+    "NvrtcError", "RawKernel", "RawModule", "raw_kernel",
     *_runtime_api.namespace(),
 ]
