@@ -403,3 +403,33 @@ def test_not_initialized(monkeypatch):
     assert driver.cuDeviceGet(0) == (R.CUDA_ERROR_NOT_INITIALIZED, None)
     assert driver.cuMemAlloc(16) == (R.CUDA_ERROR_NOT_INITIALIZED, None)
     assert driver.cuDriverGetVersion() == (OK, driver.CUDA_VERSION)       # no cuInit needed
+
+
+def test_nvrtc_s_cubin_is_the_lapis_code_object_and_loads(context):
+    """Compiled for a real architecture (sm_90), a program's cubin is the simulated GPU's: the lapis code object
+    its PTX assembles into, which cuModuleLoadData loads and runs as a cubin."""
+    err, prog = nvrtc.nvrtcCreateProgram(SAXPY, b"saxpy.cu", 0, [], [])
+    opts = [b"--gpu-architecture=sm_90"]
+    assert nvrtc.nvrtcCompileProgram(prog, len(opts), opts) == (nvrtc.nvrtcResult.NVRTC_SUCCESS,)
+    err, size = nvrtc.nvrtcGetCUBINSize(prog)
+    cubin = b" " * size
+    assert nvrtc.nvrtcGetCUBIN(prog, cubin) == (nvrtc.nvrtcResult.NVRTC_SUCCESS,)
+    nvrtc.nvrtcDestroyProgram(prog)
+    assert cubin.startswith(b"\x7fELF")
+    module = check(driver.cuModuleLoadData(cubin))
+    kernel = check(driver.cuModuleGetFunction(module, b"saxpy"))
+    n = 100
+    x, y = np.arange(n, dtype=np.float32), np.ones(n, np.float32)
+    buffers = [check(driver.cuMemAlloc(4 * n)) for _ in range(3)]
+    for buffer, host in zip(buffers, (x, y), strict=False):
+        check(driver.cuMemcpyHtoD(buffer, host.ctypes.data, 4 * n))
+    values = [np.array([2.0], np.float32), *(np.array([int(b)], np.uint64) for b in buffers), np.array([n], np.uint64)]
+    params = np.array([v.ctypes.data for v in values], np.uint64)
+    check(driver.cuLaunchKernel(kernel, 1, 1, 1, 128, 1, 1, 0, 0, params.ctypes.data, 0))
+    check(driver.cuCtxSynchronize())
+    out = np.empty(n, np.float32)
+    check(driver.cuMemcpyDtoH(out.ctypes.data, buffers[2], 4 * n))
+    assert np.array_equal(out, 2 * x + y)
+    for buffer in buffers:
+        check(driver.cuMemFree(buffer))
+    check(driver.cuModuleUnload(module))

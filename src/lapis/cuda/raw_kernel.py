@@ -31,6 +31,7 @@ from lapis.cuda.devicearray import DeviceNDArray
 from lapis.cuda.dispatcher import _dim3
 from lapis.cuda.errors import LaunchError
 from lapis.cuda.printf_fifo import fifo_of
+from lapis.runtime import CodeObject
 
 api = None              # the programming interface whose contexts launch the kernels (lapis.cuda sets it)
 
@@ -152,6 +153,16 @@ class RawModule:
         self._kernels: dict[str, RawKernel] = {}
         self.global_offsets, self._global_image = ptx_translate.globals_image(self.module, self.ptx_name)
         self._globals: dict[object, DeviceNDArray] = {}       # context -> the module's .global/.const buffer
+
+    def code_object(self) -> bytes:
+        """Every kernel of the module assembled into one lapis code object: the simulated GPU's cubin (what
+        nvrtcGetCUBIN gives, and cuModuleLoadData takes). A kernel that uses module variables needs the module's
+        buffer, which a code object does not carry: load its PTX instead."""
+        kernels = []
+        for name in self.module.entries:
+            (kernel,) = CodeObject.from_bytes(self.get_function(name).compiled.code_object).kernels
+            kernels.append(kernel)
+        return CodeObject(kernels).to_bytes()
 
     def launch_context(self, args: tuple, stream):
         """The context a launch of this module's kernels with `args` on `stream` runs in (and, with neither, where
