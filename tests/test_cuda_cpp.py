@@ -650,3 +650,54 @@ def test_structs_by_value_and_registers_an_inline_asm_block_declares():
     x = cuda.to_device(np.arange(8, dtype=np.float32))
     module.get_function("affine")((1,), (32,), (np.array((2.0, 0.5, 5), affine), x, 8))
     assert x.copy_to_host().tolist() == [0.5, 2.5, 4.5, 6.5, 8.5, 10.5, -1.0, -1.0]
+
+
+def test_warp_and_block_collectives_and_special_registers():
+    """__syncthreads_count/_and/_or (bar.red), __reduce_add_sync and friends (redux.sync), __match_any_sync and
+    __match_all_sync (match.sync), %lanemask_lt, %smid, and 64-bit division by a constant (mul.hi.u64)."""
+    module = cuda.RawModule(r"""
+    extern "C" __global__ void collectives(const int* x, int* out, unsigned long long* big) {
+        extern __shared__ int scratch[];
+        int t = threadIdx.x, v = x[t];
+        scratch[t] = v;
+        int count = __syncthreads_count(v > 0);
+        int all = __syncthreads_and(v > -100), any = __syncthreads_or(v > 90);
+        unsigned lt;
+        asm("mov.u32 %0, %%lanemask_lt;" : "=r"(lt));
+        out[8 * t + 0] = count + 1000 * all + 10000 * any;
+        out[8 * t + 1] = __reduce_add_sync(0xffffffffu, v);
+        out[8 * t + 2] = __reduce_max_sync(0xffffffffu, v);
+        out[8 * t + 3] = (int)__reduce_or_sync(0xffffffffu, (unsigned)v & 0xffu);
+        out[8 * t + 4] = (int)__match_any_sync(0xffffffffu, v % 3);
+        int pred;
+        out[8 * t + 5] = (int)__match_all_sync(0xffffffffu, v & 0, &pred) + pred;
+        out[8 * t + 6] = (int)lt + scratch[blockDim.x - 1 - t] * 0;
+        unsigned long long n = 0xfedcba9876543210ull + (unsigned long long)t * 977;
+        big[2 * t] = n / 7;
+        big[2 * t + 1] = (unsigned long long)((long long)(n >> 1) * -1 / 13);
+        unsigned sm;
+        asm("mov.u32 %0, %%smid;" : "=r"(sm));
+        out[8 * t + 7] = sm < 1000;
+    }""")
+    x = np.random.default_rng(17).integers(-50, 100, 64).astype(np.int32)
+    out, big = cuda.device_array(64 * 8, np.int32), cuda.device_array(128, np.uint64)
+    module.get_function("collectives")((1,), (64,), (cuda.to_device(x), out, big), shared_mem=64 * 4)
+    got = out.copy_to_host().reshape(64, 8)
+    lanes = np.arange(64) % 32
+    warps = x.reshape(2, 32)
+    block = (x > 0).sum() + 1000 * (x > -100).all() + 10000 * (x > 90).any()
+    assert (got[:, 0] == block).all()
+    assert np.array_equal(got[:, 1], np.repeat(warps.sum(1), 32))
+    assert np.array_equal(got[:, 2], np.repeat(warps.max(1), 32))
+    assert np.array_equal(got[:, 3], np.repeat(np.bitwise_or.reduce(warps & 0xFF, axis=1), 32))
+    rem = np.fmod(x, 3).reshape(2, 32)
+    any_mask = [sum(1 << j for j in range(32) if rem[w, j] == rem[w, i]) for w in range(2) for i in range(32)]
+    assert np.array_equal(got[:, 4].view(np.uint32), np.array(any_mask, np.uint32))
+    assert (got[:, 5] == -1 + 1).all()                              # all lanes equal: mask 0xffffffff, pred 1
+    assert np.array_equal(got[:, 6].view(np.uint32), ((1 << lanes) - 1).astype(np.uint32))
+    assert (got[:, 7] == 1).all()
+    t = np.arange(64, dtype=object)
+    n = 0xFEDCBA9876543210 + t * 977
+    want = [[int(v) // 7, (-(int(v) >> 1) // 13 if -(int(v) >> 1) >= 0 else -((int(v) >> 1) // 13)) % 2**64]
+            for v in n]
+    assert big.copy_to_host().reshape(64, 2).tolist() == want

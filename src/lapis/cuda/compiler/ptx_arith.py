@@ -35,8 +35,11 @@ def _binary(fn: PtxFunction, s: Statement) -> None:
     check_modifiers(s, fn, {"lo", "wide", "hi", "cc"})
     t, _ = operand_type(s, fn)
     d, a, b = s.operands
-    if "cc" in s.parts or "hi" in s.parts and t.bits == 64:
+    if "cc" in s.parts:
         raise fn.refuse(f"{s.opcode}")
+    if "hi" in s.parts and t.bits == 64:
+        fn.assign(d, _mul_hi64(fn, fn.value(a, t), fn.value(b, t), t))
+        return
     if "hi" in s.parts:                           # the high word of the 64-bit product
         wide = T.int64 if t.kind == "int" else T.uint64
         x, y = (fn.as_type(fn.value(o, t), wide) for o in (a, b))
@@ -59,6 +62,32 @@ def _binary(fn: PtxFunction, s: Statement) -> None:
         fn.assign(d, _truncating(fn, name, x, y, t))
     else:
         fn.assign(d, fn.emit(_BINARY[name], t, [x, y]))
+
+
+def _mul_hi64(fn: PtxFunction, x: ir.Value, y: ir.Value, t) -> ir.Value:
+    """The high 64 bits of the 128-bit product (what NVRTC divides a 64-bit integer by a constant with): from the
+    four 32x32-bit products of the halves, with their carries; signed, less y where x < 0 and x where y < 0."""
+    u = T.uint64
+
+    def c(v):
+        return fn.materialize(Const(v, u), u)
+    xu, yu = fn.as_type(x, u), fn.as_type(y, u)
+    lo32 = c(0xFFFFFFFF)
+    xl, xh = fn.emit(Op.AND, u, [xu, lo32]), fn.emit(Op.SHR, u, [xu, c(32)])
+    yl, yh = fn.emit(Op.AND, u, [yu, lo32]), fn.emit(Op.SHR, u, [yu, c(32)])
+    ll, lh = fn.emit(Op.MUL, u, [xl, yl]), fn.emit(Op.MUL, u, [xl, yh])
+    hl, hh = fn.emit(Op.MUL, u, [xh, yl]), fn.emit(Op.MUL, u, [xh, yh])
+    middle = fn.emit(Op.ADD, u, [fn.emit(Op.ADD, u, [fn.emit(Op.SHR, u, [ll, c(32)]),
+                                                     fn.emit(Op.AND, u, [lh, lo32])]), fn.emit(Op.AND, u, [hl, lo32])])
+    high = fn.emit(Op.ADD, u, [fn.emit(Op.ADD, u, [fn.emit(Op.ADD, u, [hh, fn.emit(Op.SHR, u, [lh, c(32)])]),
+                                                   fn.emit(Op.SHR, u, [hl, c(32)])]), fn.emit(Op.SHR, u, [middle,
+                                                                                                          c(32)])])
+    if t.kind == "int":                           # two's complement: x y = xu yu - 2^64 (x<0 ? y : 0) - ...
+        zero = fn.materialize(Const(0, t), t)
+        for sign, other in ((x, yu), (y, xu)):
+            negative = fn.emit(Op.CMP, T.boolean, [sign, zero], op="lt")
+            high = fn.emit(Op.SUB, u, [high, fn.emit(Op.SELECT, u, [negative, other, c(0)])])
+    return fn.as_type(high, t)
 
 
 def _truncating(fn: PtxFunction, name: str, x: ir.Value, y: ir.Value, t) -> ir.Value:

@@ -51,7 +51,9 @@ HALF2 = {"f16x2": "f16", "bf16x2": "bf16"}
 STORAGE = {"u8": "uint8", "b8": "uint8", "s8": "int8", "u16": "uint16", "b16": "uint16", "s16": "int16"}
 
 
-SPECIAL = {f"%{r}.{a}" for r in ("tid", "ctaid", "ntid", "nctaid") for a in "xyz"} | {"%laneid", "%warpid"}
+SPECIAL = ({f"%{r}.{a}" for r in ("tid", "ctaid", "ntid", "nctaid") for a in "xyz"} |
+           {"%laneid", "%warpid", "%smid", "%clock", "%clock64", "%lanemask_eq", "%lanemask_lt", "%lanemask_le",
+            "%lanemask_gt", "%lanemask_ge"})
 
 
 ROUNDING = {"rn", "rz", "rm", "rp", "rni", "rzi", "rmi", "rpi"}
@@ -119,11 +121,16 @@ class PtxFunction(IRBuilder):
                 offset = -(-offset // v.align) * v.align
                 symbols[v.name] = offset
                 offset += v.size
+        if any(s.opcode.startswith(("bar.red", "barrier.red")) for s in self.entry_ptx.body):
+            offset = -(-offset // 4) * 4          # bar.red's count (`block_word`)
+            symbols["$block_word"] = offset
+            offset += 4
         self.func.shared_bytes = offset
         dynamic = -(-offset // 16) * 16
         for v in variables:
             if v.space == "shared" and not v.size:
                 symbols[v.name] = dynamic
+                self.func.shared_bytes = dynamic      # the launch's dynamic bytes come after the padding too
         local = 0
         for v in variables:
             if v.space == "local":
@@ -172,6 +179,11 @@ class PtxFunction(IRBuilder):
             return self.as_type(self.global_address(text, 0), t)
         return self.materialize(Const(immediate(text, t, self), t), t)
 
+    def block_word(self) -> ir.Value:
+        """The shared address of a 32-bit word of the kernel's own (bar.red's count), after its static shared
+        variables (`_shared_layout` reserves it where the kernel has a bar.red)."""
+        return self.materialize(Const(self.symbols["$block_word"], T.int32), T.int32)
+
     def hidden_pointer(self, name: str) -> ir.Value:
         """A hidden 64-bit pointer argument after the kernel's own (`name` in its argument layout; the launch
         passes it), laid out at its first use."""
@@ -195,9 +207,25 @@ class PtxFunction(IRBuilder):
         return (text.startswith("%") and text not in SPECIAL) or text in self.entry_ptx.registers
 
     def special(self, name: str) -> ir.Value:
+        """A special register: the thread's and block's coordinates and sizes, its lane, warp and compute unit, the
+        clock (%clock64 is the 32-bit counter, widened: it wraps as %clock does), and the lane masks."""
         reg, _, axis = name[1:].partition(".")
-        if reg in ("tid", "ctaid", "laneid", "warpid"):
+        if reg in ("tid", "ctaid", "laneid", "warpid", "smid"):
             return self.emit(Op.SREG, T.int32, name=name[1:])
+        if reg in ("clock", "clock64"):
+            ticks = self.as_type(self.emit(Op.SREG, T.int32, name="clocklo"), T.uint32)
+            return self.as_type(ticks, T.uint64) if reg == "clock64" else ticks
+        if reg.startswith("lanemask_"):             # bits of the lanes below, at, ... this one (of 32)
+            lane = self.as_type(self.emit(Op.AND, T.int32, [self.emit(Op.SREG, T.int32, name="laneid"),
+                                                            self.materialize(Const(31, T.int32), T.int32)]), T.uint64)
+            one = self.materialize(Const(1, T.uint64), T.uint64)
+            at = self.emit(Op.SHL, T.uint64, [one, lane])
+            below = self.emit(Op.SUB, T.uint64, [at, one])
+            mask = {"eq": at, "lt": below, "le": self.emit(Op.OR, T.uint64, [below, at])}.get(reg[9:])
+            if mask is None:                        # gt, ge: the rest of the 32
+                mask = self.emit(Op.XOR, T.uint64, [below if reg[9:] == "ge" else self.emit(Op.OR, T.uint64, [
+                    below, at]), self.materialize(Const(0xFFFFFFFF, T.uint64), T.uint64)])
+            return self.as_type(mask, T.uint32)
         base = abi.CBANK_BLOCK_DIM if reg == "ntid" else abi.CBANK_GRID_DIM
         return self.emit(Op.DIM, T.int32, offset=base + 4 * "xyz".index(axis))
 

@@ -17,6 +17,8 @@ from lapis.cuda.compiler.ptx_function import (
     narrow,
     offset_address,
     operand_type,
+    pack,
+    part,
     vector_count,
 )
 from lapis.cuda.compiler.ptx_parse import TYPE_BYTES, Statement
@@ -162,9 +164,92 @@ def _cas_loop(fn: PtxFunction, addr: ir.Value, space: str, t, update) -> ir.Valu
 
 
 def _bar(fn: PtxFunction, s: Statement) -> None:
-    if s.operands and s.operands[0] != "0" or len(s.operands) > 1 or "arrive" in s.parts or "red" in s.parts:
+    if "red" in s.parts:
+        _bar_red(fn, s)
+        return
+    if s.operands and s.operands[0] != "0" or len(s.operands) > 1 or "arrive" in s.parts:
         raise fn.refuse(f"{s.opcode} {', '.join(s.operands)} (only barrier 0 of the whole block)")
     fn.emit(Op.BARRIER, None)
+
+
+def _bar_red(fn: PtxFunction, s: Statement) -> None:
+    """bar.red.popc.u32 d, 0, p / bar.red.and.pred / bar.red.or.pred (__syncthreads_count, _and, _or): a barrier
+    that also counts the threads whose p holds, through a shared word of the kernel's own: zeroed, counted into
+    with a shared atomic add, read, with a barrier between each step (and after, so the word is free again)."""
+    d, barrier, p = s.operands
+    if barrier != "0":
+        raise fn.refuse(f"{s.opcode} on barrier {barrier} (barrier 0 of the whole block is)")
+    word = fn.block_word()
+    holds = fn.value(p.lstrip("!"), T.boolean)
+    if p.startswith("!"):
+        holds = fn.emit(Op.NOT, T.boolean, [holds])
+    one, zero = fn.materialize(Const(1, T.uint32), T.uint32), fn.materialize(Const(0, T.uint32), T.uint32)
+    fn.emit(Op.BARRIER, None)
+    fn.emit(Op.STORE, None, [word, zero], space="shared")
+    fn.emit(Op.BARRIER, None)
+    fn.emit(Op.ATOMIC, T.uint32, [word, fn.emit(Op.SELECT, T.uint32, [holds, one, zero])], op="add", space="shared")
+    fn.emit(Op.BARRIER, None)
+    count = fn.emit(Op.LOAD, T.uint32, [word], space="shared")
+    fn.emit(Op.BARRIER, None)
+    if "popc" in s.parts:
+        fn.assign(d, count)
+    elif "and" in s.parts:                        # every thread's p: the count is the block's size
+        threads = fn.emit(Op.MUL, T.uint32, [fn.emit(Op.MUL, T.uint32, [
+            fn.special("%ntid.x"), fn.special("%ntid.y")]), fn.special("%ntid.z")])
+        fn.assign(d, fn.emit(Op.CMP, T.boolean, [count, fn.as_type(threads, T.uint32)], op="eq"))
+    else:
+        fn.assign(d, fn.emit(Op.CMP, T.boolean, [count, zero], op="ne"))
+
+
+_REDUX = {"add": Op.ADD, "min": Op.MIN, "max": Op.MAX, "and": Op.AND, "or": Op.OR, "xor": Op.XOR}
+
+
+def _redux(fn: PtxFunction, s: Statement) -> None:
+    """redux.sync.op.type d, a, membermask (cg::reduce over a warp): a butterfly of shuffles over 32 lanes, every
+    lane getting the result (on a 64-lane wave, each half reduces its own 32, as PTX's warp is 32)."""
+    op = next(p for p in s.parts if p in _REDUX)
+    t, _ = operand_type(s, fn)
+    d, a, *_mask = s.operands
+    v = fn.value(a, t)
+    for step in (16, 8, 4, 2, 1):
+        other = fn.emit(Op.SHFL, T.uint32, [fn.as_type(v, T.uint32), fn.materialize(Const(step, T.int32), T.int32)],
+                        mode="BFLY")
+        v = fn.emit(_REDUX[op], t, [v, fn.as_type(other, t)])
+    fn.assign(d, v)
+
+
+def _match(fn: PtxFunction, s: Statement) -> None:
+    """match.any.sync.b32 d, a, mask: the lanes (of 32) whose a equals this lane's; match.all: the mask where
+    every lane's a is equal, else 0, and p whether it was. One shuffle per lane, as libdevice's match does."""
+    t, _ = operand_type(s, fn)
+    d, a, *_mask = s.operands
+    ut = T.uint32 if t.bits == 32 else T.uint64
+    v = fn.as_type(fn.value(a, t), ut)
+    same = fn.materialize(Const(0, T.uint32), T.uint32)
+    for lane in range(32):
+        theirs = _shuffle_index(fn, v, lane)
+        equal = fn.emit(Op.CMP, T.boolean, [theirs, v], op="eq")
+        same = fn.emit(Op.OR, T.uint32, [same, fn.emit(Op.SELECT, T.uint32, [
+            equal, fn.materialize(Const(1 << lane, T.uint32), T.uint32), fn.materialize(Const(0, T.uint32),
+                                                                                          T.uint32)])])
+    first, _, predicate = d.partition("|")
+    if "any" in s.parts:
+        fn.assign(first, same)
+        return
+    everyone = fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)])
+    all_equal = fn.emit(Op.CMP, T.boolean, [same, everyone], op="eq")
+    fn.assign(first, fn.emit(Op.SELECT, T.uint32, [all_equal, same, fn.materialize(Const(0, T.uint32), T.uint32)]))
+    if predicate:
+        fn.assign(predicate, all_equal)
+
+
+def _shuffle_index(fn: PtxFunction, v: ir.Value, lane: int) -> ir.Value:
+    """v of lane `lane` (of this lane's 32): one SHFL.IDX per 32-bit word."""
+    source = fn.materialize(Const(lane, T.int32), T.int32)
+    if v.type.bits == 32:
+        return fn.emit(Op.SHFL, T.uint32, [v, source], mode="IDX")
+    words = [fn.emit(Op.SHFL, T.uint32, [part(fn, v, i, 2), source], mode="IDX") for i in (0, 1)]
+    return pack(fn, words, T.uint64)
 
 
 def _membar(fn: PtxFunction, s: Statement) -> None:
@@ -287,5 +372,6 @@ def _trap(fn: PtxFunction, s: Statement) -> None:
 
 TABLE = {
     "ld": _ld, "st": _st, "atom": _atom, "red": _atom, "bar": _bar, "barrier": _bar, "membar": _membar,
-    "fence": _membar, "shfl": _shfl, "vote": _vote, "activemask": _activemask, "call": _call, "trap": _trap,
+    "fence": _membar, "shfl": _shfl, "vote": _vote, "redux": _redux, "match": _match, "activemask": _activemask,
+    "call": _call, "trap": _trap,
 }
