@@ -701,3 +701,25 @@ def test_warp_and_block_collectives_and_special_registers():
     want = [[int(v) // 7, (-(int(v) >> 1) // 13 if -(int(v) >> 1) >= 0 else -((int(v) >> 1) // 13)) % 2**64]
             for v in n]
     assert big.copy_to_host().reshape(64, 2).tolist() == want
+
+
+def test_double_square_root_is_correctly_rounded():
+    module = cuda.RawModule(r"""
+    #include <cmath>
+    extern "C" __global__ void roots(const double* x, double* y, double* r, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) { y[i] = sqrt(x[i]); r[i] = rsqrt(x[i]); }
+    }""")
+    rng = np.random.default_rng(18)
+    x = np.concatenate([rng.uniform(0, 10, 500), 10.0 ** rng.uniform(-320, 308, 1500),
+                        [0.0, -0.0, -1.0, np.inf, -np.inf, np.nan, 5e-324, 1.7e308, 4.0, 2.0]])
+    y, r = cuda.device_array(x.size, np.float64), cuda.device_array(x.size, np.float64)
+    module.get_function("roots")(((x.size + 127) // 128,), (128,), (cuda.to_device(x), y, r, x.size))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = np.sqrt(x)
+        rwant = 1 / np.sqrt(x)
+    got = y.copy_to_host()
+    number = ~np.isnan(want)
+    assert np.array_equal(np.isnan(got), ~number) and np.array_equal(got[number].view(np.uint64),
+                                                                      want[number].view(np.uint64))
+    np.testing.assert_allclose(r.copy_to_host(), rwant, rtol=2e-16)

@@ -143,10 +143,12 @@ def _math(fn: PtxFunction, s: Statement) -> None:
     t, _ = operand_type(s, fn)
     d, a = s.operands
     name, x = s.parts[0], fn.value(a, t)
-    if name == "rcp" or (name == "sqrt" and t == T.float64):
-        if name == "sqrt":
-            raise fn.refuse("sqrt.f64")
+    if name == "sqrt" and t == T.float64:
+        fn.assign(d, _sqrt64(fn, x))
+    elif name == "rcp":
         fn.assign(d, fn.emit(Op.FDIV, t, [fn.materialize(Const(1.0, t), t), x]))
+    elif name == "rsqrt" and t == T.float64:
+        fn.assign(d, fn.emit(Op.FDIV, t, [fn.materialize(Const(1.0, t), t), _sqrt64(fn, x)]))
     elif name == "rsqrt":
         root = fn.emit(Op.MATH, t, [x], fn="sqrt")
         fn.assign(d, fn.emit(Op.FDIV, t, [fn.materialize(Const(1.0, t), t), root]))
@@ -154,6 +156,44 @@ def _math(fn: PtxFunction, s: Statement) -> None:
         if t != T.float32:
             raise fn.refuse(f"{s.opcode}")
         fn.assign(d, fn.emit(Op.MATH, t, [x], fn=_MATH[name]))
+
+
+def _sqrt64(fn: PtxFunction, x: ir.Value) -> ir.Value:
+    """sqrt.rn.f64: x brought into [1, 4) by an even power of two 2^-2k (a subnormal x first by 2^108), the
+    special function unit's float32 reciprocal square root refined by two Newton steps in float64, the root
+    corrected once by its exact residual (an FMA), and scaled back by 2^k; 0, inf, negatives and NaN as IEEE's."""
+    f, i = T.float64, T.int64
+
+    def c(v, t=i):
+        return fn.materialize(Const(v, t), t)
+
+    def power_of_two(exponent: ir.Value) -> ir.Value:        # 2^exponent for exponent within [-1022, 1023]
+        field = fn.emit(Op.SHL, i, [fn.emit(Op.ADD, i, [exponent, c(1023)]), c(52)])
+        return fn.emit(Op.BITCAST, f, [field])
+
+    def exponent_field(v: ir.Value) -> ir.Value:
+        return fn.emit(Op.AND, i, [fn.emit(Op.SHR, i, [fn.emit(Op.BITCAST, i, [v]), c(52)]), c(0x7FF)])
+    tiny = fn.emit(Op.CMP, T.boolean, [exponent_field(x), c(0)], op="eq")
+    x2 = fn.emit(Op.SELECT, f, [tiny, fn.emit(Op.MUL, f, [x, c(2.0**108, f)]), x])
+    k = fn.emit(Op.SHR, i, [fn.emit(Op.SUB, i, [exponent_field(x2), c(1023)]), c(1)])       # floor((e - 1023) / 2)
+    xs = fn.emit(Op.MUL, f, [x2, power_of_two(fn.emit(Op.MUL, i, [k, c(-2)]))])               # in [1, 4)
+    guess = fn.emit(Op.MATH, T.float32, [fn.emit(Op.CAST, T.float32, [xs])], fn="rsq")
+    y = fn.emit(Op.CAST, f, [guess])
+    half_xs = fn.emit(Op.MUL, f, [xs, c(0.5, f)])
+    for _ in range(2):                                # y = y (1.5 - x/2 y^2)
+        y = fn.emit(Op.MUL, f, [y, fn.emit(Op.SUB, f, [c(1.5, f), fn.emit(Op.MUL, f, [half_xs, fn.emit(
+            Op.MUL, f, [y, y])])])])
+    root = fn.emit(Op.MUL, f, [xs, y])
+    residual = fn.emit(Op.MATH, f, [fn.emit(Op.NEG, f, [root]), root, xs], fn="fma")    # xs - root^2, exact
+    root = fn.emit(Op.MATH, f, [fn.emit(Op.MUL, f, [y, c(0.5, f)]), residual, root], fn="fma")
+    scale = fn.emit(Op.ADD, i, [k, fn.emit(Op.SELECT, i, [tiny, c(-54), c(0)])])
+    result = fn.emit(Op.MUL, f, [root, power_of_two(scale)])
+    ordinary = fn.emit(Op.AND, T.boolean, [fn.emit(Op.CMP, T.boolean, [x, c(0.0, f)], op="gt"),
+                                           fn.emit(Op.CMP, T.boolean, [x, c(float("inf"), f)], op="lt")])
+    kept = fn.emit(Op.OR, T.boolean, [fn.emit(Op.CMP, T.boolean, [x, c(0.0, f)], op="eq"),
+                                      fn.emit(Op.CMP, T.boolean, [x, c(float("inf"), f)], op="eq")])
+    special = fn.emit(Op.SELECT, f, [kept, x, c(float("nan"), f)])      # +-0 and inf stay; negatives, NaN: NaN
+    return fn.emit(Op.SELECT, f, [ordinary, result, special])
 
 
 def _fma(fn: PtxFunction, s: Statement) -> None:
