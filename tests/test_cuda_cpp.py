@@ -723,3 +723,57 @@ def test_double_square_root_is_correctly_rounded():
     assert np.array_equal(np.isnan(got), ~number) and np.array_equal(got[number].view(np.uint64),
                                                                       want[number].view(np.uint64))
     np.testing.assert_allclose(r.copy_to_host(), rwant, rtol=2e-16)
+
+
+WARPS = r"""
+extern "C" __global__ void segments(const int* a, int* out, int width) {
+    int t = threadIdx.x, v = a[t];
+    out[8 * t + 0] = __shfl_up_sync(~0u, v, 1, width);                 // width known at run time
+    out[8 * t + 1] = __shfl_xor_sync(~0u, v, 1, 16);
+    out[8 * t + 2] = __shfl_down_sync(~0u, v, 3, 8);
+    out[8 * t + 3] = __shfl_sync(~0u, v, 5, 16);
+    int s = v;                                                            // the clamp in a register, across loops
+    for (int o = 16; o > 0; o /= 2) s += __shfl_down_sync(~0u, s, o);
+    for (int i = 0; i < (t & 3); i++) s += a[i];
+    for (int o = 16; o > 0; o /= 2) s += __shfl_down_sync(~0u, s, o);
+    out[8 * t + 4] = s;
+    out[8 * t + 5] = -1;
+    if (t < 8) out[8 * t + 5] = __reduce_add_sync(0xffu, v);            // part of the warp
+    else if (t >= 20) out[8 * t + 5] = __reduce_max_sync(0xfff00000u, v);
+    out[8 * t + 6] = t % warpSize;                                       // WARP_SZ
+    __syncwarp();
+    __shared__ int s2[256];
+    s2[t] = v; s2[t + 32] = v; s2[t + 64] = v; s2[t + 96] = v;
+    __syncthreads();
+    int sum = 0;
+    for (int i = 0; i < 4; i++) sum += s2[t + i * 32];                   // [r+-N] addresses
+    out[8 * t + 7] = sum;
+}
+"""
+
+
+def test_sub_warp_shuffles_partial_reductions_and_the_warp_size():
+    """__shfl*_sync with a width (PTX's segment clamp, constant or not), a full-warp clamp held in a register,
+    __reduce_*_sync over part of a warp, warpSize (WARP_SZ), __syncwarp, and negative address offsets."""
+    a = np.random.default_rng(19).integers(-100, 100, 32).astype(np.int32)
+    out = cuda.device_array(32 * 8, np.int32)
+    cuda.RawModule(WARPS).get_function("segments")((1,), (32,), (cuda.to_device(a), out, 4))
+    got = out.copy_to_host().reshape(32, 8)
+    t = np.arange(32)
+
+    def shuffled(source, valid):
+        return np.where(valid, a[np.clip(source, 0, 31)], a)
+
+    def down(x, offset):
+        return np.where(t + offset < 32, x[np.minimum(t + offset, 31)], x)
+    s = a.copy()
+    for offset in (16, 8, 4, 2, 1):
+        s = s + down(s, offset)
+    s = s + np.array([a[:lane & 3].sum() for lane in range(32)])
+    for offset in (16, 8, 4, 2, 1):
+        s = s + down(s, offset)
+    partial = np.full(32, -1)
+    partial[:8], partial[20:] = a[:8].sum(), a[20:].max()
+    want = np.stack([shuffled(t - 1, t - 1 >= (t & ~3)), a[t ^ 1], shuffled(t + 3, t + 3 <= ((t & ~7) | 7)),
+                     a[(t & ~15) | 5], s, partial, t % 32, 4 * a], 1)
+    assert np.array_equal(got, want)

@@ -23,6 +23,7 @@ nearest, which CUDA's expf uses only to pick a reduction step; `.ftz` is ignored
 kept); `sqrt.rn` is the special function unit's square root.
 """
 
+import re
 import struct
 
 import numpy as np
@@ -177,6 +178,8 @@ class PtxFunction(IRBuilder):
             return self.materialize(Const(self.symbols[text], t), t)
         if text in self.globals:
             return self.as_type(self.global_address(text, 0), t)
+        if text == "WARP_SZ":                       # PTX's warp size constant: the device's (32, or a 64-lane wave)
+            return self.as_type(self.emit(Op.DIM, T.int32, offset=abi.CBANK_WARP_SIZE), t)
         return self.materialize(Const(immediate(text, t, self), t), t)
 
     def block_word(self) -> ir.Value:
@@ -239,8 +242,10 @@ class PtxFunction(IRBuilder):
     def address(self, text: str, space: str) -> ir.Value:
         """[register], [symbol], [param] or either plus an offset: a 64-bit global address, or a 32-bit shared one."""
         inner = text.strip()[1:-1].replace(" ", "")
-        base, sign, rest = inner.partition("+") if "+" in inner else inner.partition("-")
-        offset = int(sign + rest, 0) if rest else 0
+        m = re.fullmatch(r"([^+-]+)(?:\+?([+-]?(?:0[xX][0-9a-fA-F]+|\d+)))?", inner)   # [r], [r+8], [r-8], [r+-8]
+        if m is None:
+            raise self.error(f"cannot read the address {text!r}")
+        base, offset = m.group(1), int(m.group(2), 0) if m.group(2) else 0
         if base in self.symbols and (space == "shared") == (base not in self.local_symbols) and space != "global":
             return self.materialize(Const(self.symbols[base] + offset, T.int32), T.int32)
         if base in self.globals and space == "global":
@@ -361,10 +366,14 @@ class PtxFunction(IRBuilder):
         handler = self.opcodes.get(s.parts[0])
         if handler is None:
             raise self.refuse(f"the PTX instruction {s.opcode!r}")
-        if any(p in HALF2 for p in s.parts) and s.parts[0] in PACKED:
-            packed_halves(self, s, handler)
-        else:
-            handler(self, s)
+        try:
+            if any(p in HALF2 for p in s.parts) and s.parts[0] in PACKED:
+                packed_halves(self, s, handler)
+            else:
+                handler(self, s)
+        except (ValueError, IndexError, KeyError, StopIteration) as e:     # operands it cannot take
+            raise self.error(f"cannot translate {s.opcode} {', '.join(s.operands)}: wrong operands or modifiers "
+                             f"({type(e).__name__}: {e})") from None
 
 
 def globals_image(module: Module, filename: str) -> tuple[dict[str, int], bytes]:

@@ -164,6 +164,10 @@ def _cas_loop(fn: PtxFunction, addr: ir.Value, space: str, t, update) -> ir.Valu
 
 
 def _bar(fn: PtxFunction, s: Statement) -> None:
+    if "warp" in s.parts:
+        # bar.warp.sync (__syncwarp, a tile's sync): the simulated warp runs its lanes together and reconverges
+        # diverged ones at the join before this point, and its memory is coherent: nothing left to wait for
+        return
     if "red" in s.parts:
         _bar_red(fn, s)
         return
@@ -205,17 +209,41 @@ _REDUX = {"add": Op.ADD, "min": Op.MIN, "max": Op.MAX, "and": Op.AND, "or": Op.O
 
 
 def _redux(fn: PtxFunction, s: Statement) -> None:
-    """redux.sync.op.type d, a, membermask (cg::reduce over a warp): a butterfly of shuffles over 32 lanes, every
-    lane getting the result (on a 64-lane wave, each half reduces its own 32, as PTX's warp is 32)."""
+    """redux.sync.op.type d, a, membermask (cg::reduce, __reduce_*_sync over a warp): every lane gets the reduction
+    of the member lanes' a. With the whole warp a butterfly of five shuffles; with part of it (a member mask that
+    is not a constant 0xffffffff) each of the 32 lanes' a in turn, those of lanes outside the mask or not running
+    left out (a butterfly would mix in their stale registers). On a 64-lane wave each 32 reduce their own, as
+    PTX's warp is 32."""
     op = next(p for p in s.parts if p in _REDUX)
     t, _ = operand_type(s, fn)
-    d, a, *_mask = s.operands
+    d, a, mask = s.operands
     v = fn.value(a, t)
-    for step in (16, 8, 4, 2, 1):
-        other = fn.emit(Op.SHFL, T.uint32, [fn.as_type(v, T.uint32), fn.materialize(Const(step, T.int32), T.int32)],
-                        mode="BFLY")
-        v = fn.emit(_REDUX[op], t, [v, fn.as_type(other, t)])
-    fn.assign(d, v)
+    members = fn.value(mask, T.uint32)
+    if members.op is Op.CONST and members.attrs["value"] == 0xFFFFFFFF:
+        for step in (16, 8, 4, 2, 1):
+            other = fn.emit(Op.SHFL, T.uint32, [fn.as_type(v, T.uint32), fn.materialize(Const(step, T.int32),
+                                                                                      T.int32)], mode="BFLY")
+            v = fn.emit(_REDUX[op], t, [v, fn.as_type(other, t)])
+        fn.assign(d, v)
+        return
+    running = fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)])
+    taking = fn.emit(Op.AND, T.uint32, [running, members])
+    base = fn.emit(Op.AND, T.int32, [fn.emit(Op.SREG, T.int32, name="laneid"), fn.materialize(Const(~31, T.int32),
+                                                                                            T.int32)])
+    total = None
+    for lane in range(32):
+        source = fn.emit(Op.OR, T.int32, [base, fn.materialize(Const(lane, T.int32), T.int32)])
+        theirs = fn.as_type(fn.emit(Op.SHFL, T.uint32, [fn.as_type(v, T.uint32), source], mode="IDX"), t)
+        member = fn.emit(Op.CMP, T.boolean, [fn.emit(Op.AND, T.uint32, [
+            taking, fn.materialize(Const(1 << lane, T.uint32), T.uint32)]), fn.materialize(Const(0, T.uint32),
+                                                                                           T.uint32)], op="ne")
+        if total is None:                        # the first member's a starts it (no identity needed)
+            total, started = theirs, member
+            continue
+        combined = fn.emit(_REDUX[op], t, [total, theirs])
+        total = fn.emit(Op.SELECT, t, [member, fn.emit(Op.SELECT, t, [started, combined, theirs]), total])
+        started = fn.emit(Op.OR, T.boolean, [started, member])
+    fn.assign(d, total)
 
 
 def _match(fn: PtxFunction, s: Statement) -> None:
@@ -263,7 +291,9 @@ def _shfl(fn: PtxFunction, s: Statement) -> None:
     clamp = fn.value(c, T.uint32)
     whole = 0 if mode == "up" else 0x1F
     if clamp.op is not Op.CONST or clamp.attrs["value"] != whole:
-        raise fn.refuse(f"{s.opcode} over part of a warp (its c operand is not {whole:#x})")
+        _segment_shuffle(fn, mode, d, fn.value(a, T.uint32), fn.as_type(fn.value(b, T.uint32), T.int32),
+                         fn.as_type(clamp, T.int32))
+        return
     lane = fn.as_type(fn.value(b, T.uint32), T.int32)
     value = fn.emit(Op.SHFL, T.uint32, [fn.value(a, T.uint32), lane], mode=mode.upper())
     first, _, second = d.partition("|")
@@ -276,6 +306,32 @@ def _shfl(fn: PtxFunction, s: Statement) -> None:
         wave = fn.emit(Op.DIM, T.int32, offset=abi.CBANK_WARP_SIZE)      # 32, or 64 on a 64-wide device
         high = fn.emit(Op.CMP, T.boolean, [source, wave], op="lt")
         fn.assign(second, fn.emit(Op.AND, T.boolean, [low, high]))
+
+
+def _segment_shuffle(fn: PtxFunction, mode: str, d: str, value: ir.Value, b: ir.Value, c: ir.Value) -> None:
+    """shfl.sync whose c operand is not a whole warp's (a `width` below 32, or c known only at run time): PTX's
+    definition, lane by lane: c's bits 12-8 mask the segment, its bits 4-0 clamp the source within it; the source
+    lane j (up: lane - b, down: lane + b, bfly: lane ^ b, idx: the segment's first | b), or the lane itself where
+    j is past the clamp; one SHFL.IDX reads it (within this lane's 32 on a 64-lane wave)."""
+    def k(v):
+        return fn.materialize(Const(v, T.int32), T.int32)
+
+    def op(o, *args):
+        return fn.emit(o, T.int32, list(args))
+    laneid = fn.emit(Op.SREG, T.int32, name="laneid")
+    me = op(Op.AND, laneid, k(31))
+    segment = op(Op.AND, op(Op.SHR, c, k(8)), k(31))
+    outside = op(Op.XOR, segment, k(31))                        # ~segment, within 5 bits
+    low = op(Op.AND, me, segment)
+    high = op(Op.OR, low, op(Op.AND, c, outside))
+    j = {"up": lambda: op(Op.SUB, me, b), "down": lambda: op(Op.ADD, me, b), "bfly": lambda: op(Op.XOR, me, b),
+         "idx": lambda: op(Op.OR, low, op(Op.AND, b, outside))}[mode]()
+    valid = fn.emit(Op.CMP, T.boolean, [j, high], op="ge" if mode == "up" else "le")
+    source = op(Op.OR, op(Op.AND, laneid, k(~31)), fn.emit(Op.SELECT, T.int32, [valid, j, me]))
+    first, _, second = d.partition("|")
+    fn.assign(first, fn.emit(Op.SHFL, T.uint32, [value, source], mode="IDX"))
+    if second:
+        fn.assign(second, valid)
 
 
 def _vote(fn: PtxFunction, s: Statement) -> None:
