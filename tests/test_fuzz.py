@@ -427,3 +427,56 @@ def test_indexing_with_out_of_range_indices_raises_on_every_device(name, data):
     size = a.shape[0]
     indices = np.array(data.draw(st.lists(st.integers(-size - 3, size + 3), max_size=5)), np.int64)
     assert_agree(outcomes(INDEXING[name], a, indices))
+
+
+PTX_SOURCE = r"""
+extern "C" __global__ void mixed(const float* x, float* y, int* h, int n) {
+    __shared__ float s[64];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[threadIdx.x] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    float v = s[threadIdx.x ^ 1] * 2.0f + __shfl_down_sync(0xffffffff, s[threadIdx.x], 1);
+    if (i < n) { y[i] = v / (1.0f + fabsf(v)); atomicAdd(&h[i & 7], (int)v); }
+}
+"""
+
+
+@functools.cache
+def real_ptx() -> list[str]:
+    return cuda.RawModule(PTX_SOURCE).ptx.splitlines()
+
+
+@st.composite
+def mutated_ptx(draw) -> str:
+    """NVRTC's PTX of a real kernel, with lines dropped, doubled or swapped, or tokens replaced."""
+    lines = list(real_ptx())
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(lines) - 1))
+        kind = draw(st.sampled_from(["drop", "double", "swap", "token"]))
+        if kind == "drop":
+            del lines[at]
+        elif kind == "double":
+            lines.insert(at, lines[at])
+        elif kind == "swap":
+            other = draw(st.integers(0, len(lines) - 1))
+            lines[at], lines[other] = lines[other], lines[at]
+        else:
+            words = lines[at].split() or [""]
+            k = draw(st.integers(0, len(words) - 1))
+            words[k] = draw(st.sampled_from(["%r999", "0f7FC00000", "-1", "[%rd1+8]", "{%f1, %f2}", "$L__BB0_9",
+                                             ".u16", "bra", "add.s32", ";", "@%p1", "]"]))
+            lines[at] = " ".join(words)
+    return "\n".join(lines)
+
+
+@fuzz_settings(60)
+@given(ptx=mutated_ptx())
+def test_mutated_ptx_is_assembled_or_refused_with_a_compile_error(ptx):
+    """lapis's PTX assembler (what RawModule(ptx=...) and cuModuleLoadData run) gives code or a CompileError
+    naming what it cannot read: never a raw Python error."""
+    try:
+        module = cuda.RawModule(ptx=ptx, name="mutated.ptx")
+        for name in module.module.entries:
+            assert module.get_function(name).compiled.instructions
+    except cuda.CompileError as e:
+        assert str(e)

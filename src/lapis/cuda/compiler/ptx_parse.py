@@ -92,27 +92,37 @@ def parse(text: str, filename: str = "<ptx>") -> Module:
     """The module's kernels, variables and files; a CompileError names the PTX line it cannot read."""
     text = _COMMENTS.sub(lambda m: "\n" * m.group(0).count("\n"), text.replace("\x00", ""))
     lines = text.split("\n")
+    if not any(re.match(r"\s*\.version\s+\d", line) for line in lines):
+        raise CompileError("this is not PTX: it has no .version directive", filename)
     module = Module({}, [], {})
     i = 0
     while i < len(lines):
-        line = lines[i].strip()
-        if line.startswith(".target"):
-            module.target = line.split()[1].rstrip(",;")
-        elif line.startswith(".file"):
-            number, name = re.match(r'\.file\s+(\d+)\s+"([^"]*)"', line).groups()
-            module.files[int(number)] = name
-        elif re.match(r"(\.visible\s+|\.weak\s+)?\.entry\b", line):
-            entry, i = _entry(lines, i, filename)
-            module.entries[entry.name] = entry
-            continue
-        elif re.match(r"(\.visible\s+|\.weak\s+|\.extern\s+)?\.func\b", line):
-            module.functions.append(re.search(r"\.func\s+(?:\([^)]*\)\s*)?([\w$]+)", line).group(1))
-            i = _skip_body(lines, i)
-            continue
-        elif line and (m := _VARIABLE.match(line)):
-            module.variables.append(_variable(m, i + 1, line))
-        i += 1
+        try:
+            i = _module_line(module, lines, i, filename)
+        except (AttributeError, ValueError, IndexError) as e:     # a regular expression that did not match, ...
+            raise CompileError(f"cannot read this PTX: {lines[min(i, len(lines) - 1)].strip()!r} ({e})", filename,
+                               i + 1) from None
     return module
+
+
+def _module_line(module: Module, lines: list[str], i: int, filename: str) -> int:
+    """Read the module-scope statement at line i (a kernel or function whole); the line after it."""
+    line = lines[i].strip()
+    if line.startswith(".target"):
+        module.target = line.split()[1].rstrip(",;")
+    elif line.startswith(".file"):
+        number, name = re.match(r'\.file\s+(\d+)\s+"([^"]*)"', line).groups()
+        module.files[int(number)] = name
+    elif re.match(r"(\.visible\s+|\.weak\s+)?\.entry\b", line):
+        entry, i = _entry(lines, i, filename)
+        module.entries[entry.name] = entry
+        return i
+    elif re.match(r"(\.visible\s+|\.weak\s+|\.extern\s+)?\.func\b", line):
+        module.functions.append(re.search(r"\.func\s+(?:\([^)]*\)\s*)?([\w$]+)", line).group(1))
+        return _skip_body(lines, i)
+    elif line and (m := _VARIABLE.match(line)):
+        module.variables.append(_variable(m, i + 1, line))
+    return i + 1
 
 
 def _variable(m: re.Match, line: int, text: str = "") -> Variable:
@@ -186,6 +196,9 @@ def _entry(lines: list[str], i: int, filename: str) -> tuple[Entry, int]:
         i += 1
         if depth <= 0 and not pending:
             break
+    else:
+        raise CompileError(f"the body of kernel {name!r} has no closing brace (the PTX ends first)", filename,
+                           start + 1)
     return entry, i
 
 
