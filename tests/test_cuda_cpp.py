@@ -777,3 +777,28 @@ def test_sub_warp_shuffles_partial_reductions_and_the_warp_size():
     want = np.stack([shuffled(t - 1, t - 1 >= (t & ~3)), a[t ^ 1], shuffled(t + 3, t + 3 <= ((t & ~7) | 7)),
                      a[(t & ~15) | 5], s, partial, t % 32, 4 * a], 1)
     assert np.array_equal(got, want)
+
+
+def test_crowded_atomics_run_as_one_instruction_each():
+    """atomicInc, atomicDec and atomicOr are ATOMG.INC/.DEC/.OR (a compare-and-swap loop took minutes with every
+    thread of a large grid on one word); atomicMin/Max of long long, which the ISA's unsigned 64-bit MIN/MAX
+    cannot do, stay a compare-and-swap loop."""
+    module = cuda.RawModule(r"""
+    extern "C" __global__ void crowd(unsigned* c, long long* m, const long long* v) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        atomicInc(&c[0], 1000u); atomicDec(&c[1], 7u); atomicOr(&c[2], 1u << (i & 31));
+        atomicMin(&m[0], v[i]); atomicMax(&m[1], v[i]);
+    }""")
+    n = 8 * 256
+    v = np.random.default_rng(20).integers(-2**62, 2**62, n)
+    counts, extremes = cuda.to_device(np.zeros(3, np.uint32)), cuda.to_device(np.array([2**62, -2**62], np.int64))
+    kernel = module.get_function("crowd")
+    kernel((8,), (256,), (counts, extremes, cuda.to_device(v)))
+    inc = dec = 0
+    for _ in range(n):
+        inc = 0 if inc >= 1000 else inc + 1
+        dec = 7 if dec == 0 or dec > 7 else dec - 1
+    assert counts.copy_to_host().tolist() == [inc, dec, 0xFFFFFFFF]
+    assert extremes.copy_to_host().tolist() == [min(v.min(), 2**62), max(v.max(), -2**62)]
+    listing = kernel.inspect_asm()
+    assert all(f"ATOMG.{op}.U32" in listing for op in ("INC", "DEC", "OR")) and "ATOMG.CAS.U64" in listing

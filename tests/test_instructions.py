@@ -330,17 +330,20 @@ def test_teaching_profile_is_small_and_round(teaching):
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.integers(0, 7), min_size=32, max_size=32), st.sampled_from(["ADD", "MIN", "MAX", "EXCH"]))
+@given(st.lists(st.integers(0, 7), min_size=32, max_size=32),
+       st.sampled_from(["ADD", "MIN", "MAX", "EXCH", "AND", "OR", "XOR", "INC", "DEC"]))
 def test_atomics_match_a_sequential_reference(addresses, op):
     from lapis.hardware import atomics
     memory = np.arange(8, dtype=np.uint32) * 5
     values = np.arange(32, dtype=np.uint32) * 3 % 17
     expected_mem, expected_old = memory.copy(), []
     for addr, v in zip(addresses, values, strict=True):
-        old = int(expected_mem[addr])
+        old, v = int(expected_mem[addr]), int(v)
         expected_old.append(old)
-        expected_mem[addr] = {"ADD": old + v, "MIN": min(old, v), "MAX": max(old, v), "EXCH": v}[op]
-    old = atomics.apply(memory, np.array(addresses), values, op, "S32")
+        expected_mem[addr] = {"ADD": old + v, "MIN": min(old, v), "MAX": max(old, v), "EXCH": v, "AND": old & v,
+                              "OR": old | v, "XOR": old ^ v, "INC": 0 if old >= v else old + 1,
+                              "DEC": v if old == 0 or old > v else old - 1}[op]
+    old = atomics.apply(memory, np.array(addresses), values, op, "U32" if op in ("INC", "DEC") else "S32")
     assert np.array_equal(old, expected_old)
     assert np.array_equal(memory, expected_mem)
 

@@ -11,7 +11,7 @@ by address, and
     long double (float64 values), from the value memory held, and rounds each value a lane sees,
     and the total, once to the array's format (a simplification: hardware rounds after every
     addition); a round per lane of the crowded addresses' first ROUNDS, then a running sum;
-  - CAS, float MIN/MAX and 64-bit MIN/MAX run in rounds: round r applies the r-th lane of
+  - CAS, INC, DEC, AND, OR, XOR, float MIN/MAX and 64-bit MIN/MAX run in rounds: round r applies the r-th lane of
     every address, so the number of numpy steps is the largest number of lanes sharing an
     address, not the number of lanes.
 """
@@ -24,6 +24,9 @@ U32, I32, F32, U64, I64, F64 = np.uint32, np.int32, np.float32, np.uint64, np.in
 FLOATS = {"F32": F32, "F64": F64}
 # What float ADD sums an address's lanes in before rounding each once: wider than the format.
 SUMS = {"F32": F64, "F64": np.longdouble}
+
+
+BITWISE = {"AND": np.bitwise_and, "OR": np.bitwise_or, "XOR": np.bitwise_xor}
 
 
 def combine(op: str, t: str, old: np.ndarray, value: np.ndarray, new: np.ndarray | None) -> np.ndarray:
@@ -39,6 +42,12 @@ def combine(op: str, t: str, old: np.ndarray, value: np.ndarray, new: np.ndarray
         return fn(a, b).astype(f).view(old.dtype)
     if op == "ADD":
         return old + value
+    if op in BITWISE:
+        return BITWISE[op](old, value)
+    if op == "INC":                                  # PTX's atom.inc: wraps to 0 past the limit
+        return np.where(old >= value, old.dtype.type(0), old + old.dtype.type(1))
+    if op == "DEC":                                  # atom.dec: wraps to the limit at 0 or past it
+        return np.where((old == 0) | (old > value), value, old - old.dtype.type(1))
     view = {"U32": U32, "S32": I32, "U64": U64}[t]
     fn = np.minimum if op == "MIN" else np.maximum
     return fn(old.view(view), value.view(view)).view(old.dtype)

@@ -50,7 +50,7 @@ MEM_WIDTH = ("", "U8", "S8", "U16", "S16", "64", "128")   # "" is 32 bits
 MEM_BYTES = dict(zip(MEM_WIDTH, (4, 1, 1, 2, 2, 8, 16), strict=True))   # bytes each width moves per lane
 FLOATS = ("F32", "F64", "F16", "BF16")                   # F16 and BF16 live in a register's low half
 HALF = ("F16", "BF16")                                    # packed: two halves per register
-ATOM_OP = ("ADD", "MIN", "MAX", "EXCH", "CAS")
+ATOM_OP = ("ADD", "MIN", "MAX", "EXCH", "CAS", "AND", "OR", "XOR", "INC", "DEC")
 ATOM_TYPE = ("U32", "S32", "F32", "U64", "F64")
 ATOM_WIDE = ("U64", "F64")                                # atomics on 8-byte words, their values in register pairs
 
@@ -149,7 +149,9 @@ _ROWS = [
            "this thread's local memory at a + imm = c", "i"),
     Opcode("ATOMG", 0x076, ("Rd", "MG", "Rc"), (("op", ATOM_OP), ("t", ATOM_TYPE)), "LSU", 500, VARIABLE,
            "atomically: d = global memory at a.64 + imm; memory = op(memory, c) (CAS: if memory == c "
-           "then memory = the register after c's); lanes hitting one address apply in lane order", "i"),
+           "then memory = the register after c's; INC: memory >= c ? 0 : memory + 1; DEC: memory == 0 or "
+           "memory > c ? c : memory - 1; AND, OR, XOR bitwise); lanes hitting one address apply in lane order",
+           "i"),
     Opcode("ATOMS", 0x077, ("Rd", "MS", "Rc"), (("op", ATOM_OP), ("t", ATOM_TYPE)), "LSU", 40, VARIABLE,
            "atomically on shared memory at a + imm, as ATOMG", "i"),
     Opcode("MEMBAR", 0x078, (), (("scope", ("CTA", "GPU", "SYS")),), "LSU", 10, FIXED,

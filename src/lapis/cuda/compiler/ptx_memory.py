@@ -10,7 +10,6 @@ from lapis.cuda.compiler import ir, printing
 from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.ir import Op
 from lapis.cuda.compiler.ptx_function import (
-    COMBINE,
     STORAGE,
     PtxFunction,
     elements,
@@ -98,15 +97,13 @@ def _store(fn: PtxFunction, addr: ir.Value, x: ir.Value, space: str, kind: str) 
         fn.emit(Op.STORE, None, [addr, x], space=space)
 
 
-_ATOMIC = {"add": "add", "min": "min", "max": "max", "exch": "exch", "cas": "cas"}
-
-
-_CAS_UPDATES = {"and", "or", "xor", "inc", "dec"}      # atomics the hardware has no instruction for: a CAS loop
+# PTX's atomic operations, each one ATOMG/ATOMS of the ISA
+_ATOMIC = {"add", "min", "max", "exch", "cas", "and", "or", "xor", "inc", "dec"}
 
 
 def _atom(fn: PtxFunction, s: Statement) -> None:
     space = _space(fn, s)
-    op = next((p for p in s.parts[1:] if p in _ATOMIC or p in _CAS_UPDATES), None)
+    op = next((p for p in s.parts[1:] if p in _ATOMIC), None)
     if op is None:
         raise fn.refuse(f"{s.opcode}")
     t, kind = operand_type(s, fn)
@@ -118,26 +115,14 @@ def _atom(fn: PtxFunction, s: Statement) -> None:
     else:
         d, a, *values = s.operands
     addr = fn.address(a, space)
-    if op in _CAS_UPDATES:
-        old = _cas_loop(fn, addr, space, t, lambda current: _update(fn, op, current, fn.value(values[0], t)))
+    if op in ("min", "max") and t == T.int64:        # the ISA's 64-bit MIN/MAX are unsigned: a CAS loop
+        b = fn.value(values[0], t)
+        old = _cas_loop(fn, addr, space, t, lambda current: fn.emit(Op.MIN if op == "min" else Op.MAX, t,
+                                                                     [current, b]))
     else:
-        old = fn.emit(Op.ATOMIC, t, [addr, *(fn.value(v, t) for v in values)], op=_ATOMIC[op], space=space)
+        old = fn.emit(Op.ATOMIC, t, [addr, *(fn.value(v, t) for v in values)], op=op, space=space)
     if d is not None:
         fn.assign(d, old)
-
-
-def _update(fn: PtxFunction, op: str, current: ir.Value, b: ir.Value) -> ir.Value:
-    """What atom.and/.or/.xor/.inc/.dec writes where memory holds `current` (PTX's definitions)."""
-    t = current.type
-    if op in COMBINE:
-        return fn.emit(COMBINE[op], t, [current, b])
-    zero, one = fn.materialize(Const(0, t), t), fn.materialize(Const(1, t), t)
-    if op == "inc":                                       # (old >= b) ? 0 : old + 1
-        wrap = fn.emit(Op.CMP, T.boolean, [current, b], op="ge")
-        return fn.emit(Op.SELECT, t, [wrap, zero, fn.emit(Op.ADD, t, [current, one])])
-    wrap = fn.emit(Op.OR, T.boolean, [fn.emit(Op.CMP, T.boolean, [current, zero], op="eq"),
-                                      fn.emit(Op.CMP, T.boolean, [current, b], op="gt")])
-    return fn.emit(Op.SELECT, t, [wrap, b, fn.emit(Op.SUB, t, [current, one])])     # dec
 
 
 def _cas_loop(fn: PtxFunction, addr: ir.Value, space: str, t, update) -> ir.Value:
