@@ -802,3 +802,29 @@ def test_crowded_atomics_run_as_one_instruction_each():
     assert extremes.copy_to_host().tolist() == [min(v.min(), 2**62), max(v.max(), -2**62)]
     listing = kernel.inspect_asm()
     assert all(f"ATOMG.{op}.U32" in listing for op in ("INC", "DEC", "OR")) and "ATOMG.CAS.U64" in listing
+
+
+def test_device_functions_the_compiler_did_not_inline_are_inlined_by_the_assembler():
+    module = cuda.RawModule(r"""
+    __device__ __noinline__ float scale(float x, int k) {
+        if (x > 0) return x * k;                    // a branch, two returns
+        return -x;
+    }
+    __device__ __noinline__ float twice(float x) { return scale(x, 2) + scale(-x, 1); }     // a call in a call
+    __device__ __noinline__ void store(float* p, float v) { *p = v; }                        // nothing returned
+    __device__ __noinline__ int fib(int n) { return n < 2 ? n : fib(n - 1) + fib(n - 2); }
+    extern "C" __global__ void calls(float* a, int n) {
+        int i = blockIdx.x * blockDim.x + threadIdx.x;
+        if (i < n) store(&a[i], scale(a[i], 3) + twice((float)i));
+    }
+    extern "C" __global__ void recursive(int* a) { a[0] = fib(a[0]); }
+    """)
+    a = np.array([1.5, -2.0, 3.0, -0.5, 0.0], np.float32)
+    d = cuda.to_device(a)
+    kernel = module.get_function("calls")
+    kernel((1,), (32,), (d, a.size))
+    i = np.arange(a.size, dtype=np.float32)
+    assert np.array_equal(d.copy_to_host(), np.where(a > 0, a * 3, -a) + 2 * i + i)
+    assert "CALL" not in kernel.inspect_asm()
+    with pytest.raises(CompileError, match="a recursive call to '_Z3fibi' is not supported"):
+        module.get_function("recursive").inspect_asm()

@@ -86,6 +86,9 @@ class PtxFunction(IRBuilder):
         self.ptx_name, self.ptx_line = filename, entry.line
         self.param_offsets = offsets
         self.local_symbols: set[str] = set()
+        self.blocks_made = 0
+        self.inlined: dict[str, Entry] = {}                # "@n" -> the function its n-th inlined call runs
+        self.calling: list[str] = []                       # the functions being inlined, outermost first
         self.call_arguments: dict[str, ir.Value] = {}     # a call sequence's .param names -> their values
         self.call_results: dict[str, ir.Value] = {}
         self.symbols = self._shared_layout([*module.variables, *entry.variables])
@@ -143,7 +146,10 @@ class PtxFunction(IRBuilder):
         return symbols
 
     def register_type(self, name: str):
-        kind = self.entry_ptx.registers.get(name) or self.entry_ptx.registers.get(name.rstrip("0123456789"))
+        base, at, call = name.partition("@")        # an inlined function's register: its own declarations
+        declared = self.inlined["@" + call].registers if at else self.entry_ptx.registers
+        name = base
+        kind = declared.get(name) or declared.get(name.rstrip("0123456789"))
         if kind is None:
             raise self.error(f"register {name} is not declared")
         if kind not in TYPES:
@@ -207,7 +213,8 @@ class PtxFunction(IRBuilder):
 
     def is_register(self, text: str) -> bool:
         """A register's name: %-prefixed, or one an inline asm block declared (`{ .reg .pred q; ... }`)."""
-        return (text.startswith("%") and text not in SPECIAL) or text in self.entry_ptx.registers
+        return (text.startswith("%") and text not in SPECIAL) or text in self.entry_ptx.registers or \
+            text in self.var_types
 
     def special(self, name: str) -> ir.Value:
         """A special register: the thread's and block's coordinates and sizes, its lane, warp and compute unit, the
@@ -258,11 +265,19 @@ class PtxFunction(IRBuilder):
 
     # -- driving --------------------------------------------------------------------------------
     def build(self) -> ir.Function:
-        segments = self._segments()
-        first = segments[0][0]
-        self.entry.term = ir.Jump(first)
-        first.preds.append(self.entry)
-        done: set[ir.Block] = {self.entry}
+        self.current = self.entry
+        self.emit_body(self.entry_ptx.body)
+        return self.func
+
+    def emit_body(self, body: list[Statement], exit_block: ir.Block | None = None) -> None:
+        """Translate `body` from the current block on: its blocks in PTX's order, each sealed once its
+        predecessors are all translated. A kernel's returns end its threads; an inlined function's (`exit_block`
+        given) go to `exit_block`, where the caller's code goes on."""
+        segments = self._segments(body, exit_block)
+        start, first = self.current, segments[0][0]
+        start.term = ir.Jump(first)
+        first.preds.append(start)
+        done: set[ir.Block] = {start}
         for block, statements, ending in segments:
             self.place(block)
             for s in statements:
@@ -275,32 +290,36 @@ class PtxFunction(IRBuilder):
                 for succ in (ending[2:] if ending[0] == "branch" else ending[1:2] if ending[0] == "jump" else ()):
                     succ.preds[succ.preds.index(block)] = end
             self._terminate(end, ending)
-            done.add(block)
+            done |= {block, end}
             for b in [b for b, _, _ in segments if b not in self.sealed and all(p in done for p in b.preds)]:
                 self.seal(b)
         for b, _, _ in segments:
             if b not in self.sealed:
                 self.seal(b)
-        return self.func
+        if exit_block is not None:
+            self.place(exit_block)
+            self.seal(exit_block)
 
-    def _segments(self) -> list[tuple[ir.Block, list[Statement], tuple]]:
+    def _segments(self, body: list[Statement], exit_block: ir.Block | None = None
+                  ) -> list[tuple[ir.Block, list[Statement], tuple]]:
         """The body cut into (block, statements, ending) in PTX's order; an ending is ("jump", target),
-        ("branch", guard, target, fall-through) or ("return",), and the edges are recorded as each block's preds."""
+        ("branch", guard, target, fall-through) or ("return",) (a jump to `exit_block` where one is given), and the
+        edges are recorded as each block's preds."""
         labels: dict[str, ir.Block] = {}
-        for s in self.entry_ptx.body:
+        for s in body:
             if s.label is not None:
                 labels[s.label] = ir.Block(s.label)
         segments: list[list] = []
         tails: list[list] = []
-        current = [ir.Block("ptx0"), [], None]
+        current = [ir.Block(f"ptx{self._next_block()}"), [], None]
 
         def close(ending, then: ir.Block | None = None):
             nonlocal current
             current[2] = ending
             segments.append(current)
-            current = [then or ir.Block(f"ptx{len(segments)}"), [], None]
+            current = [then or ir.Block(f"ptx{self._next_block()}"), [], None]
 
-        for s in self.entry_ptx.body:
+        for s in body:
             if s.label is not None:
                 close(("jump", labels[s.label]), labels[s.label])
                 continue
@@ -311,21 +330,23 @@ class PtxFunction(IRBuilder):
                     raise CompileError(f"branch to an unknown label {s.operands[0]!r}", self.filename, s.line,
                                        self.kernel)
                 close(("branch", s.guard, target) if s.guard else ("jump", target))
+            elif name in ("ret", "exit") and exit_block is not None and name == "ret":
+                close(("branch", s.guard, exit_block) if s.guard else ("jump", exit_block))
             elif name in ("ret", "exit"):
                 if s.guard:                       # the lanes whose guard holds go to a return at the end
-                    done = ir.Block(f"ret{len(segments)}")
+                    done = ir.Block(f"ret{self._next_block()}")
                     tails.append([done, [], ("return",)])
                     close(("branch", s.guard, done))
                 else:
                     close(("return",))
             elif s.guard:
-                guarded = ir.Block(f"guarded{len(segments)}")
+                guarded = ir.Block(f"guarded{self._next_block()}")
                 close(("branch", s.guard, guarded), guarded)
                 current[1].append(Statement(s.line, s.opcode, s.operands, None, source=s.source))
                 close(("jump", None))
             else:
                 current[1].append(s)
-        close(("return",))
+        close(("jump", exit_block) if exit_block is not None else ("return",))
         segments += tails
         blocks = [seg[0] for seg in segments]
         for i, (block, _, ending) in enumerate(segments):
@@ -344,12 +365,16 @@ class PtxFunction(IRBuilder):
         while stack:
             ending = stack.pop()[2]
             for b in ending[2:] if ending[0] == "branch" else ending[1:2] if ending[0] == "jump" else ():
-                if b not in reached:
+                if b not in reached and b in by_block:
                     reached.add(b)
                     stack.append(by_block[b])
-        for block in blocks:
+        for block in [*blocks, *([exit_block] if exit_block is not None else [])]:
             block.preds = [p for p in block.preds if p in reached]
         return [tuple(seg) for seg in segments if seg[0] in reached]
+
+    def _next_block(self) -> int:
+        self.blocks_made += 1
+        return self.blocks_made
 
     def _terminate(self, block: ir.Block, ending: tuple) -> None:
         if ending[0] == "jump":

@@ -11,6 +11,7 @@ from lapis.cuda.compiler import types as T
 from lapis.cuda.compiler.ir import Op
 from lapis.cuda.compiler.ptx_function import (
     STORAGE,
+    TYPES,
     PtxFunction,
     elements,
     narrow,
@@ -53,6 +54,9 @@ def _ld(fn: PtxFunction, s: Statement) -> None:
         if base in fn.call_results:               # a call's return value
             fn.assign(d, fn.as_type(fn.call_results[base], t))
             return
+        if base in fn.var_types:                  # an inlined function's parameter
+            fn.assign(d, fn.as_type(fn.read(base, fn.current), t))
+            return
         if base not in fn.param_offsets:
             raise fn.error(f"{base!r} is not a parameter of {fn.kernel}")
         offset = abi.KERNARG_CBANK_OFFSET + fn.param_offsets[base] + (int(off, 0) if off else 0)
@@ -70,9 +74,13 @@ def _load(fn: PtxFunction, addr: ir.Value, space: str, t, kind: str) -> ir.Value
 
 def _st(fn: PtxFunction, s: Statement) -> None:
     space = _space(fn, s)
-    if space == "param":                          # an argument of the call that follows
+    if space == "param":                          # an argument of the call that follows, or a return value
         a, v = s.operands
-        fn.call_arguments[a.strip()[1:-1].split("+")[0]] = fn.value(v, operand_type(s, fn)[0])
+        name, value = a.strip()[1:-1].split("+")[0], fn.value(v, operand_type(s, fn)[0])
+        if name in fn.var_types:                  # an inlined function's return value: a variable of its own
+            fn.write(name, fn.current, fn.as_type(value, fn.var_types[name]))
+        else:
+            fn.call_arguments[name] = value
         return
     t, kind = operand_type(s, fn)
     a, v = s.operands
@@ -338,16 +346,71 @@ def _activemask(fn: PtxFunction, s: Statement) -> None:
     fn.assign(d, fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)]))
 
 
+_CALL = re.compile(r"\s*(?:\(([^)]*)\)\s*,\s*)?([\w$]+)\s*(?:,\s*\(([^)]*)\))?\s*(?:,.*)?$", re.S)
+
+
 def _call(fn: PtxFunction, s: Statement) -> None:
-    """call (retval0), vprintf, (param0, param1): CUDA's device printf, into the printf FIFO as a Python kernel's
-    print() writes it (`printing.py`), its format kept in the kernel's `prints` table for the host to apply. Other
-    calls (a .func the compiler did not inline) are not supported yet."""
-    text = ", ".join(s.operands)
-    names = re.findall(r"[\w$%]+", text)                   # (retval0), vprintf, (param0, param1)
-    callee = names[1] if text.startswith("(") else names[0]
-    if callee != "vprintf" or len(names) != 4:
-        raise fn.refuse(f"a call to {callee!r} (a device function the compiler did not inline)")
-    result, _, fmt_param, args_param = names
+    """call (retval0), name, (param0, param1): vprintf (CUDA's device printf, `_printf`), or a `.func` of the
+    module, whose body is inlined here (its registers, labels and parameters renamed for this call)."""
+    m = _CALL.match(", ".join(s.operands))
+    if m is None:
+        raise fn.error(f"cannot read the call {', '.join(s.operands)}")
+    results, callee, arguments = ([x.strip() for x in (group or "").split(",") if x.strip()]
+                                  for group in (m.group(1), None, m.group(3)))
+    callee = m.group(2)
+    if callee == "vprintf" and len(results) == 1 and len(arguments) == 2:
+        _printf(fn, results[0], *arguments)
+    elif callee in fn.module.functions:
+        _inline(fn, fn.module.functions[callee], results, arguments)
+    else:
+        raise fn.refuse(f"a call to {callee!r} (neither vprintf nor a .func of this module)")
+
+
+def _inline(fn: PtxFunction, function, results: list[str], arguments: list[str]) -> None:
+    """A device function the compiler did not inline (__noinline__), inlined: its parameters and return values are
+    variables of the builder, bound to the call's; its body translated here with every register, label and
+    parameter name given this call's tag (`@n`), its returns going to the block after it."""
+    if function.name in fn.calling:
+        raise fn.refuse(f"a recursive call to {function.name!r}")
+    if any(v.space == "local" for v in function.variables) or len(arguments) != len(function.params) or \
+            len(results) != len(function.returns):
+        raise fn.refuse(f"the call to {function.name!r} (its arguments, return values or a stack of its own)")
+    tag = f"@{len(fn.inlined) + 1}"
+    fn.inlined[tag] = function
+    for param, argument in zip(function.params, arguments, strict=True):
+        if param.type not in TYPES:
+            raise fn.refuse(f"a {param.size}-byte parameter of {function.name!r} (a struct by value)")
+        fn.var_types[param.name + tag] = TYPES[param.type]
+        value = fn.call_arguments.get(argument)
+        if value is None:
+            raise fn.error(f"the call to {function.name!r} passes {argument!r}, which nothing stored")
+        fn.write(param.name + tag, fn.current, fn.as_type(value, TYPES[param.type]))
+    for ret in function.returns:
+        fn.var_types[ret.name + tag] = TYPES.get(ret.type, T.uint32)
+    renamed = {p.name for p in (*function.params, *function.returns)} | {s.label for s in function.body if s.label}
+    registers = function.registers
+
+    def rename(text: str) -> str:
+        def one(m: re.Match) -> str:
+            token = m.group(0)
+            if token in renamed or (token.startswith("%") and (token in registers or
+                                                                token.rstrip("0123456789") in registers)):
+                return token + tag
+            return token
+        return re.sub(r"(?<![\w$.%])[%$]?[A-Za-z_$][\w$]*", one, text)
+    body = [Statement(s.line, s.opcode, [rename(o) for o in s.operands],
+                      None if s.guard is None else (rename(s.guard[0]), s.guard[1]),
+                      None if s.label is None else rename(s.label), s.source) for s in function.body]
+    fn.calling.append(function.name)
+    fn.emit_body(body, fn.new_block("returned"))
+    fn.calling.pop()
+    for result, ret in zip(results, function.returns, strict=True):
+        fn.call_results[result] = fn.read(ret.name + tag, fn.current)
+
+
+def _printf(fn: PtxFunction, result: str, fmt_param: str, args_param: str) -> None:
+    """vprintf(format, arguments): a record in the printf FIFO as a Python kernel's print() writes it
+    (`printing.py`), its format kept in the kernel's `prints` table for the host to apply."""
     fmt = _constant_string(fn, fn.call_arguments.get(fmt_param))
     kinds, items = printing.c_format_arguments(fmt, lambda why: fn.refuse(f"printf {why}"))
     buffer = fn.call_arguments.get(args_param)

@@ -9,9 +9,8 @@ PTX is text: module directives (`.version`, `.target`, `.address_size`), module-
     shfl.sync.down.b32  %r11|%p2, ...   a second destination after `|`
 
 `parse` turns a module into `Module`/`Entry`/`Statement`s that keep each statement's PTX line (and
-the `.loc` source line in force there, when compiled with -lineinfo); `ptx.py` translates them.
-What this reader does not know (`.func` calls, `.local` or `.global` variables) is named with its
-line by the translator, not skipped.
+the `.loc` source line in force there, when compiled with -lineinfo), and `.func` device functions
+the same way (their return values as parameters too); `ptx.py` translates them.
 """
 
 import re
@@ -71,6 +70,7 @@ class Entry:
     body: list[Statement]
     line: int
     maxntid: tuple[int, ...] | None = None
+    returns: list[Param] = field(default_factory=list)     # a .func's return values
 
 
 @dataclass
@@ -79,7 +79,7 @@ class Module:
     variables: list[Variable]          # module scope: `.extern .shared` arrays, `.global` and `.const` data
     files: dict[int, str]               # `.file` numbers -> names, for `.loc`
     target: str = ""
-    functions: list[str] = field(default_factory=list)     # `.func` names (calls are not translated yet)
+    functions: dict[str, Entry] = field(default_factory=dict)    # `.func` device functions with a body
 
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
@@ -117,9 +117,12 @@ def _module_line(module: Module, lines: list[str], i: int, filename: str) -> int
         entry, i = _entry(lines, i, filename)
         module.entries[entry.name] = entry
         return i
-    elif re.match(r"(\.visible\s+|\.weak\s+|\.extern\s+)?\.func\b", line):
-        module.functions.append(re.search(r"\.func\s+(?:\([^)]*\)\s*)?([\w$]+)", line).group(1))
-        return _skip_body(lines, i)
+    elif re.match(r"(\.visible\s+|\.weak\s+)?\.func\b", line) and _has_body(lines, i):
+        function, i = _entry(lines, i, filename)
+        module.functions[function.name] = function
+        return i
+    elif re.match(r"\.extern\s+\.func\b", line) or re.match(r"(\.visible\s+|\.weak\s+)?\.func\b", line):
+        return _skip_body(lines, i)                 # a declaration (vprintf's), or a prototype
     elif line and (m := _VARIABLE.match(line)):
         module.variables.append(_variable(m, i + 1, line))
     return i + 1
@@ -133,6 +136,16 @@ def _variable(m: re.Match, line: int, text: str = "") -> Variable:
         values = text.split("=", 1)[1].strip().rstrip(";").strip()
         init = split_operands(values[1:-1]) if values.startswith("{") else [values]
     return Variable(name, space, int(align or TYPE_BYTES.get(kind, 1)), size, line, kind, init)
+
+
+def _has_body(lines: list[str], i: int) -> bool:
+    """Whether the declaration starting at line i goes on to a `{` body before a `;` ends it."""
+    for line in lines[i:]:
+        if "{" in line:
+            return True
+        if ";" in line:
+            return False
+    return False
 
 
 def _skip_body(lines: list[str], i: int) -> int:
@@ -153,14 +166,14 @@ def _entry(lines: list[str], i: int, filename: str) -> tuple[Entry, int]:
         header.append(lines[i])
         i += 1
     text = " ".join(header)
-    name = re.search(r"\.entry\s+([\w$]+)", text).group(1)
-    params = []
-    for align, kind, pname, count in _PARAM.findall(text):
-        size = TYPE_BYTES.get(kind, 1) * (int(count) if count else 1)
-        params.append(Param(pname, kind, size, int(align or TYPE_BYTES.get(kind, 1))))
+    # .entry name(params), or .func (returns) name(params): a device function's return values are parameters too
+    m = re.search(r"\.(?:entry|func)\s+(?:\(([^)]*)\)\s*)?([\w$]+)\s*(?:\((.*)\))?", text, re.S)
+    returns_text, name, params_text = m.group(1) or "", m.group(2), m.group(3) or ""
+    params, returns = _params(params_text), _params(returns_text)
     maxntid = re.search(r"\.maxntid\s+([\d,\s]+)", text)
     entry = Entry(name, params, {}, [], [], start + 1,
-                  tuple(int(x) for x in maxntid.group(1).replace(" ", "").split(",") if x) if maxntid else None)
+                  tuple(int(x) for x in maxntid.group(1).replace(" ", "").split(",") if x) if maxntid else None,
+                  returns)
     depth, source = 0, None
     pending, first = "", 0              # a statement running over several lines (a call's), and its first line
     while i < len(lines):
@@ -200,6 +213,14 @@ def _entry(lines: list[str], i: int, filename: str) -> tuple[Entry, int]:
         raise CompileError(f"the body of kernel {name!r} has no closing brace (the PTX ends first)", filename,
                            start + 1)
     return entry, i
+
+
+def _params(text: str) -> list[Param]:
+    out = []
+    for align, kind, pname, count in _PARAM.findall(text):
+        size = TYPE_BYTES.get(kind, 1) * (int(count) if count else 1)
+        out.append(Param(pname, kind, size, int(align or TYPE_BYTES.get(kind, 1))))
+    return out
 
 
 def _registers(entry: Entry, piece: str, line: int, filename: str) -> None:
