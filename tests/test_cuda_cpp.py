@@ -828,3 +828,45 @@ def test_device_functions_the_compiler_did_not_inline_are_inlined_by_the_assembl
     assert "CALL" not in kernel.inspect_asm()
     with pytest.raises(CompileError, match="a recursive call to '_Z3fibi' is not supported"):
         module.get_function("recursive").inspect_asm()
+
+
+def test_more_live_conditions_than_predicate_registers_are_kept_in_words():
+    """PTX may keep any number of predicates live; the ISA has seven. A kernel that keeps nine across a loop is
+    compiled again with its predicates in 32-bit words (0 or 1, tested where used), as ptxas spills them."""
+    sets = "\n".join(f"    setp.gt.s32 %p{k}, %r1, {k};" for k in range(1, 10))
+    uses = "\n".join(f"    selp.u32 %r4, {2 ** k}, 0, %p{k};\n    add.s32 %r2, %r2, %r4;" for k in range(1, 10))
+    ptx = f"""
+.version 9.5
+.target sm_90
+.address_size 64
+.visible .entry many(.param .u64 many_param_0)
+{{
+    .reg .pred %p<10>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<4>;
+    ld.param.u64 %rd1, [many_param_0];
+    mov.u32 %r1, %tid.x;
+{sets}
+    mov.u32 %r2, 0;
+    mov.u32 %r3, 0;
+$L__loop:
+    add.s32 %r2, %r2, %r3;
+    add.s32 %r3, %r3, 1;
+    setp.lt.s32 %p0, %r3, 5;
+    @%p0 bra $L__loop;
+{uses}
+    mul.wide.u32 %rd2, %r1, 4;
+    add.s64 %rd3, %rd1, %rd2;
+    st.global.u32 [%rd3], %r2;
+    ret;
+}}
+"""
+    with pytest.raises(CompileError, match="more than 7 live predicates"):       # what the words spare it
+        from lapis.cuda.compiler import compile_function
+        from lapis.cuda.compiler.ptx import build_ir
+        from lapis.cuda.compiler.ptx_parse import parse
+        compile_function(build_ir(parse(ptx, "many.ptx"), "many", "many.ptx"), ("u64",))
+    out = cuda.device_array(32, np.uint32)
+    cuda.RawModule(ptx=ptx, name="many.ptx").get_function("many")((1,), (32,), (out,))
+    t = np.arange(32)
+    assert np.array_equal(out.copy_to_host(), 10 + sum((t > k) * 2**k for k in range(1, 10)))

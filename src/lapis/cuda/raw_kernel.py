@@ -223,8 +223,16 @@ class RawKernel:
         key = cache.text_key("ptx", self.module.ptx, self.name, self.module.ptx_name)
         if (hit := cache.load(key)) is not None:
             return hit
-        func = ptx_translate.build_ir(self.module.module, self.name, self.module.ptx_name)
-        compiled = compile_function(func, tuple(p.type for p in self.module.module.entries[self.name].params))
+        argtypes = tuple(p.type for p in self.module.module.entries[self.name].params)
+        try:
+            compiled = compile_function(ptx_translate.build_ir(self.module.module, self.name, self.module.ptx_name),
+                                        argtypes)
+        except CompileError as e:
+            if "live predicates" not in str(e):
+                raise
+            # more conditions live at once than the ISA's seven predicates: keep PTX's in words, as ptxas does
+            compiled = compile_function(ptx_translate.build_ir(self.module.module, self.name, self.module.ptx_name,
+                                                               predicates_as_words=True), argtypes)
         cache.store(key, compiled)
         return compiled
 

@@ -14,12 +14,13 @@ from lapis.cuda.compiler.ptx_parse import Module
 OPCODES = {**ptx_arith.TABLE, **ptx_memory.TABLE, **ptx_matrix.TABLE}
 
 
-def build_ir(module: Module, name: str, filename: str) -> ir.Function:
-    """The IR of the module's kernel `name`."""
+def build_ir(module: Module, name: str, filename: str, predicates_as_words: bool = False) -> ir.Function:
+    """The IR of the module's kernel `name` (with `predicates_as_words`, its .pred registers kept in words: for a
+    kernel that keeps more conditions live than the ISA's seven predicate registers hold)."""
     if name not in module.entries:
         known = ", ".join(sorted(module.entries)) or "none"
         raise CompileError(f"the module has no kernel {name!r} (its kernels: {known})", filename)
-    return PtxFunction(module.entries[name], module, filename, OPCODES).build()
+    return PtxFunction(module.entries[name], module, filename, OPCODES, predicates_as_words).build()
 
 
 __all__ = ["OPCODES", "build_ir", "globals_image", "immediate"]

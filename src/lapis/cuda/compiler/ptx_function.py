@@ -71,8 +71,11 @@ PACKED = {"add", "sub", "mul", "fma", "neg", "abs", "min", "max"}
 class PtxFunction(IRBuilder):
     """Builds one `.entry`'s IR."""
 
-    def __init__(self, entry: Entry, module: Module, filename: str, opcodes: dict):
+    def __init__(self, entry: Entry, module: Module, filename: str, opcodes: dict, predicates_as_words: bool = False):
         self.entry_ptx, self.module, self.opcodes = entry, module, opcodes
+        # PTX has as many predicate registers as it likes, the ISA seven: with this set, each .pred register is a
+        # 32-bit word (0 or 1), made a predicate where it is used, as ptxas keeps predicates it cannot hold
+        self.predicates_as_words = predicates_as_words
         layout, offsets, offset = [], {}, 0
         for p in entry.params:
             offset = -(-offset // p.align) * p.align
@@ -154,13 +157,17 @@ class PtxFunction(IRBuilder):
             raise self.error(f"register {name} is not declared")
         if kind not in TYPES:
             raise self.refuse(f"a .{kind} register ({name})")
-        return TYPES[kind]
+        return T.uint32 if kind == "pred" and self.predicates_as_words else TYPES[kind]
 
     def as_type(self, v: ir.Value, t) -> ir.Value:
         """v's bits as type t: the same value for integers of one width, reinterpreted between ints and floats,
         converted between integer widths (cvt's job, and PTX's implicit widening of a 16-bit operand)."""
         if v.type == t:
             return v
+        if v.type == T.boolean and t == T.uint32:          # a predicate kept in a word (`predicates_as_words`)
+            return self.emit(Op.SELECT, t, [v, self.materialize(Const(1, t), t), self.materialize(Const(0, t), t)])
+        if t == T.boolean and v.type == T.uint32 and self.predicates_as_words:
+            return self.emit(Op.CMP, T.boolean, [v, self.materialize(Const(0, v.type), v.type)], op="ne")
         if v.type == T.boolean or t == T.boolean:
             raise self.error(f"a {v.type} cannot be used as a {t}")
         if (v.type.half and t.kind != "float" and t.bits == 32) or (t.half and v.type.kind != "float" and
