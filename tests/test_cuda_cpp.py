@@ -870,3 +870,62 @@ $L__loop:
     cuda.RawModule(ptx=ptx, name="many.ptx").get_function("many")((1,), (32,), (out,))
     t = np.arange(32)
     assert np.array_equal(out.copy_to_host(), 10 + sum((t > k) * 2**k for k in range(1, 10)))
+
+
+@pytest.mark.parametrize("api", ["cuda", "hip"])
+def test_the_kernels_run_on_both_profiles_from_one_ptx(module, api):
+    """NVRTC's PTX of the kernels that do not depend on the warp's width, on the h200 (lapis.cuda) and on the
+    mi300x (lapis.hip, 64-lane waves), against numpy."""
+    from lapis import hip
+    where = module if api == "cuda" else hip.RawModule(ptx=module.ptx)
+    api_module = cuda if api == "cuda" else hip
+    rng = np.random.default_rng(21)
+    n = 777
+    a, b = rng.standard_normal((2, n)).astype(np.float32)
+    c = api_module.device_array(n, np.float32)
+    where.get_function("vector_add")(((n + 127) // 128,), (128,), (api_module.to_device(a), api_module.to_device(b),
+                                                                   c, n))
+    assert np.array_equal(c.copy_to_host(), a + b)
+    total = api_module.to_device(np.zeros(1, np.float32))
+    ints = rng.integers(-50, 50, n).astype(np.float32)
+    where.get_function("block_sum")(((n + 255) // 256,), (256,), (api_module.to_device(ints), total, n),
+                                    shared_mem=256 * 4)
+    assert total.copy_to_host()[0] == ints.sum()
+    data = rng.integers(0, 256, 5000).astype(np.uint8)
+    bins = api_module.to_device(np.zeros(256, np.uint32))
+    where.get_function("histogram")((4,), (128,), (api_module.to_device(data), bins, data.size))
+    assert np.array_equal(bins.copy_to_host(), np.bincount(data, minlength=256))
+    m_, k_, n_ = 40, 48, 24
+    x, y = rng.standard_normal((m_, k_)).astype(np.float32), rng.standard_normal((k_, n_)).astype(np.float32)
+    z = api_module.device_array((m_, n_), np.float32)
+    where.get_function("matmul_tiled")(((n_ + 15) // 16, (m_ + 15) // 16), (16, 16),
+                                       (api_module.to_device(x), api_module.to_device(y), z, m_, n_, k_))
+    np.testing.assert_allclose(z.copy_to_host(), x.astype(np.float64) @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_the_kernels_run_through_the_driver_api(module):
+    """The same PTX through cuda-python's driver API: cuModuleLoadData, cuLaunchKernel with a void* array."""
+    from lapis.cuda.bindings import driver
+
+    def ok(result):
+        err, *rest = result
+        assert err == driver.CUresult.CUDA_SUCCESS, driver.cuGetErrorString(err)
+        return rest[0] if len(rest) == 1 else None
+    ok(driver.cuInit(0))
+    context = ok(driver.cuCtxCreate(None, 0, ok(driver.cuDeviceGet(0))))
+    loaded = ok(driver.cuModuleLoadData(module.ptx.encode()))
+    scan = ok(driver.cuModuleGetFunction(loaded, b"inclusive_scan"))
+    values = np.random.default_rng(22).integers(-9, 9, 200).astype(np.int32)
+    d_in, d_out = ok(driver.cuMemAlloc(values.nbytes)), ok(driver.cuMemAlloc(values.nbytes))
+    ok(driver.cuMemcpyHtoD(d_in, values.ctypes.data, values.nbytes))
+    args = [np.array([int(d_in)], np.uint64), np.array([int(d_out)], np.uint64), np.array([200], np.int32)]
+    params = np.array([arg.ctypes.data for arg in args], np.uint64)
+    ok(driver.cuLaunchKernel(scan, 1, 1, 1, 256, 1, 1, 0, 0, params.ctypes.data, 0))
+    ok(driver.cuCtxSynchronize())
+    out = np.empty_like(values)
+    ok(driver.cuMemcpyDtoH(out.ctypes.data, d_out, out.nbytes))
+    assert np.array_equal(out, np.cumsum(values))
+    for pointer in (d_in, d_out):
+        ok(driver.cuMemFree(pointer))
+    ok(driver.cuModuleUnload(loaded))
+    ok(driver.cuCtxDestroy(context))
