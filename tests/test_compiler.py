@@ -905,10 +905,10 @@ def test_forall_asarray_flags_and_pinned_as_numba_spells_them():
         increment.forall(-1)
 
 
-@pytest.mark.parametrize("dtype", [np.uint32, np.int32])
+@pytest.mark.parametrize("dtype", [np.uint32, np.int32, np.uint64, np.int64])
 def test_the_bitwise_and_wrapping_atomics_numba_has(dtype):
-    """and_, or_, xor, inc, dec (compare-and-swap loops, as CUDA compiles them where the ISA has no instruction)
-    and compare_and_swap on element 0: every lane's update lands, whatever the order."""
+    """and_, or_, xor, inc, dec (one ATOMG each; inc and dec of int64 a compare-and-swap loop, as the ISA's 64-bit
+    ones compare unsigned) and compare_and_swap on element 0: every lane's update lands, whatever the order."""
     @cuda.jit
     def update(a, bits, counters, flag):
         i = cuda.grid(1)
@@ -921,10 +921,11 @@ def test_the_bitwise_and_wrapping_atomics_numba_has(dtype):
             cuda.atomic.compare_and_swap(flag, 0, i + 1)
 
     a = rng.integers(0, 1 << 20, 200).astype(dtype)
-    bits = cuda.to_device(np.array([0, -1 if dtype == np.int32 else 0xFFFFFFFF, 0], dtype))
+    ones = -1 if np.issubdtype(dtype, np.signedinteger) else np.iinfo(dtype).max
+    bits = cuda.to_device(np.array([0, ones, 0], dtype))
     counters, flag = cuda.to_device(np.zeros(2, dtype)), cuda.to_device(np.zeros(1, dtype))
     update[4, 64](cuda.to_device(a), bits, counters, flag)
-    mask = np.array(-1 if dtype == np.int32 else 0xFFFFFFFF, dtype)
+    mask = np.array(ones, dtype)
     for i in range(200):
         mask &= ~np.array(1 << (i % 31), dtype)
     increments, decrements = 0, 0
@@ -1088,3 +1089,16 @@ def test_division_is_correctly_rounded_at_every_magnitude(dtype):
     number = ~np.isnan(want)
     assert np.array_equal(np.isnan(got), ~number)
     assert np.array_equal(got[number].view(bits), want[number].view(bits))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_atomic_inc_and_dec_of_signed_integers_compare_signed(dtype):
+    """ATOMG.INC/.DEC of int32 compare as int32 and int64's loop as int64: a negative count goes up and down,
+    where an unsigned comparison would wrap it at once."""
+    @cuda.jit
+    def step(counters):
+        cuda.atomic.inc(counters, 0, 9)
+        cuda.atomic.dec(counters, 1, 5)
+    counters = cuda.to_device(np.array([-3, -3], dtype))
+    step[1, 5](counters)
+    assert counters.copy_to_host().tolist() == [2, -8]         # -3 + 5; dec: -3 > 5 is false, -3 != 0: -4, ... -8

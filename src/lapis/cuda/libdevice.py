@@ -386,24 +386,18 @@ def syncthreads_or(predicate):
     return 1 if syncthreads_count(predicate) > 0 else 0
 
 
-# -- atomics the ISA has no instruction for: compare-and-swap loops, as CUDA compiles them on GPUs without one --
+# -- atomics the ISA cannot do in one instruction: compare-and-swap loops, as CUDA compiles them on GPUs without one --
 def _cas_loop(update: str) -> DeviceFunction:
-    """atomic.<update>(ary, index, value) as a compare-and-swap loop, returning the old value: `update` picks the
-    new value from the old (a compile-time constant: the inlined loop keeps its branch only). inc is CUDA's
-    atomicInc (0 once the old value reaches `value`, else one more), dec its atomicDec (`value` when the old value
-    is 0 or above it, else one less)."""
+    """atomic.<update>(ary, index, value) of int64 as a compare-and-swap loop, returning the old value (the ISA's
+    64-bit INC and DEC compare unsigned): `update` picks the new value from the old (a compile-time constant: the
+    inlined loop keeps its branch only). inc is CUDA's atomicInc (0 once the old value reaches `value`, else one
+    more), dec its atomicDec (`value` when the old value is 0 or above it, else one less)."""
     UPDATE = update
 
     def atomic_update(ary, index, value):
         old = ary[index]
         while True:
-            if UPDATE == "and":
-                new = old & value
-            elif UPDATE == "or":
-                new = old | value
-            elif UPDATE == "xor":
-                new = old ^ value
-            elif UPDATE == "inc":
+            if UPDATE == "inc":
                 new = 0 if old >= value else old + 1
             else:
                 new = value if old == 0 or old > value else old - 1
@@ -414,4 +408,4 @@ def _cas_loop(update: str) -> DeviceFunction:
     return DeviceFunction(atomic_update)
 
 
-ATOMIC_UPDATES = {update: _cas_loop(update) for update in ("and", "or", "xor", "inc", "dec")}
+ATOMIC_UPDATES = {update: _cas_loop(update) for update in ("inc", "dec")}      # of int64 (the ISA's are unsigned)

@@ -44,10 +44,12 @@ def combine(op: str, t: str, old: np.ndarray, value: np.ndarray, new: np.ndarray
         return old + value
     if op in BITWISE:
         return BITWISE[op](old, value)
-    if op == "INC":                                  # PTX's atom.inc: wraps to 0 past the limit
-        return np.where(old >= value, old.dtype.type(0), old + old.dtype.type(1))
-    if op == "DEC":                                  # atom.dec: wraps to the limit at 0 or past it
-        return np.where((old == 0) | (old > value), value, old - old.dtype.type(1))
+    if op in ("INC", "DEC"):                         # compared as the type says (S32: signed)
+        view = {"U32": U32, "S32": I32, "U64": U64}[t]
+        a, b = old.view(view), value.view(view)
+        if op == "INC":                              # atom.inc: wraps to 0 past the limit
+            return np.where(a >= b, old.dtype.type(0), old + old.dtype.type(1))
+        return np.where((a == 0) | (a > b), value, old - old.dtype.type(1))     # dec: to the limit at 0 or past
     view = {"U32": U32, "S32": I32, "U64": U64}[t]
     fn = np.minimum if op == "MIN" else np.maximum
     return fn(old.view(view), value.view(view)).view(old.dtype)

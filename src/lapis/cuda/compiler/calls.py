@@ -251,12 +251,18 @@ def _atomic(op: str):
     return lower
 
 
-def _atomic_loop(name: str):
-    """cuda.atomic.<name>(array, index, value): libdevice's compare-and-swap loop, inlined; the old value."""
+def _atomic_update(name: str):
+    """cuda.atomic.<name>(array, index, value) for and_, or_, xor, inc, dec: one ATOMG/ATOMS; for inc and dec of
+    int64, which the ISA's 64-bit atomics (unsigned) would compare wrongly, libdevice's compare-and-swap loop,
+    inlined. The old value."""
+    op = name.rstrip("_")
+
     def lower(fe, args):
         ref, index, value = args
         t = ref.type.dtype
-        return fe.inline(libdevice.ATOMIC_UPDATES[name.rstrip("_")], [ref, index, fe.materialize(fe.cast(value, t), t)])
+        if op in ("inc", "dec") and t == T.int64:
+            return fe.inline(libdevice.ATOMIC_UPDATES[op], [ref, index, fe.materialize(fe.cast(value, t), t)])
+        return _atomic(op)(fe, args)
     return lower
 
 
@@ -574,7 +580,7 @@ CALLS: dict[object, Builtin] = {
        for op in ("max", "min")},
     **{getattr(K.atomic, name): Builtin(
         f"cuda.atomic.{name}", (Param("array", array_of(ATOMIC_TYPES["cas"], ("global", "shared"))),
-                                Param("index", INDEX), Param("value")), _atomic_loop(name))
+                                Param("index", INDEX), Param("value")), _atomic_update(name))
        for name in ("and_", "or_", "xor", "inc", "dec")},
     K.atomic.compare_and_swap: Builtin("cuda.atomic.compare_and_swap", (
         Param("array", array_of(ATOMIC_TYPES["cas"], ("global", "shared"))), Param("old"), Param("value")),
