@@ -36,3 +36,25 @@ class KernelFault(CudaError):
                  address: int | None = None):
         super().__init__(message)
         self.kernel, self.pc, self.instruction, self.address = kernel, pc, instruction, address
+
+
+# How the device words a kernel it stopped at its time limit (the command processor's message)
+TIMED_OUT = "the launch timed out and was terminated"
+
+
+def failure(exc: Exception) -> str:
+    """What kind of failure an error is, in the words both of CUDA's error enums have a code for (the runtime API's
+    cudaError_t and the driver's CUresult): illegal_address, assert, launch_timeout, launch_failed, out_of_memory,
+    launch_out_of_resources, invalid_configuration, invalid_handle, invalid_device, or unknown."""
+    if isinstance(exc, KernelFault):
+        if exc.address is not None:
+            return "illegal_address"
+        if "device-side assert triggered" in str(exc):
+            return "assert"
+        return "launch_timeout" if TIMED_OUT in str(exc) else "launch_failed"
+    for kind, name in ((OutOfMemoryError, "out_of_memory"), (LaunchOutOfResources, "launch_out_of_resources"),
+                       (LaunchError, "invalid_configuration"), (InvalidHandleError, "invalid_handle"),
+                       (CudaSupportError, "invalid_device")):
+        if isinstance(exc, kind):
+            return name
+    return "launch_failed" if "faulted" in str(exc) else "unknown"      # an event behind a faulted kernel

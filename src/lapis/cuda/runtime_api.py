@@ -29,12 +29,7 @@ from lapis.cuda.devicearray import Allocation, DeviceNDArray
 from lapis.cuda.dispatcher import Dispatcher
 from lapis.cuda.errors import (
     CudaError,
-    CudaSupportError,
-    InvalidHandleError,
-    KernelFault,
-    LaunchError,
-    LaunchOutOfResources,
-    OutOfMemoryError,
+    failure,
 )
 
 # (CUDA name, code, cudaGetErrorString's text): the codes lapis returns, with CUDA's numbers (HIP uses the same).
@@ -54,7 +49,6 @@ ERRORS = [
     ("cudaErrorLaunchFailure", 719, "unspecified launch failure"),
     ("cudaErrorUnknown", 999, "unknown error"),
 ]
-TIMED_OUT = "the launch timed out and was terminated"       # how the device words a kernel it stopped at its limit
 MEMCPY_KINDS = [("cudaMemcpyHostToHost", 0), ("cudaMemcpyHostToDevice", 1), ("cudaMemcpyDeviceToHost", 2),
                 ("cudaMemcpyDeviceToDevice", 3), ("cudaMemcpyDefault", 4)]
 
@@ -115,20 +109,17 @@ def error_code(exc: CudaError) -> cudaError_t:
     """The cudaError_t a failure is reported as."""
     if isinstance(exc, ApiError):
         return exc.code
-    if isinstance(exc, KernelFault):
-        if exc.address is not None:
-            return cudaError_t.cudaErrorIllegalAddress
-        if TIMED_OUT in str(exc):          # the device's time limit stopped it (the hardware's words)
-            return cudaError_t.cudaErrorLaunchTimeout
-        return cudaError_t.cudaErrorLaunchFailure
-    for kind, code in ((OutOfMemoryError, cudaError_t.cudaErrorMemoryAllocation),
-                       (LaunchOutOfResources, cudaError_t.cudaErrorLaunchOutOfResources),
-                       (LaunchError, cudaError_t.cudaErrorInvalidConfiguration),
-                       (InvalidHandleError, cudaError_t.cudaErrorInvalidResourceHandle),
-                       (CudaSupportError, cudaError_t.cudaErrorInvalidDevice)):
-        if isinstance(exc, kind):
-            return code
-    return cudaError_t.cudaErrorUnknown
+    return FAILURE_CODES[failure(exc)]
+
+
+FAILURE_CODES = {    # errors.failure's kinds -> the runtime's codes (a device assert: an unspecified launch failure)
+    "illegal_address": cudaError_t.cudaErrorIllegalAddress, "assert": cudaError_t.cudaErrorLaunchFailure,
+    "launch_timeout": cudaError_t.cudaErrorLaunchTimeout, "launch_failed": cudaError_t.cudaErrorLaunchFailure,
+    "out_of_memory": cudaError_t.cudaErrorMemoryAllocation,
+    "launch_out_of_resources": cudaError_t.cudaErrorLaunchOutOfResources,
+    "invalid_configuration": cudaError_t.cudaErrorInvalidConfiguration,
+    "invalid_handle": cudaError_t.cudaErrorInvalidResourceHandle,
+    "invalid_device": cudaError_t.cudaErrorInvalidDevice, "unknown": cudaError_t.cudaErrorUnknown}
 
 
 class DevicePointer(int):

@@ -14,12 +14,7 @@ from lapis.cuda.bindings._params import BadValue, as_address
 from lapis.cuda.context import Stream
 from lapis.cuda.errors import (
     CudaError,
-    CudaSupportError,
-    InvalidHandleError,
-    KernelFault,
-    LaunchError,
-    LaunchOutOfResources,
-    OutOfMemoryError,
+    failure,
 )
 
 CUresult = _real.CUresult
@@ -40,23 +35,15 @@ def error_code(exc: Exception) -> CUresult:
         return exc.code
     if isinstance(exc, BadValue):
         return R.CUDA_ERROR_INVALID_VALUE
-    if isinstance(exc, KernelFault):
-        if exc.address is not None:
-            return R.CUDA_ERROR_ILLEGAL_ADDRESS
-        if "device-side assert triggered" in str(exc):
-            return R.CUDA_ERROR_ASSERT
-        if "timed out" in str(exc):
-            return R.CUDA_ERROR_LAUNCH_TIMEOUT
-        return R.CUDA_ERROR_LAUNCH_FAILED
-    for kind, code in ((OutOfMemoryError, R.CUDA_ERROR_OUT_OF_MEMORY),
-                       (LaunchOutOfResources, R.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES),
-                       (LaunchError, R.CUDA_ERROR_INVALID_VALUE), (InvalidHandleError, R.CUDA_ERROR_INVALID_HANDLE),
-                       (CudaSupportError, R.CUDA_ERROR_INVALID_DEVICE)):
-        if isinstance(exc, kind):
-            return code
-    if "faulted" in str(exc):                 # an event behind a faulted kernel
-        return R.CUDA_ERROR_LAUNCH_FAILED
-    return R.CUDA_ERROR_UNKNOWN
+    return FAILURE_CODES[failure(exc)]
+
+
+FAILURE_CODES = {    # errors.failure's kinds -> the driver's codes
+    "illegal_address": R.CUDA_ERROR_ILLEGAL_ADDRESS, "assert": R.CUDA_ERROR_ASSERT,
+    "launch_timeout": R.CUDA_ERROR_LAUNCH_TIMEOUT, "launch_failed": R.CUDA_ERROR_LAUNCH_FAILED,
+    "out_of_memory": R.CUDA_ERROR_OUT_OF_MEMORY, "launch_out_of_resources": R.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+    "invalid_configuration": R.CUDA_ERROR_INVALID_VALUE, "invalid_handle": R.CUDA_ERROR_INVALID_HANDLE,
+    "invalid_device": R.CUDA_ERROR_INVALID_DEVICE, "unknown": R.CUDA_ERROR_UNKNOWN}
 
 
 class _State(threading.local):
