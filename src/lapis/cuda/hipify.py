@@ -21,31 +21,13 @@ other objects' `.cuda` attributes (`tensor.cuda()`). A name left pointing at not
 import io
 import tokenize
 from collections import Counter
-from dataclasses import dataclass, field
 
 from lapis import hip
+from lapis.cuda.hipify_result import Result
 from lapis.cuda.runtime_api import HIPIFY_TABLE
 
 # The order kinds are reported in (hipify-perl lists its kinds in a fixed order, zeros included).
 KINDS = ["import", "module", "device", "memory", "stream", "event", "execution", "error", "type", "numeric_literal"]
-
-
-@dataclass
-class Result:
-    source: str
-    counts: Counter = field(default_factory=Counter)
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def converted(self) -> int:
-        return sum(self.counts.values())
-
-    def statistics(self, name: str) -> str:
-        """hipify-perl's summary line."""
-        kinds = " ".join(f"{k}:{self.counts.get(k, 0)}" for k in KINDS)
-        loc = len(self.source.splitlines())
-        return f"info: converted {self.converted} CUDA->HIP refs ( {kinds} ) warn:{len(self.warnings)} LOC:{loc} " \
-               f"in '{name}'"
 
 
 _SKIP = {tokenize.COMMENT, tokenize.NL, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING, tokenize.ENDMARKER}
@@ -112,7 +94,7 @@ class _Rewriter:
         for (row, col), (tok, text) in sorted(self.edits.items(), reverse=True):
             line = lines[row - 1]
             lines[row - 1] = line[:col] + text + line[tok.end[1]:]
-        return Result("".join(lines), self.counts, self.warnings)
+        return Result("".join(lines), self.counts, self.warnings, KINDS)
 
     def imports(self, tokens: list) -> bool:
         """Rewrite an import statement; returns whether it binds the bare name `cuda` to lapis.cuda."""

@@ -19,8 +19,8 @@ reports the names it cannot convert the same way). Device code needs no rewritin
 
 import re
 from collections import Counter
-from dataclasses import dataclass, field
 
+from lapis.cuda.hipify_result import Result
 from lapis.cuda.runtime_api import HIPIFY_TABLE
 
 SUFFIXES = (".cu", ".cuh", ".cpp", ".cc", ".cxx", ".c", ".h", ".hpp", ".hxx", ".inl")   # read as C/C++ source
@@ -102,26 +102,6 @@ NAMES = {**{name: entry for name, entry in HIPIFY_TABLE.items() if name != "Cuda
 
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _INCLUDE = re.compile(r"#\s*include\s*([<\"])([^>\"\n]+)[>\"]")
-
-
-@dataclass
-class CppResult:
-    """The rewritten C++ source, the counts by kind and the warnings (as lapis.cuda.hipify.Result), with
-    hipify-perl's statistics over its kinds of reference in C++."""
-
-    source: str
-    counts: Counter = field(default_factory=Counter)
-    warnings: list[str] = field(default_factory=list)
-
-    @property
-    def converted(self) -> int:
-        return sum(self.counts.values())
-
-    def statistics(self, name: str) -> str:
-        kinds = " ".join(f"{k}:{self.counts.get(k, 0)}" for k in KINDS)
-        loc = len(self.source.splitlines())
-        return f"info: converted {self.converted} CUDA->HIP refs ( {kinds} ) warn:{len(self.warnings)} LOC:{loc} " \
-               f"in '{name}'"
 
 
 def is_cpp(filename: str) -> bool:
@@ -236,14 +216,14 @@ class _Rewriter:
     def warn(self, offset: int, message: str) -> None:
         self.warnings.append(f"{self.filename}:{self.line(offset)}: {message}")
 
-    def rewrite(self) -> CppResult:
+    def rewrite(self) -> Result:
         self.launches()
         self.includes()
         self.names()
         text = self.source
         for start, end, new in sorted(self.edits, reverse=True):
             text = text[:start] + new + text[end:]
-        return CppResult(text, self.counts, self.warnings)
+        return Result(text, self.counts, self.warnings, KINDS)
 
     def includes(self) -> None:
         for match in _INCLUDE.finditer(self.masked):
@@ -322,6 +302,6 @@ class _Rewriter:
         return "".join(out) + text[last:]
 
 
-def hipify_cpp(source: str, filename: str = "<source>") -> CppResult:
+def hipify_cpp(source: str, filename: str = "<source>") -> Result:
     """CUDA C++ `source` with its CUDA spellings turned into HIP's, the counts by kind, and warnings."""
     return _Rewriter(source, filename).rewrite()
