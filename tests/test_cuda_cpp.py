@@ -929,3 +929,23 @@ def test_the_kernels_run_through_the_driver_api(module):
         ok(driver.cuMemFree(pointer))
     ok(driver.cuModuleUnload(loaded))
     ok(driver.cuCtxDestroy(context))
+
+
+def test_a_raw_kernel_takes_framework_tensors_by_their_cuda_array_interface():
+    """A lapis tensor on the GPU (its __cuda_array_interface__, as a torch tensor gives CuPy) and a device array:
+    the kernel works on their memory, views included; data_ptr() is torch's."""
+    import lapis
+    kernel = cuda.RawKernel(KERNELS, "saxpy")
+    x = lapis.arange(12.0, device="cuda").reshape(3, 4)
+    y = lapis.ones(3, 4, device="cuda")
+    row = y[1]                                                       # a view: its own address, 4 floats in
+    assert row.data_ptr() == y.data_ptr() + 4 * 4
+    assert x.__cuda_array_interface__["shape"] == (3, 4) and x.__cuda_array_interface__["typestr"] == "<f4"
+    kernel((1,), (32,), (np.float32(2.0), x[1], row, 4))
+    assert y.cpu().tolist() == [[1.0] * 4, [9.0, 11.0, 13.0, 15.0], [1.0] * 4]
+    assert not hasattr(lapis.ones(2), "__cuda_array_interface__")          # a cpu tensor has none, as torch's
+    with pytest.raises(cuda.LaunchError, match="argument 1 is a Tensor; pass device arrays and numbers"):
+        kernel((1,), (32,), (np.float32(2.0), lapis.ones(4), row, 4))
+    d = cuda.device_array((2, 3), np.float32)
+    assert d.__cuda_array_interface__ == {"shape": (2, 3), "strides": None, "data": (d.ptr, False), "typestr": "<f4",
+                                          "version": 3}

@@ -98,6 +98,14 @@ class DeviceNDArray:
     def device(self):
         return self.context.device
 
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """The CUDA Array Interface (version 3, as numba's and CuPy's arrays give it): the device address, shape,
+        byte strides (None where C-contiguous) and type, for code that takes any device array (a RawKernel's
+        arguments, another library)."""
+        return {"shape": self.shape, "strides": None if self.is_c_contiguous() else self.strides,
+                "data": (self.ptr, False), "typestr": self.dtype.str, "version": 3}
+
     def __len__(self) -> int:
         return self.shape[0]
 

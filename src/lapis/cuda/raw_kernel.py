@@ -271,11 +271,11 @@ def pack(layout: list[dict], args: tuple, kernel: str) -> bytes:
     out = bytearray(-(-size // 8) * 8)
     for i, (entry, value) in enumerate(zip(layout, args, strict=True)):
         dtype = PARAM_DTYPES.get(entry["dtype"])
-        if isinstance(value, DeviceNDArray):
+        if hasattr(value, "__cuda_array_interface__"):        # a device array, a GPU tensor, ...: its address
             if entry["size"] != 8:
                 raise LaunchError(f"kernel {kernel!r} argument {i} is a device array, but the parameter is "
                                   f".{entry['dtype']}, not a 64-bit pointer")
-            raw = np.uint64(value.ptr).tobytes()
+            raw = np.uint64(value.__cuda_array_interface__["data"][0]).tobytes()
         elif dtype is None or entry["size"] > np.dtype(dtype).itemsize:
             # a struct by value (`.param .align 8 .b8 p[16]`): its bytes, as a numpy structured scalar or array,
             # bytes, or a ctypes structure give them

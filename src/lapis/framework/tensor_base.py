@@ -234,6 +234,23 @@ class TensorBase(autograd.Variable):
     def element_size(self) -> builtins.int:
         return self.dtype.itemsize
 
+    def data_ptr(self) -> builtins.int:
+        """The address of the tensor's first element (torch's): on a GPU, a device address a CUDA C++ kernel can be
+        given; on the cpu, the host address."""
+        array = self._storage.array
+        base = array.ptr if self.device.type != "cpu" else array.ctypes.data
+        return base + self._offset * self.element_size()
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        """The CUDA Array Interface of a GPU tensor (version 3, as torch's): so a RawKernel, numba or CuPy-style
+        code takes the tensor's memory as it is. A cpu tensor has none (torch raises too)."""
+        if self.device.type == "cpu":
+            raise AttributeError("Can't get __cuda_array_interface__ on non-CUDA tensor type: the tensor is on the cpu")
+        itemsize = self.element_size()
+        return {"shape": tuple(self._shape), "typestr": self.dtype.np.str, "data": (self.data_ptr(), False),
+                "version": 3, "strides": None if self.is_contiguous() else tuple(s * itemsize for s in self._strides)}
+
     def is_pinned(self, device=None) -> bool:
         """Whether this cpu tensor's memory is page-locked host memory (what `pin_memory` copies into: a buffer of
         the runtime's host pool, mapped for the GPU), which the copy engine reads and writes without staging."""
