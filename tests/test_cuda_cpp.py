@@ -949,3 +949,31 @@ def test_a_raw_kernel_takes_framework_tensors_by_their_cuda_array_interface():
     d = cuda.device_array((2, 3), np.float32)
     assert d.__cuda_array_interface__ == {"shape": (2, 3), "strides": None, "data": (d.ptr, False), "typestr": "<f4",
                                           "version": 3}
+
+
+def test_ldmatrix_loads_mma_fragments_from_shared_memory():
+    """ldmatrix.x4 (and .trans): lane l gives row l % 8 of matrix l / 8; lane (g, t) gets row g's elements 2t and
+    2t + 1 of each matrix (transposed: column g's of rows 2t and 2t + 1), as PTX's ISA says."""
+    module = cuda.RawModule(r"""
+    extern "C" __global__ void fragments(const unsigned short* m, unsigned* out) {
+        __shared__ unsigned short s[256];
+        int l = threadIdx.x;
+        for (int i = l; i < 256; i += 32) s[i] = m[i];
+        __syncthreads();
+        unsigned row = (unsigned)__cvta_generic_to_shared(&s[(l / 8) * 64 + (l % 8) * 8]);
+        unsigned r[8];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(row));
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                     : "=r"(r[4]), "=r"(r[5]), "=r"(r[6]), "=r"(r[7]) : "r"(row));
+        for (int k = 0; k < 8; k++) out[8 * l + k] = r[k];
+    }""")
+    matrices = np.random.default_rng(23).integers(0, 2**16, 256).astype(np.uint16)
+    out = cuda.device_array(256, np.uint32)
+    module.get_function("fragments")((1,), (32,), (cuda.to_device(matrices), out))
+    m = matrices.reshape(4, 8, 8).astype(np.uint32)
+    lane = np.arange(32)
+    g, t = lane >> 2, lane & 3
+    rows = [m[i, g, 2 * t] | m[i, g, 2 * t + 1] << 16 for i in range(4)]
+    columns = [m[i, 2 * t, g] | m[i, 2 * t + 1, g] << 16 for i in range(4)]
+    assert np.array_equal(out.copy_to_host().reshape(32, 8), np.stack(rows + columns, 1))

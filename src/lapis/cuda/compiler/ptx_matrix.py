@@ -128,4 +128,43 @@ def _wmma(fn: PtxFunction, s: Statement) -> None:
                 fn.assign(name, fn.materialize(Const(0, T.uint32), T.uint32))
 
 
-TABLE = {"mma": _mma, "wmma": _wmma}
+def _ldmatrix(fn: PtxFunction, s: Statement) -> None:
+    """ldmatrix.sync.aligned.m8n8.x1/.x2/.x4{.trans}.shared.b16: up to four 8x8 matrices of 16-bit elements from
+    shared memory into mma's fragment layout. Lanes 8i to 8i+7 give matrix i's row addresses; lane (g, t) gets
+    row g's elements 2t and 2t+1 (with .trans: column g's elements of rows 2t and 2t+1). The addresses travel by
+    SHFL.IDX, the elements by 32-bit (or, transposed, 16-bit) shared loads."""
+    count = next((int(p[1:]) for p in s.parts if p in ("x1", "x2", "x4")), 1)
+    if "m8n8" not in s.parts or "shared" not in s.parts or "b16" not in s.parts:
+        raise fn.refuse(f"{s.opcode} (ldmatrix of m8n8 b16 matrices in shared memory is)")
+    d, a = s.operands
+    names = elements(d)
+    if len(names) != count:
+        raise fn.error(f"{s.opcode} writes {count} registers, not {len(names)}")
+    g, t = _lane_group(fn)
+    rows = fn.address(a, "shared")                       # this lane's row address (the first lanes' are used)
+    base = fn.emit(Op.AND, T.int32, [fn.emit(Op.SREG, T.int32, name="laneid"), fn.materialize(Const(~31, T.int32),
+                                                                                             T.int32)])
+
+    def k(v):
+        return fn.materialize(Const(v, T.int32), T.int32)
+
+    def row_address(lane: ir.Value) -> ir.Value:        # the row address lane `lane` (of this 32) holds
+        source = fn.emit(Op.OR, T.int32, [base, lane])
+        return fn.as_type(fn.emit(Op.SHFL, T.uint32, [fn.as_type(rows, T.uint32), source], mode="IDX"), T.int32)
+
+    def half(address: ir.Value) -> ir.Value:
+        return fn.emit(Op.LOAD, T.int32, [address], space="shared", storage="uint16")
+    for i, name in enumerate(names):
+        if "trans" in s.parts:                          # rows 2t and 2t+1 of matrix i, column g
+            two_t = fn.emit(Op.ADD, T.int32, [fn.emit(Op.SHL, T.int32, [t, k(1)]), k(8 * i)])
+            column = fn.emit(Op.SHL, T.int32, [g, k(1)])
+            words = [half(fn.emit(Op.ADD, T.int32, [row_address(fn.emit(Op.ADD, T.int32, [two_t, k(h)])), column]))
+                     for h in (0, 1)]
+            fn.assign(name, pack(fn, words, T.uint32))
+        else:                                           # row g of matrix i, elements 2t and 2t+1: one word
+            address = fn.emit(Op.ADD, T.int32, [row_address(fn.emit(Op.ADD, T.int32, [g, k(8 * i)])),
+                                                fn.emit(Op.SHL, T.int32, [t, k(2)])])
+            fn.assign(name, fn.emit(Op.LOAD, T.uint32, [address], space="shared"))
+
+
+TABLE = {"mma": _mma, "wmma": _wmma, "ldmatrix": _ldmatrix}
