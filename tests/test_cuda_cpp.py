@@ -977,3 +977,31 @@ def test_ldmatrix_loads_mma_fragments_from_shared_memory():
     rows = [m[i, g, 2 * t] | m[i, g, 2 * t + 1] << 16 for i in range(4)]
     columns = [m[i, 2 * t, g] | m[i, 2 * t + 1, g] << 16 for i in range(4)]
     assert np.array_equal(out.copy_to_host().reshape(32, 8), np.stack(rows + columns, 1))
+
+
+@pytest.mark.parametrize("api", ["cuda", "hip"])
+def test_warp_votes_keep_ptx_s_32_lane_warps_on_a_64_lane_wave(api):
+    """PTX's warp is 32 lanes: on the mi300x's 64-lane waves each 32 is a warp of its own for __ballot_sync,
+    __activemask, __match_any_sync and __reduce_*_sync (lanes 32-63 once got lanes 0-31's ballot)."""
+    from lapis import hip
+    source = r"""
+    extern "C" __global__ void votes(const int* x, unsigned* out) {
+        int t = threadIdx.x, v = x[t];
+        out[4 * t + 0] = __ballot_sync(0xffffffffu, v > 0);
+        out[4 * t + 1] = __activemask();
+        out[4 * t + 2] = __match_any_sync(0xffffffffu, v & 3);
+        out[4 * t + 3] = (t & 31) < 8 ? __reduce_add_sync(0xffu, v) : 0u;
+    }"""
+    module = cuda.RawModule(source)
+    where, api_module = (module, cuda) if api == "cuda" else (hip.RawModule(ptx=module.ptx), hip)
+    x = np.random.default_rng(24).integers(-50, 50, 64).astype(np.int32)
+    out = api_module.device_array(256, np.uint32)
+    where.get_function("votes")((1,), (64,), (api_module.to_device(x), out))
+    got = out.copy_to_host().reshape(64, 4)
+    for warp in (0, 1):
+        lanes = x[32 * warp:32 * warp + 32]
+        ballot = sum(1 << j for j in range(32) if lanes[j] > 0)
+        match = [sum(1 << j for j in range(32) if lanes[j] & 3 == lanes[i] & 3) for i in range(32)]
+        reduced = [int(lanes[:8].sum()) & 0xFFFFFFFF if i < 8 else 0 for i in range(32)]
+        want = np.stack([np.full(32, ballot), np.full(32, 0xFFFFFFFF), match, reduced], 1).astype(np.uint32)
+        assert np.array_equal(got[32 * warp:32 * warp + 32], want), (api, warp)

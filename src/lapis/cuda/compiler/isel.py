@@ -1060,7 +1060,14 @@ class InstructionSelector:
     def op_ballot(self, v):
         r = VReg(self._bump(), 2)            # a 64-wide device writes the ballot's high half too
         self.emit("VOTE", mods={"mode": "ANY"}, rd=r, pd=None, ps=(self.reg(v.args[0]), False))
-        return r
+        if not v.attrs.get("own_half"):
+            return r
+        # PTX's warp is 32 lanes: on a 64-lane wave, lanes 32-63 take the ballot's high word, their own 32's
+        lane, upper, out = self.new(T.int32), self.new(T.boolean), self.new(T.uint32)
+        self.emit("S2R", rd=lane, b=Imm(int(SpecialRegister.LANEID)))
+        self.emit("ISETP", mods={"cmp": "GE", "t": "U32"}, pd=upper, ra=lane, b=Imm(32), ps=(None, False))
+        self.emit("SEL", rd=out, ra=Part(r, 1), b=Part(r, 0), ps=(upper, False))
+        return out
 
 
 def float_bits64(value: float) -> int:

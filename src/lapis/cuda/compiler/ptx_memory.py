@@ -219,7 +219,7 @@ def _redux(fn: PtxFunction, s: Statement) -> None:
             v = fn.emit(_REDUX[op], t, [v, fn.as_type(other, t)])
         fn.assign(d, v)
         return
-    running = fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)])
+    running = fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)], own_half=True)
     taking = fn.emit(Op.AND, T.uint32, [running, members])
     base = fn.emit(Op.AND, T.int32, [fn.emit(Op.SREG, T.int32, name="laneid"), fn.materialize(Const(~31, T.int32),
                                                                                             T.int32)])
@@ -257,7 +257,7 @@ def _match(fn: PtxFunction, s: Statement) -> None:
     if "any" in s.parts:
         fn.assign(first, same)
         return
-    everyone = fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)])
+    everyone = fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)], own_half=True)
     all_equal = fn.emit(Op.CMP, T.boolean, [same, everyone], op="eq")
     fn.assign(first, fn.emit(Op.SELECT, T.uint32, [all_equal, same, fn.materialize(Const(0, T.uint32), T.uint32)]))
     if predicate:
@@ -266,7 +266,9 @@ def _match(fn: PtxFunction, s: Statement) -> None:
 
 def _shuffle_index(fn: PtxFunction, v: ir.Value, lane: int) -> ir.Value:
     """v of lane `lane` (of this lane's 32): one SHFL.IDX per 32-bit word."""
-    source = fn.materialize(Const(lane, T.int32), T.int32)
+    base = fn.emit(Op.AND, T.int32, [fn.emit(Op.SREG, T.int32, name="laneid"), fn.materialize(Const(~31, T.int32),
+                                                                                            T.int32)])
+    source = fn.emit(Op.OR, T.int32, [base, fn.materialize(Const(lane, T.int32), T.int32)])
     if v.type.bits == 32:
         return fn.emit(Op.SHFL, T.uint32, [v, source], mode="IDX")
     words = [fn.emit(Op.SHFL, T.uint32, [part(fn, v, i, 2), source], mode="IDX") for i in (0, 1)]
@@ -334,7 +336,7 @@ def _vote(fn: PtxFunction, s: Statement) -> None:
     if a.startswith("!"):
         p = fn.emit(Op.NOT, T.boolean, [p])
     if mode == "ballot":
-        fn.assign(d, fn.emit(Op.BALLOT, T.uint32, [p]))
+        fn.assign(d, fn.emit(Op.BALLOT, T.uint32, [p], own_half=True))
     elif mode in ("all", "any"):
         fn.assign(d, fn.emit(Op.VOTE, T.boolean, [p], mode=mode.upper()))
     else:
@@ -343,7 +345,7 @@ def _vote(fn: PtxFunction, s: Statement) -> None:
 
 def _activemask(fn: PtxFunction, s: Statement) -> None:
     (d,) = s.operands
-    fn.assign(d, fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)]))
+    fn.assign(d, fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)], own_half=True))
 
 
 _CALL = re.compile(r"\s*(?:\(([^)]*)\)\s*,\s*)?([\w$]+)\s*(?:,\s*\(([^)]*)\))?\s*(?:,.*)?$", re.S)
