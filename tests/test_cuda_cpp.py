@@ -1005,3 +1005,15 @@ def test_warp_votes_keep_ptx_s_32_lane_warps_on_a_64_lane_wave(api):
         reduced = [int(lanes[:8].sum()) & 0xFFFFFFFF if i < 8 else 0 for i in range(32)]
         want = np.stack([np.full(32, ballot), np.full(32, 0xFFFFFFFF), match, reduced], 1).astype(np.uint32)
         assert np.array_equal(got[32 * warp:32 * warp + 32], want), (api, warp)
+
+
+def test_launch_bounds_refuse_a_larger_block():
+    """__launch_bounds__(128) (PTX's .maxntid): a block of more threads is refused, as CUDA refuses it."""
+    kernel = cuda.RawKernel(r"""
+    extern "C" __global__ void __launch_bounds__(128) bounded(int* a) { a[threadIdx.x] = threadIdx.x; }""",
+                            "bounded")
+    a = cuda.device_array(256, np.int32)
+    kernel((1,), (128,), (a,))
+    assert np.array_equal(a.copy_to_host()[:128], np.arange(128))
+    with pytest.raises(cuda.LaunchError, match="compiled for at most 128 threads a block .* not 256"):
+        kernel((1,), (256,), (a,))

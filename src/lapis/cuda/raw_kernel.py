@@ -19,6 +19,7 @@ would pass its bits unchecked). NVRTC needs no GPU: the `nvidia-cuda-nvrtc` whee
 import functools
 import hashlib
 import linecache
+import math
 import os
 
 import numpy as np
@@ -249,9 +250,13 @@ class RawKernel:
     def __call__(self, grid, block, args, *, shared_mem: int = 0, stream=None) -> None:
         grid, block = _dim3(grid, "the grid (blocks)"), _dim3(block, "the block (threads)")
         args = tuple(args)
-        params = self.module.module.entries[self.name].params
-        if len(args) != len(params):
-            raise TypeError(f"kernel {self.name!r} takes {len(params)} arguments, got {len(args)}")
+        entry = self.module.module.entries[self.name]
+        if len(args) != len(entry.params):
+            raise TypeError(f"kernel {self.name!r} takes {len(entry.params)} arguments, got {len(args)}")
+        if entry.maxntid is not None and math.prod(block) > math.prod(entry.maxntid):
+            raise LaunchError(f"kernel {self.name!r} was compiled for at most {math.prod(entry.maxntid)} threads a "
+                              f"block (__launch_bounds__, PTX's .maxntid), not {math.prod(block)} "
+                              "(cudaErrorInvalidValue)")
         compiled = self.compiled
         context = self.module.launch_context(args, stream)
         hidden = [self.module.globals_buffer(context) if entry["kind"] == "globals" else
