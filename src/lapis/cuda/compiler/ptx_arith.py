@@ -23,7 +23,6 @@ from lapis.cuda.compiler.ptx_function import (
     part,
 )
 from lapis.cuda.compiler.ptx_parse import Statement
-from lapis.cuda.compiler.values import Const
 
 # -- instructions ---------------------------------------------------------------------------------
 _BINARY = {"add": Op.ADD, "sub": Op.SUB, "mul": Op.MUL, "min": Op.MIN, "max": Op.MAX, "and": Op.AND,
@@ -44,7 +43,7 @@ def _binary(fn: PtxFunction, s: Statement) -> None:
         wide = T.int64 if t.kind == "int" else T.uint64
         x, y = (fn.as_type(fn.value(o, t), wide) for o in (a, b))
         product = fn.emit(Op.MUL, wide, [x, y])
-        fn.assign(d, fn.as_type(fn.emit(Op.SHR, wide, [product, fn.materialize(Const(32, wide), wide)]), t))
+        fn.assign(d, fn.as_type(fn.emit(Op.SHR, wide, [product, fn.const(32, wide)]), t))
         return
     if "wide" in s.parts:                         # mul.wide: the product of two 32-bit values, in 64 bits
         wide = T.int64 if t.kind == "int" else T.uint64
@@ -69,24 +68,20 @@ def _mul_hi64(fn: PtxFunction, x: ir.Value, y: ir.Value, t) -> ir.Value:
     four 32x32-bit products of the halves, with their carries; signed, less y where x < 0 and x where y < 0."""
     u = T.uint64
 
-    def c(v):
-        return fn.materialize(Const(v, u), u)
+    def op(o, *args):
+        return fn.emit(o, u, list(args))
     xu, yu = fn.as_type(x, u), fn.as_type(y, u)
-    lo32 = c(0xFFFFFFFF)
-    xl, xh = fn.emit(Op.AND, u, [xu, lo32]), fn.emit(Op.SHR, u, [xu, c(32)])
-    yl, yh = fn.emit(Op.AND, u, [yu, lo32]), fn.emit(Op.SHR, u, [yu, c(32)])
-    ll, lh = fn.emit(Op.MUL, u, [xl, yl]), fn.emit(Op.MUL, u, [xl, yh])
-    hl, hh = fn.emit(Op.MUL, u, [xh, yl]), fn.emit(Op.MUL, u, [xh, yh])
-    middle = fn.emit(Op.ADD, u, [fn.emit(Op.ADD, u, [fn.emit(Op.SHR, u, [ll, c(32)]),
-                                                     fn.emit(Op.AND, u, [lh, lo32])]), fn.emit(Op.AND, u, [hl, lo32])])
-    high = fn.emit(Op.ADD, u, [fn.emit(Op.ADD, u, [fn.emit(Op.ADD, u, [hh, fn.emit(Op.SHR, u, [lh, c(32)])]),
-                                                   fn.emit(Op.SHR, u, [hl, c(32)])]), fn.emit(Op.SHR, u, [middle,
-                                                                                                          c(32)])])
+    low, shift = fn.const(0xFFFFFFFF, u), fn.const(32, u)
+    xl, xh, yl, yh = op(Op.AND, xu, low), op(Op.SHR, xu, shift), op(Op.AND, yu, low), op(Op.SHR, yu, shift)
+    ll, lh, hl, hh = op(Op.MUL, xl, yl), op(Op.MUL, xl, yh), op(Op.MUL, xh, yl), op(Op.MUL, xh, yh)
+    middle = op(Op.ADD, op(Op.ADD, op(Op.SHR, ll, shift), op(Op.AND, lh, low)), op(Op.AND, hl, low))
+    high = op(Op.ADD, op(Op.ADD, op(Op.ADD, hh, op(Op.SHR, lh, shift)), op(Op.SHR, hl, shift)),
+              op(Op.SHR, middle, shift))
     if t.kind == "int":                           # two's complement: x y = xu yu - 2^64 (x<0 ? y : 0) - ...
-        zero = fn.materialize(Const(0, t), t)
+        zero = fn.const(0, t)
         for sign, other in ((x, yu), (y, xu)):
             negative = fn.emit(Op.CMP, T.boolean, [sign, zero], op="lt")
-            high = fn.emit(Op.SUB, u, [high, fn.emit(Op.SELECT, u, [negative, other, c(0)])])
+            high = op(Op.SUB, high, fn.emit(Op.SELECT, u, [negative, other, fn.const(0, u)]))
     return fn.as_type(high, t)
 
 
@@ -94,12 +89,12 @@ def _truncating(fn: PtxFunction, name: str, x: ir.Value, y: ir.Value, t) -> ir.V
     """C's signed division and remainder (toward zero) from the IR's floor division and modulo: where the
     remainder is not 0 and its sign differs from x's, the quotient is one more and the remainder one y less."""
     q, r = fn.emit(Op.DIV, t, [x, y]), fn.emit(Op.MOD, t, [x, y])
-    zero = fn.materialize(Const(0, t), t)
+    zero = fn.const(0, t)
     nonzero = fn.emit(Op.CMP, T.boolean, [r, zero], op="ne")
     differ = fn.emit(Op.CMP, T.boolean, [fn.emit(Op.XOR, t, [r, x]), zero], op="lt")
     fix = fn.emit(Op.AND, T.boolean, [nonzero, differ])
     if name == "div":
-        return fn.emit(Op.SELECT, t, [fix, fn.emit(Op.ADD, t, [q, fn.materialize(Const(1, t), t)]), q])
+        return fn.emit(Op.SELECT, t, [fix, fn.emit(Op.ADD, t, [q, fn.const(1, t)]), q])
     return fn.emit(Op.SELECT, t, [fix, fn.emit(Op.SUB, t, [r, y]), r])
 
 
@@ -130,7 +125,7 @@ def _unary(fn: PtxFunction, s: Statement) -> None:
     elif t.kind == "float":                        # abs
         fn.assign(d, fn.emit(Op.MATH, t, [x], fn="fabs"))
     else:
-        zero = fn.materialize(Const(0, t), t)
+        zero = fn.const(0, t)
         fn.assign(d, fn.emit(Op.SELECT, t, [fn.emit(Op.CMP, T.boolean, [x, zero], op="lt"),
                                              fn.emit(Op.NEG, t, [x]), x]))
 
@@ -146,12 +141,12 @@ def _math(fn: PtxFunction, s: Statement) -> None:
     if name == "sqrt" and t == T.float64:
         fn.assign(d, _sqrt64(fn, x))
     elif name == "rcp":
-        fn.assign(d, fn.emit(Op.FDIV, t, [fn.materialize(Const(1.0, t), t), x]))
+        fn.assign(d, fn.emit(Op.FDIV, t, [fn.const(1.0, t), x]))
     elif name == "rsqrt" and t == T.float64:
-        fn.assign(d, fn.emit(Op.FDIV, t, [fn.materialize(Const(1.0, t), t), _sqrt64(fn, x)]))
+        fn.assign(d, fn.emit(Op.FDIV, t, [fn.const(1.0, t), _sqrt64(fn, x)]))
     elif name == "rsqrt":
         root = fn.emit(Op.MATH, t, [x], fn="sqrt")
-        fn.assign(d, fn.emit(Op.FDIV, t, [fn.materialize(Const(1.0, t), t), root]))
+        fn.assign(d, fn.emit(Op.FDIV, t, [fn.const(1.0, t), root]))
     else:
         if t != T.float32:
             raise fn.refuse(f"{s.opcode}")
@@ -165,7 +160,7 @@ def _sqrt64(fn: PtxFunction, x: ir.Value) -> ir.Value:
     f, i = T.float64, T.int64
 
     def c(v, t=i):
-        return fn.materialize(Const(v, t), t)
+        return fn.const(v, t)
 
     def power_of_two(exponent: ir.Value) -> ir.Value:        # 2^exponent for exponent within [-1022, 1023]
         field = fn.emit(Op.SHL, i, [fn.emit(Op.ADD, i, [exponent, c(1023)]), c(52)])
@@ -321,8 +316,8 @@ def _cvt(fn: PtxFunction, s: Statement) -> None:
     v = fn.as_type(x, dt) if dt.kind != "float" and st.kind != "float" else \
         (x if dt == st else fn.emit(Op.CAST, dt, [x]))
     if "sat" in s.parts and dt.kind == "float":   # clamped to [0, 1] (NaN to 0)
-        v = fn.emit(Op.MIN, dt, [fn.emit(Op.MAX, dt, [v, fn.materialize(Const(0.0, dt), dt)]),
-                                 fn.materialize(Const(1.0, dt), dt)])
+        v = fn.emit(Op.MIN, dt, [fn.emit(Op.MAX, dt, [v, fn.const(0.0, dt)]),
+                                 fn.const(1.0, dt)])
     if dname in STORAGE:
         v = narrow(fn, v, dname)
     fn.assign(d, v)
@@ -330,7 +325,7 @@ def _cvt(fn: PtxFunction, s: Statement) -> None:
 
 def _wide_mask(fn: PtxFunction, length: ir.Value, position: ir.Value | None, t) -> ir.Value:
     """((1 << length) - 1) << position in type t, computed in 64 bits so that a length of 32 is every bit."""
-    one = fn.materialize(Const(1, T.uint64), T.uint64)
+    one = fn.const(1, T.uint64)
     ones = fn.emit(Op.SUB, T.uint64, [fn.emit(Op.SHL, T.uint64, [one, fn.as_type(length, T.uint64)]), one])
     if position is not None:
         ones = fn.emit(Op.SHL, T.uint64, [ones, fn.as_type(position, T.uint64)])
@@ -358,7 +353,7 @@ def _bfe(fn: PtxFunction, s: Statement) -> None:
         field = fn.emit(Op.SHR, t, [x, fn.as_type(pos, t)])
         fn.assign(d, fn.emit(Op.AND, t, [field, _wide_mask(fn, length, None, t)]))
         return
-    width = fn.materialize(Const(t.bits, t), t)
+    width = fn.const(t.bits, t)
     up = fn.emit(Op.SUB, t, [fn.emit(Op.SUB, t, [width, fn.as_type(pos, t)]), fn.as_type(length, t)])
     down = fn.emit(Op.SUB, t, [width, fn.as_type(length, t)])
     fn.assign(d, fn.emit(Op.SHR, t, [fn.emit(Op.SHL, t, [x, up]), down]))
@@ -372,7 +367,7 @@ def _popc(fn: PtxFunction, s: Statement) -> None:
     x = fn.value(a, ut)
 
     def c(v):
-        return fn.materialize(Const(v & ((1 << ut.bits) - 1), ut), ut)
+        return fn.const(v & ((1 << ut.bits) - 1), ut)
     x = fn.emit(Op.SUB, ut, [x, fn.emit(Op.AND, ut, [fn.emit(Op.SHR, ut, [x, c(1)]), c(0x5555555555555555)])])
     x = fn.emit(Op.ADD, ut, [fn.emit(Op.AND, ut, [x, c(0x3333333333333333)]),
                              fn.emit(Op.AND, ut, [fn.emit(Op.SHR, ut, [x, c(2)]), c(0x3333333333333333)])])
@@ -386,19 +381,19 @@ def _clz(fn: PtxFunction, s: Statement) -> None:
     t, _ = operand_type(s, fn)
     d, a = s.operands
     ut = T.uint32 if t.bits == 32 else T.uint64
-    x, count = fn.value(a, ut), fn.materialize(Const(0, T.uint32), T.uint32)
-    zero = fn.materialize(Const(0, ut), ut)
+    x, count = fn.value(a, ut), fn.const(0, T.uint32)
+    zero = fn.const(0, ut)
     step = ut.bits // 2
     while step:
-        top = fn.emit(Op.SHR, ut, [x, fn.materialize(Const(ut.bits - step, ut), ut)])
+        top = fn.emit(Op.SHR, ut, [x, fn.const(ut.bits - step, ut)])
         empty = fn.emit(Op.CMP, T.boolean, [top, zero], op="eq")
-        x = fn.emit(Op.SELECT, ut, [empty, fn.emit(Op.SHL, ut, [x, fn.materialize(Const(step, ut), ut)]), x])
+        x = fn.emit(Op.SELECT, ut, [empty, fn.emit(Op.SHL, ut, [x, fn.const(step, ut)]), x])
         count = fn.emit(Op.ADD, T.uint32, [count, fn.emit(Op.SELECT, T.uint32, [
-            empty, fn.materialize(Const(step, T.uint32), T.uint32), fn.materialize(Const(0, T.uint32), T.uint32)])])
+            empty, fn.const(step, T.uint32), fn.const(0, T.uint32)])])
         step //= 2
     last = fn.emit(Op.CMP, T.boolean, [x, zero], op="eq")          # all zero: one more
     fn.assign(d, fn.emit(Op.ADD, T.uint32, [count, fn.emit(Op.SELECT, T.uint32, [
-        last, fn.materialize(Const(1, T.uint32), T.uint32), fn.materialize(Const(0, T.uint32), T.uint32)])]))
+        last, fn.const(1, T.uint32), fn.const(0, T.uint32)])]))
 
 
 def _brev(fn: PtxFunction, s: Statement) -> None:
@@ -412,9 +407,9 @@ def _brev(fn: PtxFunction, s: Statement) -> None:
         mask = 0
         for start in range(0, ut.bits, 2 * step):
             mask |= ((1 << step) - 1) << start
-        amount = fn.materialize(Const(step, ut), ut)
-        low = fn.emit(Op.SHL, ut, [fn.emit(Op.AND, ut, [x, fn.materialize(Const(mask, ut), ut)]), amount])
-        high = fn.emit(Op.AND, ut, [fn.emit(Op.SHR, ut, [x, amount]), fn.materialize(Const(mask & full, ut), ut)])
+        amount = fn.const(step, ut)
+        low = fn.emit(Op.SHL, ut, [fn.emit(Op.AND, ut, [x, fn.const(mask, ut)]), amount])
+        high = fn.emit(Op.AND, ut, [fn.emit(Op.SHR, ut, [x, amount]), fn.const(mask & full, ut)])
         x = fn.emit(Op.OR, ut, [low, high])
         step //= 2
     fn.assign(d, x)
@@ -428,7 +423,7 @@ def _lop3(fn: PtxFunction, s: Statement) -> None:
     table = immediate(lut, T.uint32, fn)
     xs = [fn.value(o, t) for o in (a, b, c)]
     inverted = [invert(fn, x) for x in xs]
-    out = fn.materialize(Const(0, t), t)
+    out = fn.const(0, t)
     for index in range(8):
         if table >> index & 1:
             term = None
@@ -449,18 +444,17 @@ def _prmt(fn: PtxFunction, s: Statement) -> None:
     if selector.op is not Op.CONST:
         raise fn.refuse(f"{s.opcode} with a selector computed at run time")
     both = pack(fn, [fn.value(a, T.uint32), fn.value(b, T.uint32)], T.uint64)
-    out = fn.materialize(Const(0, T.uint32), T.uint32)
+    out = fn.const(0, T.uint32)
     for i in range(4):
         nibble = selector.attrs["value"] >> (4 * i) & 0xF
-        byte = part(fn, fn.emit(Op.SHR, T.uint64, [both, fn.materialize(Const(8 * (nibble & 7), T.uint64),
-                                                                          T.uint64)]), 0, 8)
+        byte = part(fn, fn.emit(Op.SHR, T.uint64, [both, fn.const(8 * (nibble & 7), T.uint64)]), 0, 8)
         if nibble & 8:                            # the byte's top bit, in all eight bits
             byte = fn.as_type(fn.emit(Op.SHR, T.int32, [fn.emit(Op.SHL, T.int32, [
-                fn.as_type(byte, T.int32), fn.materialize(Const(24, T.int32), T.int32)]),
-                fn.materialize(Const(31, T.int32), T.int32)]), T.uint32)
-            byte = fn.emit(Op.AND, T.uint32, [byte, fn.materialize(Const(0xFF, T.uint32), T.uint32)])
+                fn.as_type(byte, T.int32), fn.const(24)]),
+                fn.const(31)]), T.uint32)
+            byte = fn.emit(Op.AND, T.uint32, [byte, fn.const(0xFF, T.uint32)])
         if i:
-            byte = fn.emit(Op.SHL, T.uint32, [byte, fn.materialize(Const(8 * i, T.uint32), T.uint32)])
+            byte = fn.emit(Op.SHL, T.uint32, [byte, fn.const(8 * i, T.uint32)])
         out = fn.emit(Op.OR, T.uint32, [out, byte])
     fn.assign(d, out)
 
@@ -471,9 +465,9 @@ def _shf(fn: PtxFunction, s: Statement) -> None:
     d, a, b, c = s.operands
     amount = fn.value(c, T.uint32)
     if "clamp" in s.parts:
-        amount = fn.emit(Op.MIN, T.uint32, [amount, fn.materialize(Const(32, T.uint32), T.uint32)])
+        amount = fn.emit(Op.MIN, T.uint32, [amount, fn.const(32, T.uint32)])
     else:
-        amount = fn.emit(Op.AND, T.uint32, [amount, fn.materialize(Const(31, T.uint32), T.uint32)])
+        amount = fn.emit(Op.AND, T.uint32, [amount, fn.const(31, T.uint32)])
     both = pack(fn, [fn.value(a, T.uint32), fn.value(b, T.uint32)], T.uint64)
     n = fn.as_type(amount, T.uint64)
     if "l" in s.parts:
@@ -488,8 +482,8 @@ def _copysign(fn: PtxFunction, s: Statement) -> None:
     ut = T.uint32 if t.bits == 32 else T.uint64
     d, a, b = s.operands
     sign = 1 << (t.bits - 1)
-    x = fn.emit(Op.AND, ut, [fn.value(a, ut), fn.materialize(Const(sign, ut), ut)])
-    y = fn.emit(Op.AND, ut, [fn.value(b, ut), fn.materialize(Const(sign - 1, ut), ut)])
+    x = fn.emit(Op.AND, ut, [fn.value(a, ut), fn.const(sign, ut)])
+    y = fn.emit(Op.AND, ut, [fn.value(b, ut), fn.const(sign - 1, ut)])
     fn.assign(d, fn.as_type(fn.emit(Op.OR, ut, [x, y]), t))
 
 

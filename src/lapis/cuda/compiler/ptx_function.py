@@ -105,6 +105,10 @@ class PtxFunction(IRBuilder):
             self.globals_param = abi.KERNARG_CBANK_OFFSET + offset
 
     # -- errors, types, operands ----------------------------------------------------------------
+    def const(self, value, t=T.int32) -> ir.Value:
+        """The constant `value` as an IR value of type t (the translators' literals)."""
+        return self.materialize(Const(value, t), t)
+
     def refuse(self, what: str) -> CompileError:
         where = f" (PTX line {self.ptx_line})" if self.filename != self.ptx_name else ""
         return self.error(f"{what} is not supported by lapis's PTX assembler yet{where}")
@@ -165,9 +169,9 @@ class PtxFunction(IRBuilder):
         if v.type == t:
             return v
         if v.type == T.boolean and t == T.uint32:          # a predicate kept in a word (`predicates_as_words`)
-            return self.emit(Op.SELECT, t, [v, self.materialize(Const(1, t), t), self.materialize(Const(0, t), t)])
+            return self.emit(Op.SELECT, t, [v, self.const(1, t), self.const(0, t)])
         if t == T.boolean and v.type == T.uint32 and self.predicates_as_words:
-            return self.emit(Op.CMP, T.boolean, [v, self.materialize(Const(0, v.type), v.type)], op="ne")
+            return self.emit(Op.CMP, T.boolean, [v, self.const(0, v.type)], op="ne")
         if v.type == T.boolean or t == T.boolean:
             raise self.error(f"a {v.type} cannot be used as a {t}")
         if (v.type.half and t.kind != "float" and t.bits == 32) or (t.half and v.type.kind != "float" and
@@ -188,17 +192,24 @@ class PtxFunction(IRBuilder):
         if text in SPECIAL:
             return self.as_type(self.special(text), t)
         if text in self.symbols:
-            return self.materialize(Const(self.symbols[text], t), t)
+            return self.const(self.symbols[text], t)
         if text in self.globals:
             return self.as_type(self.global_address(text, 0), t)
         if text == "WARP_SZ":                       # PTX's warp size constant: the device's (32, or a 64-lane wave)
             return self.as_type(self.emit(Op.DIM, T.int32, offset=abi.CBANK_WARP_SIZE), t)
-        return self.materialize(Const(immediate(text, t, self), t), t)
+        return self.const(immediate(text, t, self), t)
+
+    def warp_lane(self) -> tuple[ir.Value, ir.Value]:
+        """(this lane's place in its warp of 32, PTX's warp, and that warp's first lane): on a 64-lane wave each 32
+        is a warp of its own."""
+        laneid = self.emit(Op.SREG, T.int32, name="laneid")
+        return self.emit(Op.AND, T.int32, [laneid, self.const(31)]), self.emit(Op.AND, T.int32, [laneid,
+                                                                                                  self.const(~31)])
 
     def block_word(self) -> ir.Value:
         """The shared address of a 32-bit word of the kernel's own (bar.red's count), after its static shared
         variables (`_shared_layout` reserves it where the kernel has a bar.red)."""
-        return self.materialize(Const(self.symbols["$block_word"], T.int32), T.int32)
+        return self.const(self.symbols["$block_word"])
 
     def hidden_pointer(self, name: str) -> ir.Value:
         """A hidden 64-bit pointer argument after the kernel's own (`name` in its argument layout; the launch
@@ -215,7 +226,7 @@ class PtxFunction(IRBuilder):
         """The 64-bit address of a module variable (plus offset): the module's buffer, from the hidden argument."""
         base = self.emit(Op.PARAM, T.uint64, offset=self.globals_param)
         where = self.globals[name] + offset
-        return self.emit(Op.ADD, T.uint64, [base, self.materialize(Const(where, T.uint64), T.uint64)]) if where \
+        return self.emit(Op.ADD, T.uint64, [base, self.const(where, T.uint64)]) if where \
             else base
 
     def is_register(self, text: str) -> bool:
@@ -233,15 +244,14 @@ class PtxFunction(IRBuilder):
             ticks = self.as_type(self.emit(Op.SREG, T.int32, name="clocklo"), T.uint32)
             return self.as_type(ticks, T.uint64) if reg == "clock64" else ticks
         if reg.startswith("lanemask_"):             # bits of the lanes below, at, ... this one (of 32)
-            lane = self.as_type(self.emit(Op.AND, T.int32, [self.emit(Op.SREG, T.int32, name="laneid"),
-                                                            self.materialize(Const(31, T.int32), T.int32)]), T.uint64)
-            one = self.materialize(Const(1, T.uint64), T.uint64)
+            lane = self.as_type(self.warp_lane()[0], T.uint64)
+            one = self.const(1, T.uint64)
             at = self.emit(Op.SHL, T.uint64, [one, lane])
             below = self.emit(Op.SUB, T.uint64, [at, one])
             mask = {"eq": at, "lt": below, "le": self.emit(Op.OR, T.uint64, [below, at])}.get(reg[9:])
             if mask is None:                        # gt, ge: the rest of the 32
                 mask = self.emit(Op.XOR, T.uint64, [below if reg[9:] == "ge" else self.emit(Op.OR, T.uint64, [
-                    below, at]), self.materialize(Const(0xFFFFFFFF, T.uint64), T.uint64)])
+                    below, at]), self.const(0xFFFFFFFF, T.uint64)])
             return self.as_type(mask, T.uint32)
         base = abi.CBANK_BLOCK_DIM if reg == "ntid" else abi.CBANK_GRID_DIM
         return self.emit(Op.DIM, T.int32, offset=base + 4 * "xyz".index(axis))
@@ -261,14 +271,14 @@ class PtxFunction(IRBuilder):
             raise self.error(f"cannot read the address {text!r}")
         base, offset = m.group(1), int(m.group(2), 0) if m.group(2) else 0
         if base in self.symbols and (space == "shared") == (base not in self.local_symbols) and space != "global":
-            return self.materialize(Const(self.symbols[base] + offset, T.int32), T.int32)
+            return self.const(self.symbols[base] + offset)
         if base in self.globals and space == "global":
             return self.global_address(base, offset)
         if not self.is_register(base):
             raise self.refuse(f"the address of {base!r} in the {space} space")
         t = T.int32 if space in ("shared", "local") else T.uint64
         v = self.value(base, t)
-        return self.emit(Op.ADD, t, [v, self.materialize(Const(offset, t), t)]) if offset else v
+        return self.emit(Op.ADD, t, [v, self.const(offset, t)]) if offset else v
 
     # -- driving --------------------------------------------------------------------------------
     def build(self) -> ir.Function:
@@ -480,7 +490,7 @@ def check_modifiers(s: Statement, fn: PtxFunction, allowed: set) -> None:
 
 def invert(fn: PtxFunction, x: ir.Value) -> ir.Value:
     """~x of an integer (the IR's not is for bools): x ^ all ones."""
-    return fn.emit(Op.XOR, x.type, [x, fn.materialize(Const((1 << x.type.bits) - 1, x.type), x.type)])
+    return fn.emit(Op.XOR, x.type, [x, fn.const((1 << x.type.bits) - 1, x.type)])
 
 
 def pack(fn: PtxFunction, parts: list[ir.Value], t) -> ir.Value:
@@ -491,9 +501,9 @@ def pack(fn: PtxFunction, parts: list[ir.Value], t) -> ir.Value:
     for i, x in enumerate(parts):
         x = fn.as_type(x, ut)
         if width < ut.bits:
-            x = fn.emit(Op.AND, ut, [x, fn.materialize(Const((1 << width) - 1, ut), ut)])
+            x = fn.emit(Op.AND, ut, [x, fn.const((1 << width) - 1, ut)])
         if i:
-            x = fn.emit(Op.SHL, ut, [x, fn.materialize(Const(i * width, ut), ut)])
+            x = fn.emit(Op.SHL, ut, [x, fn.const(i * width, ut)])
         out = x if out is None else fn.emit(Op.OR, ut, [out, x])
     return out
 
@@ -501,9 +511,9 @@ def pack(fn: PtxFunction, parts: list[ir.Value], t) -> ir.Value:
 def part(fn: PtxFunction, whole: ir.Value, i: int, count: int) -> ir.Value:
     """Part i of `count` equal parts of a register (zero-extended in a 32-bit register)."""
     width = whole.type.bits // count
-    x = fn.emit(Op.SHR, whole.type, [whole, fn.materialize(Const(i * width, whole.type), whole.type)]) if i else whole
+    x = fn.emit(Op.SHR, whole.type, [whole, fn.const(i * width, whole.type)]) if i else whole
     x = fn.as_type(x, T.uint32) if whole.type.bits == 64 else x
-    return fn.emit(Op.AND, T.uint32, [x, fn.materialize(Const((1 << width) - 1, T.uint32), T.uint32)]) \
+    return fn.emit(Op.AND, T.uint32, [x, fn.const((1 << width) - 1, T.uint32)]) \
         if width < 32 else x
 
 
@@ -540,7 +550,7 @@ def elements(text: str) -> list[str]:
 
 
 def offset_address(fn: PtxFunction, addr: ir.Value, offset: int) -> ir.Value:
-    return fn.emit(Op.ADD, addr.type, [addr, fn.materialize(Const(offset, addr.type), addr.type)]) if offset else addr
+    return fn.emit(Op.ADD, addr.type, [addr, fn.const(offset, addr.type)]) if offset else addr
 
 
 COMBINE = {"and": Op.AND, "or": Op.OR, "xor": Op.XOR}
@@ -551,7 +561,7 @@ def narrow(fn: PtxFunction, x: ir.Value, kind: str) -> ir.Value:
     bits = TYPE_BYTES[kind] * 8
     t = x.type
     if kind.startswith("s"):
-        shift = fn.materialize(Const(32 - bits, T.int32), T.int32)
+        shift = fn.const(32 - bits)
         wide = fn.as_type(x, T.int32)
         return fn.emit(Op.SHR, T.int32, [fn.emit(Op.SHL, T.int32, [wide, shift]), shift])
-    return fn.emit(Op.AND, t, [x, fn.materialize(Const((1 << bits) - 1, t), t)])
+    return fn.emit(Op.AND, t, [x, fn.const((1 << bits) - 1, t)])

@@ -13,15 +13,13 @@ from lapis.cuda.compiler.ptx_function import (
     pack,
 )
 from lapis.cuda.compiler.ptx_parse import Statement
-from lapis.cuda.compiler.values import Const
 
 
 def _lane_group(fn: PtxFunction) -> tuple[ir.Value, ir.Value]:
     """(g, t) of PTX's matrix-fragment layouts: the lane's group of four in its 32 and its place in it."""
-    lane = fn.emit(Op.AND, T.int32, [fn.emit(Op.SREG, T.int32, name="laneid"),
-                                     fn.materialize(Const(31, T.int32), T.int32)])
-    g = fn.emit(Op.SHR, T.int32, [lane, fn.materialize(Const(2, T.int32), T.int32)])
-    t = fn.emit(Op.AND, T.int32, [lane, fn.materialize(Const(3, T.int32), T.int32)])
+    lane, _ = fn.warp_lane()
+    g = fn.emit(Op.SHR, T.int32, [lane, fn.const(2)])
+    t = fn.emit(Op.AND, T.int32, [lane, fn.const(3)])
     return g, t
 
 
@@ -56,7 +54,7 @@ def _fragment_address(fn: PtxFunction, base: ir.Value, space: str, row: ir.Value
     dimension ldm, `size` bytes an element."""
     major, minor = (row, col) if layout == "row" else (col, row)
     index = fn.emit(Op.ADD, T.int32, [fn.emit(Op.MUL, T.int32, [major, ldm]), minor])
-    offset = fn.emit(Op.MUL, T.int32, [index, fn.materialize(Const(size, T.int32), T.int32)])
+    offset = fn.emit(Op.MUL, T.int32, [index, fn.const(size)])
     if space == "shared":
         return fn.emit(Op.ADD, T.int32, [base, offset])
     return fn.emit(Op.ADD, T.uint64, [base, fn.as_type(fn.as_type(offset, T.int64), T.uint64)])
@@ -66,12 +64,9 @@ def _wmma_positions(which: str, g: ir.Value, t: ir.Value, fn: PtxFunction):
     """(register, (row, col) of each of its elements) of lapis's m16n16k16 wmma fragments: A is mma.m16n8k16's A
     fragment; B is two B fragments (n 0-7, then 8-15); C and D are two C fragments. The rest of the eight
     registers PTX gives a fragment are not used (a fragment's layout is the implementation's to choose)."""
-    def c(v):
-        return fn.materialize(Const(v, T.int32), T.int32)
-
     def add(x, v):
-        return fn.emit(Op.ADD, T.int32, [x, c(v)]) if v else x
-    two_t = fn.emit(Op.SHL, T.int32, [t, c(1)])
+        return fn.emit(Op.ADD, T.int32, [x, fn.const(v)]) if v else x
+    two_t = fn.emit(Op.SHL, T.int32, [t, fn.const(1)])
     if which == "a":                                 # rows g + 8 (r & 1), columns 2t + 8 (r >> 1) + half
         return [(r, [(add(g, 8 * (r & 1)), add(two_t, 8 * (r >> 1) + h)) for h in (0, 1)]) for r in range(4)]
     if which == "b":                                 # k 2t + 8 reg2 + half, n g + 8 (which eight)
@@ -125,7 +120,7 @@ def _wmma(fn: PtxFunction, s: Statement) -> None:
     if parts[1] == "load":                            # the registers lapis's layout leaves unused
         for r, name in enumerate(names):
             if r not in used:
-                fn.assign(name, fn.materialize(Const(0, T.uint32), T.uint32))
+                fn.assign(name, fn.const(0, T.uint32))
 
 
 def _ldmatrix(fn: PtxFunction, s: Statement) -> None:
@@ -142,11 +137,7 @@ def _ldmatrix(fn: PtxFunction, s: Statement) -> None:
         raise fn.error(f"{s.opcode} writes {count} registers, not {len(names)}")
     g, t = _lane_group(fn)
     rows = fn.address(a, "shared")                       # this lane's row address (the first lanes' are used)
-    base = fn.emit(Op.AND, T.int32, [fn.emit(Op.SREG, T.int32, name="laneid"), fn.materialize(Const(~31, T.int32),
-                                                                                             T.int32)])
-
-    def k(v):
-        return fn.materialize(Const(v, T.int32), T.int32)
+    _, base = fn.warp_lane()
 
     def row_address(lane: ir.Value) -> ir.Value:        # the row address lane `lane` (of this 32) holds
         source = fn.emit(Op.OR, T.int32, [base, lane])
@@ -156,14 +147,14 @@ def _ldmatrix(fn: PtxFunction, s: Statement) -> None:
         return fn.emit(Op.LOAD, T.int32, [address], space="shared", storage="uint16")
     for i, name in enumerate(names):
         if "trans" in s.parts:                          # rows 2t and 2t+1 of matrix i, column g
-            two_t = fn.emit(Op.ADD, T.int32, [fn.emit(Op.SHL, T.int32, [t, k(1)]), k(8 * i)])
-            column = fn.emit(Op.SHL, T.int32, [g, k(1)])
-            words = [half(fn.emit(Op.ADD, T.int32, [row_address(fn.emit(Op.ADD, T.int32, [two_t, k(h)])), column]))
-                     for h in (0, 1)]
+            two_t = fn.emit(Op.ADD, T.int32, [fn.emit(Op.SHL, T.int32, [t, fn.const(1)]), fn.const(8 * i)])
+            column = fn.emit(Op.SHL, T.int32, [g, fn.const(1)])
+            words = [half(fn.emit(Op.ADD, T.int32, [row_address(fn.emit(Op.ADD, T.int32, [two_t, fn.const(h)])),
+                                                    column])) for h in (0, 1)]
             fn.assign(name, pack(fn, words, T.uint32))
         else:                                           # row g of matrix i, elements 2t and 2t+1: one word
-            address = fn.emit(Op.ADD, T.int32, [row_address(fn.emit(Op.ADD, T.int32, [g, k(8 * i)])),
-                                                fn.emit(Op.SHL, T.int32, [t, k(2)])])
+            address = fn.emit(Op.ADD, T.int32, [row_address(fn.emit(Op.ADD, T.int32, [g, fn.const(8 * i)])),
+                                                fn.emit(Op.SHL, T.int32, [t, fn.const(2)])])
             fn.assign(name, fn.emit(Op.LOAD, T.uint32, [address], space="shared"))
 
 

@@ -22,7 +22,6 @@ from lapis.cuda.compiler.ptx_function import (
     vector_count,
 )
 from lapis.cuda.compiler.ptx_parse import TYPE_BYTES, Statement
-from lapis.cuda.compiler.values import Const
 
 _SPACES = {"global": "global", "shared": "shared", "param": "param", "local": "local", "const": "global"}
 
@@ -180,7 +179,7 @@ def _bar_red(fn: PtxFunction, s: Statement) -> None:
     holds = fn.value(p.lstrip("!"), T.boolean)
     if p.startswith("!"):
         holds = fn.emit(Op.NOT, T.boolean, [holds])
-    one, zero = fn.materialize(Const(1, T.uint32), T.uint32), fn.materialize(Const(0, T.uint32), T.uint32)
+    one, zero = fn.const(1, T.uint32), fn.const(0, T.uint32)
     fn.emit(Op.BARRIER, None)
     fn.emit(Op.STORE, None, [word, zero], space="shared")
     fn.emit(Op.BARRIER, None)
@@ -214,22 +213,19 @@ def _redux(fn: PtxFunction, s: Statement) -> None:
     members = fn.value(mask, T.uint32)
     if members.op is Op.CONST and members.attrs["value"] == 0xFFFFFFFF:
         for step in (16, 8, 4, 2, 1):
-            other = fn.emit(Op.SHFL, T.uint32, [fn.as_type(v, T.uint32), fn.materialize(Const(step, T.int32),
-                                                                                      T.int32)], mode="BFLY")
+            other = fn.emit(Op.SHFL, T.uint32, [fn.as_type(v, T.uint32), fn.const(step)], mode="BFLY")
             v = fn.emit(_REDUX[op], t, [v, fn.as_type(other, t)])
         fn.assign(d, v)
         return
-    running = fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)], own_half=True)
+    running = fn.emit(Op.BALLOT, T.uint32, [fn.const(True, T.boolean)], own_half=True)
     taking = fn.emit(Op.AND, T.uint32, [running, members])
-    base = fn.emit(Op.AND, T.int32, [fn.emit(Op.SREG, T.int32, name="laneid"), fn.materialize(Const(~31, T.int32),
-                                                                                            T.int32)])
+    _, base = fn.warp_lane()
     total = None
     for lane in range(32):
-        source = fn.emit(Op.OR, T.int32, [base, fn.materialize(Const(lane, T.int32), T.int32)])
+        source = fn.emit(Op.OR, T.int32, [base, fn.const(lane)])
         theirs = fn.as_type(fn.emit(Op.SHFL, T.uint32, [fn.as_type(v, T.uint32), source], mode="IDX"), t)
         member = fn.emit(Op.CMP, T.boolean, [fn.emit(Op.AND, T.uint32, [
-            taking, fn.materialize(Const(1 << lane, T.uint32), T.uint32)]), fn.materialize(Const(0, T.uint32),
-                                                                                           T.uint32)], op="ne")
+            taking, fn.const(1 << lane, T.uint32)]), fn.const(0, T.uint32)], op="ne")
         if total is None:                        # the first member's a starts it (no identity needed)
             total, started = theirs, member
             continue
@@ -246,29 +242,27 @@ def _match(fn: PtxFunction, s: Statement) -> None:
     d, a, *_mask = s.operands
     ut = T.uint32 if t.bits == 32 else T.uint64
     v = fn.as_type(fn.value(a, t), ut)
-    same = fn.materialize(Const(0, T.uint32), T.uint32)
+    same = fn.const(0, T.uint32)
     for lane in range(32):
         theirs = _shuffle_index(fn, v, lane)
         equal = fn.emit(Op.CMP, T.boolean, [theirs, v], op="eq")
         same = fn.emit(Op.OR, T.uint32, [same, fn.emit(Op.SELECT, T.uint32, [
-            equal, fn.materialize(Const(1 << lane, T.uint32), T.uint32), fn.materialize(Const(0, T.uint32),
-                                                                                          T.uint32)])])
+            equal, fn.const(1 << lane, T.uint32), fn.const(0, T.uint32)])])
     first, _, predicate = d.partition("|")
     if "any" in s.parts:
         fn.assign(first, same)
         return
-    everyone = fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)], own_half=True)
+    everyone = fn.emit(Op.BALLOT, T.uint32, [fn.const(True, T.boolean)], own_half=True)
     all_equal = fn.emit(Op.CMP, T.boolean, [same, everyone], op="eq")
-    fn.assign(first, fn.emit(Op.SELECT, T.uint32, [all_equal, same, fn.materialize(Const(0, T.uint32), T.uint32)]))
+    fn.assign(first, fn.emit(Op.SELECT, T.uint32, [all_equal, same, fn.const(0, T.uint32)]))
     if predicate:
         fn.assign(predicate, all_equal)
 
 
 def _shuffle_index(fn: PtxFunction, v: ir.Value, lane: int) -> ir.Value:
     """v of lane `lane` (of this lane's 32): one SHFL.IDX per 32-bit word."""
-    base = fn.emit(Op.AND, T.int32, [fn.emit(Op.SREG, T.int32, name="laneid"), fn.materialize(Const(~31, T.int32),
-                                                                                            T.int32)])
-    source = fn.emit(Op.OR, T.int32, [base, fn.materialize(Const(lane, T.int32), T.int32)])
+    _, base = fn.warp_lane()
+    source = fn.emit(Op.OR, T.int32, [base, fn.const(lane)])
     if v.type.bits == 32:
         return fn.emit(Op.SHFL, T.uint32, [v, source], mode="IDX")
     words = [fn.emit(Op.SHFL, T.uint32, [part(fn, v, i, 2), source], mode="IDX") for i in (0, 1)]
@@ -297,7 +291,7 @@ def _shfl(fn: PtxFunction, s: Statement) -> None:
         me = fn.emit(Op.SREG, T.int32, name="laneid")
         combine = {"down": Op.ADD, "up": Op.SUB, "bfly": Op.XOR}.get(mode)
         source = lane if combine is None else fn.emit(combine, T.int32, [me, lane])
-        low = fn.emit(Op.CMP, T.boolean, [source, fn.materialize(Const(0, T.int32), T.int32)], op="ge")
+        low = fn.emit(Op.CMP, T.boolean, [source, fn.const(0)], op="ge")
         wave = fn.emit(Op.DIM, T.int32, offset=abi.CBANK_WARP_SIZE)      # 32, or 64 on a 64-wide device
         high = fn.emit(Op.CMP, T.boolean, [source, wave], op="lt")
         fn.assign(second, fn.emit(Op.AND, T.boolean, [low, high]))
@@ -308,21 +302,17 @@ def _segment_shuffle(fn: PtxFunction, mode: str, d: str, value: ir.Value, b: ir.
     definition, lane by lane: c's bits 12-8 mask the segment, its bits 4-0 clamp the source within it; the source
     lane j (up: lane - b, down: lane + b, bfly: lane ^ b, idx: the segment's first | b), or the lane itself where
     j is past the clamp; one SHFL.IDX reads it (within this lane's 32 on a 64-lane wave)."""
-    def k(v):
-        return fn.materialize(Const(v, T.int32), T.int32)
-
     def op(o, *args):
         return fn.emit(o, T.int32, list(args))
-    laneid = fn.emit(Op.SREG, T.int32, name="laneid")
-    me = op(Op.AND, laneid, k(31))
-    segment = op(Op.AND, op(Op.SHR, c, k(8)), k(31))
-    outside = op(Op.XOR, segment, k(31))                        # ~segment, within 5 bits
+    me, base = fn.warp_lane()
+    segment = op(Op.AND, op(Op.SHR, c, fn.const(8)), fn.const(31))
+    outside = op(Op.XOR, segment, fn.const(31))                        # ~segment, within 5 bits
     low = op(Op.AND, me, segment)
     high = op(Op.OR, low, op(Op.AND, c, outside))
     j = {"up": lambda: op(Op.SUB, me, b), "down": lambda: op(Op.ADD, me, b), "bfly": lambda: op(Op.XOR, me, b),
          "idx": lambda: op(Op.OR, low, op(Op.AND, b, outside))}[mode]()
     valid = fn.emit(Op.CMP, T.boolean, [j, high], op="ge" if mode == "up" else "le")
-    source = op(Op.OR, op(Op.AND, laneid, k(~31)), fn.emit(Op.SELECT, T.int32, [valid, j, me]))
+    source = op(Op.OR, base, fn.emit(Op.SELECT, T.int32, [valid, j, me]))
     first, _, second = d.partition("|")
     fn.assign(first, fn.emit(Op.SHFL, T.uint32, [value, source], mode="IDX"))
     if second:
@@ -345,7 +335,7 @@ def _vote(fn: PtxFunction, s: Statement) -> None:
 
 def _activemask(fn: PtxFunction, s: Statement) -> None:
     (d,) = s.operands
-    fn.assign(d, fn.emit(Op.BALLOT, T.uint32, [fn.materialize(Const(True, T.boolean), T.boolean)], own_half=True))
+    fn.assign(d, fn.emit(Op.BALLOT, T.uint32, [fn.const(True, T.boolean)], own_half=True))
 
 
 _CALL = re.compile(r"\s*(?:\(([^)]*)\)\s*,\s*)?([\w$]+)\s*(?:,\s*\(([^)]*)\))?\s*(?:,.*)?$", re.S)
@@ -420,7 +410,7 @@ def _printf(fn: PtxFunction, result: str, fmt_param: str, args_param: str) -> No
     for offset, kind, size in kinds:
         if buffer is None:
             raise fn.error("printf's arguments are not in local memory")
-        addr = fn.emit(Op.ADD, T.int32, [fn.as_type(buffer, T.int32), fn.materialize(Const(offset, T.int32), T.int32)])
+        addr = fn.emit(Op.ADD, T.int32, [fn.as_type(buffer, T.int32), fn.const(offset)])
         t = T.float64 if kind == "float" else {(4, "int"): T.int32, (4, "uint"): T.uint32}.get((size, kind), T.uint64)
         word = fn.emit(Op.LOAD, t, [addr], space="local")
         values.append(fn.as_type(word, T.int64) if kind != "float" else fn.emit(Op.BITCAST, T.int64, [word]))
@@ -428,27 +418,26 @@ def _printf(fn: PtxFunction, result: str, fmt_param: str, args_param: str) -> No
     fn.func.prints[number] = items
     fifo = fn.hidden_pointer(printing.FIFO_INT)
     words = 1 + len(values)
-    old = fn.emit(Op.ATOMIC, T.int64, [fifo, fn.materialize(Const(words, T.int64), T.int64)], op="add",
+    old = fn.emit(Op.ATOMIC, T.int64, [fifo, fn.const(words, T.int64)], op="add",
                   space="global")
-    fits = fn.emit(Op.CMP, T.boolean, [fn.emit(Op.ADD, T.int64, [old, fn.materialize(Const(1 + words, T.int64),
-                                                                                        T.int64)]),
-                                       fn.materialize(Const(printing.FIFO_WORDS, T.int64), T.int64)], op="le")
+    fits = fn.emit(Op.CMP, T.boolean, [fn.emit(Op.ADD, T.int64, [old, fn.const(1 + words, T.int64)]),
+                                       fn.const(printing.FIFO_WORDS, T.int64)], op="le")
     first = fn.emit(Op.ADD, T.uint64, [fifo, fn.emit(Op.SHL, T.uint64, [
-        fn.emit(Op.ADD, T.uint64, [fn.as_type(old, T.uint64), fn.materialize(Const(1, T.uint64), T.uint64)]),
-        fn.materialize(Const(3, T.uint64), T.uint64)])])
+        fn.emit(Op.ADD, T.uint64, [fn.as_type(old, T.uint64), fn.const(1, T.uint64)]),
+        fn.const(3, T.uint64)])])
     write, after = fn.new_block("printf"), fn.new_block("printed")          # a record that does not fit: none
     fn.current.term = ir.Branch(fits, write, after)
     write.preds.append(fn.current)
     after.preds += [fn.current, write]
     fn.place(write)
     fn.seal(write)
-    for k, value in enumerate([fn.materialize(Const(number, T.int64), T.int64), *values]):
-        at = fn.emit(Op.ADD, T.uint64, [first, fn.materialize(Const(8 * k, T.uint64), T.uint64)])
+    for k, value in enumerate([fn.const(number, T.int64), *values]):
+        at = fn.emit(Op.ADD, T.uint64, [first, fn.const(8 * k, T.uint64)])
         fn.emit(Op.STORE, None, [at, value], space="global")
     write.term = ir.Jump(after)
     fn.place(after)
     fn.seal(after)
-    fn.call_results[result] = fn.materialize(Const(len(values), T.int32), T.int32)
+    fn.call_results[result] = fn.const(len(values))
 
 
 def _constant_string(fn: PtxFunction, address: ir.Value | None) -> str:
