@@ -514,6 +514,9 @@ def test_device_printf_prints_as_c_does(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines == [f"thread {t} of 3: {0.5 * t:.3f} {2 ** 0.5:5.2e} ff {2**31 - 1 + t} {chr(65 + t)}|%"
                      for t in range(3)]
+    cuda.RawKernel('extern "C" __global__ void parts() { printf("<%d>", threadIdx.x); }', "parts")((1,), (3,), ())
+    cuda.synchronize()
+    assert capsys.readouterr().out == "<0><1><2>"                 # as C's printf: no newline it was not given
 
 
 def test_assert_stops_the_kernel_naming_its_line():

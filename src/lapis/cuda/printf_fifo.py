@@ -53,8 +53,7 @@ class PrintfFifo:
             lines.append(self._line(items, words, k + 1))
             k += 1 + _values(items)
         if lines:
-            sys.stdout.write("".join(line if line.endswith("\n") and printf else line + "\n"
-                                     for line, printf in lines))
+            sys.stdout.write("".join(line if printf else line + "\n" for line, printf in lines))
             sys.stdout.flush()
         if reserved > k:
             warnings.warn(f"kernels printed more than the printf FIFO's {FIFO_BYTES} bytes hold on "
