@@ -602,17 +602,16 @@ class CommandProcessor:
                 raise PacketError(str(e)) from None
         return occ
 
-    def _check_resources(self, kd: abi.KernelDescriptor, p: abi.KernelDispatchPacket) -> None:
+    def _check_resources(self, kd: abi.KernelDescriptor, local: int) -> None:
         """Refuse a dispatch whose descriptor or packet asks a thread for more than the device gives one (registers,
-        local memory), passes more kernel arguments than constant bank 0 holds or claims more code than a kernel may
-        have, before anything is read for it."""
+        `local` memory, the larger of the two's), passes more kernel arguments than constant bank 0 holds or claims
+        more code than a kernel may have, before anything is read for it."""
         profile = self.gpu.profile
         if kd.code_size > abi.MAX_CODE_BYTES:
             raise PacketError(f"code of {kd.code_size} bytes exceeds the {abi.MAX_CODE_BYTES} a kernel may have")
         if kd.registers > profile.max_registers_per_thread:
             raise PacketError(f"kernel declares {kd.registers} registers per thread; the device allows "
                               f"{profile.max_registers_per_thread}")
-        local = max(kd.private_segment_fixed_size, p.private_segment_size)
         if local > profile.max_local_per_thread:
             raise PacketError(f"private segment of {local} bytes per work-item exceeds the device limit of "
                               f"{profile.max_local_per_thread}")
@@ -634,7 +633,8 @@ class CommandProcessor:
                                                               "kernel descriptor fetch"))
             if kd.code_size <= 0 or kd.code_size % INSTRUCTION_BYTES or not 0 < kd.registers:
                 raise PacketError(f"kernel_object {p.kernel_object:#x} does not point at a kernel descriptor")
-            self._check_resources(kd, p)
+            local = max(kd.private_segment_fixed_size, p.private_segment_size)
+            self._check_resources(kd, local)
             entry = (p.kernel_object + kd.kernel_code_entry_byte_offset) % 2**64     # a 64-bit address adder
             code = gpu.read_virtual(q.vmid, entry, kd.code_size, "instruction fetch", execute=True)
             kernargs = (gpu.read_virtual(q.vmid, p.kernarg_address, kd.kernarg_size, "kernel argument fetch")
@@ -647,7 +647,6 @@ class CommandProcessor:
         cbank = self._constant_bank(block, grid, kernargs)
         shared = max(kd.group_segment_fixed_size, p.group_segment_size)
         occ = self._occupancy(block[0] * block[1] * block[2], kd.registers, shared)
-        local = max(kd.private_segment_fixed_size, p.private_segment_size)
         cooperative = bool(p.setup & abi.SETUP_COOPERATIVE)
         blocks = grid[0] * grid[1] * grid[2]
         if cooperative and blocks > occ.resident_blocks:
