@@ -433,3 +433,17 @@ def test_nvrtc_s_cubin_is_the_lapis_code_object_and_loads(context):
     for buffer in buffers:
         check(driver.cuMemFree(buffer))
     check(driver.cuModuleUnload(module))
+
+
+def test_a_kernel_that_prints_launches_through_the_driver(context, capsys):
+    """printf's FIFO is a hidden argument after the kernel's own: cuLaunchKernel supplies it, as RawKernel does
+    (it once read it from kernelParams, one pointer past the user's arguments)."""
+    module = check(driver.cuModuleLoadData(ptx_of(b'extern "C" __global__ void hello(int n) '
+                                                  b'{ printf("%d of %d\\n", threadIdx.x, n); }')))
+    kernel = check(driver.cuModuleGetFunction(module, b"hello"))
+    n = np.array([2], np.int32)
+    params = np.array([n.ctypes.data], np.uint64)
+    check(driver.cuLaunchKernel(kernel, 1, 1, 1, 2, 1, 1, 0, 0, params.ctypes.data, 0))
+    check(driver.cuCtxSynchronize())
+    assert capsys.readouterr().out == "0 of 2\n1 of 2\n"
+    check(driver.cuModuleUnload(module))

@@ -35,6 +35,9 @@ from lapis.cuda.printf_fifo import fifo_of
 from lapis.runtime import CodeObject
 
 api = None              # the programming interface whose contexts launch the kernels (lapis.cuda sets it)
+# The kinds of argument-layout entry the launch supplies after the kernel's own arguments (ptx_function.py lays them
+# out): the module's .global/.const buffer, and hidden pointers (the printf FIFO)
+HIDDEN = ("globals", "hidden")
 
 ARCHITECTURE = "compute_90"     # the PTX NVRTC writes for the simulated GPUs (Hopper's; lapis assembles it for both)
 # A parameter's PTX type -> the numpy type its bytes are packed as
@@ -165,6 +168,13 @@ class RawModule:
             kernels.append(kernel)
         return CodeObject(kernels).to_bytes()
 
+    def hidden_arguments(self, compiled, context) -> list[tuple[dict, DeviceNDArray]]:
+        """A kernel's hidden arguments after its own on `context` (the `HIDDEN` entries of its argument layout), each
+        with its value: the module's variables' buffer, or the printf FIFO."""
+        return [(entry, self.globals_buffer(context) if entry["kind"] == "globals" else
+                 fifo_of(context).argument(compiled, entry["name"]))
+                for entry in compiled.arg_layout if entry["kind"] in HIDDEN]
+
     def launch_context(self, args: tuple, stream):
         """The context a launch of this module's kernels with `args` on `stream` runs in (and, with neither, where
         get_global looks): lapis.cuda's (lapis.hip's module checks the device's wave size too)."""
@@ -259,8 +269,7 @@ class RawKernel:
                               "(cudaErrorInvalidValue)")
         compiled = self.compiled
         context = self.module.launch_context(args, stream)
-        hidden = [self.module.globals_buffer(context) if entry["kind"] == "globals" else
-                  fifo_of(context).argument(compiled, entry["name"]) for entry in compiled.arg_layout[len(args):]]
+        hidden = [value for _, value in self.module.hidden_arguments(compiled, context)]
         kernargs = pack(compiled.arg_layout, (*args, *hidden), self.name)
         queue, index = context.launch(compiled, kernargs, grid, block, shared_mem, stream=stream)
         if trace.enabled():

@@ -31,7 +31,7 @@ from lapis.cuda.bindings._handles import CUdeviceptr, CUfunction, CUmodule, Func
 from lapis.cuda.bindings._params import parameter_bytes, read_string
 from lapis.cuda.compiler import CompileError
 from lapis.cuda.occupancy import max_active_blocks_per_multiprocessor
-from lapis.cuda.raw_kernel import RawModule
+from lapis.cuda.raw_kernel import HIDDEN, RawModule
 from lapis.runtime.code_object import CodeObjectError, LoadedImage
 
 F = _real.CUfunction_attribute
@@ -64,9 +64,9 @@ class CodeObjectModule:
             raise DriverError(R.CUDA_ERROR_INVALID_IMAGE, f"not a lapis code object (a cubin's SASS is not "
                               f"something lapis runs: load PTX): {e}") from None
         for kernel in self.kernels.values():
-            if any(a.get("kind") == "globals" for a in kernel.compiled.arg_layout):
+            if any(a.get("kind") in HIDDEN for a in kernel.compiled.arg_layout):
                 raise DriverError(R.CUDA_ERROR_INVALID_IMAGE, f"kernel {kernel.name!r} of the code object uses module "
-                                  "variables, which a code object does not carry: load its PTX")
+                                  "variables or printf, which a code object does not carry: load its PTX")
 
 
 def _kernels(raw) -> list[str]:
@@ -162,10 +162,11 @@ def _limits(function: FunctionRecord) -> tuple[int, int]:
     most = function.max_dynamic_shared
     if most is None:
         most = max(0, min(DEFAULT_DYNAMIC_SHARED, p.shared_per_block) - compiled.shared_bytes)
-    threads = 0
-    for block in range(p.warp_size, p.max_threads_per_block + 1, p.warp_size):
+    threads = 0         # the largest whole-warp block that fits a multiprocessor (fewer fit as blocks grow)
+    for block in range(p.max_threads_per_block // p.warp_size * p.warp_size, 0, -p.warp_size):
         if max_active_blocks_per_multiprocessor(p, block, compiled.registers, compiled.shared_bytes):
             threads = block
+            break
     entry = None if isinstance(function.kernel, CodeObjectKernel) else \
         function.kernel.module.module.entries[function.kernel.name]
     if entry is not None and entry.maxntid:
@@ -275,16 +276,15 @@ def cuLaunchKernel(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockD
     if most_threads and threads > most_threads and threads <= context.device.properties.max_threads_per_block:
         raise DriverError(R.CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, f"{threads} threads of {compiled.registers} "
                           f"registers each do not fit a multiprocessor (at most {most_threads})")
-    layout = [e for e in compiled.arg_layout if e.get("kind") != "globals"]
+    layout = [e for e in compiled.arg_layout if e.get("kind") not in HIDDEN]
     values = parameter_bytes(kernelParams, extra, layout)
     size = max((e["offset"] + e["size"] for e in compiled.arg_layout), default=0)
     kernargs = bytearray(-(-size // 8) * 8)
     for entry, raw in zip(layout, values, strict=True):
         kernargs[entry["offset"]:entry["offset"] + entry["size"]] = raw
-    for entry in compiled.arg_layout:
-        if entry.get("kind") == "globals":      # the module's __device__ and __constant__ memory on this device
-            buffer = kernel.module.globals_buffer(context)
-            kernargs[entry["offset"]:entry["offset"] + 8] = np.uint64(buffer.ptr).tobytes()
+    if not isinstance(kernel, CodeObjectKernel):    # the module's variables' buffer, the printf FIFO, on this device
+        for entry, value in kernel.module.hidden_arguments(compiled, context):
+            kernargs[entry["offset"]:entry["offset"] + 8] = np.uint64(value.ptr).tobytes()
     queue, index = context.launch(compiled, bytes(kernargs), grid, block, shared, stream=stream)
     if trace.enabled():
         trace.emit(3, "launch", kernel=kernel.name, device=str(context.device), grid=grid, block=block,
