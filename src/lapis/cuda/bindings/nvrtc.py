@@ -10,6 +10,7 @@ wheels (cuda_fp16.h, cooperative_groups.h, cuda::std, cub), as nvcc finds its ow
 """
 
 import ctypes
+import functools
 import re
 
 from cuda.bindings import nvrtc as _nvrtc
@@ -46,7 +47,6 @@ def nvrtcGetCUBIN(prog, cubin):  # noqa: N802 - cuda-python's name
 
 def _cubin(prog) -> tuple:
     from lapis.cuda.compiler import CompileError
-    from lapis.cuda.raw_kernel import RawModule
     err, size = _nvrtc.nvrtcGetPTXSize(prog)
     if err != nvrtcResult.NVRTC_SUCCESS:
         return err, None
@@ -55,6 +55,13 @@ def _cubin(prog) -> tuple:
     if err != nvrtcResult.NVRTC_SUCCESS:
         return err, None
     try:
-        return nvrtcResult.NVRTC_SUCCESS, RawModule(ptx=ptx.decode().rstrip("\x00"), name="program.ptx").code_object()
+        return nvrtcResult.NVRTC_SUCCESS, _assembled(ptx.decode().rstrip("\x00"))
     except CompileError:
         return nvrtcResult.NVRTC_ERROR_COMPILATION, None
+
+
+@functools.lru_cache(maxsize=8)
+def _assembled(ptx: str) -> bytes:
+    """The code object of a program's PTX, kept: nvrtcGetCUBINSize and nvrtcGetCUBIN each ask for it."""
+    from lapis.cuda.raw_kernel import RawModule
+    return RawModule(ptx=ptx, name="program.ptx").code_object()
