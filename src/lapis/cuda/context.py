@@ -37,6 +37,7 @@ from lapis.cuda.memory_pool import MemoryPool
 from lapis.runtime import line_table
 
 KERNARG_SLOT = abi.MAX_KERNARG_BYTES
+FILL_BYTES = 64 << 20     # the filled host buffer a memset uploads, as often as it takes
 KERNARG_SLOTS = 256
 # Completion signals a context keeps for reuse: as many as launches it can have in flight, so a
 # synchronize's worth of retired ones serves the next batch of launches (pending and spare together
@@ -208,6 +209,17 @@ class Context:
             self.rt.copy_to_device(self.agent, dst, data)
         else:
             self.rt.copy_on_device(self.agent, dst, src, data.nbytes, kind="host_to_device")
+
+    def fill(self, dst: int, value: int, count: int, dtype, stream=None) -> None:
+        """Set `count` elements of `dtype` from a device address to `value` (its low bits), after the stream's
+        earlier work: a filled host buffer uploaded, FILL_BYTES at a time at most (cudaMemset, cuMemsetD8/16/32:
+        there is no fill packet)."""
+        itemsize = np.dtype(dtype).itemsize
+        total = count * itemsize
+        filled = np.full(min(total, FILL_BYTES) // itemsize, int(value) & ((1 << (8 * itemsize)) - 1),
+                         dtype).view(np.uint8)
+        for offset in range(0, total, FILL_BYTES):
+            self.copy_to_device(dst + offset, filled[:total - offset], stream)
 
     def copy_to_host(self, src: int, size: int, stream=None, into: np.ndarray | None = None) -> np.ndarray:
         """Copy device bytes to the host, after the stream's earlier work: into `into` (a flat uint8

@@ -92,7 +92,6 @@ hipError_t = IntEnum("hipError_t", [(hip_name(name), code) for name, code, _ in 
 cudaMemcpyKind = IntEnum("cudaMemcpyKind", MEMCPY_KINDS)
 hipMemcpyKind = IntEnum("hipMemcpyKind", [(hip_name(name), value) for name, value in MEMCPY_KINDS])
 _MESSAGES = {code: text for _, code, text in ERRORS}
-MEMSET_BYTES = 64 << 20     # the filled host buffer cudaMemset uploads, as often as it takes
 _HOST_TO_HOST, _HOST_TO_DEVICE, _DEVICE_TO_HOST, _DEVICE_TO_DEVICE, _DEFAULT = range(5)
 
 
@@ -352,9 +351,7 @@ class RuntimeApi:
     def _memset(self, pointer, value, count, stream) -> None:
         count = _size(count, "count")
         context, address = self._device(pointer, count)
-        filled = np.full(min(count, MEMSET_BYTES), int(value) & 0xFF, np.uint8)
-        for offset in range(0, count, MEMSET_BYTES):
-            context.copy_to_device(address + offset, filled[:count - offset], self._stream(stream))
+        context.fill(address, value, count, np.uint8, self._stream(stream))
 
     @_entry()
     def cudaMemset(self, pointer, value, count) -> None:

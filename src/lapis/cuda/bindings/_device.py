@@ -36,7 +36,6 @@ from lapis.cuda.devicearray import Allocation, DeviceNDArray
 from lapis.cuda.errors import CudaError
 
 A = _real.CUdevice_attribute
-MEMSET_BYTES = 64 << 20          # the filled host buffer a memset uploads, as often as it takes
 
 
 def _properties(ordinal: int):
@@ -428,12 +427,7 @@ def _memset(pointer, value, count, dtype, h_stream) -> None:
     context, address = _device(pointer, count * itemsize)
     if address % itemsize:
         raise DriverError(R.CUDA_ERROR_INVALID_VALUE, f"{address:#x} is not aligned to {itemsize} bytes")
-    value = int(value) & ((1 << (8 * itemsize)) - 1)
-    stream = _copy_stream(h_stream, context)
-    total = count * itemsize
-    filled = np.full(min(total, MEMSET_BYTES) // itemsize, value, dtype).view(np.uint8)
-    for offset in range(0, total, MEMSET_BYTES):
-        context.copy_to_device(address + offset, filled[:total - offset], stream)
+    context.fill(address, value, count, dtype, _copy_stream(h_stream, context))
 
 
 @_entry()
