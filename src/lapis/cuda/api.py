@@ -216,6 +216,19 @@ class Api:
                 return ctx, allocation
         return None
 
+    def device_range(self, address: int, count: int) -> tuple[Context, int]:
+        """(context, address) of `count` bytes of device memory at `address`, which this API handed out; a
+        ValueError saying why not (freed, never allocated, or running past its allocation)."""
+        found = self.owner_of(address)
+        if found is None:
+            raise ValueError(f"{address:#x} is not in device memory allocated through lapis.{self.name} (freed "
+                             "already?)")
+        context, allocation = found
+        if address + count > allocation.va + allocation.size:
+            raise ValueError(f"{count} bytes at {address:#x} overrun the allocation of {allocation.size} bytes at "
+                             f"{allocation.va:#x}")
+        return context, address
+
     def context_for(self, args, stream) -> Context:
         """The context a launch runs in: its stream's, else its first device array's, else the current one."""
         if isinstance(stream, Stream):

@@ -256,15 +256,10 @@ class RuntimeApi:
         if isinstance(address, bool) or not isinstance(address, int | np.integer):
             raise ApiError(cudaError_t.cudaErrorInvalidValue, f"a device address must be a pointer from "
                            f"{self._name('cudaMalloc')} or a device array, not {type(address).__name__}")
-        found = self.api.owner_of(int(address))
-        if found is None:
-            raise ApiError(cudaError_t.cudaErrorInvalidValue, f"{int(address):#x} is not in device memory "
-                           f"allocated through lapis.{self.api.name} (freed already?)")
-        context, allocation = found
-        if int(address) + count > allocation.va + allocation.size:
-            raise ApiError(cudaError_t.cudaErrorInvalidValue, f"{count} bytes at {int(address):#x} overrun the "
-                           f"allocation of {allocation.size} bytes at {allocation.va:#x}")
-        return context, int(address)
+        try:
+            return self.api.device_range(int(address), count)
+        except ValueError as e:
+            raise ApiError(cudaError_t.cudaErrorInvalidValue, str(e)) from None
 
     @staticmethod
     def _is_device(obj) -> bool:

@@ -265,14 +265,10 @@ def _device(pointer, nbytes: int):
     if address is None:
         raise TypeError(f"Argument 'dstDevice' is not instance of type (expected <class 'int'>, CUdeviceptr), "
                         f"not {type(pointer).__name__}")
-    found = _api.owner_of(address)
-    if found is None:
-        raise DriverError(R.CUDA_ERROR_INVALID_VALUE, f"{address:#x} is not in live device memory")
-    context, allocation = found
-    if address + nbytes > allocation.va + allocation.size:
-        raise DriverError(R.CUDA_ERROR_INVALID_VALUE, f"{nbytes} bytes at {address:#x} overrun the allocation of "
-                          f"{allocation.size} bytes at {allocation.va:#x}")
-    return context, address
+    try:
+        return _api.device_range(address, nbytes)
+    except ValueError as e:
+        raise DriverError(R.CUDA_ERROR_INVALID_VALUE, str(e)) from None
 
 
 def _copy_stream(h_stream, context):
