@@ -38,7 +38,13 @@ from lapis.cuda.printf_fifo import fifo_of
 _ARRAY_TYPES: dict[tuple, T.ArrayType] = {}       # (dtype, ndim, layout) -> its type: launches see few
 
 
+_NUMPY_SCALAR_TYPES: dict[type, object] = {}     # a numpy scalar type -> its argument type (launches see few)
+
+
 def _scalar_type(value, index: int, name: str):
+    kind = _NUMPY_SCALAR_TYPES.get(type(value))
+    if kind is not None:                    # np.int64(n), np.float32(x): a library's every launch passes some
+        return kind
     if isinstance(value, bool | np.bool_):
         return T.boolean
     if isinstance(value, int):
@@ -49,7 +55,9 @@ def _scalar_type(value, index: int, name: str):
         return T.complex128
     if isinstance(value, np.generic):
         t = T.scalar_of(value.dtype)
-        return T.int32 if t in T.STORAGE else t           # a small integer's value, as an array element's load
+        t = T.int32 if t in T.STORAGE else t              # a small integer's value, as an array element's load
+        _NUMPY_SCALAR_TYPES[type(value)] = t
+        return t
     raise TypeError(f"kernel argument {index} ({name!r}) of type {type(value).__name__} is not supported "
                     "(pass device arrays and numbers)")
 
@@ -204,7 +212,8 @@ class Dispatcher:
             self._launch_with_host_arrays(args, grid, block, stream, shared)
             return
         context = self.api.context_for(args, stream)
-        argtypes = tuple(_argtype(a, i, n, context) for i, (a, n) in enumerate(zip(args, names, strict=True)))
+        argtypes = tuple([a._kind or _array_type(a) if type(a) is DeviceNDArray and a.context is context
+                          else _argtype(a, i, names[i], context) for i, a in enumerate(args)])
         if self.signatures:
             args, argtypes = self._fitted(args, argtypes)
         threads = block[0] * block[1] * block[2]
