@@ -50,6 +50,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/seed_matmul.py
 	$(BIN)/python benchmarks/cuda_cpp.py
 	$(BIN)/python benchmarks/framework.py --digits
+	$(BIN)/python benchmarks/micro.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

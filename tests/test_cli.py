@@ -168,6 +168,18 @@ def test_bench_quick_runs_every_benchmark(capfd):
     assert out.count("% of peak") == 3 and "per training step" in out and "numpy A @ B" in out
 
 
+@pytest.mark.slow
+def test_bench_micro_prints_the_model_beside_published_figures(tmp_path, capfd):
+    png = tmp_path / "latency.png"
+    assert main(["bench", "micro", "--quick", "--device", "cuda", "--plot", str(png)]) == 0
+    out = capfd.readouterr().out
+    assert "NVIDIA H200 SXM (simulated) (h200)" in out and "MI300X" not in out
+    assert "BabelStream triad" in out and "pointer chase, cycles per load" in out and "held to +-15%" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with pytest.raises(SystemExit):
+        main(["bench", "--plot", str(png)])                  # the curve is the microbenchmarks'
+
+
 SAXPY = """\
 import numpy as np
 from lapis import cuda

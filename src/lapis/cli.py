@@ -316,8 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("info", help="every layer's version and what it found: agents, pools, device properties")
     bench = sub.add_parser("bench", help="run the benchmark suite (benchmarks/ of a source checkout) and print its "
                            "figures", description="Runs benchmarks/simulator.py, libs.py, seed_matmul.py and "
-                           "framework.py in turn, as `make bench` does.")
+                           "framework.py in turn, as `make bench` does; `lapis bench micro` runs the microbenchmarks "
+                           "(benchmarks/micro.py) beside published measurements of real GPUs.")
+    bench.add_argument("suite", nargs="?", choices=["micro"], help="micro: the model against real GPUs' figures")
     bench.add_argument("--quick", action="store_true", help="reduced sizes (a minute or two)")
+    bench.add_argument("--plot", metavar="PNG", type=_output_file,
+                       help="with micro: draw the pointer chase's latency curve into PNG (needs matplotlib)")
+    bench.add_argument("--device", choices=["cuda", "hip", "both"],
+                       help="with micro: the H200 (cuda), the MI300X (hip) or both (the default)")
     view = sub.add_parser("view", help="the trace viewer page: the stack, an op's path through it, a timeline",
                           description="Serve the viewer for a Chrome trace (from lapis trace) on localhost, or "
                           "write it as one self-contained HTML file with --html. The page fetches nothing.")
@@ -360,7 +366,10 @@ def _run(parser, args) -> int:
     if args.command == "info":
         return run_info()
     if args.command == "bench":
-        return run_bench(args.quick)
+        if (args.plot or args.device) and args.suite != "micro":
+            parser.error("--plot and --device are the microbenchmarks': lapis bench micro [--device D] [--plot PNG]")
+        return run_bench(args.quick, args.suite, [*(["--plot", args.plot] if args.plot else []),
+                                                  *(["--device", args.device] if args.device else [])])
     if args.command == "smi":
         return run_smi(parser, args)
     if args.command in ("trace", "profile"):
@@ -536,8 +545,9 @@ BENCHMARKS = (("simulator.py", ["--threads", "16384", "--size", "256", "--repeat
               ("framework.py", ["--repeat", "10", "--steps", "1", "--models", "mlp"]))
 
 
-def run_bench(quick: bool) -> int:
-    """The scripts of benchmarks/ (found beside the source tree: they are part of a checkout, not of the package)."""
+def run_bench(quick: bool, suite: str | None = None, options: list[str] = ()) -> int:
+    """The scripts of benchmarks/ (found beside the source tree: they are part of a checkout, not of the package),
+    or with suite "micro" its microbenchmarks (with `options`)."""
     import subprocess
     from pathlib import Path
     root = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -545,6 +555,9 @@ def run_bench(quick: bool) -> int:
         print(f"lapis bench: no benchmarks/ beside the source tree ({root}); run it from a source checkout",
               file=sys.stderr)
         return 1
+    if suite == "micro":
+        return subprocess.run([sys.executable, str(root / "micro.py"), *(["--quick"] if quick else []),
+                               *options]).returncode
     status = 0
     for script, reduced in BENCHMARKS:
         print(f"== {script}", flush=True)
