@@ -45,3 +45,17 @@ def test_the_check_finds_a_stale_figure(demo):
     assert facts.rewrite(stale, demo) == f"uses {demo['registers']}<!--fact:registers--> registers"
     with pytest.raises(KeyError, match="no fact named 'nonsense'"):
         facts.rewrite("7<!--fact:nonsense-->", demo)
+
+
+def test_the_profile_table_of_layer0_is_the_profiles():
+    """docs/layer0-hardware.md's table of profile fields quotes the latencies, the launch cost and the DRAM
+    efficiency the model is calibrated with (docs/performance-model.md): each row as the profiles have it."""
+    from lapis.hardware.profiles import PROFILES
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:5]]
+            for line in (DOCS / "layer0-hardware.md").read_text().splitlines() if line.startswith("| ")}
+    for column, p in enumerate(PROFILES[name] for name in ("h200", "mi300x", "teaching")):
+        assert rows["l2 / dram / shared latency (cycles)"][column] == \
+            f"{p.l2_latency_cycles} / {p.dram_latency_cycles} / {p.shared_latency_cycles}"
+        assert rows["schedulers_per_unit, kernel_launch_ns"][column] == \
+            f"{p.schedulers_per_unit}, {p.kernel_launch_ns:.0f}"
+        assert rows["memory_bytes, memory_bandwidth, dram_efficiency"][column].endswith(f", {p.dram_efficiency}")

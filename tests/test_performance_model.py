@@ -229,13 +229,45 @@ def test_the_scoreboard_walk_waits_on_the_latest_writer_of_each_source():
     program = assemble("LDG.E R4, [R2.64] ;\nFADD R5, R4, R4 ;\nMOV R6, R7 ;\nFADD R8, R5, R6 ;\nEXIT ;")
     load = 400.0
     fadd, mov = OPCODES["FADD"].latency, OPCODES["MOV"].latency
-    stalls, tail, cycles = perf._walk_program(perf._dataflow(program), load)
+    stalls, tail, cycles = perf._walk_program(perf._dataflow(program), {"global": load, "shared": 30})
     issue1 = 1.0 + load                                   # the LDG issues at cycle 1
     issue3 = max(issue1 + 2.0, issue1 + fadd, issue1 + 1.0 + mov)
     assert stalls[:2] == [(0.0, ""), (load - 1.0, "long scoreboard")]
     assert stalls[2] == (0.0, "")
     assert stalls[3] == (issue3 - (issue1 + 1.0) - 1.0, "wait" if issue3 > issue1 + 2.0 else "")
     assert tail == max(0.0, issue3 + fadd - (issue3 + 1.0)) and np.array_equal(cycles, [1 + s for s, _ in stalls])
+
+
+def test_a_loop_trip_takes_at_least_its_recurrence():
+    """A pointer chase's address comes from the last trip's load: the walk in layout order sees only the first
+    trip's writer (before the loop), so each trip must wait for the load through the recurrence bound, which
+    an accumulator's add (4 cycles) does not raise past the trip's issue."""
+    chase = assemble("""
+        MOV R4, 0x0 ;
+        MOV R5, 0x0 ;
+        IMAD.64 R6, R4, 0x8, R2 ;
+        LDG.E.64 R4, [R6.64] ;
+        IADD.64 R8, R8, 0x1 ;
+        ISETP.LT.S64.AND P0, R8, R10, PT ;
+        @P0 BRA 0x20 ;
+        EXIT ;""")
+    levels = {"global": 300.0, "shared": 30}
+    flow = perf._dataflow(chase)
+    stalls, _, cycles = perf._walk_program(flow, levels)
+    trip = cycles[2:7].sum()
+    assert trip == pytest.approx(300 + OPCODES["IMAD"].latency)            # the load's latency and the address's
+    assert stalls[2][1] == "long scoreboard"                                   # the address waits on the load
+    without_loop = perf._walk_program(perf._dataflow(chase[:6] + chase[7:]), levels)[2]
+    assert without_loop[2:6].sum() < 20                                        # straight-line: no wait at all
+    adds = assemble("""
+        FADD R4, R4, R6 ;
+        IADD.64 R8, R8, 0x1 ;
+        ISETP.LT.S64.AND P0, R8, R10, PT ;
+        @P0 BRA 0x0 ;
+        EXIT ;""")
+    plain = perf._walk_program(perf._dataflow(adds), levels)[2]
+    assert plain[:4].sum() >= OPCODES["FADD"].latency and np.array_equal(
+        plain, [1.0 + wait for wait, _ in perf._walk_program(perf._dataflow(adds), levels)[0]])
 
 
 def test_a_kept_timing_answers_only_for_the_same_counts():

@@ -28,9 +28,9 @@ class CopyEngine:
         host_out = sum(n for system, _, n in dst_pieces if system)
         start = gpu.clock.now_ns
         if host_in:
-            gpu.pcie.transfer(TO_DEVICE, host_in, "copy engine DMA read of host memory")
+            gpu.pcie.transfer(TO_DEVICE, host_in, "copy engine DMA read of host memory", waited=True)
         if host_out:
-            gpu.pcie.transfer(TO_HOST, host_out, "copy engine DMA write to host memory")
+            gpu.pcie.transfer(TO_HOST, host_out, "copy engine DMA write to host memory", waited=True)
         local = 2 * size - host_in - host_out
         gpu.clock.advance(local / gpu.profile.memory_bandwidth * 1e9)
         spans = list(_spans(src_pieces, dst_pieces))

@@ -22,8 +22,12 @@ fit (the fewer waves), the better latency is hidden, as in Hong and Kim's MWP-CW
 warp's chain comes from a scoreboard walk over the program in layout order: each instruction
 issues one cycle after the previous one, or when its source registers are ready, whichever is
 later; a global load is ready after the L2 latency if it hit and the DRAM latency if it
-missed, in the proportion the run measured. Each instruction's wait is weighted by how often
-a warp executed it, and the warp retires when its last result has landed.
+missed, in the proportion the run measured, a shared load after the profile's shared-memory
+latency. Each instruction's wait is weighted by how often a warp executed it, and the warp
+retires when its last result has landed. A loop's trip takes at least its recurrence: the
+longest chain of results from an instruction that reads what the previous trip left (a pointer
+chase's address, an accumulator) to the instruction that leaves it, as modulo scheduling
+bounds a loop; the layout-order walk alone sees only the first trip's inputs.
 """
 
 from dataclasses import dataclass
@@ -33,6 +37,7 @@ import numpy as np
 from lapis.hardware.power import kernel_energy_j
 from lapis.hardware.profiles import DeviceProfile
 from lapis.hardware.simt import Counters
+from lapis.hardware.simt.scheduler import branch_target
 from lapis.isa import OPCODES, Instruction
 from lapis.isa.dataflow import registers
 
@@ -107,6 +112,11 @@ _LONG = {"LDG", "ATOMG", "LDL"}
 _SHORT = {"LDS", "ATOMS", "MUFU", "SHFL"}
 
 
+# Instructions whose latency is the profile's (the walk's `level_cycles`), not the opcode table's: a global load's
+# depends on where it hits, a shared load's on the device.
+_MEMORY_LATENCY = {"LDG": "global", "ATOMG": "global", "LDS": "shared"}
+
+
 # Walks already done, by (program, load latency): frameworks launch the same kernels over and over,
 # and a walk is a Python loop over the program.
 _WALKS: dict[tuple[int, float, str], tuple[list[Instruction], tuple]] = {}
@@ -117,11 +127,12 @@ def _walk(profile: DeviceProfile, program: list[Instruction], c: Counters):
     """The scoreboard walk: per instruction, the cycles a warp waits before issuing it (beyond the one
     issue cycle) and why; then the cycles after the last issue until the last result lands."""
     hit = c.l2_hits / c.global_sectors if c.global_sectors else 1.0
-    load_cycles = hit * profile.l2_latency_cycles + (1 - hit) * profile.dram_latency_cycles
+    level_cycles = {"global": hit * profile.l2_latency_cycles + (1 - hit) * profile.dram_latency_cycles,
+                    "shared": profile.shared_latency_cycles}
 
     def walk():
-        return _walk_program(_kept(_DATAFLOWS, id(program), program, lambda: _dataflow(program)), load_cycles)
-    return _kept(_WALKS, (id(program), load_cycles, profile.name), program, walk)
+        return _walk_program(_kept(_DATAFLOWS, id(program), program, lambda: _dataflow(program)), level_cycles)
+    return _kept(_WALKS, (id(program), level_cycles["global"], profile.name), program, walk)
 
 
 # Each program's dataflow, which the walk needs whatever the load latency, kept as walks are.
@@ -143,22 +154,71 @@ def _kept(cache: dict, key, program: list[Instruction], make):
 
 
 def _dataflow(program: list[Instruction]) -> tuple:
-    """Per instruction the instructions that last wrote the registers it reads, its latency (None for a
-    global load, whose latency is the walk's) and its stall kind; and the last writer of every register."""
+    """Per instruction the instructions that last wrote the registers it reads, its latency (a memory level's
+    name for a load whose latency is the profile's) and its stall kind; the last writer of every register; and the
+    innermost loops' recurrences (`_loops`)."""
     writer: dict[int, int] = {}
-    deps, latencies, kinds = [], [], []
+    deps, latencies, kinds, reads_of = [], [], [], []
     for pc, inst in enumerate(program):
         reads, writes = registers(inst)
+        reads_of.append(reads)
         deps.append(tuple(writer[r] for r in reads if r in writer))
-        latencies.append(None if inst.op in ("LDG", "ATOMG") else OPCODES[inst.op].latency)
+        latencies.append(_MEMORY_LATENCY.get(inst.op, OPCODES[inst.op].latency))
         kinds.append("long scoreboard" if inst.op in _LONG else "short scoreboard" if inst.op in _SHORT else "wait")
         for r in writes:
             writer[r] = pc
-    return deps, latencies, kinds, tuple(set(writer.values()))
+    return deps, latencies, kinds, tuple(set(writer.values())), _loops(program, reads_of)
 
 
-def _walk_program(flow: tuple, load_cycles: float):
-    deps, latencies, kinds, last_writers = flow
+def _loops(program: list[Instruction], reads_of: list[tuple[int, ...]]) -> list[tuple[int, int, list, list]]:
+    """Each innermost loop (a backward branch with no other inside its body) as (first pc, branch pc, the
+    body's dependences within an iteration, its loop-carried ones): an instruction that reads a register the
+    body writes only at or after it reads the value the previous trip left, so a pointer chase's address
+    waits on the last trip's load. The layout-order walk sees only the first trip's writer (before the loop)."""
+    backs = [(branch_target(inst, pc), pc) for pc, inst in enumerate(program)
+             if inst.op == "BRA" and branch_target(inst, pc) <= pc]
+    loops = []
+    for start, end in backs:
+        if any(start <= s and e <= end and (s, e) != (start, end) for s, e in backs):
+            continue                              # not innermost: its body's walk already counts trip by trip
+        writer: dict[int, int] = {}
+        within: list[tuple[int, ...]] = []
+        unwritten: list[tuple[int, ...]] = []     # per instruction, what it reads that the trip has not yet written
+        for pc in range(start, end + 1):
+            within.append(tuple(writer[r] for r in reads_of[pc] if r in writer))
+            unwritten.append(tuple(r for r in reads_of[pc] if r not in writer))
+            for r in registers(program[pc])[1]:
+                writer[r] = pc
+        carried = [(writer[r], pc) for pc in range(start, end + 1) for r in unwritten[pc - start] if r in writer]
+        if carried:
+            loops.append((start, end, within, carried))
+    return loops
+
+
+def _recurrence(loop: tuple, latencies: list, level_cycles: dict) -> tuple[float, int, int]:
+    """The cycles one trip of a loop takes at least, from its slowest loop-carried chain (modulo scheduling's
+    recurrence bound): over each carried dependence w -> r, the longest chain of results from r to w within a
+    trip plus w's own latency; and that dependence (w, r)."""
+    start, end, within, carried = loop
+    best = (0.0, -1, -1)
+    for w, r in carried:
+        longest = {r: 0.0}                        # cycles from r's issue to each instruction's, along results
+        for pc in range(r + 1, w + 1):
+            arrivals = [longest[d] + _latency(latencies[d], level_cycles) for d in within[pc - start] if d in longest]
+            if arrivals:
+                longest[pc] = max(arrivals)
+        if w in longest:
+            best = max(best, (longest[w] + _latency(latencies[w], level_cycles), w, r))
+    return best
+
+
+def _latency(latency: int | str, level_cycles: dict) -> float:
+    """An instruction's result latency: the opcode table's, or the profile's for a memory level."""
+    return level_cycles[latency] if isinstance(latency, str) else latency
+
+
+def _walk_program(flow: tuple, level_cycles: dict):
+    deps, latencies, kinds, last_writers, loops = flow
     ready: list[float] = []                       # per instruction, when its result lands
     now, stalls = 0.0, []
     for pc, sources in enumerate(deps):
@@ -168,9 +228,14 @@ def _walk_program(flow: tuple, load_cycles: float):
                 issue, reason = ready[w], kinds[w]
         stalls.append((issue - now - 1.0, reason if issue > now + 1.0 else ""))
         now = issue
-        latency = latencies[pc]
-        ready.append(issue + (load_cycles if latency is None else latency))
+        ready.append(issue + _latency(latencies[pc], level_cycles))
     tail = max(0.0, max((ready[w] for w in last_writers), default=0.0) - now)
+    for loop in loops:                            # a trip lasts at least its recurrence: the reader of the
+        bound, w, r = _recurrence(loop, latencies, level_cycles)         # carried value waits the difference
+        trip = sum(1.0 + wait for wait, _ in stalls[loop[0]:loop[1] + 1])
+        if bound > trip:
+            wait, reason = stalls[r]
+            stalls[r] = (wait + bound - trip, kinds[w] if bound - trip >= wait else reason)
     return stalls, tail, np.array([1.0 + wait for wait, _ in stalls])
 
 

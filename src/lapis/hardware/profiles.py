@@ -54,6 +54,8 @@ class DeviceProfile:
     kernel_launch_ns: float        # fixed front-end cost of a dispatch
     compute_capability: tuple[int, int]
     register_allocation_unit: int = 256   # registers are handed to warps in chunks of this many, as on NVIDIA GPUs
+    # A shared-memory (LDS) load's latency, which the performance model's scoreboard walk charges its consumer
+    shared_latency_cycles: int = 24
     # The most local (private, scratch) memory a thread may have: CUDA's documented 512 KiB per thread; on AMD the
     # CP's per-wave scratch field (COMPUTE_TMPRING_SIZE.WAVESIZE, 8,387,584 bytes) over a wave's 64 lanes.
     max_local_per_thread: int = 512 * KiB
@@ -87,15 +89,20 @@ H200 = DeviceProfile(
     compute_units=132, warp_size=32, clock_ghz=1.98, fp32_lanes_per_unit=128, alu_lanes_per_unit=64,
     fp64_lanes_per_unit=64, sfu_lanes_per_unit=16, lsu_lanes_per_unit=32,
     fp32_tflops=66.9, matrix_tflops=989.0, memory_bytes=141 * GB, memory_bandwidth=4.8e12,
-    dram_efficiency=0.9, dram_latency_cycles=600,
+    # DRAM latency: a pointer chase past the L2 takes 680-689 cycles on a GH200 (HBM3e, as the H200's) and 700-835 on
+    # an H100 SXM (RRZE-HPC and te42kyfo gpu-benches, gpu-latency); the chase's own address arithmetic adds 4.
+    dram_efficiency=0.9, dram_latency_cycles=690,
     # L2 bandwidth: A100's published 5120 bytes per clock (its whitepaper) at this clock; Hopper's L2
     # is at least as wide. (Chips and Cheese measured 5.5 TB/s on a power-limited H100 PCIe at lower clocks.)
     l2_bytes=50 * 2**20, l2_bandwidth=10.1e12, l2_latency_cycles=260,
     shared_per_unit=228 * KiB, shared_per_block=227 * KiB,
     registers_per_unit=65536, max_registers_per_thread=255, max_threads_per_unit=2048,
     max_threads_per_block=1024, max_blocks_per_unit=32, schedulers_per_unit=4,
-    pcie_bandwidth=64e9, pcie_latency_ns=1000.0, tdp_watts=700.0, kernel_launch_ns=3000.0,
+    # kernel_launch_ns: back-to-back 64 kB kernels on one stream of an H200 are ~2.5 us apart (te42kyfo/gpu-benches
+    # gpu-small-kernels); such a kernel runs ~0.2 us here, the rest is the front end's fixed cost of a dispatch.
+    pcie_bandwidth=64e9, pcie_latency_ns=1000.0, tdp_watts=700.0, kernel_launch_ns=2300.0,
     compute_capability=(9, 0),
+    shared_latency_cycles=26,       # a chase through shared memory: 29.9 cycles on an H100 SXM (mt4g), 4 its SHL
 )
 
 MI300X = DeviceProfile(
@@ -103,7 +110,9 @@ MI300X = DeviceProfile(
     compute_units=304, warp_size=64, clock_ghz=2.1, fp32_lanes_per_unit=128, alu_lanes_per_unit=128,
     fp64_lanes_per_unit=64, sfu_lanes_per_unit=32, lsu_lanes_per_unit=64,
     fp32_tflops=163.4, matrix_tflops=1307.0, memory_bytes=192 * GB, memory_bandwidth=5.3e12,
-    dram_efficiency=0.9, dram_latency_cycles=700,
+    # BabelStream copy and triad reach 4.11 and 4.09 TB/s, a STREAM read 4.20 (Azure's ND MI300X v5 results, RRZE-HPC
+    # gpu-stream): 0.8 of 5.3 TB/s, the launch included; a chase past the caches takes 870-900 cycles (gpu-latency)
+    dram_efficiency=0.8, dram_latency_cycles=880,
     l2_bytes=256 * 2**20, l2_bandwidth=17.2e12, l2_latency_cycles=400,
     shared_per_unit=64 * KiB, shared_per_block=64 * KiB,
     registers_per_unit=131072, max_registers_per_thread=255, max_threads_per_unit=2048,
@@ -113,6 +122,7 @@ MI300X = DeviceProfile(
     pj_per_fp32_flop=3.5, pj_per_fp64_flop=8.0, pj_per_fp16_flop=1.75, pj_per_matrix_flop=0.4, pj_per_l2_byte=4.0,
     pj_per_dram_byte=55.0, thermal_resistance_c_per_w=0.07, temperature_limit_c=90.0,
     max_local_per_thread=8_387_584 // 64,
+    shared_latency_cycles=47,       # an LDS chase: 51 cycles (RRZE-HPC gpu-latency/mi300x.txt), 4 of them its shift
 )
 
 # Small enough to follow by hand: two units of eight warps (one 256-thread block each, the
