@@ -319,9 +319,9 @@ def latency_curve(api, sizes: list[int]) -> list[tuple[int, float]]:
     return [(size, chase_cycles(api, size)) for size in sizes]
 
 
-def babelstream(api, n: int) -> dict[str, float]:
-    """BabelStream's five kernels over float64 arrays of n elements: TB/s each, from the bytes each moves (copy and
-    mul 2n words, add and triad 3n, dot 2n) and its device time after one warm-up run."""
+def babelstream(api, n: int, names: tuple[str, ...] = ("copy", "mul", "add", "triad", "dot")) -> dict[str, float]:
+    """BabelStream's five kernels (or those `names`) over float64 arrays of n elements: TB/s each, from the bytes
+    each moves (copy and mul 2n words, add and triad 3n, dot 2n) and its device time after one warm-up run."""
     k = kernels(api)
     a = api.to_device(np.full(n, 0.1))
     b = api.to_device(np.full(n, 0.2))
@@ -334,11 +334,8 @@ def babelstream(api, n: int) -> dict[str, float]:
             "add": (lambda: k["add"][blocks, 256](a, b, c), 3),
             "triad": (lambda: k["triad"][blocks, 256](a, b, c, 0.4), 3),
             "dot": (lambda: k["dot"][dot_blocks, 256](a, b, partial), 2)}
-    out = {}
-    for name, (launch, words) in runs.items():
-        launch()
-        out[name] = words * n * 8 / (device_ms(api, launch) * 1e-3) / 1e12
-    return out
+    return {name: words * n * 8 / (device_ms(api, launch) * 1e-3) / 1e12
+            for name, (launch, words) in runs.items() if name in names}
 
 
 def read_bandwidth(api, working_set: int, passes: tuple[int, int] | None = None) -> float:
@@ -420,6 +417,11 @@ def stream_elements(api, quick: bool) -> int:
     return max(1 << 24 if quick else 1 << 25, api.get_current_device().properties.l2_bytes // 8)
 
 
+def dram_read_bytes(api) -> int:
+    """The DRAM read's working set: 256 MiB, or twice the last cache if more (one pass: nothing of it is reused)."""
+    return max(256 << 20, 2 * api.get_current_device().properties.l2_bytes)
+
+
 def plateau(curve: list[tuple[int, float]], low: int, high: int) -> float | None:
     """The chase's cycles at the largest working set in [low, high], or None."""
     inside = [cycles for size, cycles in curve if low <= size <= high]
@@ -436,7 +438,7 @@ def measure(api, quick: bool = False) -> tuple[dict[str, float], list[tuple[int,
                "FFMA dependent latency": ffma_latency(api)}
     for name, value in babelstream(api, stream_elements(api, quick)).items():
         figures[f"BabelStream {name}"] = value
-    figures["DRAM read, > 100 MB"] = read_bandwidth(api, max(256 << 20, 4 * profile.l2_bytes))
+    figures["DRAM read, > 100 MB"] = read_bandwidth(api, dram_read_bytes(api))
     figures["L2 read, 16 MiB working set"] = read_bandwidth(api, 16 << 20, (2, 4))
     figures["shared-memory load bandwidth"] = shared_bandwidth(api, 1)
     figures["shared-memory load, 32-way conflict"] = shared_bandwidth(api, 32)
