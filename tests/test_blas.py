@@ -213,6 +213,30 @@ def test_half_gemm_on_the_matrix_unit(handle, dtype, m, n, k):
 
 
 @pytest.mark.slow
+def test_a_half_gemm_in_another_layout_is_staged_for_the_matrix_unit(handle):
+    """op(A) = A and op(B) = B^T (neither k-contiguous, as lapis.matmul(A, B) of row-major matrices has B): a gemm
+    large enough is copied k-contiguous by the transpose kernel, then runs on the matrix unit, batched, as cuBLAS
+    takes any layout to its tensor cores; a small one stays on the tiled kernel."""
+    import ml_dtypes
+    m, n, k, batch = 160, 544, 1568, 2                     # m n k >= TUNE_ABOVE; no dimension a tile's multiple
+    assert m * n * k >= blas.TUNE_ABOVE
+    a = rng.standard_normal((batch, k, m)).astype(ml_dtypes.bfloat16)     # column-major m x k: m-contiguous
+    b = rng.standard_normal((batch, k, n)).astype(ml_dtypes.bfloat16)     # column-major n x k, op(B) its transpose
+    dC = cuda.device_array(batch * m * n, np.float32)
+    with trace() as t:
+        blas.gemm_strided_batched(handle, "N", "T", m, n, k, 1.0, cuda.to_device(a.ravel()), m, k * m,
+                                  cuda.to_device(b.ravel()), n, k * n, 0.0, dC, m, m * n, batch)
+        got = dC.copy_to_host().reshape(batch, n, m).transpose(0, 2, 1)
+    assert [e.args["kernel"] for e in t.select(3, "launch")] == ["transpose_kernel"] * 2 + ["mma_gemm_kernel"]
+    expected = np.einsum("zkm,zkn->zmn", a.astype(np.float32), b.astype(np.float32))
+    assert np.allclose(got, expected, rtol=2e-3, atol=2e-2 * np.abs(expected).max())
+    with trace() as t:
+        blas.gemm(handle, "N", "T", 8, 8, 32, 1.0, cuda.to_device(a.ravel()), 8, cuda.to_device(b.ravel()), 8, 0.0,
+                  dC, 8)
+    assert [e.args["kernel"] for e in t.select(3, "launch")] == ["gemm_kernel"]
+
+
+@pytest.mark.slow
 def test_the_matrix_unit_kernel_with_spilled_fragments(handle):
     """Six 16-row tiles per warp need more than 255 registers: fragment quads spill to local memory."""
     import ml_dtypes

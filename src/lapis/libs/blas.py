@@ -54,10 +54,13 @@ from lapis.libs.gemm_kernels import (
     MMA_ROWS,
     MMA_SHARED_BYTES,
     MMA_THREADS,
+    TRANSPOSE_ROWS,
+    TRANSPOSE_TILE,
     GemmTiles,
     dgemm_kernel,
     make_gemm_kernel,
     make_mma_gemm_kernel,
+    transpose_kernel,
 )
 from lapis.libs.handle import LibraryHandle
 
@@ -87,6 +90,7 @@ class Handle(LibraryHandle):
         self.mma_kernels = {np.dtype(t).name: api.jit(make_mma_gemm_kernel(t)) for t in (cuda.float16, cuda.bfloat16)}
         self.workspace: DeviceNDArray | None = None     # split-K's partial products, grown as needed
         self.dgemm = api.jit(dgemm_kernel)
+        self.transpose = api.jit(transpose_kernel)     # stages a half operand k-contiguous for the matrix unit
 
     def gemm_kernel(self, tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False,
                     vector_c: bool = False):
@@ -172,6 +176,11 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
                     np.int32(b_sp), np.int32(b_sj), np.float64(beta), fc, np.int32(ldc), np.int32(stride_a),
                     np.int32(stride_b), np.int32(stride_c))
         return
+    if _worth_staging(handle, ta, tb, m, n, k, fa):           # cuBLAS's tensor-core kernels take any layout
+        if not ta:
+            fa, lda, stride_a, ta = _k_contiguous(handle, fa, m, k, lda, stride_a, batch), k, k * m, True
+        if tb:
+            fb, ldb, stride_b, tb = _k_contiguous(handle, fb, n, k, ldb, stride_b, batch), k, k * n, False
     if _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b):
         with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
                         beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
@@ -254,6 +263,24 @@ def _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b) -
     return (fa.dtype.name in ("float16", "bfloat16") and ta and not tb and k > 0 and k % MMA_DEPTH == 0
             and handle.properties.shared_memory_per_block >= MMA_SHARED_BYTES
             and all(v % 2 == 0 for v in (lda, ldb, stride_a, stride_b)) and fa.ptr % 4 == 0 and fb.ptr % 4 == 0)
+
+
+def _worth_staging(handle, ta, tb, m, n, k, fa) -> bool:
+    """Whether a half gemm the HMMA kernel would take but for an operand's layout (op(A) rows or op(B) columns not
+    k-contiguous: `lapis.matmul(A, B)` of row-major matrices has B so) should copy that operand k-contiguous first:
+    when it is large enough that its tiles are tuned, where the matrix unit's speed pays for the copy many times."""
+    return (fa.dtype.name in ("float16", "bfloat16") and (not ta or tb) and k > 0 and k % MMA_DEPTH == 0
+            and m * n * k >= TUNE_ABOVE and handle.properties.shared_memory_per_block >= MMA_SHARED_BYTES)
+
+
+def _k_contiguous(handle, flat: DeviceNDArray, rows: int, k: int, ld: int, stride: int, batch: int) -> DeviceNDArray:
+    """An operand stored column-major as `rows` x k (element (i, p) of matrix z at i + p ld + z stride), copied so
+    that each row's k elements are contiguous: (z, i, p) at (z rows + i) k + p, ld k (`transpose_kernel`)."""
+    staged = DeviceNDArray.allocate(handle.context, batch * rows * k, flat.dtype)
+    handle.transpose[(-(-rows // TRANSPOSE_TILE), -(-k // TRANSPOSE_TILE), batch), (TRANSPOSE_TILE, TRANSPOSE_ROWS),
+                     handle.stream](np.int32(rows), np.int32(k), flat.view(np.uint16), np.int32(ld), np.int32(stride),
+                                    staged.view(np.uint16))
+    return staged
 
 
 def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,

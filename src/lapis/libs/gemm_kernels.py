@@ -333,3 +333,24 @@ def dgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, str
             C[zc + i + j * ldc] = alpha * acc
         else:
             C[zc + i + j * ldc] = alpha * acc + beta * C[zc + i + j * ldc]
+
+
+TRANSPOSE_TILE = 32        # the staging transpose's square of elements; its block is TRANSPOSE_TILE x TRANSPOSE_ROWS
+TRANSPOSE_ROWS = 8
+
+
+def transpose_kernel(rows, k, src, ld, stride, dst):
+    """dst[(z rows + i) k + p] = src[z stride + p ld + i] for 16-bit elements (the bits of a half): a matrix stored
+    column-major as rows x k, copied k-contiguous, through a tile in shared memory so that both the reads (along
+    i) and the writes (along p) are whole rows of a warp. Grid: (rows / 32, k / 32, batch) blocks of 32 x 8."""
+    tile = shared.array(TRANSPOSE_TILE * (TRANSPOSE_TILE + 1), np.uint16)     # a padded row: fewer bank conflicts
+    z = blockIdx.z
+    i0, p0 = blockIdx.x * TRANSPOSE_TILE, blockIdx.y * TRANSPOSE_TILE
+    tx, ty = threadIdx.x, threadIdx.y
+    for r in range(ty, TRANSPOSE_TILE, TRANSPOSE_ROWS):
+        if i0 + tx < rows and p0 + r < k:
+            tile[r * (TRANSPOSE_TILE + 1) + tx] = src[z * stride + (p0 + r) * ld + i0 + tx]
+    syncthreads()
+    for r in range(ty, TRANSPOSE_TILE, TRANSPOSE_ROWS):
+        if i0 + r < rows and p0 + tx < k:
+            dst[(z * rows + i0 + r) * k + p0 + tx] = tile[tx * (TRANSPOSE_TILE + 1) + r]
