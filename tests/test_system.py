@@ -530,8 +530,9 @@ def test_the_processor_thread_stays_asleep_while_the_host_keeps_launching():
         y.cpu()
         seconds = 0.5 + CommandProcessor.MAX_DEFER_S
         assert cp._looks - looks <= 2 * (4 + seconds / CommandProcessor.MAX_DEFER_S)     # not every DEFER_S
-        if switches is not None:
-            assert _voluntary_switches(thread.native_id) - switches < max(30, launches // 25)
+        if switches is not None:              # about once a launch, it was; a loaded 2-core host (the suite's compare
+            # run beside it) gave up to 88 in 1,673 launches where an idle one gives under 60
+            assert _voluntary_switches(thread.native_id) - switches < max(30, launches // 10)
 
 
 def test_a_copy_larger_than_the_staging_buffer_goes_through_it_a_piece_at_a_time(rt):
