@@ -74,6 +74,11 @@ TUNE_ABOVE = 1 << 27          # multiply-adds above which a gemm's tiles are cho
 PROBE_K = 64                  # the depth the autotuner runs candidates at
 SPLIT_K_BLOCKS = 64           # split-K aims at this many blocks ...
 SPLIT_K_MIN_DEPTH = 128       # ... each summing at least this deep
+# The largest half product staged for the matrix unit (2048^3 multiply-adds): the HMMA kernel simulates about three
+# times slower than the float32-pipe one, and at 4096^3 it ran past the device's 60 s limit for one kernel on a
+# 2-core host, where the float32-pipe kernel takes 28 s. Larger ones keep the layout they came in (the simulator's
+# limit, not the model's: the same product in the HMMA kernel's own layout runs on the matrix unit, or times out).
+STAGE_AT_MOST = 1 << 33
 
 
 __all__ = ["BlasError", "GemmTiles", "Handle", "asum", "axpy", "choose_tiles", "copy", "create", "dgemm", "dot", "gemm",
@@ -268,9 +273,11 @@ def _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b) -
 def _worth_staging(handle, ta, tb, m, n, k, fa) -> bool:
     """Whether a half gemm the HMMA kernel would take but for an operand's layout (op(A) rows or op(B) columns not
     k-contiguous: `lapis.matmul(A, B)` of row-major matrices has B so) should copy that operand k-contiguous first:
-    when it is large enough that its tiles are tuned, where the matrix unit's speed pays for the copy many times."""
+    when it is large enough that its tiles are tuned, where the matrix unit's speed pays for the copy many times,
+    and no larger than `STAGE_AT_MOST`."""
     return (fa.dtype.name in ("float16", "bfloat16") and (not ta or tb) and k > 0 and k % MMA_DEPTH == 0
-            and m * n * k >= TUNE_ABOVE and handle.properties.shared_memory_per_block >= MMA_SHARED_BYTES)
+            and TUNE_ABOVE <= m * n * k <= STAGE_AT_MOST
+            and handle.properties.shared_memory_per_block >= MMA_SHARED_BYTES)
 
 
 def _k_contiguous(handle, flat: DeviceNDArray, rows: int, k: int, ld: int, stride: int, batch: int) -> DeviceNDArray:
