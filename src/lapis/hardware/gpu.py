@@ -119,24 +119,15 @@ class Gpu:
     def read_virtual(self, vmid: int, va: int, size: int, what: str, execute: bool = False) -> bytes:
         """A device-initiated read through the MMU (a packet, a descriptor, code, kernel arguments)."""
         run = self.mmu.hit(vmid, va, size, False, execute)
-        if run is not None:                                   # one piece, in the TLB: no walk, no list (`_read`,
-            pa = run.pa_start + va - run.va_start             # inlined: a packet makes five such reads)
-            if run.system:
-                self.pcie.transfer(TO_DEVICE, size, what)
-                return self.sysmem.read(pa, size)
-            return self.vram.read(pa, size)
+        if run is not None:                                   # one piece, in the TLB: no walk, no list
+            return self._read(run.system, run.pa_start + va - run.va_start, size, what)
         return b"".join(self._read(system, pa, length, what)
                         for system, pa, length in self.mmu.translate_range(vmid, va, size, False, execute))
 
     def write_virtual(self, vmid: int, va: int, data: bytes, what: str) -> None:
         run = self.mmu.hit(vmid, va, len(data), True)
-        if run is not None:                                   # one piece, in the TLB: no walk, no list (`_write`,
-            pa = run.pa_start + va - run.va_start             # inlined)
-            if run.system:
-                self.pcie.transfer(TO_HOST, len(data), what)
-                self.sysmem.write(pa, data)
-            else:
-                self.vram.write(pa, data)
+        if run is not None:                                   # one piece, in the TLB: no walk, no list
+            self._write(run.system, run.pa_start + va - run.va_start, data, what)
             return
         offset = 0
         for system, pa, length in self.mmu.translate_range(vmid, va, len(data), True):
