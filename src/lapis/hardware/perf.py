@@ -158,19 +158,21 @@ def _dataflow(program: list[Instruction]) -> tuple:
     name for a load whose latency is the profile's) and its stall kind; the last writer of every register; and the
     innermost loops' recurrences (`_loops`)."""
     writer: dict[int, int] = {}
-    deps, latencies, kinds, reads_of = [], [], [], []
+    deps, latencies, kinds, reads_of, writes_of = [], [], [], [], []
     for pc, inst in enumerate(program):
         reads, writes = registers(inst)
         reads_of.append(reads)
+        writes_of.append(writes)
         deps.append(tuple(writer[r] for r in reads if r in writer))
         latencies.append(_MEMORY_LATENCY.get(inst.op, OPCODES[inst.op].latency))
         kinds.append("long scoreboard" if inst.op in _LONG else "short scoreboard" if inst.op in _SHORT else "wait")
         for r in writes:
             writer[r] = pc
-    return deps, latencies, kinds, tuple(set(writer.values())), _loops(program, reads_of)
+    return deps, latencies, kinds, tuple(set(writer.values())), _loops(program, reads_of, writes_of)
 
 
-def _loops(program: list[Instruction], reads_of: list[tuple[int, ...]]) -> list[tuple[int, int, list, list]]:
+def _loops(program: list[Instruction], reads_of: list[tuple[int, ...]], writes_of: list[tuple[int, ...]]
+           ) -> list[tuple[int, int, list, list]]:
     """Each innermost loop (a backward branch with no other inside its body) as (first pc, branch pc, the
     body's dependences within an iteration, its loop-carried ones): an instruction that reads a register the
     body writes only at or after it reads the value the previous trip left, so a pointer chase's address
@@ -187,7 +189,7 @@ def _loops(program: list[Instruction], reads_of: list[tuple[int, ...]]) -> list[
         for pc in range(start, end + 1):
             within.append(tuple(writer[r] for r in reads_of[pc] if r in writer))
             unwritten.append(tuple(r for r in reads_of[pc] if r not in writer))
-            for r in registers(program[pc])[1]:
+            for r in writes_of[pc]:
                 writer[r] = pc
         carried = [(writer[r], pc) for pc in range(start, end + 1) for r in unwritten[pc - start] if r in writer]
         if carried:
