@@ -265,9 +265,15 @@ def _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b) -
     """Whether the HMMA kernel takes this gemm: half inputs, both operands k-contiguous (op(A) = A^T,
     op(B) = B), k a multiple of the 32-deep slices, every operand 4-byte aligned so its halves pair up
     into words, and a device whose blocks have the shared memory the kernel stages in."""
-    return (fa.dtype.name in ("float16", "bfloat16") and ta and not tb and k > 0 and k % MMA_DEPTH == 0
-            and handle.properties.shared_memory_per_block >= MMA_SHARED_BYTES
+    return (ta and not tb and _matrix_unit_takes(handle, k, fa)
             and all(v % 2 == 0 for v in (lda, ldb, stride_a, stride_b)) and fa.ptr % 4 == 0 and fb.ptr % 4 == 0)
+
+
+def _matrix_unit_takes(handle, k: int, fa: DeviceNDArray) -> bool:
+    """What the HMMA kernel needs whatever the layout: half inputs, k a multiple of its 32-deep slices, and a device
+    whose blocks have the shared memory it stages in."""
+    return (fa.dtype.name in ("float16", "bfloat16") and k > 0 and k % MMA_DEPTH == 0
+            and handle.properties.shared_memory_per_block >= MMA_SHARED_BYTES)
 
 
 def _worth_staging(handle, ta, tb, m, n, k, fa) -> bool:
@@ -275,9 +281,7 @@ def _worth_staging(handle, ta, tb, m, n, k, fa) -> bool:
     k-contiguous: `lapis.matmul(A, B)` of row-major matrices has B so) should copy that operand k-contiguous first:
     when it is large enough that its tiles are tuned, where the matrix unit's speed pays for the copy many times,
     and no larger than `STAGE_AT_MOST`."""
-    return (fa.dtype.name in ("float16", "bfloat16") and (not ta or tb) and k > 0 and k % MMA_DEPTH == 0
-            and TUNE_ABOVE <= m * n * k <= STAGE_AT_MOST
-            and handle.properties.shared_memory_per_block >= MMA_SHARED_BYTES)
+    return (not ta or tb) and TUNE_ABOVE <= m * n * k <= STAGE_AT_MOST and _matrix_unit_takes(handle, k, fa)
 
 
 def _k_contiguous(handle, flat: DeviceNDArray, rows: int, k: int, ld: int, stride: int, batch: int) -> DeviceNDArray:
