@@ -285,6 +285,15 @@ def kernels(api):
 
 
 # -- measurements ---------------------------------------------------------------------------------
+def random_cycle(count: int, spacing: int, dtype, seed: int) -> np.ndarray:
+    """A chase's array: `count` slots `spacing` elements apart, each holding the index of the next slot of one random
+    cycle through all of them (the elements between slots unused)."""
+    order = np.random.default_rng(seed).permutation(count)
+    following = np.zeros(count * spacing, dtype)
+    following[order * spacing] = np.roll(order, -1) * spacing
+    return following
+
+
 def chase_cycles(api, working_set: int, steps: tuple[int, int] = (256, 768), seed: int = 0, warm: bool = True
                  ) -> float:
     """Cycles per load of a one-thread pointer chase over `working_set` bytes: one pointer per 128-byte line, the
@@ -292,10 +301,7 @@ def chase_cycles(api, working_set: int, steps: tuple[int, int] = (256, 768), see
     not `warm`: a working set past the last cache misses either way), then timed at two lengths."""
     k = kernels(api)
     lines = max(2, working_set // LINE)
-    per_line = LINE // 8
-    order = np.random.default_rng(seed).permutation(lines)
-    following = np.zeros(lines * per_line, np.int64)
-    following[order * per_line] = np.roll(order, -1) * per_line
+    following = random_cycle(lines, LINE // 8, np.int64, seed)
     d_following, cursor = api.to_device(following), api.to_device(np.zeros(1, np.int64))
     for first in range(0, lines if warm else 0, WARM_STEPS):       # every line once, the caches warm (in launches
         k["chase"][1, 1](d_following, min(WARM_STEPS, lines - first), cursor)     # the watchdog lets through)
@@ -306,9 +312,7 @@ def chase_cycles(api, working_set: int, steps: tuple[int, int] = (256, 768), see
 def shared_chase_cycles(api, steps: tuple[int, int] = (256, 768)) -> float:
     """Cycles per load of a one-thread chase through shared memory (1,024 words in a random cycle)."""
     k = kernels(api)
-    order = np.random.default_rng(1).permutation(1024)
-    following = np.zeros(1024, np.int32)
-    following[order] = np.roll(order, -1)
+    following = random_cycle(1024, 1, np.int32, seed=1)
     d_following, out = api.to_device(following), api.device_array(1, np.int32)
     ms = ms_per_step(api, lambda steps: k["shared_chase"][1, 1](d_following, steps, out), steps)
     return ms * 1e6 * clock_ghz(api)
