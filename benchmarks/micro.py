@@ -83,6 +83,8 @@ PUBLISHED: dict[str, dict[str, Published]] = {
         "mi300x": Published(4.20, "TB/s", "MI300X", f"{RRZE} gpu-stream/mi300x.txt", BANDWIDTH_BAND)},
     "L2 read, 16 MiB working set": {
         "h200": Published(9.9, "TB/s", "H200 (9.7-10.1)", f"{GPU_BENCHES} gpu-l2-cache/h200.txt", BANDWIDTH_BAND)},
+    "Infinity Cache read, 128 MiB working set": {
+        "mi300x": Published(6.4, "TB/s", "MI300X", "ROCm/rocm-amdgpu-bench issue 22", BANDWIDTH_BAND)},
     "shared-memory load bandwidth": {
         "h200": Published(128.9, "B/clock/unit", "H800", "chanzhennan/ChipBenchmarker", BANDWIDTH_BAND)},
     "shared-memory load, 32-way conflict": {},
@@ -195,8 +197,12 @@ def kernels(api):
     def read(a, passes, out):
         i, stride = api.grid(1), api.gridsize(1)
         t0, t1, t2, t3 = np.float32(0), np.float32(0), np.float32(0), np.float32(0)
-        for _ in range(passes):                      # four loads in flight a thread (a.size a multiple of 4 strides):
-            for k in range(i, a.size, 4 * stride):  # all four issued before the first add waits for its value
+        for p in range(passes):       # pass p reads what the next block read in pass p - 1, on another unit (blocks
+            first = i + p * api.blockDim.x               # go round-robin): no L1 holds it, as in gpu-l2-cache
+            if first >= stride:
+                first -= stride
+            for k in range(first, a.size, 4 * stride):   # four loads in flight a thread (a.size a multiple of 4
+                # strides): all four issued before the first add waits for its value
                 v0, v1, v2, v3 = a[k], a[k + stride], a[k + 2 * stride], a[k + 3 * stride]
                 t0 += v0
                 t1 += v1
@@ -298,15 +304,43 @@ def chase_cycles(api, working_set: int, steps: tuple[int, int] = (256, 768), see
                  ) -> float:
     """Cycles per load of a one-thread pointer chase over `working_set` bytes: one pointer per 128-byte line, the
     lines in a random cycle (no stride a cache or prefetcher could follow), walked once to warm the caches (unless
-    not `warm`: a working set past the last cache misses either way), then timed at two lengths."""
+    not `warm`: a working set past the last cache misses either way), then timed at two lengths. A working set the
+    L1 may hold is walked once more at the start of each timed launch (both lengths), as a kernel starts with its
+    L1 empty."""
     k = kernels(api)
     lines = max(2, working_set // LINE)
     following = random_cycle(lines, LINE // 8, np.int64, seed)
     d_following, cursor = api.to_device(following), api.to_device(np.zeros(1, np.int64))
     for first in range(0, lines if warm else 0, WARM_STEPS):       # every line once, the caches warm (in launches
         k["chase"][1, 1](d_following, min(WARM_STEPS, lines - first), cursor)     # the watchdog lets through)
+    if working_set <= 2 * api.get_current_device().properties.l1_bytes:
+        steps = (steps[0] + lines, steps[1] + lines)
     ms = ms_per_step(api, lambda n: k["chase"][1, 1](d_following, n, cursor), steps)
     return ms * 1e6 * clock_ghz(api)
+
+
+def level_working_sets(api) -> dict[str, int]:
+    """The chase's working set for each cache level's plateau: a quarter of the L1; a quarter of the unit's L2
+    slice; for the far level, past the slice (four times it, or nineteen twentieths of the far level if that is
+    less: the H200's far partition is only twice its near one); past twice the last cache for DRAM."""
+    p = api.get_current_device().properties
+    slice_bytes = p.l2_bytes // p.l2_slices
+    sets = {"L1": p.l1_bytes // 4, "L2": slice_bytes // 4, "DRAM": 2 * max(p.l2_bytes, p.far_cache_bytes)}
+    if p.far_cache_bytes:
+        sets["far"] = min(4 * slice_bytes, p.far_cache_bytes * 19 // 20)
+    return sets
+
+
+# The published figure each level's plateau is held to, by the level's name in `level_working_sets`
+LEVEL_FIGURES = {"L1": "L1 hit latency", "L2": "L2 hit latency, near", "DRAM": "DRAM latency"}
+FAR_FIGURES = {"h200": "L2 hit latency, far", "mi300x": "Infinity Cache hit latency"}
+
+
+def level_latencies(api) -> dict[str, float]:
+    """The chase's cycles per load at each level's working set, by the published figure's name."""
+    profile = api.get_current_device().properties.profile
+    return {LEVEL_FIGURES.get(level) or FAR_FIGURES[profile]: chase_cycles(api, size, warm=level != "DRAM")
+            for level, size in level_working_sets(api).items()}
 
 
 def shared_chase_cycles(api, steps: tuple[int, int] = (256, 768)) -> float:
@@ -408,9 +442,14 @@ def small_kernels(api, count: int = 200) -> float:
 
 
 # -- the suite ------------------------------------------------------------------------------------
+def last_cache_bytes(api) -> int:
+    p = api.get_current_device().properties
+    return max(p.l2_bytes, p.far_cache_bytes)
+
+
 def chase_sizes(api, quick: bool) -> list[int]:
     """Working sets from 4 KiB to twice the last cache, by factors of 4 (8 with `quick`)."""
-    last = api.get_current_device().properties.l2_bytes
+    last = last_cache_bytes(api)
     factor = 8 if quick else 4
     return [4096 * factor**k for k in range(int(math.log(2 * last / 4096, factor)) + 2)]
 
@@ -418,32 +457,25 @@ def chase_sizes(api, quick: bool) -> list[int]:
 def stream_elements(api, quick: bool) -> int:
     """BabelStream's array length: its default 2^25 float64 (2^24 with `quick`), or the last cache's size if more,
     so that the three arrays pass it."""
-    return max(1 << 24 if quick else 1 << 25, api.get_current_device().properties.l2_bytes // 8)
+    return max(1 << 24 if quick else 1 << 25, last_cache_bytes(api) // 8)
 
 
 def dram_read_bytes(api) -> int:
     """The DRAM read's working set: 256 MiB, or twice the last cache if more (one pass: nothing of it is reused)."""
-    return max(256 << 20, 2 * api.get_current_device().properties.l2_bytes)
-
-
-def plateau(curve: list[tuple[int, float]], low: int, high: int) -> float | None:
-    """The chase's cycles at the largest working set in [low, high], or None."""
-    inside = [cycles for size, cycles in curve if low <= size <= high]
-    return inside[-1] if inside else None
+    return max(256 << 20, 2 * last_cache_bytes(api))
 
 
 def measure(api, quick: bool = False) -> tuple[dict[str, float], list[tuple[int, float]]]:
     """Every figure of the suite on the current device of `api`, and the latency curve."""
-    profile = api.get_current_device().properties
     curve = latency_curve(api, chase_sizes(api, quick))
-    figures = {"shared-memory load latency": shared_chase_cycles(api),
-               "L2 hit latency, near": plateau(curve, 64 * 1024, profile.l2_bytes // 4),
-               "DRAM latency": curve[-1][1],              # the largest working set: past twice the last cache
+    figures = {"shared-memory load latency": shared_chase_cycles(api), **level_latencies(api),
                "FFMA dependent latency": ffma_latency(api)}
     for name, value in babelstream(api, stream_elements(api, quick)).items():
         figures[f"BabelStream {name}"] = value
     figures["DRAM read, > 100 MB"] = read_bandwidth(api, dram_read_bytes(api))
     figures["L2 read, 16 MiB working set"] = read_bandwidth(api, 16 << 20, (2, 4))
+    if api.get_current_device().properties.vendor == "amd":
+        figures["Infinity Cache read, 128 MiB working set"] = read_bandwidth(api, 128 << 20, (1, 2))
     figures["shared-memory load bandwidth"] = shared_bandwidth(api, 1)
     figures["shared-memory load, 32-way conflict"] = shared_bandwidth(api, 32)
     figures["FP32 FMA throughput"] = ffma_throughput(api)
@@ -452,7 +484,8 @@ def measure(api, quick: bool = False) -> tuple[dict[str, float], list[tuple[int,
     return figures, curve
 
 
-UNITS = {"shared-memory load latency": "cycles", "L2 hit latency, near": "cycles", "DRAM latency": "cycles",
+UNITS = {"shared-memory load latency": "cycles", "L1 hit latency": "cycles", "L2 hit latency, near": "cycles",
+         "L2 hit latency, far": "cycles", "Infinity Cache hit latency": "cycles", "DRAM latency": "cycles",
          "FFMA dependent latency": "cycles", "shared-memory load bandwidth": "B/clock/unit",
          "shared-memory load, 32-way conflict": "B/clock/unit", "FP32 FMA throughput": "TFLOP/s",
          "matrix throughput (bf16 HMMA)": "TFLOP/s", "back-to-back 64 kB kernels": "us/kernel"}

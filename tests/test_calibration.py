@@ -22,10 +22,14 @@ pytestmark = pytest.mark.slow            # arrays past the caches: seconds each
 # (the second and fifth) must be the value measured here, as printed (reduced sizes move them under 2%).
 DOC = Path(__file__).resolve().parent.parent / "docs" / "performance-model.md"
 DOC_ROWS = {"shared-memory load latency": "shared-memory load latency, cycles",
-            "L2 hit latency, near": "L2 hit latency, cycles", "DRAM latency": "DRAM latency, cycles",
+            "L1 hit latency": "L1 hit latency, cycles", "L2 hit latency, near": "L2 hit latency, cycles",
+            "L2 hit latency, far": "L2 far partition / Infinity Cache, cycles",
+            "Infinity Cache hit latency": "L2 far partition / Infinity Cache, cycles",
+            "DRAM latency": "DRAM latency, cycles",
             "BabelStream copy": "BabelStream copy, TB/s", "BabelStream triad": "BabelStream triad, TB/s",
             "DRAM read, > 100 MB": "DRAM read past the caches, TB/s", "L2 read, 16 MiB working set":
-            "L2 read, 16 MiB, TB/s", "shared-memory load bandwidth": "shared-memory loads, B/clock/unit",
+            "L2 read, 16 MiB, TB/s", "Infinity Cache read, 128 MiB working set": "Infinity Cache read, 128 MiB, TB/s",
+            "shared-memory load bandwidth": "shared-memory loads, B/clock/unit",
             "back-to-back 64 kB kernels": "back-to-back 64 kB kernels, us"}
 
 
@@ -57,15 +61,15 @@ def give_the_memory_back():
 
 
 @pytest.mark.parametrize("profile", APIS)
-def test_shared_memory_and_dram_latencies(profile):
+def test_every_latency_plateau(profile):
+    """Shared memory, then the chase at each cache level's working set: L1, the unit's L2 slice (the H200's near
+    partition, the MI300X's XCD), the far level (the H200's far partition, the MI300X's Infinity Cache), DRAM."""
     api = APIS[profile]
     held("shared-memory load latency", profile, micro.shared_chase_cycles(api))
-    last = api.get_current_device().properties.l2_bytes
-    held("DRAM latency", profile, micro.chase_cycles(api, 2 * last, warm=False))
-
-
-def test_h200_l2_latency_is_the_near_partition_s():
-    held("L2 hit latency, near", "h200", micro.chase_cycles(cuda, 4 << 20))
+    latencies = micro.level_latencies(api)
+    assert set(latencies) == {"L1 hit latency", "L2 hit latency, near", micro.FAR_FIGURES[profile], "DRAM latency"}
+    for name, cycles in latencies.items():
+        held(name, profile, cycles)
 
 
 @pytest.mark.parametrize("profile", APIS)
@@ -83,6 +87,11 @@ def test_h200_l2_and_shared_memory_bandwidths():
     held("L2 read, 16 MiB working set", "h200", micro.read_bandwidth(cuda, 16 << 20, (2, 4)))
     held("shared-memory load bandwidth", "h200", micro.shared_bandwidth(cuda, 1))
     assert micro.shared_bandwidth(cuda, 32) == pytest.approx(128 / 32, rel=0.05)   # a 32-way conflict: 32 passes
+
+
+def test_mi300x_infinity_cache_bandwidth():
+    """Reads of 128 MiB, past the eight 4 MB L2 slices, from the 256 MB Infinity Cache."""
+    held("Infinity Cache read, 128 MiB working set", "mi300x", micro.read_bandwidth(hip, 128 << 20, (1, 2)))
 
 
 def test_h200_back_to_back_small_kernels():

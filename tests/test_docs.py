@@ -54,8 +54,9 @@ def test_the_profile_table_of_layer0_is_the_profiles():
     rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:5]]
             for line in (DOCS / "layer0-hardware.md").read_text().splitlines() if line.startswith("| ")}
     for column, p in enumerate(PROFILES[name] for name in ("h200", "mi300x", "teaching")):
-        assert rows["l2 / dram / shared latency (cycles)"][column] == \
-            f"{p.l2_latency_cycles} / {p.dram_latency_cycles} / {p.shared_latency_cycles}"
+        far = p.far_cache_latency_cycles if p.far_cache_bytes else "-"
+        latencies = (p.l1_latency_cycles, p.l2_latency_cycles, far, p.dram_latency_cycles, p.shared_latency_cycles)
+        assert rows["l1 / l2 / far / dram / shared latency (cycles)"][column] == " / ".join(map(str, latencies))
         assert rows["schedulers_per_unit, kernel_launch_ns"][column] == \
             f"{p.schedulers_per_unit}, {p.kernel_launch_ns:.0f}"
         assert rows["memory_bytes, memory_bandwidth, dram_efficiency"][column].endswith(f", {p.dram_efficiency}")

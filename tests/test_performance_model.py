@@ -48,7 +48,7 @@ def test_a_second_read_of_a_small_buffer_hits_in_l2(bench):
     second = bench.run(copy_kernel("", 4), grid=(n // 256, 1, 1), block=(256, 1, 1), args=pointers(src, dst))
     assert first.l2_misses == 2 * n * 4 // 32
     assert second.l2_misses == 0 and second.l2_hits == second.global_sectors
-    bench.gpu.simt.l2.flush()
+    bench.gpu.simt.data_caches.flush()
     third = bench.run(copy_kernel("", 4), grid=(n // 256, 1, 1), block=(256, 1, 1), args=pointers(src, dst))
     assert third.l2_misses == first.l2_misses
 
@@ -158,7 +158,7 @@ def test_uncoalesced_access_moves_8x_the_bytes_and_runs_several_times_slower(ben
     src = bench.reserve(threads * 128)
     clean = bench.run(strided_load_kernel(4), grid=grid, block=block, args=pointers(src))
     clean_t = bench.timing(clean)
-    bench.gpu.simt.l2.flush()
+    bench.gpu.simt.data_caches.flush()
     strided = bench.run(strided_load_kernel(128), grid=grid, block=block, args=pointers(src))
     strided_t = bench.timing(strided)
     assert clean.global_bytes == strided.global_bytes == threads * 4

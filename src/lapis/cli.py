@@ -240,9 +240,10 @@ def run_demo(device_type: str = "cuda", n: int = 1024, console: Console | None =
     line(f"executed {_si(ka['warp_instructions'], 'warp instructions')} = "
          f"{_si(ka['thread_instructions'], 'thread instructions')}, {_si(ka['flops'], 'FLOP')}, "
          f"{_bytes(ka['global_bytes'])} of global loads and stores")
-    hit = ka["l2_hits"] / max(1, ka["global_sectors"])
-    line(f"counters: {ka['global_sectors']:,} sectors of 32 B ({hit:.0%} L2 hits, {_bytes(ka['dram_bytes'])} from "
-         f"DRAM), {ka['bank_conflicts']:,} shared-memory bank-conflict replays, "
+    share = {level: ka[f"{level}_hits"] / max(1, ka["global_sectors"]) for level in ("l1", "l2", "far")}
+    line(f"counters: {ka['global_sectors']:,} sectors of 32 B ({share['l1']:.0%} L1 hits, {share['l2']:.0%} L2 "
+         f"hits, {share['far']:.0%} far-level hits, {_bytes(ka['dram_bytes'])} from DRAM), "
+         f"{ka['bank_conflicts']:,} shared-memory bank-conflict replays, "
          f"{ka['average_active_lanes']:.1f} active lanes per warp instruction, "
          f"occupancy {ka['achieved_occupancy']:.0%} achieved of {ka['theoretical_occupancy']:.0%}")
     tflops = ka["flops"] / ka["time_ns"] / 1e3

@@ -80,7 +80,10 @@ class NodeProperties:
     max_local_per_thread: int      # bytes of local (private) memory
     max_blocks_per_unit: int
     memory_bytes: int
-    l2_bytes: int
+    l1_bytes: int                  # the L1 data cache of a unit (on Hopper before shared memory's carve-out)
+    l2_bytes: int                  # all slices together
+    l2_slices: int                 # the H200's partitions, the MI300X's XCDs: a unit sees l2_bytes / l2_slices
+    far_cache_bytes: int           # the level behind the slices (the far partition, the Infinity Cache), or 0
     fp32_tflops: float
     matrix_tflops: float
     memory_bandwidth: float        # bytes per second

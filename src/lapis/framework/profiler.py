@@ -296,7 +296,7 @@ class profile:  # noqa: N801 - torch.profiler.profile's spelling
 
 
 COMPUTE_LIMITERS = {"issue", "alu", "fma", "fp64", "sfu", "matrix"}
-MEMORY_LIMITERS = {"lsu", "shared", "l2", "dram"}
+MEMORY_LIMITERS = {"lsu", "shared", "l2", "far", "dram"}
 
 
 def device_peaks(profile: str):

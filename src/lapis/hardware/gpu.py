@@ -98,7 +98,7 @@ class Gpu:
         forgets its queues, failing the packets still in them, and caches and clocks start over."""
         self._mmio("GRBM_SOFT_RESET", 4)
         self.cp.reset()
-        self.simt.l2.flush()
+        self.simt.data_caches.flush()
         self.power.reset()
 
     def ring_doorbell(self, doorbell: int, value: int) -> None:

@@ -12,7 +12,9 @@ launch cost. With U active units at f GHz:
   pipe p   = warp instructions on p x warp size / (U x lanes of p x f)      (ALU, FMA, FP64, SFU, LSU)
   matrix   = matrix FLOPs / (U x matrix FLOPs per clock x f)
   shared   = shared-memory wavefronts (bank-conflict replays included) / (U x f)
-  l2       = (L2 sectors x 32 + local bytes) / L2 bandwidth
+  l2       = (sectors the L1s passed on x 32 + local bytes) / L2 bandwidth
+  far      = sectors the L2 slices passed on x 32 / the far level's bandwidth (H200's far partition,
+             MI300X's Infinity Cache)
   dram     = DRAM bytes / (HBM bandwidth x dram_efficiency)
   latency  = waves x (one warp's dependency chain in cycles) / f
 
@@ -21,9 +23,9 @@ a wave takes at least as long as one warp's chain of dependent instructions; the
 fit (the fewer waves), the better latency is hidden, as in Hong and Kim's MWP-CWP model. A
 warp's chain comes from a scoreboard walk over the program in layout order: each instruction
 issues one cycle after the previous one, or when its source registers are ready, whichever is
-later; a global load is ready after the L2 latency if it hit and the DRAM latency if it
-missed, in the proportion the run measured, a shared load after the profile's shared-memory
-latency. Each instruction's wait is weighted by how often a warp executed it, and the warp
+later; a global load is ready after the latency of the level that served it (L1, the unit's
+L2 slice, the far level, DRAM), in the proportions the run measured, a shared load after the
+profile's shared-memory latency. Each instruction's wait is weighted by how often a warp executed it, and the warp
 retires when its last result has landed. A loop's trip takes at least its recurrence: the
 longest chain of results from an instruction that reads what the previous trip left (a pointer
 chase's address, an accumulator) to the instruction that leaves it, as modulo scheduling
@@ -126,13 +128,21 @@ _KEPT_WALKS = 512
 def _walk(profile: DeviceProfile, program: list[Instruction], c: Counters):
     """The scoreboard walk: per instruction, the cycles a warp waits before issuing it (beyond the one
     issue cycle) and why; then the cycles after the last issue until the last result lands."""
-    hit = c.l2_hits / c.global_sectors if c.global_sectors else 1.0
-    level_cycles = {"global": hit * profile.l2_latency_cycles + (1 - hit) * profile.dram_latency_cycles,
-                    "shared": profile.shared_latency_cycles}
+    level_cycles = {"global": global_load_cycles(profile, c), "shared": profile.shared_latency_cycles}
 
     def walk():
         return _walk_program(_kept(_DATAFLOWS, id(program), program, lambda: _dataflow(program)), level_cycles)
     return _kept(_WALKS, (id(program), level_cycles["global"], profile.name), program, walk)
+
+
+def global_load_cycles(profile: DeviceProfile, c: Counters) -> float:
+    """A global load's latency: each level's, weighted by the share of the run's sectors it served (the L2's if the
+    kernel touched none)."""
+    if not c.global_sectors:
+        return float(profile.l2_latency_cycles)
+    served = ((c.l1_hits, profile.l1_latency_cycles), (c.l2_hits, profile.l2_latency_cycles),
+              (c.far_hits, profile.far_cache_latency_cycles), (c.far_misses, profile.dram_latency_cycles))
+    return sum(sectors * cycles for sectors, cycles in served) / c.global_sectors
 
 
 # Each program's dataflow, which the walk needs whatever the load latency, kept as walks are.
@@ -275,7 +285,8 @@ def _model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: li
         terms[pipe.lower()] = c.warp_instructions_by_pipe.get(pipe, 0) * ws / (per_unit_clock * width)
     terms["matrix"] = c.flops_by_precision.get("matrix", 0) / (per_unit_clock * profile.matrix_flops_per_clock)
     terms["shared"] = c.shared_wavefronts / per_unit_clock
-    terms["l2"] = (c.global_sectors * 32 + c.local_bytes) / profile.l2_bandwidth * 1e9
+    terms["l2"] = (c.l2_requests * 32 + c.local_bytes) / profile.l2_bandwidth * 1e9
+    terms["far"] = c.l2_misses * 32 / profile.far_cache_bandwidth * 1e9 if profile.far_cache_bytes else 0.0
     terms["dram"] = c.dram_bytes / (profile.memory_bandwidth * profile.dram_efficiency) * 1e9
     stalls, tail, cycles = _walk(profile, program, c)
     chain = _chain_cycles(cycles, tail, c)

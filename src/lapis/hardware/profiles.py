@@ -37,9 +37,9 @@ class DeviceProfile:
     memory_bandwidth: float        # bytes per second
     dram_efficiency: float         # fraction of the bandwidth a streaming access pattern sustains
     dram_latency_cycles: int
-    l2_bytes: int
+    l2_bytes: int                  # all slices together
     l2_bandwidth: float            # bytes per second
-    l2_latency_cycles: int
+    l2_latency_cycles: int         # a hit in the unit's own slice (the near partition, the XCD's L2)
     shared_per_unit: int           # bytes of shared memory (LDS) per unit
     shared_per_block: int
     registers_per_unit: int        # 32-bit registers
@@ -53,6 +53,18 @@ class DeviceProfile:
     tdp_watts: float
     kernel_launch_ns: float        # fixed front-end cost of a dispatch
     compute_capability: tuple[int, int]
+    # The data caches (`caches.DataCaches`). An L1 per unit: on Hopper one 256 KiB array with shared memory, which
+    # takes the carve-out the driver picks for a kernel (`shared_carveouts_kib`) and leaves the L1 the rest.
+    l1_bytes: int = 16 * KiB
+    l1_latency_cycles: int = 30
+    shared_carveouts_kib: tuple[int, ...] = ()     # empty: shared memory is a separate array
+    # The L2 in slices, unit u using slice u mod l2_slices: the H200's two partitions, the MI300X's eight XCDs.
+    l2_slices: int = 1
+    # Behind the slices, before DRAM (0 bytes: none): the H200's far L2 partition, where each line has its home
+    # (a miss in the near partition finds it there), or the MI300X's memory-side Infinity Cache.
+    far_cache_bytes: int = 0
+    far_cache_latency_cycles: int = 0
+    far_cache_bandwidth: float = 1.0
     register_allocation_unit: int = 256   # registers are handed to warps in chunks of this many, as on NVIDIA GPUs
     # A shared-memory (LDS) load's latency, which the performance model's scoreboard walk charges its consumer
     shared_latency_cycles: int = 24
@@ -80,6 +92,20 @@ class DeviceProfile:
         return self.matrix_tflops * 1e12 / (self.compute_units * self.clock_ghz * 1e9)
 
     @property
+    def last_cache_bytes(self) -> int:
+        """The largest cache in front of DRAM: a working set past twice this misses in every level."""
+        return max(self.l2_bytes, self.far_cache_bytes)
+
+    def l1_bytes_for(self, shared_per_unit: int) -> int:
+        """The L1's capacity on a unit whose resident blocks use `shared_per_unit` bytes of shared memory: where
+        the two share one array, what the smallest carve-out that holds them leaves."""
+        if not self.shared_carveouts_kib:
+            return self.l1_bytes
+        carveout = next((k for k in self.shared_carveouts_kib if k * KiB >= shared_per_unit),
+                        self.shared_carveouts_kib[-1])
+        return self.l1_bytes - carveout * KiB
+
+    @property
     def max_warps_per_unit(self) -> int:
         return self.max_threads_per_unit // self.warp_size
 
@@ -103,6 +129,14 @@ H200 = DeviceProfile(
     pcie_bandwidth=64e9, pcie_latency_ns=1000.0, tdp_watts=700.0, kernel_launch_ns=2300.0,
     compute_capability=(9, 0),
     shared_latency_cycles=26,       # a chase through shared memory: 29.9 cycles on an H100 SXM (mt4g), 4 its SHL
+    # L1: 256 KiB with shared memory (Hopper tuning guide), the carve-outs cudaFuncAttributePreferredSharedMemory-
+    # Carveout offers; a hit takes 38 cycles a chase step on an H100 SXM (mt4g; 40 markdewing/AI_kernels), 4 of
+    # them the chase's address arithmetic. The L2: two 25 MB partitions, a near hit 265 cycles and a far one 475
+    # (H100 PCIe, te42kyfo/gpu-benches gpu-latency; GH200 280 and 480-522): the far level is the partition where a
+    # line has its home, which holds every line the near one does not (the A100 whitepaper: each partition caches
+    # lines for the SMs next to it).
+    l1_bytes=256 * KiB, l1_latency_cycles=34, shared_carveouts_kib=(0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
+    l2_slices=2, far_cache_bytes=50 * 2**20, far_cache_latency_cycles=471, far_cache_bandwidth=10.1e12,
 )
 
 MI300X = DeviceProfile(
@@ -113,7 +147,7 @@ MI300X = DeviceProfile(
     # BabelStream copy and triad reach 4.11 and 4.09 TB/s, a STREAM read 4.20 (Azure's ND MI300X v5 results, RRZE-HPC
     # gpu-stream): 0.8 of 5.3 TB/s, the launch included; a chase past the caches takes 870-900 cycles (gpu-latency)
     dram_efficiency=0.8, dram_latency_cycles=880,
-    l2_bytes=256 * 2**20, l2_bandwidth=17.2e12, l2_latency_cycles=400,
+    l2_bytes=32 * 2**20, l2_bandwidth=17.2e12, l2_latency_cycles=209,
     shared_per_unit=64 * KiB, shared_per_block=64 * KiB,
     registers_per_unit=131072, max_registers_per_thread=255, max_threads_per_unit=2048,
     max_threads_per_block=1024, max_blocks_per_unit=32, schedulers_per_unit=4,
@@ -123,6 +157,12 @@ MI300X = DeviceProfile(
     pj_per_dram_byte=55.0, thermal_resistance_c_per_w=0.07, temperature_limit_c=90.0,
     max_local_per_thread=8_387_584 // 64,
     shared_latency_cycles=47,       # an LDS chase: 51 cycles (RRZE-HPC gpu-latency/mi300x.txt), 4 of them its shift
+    # A 32 KiB vector L1 per CU, a 4 MB L2 per XCD (eight of 38 CUs; workgroups go round-robin to the XCDs) and the
+    # 256 MB Infinity Cache in front of HBM (CDNA 3 whitepaper). A chase step: L1 116-120 cycles, own XCD's L2 213,
+    # Infinity Cache 455 (RRZE-HPC gpu-latency/mi300x.txt), 4 of each the chase's arithmetic; the Infinity Cache
+    # reads 6.4 TB/s (ROCm/rocm-amdgpu-bench issue 22).
+    l1_bytes=32 * KiB, l1_latency_cycles=114, l2_slices=8, far_cache_bytes=256 * 2**20,
+    far_cache_latency_cycles=451, far_cache_bandwidth=6.4e12,
 )
 
 # Small enough to follow by hand: two units of eight warps (one 256-thread block each, the
@@ -139,7 +179,7 @@ TEACHING = DeviceProfile(
     max_threads_per_block=256, max_blocks_per_unit=4, schedulers_per_unit=1,
     pcie_bandwidth=16e9, pcie_latency_ns=1000.0, tdp_watts=50.0, kernel_launch_ns=1000.0,
     compute_capability=(9, 0), idle_watts=5.0, memory_clock_mhz=1000.0, thermal_resistance_c_per_w=1.0,
-    thermal_time_constant_s=0.5, temperature_limit_c=85.0,
+    thermal_time_constant_s=0.5, temperature_limit_c=85.0, l1_bytes=4 * KiB, l1_latency_cycles=30,
 )
 
 PROFILES: dict[str, DeviceProfile] = {p.name: p for p in (H200, MI300X, TEACHING)}

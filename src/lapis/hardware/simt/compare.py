@@ -2,7 +2,7 @@
 
 With `LAPIS_SIM=compare`, the SIMT core runs each dispatch first with the reference executor
 alone, then again, from the same memory, with the translated code (`translated.py`), and
-checks that both write the same bytes to the same global addresses, leave the same L2
+checks that both write the same bytes to the same global addresses, leave the same cache
 contents and the same counters (per-instruction warp and thread counts, sectors, L2 hits and
 misses, DRAM and PCIe bytes, shared-memory wavefronts, FLOPs by precision), or raise the same
 fault. A difference raises `ExecutorMismatch`. A run stopped at the dispatch's deadline (its time
@@ -34,16 +34,18 @@ class ExecutorMismatch(AssertionError):
 def compare_executors(core: "SimtCore", d: Dispatch, resident_blocks: int) -> Counters:
     """Run `d` with the reference executor, then translated from the same state; raise on any difference."""
     memories = (core.vram, core.sysmem)
-    l2 = core.l2.tags.copy(), core.l2.dirty.copy()
+    caches = core.data_caches
+    before = _cache_state(caches)
     reference, log = _outcome(core, d, resident_blocks, False)
     if _stopped_at_deadline(reference, d):
         raise reference[1]
     ref_written = _addresses(log)
     ref_values = [memory.u8[at] for memory, at in zip(memories, ref_written, strict=True)]
-    ref_l2 = core.l2.tags.copy(), core.l2.dirty.copy()
+    ref_caches = _cache_state(caches)
     for system, at, old in reversed(log):                 # undo the reference's writes, last first
         memories[system].u8[at] = old
-    core.l2.tags[:], core.l2.dirty[:] = l2
+    for array, kept in zip((*caches.tags, caches.dirty), before, strict=True):
+        array[:] = kept
     translated, log = _outcome(core, d, resident_blocks, True)
     if _stopped_at_deadline(translated, d):
         raise translated[1]
@@ -63,9 +65,14 @@ def compare_executors(core: "SimtCore", d: Dispatch, resident_blocks: int) -> Co
         if not np.array_equal(memory.u8[at], values):
             first = int(at[np.flatnonzero(memory.u8[at] != values)[0]])
             raise ExecutorMismatch(f"{program}: {name} memory differs, first at physical address {first:#x}")
-    if not (np.array_equal(ref_l2[0], core.l2.tags) and np.array_equal(ref_l2[1], core.l2.dirty)):
-        raise ExecutorMismatch(f"{program}: the L2's contents differ")
+    if not all(np.array_equal(a, b) for a, b in zip(ref_caches, _cache_state(caches), strict=True)):
+        raise ExecutorMismatch(f"{program}: the caches' contents differ")
     return translated[1]
+
+
+def _cache_state(caches) -> list[np.ndarray]:
+    """A copy of every level's tags and the L2's dirty bits."""
+    return [a.copy() for a in (*caches.tags, caches.dirty)]
 
 
 def _outcome(core: "SimtCore", d: Dispatch, resident_blocks: int, translated: bool):

@@ -47,8 +47,10 @@ class Counters:
     flops_by_precision: dict[str, int] = field(default_factory=dict)   # fp32, fp64, fp16 (packed), matrix
     warp_instructions_by_pipe: dict[str, int] = field(default_factory=dict)
     global_bytes: int = 0          # bytes requested by global loads, stores and atomics
-    global_sectors: int = 0        # 32-byte sectors those requests touched after coalescing (L2 requests)
-    l2_misses: int = 0             # sectors the L2 did not hold
+    global_sectors: int = 0        # 32-byte sectors those requests touched after coalescing (L1 requests)
+    l1_hits: int = 0               # sectors the unit's L1 held (loads only: stores and atomics go on to the L2)
+    l2_misses: int = 0             # sectors the unit's L2 slice did not hold (gone on to the far level or DRAM)
+    far_misses: int = 0            # sectors no cache held (gone on to DRAM): the L2 misses without a far level
     dram_read_bytes: int = 0
     dram_write_bytes: int = 0
     atomic_lanes: int = 0          # lane-operations of global and shared atomics
@@ -81,8 +83,16 @@ class Counters:
         return sum(self.flops_by_precision.values())
 
     @property
+    def l2_requests(self) -> int:
+        return self.global_sectors - self.l1_hits
+
+    @property
     def l2_hits(self) -> int:
-        return self.global_sectors - self.l2_misses
+        return self.l2_requests - self.l2_misses
+
+    @property
+    def far_hits(self) -> int:
+        return self.l2_misses - self.far_misses
 
     @property
     def dram_bytes(self) -> int:

@@ -3,9 +3,9 @@
 What an SM's load/store unit does with its memory paths:
 - Global memory (LDG, STG, ATOMG): a 64-bit address per lane, checked for alignment and
   translated by the MMU (`mmu.py`), in VRAM or, over PCIe, in host memory. The coalescer's
-  work is counted: the distinct 32-byte sectors each warp touches are the L2 requests, which
-  the L2 model (`caches.py`) turns into hits, misses (DRAM reads) and dirty evictions (DRAM
-  writes); accesses to host memory count as PCIe bytes instead.
+  work is counted: the distinct 32-byte sectors each warp touches are the requests that the
+  data caches (`caches.py`: L1, L2 slices, far level) turn into hits at each level, DRAM reads
+  and dirty evictions (DRAM writes); accesses to host memory count as PCIe bytes instead.
 - Shared memory (LDS, STS, ATOMS): each block's slice of one array, bounds- and
   alignment-checked, with the banks' cycles counted (`shared_wavefronts`: 32 banks of 4
   bytes; lanes of a warp that hit one bank at different words take a wavefront each).
@@ -22,7 +22,7 @@ written since its last use reuse the register's word indices and bank-conflict c
 import numpy as np
 
 from lapis.hardware import atomics
-from lapis.hardware.caches import shared_wavefronts
+from lapis.hardware.caches import SECTOR_BITS, shared_wavefronts
 from lapis.hardware.mmu import MemoryFault
 from lapis.hardware.simt.binders import Executor, Mask, binds
 from lapis.hardware.simt.blocks import ResidentBlocks
@@ -31,7 +31,6 @@ from lapis.isa import RZ, Instruction
 from lapis.isa.opcodes import ATOM_WIDE, MEM_BYTES
 
 MEMORY_BYTES = MEM_BYTES         # by width modifier (the ISA's table)
-SECTOR_BITS = 40          # a physical sector number fits in 40 bits (32 TiB), below the warp number
 
 
 # -- moving values between registers and memory ------------------------------------------------
@@ -134,15 +133,18 @@ def _global_access(blocks: ResidentBlocks, pc: int, inst: Instruction, mask: Mas
         key = np.sort(key)
     starts = np.ones(key.size, bool)
     np.not_equal(key[1:], key[:-1], out=starts[1:])
-    touched = key[starts] & U64((1 << SECTOR_BITS) - 1)
-    c.global_sectors += touched.size
+    key = key[starts]
+    c.global_sectors += key.size
     if system:
         c.pcie_bytes += va.size * nbytes
     else:
-        misses, dirtied = core.l2.access(touched, write)
-        c.l2_misses += misses
+        l1_hits, l2_misses, far_misses, dirtied = core.data_caches.access(key & U64((1 << SECTOR_BITS) - 1),
+                                                                          key >> U64(SECTOR_BITS), write)
+        c.l1_hits += l1_hits
+        c.l2_misses += l2_misses
+        c.far_misses += far_misses
         if not write or atomic:              # a store overwrites whole words: nothing to fetch
-            c.dram_read_bytes += misses * 32
+            c.dram_read_bytes += far_misses * 32
         c.dram_write_bytes += dirtied * 32
     return pa.astype(I64), core.sysmem if system else core.vram
 

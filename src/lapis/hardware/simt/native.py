@@ -517,7 +517,7 @@ def transfer(load, full, t, active, R, words32, words8, word_of, stride, where):
 
 
 @_engine
-def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, missed, log_va, log_active, tally):
+def memory(kind, t, active, full, R, mem, sizes, lanes, caches, scratch, laid, missed, log_va, log_active, tally):
     """One load or store for the active lanes: every lane checked first, then the transfer, then
     what it counts. Returns DONE, or FAULT when a lane would fault (nothing moved, nothing counted)."""
     shared_u32, shared_u8, local_u32, local_u8, vram_u32, vram_u8, sys_u32, sys_u8, vram_u64 = mem
@@ -538,8 +538,8 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
         if system < 0:
             return DONE
         atomic_add(t, active, R, sys_u32 if system == 1 else vram_u32, where, keys, word_of, laid)
-        count_global(active, full, where, padded_lane, warp_size, 4, True, True, system == 1, l2[0], l2[1], l2[2],
-                     keys, word_of, missed, tally)
+        count_global(active, full, where, padded_lane, warp_size, 4, True, True, system == 1, caches, keys, word_of,
+                     missed, tally)
         return DONE
     if kind == LDG or kind == STG:
         system = global_addresses(t, active, full, R, not load, vram_u64, root, logging, log_va[k], where)
@@ -556,8 +556,8 @@ def memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, misse
                 transfer(load, full, t, active, R, sys_u32, sys_u8, word_of, 1, where)
             else:
                 transfer(load, full, t, active, R, vram_u32, vram_u8, word_of, 1, where)
-        count_global(active, full, where, padded_lane, warp_size, nbytes, not load, False, system == 1, l2[0], l2[1],
-                     l2[2], keys, word_of, missed, tally)
+        count_global(active, full, where, padded_lane, warp_size, nbytes, not load, False, system == 1, caches, keys,
+                     word_of, missed, tally)
     elif kind == LDS or kind == STS:
         status = private_addresses(t, active, full, R, shared_bytes, logging, log_va[k], where)
         if status == -2:
@@ -677,7 +677,7 @@ def accumulates(t, full):
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)
-def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch, laid,
+def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes, lanes, caches, scratch, laid,
                 guarded, missed, log_va, log_active, tally):
     """One translated instruction (not control) for the group's active lanes: DONE, or FAULT when it
     would fault (it did nothing)."""
@@ -737,7 +737,7 @@ def instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, si
                 row[l] = source[l] if active[l] else row[l]
     elif kind == SHFL:
         shuffle(t, active, R, b32, lane_in_warp, warp_base, warp_len, warp_size, out_u32)
-    elif memory(kind, t, active, full, R, mem, sizes, lanes, l2, scratch, laid, missed, log_va, log_active,
+    elif memory(kind, t, active, full, R, mem, sizes, lanes, caches, scratch, laid, missed, log_va, log_active,
                 tally) != DONE:
         return FAULT
     return DONE

@@ -2,7 +2,7 @@
 
 Each function here computes, from the same inputs, exactly what the reference's numpy code
 counts (`memory_access._global_access`, `_shared_fast`, `_shared_index`, `_local_index`, and the
-L2 and bank models of `caches.py`), including their order-dependent parts: the L2 sees the
+cache and bank models of `caches.py`), including their order-dependent parts: the caches see the
 sectors a warp instruction touches sorted by (warp, sector), a slot filled twice by one
 access misses once, and an unmasked shared access counts the batch's first block and scales
 it to all its blocks. `tests/test_translated.py` runs kernels both ways and compares every
@@ -12,12 +12,31 @@ counter.
 import numpy as np
 from numba import njit
 
+from lapis.hardware.caches import (
+    FAR,
+    FAR_SLOTS,
+    FIRST_BLOCK,
+    L1,
+    L1_EPOCH,
+    L1_SLOTS,
+    L1_STRIDE,
+    L2,
+    SECTOR_BITS,
+    SLICE_SLOTS,
+    SLICES,
+    UNITS,
+    WARPS_PER_BLOCK,
+)
+
+# `caches` below: the tuple `DataCaches.native` gives, (L1, L2, far tags; their writers; the L2's dirty bits; geometry)
+
 # Positions in the engine's tally (`NativeRunner.tally`), added to the kernel's Counters after a run.
-(GLOBAL_BYTES, GLOBAL_SECTORS, L2_MISSES, DRAM_READ_BYTES, DRAM_WRITE_BYTES, PCIE_BYTES, SHARED_BYTES,
- SHARED_WAVEFRONTS, SHARED_IDEAL_WAVEFRONTS, LOCAL_BYTES, BARRIERS, ATOMIC_LANES) = range(12)
-TALLY = ("global_bytes", "global_sectors", "l2_misses", "dram_read_bytes", "dram_write_bytes", "pcie_bytes",
-         "shared_bytes", "shared_wavefronts", "shared_ideal_wavefronts", "local_bytes", "barriers", "atomic_lanes")
-SECTOR_BITS = 40          # as memory_access.SECTOR_BITS
+(GLOBAL_BYTES, GLOBAL_SECTORS, L1_HITS, L2_MISSES, FAR_MISSES, DRAM_READ_BYTES, DRAM_WRITE_BYTES, PCIE_BYTES,
+ SHARED_BYTES, SHARED_WAVEFRONTS, SHARED_IDEAL_WAVEFRONTS, LOCAL_BYTES, BARRIERS, ATOMIC_LANES) = range(14)
+TALLY = ("global_bytes", "global_sectors", "l1_hits", "l2_misses", "far_misses", "dram_read_bytes",
+         "dram_write_bytes", "pcie_bytes", "shared_bytes", "shared_wavefronts", "shared_ideal_wavefronts",
+         "local_bytes", "barriers", "atomic_lanes")
+SECTOR_MASK = (1 << SECTOR_BITS) - 1
 BANKS = 32
 # The tally array has, after the counts, the bank model's working space (the engine allocates nothing:
 # it runs without numba's runtime).
@@ -83,25 +102,26 @@ def sift_down(a, root, n):
 @counter
 def run_sectors(pa, n, warp_size, nbytes, keys):
     """When each warp's lanes read consecutive addresses (lane l of n at pa[w0] + (l - w0) * nbytes, w0 its warp's
-    first lane: a tile's rows), each warp's sectors are a range: write them to keys (as `lane_sectors` would,
-    without a key per lane) and return how many; else -1."""
+    first lane: a tile's rows), each warp's sectors are a range: write their (warp, sector) keys (as `lane_sectors`
+    would, without a key per lane) and return how many; else -1."""
     off = 0
     for l in range(1, n):                              # an or of differences: LLVM vectorizes it
         off |= (pa[l] ^ (pa[l - 1] + nbytes)) if l & (warp_size - 1) else 0
     if off:
         return -1
     touched = 0
+    warp_shift = log2(warp_size)
     for w0 in range(0, n, warp_size):
+        warp = (w0 >> warp_shift) << SECTOR_BITS
         for sector in range(pa[w0] >> 5, (pa[min(w0 + warp_size, n) - 1] >> 5) + 1):
-            keys[touched] = sector
+            keys[touched] = warp | sector
             touched += 1
     return touched
 
 
 @counter
 def lane_sectors(active, full, pa, padded_lane, warp_size, keys):
-    """The distinct sectors of each warp's active lanes in (warp, sector) order, into keys: returns
-    (active lanes, sectors)."""
+    """The distinct (warp, sector) keys of the active lanes, in order, into keys: returns (active lanes, keys)."""
     warp_shift = log2(warp_size)                       # a shift, not a division per lane
     if full:                                           # every lane: a loop LLVM vectorizes
         n = active.size
@@ -118,21 +138,22 @@ def lane_sectors(active, full, pa, padded_lane, warp_size, keys):
         unordered |= keys[i] < keys[i - 1]
     if unordered:
         sort_keys(keys, n)
-    touched = 0                                       # distinct keys' sectors, compacted to the front, in order
+    touched = 0                                       # distinct keys, compacted to the front, in order
     previous = -1
     for i in range(n):                                # without a branch: a repeat is overwritten by the next
         key = keys[i]
-        keys[touched] = key & ((1 << SECTOR_BITS) - 1)
+        keys[touched] = key
         touched += key != previous
         previous = key
     return n, touched
 
 
 @counter
-def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, atomic, system, l2_tags, l2_writer,
-                 l2_dirty, keys, slot_of, missed, tally):
+def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, atomic, system, caches, keys, slot_of,
+                 missed, tally):
     """A global load, store or (`atomic`) read-modify-write of the active lanes at physical addresses `pa`: bytes,
-    the distinct 32-byte sectors of each warp, and the L2's hits, misses and dirtied sectors, or PCIe bytes."""
+    the distinct 32-byte sectors of each warp, and what each cache level held (`caches.DataCaches.access`), or PCIe
+    bytes. `caches` is (tags of L1, L2, far; their writers; the L2's dirty bits; the geometry)."""
     n = active.size if full else 0
     touched = -1
     if full and padded_lane[n - 1] == n - 1:           # every lane, warps packed: perhaps runs of addresses
@@ -146,41 +167,78 @@ def count_global(active, full, pa, padded_lane, warp_size, nbytes, write, atomic
     if system:
         tally[PCIE_BYTES] += n * nbytes
         return
-    slots = l2_tags.size
-    any_missed = False
-    for i in range(touched):                           # each sector's L2 slot, and whether the L2 has it:
-        step = keys[i] - keys[i - 1] if i else slots   # every lookup sees the tags as they were
-        if 0 <= step < slots:                          # sorted, mostly consecutive: no division
-            slot = slot_of[i - 1] + step
-            slot = slot - slots if slot >= slots else slot
-        else:
-            slot = keys[i] % slots
-        slot_of[i] = slot
-        missed[i] = l2_tags[slot] != np.uint64(keys[i] + 1)
-        any_missed |= missed[i]
-    misses = 0
-    if any_missed:
-        for i in range(touched):
-            if missed[i]:
-                slot = slot_of[i]
-                l2_tags[slot] = keys[i] + 1
-                l2_dirty[slot] = False
-                l2_writer[slot] = i
-        for i in range(touched):                       # a slot filled twice by this access misses once
-            if missed[i] and l2_writer[slot_of[i]] == i:
-                misses += 1
-    tally[L2_MISSES] += misses
-    if not write or atomic:                            # an atomic reads its sectors too
-        tally[DRAM_READ_BYTES] += misses * 32
-    if not write:
-        return
-    dirtied = 0
+    g, dirty = caches[7], caches[6]
+    going = pa                                         # the requests still looking (pa is not needed again)
     for i in range(touched):
-        slot = slot_of[i]
-        if not l2_dirty[slot]:
-            l2_dirty[slot] = True
-            dirtied += 1
+        going[i] = i
+    count = touched
+    if not write:
+        count = lookup(caches[0], caches[3], dirty, keys, going, count, g, L1, g[L1_STRIDE], g[L1_SLOTS], g[UNITS],
+                       g[L1_EPOCH] << SECTOR_BITS, slot_of, missed)
+        tally[L1_HITS] += touched - count
+    reaching = count
+    count = lookup(caches[1], caches[4], dirty, keys, going, count, g, L2, g[SLICE_SLOTS], g[SLICE_SLOTS],
+                   g[SLICES], 0, slot_of, missed)
+    dirtied = 0
+    if write:                                          # every request reached the L2 (slot_of holds their slots)
+        for j in range(reaching):
+            slot = slot_of[j]
+            if not dirty[slot]:
+                dirty[slot] = True
+                dirtied += 1
+    tally[L2_MISSES] += count
+    if g[FAR_SLOTS]:
+        count = lookup(caches[2], caches[5], dirty, keys, going, count, g, FAR, 0, g[FAR_SLOTS], 1, 0, slot_of,
+                       missed)
+    tally[FAR_MISSES] += count
+    if not write or atomic:                            # a store overwrites whole words: nothing to fetch
+        tally[DRAM_READ_BYTES] += count * 32
     tally[DRAM_WRITE_BYTES] += dirtied * 32
+
+
+@njit(inline="always", cache=True, _nrt=False)
+def lookup(tags, writer, dirty, keys, going, count, g, level, stride, slots, groups, epoch, slot_of, missed):
+    """One level's lookup of the requests going[:count] (indices into keys): each one's slot is its unit's group
+    (unit mod groups) times `stride` plus its sector mod `slots`, its tag the sector + 1 + `epoch`; every lookup
+    sees the tags as they were, then the missed slots are filled. Returns how many go on (compacted to the front
+    of going): those that missed, one per slot, the last to fill it. The L2 clears a filled slot's dirty bit."""
+    first_block, wpb, units = g[FIRST_BLOCK], g[WARPS_PER_BLOCK], g[UNITS]
+    last_warp, base = -1, 0
+    previous, rem = -1, 0
+    any_missed = False
+    for j in range(count):
+        key = keys[going[j]]
+        warp = key >> SECTOR_BITS
+        if warp != last_warp and groups > 1:           # a warp's sectors come together: its unit once
+            base = (first_block + warp // wpb) % units % groups * stride
+            last_warp = warp
+        sector = key & SECTOR_MASK
+        step = sector - previous                       # sorted, mostly consecutive: no division
+        if previous >= 0 and 0 <= step < slots:
+            rem += step
+            rem = rem - slots if rem >= slots else rem
+        else:
+            rem = sector % slots
+        previous = sector
+        slot = base + rem
+        slot_of[j] = slot
+        missed[j] = tags[slot] != np.uint64(sector + 1 + epoch)
+        any_missed |= missed[j]
+    if not any_missed:
+        return 0
+    for j in range(count):
+        if missed[j]:
+            slot = slot_of[j]
+            tags[slot] = np.uint64((keys[going[j]] & SECTOR_MASK) + 1 + epoch)
+            writer[slot] = j
+            if level == L2:
+                dirty[slot] = False
+    out = 0
+    for j in range(count):                             # a slot filled twice by this access misses once
+        if missed[j] and writer[slot_of[j]] == j:
+            going[out] = going[j]
+            out += 1
+    return out
 
 
 @counter

@@ -76,7 +76,7 @@ def _engine(fn):
 
 @_engine
 def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, warps_n, budget, R, P, special, cbank,
-                 clock, mem, sizes, lanes, l2, scratch, laid, guarded, missed, log_va, log_active, tally,
+                 clock, mem, sizes, lanes, caches, scratch, laid, guarded, missed, log_va, log_active, tally,
                  warp_counts, thread_counts, version, bumps, exited):
     """Run the group (lanes where `group` is true; all when `group_full`; `lanes_n` of them in `warps_n`
     warps) from instruction pc for as long as it stays whole and runs alone or first: through
@@ -153,7 +153,7 @@ def execute_path(table, pc, end, group, group_full, alone, waiting, lanes_n, war
                 return REFERENCE, pc, steps                  # the binder checks for divergence
             tally[BARRIERS] += warps_n
         elif kind != NOP and instruction(t, kind, group, group_full, R, P, special, cbank, clock, mem, sizes,
-                                         lanes, l2, scratch, laid, guarded, missed, log_va, log_active,
+                                         lanes, caches, scratch, laid, guarded, missed, log_va, log_active,
                                          tally) != DONE:
             return REFERENCE, pc, steps                      # a fault: its binder raises it
         issued(pc, warps_n, lanes_n, warp_counts, thread_counts, version, bumps)
@@ -390,7 +390,7 @@ def park(group, lane_pc, waiting, pc, lanes_n):
 
 @njit(cache=True, error_model="numpy", _nrt=False)
 def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, cur, budget, R, P, special, cbank,
-                  clock, mem, sizes, lanes, l2, scratch, laid, guarded, missed, log_va, log_active, tally,
+                  clock, mem, sizes, lanes, caches, scratch, laid, guarded, missed, log_va, log_active, tally,
                   warp_counts, thread_counts, version, bumps, exited):
     """Run the batch's groups as the reference scheduler does, at most `budget` instructions. With
     `current`, the running group (`group`, its counts in `cur`) goes on at pc after a step Python
@@ -433,7 +433,7 @@ def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, c
             current = True
         cur[0], cur[1] = lanes_n, warps_n
         status, pc, ran = execute_path(table, pc, end, group, lanes_n == L, parked == 0, waiting, lanes_n, warps_n,
-                                       budget - steps, R, P, special, cbank, clock, mem, sizes, lanes, l2, scratch,
+                                       budget - steps, R, P, special, cbank, clock, mem, sizes, lanes, caches, scratch,
                                        laid, guarded, missed, log_va, log_active, tally, warp_counts, thread_counts,
                                        version, bumps, exited)
         steps += ran

@@ -24,7 +24,7 @@ from functools import partial
 
 import numpy as np
 
-from lapis.hardware.caches import L2Cache
+from lapis.hardware.caches import DataCaches
 from lapis.hardware.memory import PhysicalMemory
 from lapis.hardware.mmu import Mmu
 from lapis.hardware.profiles import DeviceProfile
@@ -73,12 +73,15 @@ class SimtCore:
         self.write_log: list | None = None       # global writes (host memory?, byte addresses, old bytes), when kept
         self.warp_size = profile.warp_size
         self.mmu, self.vram, self.sysmem = mmu, vram, sysmem
-        self.l2 = L2Cache(profile.l2_bytes)
+        self.data_caches = DataCaches(profile)
         self.caches = SimulatorCaches(caches)
         self.counters = Counters.for_program(0)
 
     def run(self, d: Dispatch, resident_blocks: int) -> Counters:
         """Execute every block of the grid; `resident_blocks` is how many fit on the device at once."""
+        per_unit = -(-resident_blocks // self.profile.compute_units)
+        self.data_caches.begin_kernel(self.profile.l1_bytes_for(per_unit * d.shared_bytes),
+                                      -(-d.block[0] * d.block[1] * d.block[2] // self.warp_size))
         if self.compare:
             return compare_executors(self, d, resident_blocks)
         return self.execute(d, resident_blocks, self.translated)

@@ -56,7 +56,7 @@ class NativeRunner:
         n = len(translation.translated)
         self.tally = np.zeros(TALLY_SLOTS, np.int64)
         self.lanes = (b.lane_in_warp, b.warp_base, b.warp_len, b.padded_lane, b.shared_base)
-        self.l2 = (core.l2.tags, core.l2.writer, core.l2.dirty)
+        self.caches = core.data_caches.native
         self.waiting = np.zeros(n + 1, np.int64)      # per pc, the lanes waiting there
         self.lane_pc = np.zeros(b.lanes, np.int64)    # per lane, the pc it waits at (-1: running or exited)
         # The running group's lanes (in padded storage: a fused run reads whole vectors of them).
@@ -93,7 +93,7 @@ class NativeRunner:
             status, pc, steps = execute_batch(
                 t.table, pc, current, len(t.translated), self.group, self.lane_pc, self.waiting, b.lane_warp,
                 self.cur, budget, regs.R_rows, regs.P_rows, b.special, regs.cbank, core.counters.steps, self.memories,
-                sizes, self.lanes, self.l2, self.scratch, self.laid, self.guarded, self.missed, self.log_va,
+                sizes, self.lanes, self.caches, self.scratch, self.laid, self.guarded, self.missed, self.log_va,
                 self.log_active, self.tally, c.warp_instructions, c.thread_instructions, b.derived.version,
                 b.derived.bump_rows, b.exited)
         counts = self.tally[:len(TALLY)].tolist()        # a list: numpy's any() costs more than the loop
