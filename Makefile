@@ -47,6 +47,8 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/simulator.py
 	$(BIN)/python benchmarks/libs.py
+	$(BIN)/python benchmarks/libs.py --matmul 1024,2048
+	LAPIS_GPUS=mi300x $(BIN)/python benchmarks/libs.py --matmul 1024,2048
 	$(BIN)/python benchmarks/seed_matmul.py
 	$(BIN)/python benchmarks/cuda_cpp.py
 	$(BIN)/python benchmarks/framework.py --digits

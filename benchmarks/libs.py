@@ -1,6 +1,11 @@
 """The Layer 4 libraries against the issue's targets, in the performance model's predicted time.
 
     python benchmarks/libs.py [--device cuda|hip] [--gemm-size N] [--axpy-size N]
+    LAPIS_GPUS=mi300x python benchmarks/libs.py --matmul 1024,2048,4096
+
+`--matmul` prints instead the predicted TFLOP/s of `lapis.matmul` on device `cuda` (the first GPU, whichever
+profile LAPIS_GPUS names) for float32, bfloat16 and float16 square products of each size: the sum of its kernels'
+simulated times, after one untimed product (which compiles and tunes).
 
 For each routine: the simulated kernel time on the device profile, the achieved fraction of the
 relevant peak (FP32 FLOP/s for float32 gemm, matrix FLOP/s for bf16 gemm, HBM bandwidth for
@@ -17,6 +22,7 @@ import time
 import ml_dtypes
 import numpy as np
 
+import lapis
 from lapis import cuda, hip, trace
 from lapis.libs import blas
 
@@ -36,12 +42,42 @@ def report(name: str, kernels: list, wall: float, amount: float, peak: float, un
           f"{amount / (ns * 1e-9) / peak:.0%} of peak (limiter {limiters}); {wall:.2f} s of wall time")
 
 
+def matmul_api():
+    """The API of device cuda's GPU: an AMD one's where only AMD GPUs are (as PyTorch on ROCm)."""
+    return cuda if cuda.is_available() else hip
+
+
+def matmul_tflops(size: int, dtype) -> tuple[float, str]:
+    """Predicted TFLOP/s of lapis.matmul of two size x size matrices of `dtype` on device cuda, and the limiters of
+    its kernels."""
+    api = matmul_api()
+    a = lapis.randn(size, size, device="cuda").to(dtype)
+    b = lapis.randn(size, size, device="cuda").to(dtype)
+    lapis.matmul(a, b)
+    api.synchronize()
+    kernels, _ = kernel_events(lambda: (lapis.matmul(a, b), api.synchronize()))
+    ns = sum(k["duration_ns"] for k in kernels)
+    return 2.0 * size**3 / (ns * 1e-9) / 1e12, ", ".join(sorted({k["limiter"] for k in kernels}))
+
+
+def matmul_table(sizes: list[int]) -> None:
+    print(f"lapis.matmul on {matmul_api().get_current_device().name}, predicted TFLOP/s (limiters)")
+    print(f"{'size':>6} " + "".join(f"{name:>26}" for name in ("float32", "bfloat16", "float16")))
+    for size in sizes:
+        cells = [matmul_tflops(size, dtype) for dtype in (lapis.float32, lapis.bfloat16, lapis.float16)]
+        print(f"{size:>6} " + "".join(f"{f'{tflops:.1f} ({limiters})':>26}" for tflops, limiters in cells), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", choices=["cuda", "hip"])
     parser.add_argument("--gemm-size", type=int, default=2048)
     parser.add_argument("--axpy-size", type=int, default=1 << 24)
+    parser.add_argument("--matmul", metavar="SIZES", help="comma-separated sizes: the lapis.matmul table instead")
     args = parser.parse_args()
+    if args.matmul:
+        matmul_table([int(size) for size in args.matmul.split(",")])
+        return
     api = cuda if args.device == "cuda" else hip
     device = api.get_current_device()
     props = api.get_device_properties()

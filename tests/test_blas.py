@@ -227,7 +227,9 @@ def test_a_half_gemm_in_another_layout_is_staged_for_the_matrix_unit(handle):
         blas.gemm_strided_batched(handle, "N", "T", m, n, k, 1.0, cuda.to_device(a.ravel()), m, k * m,
                                   cuda.to_device(b.ravel()), n, k * n, 0.0, dC, m, m * n, batch)
         got = dC.copy_to_host().reshape(batch, n, m).transpose(0, 2, 1)
-    assert [e.args["kernel"] for e in t.select(3, "launch")] == ["transpose_kernel"] * 2 + ["mma_gemm_kernel"]
+    launched = [e.args["kernel"] for e in t.select(3, "launch")]
+    probes = 2 * len(blas.MMA_M_TILES_CANDIDATES) if t.select(4, "gemm_autotune") else 0    # each height twice
+    assert launched == ["transpose_kernel"] * 2 + ["mma_gemm_kernel"] * (probes + 1)
     expected = np.einsum("zkm,zkn->zmn", a.astype(np.float32), b.astype(np.float32))
     assert np.allclose(got, expected, rtol=2e-3, atol=2e-2 * np.abs(expected).max())
     with trace() as t:
@@ -238,6 +240,37 @@ def test_a_half_gemm_in_another_layout_is_staged_for_the_matrix_unit(handle):
     half = cuda.to_device(a.ravel())
     assert blas._worth_staging(handle, False, False, 2048, 2048, 2048, half)
     assert not blas._worth_staging(handle, False, False, 4096, 4096, 4096, half)   # its simulation would time out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("m_tiles", blas.MMA_M_TILES_CANDIDATES)
+def test_every_height_of_the_matrix_unit_kernel(handle, m_tiles):
+    """Blocks of 128, 64 and 32 rows by 256 columns, on a C no block height divides."""
+    import ml_dtypes
+    m, n, k = 70, 260, 64
+    a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
+    dC = cuda.device_array(m * n, np.float32)
+    blas._launch_mma(handle, m_tiles, m, n, k, 1.0, cuda.to_device(a.ravel()), k, 0, cuda.to_device(b.T.copy().ravel()),
+                     k, 0, 0.0, dC, m, 0, 1)
+    expected = a.astype(np.float32) @ b.astype(np.float32)
+    assert np.allclose(from_col_major(dC.copy_to_host(), m, n, m), expected, atol=1e-3)
+
+
+def test_the_matrix_unit_kernel_s_height_fills_the_units(handle):
+    """Below TUNE_ABOVE the tallest block whose grid has a block for every unit (of the h200's 132), else the
+    shortest; above, the height the model predicts fastest, probed once per shape and kept."""
+    from lapis import trace
+    assert blas.choose_mma_tiles(handle, 256, 256, 64, 1, np.float16) == 1               # 8 blocks of 32 rows
+    assert blas.choose_mma_tiles(handle, 2048, 2048, 32, 1, np.float16) == 2             # 128 of 128: 256 of 64
+    assert blas.choose_mma_tiles(handle, 256, 256, 64, 66, np.float16) == 4              # 132 batched blocks
+    with trace() as t:
+        chosen = blas.choose_mma_tiles(handle, 640, 768, 512, 1, np.float16)
+    ranking = t.first(4, "gemm_autotune").args["ranking"]
+    assert len(ranking) == len(blas.MMA_M_TILES_CANDIDATES) and ranking[0][0] == f"{32 * chosen}x256"
+    with trace() as t:
+        assert blas.choose_mma_tiles(handle, 640, 768, 512, 1, np.float16) == chosen
+    assert not t.select(4, "gemm_autotune")
 
 
 @pytest.mark.slow

@@ -37,6 +37,7 @@ kernel: HMMA.16816 with float32 accumulation, 128x256 blocks of eight warps, 64x
 Sizes and offsets are int32: each matrix must hold fewer than 2^31 elements.
 """
 
+import dataclasses
 import hashlib
 import json
 from pathlib import Path
@@ -51,7 +52,6 @@ from lapis.libs.gemm_kernels import (
     DGEMM_TILE,
     MMA_COLS,
     MMA_DEPTH,
-    MMA_ROWS,
     MMA_SHARED_BYTES,
     MMA_THREADS,
     TRANSPOSE_ROWS,
@@ -79,6 +79,11 @@ SPLIT_K_MIN_DEPTH = 128       # ... each summing at least this deep
 # 2-core host, where the float32-pipe kernel takes 28 s. Larger ones keep the layout they came in (the simulator's
 # limit, not the model's: the same product in the HMMA kernel's own layout runs on the matrix unit, or times out).
 STAGE_AT_MOST = 1 << 33
+# The matrix-unit kernel's block heights (in 32-row steps: 128, 64 or 32 rows by 256 columns): the tallest reuses
+# each staged B slice most, the shorter ones give a product too small for the tall one's grid blocks for every unit
+# (1024^2 is 32 blocks of 128 x 256: a quarter of the H200's units, a tenth of the MI300X's).
+MMA_M_TILES_CANDIDATES = (4, 2, 1)
+MMA_PROBE_K = 256             # the depth the autotuner runs them at: deep enough that staging, not the epilogue, counts
 
 
 __all__ = ["BlasError", "GemmTiles", "Handle", "asum", "axpy", "choose_tiles", "copy", "create", "dgemm", "dot", "gemm",
@@ -91,8 +96,8 @@ class Handle(LibraryHandle):
     def __init__(self, api, device: int = 0):
         super().__init__(api, device)
         self.tiled_kernels: dict[tuple, object] = {}    # by (tiles, vector_a, vector_b, with_bias, vector_c)
-        self.tiles: dict[tuple, GemmTiles] = {}        # the autotuner's choices, by profile and shape
-        self.mma_kernels = {np.dtype(t).name: api.jit(make_mma_gemm_kernel(t)) for t in (cuda.float16, cuda.bfloat16)}
+        self.tiles: dict[tuple, GemmTiles | int] = {}  # the autotuners' choices (tilings, m_tiles) by profile, shape
+        self.mma_kernels: dict[tuple[str, int], object] = {}    # by (half type's name, m_tiles)
         self.workspace: DeviceNDArray | None = None     # split-K's partial products, grown as needed
         self.dgemm = api.jit(dgemm_kernel)
         self.transpose = api.jit(transpose_kernel)     # stages a half operand k-contiguous for the matrix unit
@@ -103,6 +108,14 @@ class Handle(LibraryHandle):
         kernel = self.tiled_kernels.get(key)
         if kernel is None:
             kernel = self.tiled_kernels[key] = self.api.jit(make_gemm_kernel(*key))
+        return kernel
+
+    def mma_kernel(self, dtype_name: str, m_tiles: int):
+        """The matrix-unit gemm kernel for float16 or bfloat16 blocks of 32 m_tiles x 256, compiled once."""
+        kernel = self.mma_kernels.get((dtype_name, m_tiles))
+        if kernel is None:
+            kind = cuda.float16 if dtype_name == "float16" else cuda.bfloat16
+            kernel = self.mma_kernels[dtype_name, m_tiles] = self.api.jit(make_mma_gemm_kernel(kind, m_tiles))
         return kernel
 
 
@@ -187,16 +200,13 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
         if tb:
             fb, ldb, stride_b, tb = _k_contiguous(handle, fb, n, k, ldb, stride_b, batch), k, k * n, False
     if _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b):
+        m_tiles = choose_mma_tiles(handle, m, n, k, batch, fa.dtype) if m and n and batch else MMA_M_TILES_CANDIDATES[0]
         with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
                         beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
-                        kernel="mma_gemm_kernel", tile=f"{MMA_ROWS}x{MMA_COLS}x{MMA_DEPTH} on the matrix unit"):
+                        kernel="mma_gemm_kernel", tile=f"{32 * m_tiles}x{MMA_COLS}x{MMA_DEPTH} on the matrix unit"):
             if m and n and batch:
-                words = [x[:x.size // 2 * 2].view(np.uint32) for x in (fa, fb)]     # the halves in pairs
-                handle.mma_kernels[fa.dtype.name][(-(-m // MMA_ROWS), -(-n // MMA_COLS), batch), MMA_THREADS,
-                                                  handle.stream](
-                    np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), words[0], np.int32(lda // 2),
-                    np.int32(stride_a // 2), words[1], np.int32(ldb // 2), np.int32(stride_b // 2),
-                    np.float32(beta), fc, np.int32(ldc), np.int32(stride_c))
+                _launch_mma(handle, m_tiles, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
+                            stride_c, batch)
         return
     tiles = choose_tiles(handle, m, n, k, fa.dtype)
     with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
@@ -294,6 +304,46 @@ def _k_contiguous(handle, flat: DeviceNDArray, rows: int, k: int, ld: int, strid
     return staged
 
 
+def _launch_mma(handle, m_tiles, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc, stride_c,
+                batch) -> None:
+    """The matrix-unit kernel's launch, for k-contiguous op(A) and op(B) (`_matrix_unit_fits`)."""
+    words = [x[:x.size // 2 * 2].view(np.uint32) for x in (fa, fb)]     # the halves in pairs
+    handle.mma_kernel(fa.dtype.name, m_tiles)[(-(-m // (32 * m_tiles)), -(-n // MMA_COLS), batch), MMA_THREADS,
+                                              handle.stream](
+        np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), words[0], np.int32(lda // 2), np.int32(stride_a // 2),
+        words[1], np.int32(ldb // 2), np.int32(stride_b // 2), np.float32(beta), fc, np.int32(ldc), np.int32(stride_c))
+
+
+def choose_mma_tiles(handle: Handle, m: int, n: int, k: int, batch: int, dtype) -> int:
+    """The matrix-unit kernel's block height for a gemm, as m_tiles (blocks of 32 m_tiles x 256): at or below
+    TUNE_ABOVE multiply-adds the tallest whose grid has a block for every unit (else the shortest); above, the
+    candidate the performance model predicts fastest at a depth of MMA_PROBE_K, kept as `choose_tiles` keeps its
+    choices."""
+    units = handle.properties.multi_processor_count
+    if m * n * k * batch <= TUNE_ABOVE:
+        return next((mt for mt in MMA_M_TILES_CANDIDATES
+                     if -(-m // (32 * mt)) * -(-n // MMA_COLS) * batch >= units), MMA_M_TILES_CANDIDATES[-1])
+    key = (handle.properties.profile, m, n, -(-k // 256), batch, np.dtype(dtype).name, "mma")
+    chosen = handle.tiles.get(key) or _stored_choice(key)
+    if chosen is not None:
+        handle.tiles[key] = chosen
+        return chosen
+    depth = min(k, MMA_PROBE_K)
+    a, b = handle.api.device_array(m * depth * batch, dtype), handle.api.device_array(depth * n * batch, dtype)
+    c = handle.api.device_array(m * n * batch, dtype)
+    timings = []
+    with trace.span(4, "gemm_autotune", m=m, n=n, k=k, profile=key[0], candidates=len(MMA_M_TILES_CANDIDATES)) as info:
+        for mt in MMA_M_TILES_CANDIDATES:
+            ms = handle.device_time_ms(lambda mt=mt: _launch_mma(handle, mt, m, n, depth, 1.0, a, depth, m * depth, b,
+                                                                  depth, n * depth, 0.0, c, m, m * n, batch))
+            timings.append((ms, mt))
+        chosen = handle.tiles[key] = min(timings)[1]
+        info.update(ranking=[(f"{32 * mt}x{MMA_COLS}", round(ms * 1e6)) for ms, mt in sorted(timings)],
+                    chosen=f"{32 * chosen}x{MMA_COLS}")
+    _store_choice(key, chosen)
+    return chosen
+
+
 def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
                  stride_c, batch, bias=None) -> None:
     """The tiled kernel's launch (its bias argument is C itself where there is no bias: it is not read)."""
@@ -326,7 +376,8 @@ def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
         return min((DEFAULT_TILES, *NARROW_TILES), key=lambda t: -(-m // t.bm) * t.bm * -(-n // t.bn) * t.bn)
     profile = handle.properties.profile
     key = (profile, m, n, -(-k // 256), np.dtype(dtype).name)
-    chosen = handle.tiles.get(key) or _stored_choice(key)
+    stored = _stored_choice(key)
+    chosen = handle.tiles.get(key) or (GemmTiles(*stored) if stored else None)
     if chosen is not None:
         handle.tiles[key] = chosen
         return chosen
@@ -342,7 +393,7 @@ def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
         chosen = handle.tiles[key] = min(timings, key=lambda t: t[0])[2]
         info.update(ranking=[(name, round(ns)) for ns, name, _ in sorted(timings, key=lambda t: t[0])],
                     chosen=str(chosen))
-    _store_choice(key, chosen)
+    _store_choice(key, dataclasses.astuple(chosen))
     return chosen
 
 
@@ -358,22 +409,22 @@ def _tuning_file():
     return root / f"gemm-tiles-{digest}.json"
 
 
-def _stored_choice(key) -> GemmTiles | None:
+def _stored_choice(key):
+    """The autotuner's choice kept for `key` (as JSON holds it), or None."""
     path = _tuning_file()
     try:
-        entry = json.loads(path.read_text()).get(repr(key)) if path else None
+        return json.loads(path.read_text()).get(repr(key)) if path else None
     except (OSError, ValueError):
         return None
-    return GemmTiles(*entry) if entry else None
 
 
-def _store_choice(key, tiles: GemmTiles) -> None:
+def _store_choice(key, choice) -> None:
     path = _tuning_file()
     if path is None:
         return
     try:
         choices = json.loads(path.read_text()) if path.exists() else {}
-        choices[repr(key)] = [tiles.bm, tiles.bn, tiles.bk, tiles.tm, tiles.tn]
+        choices[repr(key)] = choice
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(choices, indent=1))
     except (OSError, ValueError):
