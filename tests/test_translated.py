@@ -210,6 +210,16 @@ def test_the_cases_cover_every_operation_the_engine_has():
     assert used >= set(OPS) - {"LDC", "LDC64", "S2R"}           # those three are in every kernel's prologue
 
 
+def test_make_compiles_the_engine_with_the_arguments_a_launch_passes():
+    """`make` runs compile_engine once on made-up arguments: their types must be a real launch's (the engine's
+    machine code is cached by them), or a fresh install fails to build."""
+    from lapis.hardware.simt.native_scheduler import compile_engine, execute_batch
+    compile_engine()
+    compiled = set(execute_batch.signatures)
+    Bench("teaching").run("IADD R1, R0, 0x1 ;\nEXIT ;")
+    assert set(execute_batch.signatures) == compiled          # the launch found its code compiled
+
+
 @pytest.fixture(params=[1, 2], ids=["one thread", "two threads"])
 def engine_threads(request, monkeypatch):
     """The engine on one thread, or with every fused run and loop over two parts of 64 lanes or more split between

@@ -495,6 +495,8 @@ def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, c
 
 def compile_engine() -> None:
     """Compile the engine now, by running one instruction (`make` does this once: numba keeps the code)."""
+    from lapis.hardware.caches import DataCaches
+    from lapis.hardware.profiles import get_profile
     from lapis.isa import assemble
     table = tr.translate(assemble("IADD R1, R0, 0x1 ;\nEXIT ;"), 4).table
     no, lanes = np.zeros(1, np.int64), np.zeros(32, bool)
@@ -506,7 +508,7 @@ def compile_engine() -> None:
                   np.zeros((10, 32), np.uint32), np.zeros(1, np.uint32), 0,
                   (words, octets, words, octets, words, octets, words, octets, np.zeros(4, np.uint64)),
                   (0, 0, -1, 32, 32, 1, 1, False, 1, 0), (no, no, no, no, no),
-                  (np.zeros(8, np.uint64), np.zeros(8, np.int32), np.zeros(8, bool)),
+                  DataCaches(get_profile("teaching")).native,
                   np.zeros((3, 32), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
                   np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(TALLY_SLOTS, np.int64),
                   np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(6, np.int64), np.full((2, 4), -1, np.int64),
