@@ -260,16 +260,19 @@ def test_every_height_of_the_matrix_unit_kernel(handle, m_tiles):
 def test_the_matrix_unit_kernel_s_height_fills_the_units(handle):
     """Below TUNE_ABOVE the tallest block whose grid has a block for every unit (of the h200's 132), else the
     shortest; above, the height the model predicts fastest, probed once per shape and kept."""
+    import ml_dtypes
+
     from lapis import trace
-    assert blas.choose_mma_tiles(handle, 256, 256, 64, 1, np.float16) == 1               # 8 blocks of 32 rows
-    assert blas.choose_mma_tiles(handle, 2048, 2048, 32, 1, np.float16) == 2             # 128 of 128: 256 of 64
-    assert blas.choose_mma_tiles(handle, 256, 256, 64, 66, np.float16) == 4              # 132 batched blocks
+    bf16 = ml_dtypes.bfloat16                  # the heights test_every_height_of_the_matrix_unit_kernel compiled
+    assert blas.choose_mma_tiles(handle, 256, 256, 64, 1, bf16) == 1               # 8 blocks of 32 rows
+    assert blas.choose_mma_tiles(handle, 2048, 2048, 32, 1, bf16) == 2             # 128 of 128: 256 of 64
+    assert blas.choose_mma_tiles(handle, 256, 256, 64, 66, bf16) == 4              # 132 batched blocks
     with trace() as t:
-        chosen = blas.choose_mma_tiles(handle, 640, 768, 512, 1, np.float16)
+        chosen = blas.choose_mma_tiles(handle, 512, 512, 544, 1, bf16)
     ranking = t.first(4, "gemm_autotune").args["ranking"]
     assert len(ranking) == len(blas.MMA_M_TILES_CANDIDATES) and ranking[0][0] == f"{32 * chosen}x256"
     with trace() as t:
-        assert blas.choose_mma_tiles(handle, 640, 768, 512, 1, np.float16) == chosen
+        assert blas.choose_mma_tiles(handle, 512, 512, 544, 1, bf16) == chosen
     assert not t.select(4, "gemm_autotune")
 
 
