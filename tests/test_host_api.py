@@ -414,6 +414,8 @@ def test_device_properties_are_a_typed_frozen_record_of_the_profile():
         profile.marketing_name, *profile.compute_capability, profile.memory_bytes, profile.compute_units,
         profile.warp_size, profile.shared_per_block, profile.l2_bytes)
     assert props.peak_fp32_flops == profile.fp32_tflops * 1e12 and props.gcnArchName == ""
+    amd = hip.get_device_properties(0)
+    assert amd.L2_cache_size == 4 * 2**20 and amd.gcnArchName == "gfx942"     # one XCD's L2, as ROCm reports it
     fields = {f.name: f.type for f in dataclasses.fields(props)}
     assert fields["multi_processor_count"] is int and fields["name"] is str and fields["memory_bandwidth"] is float
     with pytest.raises(dataclasses.FrozenInstanceError):

@@ -50,7 +50,7 @@ class DeviceProperties:
                    multi_processor_count=p.compute_units, warp_size=p.warp_size,
                    max_threads_per_multi_processor=p.max_threads_per_unit,
                    shared_memory_per_block=p.shared_per_block, regs_per_multiprocessor=p.registers_per_unit,
-                   L2_cache_size=p.l2_bytes, gcnArchName="gfx942" if p.vendor == "amd" else "",
+                   L2_cache_size=p.reported_l2_bytes, gcnArchName="gfx942" if p.vendor == "amd" else "",
                    profile=p.profile, peak_fp32_flops=p.fp32_tflops * 1e12, peak_matrix_flops=p.matrix_tflops * 1e12,
                    memory_bandwidth=p.memory_bandwidth, l2_bandwidth=p.l2_bandwidth)
 

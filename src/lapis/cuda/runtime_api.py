@@ -458,7 +458,7 @@ class RuntimeApi:
             regsPerMultiprocessor=p.registers_per_unit, warpSize=p.warp_size,
             maxThreadsPerBlock=p.max_threads_per_block, maxThreadsPerMultiProcessor=p.max_threads_per_unit,
             clockRate=round(p.clock_ghz * 1e6), memoryClockRate=round(p.memory_clock_mhz * 1e3),
-            multiProcessorCount=p.compute_units, l2CacheSize=p.l2_bytes,
+            multiProcessorCount=p.compute_units, l2CacheSize=p.reported_l2_bytes,
             sharedMemPerMultiprocessor=p.shared_per_unit, major=major, minor=minor)
 
     # -- errors -------------------------------------------------------------------------------

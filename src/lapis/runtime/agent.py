@@ -34,7 +34,7 @@ class Agent:
                 "compute_unit_count": p.compute_units, "max_clock_frequency_mhz": p.clock_ghz * 1e3,
                 "workgroup_max_size": p.max_threads_per_block, "max_waves_per_cu": p.max_threads_per_unit
                 // p.warp_size, "group_segment_size": p.shared_per_block, "memory_size": p.memory_bytes,
-                "l2_cache_size": p.l2_bytes}
+                "l2_cache_size": p.reported_l2_bytes}
 
     def __repr__(self) -> str:
         return f"Agent({self.name!r}, {self.kind})"

@@ -71,7 +71,7 @@ _ATTRIBUTES = {
     A.CU_DEVICE_ATTRIBUTE_CLOCK_RATE: lambda p: round(p.clock_ghz * 1e6),              # kHz
     A.CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: lambda p: round(p.memory_clock_mhz * 1e3),  # kHz
     A.CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: _bus_width,
-    A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: lambda p: p.l2_bytes,
+    A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: lambda p: p.reported_l2_bytes,
     A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: lambda p: p.compute_units,
     A.CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: lambda p: p.max_threads_per_unit,
     A.CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: lambda p: p.max_blocks_per_unit,
