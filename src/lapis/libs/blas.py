@@ -324,24 +324,15 @@ def choose_mma_tiles(handle: Handle, m: int, n: int, k: int, batch: int, dtype) 
         return next((mt for mt in MMA_M_TILES_CANDIDATES
                      if -(-m // (32 * mt)) * -(-n // MMA_COLS) * batch >= units), MMA_M_TILES_CANDIDATES[-1])
     key = (handle.properties.profile, m, n, -(-k // 256), batch, np.dtype(dtype).name, "mma")
-    chosen = handle.tiles.get(key) or _stored_choice(key)
-    if chosen is not None:
-        handle.tiles[key] = chosen
-        return chosen
-    depth = min(k, MMA_PROBE_K)
-    a, b = handle.api.device_array(m * depth * batch, dtype), handle.api.device_array(depth * n * batch, dtype)
-    c = handle.api.device_array(m * n * batch, dtype)
-    timings = []
-    with trace.span(4, "gemm_autotune", m=m, n=n, k=k, profile=key[0], candidates=len(MMA_M_TILES_CANDIDATES)) as info:
-        for mt in MMA_M_TILES_CANDIDATES:
-            ms = handle.device_time_ms(lambda mt=mt: _launch_mma(handle, mt, m, n, depth, 1.0, a, depth, m * depth, b,
-                                                                  depth, n * depth, 0.0, c, m, m * n, batch))
-            timings.append((ms, mt))
-        chosen = handle.tiles[key] = min(timings)[1]
-        info.update(ranking=[(f"{32 * mt}x{MMA_COLS}", round(ms * 1e6)) for ms, mt in sorted(timings)],
-                    chosen=f"{32 * chosen}x{MMA_COLS}")
-    _store_choice(key, chosen)
-    return chosen
+
+    def probes():
+        depth = min(k, MMA_PROBE_K)
+        a, b = handle.api.device_array(m * depth * batch, dtype), handle.api.device_array(depth * n * batch, dtype)
+        c = handle.api.device_array(m * n * batch, dtype)
+        return lambda mt: _launch_mma(handle, mt, m, n, depth, 1.0, a, depth, m * depth, b, depth, n * depth, 0.0, c,
+                                      m, m * n, batch)
+    return _autotuned(handle, key, m, n, k, MMA_M_TILES_CANDIDATES, lambda mt: f"{32 * mt}x{MMA_COLS}", probes, int,
+                      int)
 
 
 def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
@@ -374,26 +365,38 @@ def choose_tiles(handle: Handle, m: int, n: int, k: int, dtype) -> GemmTiles:
     shape and dtype, so later calls of the same shape skip the probing."""
     if m * n * k <= TUNE_ABOVE:
         return min((DEFAULT_TILES, *NARROW_TILES), key=lambda t: -(-m // t.bm) * t.bm * -(-n // t.bn) * t.bn)
-    profile = handle.properties.profile
-    key = (profile, m, n, -(-k // 256), np.dtype(dtype).name)
-    stored = _stored_choice(key)
-    chosen = handle.tiles.get(key) or (GemmTiles(*stored) if stored else None)
+    key = (handle.properties.profile, m, n, -(-k // 256), np.dtype(dtype).name)
+
+    def probes():
+        depth = min(k, PROBE_K)
+        a, b = handle.api.device_array(m * depth, dtype), handle.api.device_array(depth * n, dtype)
+        c = handle.api.device_array(m * n, dtype)
+        return lambda tiles: _launch_gemm(handle, tiles, False, False, m, n, depth, 1.0, a, m, 0, b, depth, 0, 0.0, c,
+                                          m, 0, 1)
+    return _autotuned(handle, key, m, n, k, TILE_CANDIDATES, str, probes, lambda stored: GemmTiles(*stored),
+                      dataclasses.astuple)
+
+
+def _autotuned(handle: Handle, key: tuple, m: int, n: int, k: int, candidates: tuple, name, probes, from_json,
+               to_json):
+    """The autotuner's choice among `candidates` for `key` (profile first): the one kept in memory, else in the
+    tuning file (`from_json` turns it back), else the fastest of `probes()(candidate)` (launches on scratch operands
+    that `probes` allocates) in simulated device time, kept in both (`to_json`). A `gemm_autotune` trace span ranks
+    them by `name`."""
+    chosen = handle.tiles.get(key)
+    if chosen is None:
+        stored = _stored_choice(key)
+        chosen = None if stored is None else from_json(stored)
     if chosen is not None:
         handle.tiles[key] = chosen
         return chosen
-    depth = min(k, PROBE_K)
-    a, b = handle.api.device_array(m * depth, dtype), handle.api.device_array(depth * n, dtype)
-    c = handle.api.device_array(m * n, dtype)
-    timings = []
-    with trace.span(4, "gemm_autotune", m=m, n=n, k=k, profile=profile, candidates=len(TILE_CANDIDATES)) as info:
-        for tiles in TILE_CANDIDATES:
-            ms = handle.device_time_ms(lambda tiles=tiles: _launch_gemm(handle, tiles, False, False, m, n, depth, 1.0,
-                                                                         a, m, 0, b, depth, 0, 0.0, c, m, 0, 1))
-            timings.append((ms * 1e6, str(tiles), tiles))
+    run = probes()
+    with trace.span(4, "gemm_autotune", m=m, n=n, k=k, profile=key[0], candidates=len(candidates)) as info:
+        timings = [(handle.device_time_ms(lambda c=c: run(c)) * 1e6, name(c), c) for c in candidates]
         chosen = handle.tiles[key] = min(timings, key=lambda t: t[0])[2]
-        info.update(ranking=[(name, round(ns)) for ns, name, _ in sorted(timings, key=lambda t: t[0])],
-                    chosen=str(chosen))
-    _store_choice(key, dataclasses.astuple(chosen))
+        info.update(ranking=[(label, round(ns)) for ns, label, _ in sorted(timings, key=lambda t: t[0])],
+                    chosen=name(chosen))
+    _store_choice(key, to_json(chosen))
     return chosen
 
 
