@@ -59,12 +59,13 @@ LAST_U32, LAST_F32, LAST_PAIR, LAST_PREDICATE = (OP[ops[-1]] for ops in (U32_OPS
 
 def _drop_stale_machine_code() -> None:
     """numba keys its disk cache on a function's own file, but the engine inlines `native_values.py`
-    and folds constants of `translate.py`: when any of the engine's files changes, drop all of its
-    cached code."""
+    and folds constants of `translate.py` and of `caches.py` (the data caches' geometry): when any of
+    the engine's files changes, drop all of its cached code."""
     here = Path(__file__)
     sources = b"".join(here.with_name(name).read_bytes()
                        for name in ("native.py", "native_scheduler.py", "native_loops.py", "native_values.py",
                                     "native_counters.py", "translate.py"))
+    sources += (here.parent.parent / "caches.py").read_bytes()
     digest = hashlib.sha256(sources).hexdigest()
     cache = here.parent / "__pycache__"
     stamp = cache / "native.sources"
