@@ -325,7 +325,7 @@ def level_working_sets(api) -> dict[str, int]:
     less: the H200's far partition is only twice its near one); past twice the last cache for DRAM."""
     p = api.get_current_device().properties
     slice_bytes = p.l2_bytes // p.l2_slices
-    sets = {"L1": p.l1_bytes // 4, "L2": slice_bytes // 4, "DRAM": 2 * max(p.l2_bytes, p.far_cache_bytes)}
+    sets = {"L1": p.l1_bytes // 4, "L2": slice_bytes // 4, "DRAM": 2 * last_cache_bytes(api)}
     if p.far_cache_bytes:
         sets["far"] = min(4 * slice_bytes, p.far_cache_bytes * 19 // 20)
     return sets
@@ -443,6 +443,7 @@ def small_kernels(api, count: int = 200) -> float:
 
 # -- the suite ------------------------------------------------------------------------------------
 def last_cache_bytes(api) -> int:
+    """The largest cache in front of DRAM: a working set past twice this misses in every level."""
     p = api.get_current_device().properties
     return max(p.l2_bytes, p.far_cache_bytes)
 

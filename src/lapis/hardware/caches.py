@@ -32,6 +32,7 @@ import numpy as np
 SECTOR_BYTES = 32
 BANKS = 32
 SECTOR_BITS = 40          # a physical sector number fits in 40 bits (32 TiB); above them the warp, or the L1's epoch
+SECTOR_MASK = (1 << SECTOR_BITS) - 1
 
 # The positions of `DataCaches.geometry`, the facts a lookup needs, shared with the translated engine.
 (FIRST_BLOCK, WARPS_PER_BLOCK, UNITS, L1_SLOTS, L1_STRIDE, L1_EPOCH, SLICES, SLICE_SLOTS, FAR_SLOTS) = range(9)
@@ -59,7 +60,7 @@ class DataCaches:
         g[SLICES], g[SLICE_SLOTS], g[FAR_SLOTS] = profile.l2_slices, slice_slots, far_slots
         self.native = (*self.tags, *self.writer, self.dirty, self.geometry)     # as the translated engine takes them
 
-    def begin_kernel(self, l1_bytes: int, warps_per_block: int) -> None:
+    def begin_kernel(self, l1_bytes: int) -> None:
         """A new kernel: every L1 empty, each `l1_bytes` large (at most the profile's)."""
         g = self.geometry
         g[L1_EPOCH] += 1
@@ -67,11 +68,11 @@ class DataCaches:
             self.tags[L1].fill(0)
             g[L1_EPOCH] = 1
         g[L1_SLOTS] = max(1, min(g[L1_STRIDE], l1_bytes // SECTOR_BYTES))
-        g[WARPS_PER_BLOCK] = warps_per_block
 
-    def begin_batch(self, first_block: int) -> None:
-        """The batch of resident blocks from `first_block` on: block b runs on unit b mod units."""
-        self.geometry[FIRST_BLOCK] = first_block
+    def begin_batch(self, first_block: int, warps_per_block: int) -> None:
+        """The batch of resident blocks from `first_block` on, of `warps_per_block` warps each: block b runs on unit
+        b mod units."""
+        self.geometry[FIRST_BLOCK], self.geometry[WARPS_PER_BLOCK] = first_block, warps_per_block
 
     def access(self, sectors: np.ndarray, warps: np.ndarray, write: bool) -> tuple[int, int, int, int]:
         """Look up the physical sector numbers a warp instruction touched (one per distinct sector of each warp;

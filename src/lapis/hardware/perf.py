@@ -25,8 +25,8 @@ warp's chain comes from a scoreboard walk over the program in layout order: each
 issues one cycle after the previous one, or when its source registers are ready, whichever is
 later; a global load is ready after the latency of the level that served it (L1, the unit's
 L2 slice, the far level, DRAM), in the proportions the run measured, a shared load after the
-profile's shared-memory latency. Each instruction's wait is weighted by how often a warp executed it, and the warp
-retires when its last result has landed. A loop's trip takes at least its recurrence: the
+profile's shared-memory latency. Each instruction's wait is weighted by how often a warp
+executed it, and the warp retires when its last result has landed. A loop's trip takes at least its recurrence: the
 longest chain of results from an instruction that reads what the previous trip left (a pointer
 chase's address, an accumulator) to the instruction that leaves it, as modulo scheduling
 bounds a loop; the layout-order walk alone sees only the first trip's inputs.

@@ -91,11 +91,6 @@ class DeviceProfile:
         """Dense FP16/BF16 matrix FLOPs one unit retires per clock."""
         return self.matrix_tflops * 1e12 / (self.compute_units * self.clock_ghz * 1e9)
 
-    @property
-    def last_cache_bytes(self) -> int:
-        """The largest cache in front of DRAM: a working set past twice this misses in every level."""
-        return max(self.l2_bytes, self.far_cache_bytes)
-
     def l1_bytes_for(self, shared_per_unit: int) -> int:
         """The L1's capacity on a unit whose resident blocks use `shared_per_unit` bytes of shared memory: where
         the two share one array, what the smallest carve-out that holds them leaves."""

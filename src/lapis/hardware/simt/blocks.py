@@ -127,7 +127,7 @@ class ResidentBlocks:
         self.shared_u32.fill(0)
         self.local_u32.fill(0)
         self.layout.set_blocks(first_block, self.d.grid, self.core.profile.compute_units)
-        self.core.data_caches.begin_batch(first_block)
+        self.core.data_caches.begin_batch(first_block, self.warps_per_block)
         self.exited.fill(False)
         self.derived.clear()
 

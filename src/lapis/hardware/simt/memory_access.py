@@ -22,7 +22,7 @@ written since its last use reuse the register's word indices and bank-conflict c
 import numpy as np
 
 from lapis.hardware import atomics
-from lapis.hardware.caches import SECTOR_BITS, shared_wavefronts
+from lapis.hardware.caches import SECTOR_BITS, SECTOR_MASK, shared_wavefronts
 from lapis.hardware.mmu import MemoryFault
 from lapis.hardware.simt.binders import Executor, Mask, binds
 from lapis.hardware.simt.blocks import ResidentBlocks
@@ -138,7 +138,7 @@ def _global_access(blocks: ResidentBlocks, pc: int, inst: Instruction, mask: Mas
     if system:
         c.pcie_bytes += va.size * nbytes
     else:
-        l1_hits, l2_misses, far_misses, dirtied = core.data_caches.access(key & U64((1 << SECTOR_BITS) - 1),
+        l1_hits, l2_misses, far_misses, dirtied = core.data_caches.access(key & U64(SECTOR_MASK),
                                                                           key >> U64(SECTOR_BITS), write)
         c.l1_hits += l1_hits
         c.l2_misses += l2_misses

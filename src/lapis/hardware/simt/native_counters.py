@@ -22,6 +22,7 @@ from lapis.hardware.caches import (
     L1_STRIDE,
     L2,
     SECTOR_BITS,
+    SECTOR_MASK,
     SLICE_SLOTS,
     SLICES,
     UNITS,
@@ -36,7 +37,6 @@ from lapis.hardware.caches import (
 TALLY = ("global_bytes", "global_sectors", "l1_hits", "l2_misses", "far_misses", "dram_read_bytes",
          "dram_write_bytes", "pcie_bytes", "shared_bytes", "shared_wavefronts", "shared_ideal_wavefronts",
          "local_bytes", "barriers", "atomic_lanes")
-SECTOR_MASK = (1 << SECTOR_BITS) - 1
 BANKS = 32
 # The tally array has, after the counts, the bank model's working space (the engine allocates nothing:
 # it runs without numba's runtime).

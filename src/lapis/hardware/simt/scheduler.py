@@ -80,8 +80,7 @@ class SimtCore:
     def run(self, d: Dispatch, resident_blocks: int) -> Counters:
         """Execute every block of the grid; `resident_blocks` is how many fit on the device at once."""
         per_unit = -(-resident_blocks // self.profile.compute_units)
-        self.data_caches.begin_kernel(self.profile.l1_bytes_for(per_unit * d.shared_bytes),
-                                      -(-d.block[0] * d.block[1] * d.block[2] // self.warp_size))
+        self.data_caches.begin_kernel(self.profile.l1_bytes_for(per_unit * d.shared_bytes))
         if self.compare:
             return compare_executors(self, d, resident_blocks)
         return self.execute(d, resident_blocks, self.translated)
