@@ -29,10 +29,16 @@ THREADS = 256
 MAX_BLOCKS = 1024             # a grid-stride kernel's most blocks: past them each thread takes several elements
 
 
-def _blocks(n) -> int:
-    """The blocks of THREADS a grid-stride kernel launches over n elements: one element a thread, up to
-    MAX_BLOCKS."""
-    return max(1, min(MAX_BLOCKS, -(-int(n) // THREADS)))
+def launch_shape(n, most_blocks: int | None = None) -> tuple[int, int]:
+    """(blocks, threads per block) of a kernel over n elements, one element a thread: blocks of THREADS (at
+    most `most_blocks` of them, for a grid-stride kernel whose threads then take several elements each), or
+    for fewer than THREADS elements one block of whole warps of 32. A real GPU's idle lanes cost nothing, but
+    each simulated lane costs its instructions: 4 elements in a block of 256 ran 8 warps to retire 1."""
+    n = int(n)
+    if n < THREADS:
+        return 1, max(32, -(-n // 32) * 32)
+    blocks = -(-n // THREADS)
+    return (blocks if most_blocks is None else min(most_blocks, blocks)), THREADS
 
 
 def fill_kernel(out, value, n):
@@ -53,7 +59,7 @@ def fill(api, array: DeviceNDArray, value, stream=0) -> None:
     flat = array.ravel(order="A")
     with trace.span(4, "fill", dtype=str(array.dtype), elements=array.size, value=value):
         if array.size:
-            kernel[-(-array.size // THREADS), THREADS, stream](flat, array.dtype.type(value), np.int64(array.size))
+            kernel[(*launch_shape(array.size), stream)](flat, array.dtype.type(value), np.int64(array.size))
 
 
 # -- elementwise operations over broadcast, strided operands -------------------------------------------
@@ -339,7 +345,7 @@ def unary(api, fn, x: DeviceNDArray, out: DeviceNDArray) -> None:
     with _span(fn.__name__, out):
         if n:
             _dispatcher(api, ("unary", fn, modes), lambda: make_unary_kernel(fn, modes))[
-                _blocks(n), THREADS](n, ndim, shape, sx, x, sout, out)
+                launch_shape(n, MAX_BLOCKS)](n, ndim, shape, sx, x, sout, out)
 
 
 def copy(api, x: DeviceNDArray, out: DeviceNDArray) -> None:
@@ -355,7 +361,7 @@ def binary(api, fn, a, b, out: DeviceNDArray) -> None:
     with _span(fn.__name__, out):
         if n:
             _dispatcher(api, ("binary", fn, modes), lambda: make_binary_kernel(fn, modes))[
-                _blocks(n), THREADS](n, ndim, shape, sa, a, sb, b, sout, out)
+                launch_shape(n, MAX_BLOCKS)](n, ndim, shape, sa, a, sb, b, sout, out)
 
 
 def where(api, cond: DeviceNDArray, a, b, out: DeviceNDArray) -> None:
@@ -364,7 +370,7 @@ def where(api, cond: DeviceNDArray, a, b, out: DeviceNDArray) -> None:
     with _span("where", out):
         if n:
             _dispatcher(api, ("where", modes), lambda: make_where_kernel(modes))[
-                _blocks(n), THREADS](n, ndim, shape, sc, cond, sa, a, sb, b, sout, out)
+                launch_shape(n, MAX_BLOCKS)](n, ndim, shape, sc, cond, sa, a, sb, b, sout, out)
 
 
 # -- fused optimizer step --------------------------------------------------------------------------------
@@ -420,9 +426,11 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
     # by size, so that a launch's parameters need alike numbers of blocks (its grid is its largest's)
     live = sorted(([a.ravel() for a in arrays] for arrays in params if arrays[0].size), key=lambda a: -a[0].size)
     chunks: list[list] = []                 # the launches: up to ADAM_SLOTS parameters of alike sizes each
+    def blocks(size: int) -> int:
+        return launch_shape(size, MAX_BLOCKS)[0]
     for arrays in live:
         if chunks and len(chunks[-1]) < ADAM_SLOTS and \
-                ADAM_SPREAD * _blocks(arrays[0].size) >= _blocks(chunks[-1][0][0].size):
+                ADAM_SPREAD * blocks(arrays[0].size) >= blocks(chunks[-1][0][0].size):
             chunks[-1].append(arrays)
         else:
             chunks.append([arrays])
@@ -435,8 +443,8 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
             for slot in range(ADAM_SLOTS):
                 p, g, m, v = chunk[min(slot, len(chunk) - 1)]
                 args += [np.int64(p.size if slot < len(chunk) else 0), p, g, m, v]
-            blocks = _blocks(max(a[0].size for a in chunk))
-            _dispatcher(api, ("adam",), lambda: adam_kernel)[blocks, THREADS](*args, *scalars)
+            _dispatcher(api, ("adam",), lambda: adam_kernel)[launch_shape(max(a[0].size for a in chunk), MAX_BLOCKS)](
+                *args, *scalars)
 
 
 # -- gather and scatter along one dimension -----------------------------------------------------------------
@@ -525,7 +533,7 @@ def gather(api, x: DeviceNDArray, dim: int, index: DeviceNDArray, out: DeviceNDA
     with trace.span(4, "gather", shape=tuple(out.shape), dim=dim, dtype=str(x.dtype)):
         if out.size:
             _dispatcher(api, ("gather", vector, wrap), lambda: make_gather_kernel(vector, wrap))[
-                _blocks(out.size), THREADS](
+                launch_shape(out.size, MAX_BLOCKS)](
                 np.int64(out.size), np.int64(length), np.int64(inner), np.int64(x.shape[dim]),
                 *divider_words(out.size, inner, length), x.ravel(), index.ravel(), out.ravel())
 
@@ -543,6 +551,6 @@ def scatter_add(api, out: DeviceNDArray, dim: int, index: DeviceNDArray, src: De
     with trace.span(4, "scatter_add", shape=tuple(src.shape), dim=dim, dtype=str(out.dtype)):
         if src.size:
             _dispatcher(api, ("scatter_add", vector, wrap), lambda: make_scatter_add_kernel(vector, wrap))[
-                _blocks(src.size), THREADS](
+                launch_shape(src.size, MAX_BLOCKS)](
                 np.int64(src.size), np.int64(length), np.int64(inner), np.int64(out.shape[dim]),
                 *divider_words(src.size, inner, length), out.ravel(), index.ravel(), src.ravel())

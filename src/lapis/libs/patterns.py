@@ -3,7 +3,7 @@
     patterns.arange(api, out, start, step)                  # out[i] = start + i * step (integer out)
     patterns.triangle(api, x, out, diagonal, lower=True)    # tril: out[.., i, j] = x[.., i, j] if j - i <= diagonal
 
-Each is one launch over the output (a grid-stride loop of `kernels.THREADS`-thread blocks): the values are
+Each is one launch over the output (a grid-stride loop of `kernels.launch_shape`'s blocks): the values are
 made on the device, not uploaded, so building them neither copies from the host nor waits for the kernels
 before it. Arrays are contiguous.
 """
@@ -12,7 +12,7 @@ import numpy as np
 
 from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray
-from lapis.libs.kernels import THREADS, KernelArgumentError, _blocks, _dispatcher
+from lapis.libs.kernels import MAX_BLOCKS, KernelArgumentError, _dispatcher, launch_shape
 
 
 def arange_kernel(n, start, step, out):
@@ -29,7 +29,7 @@ def arange(api, out: DeviceNDArray, start: int, step: int) -> None:
         raise KernelArgumentError("arange fills a contiguous integer device array")
     with trace.span(4, "arange", elements=out.size, start=start, step=step):
         if out.size:
-            _dispatcher(api, ("arange",), lambda: arange_kernel)[_blocks(out.size), THREADS](
+            _dispatcher(api, ("arange",), lambda: arange_kernel)[launch_shape(out.size, MAX_BLOCKS)](
                 np.int64(out.size), np.int64(start), np.int64(step), out.ravel())
 
 
@@ -61,5 +61,6 @@ def triangle(api, x: DeviceNDArray, out: DeviceNDArray, diagonal: int, lower: bo
     rows, cols = x.shape[-2:]
     with trace.span(4, "tril" if lower else "triu", shape=tuple(x.shape), diagonal=diagonal):
         if x.size:
-            _dispatcher(api, ("triangle", lower), lambda: make_triangle_kernel(lower))[_blocks(x.size), THREADS](
+            kernel = _dispatcher(api, ("triangle", lower), lambda: make_triangle_kernel(lower))
+            kernel[launch_shape(x.size, MAX_BLOCKS)](
                 np.int64(x.size), np.int64(rows), np.int64(cols), np.int64(diagonal), x.ravel(), out.ravel())

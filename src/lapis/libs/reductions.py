@@ -15,7 +15,7 @@ import numpy as np
 
 from lapis import cuda, trace
 from lapis.cuda import DeviceNDArray, float32
-from lapis.libs.kernels import THREADS, KernelArgumentError, _along, _blocks, _dispatcher, flat_view
+from lapis.libs.kernels import MAX_BLOCKS, KernelArgumentError, _along, _dispatcher, flat_view, launch_shape
 from lapis.libs.reduction import block_reduce, warp_tree
 
 REDUCTIONS = ("sum", "prod", "max", "min", "argmax", "argmin")
@@ -207,7 +207,7 @@ def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None
         elif out.size and length > SPLIT_LENGTH and outer * inner < SPLIT_OUTPUTS:
             _split_reduce(api, op, x, dim, out, outer, length, inner)
         elif out.size:
-            _dispatcher(api, ("reduce", op), lambda: make_reduce_kernel(op))[-(-out.size // THREADS), THREADS](
+            _dispatcher(api, ("reduce", op), lambda: make_reduce_kernel(op))[launch_shape(out.size)](
                 np.int64(outer), np.int64(length), np.int64(inner), np.int64(length * inner), np.int64(inner),
                 np.int64(1), flat_x, flat_out)
 
@@ -221,11 +221,11 @@ def _split_reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray, 
     partial = DeviceNDArray.allocate(out.context, x.shape[:dim] + (chunks,) + x.shape[dim + 1:],
                                      x.dtype if arg else out.dtype)
     where = DeviceNDArray.allocate(out.context, partial.shape, np.int64) if arg else partial
-    _dispatcher(api, ("split_reduce", op), lambda: make_split_reduce_kernel(op))[-(-partial.size // THREADS), THREADS](
+    _dispatcher(api, ("split_reduce", op), lambda: make_split_reduce_kernel(op))[launch_shape(partial.size)](
         np.int64(outer), np.int64(length), np.int64(inner), np.int64(chunks), np.int64(chunk), flat_view(x)[0],
         partial.ravel(), where.ravel())
     if arg:
-        _dispatcher(api, ("split_arg", op), lambda: make_split_arg_kernel(op))[-(-out.size // THREADS), THREADS](
+        _dispatcher(api, ("split_arg", op), lambda: make_split_arg_kernel(op))[launch_shape(out.size)](
             np.int64(outer), np.int64(chunks), np.int64(inner), partial.ravel(), where.ravel(), flat_view(out)[0])
     else:
         reduce(api, op, partial, dim, out)
@@ -253,5 +253,5 @@ def cumsum(api, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None:
     outer, length, inner = _along(x, dim)
     with trace.span(4, "cumsum", shape=tuple(x.shape), dim=dim, dtype=str(out.dtype)):
         if outer * inner and length:
-            _dispatcher(api, ("cumsum",), lambda: cumsum_kernel)[_blocks(outer * inner), THREADS](
+            _dispatcher(api, ("cumsum",), lambda: cumsum_kernel)[launch_shape(outer * inner, MAX_BLOCKS)](
                 np.int64(outer * inner), np.int64(length), np.int64(inner), x.ravel(), out.ravel())
