@@ -287,20 +287,33 @@ def test_hmma_multiplies_16x16_by_16x8_per_32_lanes(bench64, kind):
     # On a 64-wide device each half of the wavefront is its own MMA group.
     mats = [(rng.standard_normal((16, 16)), rng.standard_normal((16, 8)), rng.standard_normal((16, 8)))
             for _ in range(2)]
+    mats[1][0][3, 5], mats[1][1][5, 2] = np.inf, 0.0           # inf * 0: NaN, which comes out canonical
+    mats[1][2][7, 1] = np.inf
     regs, expected = [], []
     for a, b, c in mats:
         ab, bb = half_bits(a, kind).reshape(16, 16), half_bits(b, kind).reshape(16, 8)
-        regs.append(_mma_fragments(ab, bb, f32_bits(c)))
-        expected.append(halves(ab, kind).astype(np.float64) @ halves(bb, kind) + c.astype(np.float32))
+        c32 = c.astype(np.float32)
+        regs.append(_mma_fragments(ab, bb, f32_bits(c32)))
+        av, bv = halves(ab, kind), halves(bb, kind)
+        want = np.zeros((16, 8), np.float32)
+        for i in range(16):                  # Python floats: exact products, summed into C in k order
+            for j in range(8):
+                total = float(c32[i, j])
+                for k in range(16):
+                    total += float(av[i, k]) * float(bv[k, j])
+                want[i, j] = np.float32(total)
+        expected.append(want)
     out = bench64.lanes(f"HMMA.16816.{kind} R40, R8, R12, R14 ;", np.concatenate(regs), 4, block=64)
     for group, want in enumerate(expected):
-        d = out[32 * group:32 * group + 32].view(np.float32)
-        got = np.zeros((16, 8), np.float32)
+        d = out[32 * group:32 * group + 32]
+        got = np.zeros((16, 8), np.uint32)
         for lane in range(32):
             g, t = lane // 4, lane % 4
             for i in range(4):
                 got[g + 8 * (i // 2), 2 * t + i % 2] = d[lane, i]
-        assert np.allclose(got, want, rtol=1e-5, atol=1e-5)
+        nan = np.isnan(want)
+        assert np.array_equal(got[~nan], f32_bits(want)[~nan])
+        assert nan.any() == (group == 1) and (got[nan] == 0x7FFFFFFF).all()
 
 
 def test_hmma_under_divergence_faults(bench):

@@ -220,16 +220,36 @@ def warp_operations(bench, rng, n):
 
 
 def matrix_unit(bench, rng, n):
-    """HMMAs that share their A and B fragments, then one after a register of A was written."""
+    """HMMAs in both half formats that share their A and B fragments, then one after a register of A was written;
+    halves and addends among them infinities, NaN and subnormals; RZ fragments and destination; one under a
+    predicate each 32-lane group shares; one whose result overwrites its own A; one whose products' sum
+    depends on the order it is taken in."""
     body = """
         HMMA.16816.F16 R40, R8, R12, R14 ;
         HMMA.16816.F16 R44, R8, R12, R40 ;
         IADD R9, R9, 0x1 ;
         HMMA.16816.F16 R48, R8, R12, R44 ;
+        HMMA.16816.BF16 R52, R8, R12, R14 ;
+        HMMA.16816.BF16 R56, RZ, R12, R14 ; HMMA.16816.F16 R60, R8, RZ, RZ ; HMMA.16816.F16 RZ, R8, R12, R14 ;
+        S2R R64, SR_TID.X ; LOP.AND R64, R64, 0x20 ; ISETP.EQ.U32.AND P0, R64, RZ, PT ;
+        @P0 HMMA.16816.BF16 R44, R8, R12, R44 ;
+        MOV R68, R8 ; MOV R69, R9 ; MOV R70, R10 ; MOV R71, R11 ;
+        HMMA.16816.F16 R68, R68, R12, R14 ;
+        HMMA.16816.BF16 R72, R18, R22, R14 ;
     """
-    halves = rng.standard_normal((n, 6, 2)).astype(np.float16).view(np.uint32).reshape(n, 6)
-    inputs = np.concatenate([halves, rng.standard_normal((n, 4)).astype(np.float32).view(np.uint32)], axis=1)
-    return body, inputs, 12, {}, []
+    halves = rng.standard_normal((n, 12)).astype(np.float16).view(np.uint16)
+    special = rng.random((n, 12)) < 0.02
+    halves[special] = rng.choice(np.array([0x7C00, 0xFC00, 0x7E01, 0x0001, 0x83FF, 0x8000, 0x7F80], np.uint16),
+                                 int(special.sum()))
+    addends = rng.standard_normal((n, 4)).astype(np.float32)
+    addends[rng.random((n, 4)) < 0.02] = np.float32(np.inf)
+    addends[rng.random((n, 4)) < 0.02] = np.float32(1e-40)
+    # bfloat16s of +-2^40, +-1 and +-2^-40: products so far apart, some cancelling, that their float64 sum depends
+    # on the order it is taken in (for about one result in thirty)
+    wide = rng.integers(0, 2, (n, 12)) << 15 | rng.choice([127 + 40, 127, 127 - 40], (n, 12)) << 7
+    inputs = np.concatenate([halves.view(np.uint32), addends.view(np.uint32), wide.astype(np.uint16).view(np.uint32)],
+                            axis=1)
+    return body, inputs, 36, {}, []
 
 
 def local_memory(bench, rng, n):

@@ -16,6 +16,7 @@ import test_simt as simt
 from conftest import Bench, pointers
 from lapis.hardware import PTE_WRITABLE
 from lapis.hardware.caches import shared_wavefronts
+from lapis.hardware.numerics import half_to_f64
 from lapis.hardware.simt import KernelFault, fused, scheduler
 from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.native_counters import (
@@ -29,6 +30,7 @@ from lapis.hardware.simt.native_counters import (
     wavefronts,
 )
 from lapis.hardware.simt.native_scheduler import PART_ALIGN
+from lapis.hardware.simt.native_values import half_value
 from lapis.hardware.simt.translate import LOOP_LEN, OPS, RUN_LEN, RUN_LOADS, RUN_WARP, translate
 from lapis.hardware.simt.translated import NativeRunner
 from lapis.isa import assemble, format_instruction
@@ -208,6 +210,27 @@ def test_the_cases_cover_every_operation_the_engine_has():
         program = assemble(body.replace(" ; ", " ;\n") + "\nEXIT ;")
         used |= {OPS[k] for k in translate(program, 96).table[:, 0]}
     assert used >= set(OPS) - {"LDC", "LDC64", "S2R"}           # those three are in every kernel's prologue
+
+
+@numba.njit
+def _half_values(bits, bf16, out):
+    for i in range(bits.size):
+        out[i] = half_value(bits[i], bf16)
+
+
+@pytest.mark.parametrize("kind", ["F16", "BF16"])
+def test_the_engine_reads_every_16_bit_pattern_as_the_reference(kind):
+    """The halves HMMA's fragments hold, as the engine reads them (`half_value`, without branches) and as the
+    reference does (`numerics.half_to_f64`), for all 65,536 patterns with other bits above them: the same value
+    and sign, NaN for NaN."""
+    bits = np.arange(1 << 16, dtype=np.int64)
+    got = np.zeros(bits.size)
+    _half_values(bits | (0x5A5A << 16), kind == "BF16", got)
+    with np.errstate(invalid="ignore"):
+        want = half_to_f64(bits.astype(np.uint32), kind)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan], want[~nan]) and np.array_equal(np.signbit(got[~nan]), np.signbit(want[~nan]))
 
 
 def test_make_compiles_the_engine_with_the_arguments_a_launch_passes():

@@ -32,6 +32,7 @@ from lapis.hardware.simt.native import (
     DONE,
     EXIT,
     LDS,
+    MMA_WORK,
     NOP,
     PT,
     STG,
@@ -509,7 +510,7 @@ def compile_engine() -> None:
                   (words, octets, words, octets, words, octets, words, octets, np.zeros(4, np.uint64)),
                   (0, 0, -1, 32, 32, 1, 1, False, 1, 0), (no, no, no, no, no),
                   DataCaches(get_profile("teaching")).native,
-                  np.zeros((3, 32), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
+                  np.zeros((4, MMA_WORK), np.int64), np.zeros(32, np.int64), np.zeros(32, bool), np.zeros(32, bool),
                   np.zeros((1, 32), np.int64), np.zeros((1, 32), bool), np.zeros(TALLY_SLOTS, np.int64),
                   np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(6, np.int64), np.full((2, 4), -1, np.int64),
                   np.zeros(32, bool))

@@ -14,10 +14,10 @@ the same in two parts:
   and memory sees the same order of accesses, for as long as the scheduler would keep the group
   together (uniform branches, exits and barriers included).
 
-Instructions the engine leaves to the reference (atomics other than 32-bit global adds, votes, the matrix unit, packed
-halves, the sine and cosine of MUFU, whose numpy results differ from libm's, conversions to
-16-bit formats, a barrier under a guard, whose arriving lanes the binder finds, and any instruction naming a
-register the kernel does not declare, which must fault as the reference faults) go back to the
+Instructions the engine leaves to the reference (atomics other than 32-bit global adds, votes, packed
+halves, the sine and cosine of MUFU, whose numpy results differ from libm's, conversions to 16-bit formats,
+a barrier under a guard, whose arriving lanes the binder finds, and any instruction naming a register the
+kernel does not declare, which must fault as the reference faults) go back to the
 scheduler, which runs them through their binders, as it does branches that split a group or jump
 to no instruction of the program. The engine counts what the reference counts with the
 reference's algorithms (`native_counters.py`).
@@ -39,7 +39,7 @@ F32_OPS = "FADD FMUL FFMA FMNMX I2F FRND MUFU".split()
 PAIR_OPS = ("LDC64 IADD64 IMUL64 IMADWIDE IMAD64 SHL64 SHR64 LOP64 IMNMX64 IABS64 I2I64 DADD DMUL DFMA DMNMX "
             "I2F64 F2I64 F2F64 FRND64").split()
 PREDICATE_OPS = "ISETP ISETP64 FSETP DSETP PLOP".split()
-OTHER_OPS = "NOP S2R SHFL BRA EXIT BAR".split()
+OTHER_OPS = "NOP S2R SHFL HMMA BRA EXIT BAR".split()
 MEMORY_OPS = "LDG STG LDS STS LDL STL ATOMG".split()
 OPS = U32_OPS + F32_OPS + PAIR_OPS + PREDICATE_OPS + OTHER_OPS + MEMORY_OPS
 OP = {name: i for i, name in enumerate(OPS)}
@@ -297,6 +297,14 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int, end: int) 
     elif op == "SHFL":
         row[M1] = ("IDX", "UP", "DOWN", "BFLY").index(mod("mode"))
         row[D], row[A] = dst(inst.rd), src(inst.ra)
+    elif op == "HMMA":
+        # Each fragment's first row and the step to its next register: 0 for RZ, whose every register reads
+        # zeros (or, for D, takes the result nobody reads). The halves' format in M1.
+        row[A], row[A2] = (registers, 0) if inst.ra == RZ else (src(inst.ra), 1)
+        row[B], row[B2] = (registers, 0) if b.index == RZ else (src(b.index), 1)
+        row[C], row[C2] = (registers, 0) if inst.rc == RZ else (src(inst.rc), 1)
+        row[D], row[D2] = (registers + 1, 0) if inst.rd == RZ else (src(inst.rd), 1)
+        row[M1] = mod("t") == "BF16"
     else:
         raise Untranslatable
     if wide_b:

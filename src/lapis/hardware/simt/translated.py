@@ -21,6 +21,7 @@ import numpy as np
 
 from lapis.hardware.simt.binders import Mask
 from lapis.hardware.simt.memory_access import MEMORY_BYTES
+from lapis.hardware.simt.native import MMA_WORK
 from lapis.hardware.simt.native_counters import TALLY, TALLY_SLOTS
 from lapis.hardware.simt.native_scheduler import STORED, execute_batch
 from lapis.hardware.simt.registers import U64, padded_lanes
@@ -71,8 +72,8 @@ class NativeRunner:
         slots = max(1, len(self.translation.logged))
         self.log_va = caches.array("native log va", (slots, lanes), np.int64)
         self.log_active = caches.array("native log active", (slots, lanes), bool)
-        # Padded as the rows are: a fused loop writes each vector's trips to row 0 whole.
-        self.scratch = caches.array("native scratch", (3, padded_lanes(lanes)), np.int64)
+        # Padded as the rows are: a fused loop writes each vector's trips to row 0 whole. Row 3 is HMMA's work.
+        self.scratch = caches.array("native scratch", (4, max(padded_lanes(lanes), MMA_WORK)), np.int64)
         self.laid = caches.array("native laid", (b.nblocks * b.warps_per_block * core.warp_size,), np.int64)
         self.guarded = caches.array("native guarded", (lanes,), bool)
         self.missed = caches.array("native missed", (lanes,), bool)

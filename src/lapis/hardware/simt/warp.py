@@ -5,17 +5,21 @@ MI300X); the last warp of a block may be partial. SHFL reads another lane's regi
 the warp's crossbar (`shfl.sync`; AMD's DPP and `ds_bpermute`), VOTE forms a ballot of a
 predicate over the warp's active lanes (`vote.sync`, AMD's ballot), and HMMA is the matrix
 unit (tensor cores; AMD's MFMA): per group of 32 lanes, a 16x8x16 multiply-accumulate whose
-register fragments follow PTX's `mma.m16n8k16` layout, accumulated in float32 in numpy's
-order (a 64-wide wavefront runs two groups). An HMMA group must be all active or all inactive:
-a partly active group faults, as a diverged `mma.sync` is undefined.
+register fragments follow PTX's `mma.m16n8k16` layout (a 64-wide wavefront runs two groups). Each
+product of two halves is exact (in float64; a tensor core's products are exact too), the sixteen
+are added to C in k order in float64 and the sum rounded once to float32, a NaN to the canonical
+one: an order a program can rely on, which the native engine follows bit for bit (real tensor
+cores add with at least float32 precision, in an order NVIDIA does not document). An HMMA group
+must be all active or all inactive: a partly active group faults, as a diverged `mma.sync` is
+undefined.
 """
 
 import numpy as np
 
-from lapis.hardware.numerics import split_halves
+from lapis.hardware.numerics import canonical, split_halves
 from lapis.hardware.simt.binders import Executor, Mask, binds
 from lapis.hardware.simt.blocks import ResidentBlocks
-from lapis.hardware.simt.registers import F32, I64, U32, U64, write
+from lapis.hardware.simt.registers import F32, F64, I64, U32, U64, write
 from lapis.isa import PT, RZ, Instruction
 
 MMA_GROUP = 32            # HMMA works on groups of 32 lanes (two per 64-wide wavefront)
@@ -104,9 +108,9 @@ def hmma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
         return np.zeros((n, lanes), U32) if rows is None else regs.R[rows]
 
     def fragment(rows, count, layout, size, shape):
-        """`count` registers of packed halves -> (groups, *shape) float32 matrices."""
-        halves = np.stack(split_halves(read(rows, count), t), axis=-1).astype(F32)     # (count, lanes, 2)
-        flat = np.empty((groups, size), F32)
+        """`count` registers of packed halves -> (groups, *shape) float64 matrices of their exact values."""
+        halves = np.stack(split_halves(read(rows, count), t), axis=-1)     # (count, lanes, 2)
+        flat = np.empty((groups, size), F64)
         flat[:, layout] = halves.transpose(1, 0, 2).reshape(groups, g * count * 2)
         return flat.reshape(shape)
 
@@ -128,9 +132,12 @@ def hmma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
                 raise blocks.fault(pc, f"HMMA with some lanes of a {g}-lane group inactive (diverged)")
         a = unpacked(a_rows, 4, _MMA_A, 256, (groups, 16, 16))
         b = unpacked(b_rows, 2, _MMA_B, 128, (groups, 16, 8))
-        c = np.empty((groups, 128), F32)
-        c[:, _MMA_CD] = read(c_rows, 4).view(F32).T.reshape(groups, g * 4)
-        out = (np.matmul(a, b) + c.reshape(groups, 16, 8)).reshape(groups, 128)
+        total = np.empty((groups, 128), F64)
+        total[:, _MMA_CD] = read(c_rows, 4).view(F32).T.reshape(groups, g * 4)
+        total = total.reshape(groups, 16, 8)
+        for k in range(16):                     # exact products, added to C in k order
+            total += a[:, :, k, None] * b[:, None, k, :]
+        out = canonical(total.reshape(groups, 128).astype(F32))
         values = out[:, _MMA_CD].reshape(lanes, 4).T.view(U32)
         for dst, v in zip(dsts, values, strict=True):
             write(dst, v, mask)
