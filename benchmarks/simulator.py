@@ -3,11 +3,12 @@
     python benchmarks/simulator.py [--device cuda|hip] [--threads N]
 
 Runs, through the whole stack, an ALU-bound kernel (independent float32 multiply-adds) and
-a memory-bound kernel (a copy), each over at least 64K threads, and the 1024x1024x1024 sgemm
-behind lapis.matmul beside numpy's. "Simulation" is the time the SIMT core spent executing
-(the kernel event's simulation_wall_s); "wall" adds compiling nothing (kernels are warm),
-packing arguments, the queue and the sync. For scale: Accel-Sim publishes about 12,500
-warp-instructions per second, GPGPU-Sim about 0.1-0.2 million thread-instructions per second.
+a memory-bound kernel (a copy), each over at least 64K threads, the 1024x1024x1024 sgemm
+behind lapis.matmul beside numpy's, and the same product in bfloat16 on the matrix unit.
+"Simulation" is the time the SIMT core spent executing (the kernel event's simulation_wall_s);
+"wall" adds compiling nothing (kernels are warm), packing arguments, the queue and the sync. For
+scale: Accel-Sim publishes about 12,500 warp-instructions per second, GPGPU-Sim about 0.1-0.2
+million thread-instructions per second.
 """
 
 import argparse
@@ -120,6 +121,12 @@ def main() -> None:
     report(f"sgemm {size}x{size}x{size} (lapis.matmul)", r)
     print(f"  simulated {2 * size**3 / r['time_ns'] / 1e3:.1f} TFLOP/s; numpy on this CPU: {numpy_s * 1e3:.1f} ms "
           f"(lapis takes {r['wall'] / numpy_s:.1f}x numpy's time)")
+
+    half_a, half_b = A.to(lapis.bfloat16), B.to(lapis.bfloat16)
+    r = timed(lambda: lapis.matmul(half_a, half_b), api, args.repeat)
+    report(f"bfloat16 gemm {size}x{size}x{size} (lapis.matmul; from 512^3 B staged k-contiguous, then the matrix "
+           "unit: figures of the last kernel, wall of all)", r)
+    print(f"  simulated {2 * size**3 / r['time_ns'] / 1e3:.1f} TFLOP/s in the last kernel")
 
 
 if __name__ == "__main__":

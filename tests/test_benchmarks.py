@@ -19,9 +19,9 @@ def run(*args, env=None):
 
 def test_simulator_benchmark_reports_its_figures():
     out = run("benchmarks/simulator.py", "--threads", "4096", "--size", "64", "--repeat", "1")
-    for kernel in ("ALU-bound kernel", "memory-bound kernel", "sgemm 64x64x64"):
+    for kernel in ("ALU-bound kernel", "memory-bound kernel", "sgemm 64x64x64", "bfloat16 gemm 64x64x64"):
         assert kernel in out
-    assert out.count("warp-instructions/s of simulation") == 3
+    assert out.count("warp-instructions/s of simulation") == 4
     assert "limiter issue" in out                      # the ALU-bound kernel is bound by instruction issue
     assert "numpy on this CPU" in out
 
