@@ -203,15 +203,16 @@ def lookup(tags, writer, dirty, keys, going, count, g, level, stride, slots, gro
     sees the tags as they were, then the missed slots are filled. Returns how many go on (compacted to the front
     of going): those that missed, one per slot, the last to fill it. The L2 clears a filled slot's dirty bit."""
     first_block, wpb, units = g[FIRST_BLOCK], g[WARPS_PER_BLOCK], g[UNITS]
-    last_warp, base = -1, 0
+    block_start, block_end, base = 0, 0, 0
     previous, rem = -1, 0
     any_missed = False
     for j in range(count):
         key = keys[going[j]]
         warp = key >> SECTOR_BITS
-        if warp != last_warp and groups > 1:           # a warp's sectors come together: its unit once
-            base = (first_block + warp // wpb) % units % groups * stride
-            last_warp = warp
+        if groups > 1 and not block_start <= warp < block_end:     # a block's warps come together: its unit once
+            block = warp // wpb
+            block_start, block_end = block * wpb, block * wpb + wpb
+            base = (first_block + block) % units % groups * stride
         sector = key & SECTOR_MASK
         step = sector - previous                       # sorted, mostly consecutive: no division
         if previous >= 0 and 0 <= step < slots:
