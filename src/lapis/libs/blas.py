@@ -74,10 +74,11 @@ TUNE_ABOVE = 1 << 27          # multiply-adds above which a gemm's tiles are cho
 PROBE_K = 64                  # the depth the autotuner runs candidates at
 SPLIT_K_BLOCKS = 64           # split-K aims at this many blocks ...
 SPLIT_K_MIN_DEPTH = 128       # ... each summing at least this deep
-# The largest half product staged for the matrix unit (2048^3 multiply-adds): the HMMA kernel simulates about three
-# times slower than the float32-pipe one, and at 4096^3 it ran past the device's 60 s limit for one kernel on a
-# 2-core host, where the float32-pipe kernel takes 28 s. Larger ones keep the layout they came in (the simulator's
-# limit, not the model's: the same product in the HMMA kernel's own layout runs on the matrix unit, or times out).
+# The largest half product staged for the matrix unit (2048^3 multiply-adds): at 4096^3 the HMMA kernel's simulation
+# took 33 s on a quiet 2-core host as h200 (the float32-pipe kernel's 28 s), but ran past the device's 60 s limit for
+# one kernel as mi300x, and as h200 beside another busy process. Larger ones keep the layout they came in (the
+# simulator's limit, not the model's: the same product in the HMMA kernel's own layout runs on the matrix unit, or
+# times out).
 STAGE_AT_MOST = 1 << 33
 # The matrix-unit kernel's block heights (in 32-row steps: 128, 64 or 32 rows by 256 columns): the tallest reuses
 # each staged B slice most, the shorter ones give a product too small for the tall one's grid blocks for every unit
