@@ -168,6 +168,29 @@ def test_a_sum_along_contiguous_rows_gives_each_row_a_block(shape, dtype):
         np.testing.assert_allclose(out.copy_to_host(), want, rtol=0, atol=4 * eps * np.abs(x).sum(-1).max())
 
 
+@pytest.mark.parametrize("shape,dim,dtype,kernel", [((256, 10), 0, np.float32, "row_sum_kernel"),
+                                                    ((4, 300, 7), 1, np.float64, "row_sum_kernel"),
+                                                    ((64, 5), 0, np.int32, "row_sum_kernel"),
+                                                    ((40, 300, 7), 1, np.float32, "reduce_kernel"),
+                                                    ((20, 3), 0, np.float32, "reduce_kernel")])
+def test_a_few_sums_down_narrow_columns_give_each_a_block(shape, dim, dtype, kernel):
+    """Up to 256 sums down columns narrower than 32 (a 10-way classifier's bias gradient) get a block each, as a
+    row's sum does, instead of one thread adding its whole column alone; more outputs, or columns shorter than
+    32, keep a thread each."""
+    x = (np.random.default_rng(len(shape) + dim).standard_normal(shape) * 1000).astype(dtype)
+    want = np.sum(x.astype(np.float64 if dtype != np.int32 else np.int64), axis=dim)
+    out = cuda.device_array(want.shape, np.int64 if dtype == np.int32 else dtype)
+    with trace() as t:
+        reductions.reduce(cuda, "sum", cuda.to_device(x), dim, out)
+        cuda.synchronize()
+    assert t.select(3, "launch")[0].args["kernel"] == kernel
+    if dtype == np.int32:
+        np.testing.assert_array_equal(out.copy_to_host(), want)
+    else:
+        eps = np.finfo(dtype).eps
+        np.testing.assert_allclose(out.copy_to_host(), want, rtol=0, atol=4 * eps * np.abs(x).sum(dim).max())
+
+
 def test_max_propagates_nan_and_argmax_takes_the_first():
     x = np.array([[1, 5, 5, 2], [3, np.nan, 9, 9]], np.float32)
     out = cuda.device_array((2,), np.float32)
@@ -195,7 +218,7 @@ def test_a_reduction_of_few_long_rows_splits_them_into_chunks(op, shape, dim):
     with trace() as t:
         reductions.reduce(cuda, op, cuda.to_device(x), dim, out)
         cuda.synchronize()
-    rows = op == "sum" and math.prod(shape[dim + 1:]) == 1          # a sum along contiguous rows takes a block each
+    rows = op == "sum" and math.prod(shape[dim + 1:]) < 32         # a sum along rows or narrow columns: a block each
     assert [e.args["kernel"] for e in t.select(3, "launch")][0] == ("row_sum_kernel" if rows else "split_reduce_kernel")
     got = out.copy_to_host()
     if op.startswith("arg"):

@@ -154,21 +154,24 @@ def column_sum_kernel(outer, length, inner, x, out):
 # A sum along contiguous rows (the last dimension: x.sum(), x.mean(-1), a loss's mean) gives each row a block of
 # up to ROW_SUM_THREADS threads, about four elements a thread: thread t adds elements t, t + blockDim.x, ... in
 # order, then the block adds the threads' sums as a tree (`block_reduce`), a fixed order. One thread per row would
-# add a 4,096-element x.sum() alone, one element after another.
+# add a 4,096-element x.sum() alone, one element after another. So do a few outputs down columns narrower than
+# column_sum's 32 (the bias gradient of a 10-way classifier: at most ROW_SUM_THREADS outputs, inner < 32), each
+# output's block stepping down its column.
 ROW_SUM_THREADS = 256
 ROW_SUM_MIN_LENGTH = 32      # rows at least this long take it
 
 
-def row_sum_kernel(length, x, out):
-    # out[o] = sum over j of x[o, j], block o
+def row_sum_kernel(length, inner, x, out):
+    # out[b] = sum over j of x[o, j, i] for output b = o * inner + i, block b
     s = cuda.shared.array(ROW_SUM_THREADS, out.dtype)
-    o, t = cuda.blockIdx.x, cuda.threadIdx.x
+    b, t = cuda.blockIdx.x, cuda.threadIdx.x
+    base = b // inner * length * inner + b % inner
     acc = out.dtype(0)
     for j in range(t, length, cuda.blockDim.x):
-        acc += x[o * length + j]
+        acc += x[base + j * inner]
     total = block_reduce(s, t, acc, False)
     if t == 0:
-        out[o] = total
+        out[b] = total
 
 
 def row_sum_threads(length: int) -> int:
@@ -201,9 +204,10 @@ def reduce(api, op: str, x: DeviceNDArray, dim: int, out: DeviceNDArray) -> None
         if out.size and op == "sum" and x.dtype == np.float32 and length >= COLUMN_MIN_LENGTH and inner >= 32:
             _dispatcher(api, ("column_sum",), lambda: column_sum_kernel)[(-(-inner // 32), outer), (32, COLUMN_ROWS)](
                 np.int64(outer), np.int64(length), np.int64(inner), flat_x, flat_out)
-        elif out.size and op == "sum" and inner == 1 and length >= ROW_SUM_MIN_LENGTH:
-            _dispatcher(api, ("row_sum",), lambda: row_sum_kernel)[outer, row_sum_threads(length)](
-                np.int64(length), flat_x, flat_out)
+        elif out.size and op == "sum" and length >= ROW_SUM_MIN_LENGTH and (
+                inner == 1 or (inner < 32 and out.size <= ROW_SUM_THREADS)):
+            _dispatcher(api, ("row_sum",), lambda: row_sum_kernel)[out.size, row_sum_threads(length)](
+                np.int64(length), np.int64(inner), flat_x, flat_out)
         elif out.size and length > SPLIT_LENGTH and outer * inner < SPLIT_OUTPUTS:
             _split_reduce(api, op, x, dim, out, outer, length, inner)
         elif out.size:
