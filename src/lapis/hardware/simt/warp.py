@@ -107,12 +107,14 @@ def hmma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
     def read(rows, n):
         return np.zeros((n, lanes), U32) if rows is None else regs.R[rows]
 
+    # Matrices are held group last, (rows, columns, groups): each step of the sum below is then one pass over
+    # long rows of groups, not over many short rows of 8.
     def fragment(rows, count, layout, size, shape):
-        """`count` registers of packed halves -> (groups, *shape) float64 matrices of their exact values."""
+        """`count` registers of packed halves -> float64 matrices of their exact values, (*shape, groups)."""
         halves = np.stack(split_halves(read(rows, count), t), axis=-1)     # (count, lanes, 2)
-        flat = np.empty((groups, size), F64)
-        flat[:, layout] = halves.transpose(1, 0, 2).reshape(groups, g * count * 2)
-        return flat.reshape(shape)
+        flat = np.empty((size, groups), F64)
+        flat[layout] = halves.transpose(1, 0, 2).reshape(groups, g * count * 2).T
+        return flat.reshape(*shape, groups)
 
     def unpacked(rows, count, layout, size, shape):
         """The fragment in `rows`, unpacked once while those registers stay unwritten."""
@@ -130,15 +132,15 @@ def hmma(blocks: ResidentBlocks, inst: Instruction, pc: int) -> Executor:
             per_group = mask.reshape(groups, g)
             if (per_group.any(axis=1) != per_group.all(axis=1)).any():
                 raise blocks.fault(pc, f"HMMA with some lanes of a {g}-lane group inactive (diverged)")
-        a = unpacked(a_rows, 4, _MMA_A, 256, (groups, 16, 16))
-        b = unpacked(b_rows, 2, _MMA_B, 128, (groups, 16, 8))
-        total = np.empty((groups, 128), F64)
-        total[:, _MMA_CD] = read(c_rows, 4).view(F32).T.reshape(groups, g * 4)
-        total = total.reshape(groups, 16, 8)
+        a = unpacked(a_rows, 4, _MMA_A, 256, (16, 16))          # (i, k, group)
+        b = unpacked(b_rows, 2, _MMA_B, 128, (16, 8))           # (k, j, group)
+        total = np.empty((128, groups), F64)
+        total[_MMA_CD] = read(c_rows, 4).view(F32).T.reshape(groups, g * 4).T
+        total = total.reshape(16, 8, groups)                    # (i, j, group)
         for k in range(16):                     # exact products, added to C in k order
-            total += a[:, :, k, None] * b[:, None, k, :]
-        out = canonical(total.reshape(groups, 128).astype(F32))
-        values = out[:, _MMA_CD].reshape(lanes, 4).T.view(U32)
+            total += a[:, k, None, :] * b[None, k, :, :]
+        out = canonical(total.reshape(128, groups).astype(F32))
+        values = out[_MMA_CD].T.reshape(lanes, 4).T.view(U32)
         for dst, v in zip(dsts, values, strict=True):
             write(dst, v, mask)
     return execute
