@@ -34,6 +34,9 @@ class Throttle:
     reasons: tuple[str, ...]      # "power limit", "temperature limit"
 
 
+FULL_CLOCK = Throttle(1.0, ())
+
+
 @dataclass(frozen=True)
 class Telemetry:
     power_watts: float
@@ -62,18 +65,14 @@ class PowerModel:
     def __init__(self, profile: DeviceProfile):
         self.profile = profile
         self.power_limit = profile.tdp_watts
-        self.temperature = self._idle_temperature
+        self._idle_c = profile.ambient_c + profile.idle_watts * profile.thermal_resistance_c_per_w
+        self.temperature = self._idle_c
         self.energy = 0.0
         self.clock_ratio = 1.0
         self.reasons: tuple[str, ...] = ()
         self._lock = threading.Lock()
         self._last_host = time.monotonic()
         self._busy: deque[tuple[float, float, float]] = deque()   # (host start, host end, watts) of recent work
-
-    @property
-    def _idle_temperature(self) -> float:
-        p = self.profile
-        return p.ambient_c + p.idle_watts * p.thermal_resistance_c_per_w
 
     @property
     def min_power_limit(self) -> float:
@@ -88,7 +87,7 @@ class PowerModel:
     def _cool(self, now: float) -> None:
         """Relax toward the idle temperature for the host time since the device last worked."""
         idle_s = max(0.0, now - self._last_host)
-        self._relax(self._idle_temperature, idle_s)
+        self._relax(self._idle_c, idle_s)
         self._last_host = now
 
     def _relax(self, target: float, seconds: float) -> None:
@@ -100,9 +99,12 @@ class PowerModel:
         with self._lock:
             self._cool(time.monotonic())
             p = self.profile
-            ratio, reasons = 1.0, []
             dynamic = energy_j / (duration_ns * 1e-9) if duration_ns > 0 else 0.0
             budget = self.power_limit - p.idle_watts
+            if dynamic <= budget and self.temperature < p.temperature_limit_c:     # the common case, once per launch
+                self.clock_ratio, self.reasons = 1.0, ()
+                return FULL_CLOCK
+            ratio, reasons = 1.0, []
             if dynamic > budget:
                 ratio = max(MIN_CLOCK_RATIO, (max(budget, 0.0) / dynamic) ** (1 / 3))
                 reasons.append("power limit")
