@@ -76,11 +76,15 @@ class SimtCore:
         self.data_caches = DataCaches(profile)
         self.caches = SimulatorCaches(caches)
         self.counters = Counters.for_program(0)
+        self._l1_bytes: dict[int, int] = {}     # the L1's capacity by shared memory per unit (looked up per launch)
 
     def run(self, d: Dispatch, resident_blocks: int) -> Counters:
         """Execute every block of the grid; `resident_blocks` is how many fit on the device at once."""
-        per_unit = -(-resident_blocks // self.profile.compute_units)
-        self.data_caches.begin_kernel(self.profile.l1_bytes_for(per_unit * d.shared_bytes))
+        shared = -(-resident_blocks // self.profile.compute_units) * d.shared_bytes
+        l1_bytes = self._l1_bytes.get(shared)
+        if l1_bytes is None:
+            l1_bytes = self._l1_bytes[shared] = self.profile.l1_bytes_for(shared)
+        self.data_caches.begin_kernel(l1_bytes)
         if self.compare:
             return compare_executors(self, d, resident_blocks)
         return self.execute(d, resident_blocks, self.translated)
