@@ -8,7 +8,7 @@ import pytest
 
 from conftest import VMID, Bench, pointers
 from lapis.hardware import copy_engine
-from lapis.hardware.mmu import MemoryFault
+from lapis.hardware.mmu import PTE_WRITABLE, MemoryFault
 from lapis.hardware.simt import KernelFault
 from lapis.hardware.simt.scheduler import SimtCore
 
@@ -200,6 +200,26 @@ def test_unmapping_flushes_the_tlb(bench):
     bench.space.unmap(va, data.nbytes)
     with pytest.raises(KernelFault, match="not mapped"):
         bench.run(src, args=pointers(va))
+
+
+def test_the_front_ends_recent_runs_follow_the_tlb(bench):
+    """`Mmu.hit` keeps the run each page's last access found; a remapping (which invalidates the TLB) must not leave
+    the old run answering, and a kept run still refuses an access it does not allow or that runs past it."""
+    data = np.arange(1024, dtype=np.float32)
+    va = bench.buffer(data)
+    mmu, vmid = bench.gpu.mmu, bench.space.vmid
+    mmu.translate_range(vmid, va, 4, write=False)             # fills the TLB
+    run = mmu.hit(vmid, va + 8, 4, False)
+    assert run is not None and mmu.hit(vmid, va + 8, 4, False) is run
+    assert mmu.hit(vmid, va + 8, 4, False, execute=True) is None          # data pages are not executable
+    assert mmu.hit(vmid, run.va_end - 4, 8, False) is None                 # past the run: the caller's slow path
+    old_pa = run.pa_start
+    bench.space.unmap(va, data.nbytes)
+    assert mmu.hit(vmid, va + 8, 4, False) is None
+    pa = bench.vram.alloc(data.nbytes)                        # the same addresses, other memory
+    bench.space.map(va, pa, data.nbytes, PTE_WRITABLE)
+    mmu.translate_range(vmid, va, 4, write=False)
+    assert pa != old_pa and mmu.hit(vmid, va + 8, 4, False).pa_start == pa
 
 
 def test_one_tlb_miss_fills_the_pages_around_it(bench):

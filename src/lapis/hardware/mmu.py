@@ -38,6 +38,7 @@ VPN_LIMIT = 1 << (VA_BITS - 12)    # virtual page numbers at or past this are un
 PTE_VALID, PTE_SYSTEM, PTE_WRITABLE, PTE_EXECUTABLE = 1, 2, 4, 8
 ADDRESS_MASK = ((1 << 52) - 1) & ~(PAGE_BYTES - 1)
 TLB_LEAVES = 256            # leaf tables (2 MiB of virtual addresses each) the TLB holds runs for
+RECENT_PAGES = 256          # pages `Mmu.recent` holds before it starts over
 LEAF_SHIFT = 12 + 9
 WALK_PAGES = 1 << 16          # pages `translate_range` walks at a time (a few MiB of host arrays)
 
@@ -81,6 +82,9 @@ class Mmu:
         self.vram = vram
         self.roots: dict[int, int] = {}          # vmid -> physical address of its root table
         self.tlb: dict[int, dict[int, list[Run]]] = {}   # vmid -> leaf table index -> runs in that leaf
+        # (vmid, page) -> the TLB's run that held the front end's last access on that page: a packet's fetches come
+        # back to the same few pages, and a leaf holds many runs to search. Emptied whenever the TLB changes.
+        self.recent: dict[tuple[int, int], Run] = {}
         self.walks = 0
         # The driver changes mappings on host threads while the command processor translates on
         # its own: a translation and an invalidation never interleave.
@@ -97,6 +101,7 @@ class Mmu:
     def invalidate(self, vmid: int) -> None:
         with self.lock:
             self.tlb.pop(vmid, None)
+            self.recent.clear()
 
     # -- walks --------------------------------------------------------------------------------
     def _walk(self, vmid: int, vpns: np.ndarray) -> np.ndarray:
@@ -124,6 +129,7 @@ class Mmu:
 
     def _fill(self, vmid: int, vpns: np.ndarray, entries: np.ndarray) -> None:
         """Insert runs of consecutive valid pages into the TLB."""
+        self.recent.clear()
         leaves = self.tlb.setdefault(vmid, {})
         pas = entries & np.uint64(ADDRESS_MASK)
         flags = entries & np.uint64(PAGE_BYTES - 1)
@@ -202,11 +208,19 @@ class Mmu:
         front end's common case, one piece (`translate_range` does the rest)."""
         needed = _NEEDED[write, execute]
         hi = va + size - 1
-        with self.lock:                          # `_lookup_run`, inlined: the front end asks several times a packet
-            for run in self.tlb.get(vmid, _NO_LEAVES).get(va >> LEAF_SHIFT, ()):
-                if run.va_start <= va and hi < run.va_end:
-                    return run if run.flags & needed == needed and size > 0 else None
-        return None
+        page = (vmid, va >> PAGE_SHIFT)
+        with self.lock:
+            run = self.recent.get(page)
+            if run is None or not (run.va_start <= va and hi < run.va_end):
+                for run in self.tlb.get(vmid, _NO_LEAVES).get(va >> LEAF_SHIFT, ()):    # `_lookup_run`, inlined
+                    if run.va_start <= va and hi < run.va_end:
+                        if len(self.recent) >= RECENT_PAGES:
+                            self.recent.clear()
+                        self.recent[page] = run
+                        break
+                else:
+                    return None
+            return run if run.flags & needed == needed and size > 0 else None
 
     def translate_range(self, vmid: int, va: int, size: int, write: bool, execute: bool = False
                         ) -> list[tuple[bool, int, int]]:
