@@ -212,14 +212,12 @@ class Mmu:
         with self.lock:
             run = self.recent.get(page)
             if run is None or not (run.va_start <= va and hi < run.va_end):
-                for run in self.tlb.get(vmid, _NO_LEAVES).get(va >> LEAF_SHIFT, ()):    # `_lookup_run`, inlined
-                    if run.va_start <= va and hi < run.va_end:
-                        if len(self.recent) >= RECENT_PAGES:
-                            self.recent.clear()
-                        self.recent[page] = run
-                        break
-                else:
+                run = self._lookup_run(vmid, va, hi)
+                if run is None:
                     return None
+                if len(self.recent) >= RECENT_PAGES:
+                    self.recent.clear()
+                self.recent[page] = run
             return run if run.flags & needed == needed and size > 0 else None
 
     def translate_range(self, vmid: int, va: int, size: int, write: bool, execute: bool = False
@@ -278,4 +276,3 @@ def _needed(write: bool, execute: bool) -> int:
 
 
 _NEEDED = {(write, execute): _needed(write, execute) for write in (False, True) for execute in (False, True)}
-_NO_LEAVES: dict = {}
