@@ -170,6 +170,39 @@ def test_a_kernel_past_the_time_limit_faults_its_queue_and_the_device_serves_on(
     assert np.all(np.frombuffer(rt.copy_to_host(gpu, out.va, 256), np.float32) == 4.0)
 
 
+def test_the_engine_is_loaded_before_a_kernels_time_limit_starts(rt, monkeypatch):
+    """A process's first translated kernel loads the native engine first, which numba compiles where its cache has
+    none (about a minute on a fresh machine, or after the engine's source changed): the kernel's time limit starts
+    after that, so a first kernel does not time out for it."""
+    from lapis.hardware.simt import native_scheduler, translated
+    gpu = rt.gpu_agents[0]
+    device = driver.system().nodes[gpu.gpu_id].gpu
+    if not device.simt.translated:
+        pytest.skip("the reference executor has no engine to load")
+    compiled_at, started_at = [], []
+    execute_batch, run = native_scheduler.execute_batch, device.simt.run
+
+    def compiling_at_first_call(*args):
+        if not compiled_at:
+            time.sleep(0.05)                     # numba compiling the engine
+            compiled_at.append(time.monotonic())
+        return execute_batch(*args)
+
+    def recording(d, resident_blocks):
+        started_at.append(d.deadline - device.kernel_timeout_s)
+        return run(d, resident_blocks)
+    for module in (native_scheduler, translated):
+        monkeypatch.setattr(module, "execute_batch", compiling_at_first_call)
+    monkeypatch.setattr(native_scheduler, "_ready", False)
+    monkeypatch.setattr(device.simt, "engine_ready", False)
+    monkeypatch.setattr(device.simt, "run", recording)
+    monkeypatch.setattr(device, "kernel_timeout_s", 30.0)
+    sym, out, queue = load(rt, gpu), rt.device_pool(gpu).allocate(256), rt.create_queue(gpu)
+    assert queue.wait(dispatch(rt, queue, sym, struct.pack("<Qf", out.va, 4.0), 64), timeout_s=10) == 0
+    assert len(compiled_at) == 1 and len(started_at) == 1
+    assert started_at[0] >= compiled_at[0]
+
+
 def test_destroying_a_queue_cancels_its_running_kernel(monkeypatch):
     """hsa_queue_destroy: the kernel executing stops at the SIMT core's next look at its deadline, and its
     waiters (and those of the packets behind it) get -1."""

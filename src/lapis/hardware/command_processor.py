@@ -21,7 +21,9 @@ negative (its work failed) is such an error too.
 Every kernel has a time limit (`Gpu.kernel_timeout_s`, LAPIS_KERNEL_TIMEOUT_S), as a driver's
 timeout detection gives each job: a dispatch carries its deadline to the SIMT core, which stops
 the kernel there with a fault of its queue ("the launch timed out and was terminated", as CUDA's
-cudaErrorLaunchTimeout says), and the processor goes on to the other queues. Destroying a queue
+cudaErrorLaunchTimeout says), and the processor goes on to the other queues. The limit starts once the
+SIMT core's native engine is loaded (`SimtCore.ready_engine`): numba compiling it, about a minute once per
+machine, is not the first kernel's time. Destroying a queue
 (or resetting the device) cancels its running kernel the same way, at the core's next look at the
 deadline.
 
@@ -659,6 +661,8 @@ class CommandProcessor:
             raise PacketError(f"cooperative dispatch of {blocks} workgroups needs {local} bytes of local memory per "
                               f"thread, more than the {gpu.simt.MAX_LOCAL_BYTES} the simulator holds for the threads "
                               "it runs together")
+        if not gpu.simt.engine_ready:
+            gpu.simt.ready_engine()            # compiling the engine (once per machine) is not the kernel's time
         wall, host_start = time.perf_counter(), time.monotonic()
         limit = gpu.kernel_timeout_s
         d = Dispatch(program, block, grid, kd.registers, shared, cbank, q.vmid, gpu.watchdog_steps, local, cooperative,

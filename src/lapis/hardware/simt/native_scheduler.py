@@ -19,6 +19,8 @@ divergence (its binder decides), the watchdog, a store a checker must record, an
 the program; Python runs that one step and calls back, and the group carries on.
 """
 
+import threading
+
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
@@ -492,6 +494,21 @@ def execute_batch(table, pc, current, end, group, lane_pc, waiting, lane_warp, c
                 parked += lanes_n
                 current = False
         cur[0], cur[1] = lanes_n, warps_n
+
+
+_ready = False
+_ready_lock = threading.Lock()
+
+
+def ready_engine() -> None:
+    """Have the engine's machine code in this process: loaded from numba's disk cache, or compiled (about a minute
+    the first time on a machine, or after its source changed), once per process. The command processor calls
+    it before a kernel's time limit starts: compiling is not the kernel's time."""
+    global _ready
+    with _ready_lock:
+        if not _ready:
+            compile_engine()
+            _ready = True
 
 
 def compile_engine() -> None:

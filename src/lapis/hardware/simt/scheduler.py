@@ -33,7 +33,7 @@ from lapis.hardware.simt.blocks import LaneLayout, ResidentBlocks
 from lapis.hardware.simt.compare import compare_executors
 from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.launch import FLOPS_PER_LANE, Counters, Dispatch
-from lapis.hardware.simt.native_scheduler import FINISHED, PAST_END, STORED
+from lapis.hardware.simt.native_scheduler import FINISHED, PAST_END, STORED, ready_engine
 from lapis.hardware.simt.registers import padded_lanes
 from lapis.hardware.simt.simulator_caches import SimulatorCaches
 from lapis.hardware.simt.translate import Translation
@@ -77,6 +77,14 @@ class SimtCore:
         self.caches = SimulatorCaches(caches)
         self.counters = Counters.for_program(0)
         self._l1_bytes: dict[int, int] = {}     # the L1's capacity by shared memory per unit (looked up per launch)
+        self.engine_ready = not translated      # the native engine's code is loaded (`ready_engine`)
+
+    def ready_engine(self) -> None:
+        """Load (or compile) the native engine, if this core runs translated code and has not yet: before a kernel's
+        time limit starts (`native_scheduler.ready_engine`)."""
+        if not self.engine_ready:
+            ready_engine()
+            self.engine_ready = True
 
     def run(self, d: Dispatch, resident_blocks: int) -> Counters:
         """Execute every block of the grid; `resident_blocks` is how many fit on the device at once."""
