@@ -338,6 +338,20 @@ def test_an_invalid_program_in_a_raw_packet_faults_only_its_queue(rt, bystander,
     assert_the_device_still_serves(rt, bystander)
 
 
+def test_code_rewritten_in_place_runs_as_it_now_is(rt):
+    """The command processor keeps the program a kernel object last gave, only while the code it fetches is the
+    same: code rewritten at the same address (a JIT reusing its buffer) runs, or is refused, as it now is."""
+    gpu = rt.gpu_agents[0]
+    queue = rt.create_queue(gpu)
+    kernel = raw_kernel(rt, gpu, "MOV R1, 0x1 ;\nEXIT ;")
+    assert dispatch_raw(rt, queue, kernel).wait(Condition.LT, 1, timeout_s=5) == 0
+    rt.copy_to_device(gpu, kernel + abi.KERNEL_DESCRIPTOR_BYTES,
+                      isa.encode_program(isa.assemble("MOV R9, 0x1 ;\nEXIT ;")))
+    assert dispatch_raw(rt, queue, kernel).wait(Condition.LT, 1, timeout_s=5) == -1
+    state, error = queue.status()
+    assert state == "error" and error["fault"] == "uses R9 but the kernel declares 8 registers"
+
+
 @pytest.mark.parametrize("in_descriptor", [True, False])
 def test_a_dispatch_asking_more_local_memory_than_a_thread_may_have_is_refused(rt, bystander, in_descriptor):
     gpu = rt.gpu_agents[0]

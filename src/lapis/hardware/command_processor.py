@@ -151,6 +151,7 @@ class CommandProcessor:
         self._cbank_used = abi.CBANK_BYTES                          # bytes the last dispatch wrote
         self._cbank_headers: dict[tuple, bytes] = {}                 # (block, grid) -> the bank's first words
         self._occupancies: dict[tuple, object] = {}
+        self._programs: dict[tuple, tuple] = {}     # (vmid, kernel object, registers) -> (its code, the program)
 
     def map_queue(self, queue: HardwareQueue) -> None:
         if queue.ring_packets & (queue.ring_packets - 1) or queue.ring_packets < 1:
@@ -424,6 +425,7 @@ class CommandProcessor:
             self.queues.clear()
             self.by_doorbell.clear()
             self.gpu.simt.caches.forget_programs()
+            self._programs.clear()
             self.halted = False
             self._cond.notify_all()
 
@@ -550,12 +552,19 @@ class CommandProcessor:
         except PacketError:
             pass          # the signal itself is unreachable: the queue error is all there is to report
 
-    def _program(self, code: bytes, kernel_object: int, registers: int):
+    def _program(self, vmid: int, code: bytes, kernel_object: int, registers: int):
         """The kernel's instructions, decoded once per distinct code (the SIMT core's caches keep them) and checked
         once per register count (`isa.verify`): a program that names a register past the `registers` its
         descriptor declares, or branches to no instruction of its own, is refused before any of it runs, as the
-        runtime's loader refuses it; this one reached the device another way (hand-written code, a raw packet)."""
+        runtime's loader refuses it; this one reached the device another way (hand-written code, a raw packet).
+        The program a kernel object last gave is kept with its code, and taken again while the code fetched for
+        it is byte for byte the same: comparing costs a memcmp, where finding decoded code by its bytes hashes
+        them all (7 us for a gemm's 17 KB, at every launch)."""
         caches, warp_size = self.gpu.simt.caches, self.gpu.profile.warp_size
+        key = (vmid, kernel_object, registers)
+        kept = self._programs.get(key)
+        if kept is not None and kept[0] == code and caches.enabled:
+            return kept[1]
         try:
             program = caches.program(code, decode_program)
             caches.per_program(program, f"valid with {registers} registers",
@@ -568,6 +577,9 @@ class CommandProcessor:
             err = PacketError(f"kernel at {kernel_object:#x} holds an invalid instruction: {e}")
             err.detail = {"kernel_object": kernel_object}
             raise err from None
+        if len(self._programs) >= 256:
+            self._programs.clear()
+        self._programs[key] = (code, program)
         return program
 
     def _constant_bank(self, block: tuple, grid: tuple, kernargs: bytes) -> np.ndarray:
@@ -645,7 +657,7 @@ class CommandProcessor:
             err = PacketError(f"dispatch cannot read its kernel: {e}")
             err.detail = {"address": e.va, "kernel_object": p.kernel_object}
             raise err from None
-        program = self._program(code, p.kernel_object, kd.registers)
+        program = self._program(q.vmid, code, p.kernel_object, kd.registers)
         cbank = self._constant_bank(block, grid, kernargs)
         shared = max(kd.group_segment_fixed_size, p.group_segment_size)
         occ = self._occupancy(block[0] * block[1] * block[2], kd.registers, shared)
