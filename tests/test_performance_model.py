@@ -292,6 +292,9 @@ def test_a_kept_timing_answers_only_for_the_same_counts():
     bigger = perf.model_time(profile, counters(dram_read_bytes=1 << 30), occ, program)
     assert bigger.total_ns > first.total_ns
     assert perf.model_time(profile, counters(), occ, program, 0.5).total_ns > first.total_ns
+    assert perf.model_time(profile, counters(), occ, program, per_pc=counters().per_pc()) is first
+    other = counters(warp_instructions=np.full(4, 9, np.int64))      # the per-pc bytes given are the key's
+    assert perf.model_time(profile, counters(), occ, program, per_pc=other.per_pc()) is not first
     base = counters().key()
     hash(base)
     for name, value in counters().__dict__.items():            # every count is in the key

@@ -692,11 +692,13 @@ class CommandProcessor:
         finally:
             self._running = None
         wall = time.perf_counter() - wall
-        timing = model_time(profile, counters, occ, program)
+        counted, per_pc = gpu.simt.per_pc                 # the counts' bytes the core hashed already
+        per_pc = per_pc if counted is counters else None
+        timing = model_time(profile, counters, occ, program, per_pc=per_pc)
         energy = timing.energy_j
         throttle = gpu.power.throttle(energy, timing.duration_ns)
         if throttle.clock_ratio < 1:
-            timing = model_time(profile, counters, occ, program, throttle.clock_ratio)
+            timing = model_time(profile, counters, occ, program, throttle.clock_ratio, per_pc)
         watts = gpu.power.record(energy, timing.duration_ns, host_start, time.monotonic())
         start, end = gpu.clock.advance(timing.total_ns)
         if trace.enabled():

@@ -265,9 +265,10 @@ _TIMINGS: dict[tuple, tuple[list[Instruction], "KernelTiming"]] = {}
 
 
 def model_time(profile: DeviceProfile, c: Counters, occ: Occupancy, program: list[Instruction],
-               clock_ratio: float = 1.0) -> KernelTiming:
-    """The kernel's time; `clock_ratio` < 1 is a throttled shader clock (memory keeps its clock)."""
-    key = (id(program), profile.name, occ.blocks_per_unit, occ.warps_per_unit, clock_ratio, c.key())
+               clock_ratio: float = 1.0, per_pc: tuple[bytes, bytes] | None = None) -> KernelTiming:
+    """The kernel's time; `clock_ratio` < 1 is a throttled shader clock (memory keeps its clock). `per_pc`:
+    `c.per_pc()`, when the caller has it (its hashes are then reused)."""
+    key = (id(program), profile.name, occ.blocks_per_unit, occ.warps_per_unit, clock_ratio, c.key(per_pc))
     return _kept(_TIMINGS, key, program, lambda: _model_time(profile, c, occ, program, clock_ratio))
 
 

@@ -71,10 +71,16 @@ class Counters:
         return all(np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
                    for a, b in zip(self.__dict__.values(), other.__dict__.values(), strict=True))
 
-    def key(self) -> tuple:
+    def per_pc(self) -> tuple[bytes, bytes]:
+        """The per-pc warp and thread counts as bytes: the part of `key` that identifies them (a bytes object
+        keeps its hash, so a caller that keys two lookups by the same ones hashes them once)."""
+        return self.warp_instructions.tobytes(), self.thread_instructions.tobytes()
+
+    def key(self, per_pc: tuple[bytes, bytes] | None = None) -> tuple:
         """Every count as one hashable value: equal keys, equal counters. (The fields after the two arrays
-        and two dicts are numbers; a new array or dict among them would make the key unhashable.)"""
-        return (self.warp_instructions.tobytes(), self.thread_instructions.tobytes(),
+        and two dicts are numbers; a new array or dict among them would make the key unhashable.) `per_pc`:
+        `per_pc()`'s bytes, when the caller has them already."""
+        return (*(per_pc or self.per_pc()),
                 tuple(self.flops_by_precision.items()), tuple(self.warp_instructions_by_pipe.items()),
                 tuple(self.__dict__.values())[4:])
 

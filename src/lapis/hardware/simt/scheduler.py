@@ -76,6 +76,7 @@ class SimtCore:
         self.data_caches = DataCaches(profile)
         self.caches = SimulatorCaches(caches)
         self.counters = Counters.for_program(0)
+        self.per_pc: tuple = (None, None)       # (the last counters `execute` made, their `Counters.per_pc`)
         self._l1_bytes: dict[int, int] = {}     # the L1's capacity by shared memory per unit (looked up per launch)
         self.engine_ready = not translated      # the native engine's code is loaded (`ready_engine`)
 
@@ -122,7 +123,9 @@ class SimtCore:
             self._run_blocks(blocks, kinds, targets)
         if translation is not None and self.fuse_after is not None:
             fuse_hot(translation, c.thread_instructions, self.fuse_after, stride, self.warp_size)
-        by_pipe, by_precision = self.caches.per_count(d.program, c.warp_instructions, c.thread_instructions,
+        per_pc = c.per_pc()
+        self.per_pc = (c, per_pc)               # the performance model's key holds the same bytes: hashed once
+        by_pipe, by_precision = self.caches.per_count(d.program, per_pc,
                                                       partial(_pipe_and_precision_totals, c, pipes, flops))
         c.warp_instructions_by_pipe.update(by_pipe)
         c.flops_by_precision.update(by_precision)

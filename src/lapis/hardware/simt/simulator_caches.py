@@ -88,12 +88,11 @@ class SimulatorCaches:
             kept = self._translations[key] = (program, translate(program, registers))
         return kept[1]
 
-    def per_count(self, program: list[Instruction], warp_counts: np.ndarray, thread_counts: np.ndarray,
-                  make: Callable[[], tuple]) -> tuple:
-        """make(), once per program and per-instruction warp and thread counts."""
+    def per_count(self, program: list[Instruction], per_pc: tuple[bytes, bytes], make: Callable[[], tuple]) -> tuple:
+        """make(), once per program and per-instruction warp and thread counts (`Counters.per_pc`)."""
         if not self.enabled:
             return make()
-        key = (id(program), warp_counts.tobytes(), thread_counts.tobytes())
+        key = (id(program), *per_pc)
         kept = self._per_count.get(key)
         if kept is None or kept[0] is not program:
             if len(self._per_count) >= self.KEPT_COUNTS:
