@@ -29,7 +29,7 @@ import numpy as np
 
 from lapis import cuda, hip
 from lapis.cuda import DeviceNDArray
-from lapis.libs import blas, dnn, kernels, patterns, reductions
+from lapis.libs import blas, dnn, kernels, optimizers, patterns, reductions
 
 _API = {"cuda": cuda, "hip": hip}
 _blas_handles: dict = {}
@@ -223,7 +223,7 @@ def adam(params: list[tuple], *, lr, beta1, beta2, eps, step, weight_decay, deco
     """A fused Adam step, in place, on each (p, g, m, v) of `params` (contiguous float32 arrays of one size,
     all on one device)."""
     if params and on_gpu(params[0][0]):
-        kernels.adam(_api(params[0][0]), params, lr=lr, beta1=beta1, beta2=beta2, eps=eps, step=step,
+        optimizers.adam(_api(params[0][0]), params, lr=lr, beta1=beta1, beta2=beta2, eps=eps, step=step,
                      weight_decay=weight_decay, decoupled=decoupled)
         return
     for p, g, m, v in params:

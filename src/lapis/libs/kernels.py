@@ -5,7 +5,6 @@
     kernels.unary(api, fn, x, out)               # out = fn(x) for a device function fn of one number
     kernels.binary(api, fn, a, b, out)           # out = fn(a, b), numpy broadcasting over any strides, up to 6-D
     kernels.where(api, cond, a, b, out)
-    kernels.adam(api, [(p, g, m, v), ...], lr=..., ...)   # a fused Adam/AdamW step over parameters
     kernels.gather(api, x, dim, index, out)      # out[.., j, ..] = x[.., index[.., j, ..], ..] (torch.gather)
     kernels.scatter_add(api, out, dim, index, src)   # out[.., index[.., j, ..], ..] += src[.., j, ..]
 
@@ -22,7 +21,7 @@ import math
 import numpy as np
 
 from lapis import cuda, trace
-from lapis.cuda import DeviceNDArray, float32, grid
+from lapis.cuda import DeviceNDArray, grid
 from lapis.cuda.compiler.device_function import DeviceFunction
 
 THREADS = 256
@@ -371,80 +370,6 @@ def where(api, cond: DeviceNDArray, a, b, out: DeviceNDArray) -> None:
         if n:
             _dispatcher(api, ("where", modes), lambda: make_where_kernel(modes))[
                 launch_shape(n, MAX_BLOCKS)](n, ndim, shape, sc, cond, sa, a, sb, b, sout, out)
-
-
-# -- fused optimizer step --------------------------------------------------------------------------------
-ADAM_SLOTS = 4          # parameters one Adam launch steps
-# A launch's grid is its largest parameter's, and each thread steps its elements of every parameter in turn, so a
-# smaller parameter's threads past its end only skip it: on a real GPU that costs next to nothing, but a
-# simulated lane costs its work whether it does anything or not. So a parameter needing under 1/ADAM_SPREAD of
-# the blocks of the launch's largest starts a launch of its own.
-ADAM_SPREAD = 4
-
-
-@cuda.jit(device=True)
-def adam_update(n, p, g, m, v, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled):
-    # one parameter's Adam step in torch's order of operations: m and v move toward the gradient, then
-    # p -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps)
-    i = cuda.grid(1)
-    while i < n:
-        grad = g[i]
-        w = p[i]
-        if decoupled:
-            w = w * (float32(1.0) - lr * weight_decay)
-        else:
-            grad = grad + weight_decay * w
-        mi = m[i] + (grad - m[i]) * (float32(1.0) - beta1)
-        vi = v[i] * beta2 + grad * grad * (float32(1.0) - beta2)
-        m[i] = mi
-        v[i] = vi
-        p[i] = w - mi / (math.sqrt(vi) / bias2_sqrt + eps) * (lr / bias1)
-        i += cuda.gridsize(1)
-
-
-def adam_kernel(n0, p0, g0, m0, v0, n1, p1, g1, m1, v1, n2, p2, g2, m2, v2, n3, p3, g3, m3, v3,
-                lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled):
-    # the ADAM_SLOTS parameters in the arguments, as torch's multi_tensor_apply packs lists of tensors into its
-    # kernels' arguments (a slot left empty has n = 0); every thread steps its elements of each in turn, so
-    # all of a launch's threads run the same instructions: a slot per block would split each warp-instruction's
-    # work into one group per slot, each over every lane in flight
-    adam_update(n0, p0, g0, m0, v0, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
-    adam_update(n1, p1, g1, m1, v1, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
-    adam_update(n2, p2, g2, m2, v2, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
-    adam_update(n3, p3, g3, m3, v3, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
-
-
-def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps: float, step: int,
-         weight_decay: float = 0.0, decoupled: bool = False) -> None:
-    """One Adam (or, decoupled, AdamW) step, in place, on each (p, g, m, v) of `params`: float32 parameter,
-    gradient and moments, C-contiguous and of one size. One kernel steps up to ADAM_SLOTS parameters of alike
-    sizes, instead of the dozen elementwise ops the update of each is made of (torch's fused=True)."""
-    for arrays in params:
-        if len(arrays) != 4 or not all(isinstance(a, DeviceNDArray) and a.dtype == np.float32 and
-                                       a.is_c_contiguous() for a in arrays) or len({a.size for a in arrays}) != 1:
-            raise KernelArgumentError("adam takes (p, g, m, v): four C-contiguous float32 device arrays of one size")
-    # by size, so that a launch's parameters need alike numbers of blocks (its grid is its largest's)
-    live = sorted(([a.ravel() for a in arrays] for arrays in params if arrays[0].size), key=lambda a: -a[0].size)
-    chunks: list[list] = []                 # the launches: up to ADAM_SLOTS parameters of alike sizes each
-    def blocks(size: int) -> int:
-        return launch_shape(size, MAX_BLOCKS)[0]
-    for arrays in live:
-        if chunks and len(chunks[-1]) < ADAM_SLOTS and \
-                ADAM_SPREAD * blocks(arrays[0].size) >= blocks(chunks[-1][0][0].size):
-            chunks[-1].append(arrays)
-        else:
-            chunks.append([arrays])
-    f = np.float32
-    scalars = (f(lr), f(beta1), f(beta2), f(eps), f(1 - beta1 ** step), f(math.sqrt(1 - beta2 ** step)),
-               f(weight_decay), bool(decoupled))
-    with trace.span(4, "adam", parameters=len(params), elements=sum(a[0].size for a in params), step=step):
-        for chunk in chunks:
-            args = []
-            for slot in range(ADAM_SLOTS):
-                p, g, m, v = chunk[min(slot, len(chunk) - 1)]
-                args += [np.int64(p.size if slot < len(chunk) else 0), p, g, m, v]
-            _dispatcher(api, ("adam",), lambda: adam_kernel)[launch_shape(max(a[0].size for a in chunk), MAX_BLOCKS)](
-                *args, *scalars)
 
 
 # -- gather and scatter along one dimension -----------------------------------------------------------------

@@ -1,0 +1,104 @@
+"""Layer 4: fused optimizer steps (torch's fused=True kernels): one launch steps several parameters.
+
+    optimizers.adam(api, [(p, g, m, v), ...], lr=..., beta1=..., beta2=..., eps=..., step=..., weight_decay=...,
+                    decoupled=...)                       # Adam, or (decoupled) AdamW
+
+Every array is a C-contiguous float32 device array, the four of a parameter of one size; each is updated in
+place. A launch takes up to SLOTS parameters of alike sizes, as torch's multi_tensor_apply packs lists of tensors
+into its kernels' arguments: a training step's many small parameters (biases, norms) cost a few launches, not a
+dozen elementwise ops each.
+"""
+
+import math
+
+import numpy as np
+
+from lapis import cuda, trace
+from lapis.cuda import DeviceNDArray, float32
+from lapis.libs.kernels import MAX_BLOCKS, KernelArgumentError, _dispatcher, launch_shape
+
+SLOTS = 4          # parameters one launch steps
+# A launch's grid is its largest parameter's, and each thread steps its elements of every parameter in turn, so a
+# smaller parameter's threads past its end only skip it: on a real GPU that costs next to nothing, but a
+# simulated lane costs its work whether it does anything or not. So a parameter needing under 1/SPREAD of the
+# blocks of the launch's largest starts a launch of its own.
+SPREAD = 4
+
+
+def _launches(what: str, params: list[tuple]) -> list[list[list]]:
+    """The launches of a fused step over `params` (tuples of four arrays): up to SLOTS parameters of alike sizes
+    each, the largest first; each parameter as its four flat arrays. Empty parameters take no slot."""
+    for arrays in params:
+        if len(arrays) != 4 or not all(isinstance(a, DeviceNDArray) and a.dtype == np.float32 and
+                                       a.is_c_contiguous() for a in arrays) or len({a.size for a in arrays}) != 1:
+            raise KernelArgumentError(f"{what} takes four C-contiguous float32 device arrays of one size per "
+                                      "parameter")
+    # by size, so that a launch's parameters need alike numbers of blocks (its grid is its largest's)
+    live = sorted(([a.ravel() for a in arrays] for arrays in params if arrays[0].size), key=lambda a: -a[0].size)
+    launches: list[list] = []
+
+    def blocks(size: int) -> int:
+        return launch_shape(size, MAX_BLOCKS)[0]
+    for arrays in live:
+        last = launches[-1] if launches else None
+        if last and len(last) < SLOTS and SPREAD * blocks(arrays[0].size) >= blocks(last[0][0].size):
+            last.append(arrays)
+        else:
+            launches.append([arrays])
+    return launches
+
+
+def _launch(api, kernel, launches: list[list], scalars: tuple) -> None:
+    """Each launch's kernel over its parameters' slots (an unused slot repeats the last parameter's arrays with
+    n = 0), then the scalars."""
+    for chunk in launches:
+        args = []
+        for slot in range(SLOTS):
+            arrays = chunk[min(slot, len(chunk) - 1)]
+            args += [np.int64(arrays[0].size if slot < len(chunk) else 0), *arrays]
+        _dispatcher(api, (kernel.__name__,), lambda: kernel)[launch_shape(chunk[0][0].size, MAX_BLOCKS)](
+            *args, *scalars)
+
+
+# -- Adam ----------------------------------------------------------------------------------------------------
+@cuda.jit(device=True)
+def adam_update(n, p, g, m, v, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled):
+    # one parameter's Adam step in torch's order of operations: m and v move toward the gradient, then
+    # p -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps)
+    i = cuda.grid(1)
+    while i < n:
+        grad = g[i]
+        w = p[i]
+        if decoupled:
+            w = w * (float32(1.0) - lr * weight_decay)
+        else:
+            grad = grad + weight_decay * w
+        mi = m[i] + (grad - m[i]) * (float32(1.0) - beta1)
+        vi = v[i] * beta2 + grad * grad * (float32(1.0) - beta2)
+        m[i] = mi
+        v[i] = vi
+        p[i] = w - mi / (math.sqrt(vi) / bias2_sqrt + eps) * (lr / bias1)
+        i += cuda.gridsize(1)
+
+
+def adam_kernel(n0, p0, g0, m0, v0, n1, p1, g1, m1, v1, n2, p2, g2, m2, v2, n3, p3, g3, m3, v3,
+                lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled):
+    # the SLOTS parameters in the arguments (a slot left empty has n = 0); every thread steps its elements of each
+    # in turn, so all of a launch's threads run the same instructions: a slot per block would split each
+    # warp-instruction's work into one group per slot, each over every lane in flight
+    adam_update(n0, p0, g0, m0, v0, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+    adam_update(n1, p1, g1, m1, v1, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+    adam_update(n2, p2, g2, m2, v2, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+    adam_update(n3, p3, g3, m3, v3, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_decay, decoupled)
+
+
+def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps: float, step: int,
+         weight_decay: float = 0.0, decoupled: bool = False) -> None:
+    """One Adam (or, decoupled, AdamW) step, in place, on each (p, g, m, v) of `params`: parameter, gradient and
+    moments."""
+    launches = _launches("adam", params)
+    f = np.float32
+    scalars = (f(lr), f(beta1), f(beta2), f(eps), f(1 - beta1 ** step), f(math.sqrt(1 - beta2 ** step)),
+               f(weight_decay), bool(decoupled))
+    with trace.span(4, "adam", parameters=len(params), elements=sum(a[0].size for a in params), step=step):
+        _launch(api, adam_kernel, launches, scalars)
