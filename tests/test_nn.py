@@ -268,19 +268,15 @@ def test_optimizers_follow_torch_for_several_steps(device, name, make):
     close(ours.bias, theirs.bias, 2e-5)
 
 
-@pytest.mark.parametrize("decoupled", [False, True])
-def test_adam_steps_many_parameters_a_few_to_a_launch_as_torch_does(decoupled):
-    """Nine parameters of assorted sizes (one empty, one spanning many blocks): the fused kernels step
-    them up to four to a launch, one that needs under a quarter of a launch's blocks in a launch of its
-    own, and every one follows torch's Adam."""
-    sizes = [5, 300, 1, 4097, 64, 0, 7, 2, 1000]
-    rng = np.random.default_rng(3)
+def fused_steps(kind: str, sizes: list[int], seed: int, **options) -> list:
+    """Float32 parameters of `sizes` on cuda and in torch, stepped three times by optimizer `kind` (lr 0.05 unless
+    given) with the same gradients; checks they stay torch's, and returns the launches of lapis's last step."""
+    rng = np.random.default_rng(seed)
     start = [rng.standard_normal(n).astype(np.float32) for n in sizes]
     ours = [nn.Parameter(lapis.tensor(a, device="cuda")) for a in start]
     theirs = [torch.nn.Parameter(torch.tensor(a)) for a in start]
-    make = "AdamW" if decoupled else "Adam"
-    opt_o = getattr(lapis.optim, make)(ours, lr=0.05, weight_decay=0.01)
-    opt_t = getattr(torch.optim, make)(theirs, lr=0.05, weight_decay=0.01)
+    options = {"lr": 0.05, **options}
+    opt_o, opt_t = getattr(lapis.optim, kind)(ours, **options), getattr(torch.optim, kind)(theirs, **options)
     for _ in range(3):
         grads = [rng.standard_normal(n).astype(np.float32) for n in sizes]
         for p, q, gr in zip(ours, theirs, grads, strict=True):
@@ -288,14 +284,37 @@ def test_adam_steps_many_parameters_a_few_to_a_launch_as_torch_does(decoupled):
         with lapis.trace() as t:
             opt_o.step()
         opt_t.step()
-    launches = [e for e in t.select(3, "launch") if e.args["kernel"] == "adam_kernel"]
-    # eight non-empty parameters by size: 4097 elements (17 blocks) alone, as the next needs 4; then four to
-    # a launch, over the grid of the launch's largest
-    slots = [[int(e.args["args"][f"n{k}"]) for k in range(4)] for e in launches]
-    assert slots == [[4097, 0, 0, 0], [1000, 300, 64, 7], [5, 2, 1, 0]]
-    assert [e.args["grid"] for e in launches] == [(17, 1, 1), (4, 1, 1), (1, 1, 1)]
     for p, q in zip(ours, theirs, strict=True):
         close(p, q, 2e-5)
+    return t.select(3, "launch")
+
+
+def slots(launches: list) -> list[list[int]]:
+    """The element counts a fused optimizer kernel's launches gave their four slots (0: unused)."""
+    return [[int(e.args["args"][f"n{k}"]) for k in range(4)] for e in launches]
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_adam_steps_many_parameters_a_few_to_a_launch_as_torch_does(decoupled):
+    """Nine parameters of assorted sizes (one empty, one spanning many blocks): the fused kernels step
+    them up to four to a launch, one that needs under a quarter of a launch's blocks in a launch of its
+    own, and every one follows torch's Adam."""
+    launches = fused_steps("AdamW" if decoupled else "Adam", [5, 300, 1, 4097, 64, 0, 7, 2, 1000], 3,
+                           weight_decay=0.01)
+    assert {e.args["kernel"] for e in launches} == {"adam_kernel"}
+    # eight non-empty parameters by size: 4097 elements (17 blocks) alone, as the next needs 4; then four to
+    # a launch, over the grid of the launch's largest
+    assert slots(launches) == [[4097, 0, 0, 0], [1000, 300, 64, 7], [5, 2, 1, 0]]
+    assert [e.args["grid"] for e in launches] == [(17, 1, 1), (4, 1, 1), (1, 1, 1)]
+
+
+@pytest.mark.parametrize("options", [{}, {"momentum": 0.9, "weight_decay": 0.1}, {"maximize": True, "alpha": 0.9}])
+def test_rmsprop_steps_many_parameters_a_few_to_a_launch_as_torch_does(options):
+    """RMSprop on a GPU: float32 parameters in fused kernels, four of alike sizes to a launch (torch's foreach
+    path launches five kernels a group; lapis's tensor ops took nine a parameter), following torch's updates."""
+    launches = fused_steps("RMSprop", [5, 300, 1, 64, 0, 7, 2], 4, lr=0.01, **options)
+    assert [e.args["kernel"] for e in launches] == ["rmsprop_kernel", "rmsprop_kernel"]
+    assert slots(launches) == [[300, 64, 7, 5], [2, 1, 0, 0]]
 
 
 SCHEDULES = [lambda lib, o: lib.optim.lr_scheduler.StepLR(o, 2, 0.5),

@@ -14,6 +14,7 @@ launches from `lapis.libs` (asynchronous, like ATen's), on `cpu` numpy does the 
     matmul(a, b, out)          2-D; operands C- or F-contiguous
     bmm(a, b, out)             3-D batches of matrices, each operand row-major or transposed: one launch
     adam(p, g, m, v, ...)      one fused Adam/AdamW step, in place
+    rmsprop(p, g, sq, buf, ...)   one fused RMSprop step on GPU arrays, in place
     softmax(x, out, log), softmax_backward(y, dy, dx, log)   over the last dimension, x contiguous
     gather(x, dim, index, out), scatter_add(out, dim, index, src)   torch.gather / scatter_add_, contiguous
     conv2d, conv2d_backward_data, conv2d_backward_filter, pool2d, pool2d_backward   NCHW, KCRS, contiguous
@@ -237,6 +238,14 @@ def adam(params: list[tuple], *, lr, beta1, beta2, eps, step, weight_decay, deco
         v *= f(beta2)
         v += grad * grad * f(1 - beta2)
         p -= m / (np.sqrt(v) / f(math.sqrt(1 - beta2 ** step)) + f(eps)) * f(lr / (1 - beta1 ** step))
+
+
+def rmsprop(params: list[tuple], *, lr, alpha, eps, weight_decay, momentum, maximize) -> None:
+    """A fused RMSprop step (not centered), in place, on each (p, g, square_avg, buf) of `params` (contiguous float32
+    GPU arrays of one size, all on one device); `optim.RMSprop` steps cpu parameters with tensor ops."""
+    if params:
+        optimizers.rmsprop(_api(params[0][0]), params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
+                           momentum=momentum, maximize=maximize)
 
 
 def _dnn(x) -> dnn.Handle:

@@ -2,6 +2,8 @@
 
     optimizers.adam(api, [(p, g, m, v), ...], lr=..., beta1=..., beta2=..., eps=..., step=..., weight_decay=...,
                     decoupled=...)                       # Adam, or (decoupled) AdamW
+    optimizers.rmsprop(api, [(p, g, square_avg, buf), ...], lr=..., alpha=..., eps=..., weight_decay=...,
+                       momentum=..., maximize=...)       # RMSprop, not centered
 
 Every array is a C-contiguous float32 device array, the four of a parameter of one size; each is updated in
 place. A launch takes up to SLOTS parameters of alike sizes, as torch's multi_tensor_apply packs lists of tensors
@@ -102,3 +104,49 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
                f(weight_decay), bool(decoupled))
     with trace.span(4, "adam", parameters=len(params), elements=sum(a[0].size for a in params), step=step):
         _launch(api, adam_kernel, launches, scalars)
+
+
+# -- RMSprop -------------------------------------------------------------------------------------------------
+@cuda.jit(device=True)
+def rmsprop_update(n, p, g, sq, buf, lr, alpha, eps, weight_decay, momentum, maximize):
+    # one parameter's RMSprop step in the order of lapis.optim.RMSprop's tensor ops (torch's): the followed
+    # gradient, the running mean of its square, then the step divided by that mean's root (through the momentum
+    # buffer when there is momentum; buf is not read without)
+    i = cuda.grid(1)
+    while i < n:
+        grad = g[i]
+        w = p[i]
+        if maximize:
+            grad = -grad
+        if weight_decay != float32(0.0):
+            grad = grad + weight_decay * w
+        si = sq[i] * alpha + grad * grad * (float32(1.0) - alpha)
+        sq[i] = si
+        avg = math.sqrt(si) + eps
+        if momentum != float32(0.0):
+            bi = buf[i] * momentum + grad / avg
+            buf[i] = bi
+            p[i] = w - lr * bi
+        else:
+            p[i] = w - lr * (grad / avg)
+        i += cuda.gridsize(1)
+
+
+def rmsprop_kernel(n0, p0, g0, s0, b0, n1, p1, g1, s1, b1, n2, p2, g2, s2, b2, n3, p3, g3, s3, b3,
+                   lr, alpha, eps, weight_decay, momentum, maximize):
+    # the SLOTS parameters in the arguments, as `adam_kernel` takes them
+    rmsprop_update(n0, p0, g0, s0, b0, lr, alpha, eps, weight_decay, momentum, maximize)
+    rmsprop_update(n1, p1, g1, s1, b1, lr, alpha, eps, weight_decay, momentum, maximize)
+    rmsprop_update(n2, p2, g2, s2, b2, lr, alpha, eps, weight_decay, momentum, maximize)
+    rmsprop_update(n3, p3, g3, s3, b3, lr, alpha, eps, weight_decay, momentum, maximize)
+
+
+def rmsprop(api, params: list[tuple], *, lr: float, alpha: float, eps: float, weight_decay: float = 0.0,
+            momentum: float = 0.0, maximize: bool = False) -> None:
+    """One RMSprop step (not centered), in place, on each (p, g, square_avg, buf) of `params`: parameter, gradient,
+    running mean of squared gradients and momentum buffer (any array of the parameter's size without momentum)."""
+    launches = _launches("rmsprop", params)
+    f = np.float32
+    scalars = (f(lr), f(alpha), f(eps), f(weight_decay), f(momentum), bool(maximize))
+    with trace.span(4, "rmsprop", parameters=len(params), elements=sum(a[0].size for a in params)):
+        _launch(api, rmsprop_kernel, launches, scalars)

@@ -101,7 +101,9 @@ class Adam(Optimizer):
 
 class RMSprop(Optimizer):
     """torch.optim.RMSprop: a running mean of squared gradients divides each step (centered: of their variance),
-    with optional momentum; tensor ops in torch's order."""
+    with optional momentum. Contiguous float32 parameters on a GPU (not centered) step in fused kernels, a few
+    parameters to a launch (`libs.optimizers.rmsprop`, torch's foreach path); the rest as tensor ops in torch's
+    order, the kernel's order too."""
 
     def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0.0,
                  momentum: float = 0.0, centered: bool = False, maximize: bool = False):
@@ -111,8 +113,8 @@ class RMSprop(Optimizer):
     @no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
+        together: dict[tuple, list] = {}       # float32 GPU parameters of a group and device: fused kernels
         for g, p, state in self._params():
-            grad = _followed_gradient(g, p)
             if not state:
                 state["step"] = 0
                 state["square_avg"] = zeros_like(p)
@@ -121,21 +123,41 @@ class RMSprop(Optimizer):
                 if g["centered"]:
                     state["grad_avg"] = zeros_like(p)
             state["step"] += 1
-            square_avg, alpha = state["square_avg"], g["alpha"]
-            square_avg.mul_(alpha).add_(grad * grad * (1 - alpha))
-            if g["centered"]:
-                grad_avg = state["grad_avg"]
-                grad_avg.mul_(alpha).add_(grad * (1 - alpha))
-                avg = (square_avg - grad_avg * grad_avg).sqrt() + g["eps"]
-            else:
-                avg = square_avg.sqrt() + g["eps"]
-            if g["momentum"]:
-                buf = state["momentum_buffer"]
-                buf.mul_(g["momentum"]).add_(grad / avg)
-                p.sub_(g["lr"] * buf)
-            else:
-                p.sub_(g["lr"] * (grad / avg))
+            if backend.on_gpu(p._data) and p.dtype is _dtype.float32 and p.is_contiguous() and not g["centered"]:
+                grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
+                together.setdefault((id(g), str(p.device)), []).append((g, p, grad, state))
+                continue
+            self._composed_step(g, p, state)
+        for members in together.values():
+            g = members[0][0]
+            buffers = [state.get("momentum_buffer", state["square_avg"]) for _, _, _, state in members]
+            backend.rmsprop([(p._data, grad._data, state["square_avg"]._data, buf._data)
+                             for (_, p, grad, state), buf in zip(members, buffers, strict=True)],
+                            lr=g["lr"], alpha=g["alpha"], eps=g["eps"], weight_decay=g["weight_decay"],
+                            momentum=g["momentum"], maximize=g["maximize"])
+            for (_, p, _, state), buf in zip(members, buffers, strict=True):
+                for t in {id(x): x for x in (p, state["square_avg"], buf)}.values():
+                    t._storage.version += 1
         return loss
+
+    @staticmethod
+    def _composed_step(g: dict, p, state: dict) -> None:
+        """One parameter's RMSprop step as tensor ops (cpu, other dtypes, strided or centered)."""
+        grad = _followed_gradient(g, p)
+        square_avg, alpha = state["square_avg"], g["alpha"]
+        square_avg.mul_(alpha).add_(grad * grad * (1 - alpha))
+        if g["centered"]:
+            grad_avg = state["grad_avg"]
+            grad_avg.mul_(alpha).add_(grad * (1 - alpha))
+            avg = (square_avg - grad_avg * grad_avg).sqrt() + g["eps"]
+        else:
+            avg = square_avg.sqrt() + g["eps"]
+        if g["momentum"]:
+            buf = state["momentum_buffer"]
+            buf.mul_(g["momentum"]).add_(grad / avg)
+            p.sub_(g["lr"] * buf)
+        else:
+            p.sub_(g["lr"] * (grad / avg))
 
 
 class Adagrad(Optimizer):
