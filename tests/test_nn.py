@@ -317,6 +317,16 @@ def test_rmsprop_steps_many_parameters_a_few_to_a_launch_as_torch_does(options):
     assert slots(launches) == [[300, 64, 7, 5], [2, 1, 0, 0]]
 
 
+@pytest.mark.parametrize("options", [{}, {"momentum": 0.9}, {"momentum": 0.9, "nesterov": True, "weight_decay": 0.01},
+                                     {"momentum": 0.8, "dampening": 0.1, "maximize": True}])
+def test_sgd_steps_many_parameters_a_few_to_a_launch_as_torch_does(options):
+    """SGD on a GPU: float32 parameters in fused kernels, four of alike sizes to a launch, the momentum buffer
+    starting from the first step's gradient as torch's does, following torch's updates."""
+    launches = fused_steps("SGD", [5, 300, 1, 64, 0, 7, 2], 5, lr=0.1, **options)
+    assert [e.args["kernel"] for e in launches] == ["sgd_kernel", "sgd_kernel"]
+    assert slots(launches) == [[300, 64, 7, 5], [2, 1, 0, 0]]
+
+
 SCHEDULES = [lambda lib, o: lib.optim.lr_scheduler.StepLR(o, 2, 0.5),
              lambda lib, o: lib.optim.lr_scheduler.CosineAnnealingLR(o, 5),
              lambda lib, o: lib.optim.lr_scheduler.MultiStepLR(o, [4, 2], 0.3),

@@ -14,7 +14,7 @@ launches from `lapis.libs` (asynchronous, like ATen's), on `cpu` numpy does the 
     matmul(a, b, out)          2-D; operands C- or F-contiguous
     bmm(a, b, out)             3-D batches of matrices, each operand row-major or transposed: one launch
     adam(p, g, m, v, ...)      one fused Adam/AdamW step, in place
-    rmsprop(p, g, sq, buf, ...)   one fused RMSprop step on GPU arrays, in place
+    rmsprop(p, g, sq, buf, ...), sgd(p, g, buf, ...)   one fused RMSprop or SGD step on GPU arrays, in place
     softmax(x, out, log), softmax_backward(y, dy, dx, log)   over the last dimension, x contiguous
     gather(x, dim, index, out), scatter_add(out, dim, index, src)   torch.gather / scatter_add_, contiguous
     conv2d, conv2d_backward_data, conv2d_backward_filter, pool2d, pool2d_backward   NCHW, KCRS, contiguous
@@ -246,6 +246,15 @@ def rmsprop(params: list[tuple], *, lr, alpha, eps, weight_decay, momentum, maxi
     if params:
         optimizers.rmsprop(_api(params[0][0]), params, lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay,
                            momentum=momentum, maximize=maximize)
+
+
+def sgd(params: list[tuple], *, lr, momentum, dampening, weight_decay, nesterov, maximize, first) -> None:
+    """A fused SGD step, in place, on each (p, g, buf) of `params` (contiguous float32 GPU arrays of one size, all
+    on one device); `optim.SGD` steps cpu parameters with tensor ops."""
+    if params:
+        optimizers.sgd(_api(params[0][0]), [(p, g, buf, p) for p, g, buf in params], lr=lr, momentum=momentum,
+                       dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
+                       first=first)
 
 
 def _dnn(x) -> dnn.Handle:

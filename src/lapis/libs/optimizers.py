@@ -4,6 +4,8 @@
                     decoupled=...)                       # Adam, or (decoupled) AdamW
     optimizers.rmsprop(api, [(p, g, square_avg, buf), ...], lr=..., alpha=..., eps=..., weight_decay=...,
                        momentum=..., maximize=...)       # RMSprop, not centered
+    optimizers.sgd(api, [(p, g, buf, p), ...], lr=..., momentum=..., dampening=..., weight_decay=...,
+                   nesterov=..., maximize=..., first=...)   # SGD, with momentum
 
 Every array is a C-contiguous float32 device array, the four of a parameter of one size; each is updated in
 place. A launch takes up to SLOTS parameters of alike sizes, as torch's multi_tensor_apply packs lists of tensors
@@ -150,3 +152,51 @@ def rmsprop(api, params: list[tuple], *, lr: float, alpha: float, eps: float, we
     scalars = (f(lr), f(alpha), f(eps), f(weight_decay), f(momentum), bool(maximize))
     with trace.span(4, "rmsprop", parameters=len(params), elements=sum(a[0].size for a in params)):
         _launch(api, rmsprop_kernel, launches, scalars)
+
+
+# -- SGD -----------------------------------------------------------------------------------------------------
+@cuda.jit(device=True)
+def sgd_update(n, p, g, buf, unused, lr, momentum, dampening, weight_decay, nesterov, maximize, first):
+    # one parameter's SGD step in the order of lapis.optim.SGD's tensor ops (torch's): the followed gradient, the
+    # momentum buffer (the gradient itself at the first step), then p -= lr * d; buf is not read without momentum
+    i = cuda.grid(1)
+    while i < n:
+        d = g[i]
+        w = p[i]
+        if maximize:
+            d = -d
+        if weight_decay != float32(0.0):
+            d = d + weight_decay * w
+        if momentum != float32(0.0):
+            if first:
+                bi = d
+            else:
+                bi = buf[i] * momentum + d * (float32(1.0) - dampening)
+            buf[i] = bi
+            if nesterov:
+                d = d + momentum * bi
+            else:
+                d = bi
+        p[i] = w - lr * d
+        i += cuda.gridsize(1)
+
+
+def sgd_kernel(n0, p0, g0, b0, u0, n1, p1, g1, b1, u1, n2, p2, g2, b2, u2, n3, p3, g3, b3, u3,
+               lr, momentum, dampening, weight_decay, nesterov, maximize, first):
+    # the SLOTS parameters in the arguments, as `adam_kernel` takes them (four arrays a slot, the fourth unused)
+    sgd_update(n0, p0, g0, b0, u0, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
+    sgd_update(n1, p1, g1, b1, u1, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
+    sgd_update(n2, p2, g2, b2, u2, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
+    sgd_update(n3, p3, g3, b3, u3, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
+
+
+def sgd(api, params: list[tuple], *, lr: float, momentum: float = 0.0, dampening: float = 0.0,
+        weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False, first: bool = False) -> None:
+    """One SGD step, in place, on each (p, g, buf, any) of `params`: parameter, gradient, momentum buffer (any array
+    of the parameter's size without momentum) and a fourth array the kernel does not touch; `first`: the buffers
+    start from this step's gradients (torch clones the first)."""
+    launches = _launches("sgd", params)
+    f = np.float32
+    scalars = (f(lr), f(momentum), f(dampening), f(weight_decay), bool(nesterov), bool(maximize), bool(first))
+    with trace.span(4, "sgd", parameters=len(params), elements=sum(a[0].size for a in params)):
+        _launch(api, sgd_kernel, launches, scalars)

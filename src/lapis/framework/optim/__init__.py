@@ -24,6 +24,10 @@ def _followed_gradient(g: dict, p):
 
 
 class SGD(Optimizer):
+    """torch.optim.SGD, with momentum, dampening, Nesterov and weight decay. Contiguous float32 parameters on a GPU
+    step in fused kernels, a few parameters to a launch (`libs.optimizers.sgd`, torch's foreach path); the rest
+    as tensor ops in torch's order, the kernel's order too."""
+
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
                  weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False):
         if nesterov and (momentum <= 0 or dampening != 0):
@@ -34,17 +38,38 @@ class SGD(Optimizer):
     @no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
+        together: dict[tuple, tuple] = {}      # float32 GPU parameters of a group, device and first step: fused
         for g, p, state in self._params():
-            d = _followed_gradient(g, p)
-            if g["momentum"]:
-                buf = state.get("momentum_buffer")
-                if buf is None:
-                    buf = state["momentum_buffer"] = d.clone()
-                else:
-                    buf.mul_(g["momentum"]).add_(d * (1 - g["dampening"]))
-                d = d + g["momentum"] * buf if g["nesterov"] else buf
-            p.sub_(g["lr"] * d)
+            if backend.on_gpu(p._data) and p.dtype is _dtype.float32 and p.is_contiguous():
+                first = g["momentum"] and "momentum_buffer" not in state
+                if first:
+                    state["momentum_buffer"] = zeros_like(p)       # the kernel starts it from the gradient
+                grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
+                together.setdefault((id(g), str(p.device), bool(first)), (g, []))[1].append((p, grad, state))
+                continue
+            self._composed_step(g, p, state)
+        for (_, _, first), (g, members) in together.items():
+            buffers = [state.get("momentum_buffer", p) for p, _, state in members]
+            backend.sgd([(p._data, grad._data, buf._data) for (p, grad, _), buf in zip(members, buffers, strict=True)],
+                        lr=g["lr"], momentum=g["momentum"], dampening=g["dampening"],
+                        weight_decay=g["weight_decay"], nesterov=g["nesterov"], maximize=g["maximize"], first=first)
+            for (p, _, _), buf in zip(members, buffers, strict=True):
+                for t in {id(x): x for x in (p, buf)}.values():
+                    t._storage.version += 1
         return loss
+
+    @staticmethod
+    def _composed_step(g: dict, p, state: dict) -> None:
+        """One parameter's SGD step as tensor ops (cpu, other dtypes, strided)."""
+        d = _followed_gradient(g, p)
+        if g["momentum"]:
+            buf = state.get("momentum_buffer")
+            if buf is None:
+                buf = state["momentum_buffer"] = d.clone()
+            else:
+                buf.mul_(g["momentum"]).add_(d * (1 - g["dampening"]))
+            d = d + g["momentum"] * buf if g["nesterov"] else buf
+        p.sub_(g["lr"] * d)
 
 
 class Adam(Optimizer):
