@@ -252,9 +252,8 @@ def sgd(params: list[tuple], *, lr, momentum, dampening, weight_decay, nesterov,
     """A fused SGD step, in place, on each (p, g, buf) of `params` (contiguous float32 GPU arrays of one size, all
     on one device); `optim.SGD` steps cpu parameters with tensor ops."""
     if params:
-        optimizers.sgd(_api(params[0][0]), [(p, g, buf, p) for p, g, buf in params], lr=lr, momentum=momentum,
-                       dampening=dampening, weight_decay=weight_decay, nesterov=nesterov, maximize=maximize,
-                       first=first)
+        optimizers.sgd(_api(params[0][0]), params, lr=lr, momentum=momentum, dampening=dampening,
+                       weight_decay=weight_decay, nesterov=nesterov, maximize=maximize, first=first)
 
 
 def _dnn(x) -> dnn.Handle:

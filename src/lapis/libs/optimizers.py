@@ -4,10 +4,10 @@
                     decoupled=...)                       # Adam, or (decoupled) AdamW
     optimizers.rmsprop(api, [(p, g, square_avg, buf), ...], lr=..., alpha=..., eps=..., weight_decay=...,
                        momentum=..., maximize=...)       # RMSprop, not centered
-    optimizers.sgd(api, [(p, g, buf, p), ...], lr=..., momentum=..., dampening=..., weight_decay=...,
+    optimizers.sgd(api, [(p, g, buf), ...], lr=..., momentum=..., dampening=..., weight_decay=...,
                    nesterov=..., maximize=..., first=...)   # SGD, with momentum
 
-Every array is a C-contiguous float32 device array, the four of a parameter of one size; each is updated in
+Every array is a C-contiguous float32 device array, those of a parameter of one size; each is updated in
 place. A launch takes up to SLOTS parameters of alike sizes, as torch's multi_tensor_apply packs lists of tensors
 into its kernels' arguments: a training step's many small parameters (biases, norms) cost a few launches, not a
 dozen elementwise ops each.
@@ -29,13 +29,13 @@ SLOTS = 4          # parameters one launch steps
 SPREAD = 4
 
 
-def _launches(what: str, params: list[tuple]) -> list[list[list]]:
-    """The launches of a fused step over `params` (tuples of four arrays): up to SLOTS parameters of alike sizes
-    each, the largest first; each parameter as its four flat arrays. Empty parameters take no slot."""
+def _launches(what: str, params: list[tuple], arrays_each: int) -> list[list[list]]:
+    """The launches of a fused step over `params` (tuples of `arrays_each` arrays): up to SLOTS parameters of alike
+    sizes each, the largest first; each parameter as its flat arrays. Empty parameters take no slot."""
     for arrays in params:
-        if len(arrays) != 4 or not all(isinstance(a, DeviceNDArray) and a.dtype == np.float32 and
-                                       a.is_c_contiguous() for a in arrays) or len({a.size for a in arrays}) != 1:
-            raise KernelArgumentError(f"{what} takes four C-contiguous float32 device arrays of one size per "
+        fit = all(isinstance(a, DeviceNDArray) and a.dtype == np.float32 and a.is_c_contiguous() for a in arrays)
+        if len(arrays) != arrays_each or not fit or len({a.size for a in arrays}) != 1:
+            raise KernelArgumentError(f"{what} takes {arrays_each} C-contiguous float32 device arrays of one size per "
                                       "parameter")
     # by size, so that a launch's parameters need alike numbers of blocks (its grid is its largest's)
     live = sorted(([a.ravel() for a in arrays] for arrays in params if arrays[0].size), key=lambda a: -a[0].size)
@@ -100,7 +100,7 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
          weight_decay: float = 0.0, decoupled: bool = False) -> None:
     """One Adam (or, decoupled, AdamW) step, in place, on each (p, g, m, v) of `params`: parameter, gradient and
     moments."""
-    launches = _launches("adam", params)
+    launches = _launches("adam", params, 4)
     f = np.float32
     scalars = (f(lr), f(beta1), f(beta2), f(eps), f(1 - beta1 ** step), f(math.sqrt(1 - beta2 ** step)),
                f(weight_decay), bool(decoupled))
@@ -147,7 +147,7 @@ def rmsprop(api, params: list[tuple], *, lr: float, alpha: float, eps: float, we
             momentum: float = 0.0, maximize: bool = False) -> None:
     """One RMSprop step (not centered), in place, on each (p, g, square_avg, buf) of `params`: parameter, gradient,
     running mean of squared gradients and momentum buffer (any array of the parameter's size without momentum)."""
-    launches = _launches("rmsprop", params)
+    launches = _launches("rmsprop", params, 4)
     f = np.float32
     scalars = (f(lr), f(alpha), f(eps), f(weight_decay), f(momentum), bool(maximize))
     with trace.span(4, "rmsprop", parameters=len(params), elements=sum(a[0].size for a in params)):
@@ -156,7 +156,7 @@ def rmsprop(api, params: list[tuple], *, lr: float, alpha: float, eps: float, we
 
 # -- SGD -----------------------------------------------------------------------------------------------------
 @cuda.jit(device=True)
-def sgd_update(n, p, g, buf, unused, lr, momentum, dampening, weight_decay, nesterov, maximize, first):
+def sgd_update(n, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, maximize, first):
     # one parameter's SGD step in the order of lapis.optim.SGD's tensor ops (torch's): the followed gradient, the
     # momentum buffer (the gradient itself at the first step), then p -= lr * d; buf is not read without momentum
     i = cuda.grid(1)
@@ -181,21 +181,21 @@ def sgd_update(n, p, g, buf, unused, lr, momentum, dampening, weight_decay, nest
         i += cuda.gridsize(1)
 
 
-def sgd_kernel(n0, p0, g0, b0, u0, n1, p1, g1, b1, u1, n2, p2, g2, b2, u2, n3, p3, g3, b3, u3,
+def sgd_kernel(n0, p0, g0, b0, n1, p1, g1, b1, n2, p2, g2, b2, n3, p3, g3, b3,
                lr, momentum, dampening, weight_decay, nesterov, maximize, first):
-    # the SLOTS parameters in the arguments, as `adam_kernel` takes them (four arrays a slot, the fourth unused)
-    sgd_update(n0, p0, g0, b0, u0, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
-    sgd_update(n1, p1, g1, b1, u1, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
-    sgd_update(n2, p2, g2, b2, u2, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
-    sgd_update(n3, p3, g3, b3, u3, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
+    # the SLOTS parameters in the arguments, as `adam_kernel` takes them
+    sgd_update(n0, p0, g0, b0, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
+    sgd_update(n1, p1, g1, b1, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
+    sgd_update(n2, p2, g2, b2, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
+    sgd_update(n3, p3, g3, b3, lr, momentum, dampening, weight_decay, nesterov, maximize, first)
 
 
 def sgd(api, params: list[tuple], *, lr: float, momentum: float = 0.0, dampening: float = 0.0,
         weight_decay: float = 0.0, nesterov: bool = False, maximize: bool = False, first: bool = False) -> None:
-    """One SGD step, in place, on each (p, g, buf, any) of `params`: parameter, gradient, momentum buffer (any array
-    of the parameter's size without momentum) and a fourth array the kernel does not touch; `first`: the buffers
-    start from this step's gradients (torch clones the first)."""
-    launches = _launches("sgd", params)
+    """One SGD step, in place, on each (p, g, buf) of `params`: parameter, gradient and momentum buffer (any array
+    of the parameter's size without momentum); `first`: the buffers start from this step's gradients (torch clones
+    the first)."""
+    launches = _launches("sgd", params, 3)
     f = np.float32
     scalars = (f(lr), f(momentum), f(dampening), f(weight_decay), bool(nesterov), bool(maximize), bool(first))
     with trace.span(4, "sgd", parameters=len(params), elements=sum(a[0].size for a in params)):
