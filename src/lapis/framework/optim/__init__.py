@@ -23,6 +23,18 @@ def _followed_gradient(g: dict, p):
     return grad + g["weight_decay"] * p if g["weight_decay"] else grad
 
 
+def _fused_grad(p):
+    """The gradient of a parameter a fused kernel steps: contiguous, as the kernel reads it."""
+    return p.grad if p.grad.is_contiguous() else p.grad.contiguous()
+
+
+def _written(*tensors) -> None:
+    """A fused kernel wrote these tensors in place: each one's storage counts one change (once, where a tensor
+    stands for two arrays), as an in-place op would count it for autograd's version check."""
+    for t in {id(t): t for t in tensors}.values():
+        t._storage.version += 1
+
+
 class SGD(Optimizer):
     """torch.optim.SGD, with momentum, dampening, Nesterov and weight decay. Contiguous float32 parameters on a GPU
     step in fused kernels, a few parameters to a launch (`libs.optimizers.sgd`, torch's foreach path); the rest
@@ -38,24 +50,24 @@ class SGD(Optimizer):
     @no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
-        together: dict[tuple, tuple] = {}      # float32 GPU parameters of a group, device and first step: fused
+        together: dict[tuple, list] = {}       # float32 GPU parameters of a group, device and first step: fused
         for g, p, state in self._params():
             if backend.on_gpu(p._data) and p.dtype is _dtype.float32 and p.is_contiguous():
                 first = g["momentum"] and "momentum_buffer" not in state
                 if first:
                     state["momentum_buffer"] = zeros_like(p)       # the kernel starts it from the gradient
-                grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
-                together.setdefault((id(g), str(p.device), bool(first)), (g, []))[1].append((p, grad, state))
+                together.setdefault((id(g), str(p.device), bool(first)), []).append((g, p, _fused_grad(p), state))
                 continue
             self._composed_step(g, p, state)
-        for (_, _, first), (g, members) in together.items():
-            buffers = [state.get("momentum_buffer", p) for p, _, state in members]
-            backend.sgd([(p._data, grad._data, buf._data) for (p, grad, _), buf in zip(members, buffers, strict=True)],
+        for (_, _, first), members in together.items():
+            g = members[0][0]
+            buffers = [state.get("momentum_buffer", p) for _, p, _, state in members]
+            backend.sgd([(p._data, grad._data, buf._data)
+                         for (_, p, grad, _), buf in zip(members, buffers, strict=True)],
                         lr=g["lr"], momentum=g["momentum"], dampening=g["dampening"],
                         weight_decay=g["weight_decay"], nesterov=g["nesterov"], maximize=g["maximize"], first=first)
-            for (p, _, _), buf in zip(members, buffers, strict=True):
-                for t in {id(x): x for x in (p, buf)}.values():
-                    t._storage.version += 1
+            for (_, p, _, _), buf in zip(members, buffers, strict=True):
+                _written(p, buf)
         return loss
 
     @staticmethod
@@ -96,8 +108,7 @@ class Adam(Optimizer):
             if not p.is_contiguous() or p.dtype is not _dtype.float32:
                 self._composed_step(g, p, state)            # other dtypes: the same step as tensor ops
                 continue
-            grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
-            together.setdefault((id(g), str(p.device), state["step"]), []).append((g, p, grad, state))
+            together.setdefault((id(g), str(p.device), state["step"]), []).append((g, p, _fused_grad(p), state))
         for (_, _, step), members in together.items():
             g = members[0][0]
             beta1, beta2 = g["betas"]
@@ -105,8 +116,7 @@ class Adam(Optimizer):
                           for _, p, grad, state in members], lr=g["lr"], beta1=beta1, beta2=beta2, eps=g["eps"],
                          step=step, weight_decay=g["weight_decay"], decoupled=self.decoupled)
             for _, p, _, state in members:
-                for t in (p, state["exp_avg"], state["exp_avg_sq"]):
-                    t._storage.version += 1
+                _written(p, state["exp_avg"], state["exp_avg_sq"])
         return loss
 
 
@@ -149,8 +159,7 @@ class RMSprop(Optimizer):
                     state["grad_avg"] = zeros_like(p)
             state["step"] += 1
             if backend.on_gpu(p._data) and p.dtype is _dtype.float32 and p.is_contiguous() and not g["centered"]:
-                grad = p.grad if p.grad.is_contiguous() else p.grad.contiguous()
-                together.setdefault((id(g), str(p.device)), []).append((g, p, grad, state))
+                together.setdefault((id(g), str(p.device)), []).append((g, p, _fused_grad(p), state))
                 continue
             self._composed_step(g, p, state)
         for members in together.values():
@@ -161,8 +170,7 @@ class RMSprop(Optimizer):
                             lr=g["lr"], alpha=g["alpha"], eps=g["eps"], weight_decay=g["weight_decay"],
                             momentum=g["momentum"], maximize=g["maximize"])
             for (_, p, _, state), buf in zip(members, buffers, strict=True):
-                for t in {id(x): x for x in (p, state["square_avg"], buf)}.values():
-                    t._storage.version += 1
+                _written(p, state["square_avg"], buf)
         return loss
 
     @staticmethod
