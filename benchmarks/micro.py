@@ -2,6 +2,7 @@
 
     python benchmarks/micro.py [--device cuda|hip|both] [--quick] [--plot latency.png]
     lapis bench micro [--quick]
+    python benchmarks/micro.py --device real [--json figures.json]     # on a machine with an NVIDIA GPU
 
 Each figure is measured the way the published benchmark measures it, with lapis kernels through
 the whole stack and CUDA events for the time (simulated device time, as `cudaEventElapsedTime`
@@ -14,17 +15,22 @@ published one, their ratio and the source (`../shared/measured-gpu-figures.md` l
 figure without a published measurement is marked "spec" (a data-sheet peak) or "assumed".
 `--plot` draws the latency curve against the published plateaus (matplotlib).
 
+`--device real` runs the same kernels, unchanged, on a real NVIDIA GPU through numba.cuda (numba-cuda installed),
+with CUDA events on the GPU and its SM clock read through NVML, so that lapis's figures can be set beside the GPU's
+own; `--json` keeps them. Three figures are left out there: the HMMA loop (numba.cuda has no `mma`), the
+shared-memory bandwidth (NVVM hoists its loads at fixed addresses out of the loop), and back-to-back kernels
+(numba's launch takes longer than the kernel; `benchmarks/real_gpu.py` replays them from a CUDA graph).
+
 `tests/test_calibration.py` runs these at reduced sizes and holds the model to the published
 bands: latencies within 15%, bandwidths within 10%.
 """
 
 import argparse
+import json
 import math
 from dataclasses import dataclass
 
 import numpy as np
-
-from lapis import cuda, hip
 
 LINE = 128                        # bytes between the chase's pointers: one per cache line
 WARM_STEPS = 1 << 17              # the chase's steps a launch when it warms the caches
@@ -102,21 +108,26 @@ PUBLISHED: dict[str, dict[str, Published]] = {
 # -- timing ---------------------------------------------------------------------------------------
 def device_ms(api, launch, repeat: int = 1) -> float:
     """Simulated device milliseconds of `repeat` calls of `launch`, between two events on the default stream, after
-    one call untimed (it compiles the kernel and loads it onto the device)."""
+    one call untimed (it compiles the kernel and loads it onto the device). On a real GPU (`real_gpu`) the time is
+    the mean of `properties.repeats` such runs."""
     launch()
+    runs = getattr(api.get_current_device().properties, "repeats", 1)
     start, end = api.event(), api.event()
     start.record()
-    for _ in range(repeat):
+    for _ in range(repeat * runs):
         launch()
     end.record()
+    if runs > 1:
+        api.get_current_device().properties.sample_clock()
     end.synchronize()
-    return start.elapsed_time(end)
+    return start.elapsed_time(end) / runs
 
 
 def ms_per_step(api, launch, steps: tuple[int, int]) -> float:
     """Device milliseconds per step of `launch(steps)`, from its times at two step counts: the difference cancels
     what does not grow with the steps (the launch, the loop's entry, the kernel's tail)."""
-    short, long = steps
+    scale = getattr(api.get_current_device().properties, "step_scale", 1)
+    short, long = steps[0] * scale, steps[1] * scale
     return (device_ms(api, lambda: launch(long)) - device_ms(api, lambda: launch(short))) / (long - short)
 
 
@@ -243,7 +254,9 @@ def kernels(api):
     @api.jit
     def ffma_streams(steps, out):
         a = np.float32(api.grid(1)) * np.float32(1e-6)
-        b, c, d, e, f, g, h = a + 1, a + 2, a + 3, a + 4, a + 5, a + 6, a + 7
+        # float32 constants: numba types a + 1 (float32 and int) as float64, which a GPU runs as DFMA
+        b, c, d, e = a + np.float32(1), a + np.float32(2), a + np.float32(3), a + np.float32(4)
+        f, g, h = a + np.float32(5), a + np.float32(6), a + np.float32(7)
         for _ in range(steps):                       # 16 FFMAs a trip: the loop's own 3 instructions a small share
             a = a * np.float32(0.999) + np.float32(0.001)
             b = b * np.float32(0.999) + np.float32(0.001)
@@ -441,6 +454,55 @@ def small_kernels(api, count: int = 200) -> float:
     return device_ms(api, lambda: k["copy"][n // 256, 256](a, c), count) * 1e3 / count
 
 
+# -- a real GPU -----------------------------------------------------------------------------------
+@dataclass
+class RealGpuProperties:
+    """What the suite reads of a lapis device's properties, for a real NVIDIA GPU: its units, warp and L2 from the
+    driver; the L1 and the L2's two partitions as Hopper's tuning guide gives them; its SM clock as NVML read it
+    while the last timed kernels ran (a real GPU's clock moves with its load: idle, an H200's drops to 345 MHz)."""
+    marketing_name: str
+    compute_units: int
+    warp_size: int
+    l2_bytes: int
+    nvml_device: object
+    l1_bytes: int = 256 * 1024        # L1 and shared memory together per SM (Hopper, Blackwell)
+    l2_slices: int = 2                # two partitions; a line's far copy lives in the other (the A100 whitepaper)
+    vendor: str = "nvidia"
+    # The suite's timings repeated, and its step counts scaled, so that the GPU works milliseconds between two
+    # events: their ticks are half a microsecond, and a kernel shorter than numba's launch leaves the GPU idle.
+    repeats: int = 20
+    step_scale: int = 16
+    clock_ghz: float = 0.0
+
+    @property
+    def far_cache_bytes(self) -> int:
+        return self.l2_bytes
+
+    @property
+    def profile(self) -> str:
+        """The lapis profile this GPU's figures are compared with: its published figures are the H100's and H200's."""
+        return "h200"
+
+    def sample_clock(self) -> None:
+        """Read the SM clock now, while timed kernels run (`device_ms` calls this before it waits for them)."""
+        import pynvml
+        self.clock_ghz = pynvml.nvmlDeviceGetClockInfo(self.nvml_device, pynvml.NVML_CLOCK_SM) / 1e3
+
+
+def real_gpu():
+    """numba.cuda on this machine's first NVIDIA GPU, to take the place of `lapis.cuda` in the suite: the module
+    itself (numba types a kernel's `api.grid` by the module it names), its device given the `properties` the
+    suite reads."""
+    import pynvml
+    from numba import cuda as numba_cuda
+    pynvml.nvmlInit()
+    device = numba_cuda.get_current_device()
+    name = device.name.decode() if isinstance(device.name, bytes) else device.name
+    device.properties = RealGpuProperties(name, device.MULTIPROCESSOR_COUNT, device.WARP_SIZE, device.L2_CACHE_SIZE,
+                                          pynvml.nvmlDeviceGetHandleByIndex(0))
+    return numba_cuda
+
+
 # -- the suite ------------------------------------------------------------------------------------
 def last_cache_bytes(api) -> int:
     """The largest cache in front of DRAM: a working set past twice this misses in every level."""
@@ -477,9 +539,11 @@ def measure(api, quick: bool = False) -> tuple[dict[str, float], list[tuple[int,
     figures["L2 read, 16 MiB working set"] = read_bandwidth(api, 16 << 20, (2, 4))
     if api.get_current_device().properties.vendor == "amd":
         figures["Infinity Cache read, 128 MiB working set"] = read_bandwidth(api, 128 << 20, (1, 2))
+    figures["FP32 FMA throughput"] = ffma_throughput(api)
+    if isinstance(api.get_current_device().properties, RealGpuProperties):
+        return figures, curve         # NVVM hoists the shared loads; numba has no mma; numba's launch outlasts a kernel
     figures["shared-memory load bandwidth"] = shared_bandwidth(api, 1)
     figures["shared-memory load, 32-way conflict"] = shared_bandwidth(api, 32)
-    figures["FP32 FMA throughput"] = ffma_throughput(api)
     figures["matrix throughput (bf16 HMMA)"] = matrix_throughput(api)
     figures["back-to-back 64 kB kernels"] = small_kernels(api, 50 if quick else 200)
     return figures, curve
@@ -492,9 +556,10 @@ UNITS = {"shared-memory load latency": "cycles", "L1 hit latency": "cycles", "L2
          "matrix throughput (bf16 HMMA)": "TFLOP/s", "back-to-back 64 kB kernels": "us/kernel"}
 
 
-def table(profile_name: str, figures: dict[str, float]) -> list[str]:
-    """The report's lines for one profile: each figure, lapis's value, the published one, the ratio, the source."""
-    lines = [f"{'figure':<38} {'lapis':>10} {'published':>10} {'ratio':>6}  unit, GPU measured, source"]
+def table(profile_name: str, figures: dict[str, float], who: str = "lapis") -> list[str]:
+    """The report's lines for one profile: each figure, its value as `who` measured it, the published one, the
+    ratio, the source."""
+    lines = [f"{'figure':<38} {who:>10} {'published':>10} {'ratio':>6}  unit, GPU measured, source"]
     for name in PUBLISHED:
         mine = figures.get(name)
         known = PUBLISHED[name].get(profile_name)
@@ -511,15 +576,16 @@ def table(profile_name: str, figures: dict[str, float]) -> list[str]:
     return lines
 
 
-def plot(curves: dict[str, list[tuple[int, float]]], path: str) -> None:
-    """The chase's cycles against working set for each profile, beside the published plateaus."""
+def plot(curves: dict[str, list[tuple[int, float]]], path: str, label: str = "lapis") -> None:
+    """The chase's cycles against working set for each profile, beside the published plateaus; `label` names what
+    ran the chase."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     fig, axes = plt.subplots(1, len(curves), figsize=(6 * len(curves), 4), squeeze=False)
     for ax, (profile_name, curve) in zip(axes[0], curves.items(), strict=True):
         sizes, cycles = zip(*curve, strict=True)
-        ax.plot(sizes, cycles, "o-", label="lapis")
+        ax.plot(sizes, cycles, "o-", label=label)
         for name, by_profile in PUBLISHED.items():
             known = by_profile.get(profile_name)
             if known is not None and known.unit == "cycles" and "FFMA" not in name:
@@ -536,24 +602,34 @@ def plot(curves: dict[str, list[tuple[int, float]]], path: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="both", choices=["cuda", "hip", "both"])
+    parser.add_argument("--device", default="both", choices=["cuda", "hip", "both", "real"],
+                        help="real: this machine's NVIDIA GPU through numba.cuda")
     parser.add_argument("--quick", action="store_true", help="smaller arrays, fewer working sets")
     parser.add_argument("--plot", metavar="PNG", help="draw the latency curve into this file (needs matplotlib)")
+    parser.add_argument("--json", metavar="FILE", help="keep each GPU's figures and latency curve in this file")
     args = parser.parse_args(argv)
-    apis = {"cuda": [cuda], "hip": [hip], "both": [cuda, hip]}[args.device]
-    curves = {}
+    if args.device == "real":
+        apis = [real_gpu()]
+    else:
+        from lapis import cuda, hip
+        apis = {"cuda": [cuda], "hip": [hip], "both": [cuda, hip]}[args.device]
+    curves, kept = {}, {}
     for api in apis:
         props = api.get_current_device().properties
         figures, curve = measure(api, args.quick)
         curves[props.profile] = curve
+        kept[props.marketing_name] = {"figures": figures, "latency_curve": curve}
         print(f"{props.marketing_name} ({props.profile})")
-        for line in table(props.profile, figures):
+        for line in table(props.profile, figures, "this GPU" if args.device == "real" else "lapis"):
             print("  " + line)
         print("  pointer chase, cycles per load: " + ", ".join(
             f"{size // 1024} KiB {cycles:.0f}" if size < 1 << 20 else f"{size >> 20} MiB {cycles:.0f}"
             for size, cycles in curve))
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump(kept, file, indent=1)
     if args.plot:
-        plot(curves, args.plot)
+        plot(curves, args.plot, "a real GPU, numba.cuda" if args.device == "real" else "lapis")
         print(f"latency curve: {args.plot}")
 
 
