@@ -60,3 +60,42 @@ def test_the_profile_table_of_layer0_is_the_profiles():
         assert rows["schedulers_per_unit, kernel_launch_ns"][column] == \
             f"{p.schedulers_per_unit}, {p.kernel_launch_ns:.0f}"
         assert rows["memory_bytes, memory_bandwidth, dram_efficiency"][column].endswith(f", {p.dram_efficiency}")
+
+
+def test_the_real_h200_table_is_the_measured_runs():
+    """docs/performance-model.md's "Checked on a real H200" quotes benchmarks/measured/h200.json: each row's real
+    column is the range of the runs' figures, its lapis column the calibration table's h200 value, and the text's
+    figures (uint64 chase, graph-replayed kernels, torch.matmul) are the file's."""
+    measured = json.loads((DOCS.parent / "benchmarks" / "measured" / "h200.json").read_text())
+    text = (DOCS / "performance-model.md").read_text()
+    rows = {line.split("|")[1].strip(): [cell.strip() for cell in line.split("|")[2:4]]
+            for line in text.split("## Checked on a real H200")[1].splitlines() if line.startswith("| ")}
+    calibration = {line.split("|")[1].strip(): line.split("|")[2].strip()
+                   for line in text.split("## Calibration against real GPUs")[1].splitlines() if line.startswith("| ")}
+    # this table's row -> (the figure's name in the runs, the calibration table's row)
+    figures = {"L1 hit latency, cycles": ("L1 hit latency", "L1 hit latency, cycles"),
+               "L2 hit latency, near, cycles": ("L2 hit latency, near", "L2 hit latency, cycles"),
+               "L2 hit latency, far, cycles": ("L2 hit latency, far", "L2 far partition / Infinity Cache, cycles"),
+               "DRAM latency (cold, 120 MiB), cycles": ("DRAM latency", "DRAM latency, cycles"),
+               "shared-memory load latency, cycles": ("shared-memory load latency",
+                                                      "shared-memory load latency, cycles"),
+               "BabelStream copy, TB/s": ("BabelStream copy", "BabelStream copy, TB/s"),
+               "BabelStream triad, TB/s": ("BabelStream triad", "BabelStream triad, TB/s"),
+               "DRAM read past the caches, TB/s": ("DRAM read, > 100 MB", "DRAM read past the caches, TB/s"),
+               "L2 read, 16 MiB, TB/s": ("L2 read, 16 MiB working set", "L2 read, 16 MiB, TB/s"),
+               "FP32 FMA throughput, TFLOP/s": ("FP32 FMA throughput", "FP32 FMA throughput, TFLOP/s"),
+               "FFMA dependent latency, cycles": ("FFMA dependent latency", "FFMA dependent latency, cycles")}
+    assert rows.pop("figure (this suite's kernel)") == ["lapis `h200`", "the real H200, numba.cuda"]
+    assert set(rows) == set(figures)
+
+    def span(values) -> str:
+        return f"{min(values):g}-{max(values):g}" if len(set(values)) > 1 else f"{values[0]:g}"
+
+    for row, (name, calibrated) in figures.items():
+        runs = [run[name] for run in measured["micro_runs"] if name in run]
+        assert rows[row] == [calibration[calibrated], span(runs)], row
+    uint64 = measured["chase_by_index_type"]["uint64"]
+    assert f"{uint64[0]}, {uint64[1]} and {uint64[3]}" in text
+    assert f"{span(measured['graph_kernel_us'])} us each" in text
+    for size, tflops in measured["matmul_tflops"].items():
+        assert f"{size}: " + " / ".join(f"{v:g}" for v in tflops.values()) in text
