@@ -494,6 +494,8 @@ def real_gpu():
     itself (numba types a kernel's `api.grid` by the module it names), its device given the `properties` the
     suite reads."""
     import pynvml
+    if not hasattr(np, "row_stack"):      # numba-cuda 0.30 overloads np.row_stack, which numpy 2.5 removed
+        np.row_stack = np.vstack
     from numba import cuda as numba_cuda
     pynvml.nvmlInit()
     device = numba_cuda.get_current_device()
