@@ -105,3 +105,69 @@ def test_transpose_and_T_are_views_with_permuted_strides():
     assert d.T.ptr == d.ptr
     with pytest.raises(ValueError, match="not a permutation"):
         d.transpose((0, 0, 1))
+
+
+class Described:
+    """Another library's device array: only its CUDA Array Interface."""
+
+    def __init__(self, **desc):
+        self.__cuda_array_interface__ = {"version": 3, "strides": None, **desc}
+
+
+@cuda.jit
+def _double(a):
+    i = cuda.grid(1)
+    if i < a.size:
+        a[i] *= 2
+
+
+@cuda.jit
+def _mark(a):
+    i, j = cuda.grid(2)
+    if i < a.shape[0] and j < a.shape[1]:
+        a[i, j] = i * 10 + j
+
+
+def test_a_kernel_takes_a_gpu_tensor_as_the_array_it_describes():
+    """numba launches a kernel on any object with a CUDA Array Interface (a torch tensor): its memory, in place,
+    with its strides."""
+    import lapis
+    t = lapis.arange(6, dtype=lapis.float32, device="cuda")
+    _double[1, 32](t)
+    assert np.array_equal(t.cpu().numpy(), np.arange(6, dtype=np.float32) * 2)
+    m = lapis.zeros(3, 4, device="cuda").t()                       # (4, 3), strides (1, 4) elements: not contiguous
+    _mark[(1, 1), (8, 8)](m)
+    want = np.add.outer(np.arange(4) * 10, np.arange(3)).astype(np.float32)
+    assert np.array_equal(m.cpu().numpy(), want)
+    assert np.array_equal(m.t().contiguous().cpu().numpy(), want.T)   # the base's memory holds the transpose
+
+
+def test_as_cuda_array_is_a_view_of_the_described_memory():
+    import lapis
+    full = lapis.arange(12, dtype=lapis.float32, device="cuda").reshape(3, 4)
+    m = full[:, 1:]
+    v = cuda.as_cuda_array(m)
+    assert cuda.is_cuda_array(m) and cuda.is_cuda_array(v) and not cuda.is_cuda_array(np.ones(2))
+    assert (v.shape, v.strides, v.dtype) == ((3, 3), (16, 4), np.float32)
+    _mark[(1, 1), (8, 8)](v)                                       # written through the view: the tensor's
+    want = np.arange(12, dtype=np.float32).reshape(3, 4)
+    want[:, 1:] = np.add.outer(np.arange(3) * 10, np.arange(3))
+    assert np.array_equal(full.cpu().numpy(), want)
+    d = cuda.to_device(np.arange(8, dtype=np.int32))
+    back = cuda.from_cuda_array_interface(d.__cuda_array_interface__)
+    _double[1, 32](back)
+    assert np.array_equal(d.copy_to_host(), np.arange(8, dtype=np.int32) * 2)     # the same memory, no copy
+
+
+def test_what_describes_no_lapis_memory_is_refused():
+    d = cuda.to_device(np.zeros(4, np.float32))
+    with pytest.raises(TypeError, match="doesn't implement the cuda array interface"):
+        cuda.as_cuda_array(np.ones(3))
+    with pytest.raises(ValueError, match="not in device memory allocated through lapis.cuda"):
+        cuda.as_cuda_array(Described(shape=(4,), typestr="<f4", data=(0x1000, False)))
+    with pytest.raises(ValueError, match="reaches past its allocation"):
+        cuda.as_cuda_array(Described(shape=(4096,), typestr="<f4", data=(d.ptr, False)))
+    with pytest.raises(NotImplementedError, match="Masked"):
+        cuda.as_cuda_array(Described(shape=(4,), typestr="<f4", data=(d.ptr, False), mask=d))
+    with pytest.raises(TypeError, match="not supported"):
+        _double[1, 32](object())                                   # neither a device array nor a number

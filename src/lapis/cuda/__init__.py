@@ -103,6 +103,8 @@ jit = _api.jit
 to_device = _api.to_device
 device_array = _api.device_array
 device_array_like = _api.device_array_like
+is_cuda_array, as_cuda_array = _api.is_cuda_array, _api.as_cuda_array
+from_cuda_array_interface = _api.from_cuda_array_interface
 synchronize = _api.synchronize
 select_device = _api.select_device
 get_current_device = _api.get_current_device
@@ -186,4 +188,5 @@ __all__ = [
     "is_bf16_supported", "amp", "popc", "brev", "clz", "ffs", "fma", "cbrt", "activemask", "lanemask_lt",
     "eq_sync", "match_any_sync", "match_all_sync", "syncthreads_count", "syncthreads_and",
     "syncthreads_or", "Reduce", "reduce", "fp16", "random", "vectorize", *_runtime_api.namespace(),
+    "is_cuda_array", "as_cuda_array", "from_cuda_array_interface",
 ]

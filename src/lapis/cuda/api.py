@@ -6,6 +6,7 @@ own devices. Everything else — contexts, arrays, launches — is shared.
 """
 
 import contextlib
+import math
 import threading
 from dataclasses import dataclass
 
@@ -14,7 +15,7 @@ import numpy as np
 from lapis import runtime, trace
 from lapis.cuda.compiler.device_function import DeviceFunction
 from lapis.cuda.context import Context, Device, Event, Stream
-from lapis.cuda.devicearray import DeviceNDArray, MappedNDArray
+from lapis.cuda.devicearray import DeviceNDArray, MappedNDArray, contiguous_strides
 from lapis.cuda.dispatcher import Dispatcher
 from lapis.cuda.errors import CudaSupportError
 from lapis.cuda.signatures import is_signature
@@ -228,6 +229,47 @@ class Api:
             raise ValueError(f"{count} bytes at {address:#x} overrun the allocation of {allocation.size} bytes at "
                              f"{allocation.va:#x}")
         return context, address
+
+    def is_cuda_array(self, obj) -> bool:
+        """Whether `obj` describes device memory by the CUDA Array Interface (numba's cuda.is_cuda_array): a device
+        array, a GPU tensor."""
+        return hasattr(obj, "__cuda_array_interface__")
+
+    def as_cuda_array(self, obj, sync: bool = True) -> DeviceNDArray:
+        """A device array viewing the memory of `obj`, an object with a `__cuda_array_interface__` (a GPU tensor),
+        without a copy (numba's cuda.as_cuda_array): a kernel's writes to it are the object's."""
+        if not self.is_cuda_array(obj):
+            raise TypeError("*obj* doesn't implement the cuda array interface.")        # numba's words
+        return self.from_cuda_array_interface(obj.__cuda_array_interface__, owner=obj, sync=sync)
+
+    def from_cuda_array_interface(self, desc: dict, owner=None, sync: bool = True) -> DeviceNDArray:
+        """A device array viewing the memory a CUDA Array Interface dict describes (numba's
+        cuda.from_cuda_array_interface). The memory must be an allocation of this API, which the view keeps alive
+        (`owner` need not be held). Work queued on the device's streams is in order with the view's use, so `sync`
+        has nothing to wait for; a `stream` entry is taken as the producer's, as numba takes it."""
+        if desc.get("mask") is not None:
+            raise NotImplementedError("Masked arrays are not supported")              # numba's words
+        shape = tuple(int(n) for n in desc["shape"])
+        dtype = np.dtype(desc["typestr"])
+        address = int(desc["data"][0])
+        strides = desc.get("strides")
+        strides = (tuple(int(s) for s in strides) if strides is not None
+                   else contiguous_strides(shape, dtype.itemsize, "C"))
+        if math.prod(shape) == 0:
+            extent = (0, 0)
+        else:            # the lowest and one past the highest byte the view reaches (a stride may be negative)
+            extent = (sum(min(0, (n - 1) * s) for n, s in zip(shape, strides, strict=True)),
+                      sum(max(0, (n - 1) * s) for n, s in zip(shape, strides, strict=True)) + dtype.itemsize)
+        found = self.owner_of(address)
+        if found is None:
+            raise ValueError(f"{address:#x} is not in device memory allocated through lapis.{self.name}: a CUDA "
+                             "Array Interface here describes this API's own allocations (a tensor on another "
+                             "device type, or freed memory?)")
+        context, allocation = found
+        if address + extent[0] < allocation.va or address + extent[1] > allocation.va + allocation.size:
+            raise ValueError(f"the array of shape {shape} and strides {strides} at {address:#x} reaches past its "
+                             f"allocation of {allocation.size} bytes at {allocation.va:#x}")
+        return DeviceNDArray(shape, strides, dtype, context, allocation, address)
 
     def context_for(self, args, stream) -> Context:
         """The context a launch runs in: its stream's, else its first device array's, else the current one."""

@@ -67,7 +67,7 @@ class DeviceNDArray:
             raise ValueError(f"negative dimensions are not allowed: {shape}")      # numpy's words
         shape = tuple(int(n) for n in shape)
         dtype = np.dtype(dtype)
-        strides = _contiguous_strides(shape, dtype.itemsize, order)
+        strides = contiguous_strides(shape, dtype.itemsize, order)
         nbytes = max(math.prod(int(n) for n in shape) * dtype.itemsize, 1)
         return cls(shape, strides, dtype, context, Allocation(context, context.allocate(nbytes), nbytes),
                    layout=None if len(shape) > 1 else "C")
@@ -111,7 +111,7 @@ class DeviceNDArray:
 
     def _dense(self, order: str) -> bool:
         # as numpy decides: a dimension of size 1 may have any stride (nothing steps along it)
-        want = _contiguous_strides(self.shape, self.dtype.itemsize, order)
+        want = contiguous_strides(self.shape, self.dtype.itemsize, order)
         return self._size <= 1 or all(n == 1 or s == w for n, s, w in zip(self.shape, self.strides, want, strict=True))
 
     def is_c_contiguous(self) -> bool:
@@ -223,7 +223,7 @@ class DeviceNDArray:
         order = self._order(order)
         if not self._dense(order):
             raise NotImplementedError("operation requires copying")
-        return self._view(shape, _contiguous_strides(shape, self.dtype.itemsize, order), self.dtype)
+        return self._view(shape, contiguous_strides(shape, self.dtype.itemsize, order), self.dtype)
 
     def ravel(self, order: str = "C") -> "DeviceNDArray":
         """The elements as a 1-D view, read in `order` (numba's DeviceNDArray.ravel); NotImplementedError
@@ -305,7 +305,7 @@ def _known_shape(shape: tuple, size: int) -> tuple:
     return shape
 
 
-def _contiguous_strides(shape: tuple, itemsize: int, order: str) -> tuple:
+def contiguous_strides(shape: tuple, itemsize: int, order: str) -> tuple:
     strides, acc = [], itemsize
     dims = list(shape) if order == "F" else list(reversed(shape))
     for s in dims:

@@ -87,6 +87,12 @@ def _argtype(value, index: int, name: str, context):
     return _scalar_type(value, index, name)
 
 
+def _foreign_array(value) -> bool:
+    """Whether a launch argument is another library's device array: not lapis's own, but with a CUDA Array
+    Interface (a GPU tensor)."""
+    return not isinstance(value, DeviceNDArray) and hasattr(value, "__cuda_array_interface__")
+
+
 def _dim3(value, what: str) -> tuple[int, int, int]:
     dims = (value,) if isinstance(value, int | np.integer) else tuple(value)
     if not 1 <= len(dims) <= 3 or not all(isinstance(d, int | np.integer) and d >= 1 for d in dims):
@@ -212,8 +218,16 @@ class Dispatcher:
             self._launch_with_host_arrays(args, grid, block, stream, shared)
             return
         context = self.api.context_for(args, stream)
-        argtypes = tuple([a._kind or _array_type(a) if type(a) is DeviceNDArray and a.context is context
-                          else _argtype(a, i, names[i], context) for i, a in enumerate(args)])
+        try:
+            argtypes = tuple([a._kind or _array_type(a) if type(a) is DeviceNDArray and a.context is context
+                              else _argtype(a, i, names[i], context) for i, a in enumerate(args)])
+        except TypeError:
+            if not any(_foreign_array(a) for a in args):
+                raise
+            # numba takes any object with a CUDA Array Interface (a GPU tensor) as the device array it describes
+            self.launch(tuple(self.api.as_cuda_array(a) if _foreign_array(a) else a for a in args), grid, block,
+                        stream, shared)
+            return
         if self.signatures:
             args, argtypes = self._fitted(args, argtypes)
         threads = block[0] * block[1] * block[2]

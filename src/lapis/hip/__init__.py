@@ -83,6 +83,8 @@ jit = _api.jit
 to_device = _api.to_device
 device_array = _api.device_array
 device_array_like = _api.device_array_like
+is_cuda_array, as_cuda_array = _api.is_cuda_array, _api.as_cuda_array
+from_cuda_array_interface = _api.from_cuda_array_interface
 synchronize = _api.synchronize
 select_device = _api.select_device
 get_current_device = _api.get_current_device
@@ -134,4 +136,5 @@ __all__ = [
     "current_stream", "get_device_name", "get_device_properties", "Reduce", "reduce", "fp16",
     "NvrtcError", "RawKernel", "RawModule", "raw_kernel",
     *_runtime_api.namespace(),
+    "is_cuda_array", "as_cuda_array", "from_cuda_array_interface",
 ]
