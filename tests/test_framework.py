@@ -250,3 +250,35 @@ def test_dtypes_stay_one_object_through_copies_and_pickles():
     model = lapis.nn.Linear(2, 2)
     copied = copy.deepcopy(model)
     assert (copied(lapis.ones(1, 2)) @ model.weight).dtype is lapis.float32     # matmul compares dtypes with `is`
+
+
+def test_as_tensor_shares_the_memory_a_cuda_array_interface_describes():
+    """torch.as_tensor of a numba (or CuPy) device array is a GPU tensor on the same memory, with its strides; a
+    dtype or device it does not have makes a copy, and torch.tensor always copies."""
+    from lapis import cuda
+
+    @cuda.jit
+    def negate(a):
+        i, j = cuda.grid(2)
+        if i < a.shape[0] and j < a.shape[1]:
+            a[i, j] = -a[i, j]
+    host = np.arange(6, dtype=np.float32).reshape(2, 3)
+    d = cuda.to_device(host)
+    shared, fortran = lapis.as_tensor(d), lapis.as_tensor(cuda.to_device(np.asfortranarray(host)))
+    copied, halved, on_cpu = lapis.tensor(d, device="cuda"), lapis.as_tensor(d, dtype=lapis.float16), \
+        lapis.as_tensor(d, device="cpu")
+    assert (shared.device.type, shared.shape, shared.stride()) == ("cuda", (2, 3), (3, 1))
+    assert fortran.stride() == (1, 2) and np.array_equal(fortran.cpu().numpy(), host)
+    negate[(1, 1), (4, 4)](d)
+    assert np.array_equal(shared.cpu().numpy(), -host)                  # the kernel's writes are the tensor's
+    for copy in (copied, halved, on_cpu):
+        assert np.array_equal(copy.cpu().numpy(), host)
+    assert halved.dtype == lapis.float16 and on_cpu.device.type == "cpu"
+    assert torch.as_tensor(host).stride() == lapis.as_tensor(host).stride()
+
+
+def test_as_tensor_refuses_an_interface_to_memory_lapis_did_not_allocate():
+    class Foreign:
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0x1000, False), "version": 3}
+    with pytest.raises(TypeError, match="describes no lapis device memory"):
+        lapis.as_tensor(Foreign())

@@ -100,6 +100,9 @@ def tensor(data, dtype: _dtype.dtype | None = None, device=None, requires_grad: 
 def as_tensor(data, dtype=None, device=None) -> Tensor:
     if isinstance(data, Tensor):
         return data.to(device or data.device, dtype or data.dtype)
+    if not isinstance(data, np.ndarray) and hasattr(data, "__cuda_array_interface__"):
+        shared = _from_cuda_array(data)
+        return shared.to(device or shared.device, dtype or shared.dtype)
     if isinstance(data, np.ndarray) and device in (None, "cpu") and dtype in (None, _dtype.from_numpy(data.dtype)):
         return from_numpy(data)
     return tensor(data, dtype=dtype, device=device)
@@ -123,13 +126,38 @@ def from_dlpack(ext) -> Tensor:
                           f"{ext.__dlpack_device__()}")
     array = np.from_dlpack(ext)
     _dtype.from_numpy(array.dtype)
-    item = array.dtype.itemsize
-    if any(st < 0 or st % item for st in array.strides):
-        raise BufferError(f"from_dlpack needs non-negative whole-element strides, got {array.strides}")
-    strides = tuple(st // item for st in array.strides)
-    span = 1 + builtins.sum((n - 1) * st for n, st in zip(array.shape, strides, strict=True)) if array.size else 1
-    flat = np.lib.stride_tricks.as_strided(array, (span,), (item,))         # the storage under every element
+    strides, span = _element_strides(array.shape, array.strides, array.dtype.itemsize, "from_dlpack")
+    flat = np.lib.stride_tricks.as_strided(array, (span,), (array.dtype.itemsize,))   # the storage under them all
     return Tensor(Storage(flat), array.shape, strides, 0, device_of("cpu"))
+
+
+def _from_cuda_array(data) -> Tensor:
+    """A GPU tensor sharing the memory another library's array describes by its CUDA Array Interface (as torch's
+    as_tensor takes a numba or CuPy array), on the device that memory belongs to."""
+    refusals = []
+    for kind in ("cuda", "hip"):
+        try:
+            view = device_of(kind).api.as_cuda_array(data)
+            break
+        except ValueError as e:           # not this API's memory (or past the end of its allocation)
+            refusals.append(e)
+    else:
+        raise TypeError(f"as_tensor: the {type(data).__name__}'s CUDA Array Interface describes no lapis device "
+                        f"memory ({'; '.join(map(str, refusals))})")
+    _dtype.from_numpy(view.dtype)
+    strides, span = _element_strides(view.shape, view.strides, view.dtype.itemsize, "as_tensor")
+    flat = type(view)((span,), (view.dtype.itemsize,), view.dtype, view.context, view.memory, view.ptr)
+    return Tensor(Storage(flat), view.shape, strides, 0, device_of(f"{kind}:{view.context.device.id}"))
+
+
+def _element_strides(shape: tuple, byte_strides: tuple, itemsize: int, what: str) -> tuple[tuple, int]:
+    """Byte strides as element strides (torch's: whole, non-negative elements), and the number of elements from
+    the first to the last one they reach, the storage a tensor of `shape` needs under them."""
+    if any(st < 0 or st % itemsize for st in byte_strides):
+        raise BufferError(f"{what} needs non-negative whole-element strides, got {byte_strides}")
+    strides = tuple(st // itemsize for st in byte_strides)
+    span = 1 + builtins.sum((n - 1) * st for n, st in zip(shape, strides, strict=True)) if math.prod(shape) else 1
+    return strides, span
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad: bool = False) -> Tensor:
