@@ -3,6 +3,7 @@
     python benchmarks/micro.py [--device cuda|hip|both] [--quick] [--plot latency.png]
     lapis bench micro [--quick]
     python benchmarks/micro.py --device real [--json figures.json]     # on a machine with an NVIDIA GPU
+    python benchmarks/micro.py --device cuda --against benchmarks/measured/h200.json [--plot latency.png]
 
 Each figure is measured the way the published benchmark measures it, with lapis kernels through
 the whole stack and CUDA events for the time (simulated device time, as `cudaEventElapsedTime`
@@ -17,9 +18,10 @@ figure without a published measurement is marked "spec" (a data-sheet peak) or "
 
 `--device real` runs the same kernels, unchanged, on a real NVIDIA GPU through numba.cuda (numba-cuda installed),
 with CUDA events on the GPU and its SM clock read through NVML, so that lapis's figures can be set beside the GPU's
-own; `--json` keeps them. Three figures are left out there: the HMMA loop (numba.cuda has no `mma`), the
-shared-memory bandwidth (NVVM hoists its loads at fixed addresses out of the loop), and back-to-back kernels
-(numba's launch takes longer than the kernel; `benchmarks/real_gpu.py` replays them from a CUDA graph).
+own; `--json` keeps them, and `--against FILE` sets the h200's figures beside them (and its curve in `--plot`).
+Three figures are left out there: the HMMA loop (numba.cuda has no `mma`), the shared-memory bandwidth (NVVM
+hoists its loads at fixed addresses out of the loop), and back-to-back kernels (numba's launch takes longer than
+the kernel; `benchmarks/real_gpu.py` replays them from a CUDA graph).
 
 `tests/test_calibration.py` runs these at reduced sizes and holds the model to the published
 bands: latencies within 15%, bandwidths within 10%.
@@ -578,9 +580,34 @@ def table(profile_name: str, figures: dict[str, float], who: str = "lapis") -> l
     return lines
 
 
-def plot(curves: dict[str, list[tuple[int, float]]], path: str, label: str = "lapis") -> None:
-    """The chase's cycles against working set for each profile, beside the published plateaus; `label` names what
-    ran the chase."""
+def measured(path: str) -> tuple[list[dict], list]:
+    """The runs' figures and the latency curve a file of a real GPU's measurements holds: `--json`'s output of
+    `--device real` (one run), or a file of several runs as benchmarks/measured/h200.json keeps them."""
+    with open(path) as file:
+        data = json.load(file)
+    if "micro_runs" in data:
+        return data["micro_runs"], data["latency_curve"]
+    run = next(iter(data.values()))
+    return [run["figures"]], run["latency_curve"]
+
+
+def against(figures: dict[str, float], runs: list[dict]) -> list[str]:
+    """Lines setting lapis's figures beside a real GPU's (the range of its runs) and their ratio (to the runs'
+    middle value)."""
+    lines = [f"{'figure':<38} {'lapis':>10} {'real GPU':>14} {'ratio':>6}"]
+    for name in PUBLISHED:
+        values = sorted(run[name] for run in runs if name in run)
+        if name not in figures or not values:
+            continue
+        seen = f"{values[0]:.3g}" if values[0] == values[-1] else f"{values[0]:.3g}-{values[-1]:.3g}"
+        lines.append(f"{name:<38} {figures[name]:10.3g} {seen:>14} {figures[name] / values[len(values) // 2]:6.2f}")
+    return lines
+
+
+def plot(curves: dict[str, list[tuple[int, float]]], path: str, label: str = "lapis",
+         real: list | None = None) -> None:
+    """The chase's cycles against working set for each profile, beside the published plateaus (and, given `real`,
+    a real GPU's curve beside the h200's); `label` names what ran the chase."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -588,6 +615,8 @@ def plot(curves: dict[str, list[tuple[int, float]]], path: str, label: str = "la
     for ax, (profile_name, curve) in zip(axes[0], curves.items(), strict=True):
         sizes, cycles = zip(*curve, strict=True)
         ax.plot(sizes, cycles, "o-", label=label)
+        if real is not None and profile_name == "h200":
+            ax.plot(*zip(*real, strict=True), "s--", label="a real H200, numba.cuda")
         for name, by_profile in PUBLISHED.items():
             known = by_profile.get(profile_name)
             if known is not None and known.unit == "cycles" and "FFMA" not in name:
@@ -609,7 +638,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="smaller arrays, fewer working sets")
     parser.add_argument("--plot", metavar="PNG", help="draw the latency curve into this file (needs matplotlib)")
     parser.add_argument("--json", metavar="FILE", help="keep each GPU's figures and latency curve in this file")
+    parser.add_argument("--against", metavar="FILE", help="set the h200's figures beside a real GPU's, as --device "
+                        "real --json wrote them (benchmarks/measured/h200.json: an H200's)")
     args = parser.parse_args(argv)
+    real = measured(args.against) if args.against else None
     if args.device == "real":
         apis = [real_gpu()]
     else:
@@ -624,6 +656,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{props.marketing_name} ({props.profile})")
         for line in table(props.profile, figures, "this GPU" if args.device == "real" else "lapis"):
             print("  " + line)
+        if real is not None and props.profile == "h200":
+            print(f"  beside {args.against}:")
+            for line in against(figures, real[0]):
+                print("    " + line)
         print("  pointer chase, cycles per load: " + ", ".join(
             f"{size // 1024} KiB {cycles:.0f}" if size < 1 << 20 else f"{size >> 20} MiB {cycles:.0f}"
             for size, cycles in curve))
@@ -631,7 +667,8 @@ def main(argv: list[str] | None = None) -> None:
         with open(args.json, "w") as file:
             json.dump(kept, file, indent=1)
     if args.plot:
-        plot(curves, args.plot, "a real GPU, numba.cuda" if args.device == "real" else "lapis")
+        plot(curves, args.plot, "a real GPU, numba.cuda" if args.device == "real" else "lapis",
+             real[1] if real else None)
         print(f"latency curve: {args.plot}")
 
 

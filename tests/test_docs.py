@@ -99,3 +99,15 @@ def test_the_real_h200_table_is_the_measured_runs():
     assert f"{span(measured['graph_kernel_us'])} us each" in text
     for size, tflops in measured["matmul_tflops"].items():
         assert f"{size}: " + " / ".join(f"{v:g}" for v in tflops.values()) in text
+
+
+def test_micro_sets_lapis_beside_the_measured_runs():
+    """`micro.py --against` reads a file of real-GPU runs and prints each figure's range and lapis's ratio to its
+    middle run."""
+    sys.path.insert(0, str(DOCS.parent / "benchmarks"))
+    import micro
+    runs, curve = micro.measured(str(DOCS.parent / "benchmarks" / "measured" / "h200.json"))
+    assert len(runs) == 3 and curve[0][0] == 4096
+    lines = micro.against({"L1 hit latency": 38.1, "FP32 FMA throughput": 56.3, "not measured": 1.0}, runs)
+    assert len(lines) == 3 and "66.7-66.9" in lines[1] and lines[1].endswith(f"{38.1 / 66.7:6.2f}")
+    assert lines[2].split()[-2:] == ["43.7", f"{56.3 / 43.7:.2f}"]
