@@ -1148,3 +1148,28 @@ def test_global_arrays_are_frozen_on_the_host_and_captured_on_the_device():
             priced[1, 32](q, totals, device_totals)
     finally:
         module.DEVICE_PRICES = kept
+
+
+@cuda.jit
+def _from_the_end(a, m, out):
+    s = cuda.shared.array(8, np.float32)
+    t = cuda.local.array(4, np.float32)
+    for j in range(8):
+        s[j] = j + 100
+    t[0] = 1
+    t[-1] = 2                                   # a local array indexed by constants alone: held in registers
+    v = a[2:5]
+    out[0], out[1], out[2], out[3] = a[-1], a[-4], m[1, -1], m[-1, -2]
+    out[4], out[5], out[6] = v[-1], s[-1], t[3] + t[-4]
+    out[-1] = 7
+
+
+def test_a_constant_negative_index_counts_from_the_end_as_numba_does():
+    """numba wraps a negative index by the dimension's extent: a[-1] is the last element, of a global array (its
+    extent read at run time), a view, a shared or a local array, loaded or stored."""
+    a = np.arange(10, dtype=np.float32)
+    m = np.arange(12, dtype=np.float32).reshape(3, 4)
+    out = cuda.device_array(8, np.float32)
+    _from_the_end[1, 1](cuda.to_device(a), cuda.to_device(m), out)
+    want = [a[-1], a[-4], m[1, -1], m[-1, -2], a[2:5][-1], 107, 3, 7]
+    assert out.copy_to_host().tolist() == want

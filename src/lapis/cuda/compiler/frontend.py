@@ -838,10 +838,11 @@ class Frontend(IRBuilder):
             raise _Retype(ref.name)
         flat = 0
         for x, size in zip(items, ref.type.shape, strict=True):
-            if not 0 <= x.value < size:
+            at = x.value + size if x.value < 0 else x.value          # numba's wraparound: a[-1] is the last
+            if not 0 <= at < size:
                 raise self.error(f"index {x.value} is out of bounds for local array {ref.name!r} of shape "
                                  f"{ref.type.shape}")
-            flat = flat * size + x.value
+            flat = flat * size + at
         slot = f"{ref.name}[{flat}]"
         self.var_types.setdefault(slot, ref.type.dtype)
         return slot
@@ -849,11 +850,12 @@ class Frontend(IRBuilder):
     def address(self, ref: ArrayRef, index, part: int = 0) -> ir.Value:
         """The address of ref[index] (of its real or imaginary part, `part` 0 or 1, in a complex array)."""
         items = self.indices(ref, index)
+        if any(isinstance(x, Const) and x.value < 0 for x in items):    # numba's wraparound: a[-1] is the last
+            extents = self.shape(ref)                # of this array or view (a global array's from its kernarg)
+            items = [self.binop(Op.ADD, n, x) if isinstance(x, Const) and x.value < 0 else x
+                     for x, n in zip(items, extents, strict=True)]
         if ref.parent is not None:                  # a view: its parent's element
             return self.address(ref.parent, array_views.parent_indices(self, ref, items), part)
-        if ref.type.shape is not None:
-            items = [Const(x.value + s, x.type) if isinstance(x, Const) and x.value < 0 else x
-                     for x, s in zip(items, ref.type.shape, strict=True)]
         flat = Const(0, T.WEAK_INT)
         for x, stride in zip(items, self.strides(ref), strict=True):
             flat = self.binop(Op.ADD, flat, self.binop(Op.MUL, x, stride))
