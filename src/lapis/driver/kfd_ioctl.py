@@ -91,8 +91,9 @@ class NodeProperties:
 
     @property
     def reported_l2_bytes(self) -> int:
-        """The L2's size as the vendor's runtime reports it: NVIDIA's whole L2 (cudaDeviceProp.l2CacheSize is 50 MB on
-        an H100), AMD's one XCD's (hipDeviceProp_t.l2CacheSize and rocminfo give the MI300X's 4 MB)."""
+        """The L2's size as the vendor's runtime reports it: NVIDIA's whole L2 (cudaDeviceProp.l2CacheSize is 60 MiB on
+        an H200, 50 MB on an H100 SXM), AMD's one XCD's (hipDeviceProp_t.l2CacheSize and rocminfo give the MI300X's
+        4 MB)."""
         return self.l2_bytes // self.l2_slices if self.vendor == "amd" else self.l2_bytes
 
 

@@ -115,7 +115,9 @@ H200 = DeviceProfile(
     dram_efficiency=0.9, dram_latency_cycles=690,
     # L2 bandwidth: A100's published 5120 bytes per clock (its whitepaper) at this clock; Hopper's L2
     # is at least as wide. (Chips and Cheese measured 5.5 TB/s on a power-limited H100 PCIe at lower clocks.)
-    l2_bytes=50 * 2**20, l2_bandwidth=10.1e12, l2_latency_cycles=260,
+    # L2 size: 60 MiB, as a real H200's driver reports it (cudaDeviceProp.l2CacheSize 62,914,560;
+    # benchmarks/measured/h200.json); the H100 SXM enables 50 of the GH100's 60.
+    l2_bytes=60 * 2**20, l2_bandwidth=10.1e12, l2_latency_cycles=260,
     shared_per_unit=228 * KiB, shared_per_block=227 * KiB,
     registers_per_unit=65536, max_registers_per_thread=255, max_threads_per_unit=2048,
     max_threads_per_block=1024, max_blocks_per_unit=32, schedulers_per_unit=4,
@@ -126,12 +128,12 @@ H200 = DeviceProfile(
     shared_latency_cycles=26,       # a chase through shared memory: 29.9 cycles on an H100 SXM (mt4g), 4 its SHL
     # L1: 256 KiB with shared memory (Hopper tuning guide), the carve-outs cudaFuncAttributePreferredSharedMemory-
     # Carveout offers; a hit takes 38 cycles a chase step on an H100 SXM (mt4g; 40 markdewing/AI_kernels), 4 of
-    # them the chase's address arithmetic. The L2: two 25 MB partitions, a near hit 265 cycles and a far one 475
+    # them the chase's address arithmetic. The L2: two 30 MiB partitions, a near hit 265 cycles and a far one 475
     # (H100 PCIe, te42kyfo/gpu-benches gpu-latency; GH200 280 and 480-522): the far level is the partition where a
     # line has its home, which holds every line the near one does not (the A100 whitepaper: each partition caches
     # lines for the SMs next to it).
     l1_bytes=256 * KiB, l1_latency_cycles=34, shared_carveouts_kib=(0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
-    l2_slices=2, far_cache_bytes=50 * 2**20, far_cache_latency_cycles=471, far_cache_bandwidth=10.1e12,
+    l2_slices=2, far_cache_bytes=60 * 2**20, far_cache_latency_cycles=471, far_cache_bandwidth=10.1e12,
 )
 
 MI300X = DeviceProfile(
