@@ -477,8 +477,10 @@ def test_char_transformer_example_learns_on_cpu_and_runs_the_same_on_cuda():
     import char_transformer
     full = char_transformer.train("cpu", quiet=True, sample_length=0)        # the example's defaults
     assert full["losses"][0] > full["chance"] - 0.2 and full["losses"][-1] < full["chance"] - 1.3
-    short = char_transformer.train("cuda", steps=3, quiet=True, sample_length=4)   # reduced: 3 steps, 4 samples
-    cpu_short = char_transformer.train("cpu", steps=3, quiet=True, sample_length=4)
+    # reduced: 3 steps of 4 x 16 characters, 4 sampled (at the example's 16 x 32, the hot runs the simulator
+    # compiles to machine code in a test session's empty cache take most of a minute)
+    reduced = dict(steps=3, batch_size=4, context=16, quiet=True, sample_length=4)
+    short, cpu_short = char_transformer.train("cuda", **reduced), char_transformer.train("cpu", **reduced)
     assert np.allclose(short["losses"], cpu_short["losses"], atol=1e-3)
     assert len(short["after"]) == len("Shall ") + 4 and short["after"].startswith("Shall ")
 
@@ -488,7 +490,7 @@ def test_examples_run_the_same_on_the_amd_profile():
     import char_transformer
     import digits_cnn
     # hip: the MI300X-like GPU, 64-lane waves through every kernel these models use
-    for train, kwargs in ((char_transformer.train, dict(steps=2, sample_length=0)),
+    for train, kwargs in ((char_transformer.train, dict(steps=2, batch_size=4, context=16, sample_length=0)),
                           (digits_cnn.train, dict(epochs=1, limit=128))):
         ours, reference = train("hip", quiet=True, **kwargs), train("cpu", quiet=True, **kwargs)
         assert np.allclose(ours["losses"], reference["losses"], atol=1e-3)
