@@ -108,7 +108,18 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
         _launch(api, adam_kernel, launches, scalars)
 
 
-# -- RMSprop -------------------------------------------------------------------------------------------------
+# -- RMSprop and SGD -----------------------------------------------------------------------------------------
+@cuda.jit(device=True)
+def followed_gradient(grad, w, weight_decay, maximize):
+    # the gradient an RMSprop or SGD step follows, as lapis.optim's `_followed_gradient` (torch's order): negated
+    # to maximize, then plus weight_decay times the weight
+    if maximize:
+        grad = -grad
+    if weight_decay != float32(0.0):
+        grad = grad + weight_decay * w
+    return grad
+
+
 @cuda.jit(device=True)
 def rmsprop_update(n, p, g, sq, buf, lr, alpha, eps, weight_decay, momentum, maximize):
     # one parameter's RMSprop step in the order of lapis.optim.RMSprop's tensor ops (torch's): the followed
@@ -116,12 +127,8 @@ def rmsprop_update(n, p, g, sq, buf, lr, alpha, eps, weight_decay, momentum, max
     # buffer when there is momentum; buf is not read without)
     i = cuda.grid(1)
     while i < n:
-        grad = g[i]
         w = p[i]
-        if maximize:
-            grad = -grad
-        if weight_decay != float32(0.0):
-            grad = grad + weight_decay * w
+        grad = followed_gradient(g[i], w, weight_decay, maximize)
         si = sq[i] * alpha + grad * grad * (float32(1.0) - alpha)
         sq[i] = si
         avg = math.sqrt(si) + eps
@@ -154,19 +161,14 @@ def rmsprop(api, params: list[tuple], *, lr: float, alpha: float, eps: float, we
         _launch(api, rmsprop_kernel, launches, scalars)
 
 
-# -- SGD -----------------------------------------------------------------------------------------------------
 @cuda.jit(device=True)
 def sgd_update(n, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, maximize, first):
     # one parameter's SGD step in the order of lapis.optim.SGD's tensor ops (torch's): the followed gradient, the
     # momentum buffer (the gradient itself at the first step), then p -= lr * d; buf is not read without momentum
     i = cuda.grid(1)
     while i < n:
-        d = g[i]
         w = p[i]
-        if maximize:
-            d = -d
-        if weight_decay != float32(0.0):
-            d = d + weight_decay * w
+        d = followed_gradient(g[i], w, weight_decay, maximize)
         if momentum != float32(0.0):
             if first:
                 bi = d
