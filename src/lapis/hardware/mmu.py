@@ -209,16 +209,18 @@ class Mmu:
         needed = _NEEDED[write, execute]
         hi = va + size - 1
         page = (vmid, va >> PAGE_SHIFT)
-        with self.lock:
-            run = self.recent.get(page)
-            if run is None or not (run.va_start <= va and hi < run.va_end):
+        # Without the lock first: one dict read is atomic, and a run taken just before an invalidation empties
+        # `recent` is one the caller would equally have used after the lock (it reads memory outside it).
+        run = self.recent.get(page)
+        if run is None or not (run.va_start <= va and hi < run.va_end):
+            with self.lock:
                 run = self._lookup_run(vmid, va, hi)
                 if run is None:
                     return None
                 if len(self.recent) >= RECENT_PAGES:
                     self.recent.clear()
                 self.recent[page] = run
-            return run if run.flags & needed == needed and size > 0 else None
+        return run if run.flags & needed == needed and size > 0 else None
 
     def translate_range(self, vmid: int, va: int, size: int, write: bool, execute: bool = False
                         ) -> list[tuple[bool, int, int]]:
