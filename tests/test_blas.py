@@ -228,7 +228,7 @@ def test_a_half_gemm_in_another_layout_is_staged_for_the_matrix_unit(handle):
                                   cuda.to_device(b.ravel()), n, k * n, 0.0, dC, m, m * n, batch)
         got = dC.copy_to_host().reshape(batch, n, m).transpose(0, 2, 1)
     launched = [e.args["kernel"] for e in t.select(3, "launch")]
-    probes = 2 * len(blas.MMA_M_TILES_CANDIDATES) if t.select(4, "gemm_autotune") else 0    # each height twice
+    probes = 2 * len(blas.mma_candidates(m, n, batch, 132)) if t.select(4, "gemm_autotune") else 0  # each twice
     assert launched == ["transpose_kernel"] * 2 + ["mma_gemm_kernel"] * (probes + 1)
     expected = np.einsum("zkm,zkn->zmn", a.astype(np.float32), b.astype(np.float32))
     assert np.allclose(got, expected, rtol=2e-3, atol=2e-2 * np.abs(expected).max())
@@ -243,37 +243,58 @@ def test_a_half_gemm_in_another_layout_is_staged_for_the_matrix_unit(handle):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("m_tiles", blas.MMA_M_TILES_CANDIDATES)
-def test_every_height_of_the_matrix_unit_kernel(handle, m_tiles):
-    """Blocks of 128, 64 and 32 rows by 256 columns, on a C no block height divides."""
+@pytest.mark.parametrize("tiles", blas.MMA_TILES_CANDIDATES)
+def test_every_block_of_the_matrix_unit_kernel(handle, tiles):
+    """Blocks of 128, 64 and 32 rows by 256 and 128 columns, on a C no block divides."""
     import ml_dtypes
     m, n, k = 70, 260, 64
     a = rng.standard_normal((m, k)).astype(ml_dtypes.bfloat16)
     b = rng.standard_normal((k, n)).astype(ml_dtypes.bfloat16)
     dC = cuda.device_array(m * n, np.float32)
-    blas._launch_mma(handle, m_tiles, m, n, k, 1.0, cuda.to_device(a.ravel()), k, 0, cuda.to_device(b.T.copy().ravel()),
+    blas._launch_mma(handle, tiles, m, n, k, 1.0, cuda.to_device(a.ravel()), k, 0, cuda.to_device(b.T.copy().ravel()),
                      k, 0, 0.0, dC, m, 0, 1)
     expected = a.astype(np.float32) @ b.astype(np.float32)
     assert np.allclose(from_col_major(dC.copy_to_host(), m, n, m), expected, atol=1e-3)
 
 
-def test_the_matrix_unit_kernel_s_height_fills_the_units(handle):
-    """Below TUNE_ABOVE the tallest block whose grid has a block for every unit (of the h200's 132), else the
-    shortest; above, the height the model predicts fastest, probed once per shape and kept."""
+def test_the_matrix_unit_kernel_s_block_fills_the_units(handle):
+    """Below TUNE_ABOVE the largest block whose grid has a block for every unit (of the h200's 132), else the
+    smallest; above, the block the model predicts fastest, probed once per shape and kept, among the 256-column
+    ones, and the narrower too where none of those fills the units."""
     import ml_dtypes
 
     from lapis import trace
-    bf16 = ml_dtypes.bfloat16                  # the heights test_every_height_of_the_matrix_unit_kernel compiled
-    assert blas.choose_mma_tiles(handle, 256, 256, 64, 1, bf16) == 1               # 8 blocks of 32 rows
-    assert blas.choose_mma_tiles(handle, 2048, 2048, 32, 1, bf16) == 2             # 128 of 128: 256 of 64
-    assert blas.choose_mma_tiles(handle, 256, 256, 64, 66, bf16) == 4              # 132 batched blocks
+    bf16 = ml_dtypes.bfloat16                  # the blocks test_every_block_of_the_matrix_unit_kernel compiled
+    assert blas.choose_mma_tiles(handle, 256, 256, 64, 1, bf16) == (1, 4)          # 16 blocks of 32 x 128
+    assert blas.choose_mma_tiles(handle, 2048, 2048, 32, 1, bf16) == (2, 8)        # 128 of 128 x 256: 256 of 64
+    assert blas.choose_mma_tiles(handle, 256, 256, 64, 66, bf16) == (4, 8)         # 132 batched blocks
+    assert all(n_tiles == 8 for _, n_tiles in blas.mma_candidates(2048, 2048, 1, 132))    # 64 x 256: 256 blocks
+    assert blas.mma_candidates(1024, 1024, 1, 132) == blas.MMA_TILES_CANDIDATES          # 32 x 256: 128 blocks
     with trace() as t:
         chosen = blas.choose_mma_tiles(handle, 512, 512, 544, 1, bf16)
     ranking = t.first(4, "gemm_autotune").args["ranking"]
-    assert len(ranking) == len(blas.MMA_M_TILES_CANDIDATES) and ranking[0][0] == f"{32 * chosen}x256"
+    assert len(ranking) == len(blas.MMA_TILES_CANDIDATES) and ranking[0][0] == blas._mma_name(chosen)
     with trace() as t:
         assert blas.choose_mma_tiles(handle, 512, 512, 544, 1, bf16) == chosen
     assert not t.select(4, "gemm_autotune")
+
+
+@pytest.mark.slow
+def test_a_1024_half_gemm_takes_a_narrower_block_that_fills_the_units(handle):
+    """At 1024^3 every 256-column block leaves some of the h200's 132 units idle (at most 128 blocks, of 32 x 256):
+    the autotuner ranks the 128-column blocks too, and the block it picks (64 x 128) is predicted well ahead of the
+    best 256-column one (32 x 256) at the full depth."""
+    import ml_dtypes
+    n = 1024
+    chosen = blas.choose_mma_tiles(handle, n, n, n, 1, ml_dtypes.bfloat16)
+    assert chosen[1] == 4
+    a, b = (cuda.device_array(n * n, ml_dtypes.bfloat16) for _ in range(2))
+    c = cuda.device_array(n * n, np.float32)
+    ms = {tiles: handle.device_time_ms(lambda tiles=tiles: blas._launch_mma(handle, tiles, n, n, n, 1.0, a, n, 0, b, n,
+                                                                               0, 0.0, c, n, 0, 1))
+          for tiles in (chosen, (1, 8))}
+    # docs/layer4-libraries.md quotes them
+    assert chosen == (2, 4) and (round(ms[chosen] * 1e3, 1), round(ms[1, 8] * 1e3, 1)) == (8.0, 10.2)
 
 
 @pytest.mark.slow

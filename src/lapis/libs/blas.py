@@ -40,6 +40,7 @@ Sizes and offsets are int32: each matrix must hold fewer than 2^31 elements.
 import dataclasses
 import hashlib
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -50,8 +51,8 @@ from lapis.cuda.compiler import cache
 from lapis.libs.blas_level1 import BlasError, asum, at, axpy, check_vector, copy, dot, iamax, nrm2, scal, swap
 from lapis.libs.gemm_kernels import (
     DGEMM_TILE,
-    MMA_COLS,
     MMA_DEPTH,
+    MMA_N_TILES,
     MMA_SHARED_BYTES,
     MMA_THREADS,
     TRANSPOSE_ROWS,
@@ -80,10 +81,10 @@ SPLIT_K_MIN_DEPTH = 128       # ... each summing at least this deep
 # simulator's limit, not the model's: the same product in the HMMA kernel's own layout runs on the matrix unit, or
 # times out).
 STAGE_AT_MOST = 1 << 33
-# The matrix-unit kernel's block heights (in 32-row steps: 128, 64 or 32 rows by 256 columns): the tallest reuses
-# each staged B slice most, the shorter ones give a product too small for the tall one's grid blocks for every unit
+# The matrix-unit kernel's blocks, as (m_tiles, n_tiles): 32 m_tiles rows by 32 n_tiles columns, largest first. The
+# largest reuses each staged slice most; the smaller ones give a product too small for its grid blocks for more units
 # (1024^2 is 32 blocks of 128 x 256: a quarter of the H200's units, a tenth of the MI300X's).
-MMA_M_TILES_CANDIDATES = (4, 2, 1)
+MMA_TILES_CANDIDATES = ((4, 8), (2, 8), (4, 4), (1, 8), (2, 4), (1, 4))
 MMA_PROBE_K = 256             # the depth the autotuner runs them at: deep enough that staging, not the epilogue, counts
 
 
@@ -97,8 +98,8 @@ class Handle(LibraryHandle):
     def __init__(self, api, device: int = 0):
         super().__init__(api, device)
         self.tiled_kernels: dict[tuple, object] = {}    # by (tiles, vector_a, vector_b, with_bias, vector_c)
-        self.tiles: dict[tuple, GemmTiles | int] = {}  # the autotuners' choices (tilings, m_tiles) by profile, shape
-        self.mma_kernels: dict[tuple[str, int], object] = {}    # by (half type's name, m_tiles)
+        self.tiles: dict[tuple, GemmTiles | tuple] = {}  # autotuners' choices (tilings, mma tiles) by shape
+        self.mma_kernels: dict[tuple[str, tuple], object] = {}    # by (half type's name, (m_tiles, n_tiles))
         self.workspace: DeviceNDArray | None = None     # split-K's partial products, grown as needed
         self.dgemm = api.jit(dgemm_kernel)
         self.transpose = api.jit(transpose_kernel)     # stages a half operand k-contiguous for the matrix unit
@@ -111,12 +112,12 @@ class Handle(LibraryHandle):
             kernel = self.tiled_kernels[key] = self.api.jit(make_gemm_kernel(*key))
         return kernel
 
-    def mma_kernel(self, dtype_name: str, m_tiles: int):
-        """The matrix-unit gemm kernel for float16 or bfloat16 blocks of 32 m_tiles x 256, compiled once."""
-        kernel = self.mma_kernels.get((dtype_name, m_tiles))
+    def mma_kernel(self, dtype_name: str, tiles: tuple[int, int]):
+        """The matrix-unit gemm kernel for float16 or bfloat16 blocks of 32 m_tiles x 32 n_tiles, compiled once."""
+        kernel = self.mma_kernels.get((dtype_name, tiles))
         if kernel is None:
             kind = cuda.float16 if dtype_name == "float16" else cuda.bfloat16
-            kernel = self.mma_kernels[dtype_name, m_tiles] = self.api.jit(make_mma_gemm_kernel(kind, m_tiles))
+            kernel = self.mma_kernels[dtype_name, tiles] = self.api.jit(make_mma_gemm_kernel(kind, *tiles))
         return kernel
 
 
@@ -201,12 +202,12 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
         if tb:
             fb, ldb, stride_b, tb = _k_contiguous(handle, fb, n, k, ldb, stride_b, batch), k, k * n, False
     if _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b):
-        m_tiles = choose_mma_tiles(handle, m, n, k, batch, fa.dtype) if m and n and batch else MMA_M_TILES_CANDIDATES[0]
+        tiles = choose_mma_tiles(handle, m, n, k, batch, fa.dtype) if m and n and batch else MMA_TILES_CANDIDATES[0]
         with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
                         beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
-                        kernel="mma_gemm_kernel", tile=f"{32 * m_tiles}x{MMA_COLS}x{MMA_DEPTH} on the matrix unit"):
+                        kernel="mma_gemm_kernel", tile=f"{_mma_name(tiles)}x{MMA_DEPTH} on the matrix unit"):
             if m and n and batch:
-                _launch_mma(handle, m_tiles, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
+                _launch_mma(handle, tiles, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
                             stride_c, batch)
         return
     tiles = choose_tiles(handle, m, n, k, fa.dtype)
@@ -305,35 +306,52 @@ def _k_contiguous(handle, flat: DeviceNDArray, rows: int, k: int, ld: int, strid
     return staged
 
 
-def _launch_mma(handle, m_tiles, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc, stride_c,
+def _launch_mma(handle, tiles, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc, stride_c,
                 batch) -> None:
     """The matrix-unit kernel's launch, for k-contiguous op(A) and op(B) (`_matrix_unit_fits`)."""
     words = [x[:x.size // 2 * 2].view(np.uint32) for x in (fa, fb)]     # the halves in pairs
-    handle.mma_kernel(fa.dtype.name, m_tiles)[(-(-m // (32 * m_tiles)), -(-n // MMA_COLS), batch), MMA_THREADS,
-                                              handle.stream](
+    handle.mma_kernel(fa.dtype.name, tiles)[_mma_grid(tiles, m, n, batch), MMA_THREADS, handle.stream](
         np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), words[0], np.int32(lda // 2), np.int32(stride_a // 2),
         words[1], np.int32(ldb // 2), np.int32(stride_b // 2), np.float32(beta), fc, np.int32(ldc), np.int32(stride_c))
 
 
-def choose_mma_tiles(handle: Handle, m: int, n: int, k: int, batch: int, dtype) -> int:
-    """The matrix-unit kernel's block height for a gemm, as m_tiles (blocks of 32 m_tiles x 256): at or below
-    TUNE_ABOVE multiply-adds the tallest whose grid has a block for every unit (else the shortest); above, the
-    candidate the performance model predicts fastest at a depth of MMA_PROBE_K, kept as `choose_tiles` keeps its
-    choices."""
+def _mma_grid(tiles: tuple[int, int], m: int, n: int, batch: int) -> tuple[int, int, int]:
+    """The matrix-unit kernel's grid for an m x n C (times batch) in blocks of `tiles`."""
+    return -(-m // (32 * tiles[0])), -(-n // (32 * tiles[1])), batch
+
+
+def _mma_name(tiles: tuple[int, int]) -> str:
+    return f"{32 * tiles[0]}x{32 * tiles[1]}"
+
+
+def choose_mma_tiles(handle: Handle, m: int, n: int, k: int, batch: int, dtype) -> tuple[int, int]:
+    """The matrix-unit kernel's block for a gemm, as (m_tiles, n_tiles) (blocks of 32 m_tiles x 32 n_tiles): at or
+    below TUNE_ABOVE multiply-adds the largest of MMA_TILES_CANDIDATES whose grid has a block for every unit (else
+    the smallest); above, the candidate the performance model predicts fastest at a depth of MMA_PROBE_K, kept as
+    `choose_tiles` keeps its choices."""
     units = handle.properties.multi_processor_count
     if m * n * k * batch <= TUNE_ABOVE:
-        return next((mt for mt in MMA_M_TILES_CANDIDATES
-                     if -(-m // (32 * mt)) * -(-n // MMA_COLS) * batch >= units), MMA_M_TILES_CANDIDATES[-1])
+        return next((tiles for tiles in MMA_TILES_CANDIDATES if math.prod(_mma_grid(tiles, m, n, batch)) >= units),
+                    MMA_TILES_CANDIDATES[-1])
     key = (handle.properties.profile, m, n, -(-k // 256), batch, np.dtype(dtype).name, "mma")
+    candidates = mma_candidates(m, n, batch, units)
 
     def probes():
         depth = min(k, MMA_PROBE_K)
         a, b = handle.api.device_array(m * depth * batch, dtype), handle.api.device_array(depth * n * batch, dtype)
         c = handle.api.device_array(m * n * batch, dtype)
-        return lambda mt: _launch_mma(handle, mt, m, n, depth, 1.0, a, depth, m * depth, b, depth, n * depth, 0.0, c,
-                                      m, m * n, batch)
-    return _autotuned(handle, key, m, n, k, MMA_M_TILES_CANDIDATES, lambda mt: f"{32 * mt}x{MMA_COLS}", probes, int,
-                      int)
+        return lambda tiles: _launch_mma(handle, tiles, m, n, depth, 1.0, a, depth, m * depth, b, depth, n * depth,
+                                         0.0, c, m, m * n, batch)
+    return _autotuned(handle, key, m, n, k, candidates, _mma_name, probes, tuple, list)
+
+
+def mma_candidates(m: int, n: int, batch: int, units: int) -> tuple:
+    """The blocks the autotuner ranks for a matrix-unit gemm: the 256-column ones, and the narrower only where none of
+    those gives every unit a block. Where one does, a narrower block only stages each operand slice more often, which
+    a probe MMA_PROBE_K deep underrates: at 2048^3 on h200 it ranked 64 x 128 first, predicted 44 us at the full
+    depth against 128 x 256's 23."""
+    wide = tuple(tiles for tiles in MMA_TILES_CANDIDATES if tiles[1] == MMA_N_TILES)
+    return wide if any(math.prod(_mma_grid(tiles, m, n, batch)) >= units for tiles in wide) else MMA_TILES_CANDIDATES
 
 
 def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,

@@ -203,15 +203,16 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
 
 MMA_M_TILES, MMA_N_TILES, MMA_DEPTH = 4, 8, 32   # the matrix-unit gemm: per warp 4 x 8 HMMA tiles of 16x8
 MMA_THREADS = 256                                # eight warps, two down and four across
-MMA_ROWS, MMA_COLS = 2 * 16 * MMA_M_TILES, 4 * 8 * MMA_N_TILES
-MMA_SHARED_BYTES = (MMA_ROWS + MMA_COLS) * 16 * 4  # one slice of each operand, 16 words deep
+MMA_ROWS, MMA_COLS = 2 * 16 * MMA_M_TILES, 4 * 8 * MMA_N_TILES    # the largest block
+MMA_SHARED_BYTES = (MMA_ROWS + MMA_COLS) * 16 * 4  # one slice of each operand, 16 words deep, in the largest block
 
 
-def make_mma_gemm_kernel(kind, m_tiles: int = MMA_M_TILES):
+def make_mma_gemm_kernel(kind, m_tiles: int = MMA_M_TILES, n_tiles: int = MMA_N_TILES):
     """The matrix-unit gemm kernel for one half type (cuda.float16 or cuda.bfloat16): eight warps in a
-    2 x 4 grid, each computing m_tiles x 8 HMMA tiles of 16x8, so a block computes 32 m_tiles x 256 of C."""
+    2 x 4 grid, each computing m_tiles x n_tiles HMMA tiles of 16x8, so a block computes 32 m_tiles x
+    32 n_tiles of C (n_tiles even: a staging step covers 16 columns)."""
     KIND = kind
-    MT, NT = m_tiles, MMA_N_TILES
+    MT, NT = m_tiles, n_tiles
     ROWS, COLS = 32 * MT, 32 * NT
     A_STEPS, B_STEPS = ROWS // 16, COLS // 16       # a step stages 16 rows (columns) x 16 words
 
