@@ -212,6 +212,16 @@ def test_half_gemm_on_the_matrix_unit(handle, dtype, m, n, k):
     assert np.allclose(got, expected, rtol=1e-3, atol=1e-3)
 
 
+def test_the_staging_copy_makes_any_operand_k_contiguous(handle):
+    """`_k_contiguous` (the transpose kernel, two halves of k to a word) for an odd row count, an odd leading
+    dimension past the rows, a batch stride past the matrix, and a k that is not a whole number of its tiles."""
+    rows, k, ld, stride, batch = 37, 96, 41, 41 * 96 + 5, 2
+    src = rng.integers(0, 2**16, batch * stride, dtype=np.uint16)
+    staged = blas._k_contiguous(handle, cuda.to_device(src).view(np.float16), rows, k, ld, stride, batch)
+    expected = np.stack([src[z * stride:z * stride + k * ld].reshape(k, ld)[:, :rows].T for z in range(batch)])
+    assert np.array_equal(staged.copy_to_host().view(np.uint16).reshape(batch, rows, k), expected)
+
+
 @pytest.mark.slow
 def test_a_half_gemm_in_another_layout_is_staged_for_the_matrix_unit(handle):
     """op(A) = A and op(B) = B^T (neither k-contiguous, as lapis.matmul(A, B) of row-major matrices has B): a gemm

@@ -300,9 +300,9 @@ def _k_contiguous(handle, flat: DeviceNDArray, rows: int, k: int, ld: int, strid
     """An operand stored column-major as `rows` x k (element (i, p) of matrix z at i + p ld + z stride), copied so
     that each row's k elements are contiguous: (z, i, p) at (z rows + i) k + p, ld k (`transpose_kernel`)."""
     staged = DeviceNDArray.allocate(handle.context, batch * rows * k, flat.dtype)
-    handle.transpose[(-(-rows // TRANSPOSE_TILE), -(-k // TRANSPOSE_TILE), batch), (TRANSPOSE_TILE, TRANSPOSE_ROWS),
-                     handle.stream](np.int32(rows), np.int32(k), flat.view(np.uint16), np.int32(ld), np.int32(stride),
-                                    staged.view(np.uint16))
+    handle.transpose[(-(-rows // TRANSPOSE_TILE), -(-k // (2 * TRANSPOSE_TILE)), batch),
+                     (TRANSPOSE_TILE, TRANSPOSE_ROWS), handle.stream](
+        np.int32(rows), np.int32(k), flat.view(np.uint16), np.int32(ld), np.int32(stride), staged.view(np.uint32))
     return staged
 
 

@@ -336,22 +336,35 @@ def dgemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, str
             C[zc + i + j * ldc] = alpha * acc + beta * C[zc + i + j * ldc]
 
 
-TRANSPOSE_TILE = 32        # the staging transpose's square of elements; its block is TRANSPOSE_TILE x TRANSPOSE_ROWS
-TRANSPOSE_ROWS = 8
+TRANSPOSE_TILE = 32        # the staging transpose's tile: 32 rows by 32 words (64 halves) of k; its block is
+TRANSPOSE_ROWS = 8         # TRANSPOSE_TILE x TRANSPOSE_ROWS threads
 
 
 def transpose_kernel(rows, k, src, ld, stride, dst):
-    """dst[(z rows + i) k + p] = src[z stride + p ld + i] for 16-bit elements (the bits of a half): a matrix stored
-    column-major as rows x k, copied k-contiguous, through a tile in shared memory so that both the reads (along
-    i) and the writes (along p) are whole rows of a warp. Grid: (rows / 32, k / 32, batch) blocks of 32 x 8."""
-    tile = shared.array(TRANSPOSE_TILE * (TRANSPOSE_TILE + 1), np.uint16)     # a padded row: fewer bank conflicts
+    """dst[(z rows + i) k + p] = src[z stride + p ld + i] for 16-bit elements (the bits of a half), k even: a matrix
+    stored column-major as rows x k, copied k-contiguous, through a tile in shared memory so that both the reads
+    (along i) and the writes (along p) are whole rows of a warp. A thread reads the halves (i, p) and (i, p + 1) and
+    keeps them as one word of dst (`dst` is its uint32 view), so the tile, the shared loads and the writes move words,
+    half as many as halves. Grid: (rows / 32, k / 64, batch) blocks of 32 x 8."""
+    tile = shared.array(TRANSPOSE_TILE * (TRANSPOSE_TILE + 1), np.uint32)   # a padded row: no bank conflicts
     z = blockIdx.z
-    i0, p0 = blockIdx.x * TRANSPOSE_TILE, blockIdx.y * TRANSPOSE_TILE
+    i0, w0 = blockIdx.x * TRANSPOSE_TILE, blockIdx.y * TRANSPOSE_TILE          # w0: the tile's first word of k
     tx, ty = threadIdx.x, threadIdx.y
-    for r in range(ty, TRANSPOSE_TILE, TRANSPOSE_ROWS):
-        if i0 + tx < rows and p0 + r < k:
-            tile[r * (TRANSPOSE_TILE + 1) + tx] = src[z * stride + (p0 + r) * ld + i0 + tx]
+    words = k // 2
+    # Four rows of the tile per thread, in a loop of constant trips (unrolled), its pointers moved on each trip.
+    reading = i0 + tx < rows
+    at = z * stride + 2 * (w0 + ty) * ld + i0 + tx            # where (i0 + tx, 2 (w0 + ty)) is
+    for j in range(TRANSPOSE_TILE // TRANSPOSE_ROWS):
+        w = ty + j * TRANSPOSE_ROWS
+        if reading and w0 + w < words:
+            low, high = np.uint32(src[at]), np.uint32(src[at + ld])
+            tile[w * (TRANSPOSE_TILE + 1) + tx] = low | (high << np.uint32(16))
+        at += 2 * TRANSPOSE_ROWS * ld
     syncthreads()
-    for r in range(ty, TRANSPOSE_TILE, TRANSPOSE_ROWS):
-        if i0 + r < rows and p0 + tx < k:
-            dst[(z * rows + i0 + r) * k + p0 + tx] = tile[tx * (TRANSPOSE_TILE + 1) + r]
+    writing = w0 + tx < words
+    at = (z * rows + i0 + ty) * words + w0 + tx              # where word (i0 + ty, w0 + tx) goes
+    for j in range(TRANSPOSE_TILE // TRANSPOSE_ROWS):
+        r = ty + j * TRANSPOSE_ROWS
+        if writing and i0 + r < rows:
+            dst[at] = tile[tx * (TRANSPOSE_TILE + 1) + r]
+        at += TRANSPOSE_ROWS * words
