@@ -16,7 +16,7 @@ import test_simt as simt
 from conftest import Bench, pointers
 from lapis.hardware import PTE_WRITABLE
 from lapis.hardware.caches import shared_wavefronts
-from lapis.hardware.numerics import half_to_f64
+from lapis.hardware.numerics import f64_to_half, float_to_format, half_to_f64
 from lapis.hardware.simt import KernelFault, fused, scheduler
 from lapis.hardware.simt.fused import fuse_hot
 from lapis.hardware.simt.native_counters import (
@@ -30,7 +30,7 @@ from lapis.hardware.simt.native_counters import (
     wavefronts,
 )
 from lapis.hardware.simt.native_scheduler import PART_ALIGN
-from lapis.hardware.simt.native_values import half_value
+from lapis.hardware.simt.native_values import f32_to_bf16_bits, f64_to_f16_bits, half_to_f32_bits, half_value
 from lapis.hardware.simt.translate import LOOP_LEN, OPS, RUN_LEN, RUN_LOADS, RUN_WARP, translate
 from lapis.hardware.simt.translated import NativeRunner
 from lapis.isa import assemble, format_instruction
@@ -79,6 +79,18 @@ def float64_arithmetic(bench, rng, n):
     """
     words = np.concatenate([float32_words(rng, n, 3), rng.integers(0, 2**32, (n, 1))], axis=1)
     return body, words, 20, {}, []
+
+
+def half_conversions(bench, rng, n):
+    """F2F between float32 and float16 or bfloat16, both ways (the engine's), from special values and random bits
+    (NaNs with payloads, subnormals, ties among them), beside a half to float64 (the binder's)."""
+    body = """
+        F2F.F16.F32 R40, R8 ; F2F.BF16.F32 R41, R8 ; F2F.F16.F32 R42, R10 ; F2F.BF16.F32 R43, R10 ;
+        F2F.F32.F16 R44, R40 ; F2F.F32.BF16 R45, R41 ; F2F.F32.F16 R46, R9 ; F2F.F32.BF16 R47, R9 ;
+        F2F.F64.BF16 R48, R41 ;
+    """
+    words = np.concatenate([float32_words(rng, n, 1), rng.integers(0, 2**32, (n, 2))], axis=1)
+    return body, words, 10, {}, []
 
 
 def integer_arithmetic(bench, rng, n):
@@ -180,7 +192,8 @@ def test_loads_spread_over_hundreds_of_pages_read_their_words(split, monkeypatch
 
 
 CASES = [simt.divergence, simt.rotated_loop, simt.shared_memory, simt.atomics, simt.warp_operations, simt.matrix_unit,
-         simt.local_memory, float32_arithmetic, float64_arithmetic, integer_arithmetic, global_memory, global_adds]
+         simt.local_memory, float32_arithmetic, float64_arithmetic, half_conversions, integer_arithmetic, global_memory,
+         global_adds]
 
 
 def _run(case, profile: str, sim: str, monkeypatch) -> list:
@@ -231,6 +244,44 @@ def test_the_engine_reads_every_16_bit_pattern_as_the_reference(kind):
     nan = np.isnan(want)
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got[~nan], want[~nan]) and np.array_equal(np.signbit(got[~nan]), np.signbit(want[~nan]))
+
+
+@numba.njit
+def _rounded_halves(values, out16, outbf):
+    for i in range(values.size):
+        out16[i], outbf[i] = f64_to_f16_bits(np.float64(values[i])), f32_to_bf16_bits(np.float64(values[i]))
+
+
+@numba.njit
+def _widened_halves(bits, out16, outbf):
+    for i in range(bits.size):
+        out16[i], outbf[i] = half_to_f32_bits(bits[i], False), half_to_f32_bits(bits[i], True)
+
+
+def test_the_engine_rounds_float32_to_halves_as_the_reference():
+    """F2F.F16.F32 and F2F.BF16.F32 as the engine rounds (`f64_to_f16_bits`, `f32_to_bf16_bits`) and as the
+    reference does (`numerics.f64_to_half`): every pattern of the top 16 bits (every sign, exponent and NaN
+    class) under low bits that are zero, ties, just past ties and random, bit for bit."""
+    lows = np.array([0, 1, 0x0FFF, 0x1000, 0x1001, 0x2000, 0x7FFF, 0x8000, 0x8001, 0xFFFF], np.uint32)
+    bits = (np.arange(1 << 16, dtype=np.uint32)[:, None] << np.uint32(16) | lows).ravel()
+    bits = np.concatenate([bits, np.random.default_rng(0).integers(0, 2**32, 1 << 18, dtype=np.uint32)])
+    values = bits.view(np.float32)
+    got16, gotbf = np.zeros(bits.size, np.int64), np.zeros(bits.size, np.int64)
+    _rounded_halves(values, got16, gotbf)
+    with np.errstate(over="ignore", invalid="ignore"):
+        assert np.array_equal(got16, f64_to_half(values.astype(np.float64), "F16"))
+        assert np.array_equal(gotbf, f64_to_half(values.astype(np.float64), "BF16"))
+
+
+def test_the_engine_widens_every_half_to_float32_as_the_reference():
+    """F2F.F32.F16 and F2F.F32.BF16 of all 65,536 patterns (with other bits above them), as the engine converts
+    (`half_to_f32_bits`) and as the reference does: bit for bit, a signalling NaN made quiet with its payload."""
+    bits = np.arange(1 << 16, dtype=np.int64)
+    got16, gotbf = np.zeros(bits.size, np.int64), np.zeros(bits.size, np.int64)
+    _widened_halves(bits | (0x5A5A << 16), got16, gotbf)
+    with np.errstate(invalid="ignore"):
+        for got, kind in ((got16, "F16"), (gotbf, "BF16")):
+            assert np.array_equal(got, float_to_format(half_to_f64(bits.astype(np.uint32), kind), "F32"))
 
 
 def test_make_compiles_the_engine_with_the_arguments_a_launch_passes():

@@ -314,8 +314,61 @@ def v_f2i(R, F, P, l, o, bf):
 
 @inline
 def v_f2f(R, F, P, l, o, bf):
-    """F2F to F32, as bits."""
-    return as_u32(np.float32(_float_source(R, F, l, o, bf, o[O_M1])))
+    """F2F to F32, F16 or BF16 (M3: 0, 1, 2), as bits: from F32 or F64 (M1), or a half in B's low 16 bits (M2: 1
+    F16, 2 BF16; only to F32, and a half only from F32: `translate.py` leaves the other forms to the binder)."""
+    if o[O_M2]:
+        return half_to_f32_bits(_b(R, l, o), o[O_M2] == 2)
+    x = _float_source(R, F, l, o, bf, o[O_M1])
+    if o[O_M3] == 1:
+        return f64_to_f16_bits(x)
+    if o[O_M3] == 2:
+        return f32_to_bf16_bits(x)
+    return as_u32(np.float32(x))
+
+
+@inline
+def half_to_f32_bits(h, bf16):
+    """The float16 (bfloat16 when `bf16`) in the low 16 bits of h as a float32's bits; a NaN made quiet, as the
+    reference's conversion through float64 makes it (LLVM folds the engine's float32-float64-float32 away)."""
+    x = half_value(h, bf16)
+    bits = as_u32(np.float32(x))
+    return bits | 0x400000 if x != x else bits
+
+
+@inline
+def f64_to_f16_bits(x):
+    """x rounded to the nearest float16, ties to even, as `numerics.f64_to_half` (numpy's double-to-half
+    conversion): its bits. Past the largest half, infinity; a NaN keeps the top ten bits of its fraction (made
+    nonzero); below the smallest subnormal half, zero; the sign kept in every case."""
+    d = as_i64(x)
+    sign = (d >> 48) & 0x8000
+    exp = d & 0x7FF0000000000000
+    sig = d & 0x000FFFFFFFFFFFFF
+    if exp >= 0x40F0000000000000:                       # 2^16 and up (the exponent half's 31 would need)
+        if exp == 0x7FF0000000000000 and sig != 0:
+            h = 0x7C00 + (sig >> 42)
+            return sign | (h + 1 if h == 0x7C00 else h)
+        return sign | 0x7C00
+    if exp <= 0x3F00000000000000:                       # below 2^-14: a subnormal half, or zero
+        if exp < 0x3E60000000000000:
+            return sign
+        sig = (0x0010000000000000 + sig) << ((exp >> 52) - 998)      # the leading one in bit 53 at 2^-25
+        if sig & 0x003FFFFFFFFFFFFF != 0x0010000000000000:          # not a tie on an even half: round up
+            sig += 0x0010000000000000
+        return sign | (sig >> 53)
+    if sig & 0x000007FFFFFFFFFF != 0x0000020000000000:
+        sig += 0x0000020000000000
+    return sign | (((exp - 0x3F00000000000000) >> 42) + (sig >> 42))   # a carry moves on to the exponent
+
+
+@inline
+def f32_to_bf16_bits(x):
+    """A float32's value x rounded to the nearest bfloat16, ties to even, as `numerics.f64_to_half`: its bits; a
+    NaN the quiet one with its sign."""
+    bits = as_u32(np.float32(x))
+    if x != x:
+        return 0x7FC0 | ((bits >> 16) & 0x8000)
+    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
 
 
 # -- float32 results --------------------------------------------------------------------------------

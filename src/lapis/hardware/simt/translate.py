@@ -40,6 +40,7 @@ PAIR_OPS = ("LDC64 IADD64 IMUL64 IMADWIDE IMAD64 SHL64 SHR64 LOP64 IMNMX64 IABS6
             "I2F64 F2I64 F2F64 FRND64").split()
 PREDICATE_OPS = "ISETP ISETP64 FSETP DSETP PLOP".split()
 OTHER_OPS = "NOP S2R SHFL HMMA BRA EXIT BAR".split()
+HALVES = ("F16", "BF16")        # F2F's half formats, as its M2 (source) and M3 (destination) count them from 1
 MEMORY_OPS = "LDG STG LDS STS LDL STL ATOMG".split()
 OPS = U32_OPS + F32_OPS + PAIR_OPS + PREDICATE_OPS + OTHER_OPS + MEMORY_OPS
 OP = {name: i for i, name in enumerate(OPS)}
@@ -259,9 +260,12 @@ def _row(row: np.ndarray, inst: Instruction, registers: int, pc: int, end: int) 
         kind = result(to == "S64", "F2I64")
     elif op == "F2F":
         to, fr = mod("to"), mod("fr")
-        if to not in ("F32", "F64") or fr not in ("F32", "F64"):
+        # Between F32 and F64, and a half to or from F32 (a model's half tensors through float32 arithmetic); the
+        # binder converts a half to or from F64, and a half to the other.
+        if not ({to, fr} <= {"F32", "F64"} or (fr == "F32" and to in HALVES) or (fr in HALVES and to == "F32")):
             raise Untranslatable
         row[M1] = wide_b = fr == "F64"
+        row[M2], row[M3] = HALVES.index(fr) + 1 if fr in HALVES else 0, HALVES.index(to) + 1 if to in HALVES else 0
         kind = result(to == "F64", "F2F64")
     elif op == "FRND":
         row[M1] = ("RN", "FLOOR", "CEIL", "TRUNC").index(mod("rnd"))
