@@ -886,6 +886,26 @@ def test_index_add_accumulates_repeated_indices_with_alpha_and_gradients_as_torc
          torch.zeros(()).index_add(0, torch.tensor(0), torch.tensor(3.0)))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_half_embedding_s_gradient_sums_repeated_rows_as_torch(device, dtype):
+    """index_add and scatter_add in a half type (an embedding's gradient in a bf16 model), sums of small integers
+    that every step of torch's rounding keeps exact: the atomic unit adds float32 words, so a GPU sums in float32
+    and rounds once."""
+    index = np.array([3, 1, 3, 0, 3, 3], np.int64)
+    src = rng.integers(-8, 9, (6, 5)).astype(np.float32)
+    ours, theirs = getattr(lapis, dtype), getattr(torch, dtype)
+    got = lapis.zeros(4, 5, device=device, dtype=ours).index_add(0, lapis.tensor(index, device=device),
+                                                                lapis.tensor(src, device=device, dtype=ours))
+    want = torch.zeros(4, 5, dtype=theirs).index_add(0, torch.tensor(index), torch.tensor(src, dtype=theirs))
+    assert got.dtype == ours and np.array_equal(got.float().cpu().numpy(), want.float().numpy())   # numpy has no bf16
+    table = lapis.nn.Embedding(4, 5).to(device).to(ours)
+    table(lapis.tensor(index, device=device)).backward(lapis.tensor(src, device=device, dtype=ours))
+    expected = np.zeros((4, 5), np.float32)
+    np.add.at(expected, index, src)
+    assert table.weight.grad.dtype == ours and np.array_equal(table.weight.grad.float().cpu().numpy(), expected)
+
+
 def test_index_add_refuses_what_torch_refuses_and_an_index_out_of_range():
     """Torch's checks and messages (the index a vector of int32 or int64, one per source slice, source of x's dtype
     and shape outside dim); an index out of [0, size) is an IndexError on the cpu (torch's for a 1-D x; torch 2.13

@@ -343,7 +343,17 @@ def gather(x, dim: int, index, out, wrap: bool = False) -> None:
 
 def scatter_add(out, dim: int, index, src, wrap: bool = False) -> None:
     if on_gpu(out):
-        kernels.scatter_add(_api(out), out, dim, index, src, wrap)
+        api = _api(out)
+        if out.dtype.itemsize != 2:
+            kernels.scatter_add(api, out, dim, index, src, wrap)
+            return
+        # The atomic unit adds 32-bit words: a half tensor's sums (an embedding's gradient) are made in float32
+        # and rounded once, where torch rounds after each atomic add, in no fixed order.
+        wide, part = (DeviceNDArray.allocate(out.context, x.shape, np.float32) for x in (out, src))
+        kernels.copy(api, out, wide)
+        kernels.copy(api, src, part)
+        kernels.scatter_add(api, wide, dim, index, part, wrap)
+        kernels.copy(api, wide, out)
     else:
         index = _in_bounds(index, dim, out.shape[dim], wrap)
         vector = index.ndim == 1 and out.ndim > 1              # index_add along dim
