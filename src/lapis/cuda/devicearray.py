@@ -30,19 +30,22 @@ class Allocation:
     def __del__(self) -> None:
         # The last view went (on whatever thread dropped it): back into the pool. A __del__, not a weakref.finalize,
         # which cost a tiny op's tensor 1.6 us more.
-        context = self._context
+        context = self._forget()
         if context is not None:
-            self._context = None
-            context.allocations.pop(self._buffer.va, None)
             context.free(self._buffer)
 
     def free(self) -> None:
         """Free now, after the device's queued work."""
-        context = self._context
+        context = self._forget()
         if context is not None:
-            self._context = None
-            context.allocations.pop(self._buffer.va, None)
             context.free_now(self._buffer)
+
+    def _forget(self):
+        """The context, which stops knowing this memory, to give it back to; None once it has been."""
+        context, self._context = self._context, None
+        if context is not None:
+            context.allocations.pop(self._buffer.va, None)
+        return context
 
     @property
     def freed(self) -> bool:
