@@ -308,6 +308,41 @@ def test_adam_steps_many_parameters_a_few_to_a_launch_as_torch_does(decoupled):
     assert [e.args["grid"] for e in launches] == [(17, 1, 1), (4, 1, 1), (1, 1, 1)]
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_adam_steps_half_parameters_in_float32_with_one_rounding_per_store(dtype):
+    """Half parameters on a GPU step in the fused kernel, as torch's fused Adam does: parameter, gradient and moments
+    loaded as float32, stepped in float32, rounded once as they are stored. Each step is torch's float32 Adam on
+    the upcast values, rounded to the half type (to within one unit in the last place: the float32 steps agree
+    to 2e-5, which can move a rounding), two steps, with weight decay."""
+    import ml_dtypes
+    half = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+    rng = np.random.default_rng(7)
+    p = rng.standard_normal(300).astype(half)
+    ours = nn.Parameter(lapis.tensor(p.astype(np.float32), device="cuda").to(getattr(lapis, dtype)))
+    opt = lapis.optim.Adam([ours], lr=0.05, weight_decay=0.01)
+    m = v = np.zeros(300, half)
+    for step in (1, 2):
+        g = rng.standard_normal(300).astype(half)
+        ours.grad = lapis.tensor(g.astype(np.float32), device="cuda").to(getattr(lapis, dtype))
+        with lapis.trace() as t:
+            opt.step()
+        assert [e.args["kernel"] for e in t.select(3, "launch")][-1:] == ["adam_kernel"]   # after the state's fills
+        q = torch.nn.Parameter(torch.tensor(p.astype(np.float32)))
+        reference = torch.optim.Adam([q], lr=0.05, weight_decay=0.01)
+        q.grad = torch.tensor(g.astype(np.float32))
+        reference.step()                                   # one float32 step from the upcast state, then rounded
+        reference.state[q]["step"] = torch.tensor(float(step - 1))
+        q.data = torch.tensor(p.astype(np.float32))
+        reference.state[q]["exp_avg"] = torch.tensor(m.astype(np.float32))
+        reference.state[q]["exp_avg_sq"] = torch.tensor(v.astype(np.float32))
+        reference.step()
+        p, m, v = (x.detach().numpy().astype(half) for x in (q, reference.state[q]["exp_avg"],
+                                                               reference.state[q]["exp_avg_sq"]))
+        got = ours.detach().float().cpu().numpy()
+        ulp = np.abs(np.spacing(p.astype(np.float32))) * (2 ** 13 if dtype == "float16" else 2 ** 16)
+        assert ours.dtype == getattr(lapis, dtype) and np.all(np.abs(got - p.astype(np.float32)) <= ulp)
+
+
 @pytest.mark.parametrize("options", [{}, {"momentum": 0.9, "weight_decay": 0.1}, {"maximize": True, "alpha": 0.9}])
 def test_rmsprop_steps_many_parameters_a_few_to_a_launch_as_torch_does(options):
     """RMSprop on a GPU: float32 parameters in fused kernels, four of alike sizes to a launch (torch's foreach

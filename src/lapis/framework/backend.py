@@ -221,8 +221,8 @@ def bmm(a, b, out) -> None:
 
 
 def adam(params: list[tuple], *, lr, beta1, beta2, eps, step, weight_decay, decoupled) -> None:
-    """A fused Adam step, in place, on each (p, g, m, v) of `params` (contiguous float32 arrays of one size,
-    all on one device)."""
+    """A fused Adam step, in place, on each (p, g, m, v) of `params` (contiguous arrays of one size and dtype, all
+    on one device: float32, or on a GPU float16 or bfloat16 too)."""
     if params and on_gpu(params[0][0]):
         optimizers.adam(_api(params[0][0]), params, lr=lr, beta1=beta1, beta2=beta2, eps=eps, step=step,
                      weight_decay=weight_decay, decoupled=decoupled)

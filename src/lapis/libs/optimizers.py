@@ -7,10 +7,10 @@
     optimizers.sgd(api, [(p, g, buf), ...], lr=..., momentum=..., dampening=..., weight_decay=...,
                    nesterov=..., maximize=..., first=...)   # SGD, with momentum
 
-Every array is a C-contiguous float32 device array, those of a parameter of one size; each is updated in
-place. A launch takes up to SLOTS parameters of alike sizes, as torch's multi_tensor_apply packs lists of tensors
-into its kernels' arguments: a training step's many small parameters (biases, norms) cost a few launches, not a
-dozen elementwise ops each.
+Every array is a C-contiguous float32 device array (Adam's may also be float16 or bfloat16, stepped in float32),
+those of a parameter of one size and type; each is updated in place. A launch takes up to SLOTS parameters of
+alike sizes, as torch's multi_tensor_apply packs lists of tensors into its kernels' arguments: a training step's
+many small parameters (biases, norms) cost a few launches, not a dozen elementwise ops each.
 """
 
 import math
@@ -27,16 +27,21 @@ SLOTS = 4          # parameters one launch steps
 # simulated lane costs its work whether it does anything or not. So a parameter needing under 1/SPREAD of the
 # blocks of the launch's largest starts a launch of its own.
 SPREAD = 4
+# The parameter types Adam's kernel steps: a half parameter, its gradient and its moments are loaded as float32,
+# stepped in float32 and rounded once as they are stored (torch's fused kernels' "opmath").
+ADAM_TYPES = ("float32", "float16", "bfloat16")
 
 
-def _launches(what: str, params: list[tuple], arrays_each: int) -> list[list[list]]:
-    """The launches of a fused step over `params` (tuples of `arrays_each` arrays): up to SLOTS parameters of alike
-    sizes each, the largest first; each parameter as its flat arrays. Empty parameters take no slot."""
+def _launches(what: str, params: list[tuple], arrays_each: int, types: tuple = ("float32",)) -> list[list[list]]:
+    """The launches of a fused step over `params` (tuples of `arrays_each` arrays of one of `types`): up to SLOTS
+    parameters of one type and alike sizes each, the largest first; each parameter as its flat arrays. Empty
+    parameters take no slot."""
     for arrays in params:
-        fit = all(isinstance(a, DeviceNDArray) and a.dtype == np.float32 and a.is_c_contiguous() for a in arrays)
-        if len(arrays) != arrays_each or not fit or len({a.size for a in arrays}) != 1:
-            raise KernelArgumentError(f"{what} takes {arrays_each} C-contiguous float32 device arrays of one size per "
-                                      "parameter")
+        fit = all(isinstance(a, DeviceNDArray) and a.dtype == arrays[0].dtype and a.is_c_contiguous() for a in arrays)
+        fit = fit and arrays[0].dtype.name in types and len({a.size for a in arrays}) == 1
+        if len(arrays) != arrays_each or not fit:
+            raise KernelArgumentError(f"{what} takes {arrays_each} C-contiguous device arrays of one size and one of "
+                                      f"the types {', '.join(types)} per parameter")
     # by size, so that a launch's parameters need alike numbers of blocks (its grid is its largest's)
     live = sorted(([a.ravel() for a in arrays] for arrays in params if arrays[0].size), key=lambda a: -a[0].size)
     launches: list[list] = []
@@ -45,7 +50,8 @@ def _launches(what: str, params: list[tuple], arrays_each: int) -> list[list[lis
         return launch_shape(size, MAX_BLOCKS)[0]
     for arrays in live:
         last = launches[-1] if launches else None
-        if last and len(last) < SLOTS and SPREAD * blocks(arrays[0].size) >= blocks(last[0][0].size):
+        if (last and len(last) < SLOTS and SPREAD * blocks(arrays[0].size) >= blocks(last[0][0].size)
+                and last[0][0].dtype == arrays[0].dtype):               # one type to a launch: one compiled kernel
             last.append(arrays)
         else:
             launches.append([arrays])
@@ -71,14 +77,15 @@ def adam_update(n, p, g, m, v, lr, beta1, beta2, eps, bias1, bias2_sqrt, weight_
     # p -= lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps)
     i = cuda.grid(1)
     while i < n:
-        grad = g[i]
-        w = p[i]
+        grad = float32(g[i])
+        w = float32(p[i])
         if decoupled:
             w = w * (float32(1.0) - lr * weight_decay)
         else:
             grad = grad + weight_decay * w
-        mi = m[i] + (grad - m[i]) * (float32(1.0) - beta1)
-        vi = v[i] * beta2 + grad * grad * (float32(1.0) - beta2)
+        mi0 = float32(m[i])
+        mi = mi0 + (grad - mi0) * (float32(1.0) - beta1)
+        vi = float32(v[i]) * beta2 + grad * grad * (float32(1.0) - beta2)
         m[i] = mi
         v[i] = vi
         p[i] = w - mi / (math.sqrt(vi) / bias2_sqrt + eps) * (lr / bias1)
@@ -100,7 +107,7 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
          weight_decay: float = 0.0, decoupled: bool = False) -> None:
     """One Adam (or, decoupled, AdamW) step, in place, on each (p, g, m, v) of `params`: parameter, gradient and
     moments."""
-    launches = _launches("adam", params, 4)
+    launches = _launches("adam", params, 4, ADAM_TYPES)
     f = np.float32
     scalars = (f(lr), f(beta1), f(beta2), f(eps), f(1 - beta1 ** step), f(math.sqrt(1 - beta2 ** step)),
                f(weight_decay), bool(decoupled))

@@ -15,6 +15,9 @@ from lapis.framework.optim import lr_scheduler
 from lapis.framework.optim.lbfgs import LBFGS
 from lapis.framework.optim.optimizer import Optimizer
 
+# A GPU's fused Adam also steps half parameters, in float32 with one rounding per store (`optimizers.ADAM_TYPES`).
+_HALVES = (_dtype.float16, _dtype.bfloat16)
+
 
 def _followed_gradient(g: dict, p):
     """The gradient a step of SGD, RMSprop, Adagrad or Adadelta follows: negated when the group maximizes, plus the
@@ -105,7 +108,8 @@ class Adam(Optimizer):
                 state["exp_avg"] = zeros_like(p)
                 state["exp_avg_sq"] = zeros_like(p)
             state["step"] += 1
-            if not p.is_contiguous() or p.dtype is not _dtype.float32:
+            fused = p.dtype is _dtype.float32 or p.dtype in _HALVES and backend.on_gpu(p._data)
+            if not p.is_contiguous() or not fused:
                 self._composed_step(g, p, state)            # other dtypes: the same step as tensor ops
                 continue
             together.setdefault((id(g), str(p.device), state["step"]), []).append((g, p, _fused_grad(p), state))
@@ -122,7 +126,8 @@ class Adam(Optimizer):
 
     def _composed_step(self, g: dict, p, state: dict) -> None:
         """One parameter's Adam step as tensor ops (torch's foreach path), for what the fused kernel does not take
-        (float64, half types, strided parameters): the fused kernel's arithmetic, in the parameter's dtype."""
+        (float64, half types on the cpu, strided parameters): the fused kernel's arithmetic, in the parameter's
+        dtype."""
         beta1, beta2 = g["betas"]
         t, grad, m, v = state["step"], p.grad, state["exp_avg"], state["exp_avg_sq"]
         if self.decoupled:
