@@ -343,6 +343,35 @@ def test_adam_steps_half_parameters_in_float32_with_one_rounding_per_store(dtype
         assert ours.dtype == getattr(lapis, dtype) and np.all(np.abs(got - p.astype(np.float32)) <= ulp)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("kind, options", [("SGD", {"momentum": 0.9, "weight_decay": 0.01}),
+                                           ("RMSprop", {"momentum": 0.5, "weight_decay": 0.01})])
+def test_sgd_and_rmsprop_step_half_parameters_in_float32_too(kind, options, dtype):
+    """SGD's and RMSprop's fused kernels load half parameters, gradients and state as float32 too: a first step
+    (with momentum and weight decay) is torch's float32 step on the upcast values, rounded to the half type (to
+    within one unit in the last place, or 1e-5 where the step cancels the parameter), parameter and buffer alike."""
+    import ml_dtypes
+    half = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}[dtype]
+    rng = np.random.default_rng(8)
+    p, g = (rng.standard_normal(300).astype(half) for _ in range(2))
+    ours = nn.Parameter(lapis.tensor(p.astype(np.float32), device="cuda").to(getattr(lapis, dtype)))
+    ours.grad = lapis.tensor(g.astype(np.float32), device="cuda").to(getattr(lapis, dtype))
+    theirs = torch.nn.Parameter(torch.tensor(p.astype(np.float32)))
+    theirs.grad = torch.tensor(g.astype(np.float32))
+    opt_o = getattr(lapis.optim, kind)([ours], lr=0.05, **options)
+    opt_t = getattr(torch.optim, kind)([theirs], lr=0.05, **options)
+    with lapis.trace() as t:
+        opt_o.step()
+    opt_t.step()
+    assert [e.args["kernel"] for e in t.select(3, "launch")][-1:] == [f"{kind.lower()}_kernel"]
+    buffers = (o.state_dict()["state"][0]["momentum_buffer"] for o in (opt_o, opt_t))
+    for got, want in ((ours, theirs), tuple(buffers)):
+        want = want.detach().numpy().astype(half).astype(np.float32)
+        ulp = np.abs(np.spacing(want)) * (2 ** 13 if dtype == "float16" else 2 ** 16)
+        assert got.dtype == getattr(lapis, dtype)           # 1e-5: where p - lr * d cancels, float32's own error
+        assert np.all(np.abs(got.detach().float().cpu().numpy() - want) <= np.maximum(ulp, 1e-5))
+
+
 @pytest.mark.parametrize("options", [{}, {"momentum": 0.9, "weight_decay": 0.1}, {"maximize": True, "alpha": 0.9}])
 def test_rmsprop_steps_many_parameters_a_few_to_a_launch_as_torch_does(options):
     """RMSprop on a GPU: float32 parameters in fused kernels, four of alike sizes to a launch (torch's foreach

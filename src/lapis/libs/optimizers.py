@@ -7,8 +7,8 @@
     optimizers.sgd(api, [(p, g, buf), ...], lr=..., momentum=..., dampening=..., weight_decay=...,
                    nesterov=..., maximize=..., first=...)   # SGD, with momentum
 
-Every array is a C-contiguous float32 device array (Adam's may also be float16 or bfloat16, stepped in float32),
-those of a parameter of one size and type; each is updated in place. A launch takes up to SLOTS parameters of
+Every array is a C-contiguous float32, float16 or bfloat16 device array (a half one stepped in float32), those of
+a parameter of one size and type; each is updated in place. A launch takes up to SLOTS parameters of
 alike sizes, as torch's multi_tensor_apply packs lists of tensors into its kernels' arguments: a training step's
 many small parameters (biases, norms) cost a few launches, not a dozen elementwise ops each.
 """
@@ -27,21 +27,21 @@ SLOTS = 4          # parameters one launch steps
 # simulated lane costs its work whether it does anything or not. So a parameter needing under 1/SPREAD of the
 # blocks of the launch's largest starts a launch of its own.
 SPREAD = 4
-# The parameter types Adam's kernel steps: a half parameter, its gradient and its moments are loaded as float32,
-# stepped in float32 and rounded once as they are stored (torch's fused kernels' "opmath").
-ADAM_TYPES = ("float32", "float16", "bfloat16")
+# The parameter types the kernels step: a half parameter, its gradient and its state are loaded as float32, stepped
+# in float32 and rounded once as they are stored (torch's fused kernels' "opmath").
+STEPPED_TYPES = ("float32", "float16", "bfloat16")
 
 
-def _launches(what: str, params: list[tuple], arrays_each: int, types: tuple = ("float32",)) -> list[list[list]]:
-    """The launches of a fused step over `params` (tuples of `arrays_each` arrays of one of `types`): up to SLOTS
-    parameters of one type and alike sizes each, the largest first; each parameter as its flat arrays. Empty
+def _launches(what: str, params: list[tuple], arrays_each: int) -> list[list[list]]:
+    """The launches of a fused step over `params` (tuples of `arrays_each` arrays of one of STEPPED_TYPES): up to
+    SLOTS parameters of one type and alike sizes each, the largest first; each parameter as its flat arrays. Empty
     parameters take no slot."""
     for arrays in params:
         fit = all(isinstance(a, DeviceNDArray) and a.dtype == arrays[0].dtype and a.is_c_contiguous() for a in arrays)
-        fit = fit and arrays[0].dtype.name in types and len({a.size for a in arrays}) == 1
+        fit = fit and arrays[0].dtype.name in STEPPED_TYPES and len({a.size for a in arrays}) == 1
         if len(arrays) != arrays_each or not fit:
             raise KernelArgumentError(f"{what} takes {arrays_each} C-contiguous device arrays of one size and one of "
-                                      f"the types {', '.join(types)} per parameter")
+                                      f"the types {', '.join(STEPPED_TYPES)} per parameter")
     # by size, so that a launch's parameters need alike numbers of blocks (its grid is its largest's)
     live = sorted(([a.ravel() for a in arrays] for arrays in params if arrays[0].size), key=lambda a: -a[0].size)
     launches: list[list] = []
@@ -107,7 +107,7 @@ def adam(api, params: list[tuple], *, lr: float, beta1: float, beta2: float, eps
          weight_decay: float = 0.0, decoupled: bool = False) -> None:
     """One Adam (or, decoupled, AdamW) step, in place, on each (p, g, m, v) of `params`: parameter, gradient and
     moments."""
-    launches = _launches("adam", params, 4, ADAM_TYPES)
+    launches = _launches("adam", params, 4)
     f = np.float32
     scalars = (f(lr), f(beta1), f(beta2), f(eps), f(1 - beta1 ** step), f(math.sqrt(1 - beta2 ** step)),
                f(weight_decay), bool(decoupled))
@@ -134,13 +134,13 @@ def rmsprop_update(n, p, g, sq, buf, lr, alpha, eps, weight_decay, momentum, max
     # buffer when there is momentum; buf is not read without)
     i = cuda.grid(1)
     while i < n:
-        w = p[i]
-        grad = followed_gradient(g[i], w, weight_decay, maximize)
-        si = sq[i] * alpha + grad * grad * (float32(1.0) - alpha)
+        w = float32(p[i])
+        grad = followed_gradient(float32(g[i]), w, weight_decay, maximize)
+        si = float32(sq[i]) * alpha + grad * grad * (float32(1.0) - alpha)
         sq[i] = si
         avg = math.sqrt(si) + eps
         if momentum != float32(0.0):
-            bi = buf[i] * momentum + grad / avg
+            bi = float32(buf[i]) * momentum + grad / avg
             buf[i] = bi
             p[i] = w - lr * bi
         else:
@@ -174,13 +174,13 @@ def sgd_update(n, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, ma
     # momentum buffer (the gradient itself at the first step), then p -= lr * d; buf is not read without momentum
     i = cuda.grid(1)
     while i < n:
-        w = p[i]
-        d = followed_gradient(g[i], w, weight_decay, maximize)
+        w = float32(p[i])
+        d = followed_gradient(float32(g[i]), w, weight_decay, maximize)
         if momentum != float32(0.0):
             if first:
                 bi = d
             else:
-                bi = buf[i] * momentum + d * (float32(1.0) - dampening)
+                bi = float32(buf[i]) * momentum + d * (float32(1.0) - dampening)
             buf[i] = bi
             if nesterov:
                 d = d + momentum * bi

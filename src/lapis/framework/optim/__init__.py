@@ -15,8 +15,10 @@ from lapis.framework.optim import lr_scheduler
 from lapis.framework.optim.lbfgs import LBFGS
 from lapis.framework.optim.optimizer import Optimizer
 
-# A GPU's fused Adam also steps half parameters, in float32 with one rounding per store (`optimizers.ADAM_TYPES`).
+# A GPU's fused kernels also step half parameters, in float32 with one rounding per store
+# (`optimizers.STEPPED_TYPES`); Adam's steps float32 ones on the cpu too.
 _HALVES = (_dtype.float16, _dtype.bfloat16)
+_STEPPED = (_dtype.float32, *_HALVES)
 
 
 def _followed_gradient(g: dict, p):
@@ -39,8 +41,8 @@ def _written(*tensors) -> None:
 
 
 class SGD(Optimizer):
-    """torch.optim.SGD, with momentum, dampening, Nesterov and weight decay. Contiguous float32 parameters on a GPU
-    step in fused kernels, a few parameters to a launch (`libs.optimizers.sgd`, torch's foreach path); the rest
+    """torch.optim.SGD, with momentum, dampening, Nesterov and weight decay. Contiguous float32 and half parameters on a
+    GPU step in fused kernels, a few parameters to a launch (`libs.optimizers.sgd`, torch's foreach path); the rest
     as tensor ops in torch's order, the kernel's order too."""
 
     def __init__(self, params, lr: float = 1e-3, momentum: float = 0.0, dampening: float = 0.0,
@@ -53,9 +55,9 @@ class SGD(Optimizer):
     @no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
-        together: dict[tuple, list] = {}       # float32 GPU parameters of a group, device and first step: fused
+        together: dict[tuple, list] = {}       # GPU parameters of a group, device and first step: fused
         for g, p, state in self._params():
-            if backend.on_gpu(p._data) and p.dtype is _dtype.float32 and p.is_contiguous():
+            if backend.on_gpu(p._data) and p.dtype in _STEPPED and p.is_contiguous():
                 first = g["momentum"] and "momentum_buffer" not in state
                 if first:
                     state["momentum_buffer"] = zeros_like(p)       # the kernel starts it from the gradient
@@ -141,8 +143,8 @@ class Adam(Optimizer):
 
 class RMSprop(Optimizer):
     """torch.optim.RMSprop: a running mean of squared gradients divides each step (centered: of their variance),
-    with optional momentum. Contiguous float32 parameters on a GPU (not centered) step in fused kernels, a few
-    parameters to a launch (`libs.optimizers.rmsprop`, torch's foreach path); the rest as tensor ops in torch's
+    with optional momentum. Contiguous float32 and half parameters on a GPU (not centered) step in fused kernels, a
+    few parameters to a launch (`libs.optimizers.rmsprop`, torch's foreach path); the rest as tensor ops in torch's
     order, the kernel's order too."""
 
     def __init__(self, params, lr: float = 1e-2, alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0.0,
@@ -153,7 +155,7 @@ class RMSprop(Optimizer):
     @no_grad()
     def step(self, closure=None):
         loss = closure() if closure is not None else None
-        together: dict[tuple, list] = {}       # float32 GPU parameters of a group and device: fused kernels
+        together: dict[tuple, list] = {}       # GPU parameters of a group and device: fused kernels
         for g, p, state in self._params():
             if not state:
                 state["step"] = 0
@@ -163,7 +165,7 @@ class RMSprop(Optimizer):
                 if g["centered"]:
                     state["grad_avg"] = zeros_like(p)
             state["step"] += 1
-            if backend.on_gpu(p._data) and p.dtype is _dtype.float32 and p.is_contiguous() and not g["centered"]:
+            if backend.on_gpu(p._data) and p.dtype in _STEPPED and p.is_contiguous() and not g["centered"]:
                 together.setdefault((id(g), str(p.device)), []).append((g, p, _fused_grad(p), state))
                 continue
             self._composed_step(g, p, state)
