@@ -344,7 +344,7 @@ def gather(x, dim: int, index, out, wrap: bool = False) -> None:
 def scatter_add(out, dim: int, index, src, wrap: bool = False) -> None:
     if on_gpu(out):
         api = _api(out)
-        if out.dtype.itemsize != 2:
+        if out.dtype.name not in ("float16", "bfloat16"):
             kernels.scatter_add(api, out, dim, index, src, wrap)
             return
         # The atomic unit adds 32-bit words: a half tensor's sums (an embedding's gradient) are made in float32

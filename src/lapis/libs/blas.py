@@ -320,6 +320,11 @@ def _mma_grid(tiles: tuple[int, int], m: int, n: int, batch: int) -> tuple[int, 
     return -(-m // (32 * tiles[0])), -(-n // (32 * tiles[1])), batch
 
 
+def _fills_units(tiles: tuple[int, int], m: int, n: int, batch: int, units: int) -> bool:
+    """Whether the matrix-unit kernel's grid in blocks of `tiles` has a block for each of `units` units."""
+    return math.prod(_mma_grid(tiles, m, n, batch)) >= units
+
+
 def _mma_name(tiles: tuple[int, int]) -> str:
     return f"{32 * tiles[0]}x{32 * tiles[1]}"
 
@@ -331,7 +336,7 @@ def choose_mma_tiles(handle: Handle, m: int, n: int, k: int, batch: int, dtype) 
     `choose_tiles` keeps its choices."""
     units = handle.properties.multi_processor_count
     if m * n * k * batch <= TUNE_ABOVE:
-        return next((tiles for tiles in MMA_TILES_CANDIDATES if math.prod(_mma_grid(tiles, m, n, batch)) >= units),
+        return next((tiles for tiles in MMA_TILES_CANDIDATES if _fills_units(tiles, m, n, batch, units)),
                     MMA_TILES_CANDIDATES[-1])
     key = (handle.properties.profile, m, n, -(-k // 256), batch, np.dtype(dtype).name, "mma")
     candidates = mma_candidates(m, n, batch, units)
@@ -351,7 +356,7 @@ def mma_candidates(m: int, n: int, batch: int, units: int) -> tuple:
     a probe MMA_PROBE_K deep underrates: at 2048^3 on h200 it ranked 64 x 128 first, predicted 44 us at the full
     depth against 128 x 256's 23."""
     wide = tuple(tiles for tiles in MMA_TILES_CANDIDATES if tiles[1] == MMA_N_TILES)
-    return wide if any(math.prod(_mma_grid(tiles, m, n, batch)) >= units for tiles in wide) else MMA_TILES_CANDIDATES
+    return wide if any(_fills_units(tiles, m, n, batch, units) for tiles in wide) else MMA_TILES_CANDIDATES
 
 
 def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
