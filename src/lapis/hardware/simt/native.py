@@ -38,7 +38,8 @@ import lapis.hardware.simt.native_loops as loops
 import lapis.hardware.simt.translate as tr
 from lapis.hardware.mmu import VPN_LIMIT
 from lapis.hardware.simt.native_counters import LOCAL_BYTES, count_global, count_shared
-from lapis.hardware.simt.native_values import MASK32, as_f32, as_u32, canonical32, half_value, pair, put_pair
+from lapis.hardware.simt.native_mma import matrix_multiply
+from lapis.hardware.simt.native_values import MASK32, as_f32, as_u32, pair, put_pair
 from lapis.hardware.simt.translate import F32_OPS, OP, PAIR_OPS, PREDICATE_OPS, U32_OPS
 
 DONE, FAULT = 0, 1
@@ -54,8 +55,6 @@ CLOCKLO = 7
                           "FRND FRND64 FSETP HMMA I2F I2F64 I2I I2I64 IABS IABS64 IADD IADD64 IMAD IMAD64 IMADWIDE "
                           "IMNMX IMNMX64 IMUL IMUL64 ISETP ISETP64 LDG LDL LDS LOP LOP64 NOP PLOP S2R SEL SHFL "
                           "SHL SHL64 SHR SHR64 STG STS").split())
-MMA_GROUP = 32            # HMMA's lanes per m16n8k16 product (`warp.MMA_GROUP`)
-MMA_WORK = 512            # float64s one group's product works in: A (16 x 16), B (16 x 8) and the sums (16 x 8)
 LAST_U32, LAST_F32, LAST_PAIR, LAST_PREDICATE = (OP[ops[-1]] for ops in (U32_OPS, F32_OPS, PAIR_OPS, PREDICATE_OPS))
 
 
@@ -66,7 +65,7 @@ def _drop_stale_machine_code() -> None:
     here = Path(__file__)
     sources = b"".join(here.with_name(name).read_bytes()
                        for name in ("native.py", "native_scheduler.py", "native_loops.py", "native_values.py",
-                                    "native_counters.py", "translate.py"))
+                                    "native_counters.py", "native_mma.py", "translate.py"))
     sources += (here.parent.parent / "caches.py").read_bytes()
     digest = hashlib.sha256(sources).hexdigest()
     cache = here.parent / "__pycache__"
@@ -651,55 +650,6 @@ def atomic_add(t, active, R, words, where, keys, lane_of, spare):
                 whole = (whole + value) & MASK32
             i += 1
         words[w] = as_u32(np.float32(wide)) if floats else whole
-
-
-@_engine
-def matrix_multiply(t, active, R, F, threads_per_block, work):
-    """HMMA.16816 for each 32-lane group of the active lanes, as `warp.hmma`: D = C + A B with the 16x16 A, 16x8 B
-    and 16x8 float32 C and D in PTX's m16n8k16 fragment layout, every product exact in float64 and their sum taken
-    in k order from C, then rounded once to float32 (a NaN the canonical one). `work` holds a group's A, B and sums.
-    FAULT (nothing written) when a block is not whole groups or a group is partly active: the binder raises."""
-    L = active.size
-    if threads_per_block % MMA_GROUP:
-        return FAULT
-    for first in range(0, L, MMA_GROUP):
-        n = 0
-        for l in range(first, first + MMA_GROUP):
-            n += active[l]
-        if n != 0 and n != MMA_GROUP:
-            return FAULT
-    a_row, b_row, c_row, d_row = t[tr.A], t[tr.B], t[tr.C], t[tr.D]
-    a_step, b_step, c_step, d_step = t[tr.A2], t[tr.B2], t[tr.C2], t[tr.D2]
-    bf16 = t[tr.M1] != 0
-    A, B, S = work[:256], work[256:384], work[384:512]
-    for first in range(0, L, MMA_GROUP):
-        if not active[first]:
-            continue
-        for lane in range(MMA_GROUP):                  # groupID = lane / 4, threadID_in_group = lane % 4
-            g, q, l = lane >> 2, lane & 3, first + lane
-            for reg in range(4):
-                word = np.int64(R[a_row + reg * a_step, l])
-                at = (g + 8 * (reg & 1)) * 16 + 2 * q + 8 * (reg >> 1)
-                A[at], A[at + 1] = half_value(word, bf16), half_value(word >> 16, bf16)
-                S[(g + 8 * (reg >> 1)) * 8 + 2 * q + (reg & 1)] = np.float64(F[c_row + reg * c_step, l])
-            for reg in range(2):
-                word = np.int64(R[b_row + reg * b_step, l])
-                k = 2 * q + 8 * reg
-                B[k * 8 + g], B[(k + 1) * 8 + g] = half_value(word, bf16), half_value(word >> 16, bf16)
-        for i in range(16):                            # a row's eight sums in registers, not in memory
-            o = i * 8
-            s0, s1, s2, s3, s4, s5, s6, s7 = S[o], S[o + 1], S[o + 2], S[o + 3], S[o + 4], S[o + 5], S[o + 6], S[o + 7]
-            for k in range(16):
-                a, b = A[i * 16 + k], k * 8
-                s0, s1, s2, s3 = s0 + a * B[b], s1 + a * B[b + 1], s2 + a * B[b + 2], s3 + a * B[b + 3]
-                s4, s5, s6, s7 = s4 + a * B[b + 4], s5 + a * B[b + 5], s6 + a * B[b + 6], s7 + a * B[b + 7]
-            S[o], S[o + 1], S[o + 2], S[o + 3], S[o + 4], S[o + 5], S[o + 6], S[o + 7] = s0, s1, s2, s3, s4, s5, s6, s7
-        for lane in range(MMA_GROUP):
-            g, q, l = lane >> 2, lane & 3, first + lane
-            for reg in range(4):
-                R[d_row + reg * d_step, l] = as_u32(canonical32(np.float32(S[(g + 8 * (reg >> 1)) * 8 + 2 * q
-                                                                               + (reg & 1)])))
-    return DONE
 
 
 @njit(inline="always", cache=True, error_model="numpy", _nrt=False)

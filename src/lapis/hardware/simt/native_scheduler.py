@@ -34,7 +34,6 @@ from lapis.hardware.simt.native import (
     DONE,
     EXIT,
     LDS,
-    MMA_WORK,
     NOP,
     PT,
     STG,
@@ -50,6 +49,7 @@ from lapis.hardware.simt.native_counters import (
     SHARED_WAVEFRONTS,
     TALLY_SLOTS,
 )
+from lapis.hardware.simt.native_mma import MMA_WORK
 
 # How `execute_path` stops: the instruction at pc is for the reference (not translated, a branch or
 # exit that splits the group, a barrier under divergence, a fault, the watchdog); the group exited;

@@ -21,8 +21,8 @@ import numpy as np
 
 from lapis.hardware.simt.binders import Mask
 from lapis.hardware.simt.memory_access import MEMORY_BYTES
-from lapis.hardware.simt.native import MMA_WORK
 from lapis.hardware.simt.native_counters import TALLY, TALLY_SLOTS
+from lapis.hardware.simt.native_mma import MMA_WORK
 from lapis.hardware.simt.native_scheduler import STORED, execute_batch
 from lapis.hardware.simt.registers import U64, padded_lanes
 from lapis.hardware.simt.translate import Translation
