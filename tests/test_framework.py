@@ -233,11 +233,14 @@ def test_cuda_names_the_amd_gpu_when_it_is_the_only_one():
     import os
     import subprocess
     import sys
-    code = ("import lapis; x = lapis.ones(3, device='cuda') * 2; "
-            "print(x.tolist(), x.device, x._storage.array.context.device.api_name, lapis.hip.get_device_name())")
+    code = ("import lapis; x = lapis.ones(3, device='cuda') * 2; lapis.accelerator.synchronize(); "
+            "print(x.tolist(), x.device, x._storage.array.context.device.api_name, lapis.hip.get_device_name())\n"
+            "try: lapis.cuda.synchronize()\nexcept lapis.cuda.CudaSupportError as e: print('raised:', e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300,
                          env={**os.environ, "LAPIS_GPUS": "mi300x"}).stdout
     assert out.startswith("[2.0, 2.0, 2.0] cuda:0 hip") and "MI300X" in out       # as a ROCm build of torch
+    # The CUDA API sees no GPU: its synchronize says so instead of returning before the AMD GPU's work is done.
+    assert "raised: cuda: no nvidia GPU" in out
 
 
 def test_dtypes_stay_one_object_through_copies_and_pickles():

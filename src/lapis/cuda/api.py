@@ -338,6 +338,12 @@ class Api:
         yield
 
     def synchronize(self) -> None:
+        """Wait for the work queued on each device of this API in use. With no such GPU it raises, as
+        torch.cuda.synchronize() does without one, rather than return at once: when only AMD-profile GPUs are
+        simulated, framework work on 'cuda' runs through `lapis.hip` (`lapis.accelerator.synchronize()` waits
+        for it whatever the vendor)."""
+        if not self.device_count():
+            self.context()                  # raises CudaSupportError, naming LAPIS_GPUS
         with trace.span(3, "device_synchronize", api=self.name):
             for ctx in list(self._contexts.values()):
                 ctx.synchronize()
