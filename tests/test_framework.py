@@ -233,7 +233,8 @@ def test_cuda_names_the_amd_gpu_when_it_is_the_only_one():
     import os
     import subprocess
     import sys
-    code = ("import lapis; x = lapis.ones(3, device='cuda') * 2; lapis.accelerator.synchronize(); "
+    code = ("import lapis; x = lapis.ones(3, device='cuda') * 2; lapis.accelerator.synchronize()\n"
+            "with lapis.profiler.profile(): x + 1\n"
             "print(x.tolist(), x.device, x._storage.array.context.device.api_name, lapis.hip.get_device_name())\n"
             "try: lapis.cuda.synchronize()\nexcept lapis.cuda.CudaSupportError as e: print('raised:', e)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300,
