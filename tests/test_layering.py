@@ -171,8 +171,9 @@ def test_the_circle_check_catches_a_circle():
 
 
 PUBLIC_MODULES = ["lapis.autograd", "lapis.nn", "lapis.nn.functional", "lapis.nn.init", "lapis.nn.modules",
-                  "lapis.nn.parallel", "lapis.optim", "lapis.optim.lr_scheduler", "lapis.utils.data", "lapis.profiler",
-                  "lapis.distributions", "lapis.distributed", "lapis.amp", "lapis.accelerator"]
+                  "lapis.nn.parallel", "lapis.optim", "lapis.optim.lr_scheduler", "lapis.utils.data",
+                  "lapis.utils.benchmark", "lapis.profiler", "lapis.distributions", "lapis.distributed", "lapis.amp",
+                  "lapis.accelerator"]
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)
@@ -181,7 +182,7 @@ def test_the_public_modules_re_export_the_framework_s(name):
     import importlib
     public = importlib.import_module(name)
     implementation = importlib.import_module(name.replace("lapis.", "lapis.framework.").replace(
-        "framework.utils.data", "framework.data"))
+        "framework.utils.data", "framework.data").replace("framework.utils.benchmark", "framework.benchmark"))
     assert public.__all__ and public.__all__ == implementation.__all__
     for attribute in public.__all__:
         ours, theirs = getattr(public, attribute), getattr(implementation, attribute)

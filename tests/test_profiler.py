@@ -126,3 +126,37 @@ def test_roofline_places_kernels_under_their_roofs(tmp_path, suffix, magic):
         assert q["intensity"] == pytest.approx(q["flops"] / moved)
         bandwidth = props.memory_bandwidth if q["level"] == "dram" else props.l2_bandwidth
         assert q["flops_per_s"] <= min(props.peak_fp32_flops, q["intensity"] * bandwidth) * 1.001   # under its roof
+
+
+# -- lapis.utils.benchmark: torch.utils.benchmark.Timer over the simulated clock ---------------------------------
+def test_a_timer_times_gpu_work_by_the_device_clock_as_cuda_events_do():
+    from lapis.utils import benchmark
+    x, y = lapis.ones(4096, device="cuda"), lapis.ones(4096, device="cuda")
+    x + y                                                   # compiled outside the timing
+    start, end = lapis.cuda.Event(enable_timing=True), lapis.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(3):
+        x + y
+    end.record()
+    three = start.elapsed_time(end) / 1e3                   # seconds of simulated time for three adds
+    m = benchmark.Timer("x + y", globals={"x": x, "y": y}, label="add").timeit(3)
+    assert (m.clock, m.number_per_run, len(m.raw_times)) == ("device", 3, 1)
+    assert m.raw_times[0] == pytest.approx(three, rel=0.02) and m.median == pytest.approx(three / 3, rel=0.02)
+    assert 1e-7 < m.median < 1e-4                           # microseconds, not the simulator's milliseconds
+    assert "add" in repr(m) and "3 runs per measurement" in repr(m) and "device clock" in repr(m)
+
+
+def test_a_timer_times_cpu_work_by_the_host_clock_and_takes_torch_s_arguments():
+    from lapis.utils import benchmark
+    a = lapis.ones(64, 64)
+    m = benchmark.Timer(stmt="a @ a", setup="b = 1", globals={"a": a}).blocked_autorange(min_run_time=0.05)
+    assert m.clock == "host" and m.number_per_run >= 1 and len(m.raw_times) >= 2 and 0 < m.median < 0.01
+    calls = []
+
+    def fake_clock():                                       # timer=: every block is 2 fake seconds long
+        calls.append(1)
+        return 2.0 * len(calls)
+    m = benchmark.Timer(lambda: None, timer=fake_clock).adaptive_autorange(min_run_time=0, max_run_time=1e9)
+    assert m.clock == "timer" and len(m.times) == 3 and m.raw_times == [2.0, 2.0, 2.0] and m.iqr == 0
+    with pytest.raises(ValueError, match="Python statements only"):
+        benchmark.Timer("a", language="c++")

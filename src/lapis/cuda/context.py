@@ -123,6 +123,7 @@ class Context:
         self.stopped_queues: list[runtime.AqlQueue] = []    # replaced after a fault, destroyed once idle
         self.kernargs = self.rt.kernarg_pool(self.agent).allocate(KERNARG_SLOT * KERNARG_SLOTS)
         self.free_slots = list(range(KERNARG_SLOTS - 1, -1, -1))
+        self.launches = 0                                   # kernels queued so far (`lapis.utils.benchmark` reads it)
         # Completed signals, re-armed for the next launch or event record (as HIP's queue tracker reuses
         # its ring of signals): a fresh one costs the driver an event, created and later destroyed.
         self.spare_signals: list[runtime.Signal] = []
@@ -360,12 +361,14 @@ class Context:
                         assertions=compiled.assertions or None)
             state.pending.append(work)
             try:
-                return state.queue.queue_id, state.queue.submit(packet)
+                index = state.queue.submit(packet)
             except BaseException:         # nothing was queued: no one may wait for it, and its slot is free again
                 state.pending.remove(work)
                 self.free_slots.append(slot)
                 self._spare(signal)
                 raise
+            self.launches += 1
+            return state.queue.queue_id, index
 
     def _free_a_slot(self, state: StreamState) -> None:
         """Wait for the oldest work, this stream's first, until a kernel-argument slot is free. A fault from this

@@ -1,5 +1,5 @@
-"""`lapis.utils`, torch.utils's place: `lapis.utils.data`."""
+"""`lapis.utils`, torch.utils's place: `lapis.utils.data` and `lapis.utils.benchmark`."""
 
-from lapis.utils import data
+from lapis.utils import benchmark, data
 
-__all__ = ["data"]
+__all__ = ["benchmark", "data"]
