@@ -511,6 +511,13 @@ def test_an_optimizer_resumes_from_its_state_dict_and_from_torch_s(device, kind)
     run(torch, theirs, ot, grads[2:])
     for a, b in zip(ours, theirs, strict=True):                     # and both as torch's
         close(a, b)
+    # The state is keyed by the parameter, as torch's (programs read opt.state[p]["exp_avg"]); one without any
+    # state reads as empty there too. A loaded state is keyed by the loading optimizer's parameters.
+    entry = "momentum_buffer" if kind == "SGD" else "exp_avg"
+    for lapis_params, lapis_opt in ((ours, oo), (resumed, fresh)):
+        for a, b in zip(lapis_params, theirs, strict=True):
+            close(lapis_opt.state[a][entry], ot.state[b][entry])
+    assert oo.state[nn.Parameter(lapis.zeros(1))] == {} and ot.state[torch.nn.Parameter(torch.zeros(1))] == {}
     with pytest.raises(ValueError, match="different number of parameter groups"):
         fresh.load_state_dict({"state": {}, "param_groups": []})
 

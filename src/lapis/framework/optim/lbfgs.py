@@ -7,6 +7,8 @@ The parameters are handled as one flat vector (their gradients concatenated); ev
 points on a GPU, as it is in torch.
 """
 
+from collections import defaultdict
+
 from lapis.framework.autograd import enable_grad, no_grad
 from lapis.framework.ops.views import cat
 from lapis.framework.optim.optimizer import Optimizer
@@ -28,7 +30,7 @@ class LBFGS(Optimizer):
                         line_search_fn=None)
         self.param_groups = [{**defaults, "params": params}]
         self.defaults = defaults
-        self.state: dict = {}
+        self.state: defaultdict = defaultdict(dict)
 
     @property
     def _flat_params(self) -> list:
@@ -51,7 +53,7 @@ class LBFGS(Optimizer):
         lr, max_iter, max_eval = group["lr"], group["max_iter"], group["max_eval"]
         tolerance_grad, tolerance_change, history_size = (group["tolerance_grad"], group["tolerance_change"],
                                                           group["history_size"])
-        state = self.state.setdefault(id(self._flat_params[0]), {})      # torch keeps it as the first parameter's
+        state = self.state[self._flat_params[0]]                     # torch keeps it as the first parameter's
         state.setdefault("func_evals", 0)
         state.setdefault("n_iter", 0)
         with enable_grad():

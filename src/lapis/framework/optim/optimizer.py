@@ -1,6 +1,7 @@
 """Layer 5: the optimizers' base (torch.optim.Optimizer): parameter groups, zero_grad, state dicts."""
 
 import functools
+from collections import defaultdict
 
 from lapis import trace
 from lapis.framework.autograd import no_grad
@@ -24,7 +25,7 @@ class Optimizer:
         groups = params if params and isinstance(params[0], dict) else [{"params": params}]
         self.param_groups = [{**defaults, **g, "params": list(g["params"])} for g in groups]
         self.defaults = defaults
-        self.state: dict[int, dict] = {}
+        self.state: defaultdict = defaultdict(dict)   # parameter -> its state, as torch keys it (a tensor hashes by id)
         if not any(g["params"] for g in self.param_groups):
             raise ValueError("optimizer got an empty parameter list")
 
@@ -41,7 +42,7 @@ class Optimizer:
         for g in self.param_groups:
             for p in g["params"]:
                 if p.grad is not None:
-                    yield g, p, self.state.setdefault(id(p), {})
+                    yield g, p, self.state[p]
 
     def state_dict(self) -> dict:
         """torch's layout: each parameter numbered in group order; "state" maps a number to its parameter's state
@@ -51,7 +52,7 @@ class Optimizer:
         for g in self.param_groups:
             numbers = [number.setdefault(id(p), len(number)) for p in g["params"]]
             groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": numbers})
-        return {"state": {number[key]: state for key, state in self.state.items() if key in number},
+        return {"state": {number[id(p)]: state for p, state in self.state.items() if id(p) in number},
                 "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
@@ -67,9 +68,9 @@ class Optimizer:
                              "optimizer's group")
         params = {number: p for ours, theirs in pairs
                   for number, p in zip(theirs["params"], ours["params"], strict=True)}
-        self.state = {id(params[int(number)]): {key: _state_value(params[int(number)], key, value)
-                                                for key, value in state.items()}
-                      for number, state in state_dict["state"].items()}
+        self.state = defaultdict(dict, {params[int(number)]: {key: _state_value(params[int(number)], key, value)
+                                                              for key, value in state.items()}
+                                        for number, state in state_dict["state"].items()})
         for ours, theirs in pairs:
             ours.update({k: (tuple(v) if k == "betas" else v) for k, v in theirs.items() if k != "params"})
 
