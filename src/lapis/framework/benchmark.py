@@ -115,9 +115,9 @@ class Timer:
                            num_threads=num_threads)
 
     def _block(self, number: int) -> tuple[float, float, str]:
-        """One block of `number` runs: (its time, its wall time until the GPU finished it, the clock of the
-        first). Kernels are queued asynchronously, so only the wall time to the end of the GPU's work says how
-        long a block takes to measure."""
+        """One block of `number` runs: (its time, the wall time it took to measure, the clock that timed it:
+        "device", "host" or "timer"). Kernels are queued asynchronously, so a GPU block's wall time runs to the end
+        of the GPU's work."""
         start = timeit.default_timer()
         if self._chosen is not None:
             time = self._chosen.timeit(number)
@@ -133,10 +133,9 @@ class Timer:
         host = self._host.timeit(number)
         end.record()
         end.synchronize()                           # as torch's timer synchronizes the GPU after a block
-        wall = timeit.default_timer() - start
-        if context.launches == launched:
-            return host, wall, "host"
-        return begin.elapsed_time(end) / 1e3, wall, "device"
+        if context.launches == launched:           # the events' own cost is no part of the statement's
+            return host, host, "host"
+        return begin.elapsed_time(end) / 1e3, timeit.default_timer() - start, "device"
 
     def _measurement(self, number: int, times: list[float], clock: str) -> Measurement:
         return Measurement(number, times, self._stmt, clock=clock, **self._about)
