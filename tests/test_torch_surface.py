@@ -96,6 +96,10 @@ def test_closeness_and_equality(device):
     assert lapis.allclose(a[:2], b[:2]) and not lapis.allclose(a, b)
     assert lapis.allclose(a[:3], b[:3], equal_nan=True)
     assert lapis.equal(a[:2], a[:2].clone()) and not lapis.equal(a[:2], b[:2]) and not lapis.equal(a, a[:2])
+    # and as methods (x.allclose(y), as the PyTorch benchmark recipe checks its two functions agree)
+    same(a.isclose(b, equal_nan=True), ta.isclose(tb, equal_nan=True))
+    assert a[:2].allclose(b[:2]) and not a.allclose(b) and a[:3].allclose(b[:3], equal_nan=True)
+    assert a[:2].equal(a[:2].clone()) and not a.equal(a[:2])
 
 
 @pytest.mark.parametrize("device", DEVICES)

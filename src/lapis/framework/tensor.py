@@ -173,6 +173,7 @@ class Tensor(TensorBase, elementwise.ElementwiseMethods):
     max, min, argmax, argmin = reductions.max, reductions.min, reductions.argmax, reductions.argmin
     logsumexp, sum_to_size = reductions.logsumexp, reductions.sum_to_size
     all, any, norm, cumsum = reductions.all, reductions.any, reductions.norm, reductions.cumsum
+    isclose, allclose, equal = reductions.isclose, reductions.allclose, reductions.equal
     sort, argsort, topk = sorting.sort, sorting.argsort, sorting.topk
     unique, bincount = sorting.unique, sorting.bincount
 
