@@ -346,3 +346,54 @@ def test_a_handle_launches_on_the_stream_it_is_given():
     assert stream.queue.queue_id not in {e.args["queue"] for e in t.select(2, "packet")}
     with pytest.raises(TypeError, match="takes a stream"):
         handle.set_stream("stream 1")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, "bfloat16"])
+@pytest.mark.parametrize("transa,transb", [("N", "N"), ("T", "N"), ("N", "T"), ("T", "T")])
+def test_a_batch_of_small_products_takes_an_element_per_thread(handle, dtype, transa, transb):
+    """Small matrices in a batch (attention's scores of a few tokens): one thread per element of each C_z, in
+    every layout, with leading dimensions and batch strides past the matrices, alpha and beta."""
+    import ml_dtypes
+    dt = np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype)
+    m, n, k, batch = 5, 7, 24, 9
+    ra, ca = (k, m) if transa == "T" else (m, k)            # A_z stored column-major ra x ca, op(A_z) m x k
+    rb, cb = (n, k) if transb == "T" else (k, n)
+    lda, ldb, ldc = ra + 3, rb + 2, m + 1
+    stride_a, stride_b, stride_c = lda * ca + 4, ldb * cb + 1, ldc * n + 2
+    a = rng.standard_normal(batch * stride_a).astype(dt)
+    b = rng.standard_normal(batch * stride_b).astype(dt)
+    c = rng.standard_normal(batch * stride_c).astype(np.float32)
+    dC = cuda.to_device(c)
+    with trace() as t:
+        blas.gemm_strided_batched(handle, transa, transb, m, n, k, 1.5, cuda.to_device(a), lda, stride_a,
+                                  cuda.to_device(b), ldb, stride_b, 0.5, dC, ldc, stride_c, batch)
+        got = dC.copy_to_host()
+    assert [e.args["kernel"] for e in t.select(3, "launch")] == ["small_gemm_kernel"]
+
+    def matrix(x, z, stride, ld, rows, cols, trans):
+        stored = x[z * stride:z * stride + ld * cols].reshape(cols, ld)[:, :rows].T.astype(np.float64)
+        return stored.T if trans == "T" else stored
+    for z in range(batch):
+        expected = 1.5 * matrix(a, z, stride_a, lda, ra, ca, transa) @ matrix(b, z, stride_b, ldb, rb, cb, transb)
+        expected += 0.5 * matrix(c, z, stride_c, ldc, m, n, "N")
+        assert np.allclose(matrix(got, z, stride_c, ldc, m, n, "N"), expected, rtol=1e-5, atol=1e-4)
+    untouched = np.ones(batch * stride_c, bool)                 # the padding between columns and matrices
+    for z in range(batch):
+        for j in range(n):
+            untouched[z * stride_c + j * ldc:z * stride_c + j * ldc + m] = False
+    assert np.array_equal(got[untouched], c[untouched])
+
+
+def test_a_batched_dot_is_predicted_as_a_small_kernel_not_a_tile_per_item(handle):
+    """10,000 dot products of 64 as a batch of 1 x 64 by 64 x 1 products (the PyTorch benchmark recipe's bmm): the
+    tiled kernel gave each its 64 x 64 block and was predicted at 169 us on h200; an element per thread takes a few."""
+    batch, k = 10000, 64
+    x = cuda.to_device(rng.standard_normal(batch * k).astype(np.float32))
+    out = cuda.device_array(batch, np.float32)
+    with trace() as t:
+        blas.gemm_strided_batched(handle, "T", "N", 1, 1, k, 1.0, x, k, k, x, k, k, 0.0, out, 1, 1, batch)
+        got = out.copy_to_host()
+    flat = x.copy_to_host().reshape(batch, k).astype(np.float64)
+    assert np.allclose(got, (flat * flat).sum(1), rtol=1e-5)
+    [kernel] = [e.args for e in t.select(0, "kernel")]
+    assert kernel["duration_ns"] < 10_000

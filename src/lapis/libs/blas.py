@@ -55,12 +55,16 @@ from lapis.libs.gemm_kernels import (
     MMA_N_TILES,
     MMA_SHARED_BYTES,
     MMA_THREADS,
+    SMALL_GEMM_DEPTH,
+    SMALL_GEMM_OUTPUTS,
+    SMALL_GEMM_THREADS,
     TRANSPOSE_ROWS,
     TRANSPOSE_TILE,
     GemmTiles,
     dgemm_kernel,
     make_gemm_kernel,
     make_mma_gemm_kernel,
+    small_gemm_kernel,
     transpose_kernel,
 )
 from lapis.libs.handle import LibraryHandle
@@ -97,6 +101,7 @@ class Handle(LibraryHandle):
         self.workspace: DeviceNDArray | None = None     # split-K's partial products, grown as needed
         self.dgemm = api.jit(dgemm_kernel)
         self.transpose = api.jit(transpose_kernel)     # stages a half operand k-contiguous for the matrix unit
+        self.small_gemm = api.jit(small_gemm_kernel)   # batches of small products, an element per thread
 
     def gemm_kernel(self, tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False,
                     vector_c: bool = False):
@@ -204,6 +209,18 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
                 _launch_mma(handle, tiles, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
                             stride_c, batch)
         return
+    if _small_items(m, n, k, batch, bias):
+        with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
+                        beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
+                        kernel="small_gemm_kernel", tile="an element of C per thread"):
+            if m and n:
+                a_si, a_sp = (lda, 1) if ta else (1, lda)
+                b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
+                handle.small_gemm[-(-(m * n * batch) // SMALL_GEMM_THREADS), SMALL_GEMM_THREADS, handle.stream](
+                    np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
+                    np.int32(b_sp), np.int32(b_sj), np.float32(beta), fc, np.int32(ldc), np.int32(stride_a),
+                    np.int32(stride_b), np.int32(stride_c), np.int32(batch))
+        return
     tiles = choose_tiles(handle, m, n, k, fa.dtype)
     with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
                     beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
@@ -216,6 +233,14 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
             return
         _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
                      stride_c, batch, bias)
+
+
+def _small_items(m: int, n: int, k: int, batch: int, bias) -> bool:
+    """Whether a batch goes to the small kernel, an element of C per thread: several matrices of at most
+    SMALL_GEMM_OUTPUTS elements summing at most SMALL_GEMM_DEPTH deep (no bias epilogue), where the tiled kernel's
+    smallest block (4,096 elements of C) would be mostly idle for each one."""
+    return (batch > 1 and bias is None and m * n <= SMALL_GEMM_OUTPUTS and k <= SMALL_GEMM_DEPTH
+            and m * n * batch < 2**31)
 
 
 def _split_k(tiles: GemmTiles, m: int, n: int, k: int, batch: int, dtype) -> int:

@@ -305,6 +305,35 @@ def make_mma_gemm_kernel(kind, m_tiles: int = MMA_M_TILES, n_tiles: int = MMA_N_
     return mma_gemm_kernel
 
 
+SMALL_GEMM_THREADS = 256          # the small batched kernel's block: one element of one C_z per thread
+SMALL_GEMM_OUTPUTS = 256          # it takes batches whose matrices have at most this many elements of C ...
+SMALL_GEMM_DEPTH = 1024           # ... each summing at most this deep
+
+
+def small_gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c,
+                      batch):
+    # One thread per element of every C_z (a batch of small products: attention's scores of a few tokens, a
+    # batched dot): element t is row i = t % m of column j = t // m % n of item z = t // (m n), so a warp's
+    # stores run down columns; its sum over k in order, in float32 (half inputs widened). A tiled kernel's
+    # 64 x 64 block would give each item a block and leave most of it idle.
+    t = cuda.grid(1)
+    if t < m * n * batch:
+        z = t // (m * n)
+        e = t - z * (m * n)
+        i = e % m
+        j = e // m
+        a = z * stride_a + i * a_si
+        b = z * stride_b + j * b_sj
+        acc = float32(0.0)
+        for p in range(k):
+            acc += float32(A[a + p * a_sp]) * float32(B[b + p * b_sp])
+        out = z * stride_c + i + j * ldc
+        if beta == float32(0.0):
+            C[out] = alpha * acc
+        else:
+            C[out] = alpha * acc + beta * float32(C[out])
+
+
 DGEMM_TILE = 16         # the float64 kernel's block: DGEMM_TILE x DGEMM_TILE threads, one element of C each
 
 
