@@ -182,18 +182,20 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
     if (fa.dtype == np.float64) != (fc.dtype == np.float64):
         raise BlasError(f"{routine}: float64 A and B need a float64 C and the other way round (got {fa.dtype} and "
                         f"{fc.dtype})")
+
+    def span(kernel: str, tile: str):
+        """The routine's Layer 4 event, naming the kernel that runs it (with the operands as they are then: a
+        staged operand's leading dimension)."""
+        return trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
+                          beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
+                          kernel=kernel, tile=tile)
+
     if fa.dtype == np.float64:
-        with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
-                        beta=beta, ldc=ldc, batch=batch, dtype="float64", device=str(handle.context.device),
-                        kernel="dgemm_kernel", tile=f"{DGEMM_TILE}x{DGEMM_TILE}x{DGEMM_TILE}"):
+        with span("dgemm_kernel", f"{DGEMM_TILE}x{DGEMM_TILE}x{DGEMM_TILE}"):
             if m and n and batch:
-                a_si, a_sp = (lda, 1) if ta else (1, lda)
-                b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
                 handle.dgemm[(-(-m // DGEMM_TILE), -(-n // DGEMM_TILE), batch), (DGEMM_TILE, DGEMM_TILE),
-                             handle.stream](
-                    np.int32(m), np.int32(n), np.int32(k), np.float64(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
-                    np.int32(b_sp), np.int32(b_sj), np.float64(beta), fc, np.int32(ldc), np.int32(stride_a),
-                    np.int32(stride_b), np.int32(stride_c))
+                             handle.stream](*_gemm_arguments(ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb,
+                                                             stride_b, beta, fc, ldc, stride_c, np.float64))
         return
     if _worth_staging(handle, ta, tb, m, n, k, fa):           # cuBLAS's tensor-core kernels take any layout
         if not ta:
@@ -202,29 +204,20 @@ def gemm_strided_batched(handle: Handle, transa: str, transb: str, m: int, n: in
             fb, ldb, stride_b, tb = _k_contiguous(handle, fb, n, k, ldb, stride_b, batch), k, k * n, False
     if _matrix_unit_fits(handle, ta, tb, k, fa, lda, stride_a, fb, ldb, stride_b):
         tiles = choose_mma_tiles(handle, m, n, k, batch, fa.dtype) if m and n and batch else MMA_TILES_CANDIDATES[0]
-        with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
-                        beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
-                        kernel="mma_gemm_kernel", tile=f"{_mma_name(tiles)}x{MMA_DEPTH} on the matrix unit"):
+        with span("mma_gemm_kernel", f"{_mma_name(tiles)}x{MMA_DEPTH} on the matrix unit"):
             if m and n and batch:
                 _launch_mma(handle, tiles, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
                             stride_c, batch)
         return
     if _small_items(m, n, k, batch, bias):
-        with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
-                        beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
-                        kernel="small_gemm_kernel", tile="an element of C per thread"):
+        with span("small_gemm_kernel", "an element of C per thread"):
             if m and n:
-                a_si, a_sp = (lda, 1) if ta else (1, lda)
-                b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
                 handle.small_gemm[-(-(m * n * batch) // SMALL_GEMM_THREADS), SMALL_GEMM_THREADS, handle.stream](
-                    np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
-                    np.int32(b_sp), np.int32(b_sj), np.float32(beta), fc, np.int32(ldc), np.int32(stride_a),
-                    np.int32(stride_b), np.int32(stride_c), np.int32(batch))
+                    *_gemm_arguments(ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
+                                     stride_c), np.int32(batch))
         return
     tiles = choose_tiles(handle, m, n, k, fa.dtype)
-    with trace.span(4, routine, transa=transa, transb=transb, m=m, n=n, k=k, alpha=alpha, lda=lda, ldb=ldb,
-                    beta=beta, ldc=ldc, batch=batch, dtype=str(fa.dtype), device=str(handle.context.device),
-                    kernel="gemm_kernel", tile=str(tiles)):
+    with span("gemm_kernel", str(tiles)):
         if m == 0 or n == 0 or batch == 0:
             return
         splits = _split_k(tiles, m, n, k, batch, fc.dtype)
@@ -382,16 +375,24 @@ def mma_candidates(m: int, n: int, batch: int, units: int) -> tuple:
 def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc,
                  stride_c, batch, bias=None) -> None:
     """The tiled kernel's launch (its bias argument is C itself where there is no bias: it is not read)."""
-    a_si, a_sp = (lda, 1) if ta else (1, lda)
-    b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
     grid_dim = (-(-m // tiles.bm), -(-n // tiles.bn), batch)
     vector_a = not ta and _vectors(fa, lda, stride_a)
     vector_b = not tb and _vectors(fb, ldb, stride_b)
     vector_c = _vectors(fc, ldc, stride_c)
     handle.gemm_kernel(tiles, vector_a, vector_b, bias is not None, vector_c)[grid_dim, tiles.threads, handle.stream](
-        np.int32(m), np.int32(n), np.int32(k), np.float32(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
-        np.int32(b_sp), np.int32(b_sj), np.float32(beta), fc, np.int32(ldc), np.int32(stride_a),
-        np.int32(stride_b), np.int32(stride_c), fc if bias is None else bias)
+        *_gemm_arguments(ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc, stride_c),
+        fc if bias is None else bias)
+
+
+def _gemm_arguments(ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc, stride_c,
+                    scalar=np.float32) -> tuple:
+    """The arguments gemm_kernel, dgemm_kernel and small_gemm_kernel begin with: op(A)[i, p] = A[i a_si + p a_sp]
+    and op(B)[p, j] = B[p b_sp + j b_sj] for A and B as stored, transposed or not; alpha and beta as `scalar`."""
+    a_si, a_sp = (lda, 1) if ta else (1, lda)
+    b_sp, b_sj = (ldb, 1) if tb else (1, ldb)
+    return (np.int32(m), np.int32(n), np.int32(k), scalar(alpha), fa, np.int32(a_si), np.int32(a_sp), fb,
+            np.int32(b_sp), np.int32(b_sj), scalar(beta), fc, np.int32(ldc), np.int32(stride_a), np.int32(stride_b),
+            np.int32(stride_c))
 
 
 def _vectors(x: DeviceNDArray, ld: int, stride: int) -> bool:
