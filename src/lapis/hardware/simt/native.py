@@ -39,10 +39,9 @@ import lapis.hardware.simt.translate as tr
 from lapis.hardware.mmu import VPN_LIMIT
 from lapis.hardware.simt.native_counters import LOCAL_BYTES, count_global, count_shared
 from lapis.hardware.simt.native_mma import matrix_multiply
-from lapis.hardware.simt.native_values import MASK32, as_f32, as_u32, pair, put_pair
+from lapis.hardware.simt.native_values import DONE, FAULT, MASK32, as_f32, as_u32, pair, put_pair
 from lapis.hardware.simt.translate import F32_OPS, OP, PAIR_OPS, PREDICATE_OPS, U32_OPS
 
-DONE, FAULT = 0, 1
 ADDRESS_MASK = ((1 << 52) - 1) & ~4095
 PT = 7
 CLOCKLO = 7

@@ -19,9 +19,8 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 import lapis.hardware.simt.translate as tr
-from lapis.hardware.simt.native_values import as_u32, canonical32, half_value
+from lapis.hardware.simt.native_values import DONE, FAULT, as_u32, canonical32, half_value
 
-DONE, FAULT = 0, 1
 MMA_GROUP = 32            # HMMA's lanes per m16n8k16 product (`warp.MMA_GROUP`)
 # The work area (float64s): A's four registers and B's two, each as its 32 lanes' low halves then their high
 # halves; C's four registers and D's (the sums), a float64 per lane.

@@ -32,6 +32,7 @@ from lapis.hardware.numerics import fused_multiply_add
 
 MASK32 = 0xFFFFFFFF
 SIGN64 = -0x8000000000000000
+DONE, FAULT = 0, 1        # how an instruction of the engine ended: done, or it would fault (nothing written)
 
 
 def inline(fn):
