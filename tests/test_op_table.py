@@ -161,13 +161,27 @@ def test_rows_refuse_what_torch_refuses():
         lapis.ones(2).add_()
 
 
+# (a, b) of the given dtype: one shape, broadcasting, a number either side, a 0-d tensor, two dtypes
+PLAIN_OPERANDS = {
+    "same": lambda v, dt: (lapis.tensor(v[0].astype(dt)), lapis.tensor(v[1].astype(dt))),
+    "broadcast": lambda v, dt: (lapis.tensor(v[0].astype(dt)), lapis.tensor(v[1][:1, :, :1].astype(dt))),
+    "number": lambda v, dt: (lapis.tensor(v[0].astype(dt)), 2.5),
+    "reflected": lambda v, dt: (-3, lapis.tensor(v[1].astype(dt))),
+    "0-d": lambda v, dt: (lapis.tensor(v[0].astype(dt)), lapis.tensor(v[1][0, 0, 0].astype(np.float64))),
+    "mixed": lambda v, dt: (lapis.tensor(v[0].astype(dt)), lapis.tensor(v[1].astype(np.int64 if dt is np.float32
+                                                                                   else np.float32))),
+}
+
+
+@pytest.mark.parametrize("operands", PLAIN_OPERANDS)
 @pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64, np.bool_])
 @pytest.mark.parametrize("name", [name for name, op in OPS.items() if op.arity == 2])
-def test_the_plain_cpu_path_gives_the_general_paths_result(name, dt):
-    """A call of two cpu tensors of one dtype and shape takes `_plain_cpu` (numpy on the arrays, no Function);
-    it must give exactly what the general path gives, or decline. Float32 add, the tiny op, must take it."""
-    values = rng.uniform(-3, 3, (2, 2, 5)) * (rng.random((2, 2, 5)) < 0.8)       # zeros too: division
-    a, b = (lapis.tensor(v.astype(dt)) for v in values)
+def test_the_plain_cpu_path_gives_the_general_paths_result(name, dt, operands):
+    """A cpu call with no gradient to record takes `_plain_cpu` (numpy on the arrays, no Function); it must give
+    exactly what the general path gives, dtype and shape included, or decline. Float32 add, the tiny op, and
+    broadcasting add and multiply by a number must take it."""
+    values = rng.uniform(-3, 3, (2, 2, 2, 5)) * (rng.random((2, 2, 2, 5)) < 0.8)       # zeros too: division
+    a, b = PLAIN_OPERANDS[operands](values, dt)
     fast = _plain_cpu(OPS[name], a, b)
     try:
         general = FUNCTIONS[name].apply(a, b)
@@ -177,9 +191,19 @@ def test_the_plain_cpu_path_gives_the_general_paths_result(name, dt):
     if fast is not None:
         assert fast.dtype == general.dtype and fast.shape == general.shape and not fast.requires_grad
         np.testing.assert_array_equal(fast.numpy(), general.numpy())
-    if name == "add" and dt is np.float32:
+    if name in ("add", "mul") and dt is np.float32 and operands in ("same", "broadcast", "number"):
         assert fast is not None
-    assert _plain_cpu(OPS[name], a.requires_grad_() if a.dtype.is_floating_point else a[:1], b) is None
+    tensor = a if isinstance(a, lapis.Tensor) else b
+    if tensor.dtype.is_floating_point:
+        tensor.requires_grad_()
+        assert _plain_cpu(OPS[name], a, b) is None                 # a gradient to record: the Function's path
+        with lapis.no_grad():
+            assert (_plain_cpu(OPS[name], a, b) is None) == (fast is None)
+
+
+def test_the_plain_cpu_path_declines_a_gpu_operand():
+    a, b = lapis.ones(3), lapis.ones(3, device="cuda")
+    assert _plain_cpu(OPS["add"], a, b) is None and _plain_cpu(OPS["add"], 2.0, b) is None
 
 
 @pytest.mark.parametrize("device", DEVICES)

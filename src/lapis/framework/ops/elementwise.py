@@ -350,27 +350,38 @@ FUNCTIONS = {name: type(name.capitalize(), (Pointwise,), {"op": op, "__doc__": f
              for name, op in OPS.items()}
 
 
+def _cpu_array(x, dt: _dtype.dtype):
+    """A cpu operand of the fast path in dtype dt: a tensor's array (a cast copy if its dtype differs), a number's
+    0-d array, or None for anything else (a tensor on a GPU)."""
+    if isinstance(x, TensorBase):
+        if x.device.type != "cpu":
+            return None
+        return x._data if x.dtype is dt else x._data.astype(dt.np)
+    return np.array(x, dt.np)
+
+
 def _plain_cpu(op: Op, a, b) -> TensorBase | None:
-    """The call programs make most: two cpu tensors of one dtype and shape that the op computes in, no gradient
-    to record and no trace open, done without the general path (a Function, casts, broadcasting): numpy on
-    their arrays. None for any other call, which takes the general path; the result is the same either way."""
-    if not (isinstance(a, TensorBase) and isinstance(b, TensorBase)) or a.dtype is not b.dtype or op.check:
+    """The call programs make most: cpu tensors (or a tensor and a number) with no gradient to record and no trace
+    open, done without the general path (a Function, result tensors made ahead): numpy on their arrays in the
+    dtype the op computes in, broadcasting as torch does. None for any other call, and for anything numpy
+    refuses or answers in another dtype, which takes the general path; the result is the same either way."""
+    tensor = a if isinstance(a, TensorBase) else b
+    if op.check or not isinstance(tensor, TensorBase) or trace.enabled():
         return None
-    if a.device.type != "cpu" or b.device.type != "cpu" or a._shape != b._shape or not a._shape:
-        return None
-    if ((a.requires_grad or b.requires_grad) and is_grad_enabled()) or trace.enabled():
+    if (tensor.requires_grad or isinstance(b, TensorBase) and b.requires_grad) and is_grad_enabled():
         return None
     dt, out_dt = op.rule((a, b))
-    if dt is not a.dtype:
-        return None
     try:
+        x, y = _cpu_array(a, dt), _cpu_array(b, dt)
+        if x is None or y is None:
+            return None
         with np.errstate(all="ignore"):
-            value = op.cpu(a._data, b._data)
-    except (TypeError, ValueError):          # numpy refuses (bool - bool): the general path says it torch's way
+            value = op.cpu(x, y)
+    except (TypeError, ValueError, OverflowError):   # numpy refuses (bool - bool): the general path says it torch's way
         return None
     if not isinstance(value, np.ndarray) or value.dtype != out_dt.np:
         return None
-    return TensorBase._from_numpy(value, a.device)
+    return TensorBase._from_numpy(value, tensor.device)
 
 
 def _public(op: Op) -> Callable:
