@@ -15,7 +15,7 @@ from lapis.framework.autograd import Function
 from lapis.framework.ops.common import dims as _dims
 from lapis.framework.ops.common import new
 from lapis.framework.ops.elementwise import where
-from lapis.framework.tensor_base import TensorBase, parse_shape, wrap_dim
+from lapis.framework.tensor_base import TensorBase, contiguous_strides, parse_shape, wrap_dim
 
 return_types = namedtuple("return_types", ["values", "indices"])
 
@@ -26,11 +26,11 @@ def reduce(op: str, x: TensorBase, dims: list, keepdim: bool, out_dtype: _dtype.
     summed over batch and tokens: one kernel, not two)."""
     cur = (x if x.dtype is out_dtype or op.startswith("arg") else x.to(out_dtype))._contiguous()
     if x.ndim == 0:
-        cur = cur.reshape(1)
+        cur = _reshaped(cur, (1,))
         dims = [0]
     shape, merged = _merge_adjacent(cur._shape, sorted(dims))
     if shape != cur._shape:
-        cur = cur.reshape(shape)
+        cur = _reshaped(cur, shape)
     for d in reversed(merged):
         shape = cur._shape[:d] + cur._shape[d + 1:]
         if cur._shape[d] == 0:
@@ -43,8 +43,14 @@ def reduce(op: str, x: TensorBase, dims: list, keepdim: bool, out_dtype: _dtype.
             backend.reduce(op, cur._data, d, out._data)
         cur = out
     if keepdim:
-        cur = cur.reshape([1 if i in dims else n for i, n in enumerate(x.shape)])
+        cur = _reshaped(cur, tuple(_kept(x.shape, dims)))
     return cur
+
+
+def _reshaped(t: TensorBase, shape: tuple) -> TensorBase:
+    """Contiguous t in another shape of its size, over its memory, with no autograd: reduce runs inside a Function's
+    forward, which records no view nodes anyway."""
+    return TensorBase.made_class(t._storage, shape, contiguous_strides(shape), t._offset, t.device)
 
 
 def _merge_adjacent(shape: tuple, dims: list) -> tuple[tuple, list]:
