@@ -350,12 +350,10 @@ FUNCTIONS = {name: type(name.capitalize(), (Pointwise,), {"op": op, "__doc__": f
              for name, op in OPS.items()}
 
 
-def _cpu_array(x, dt: _dtype.dtype):
-    """A cpu operand of the fast path in dtype dt: a tensor's array (a cast copy if its dtype differs), a number's
-    0-d array, or None for anything else (a tensor on a GPU)."""
+def _cpu_array(x, dt: _dtype.dtype) -> np.ndarray:
+    """An operand of the fast path in dtype dt: a cpu tensor's array (a cast copy if its dtype differs), or a
+    number's 0-d array."""
     if isinstance(x, TensorBase):
-        if x.device.type != "cpu":
-            return None
         return x._data if x.dtype is dt else x._data.astype(dt.np)
     return np.array(x, dt.np)
 
@@ -366,15 +364,16 @@ def _plain_cpu(op: Op, a, b) -> TensorBase | None:
     dtype the op computes in, broadcasting as torch does. None for any other call, and for anything numpy
     refuses or answers in another dtype, which takes the general path; the result is the same either way."""
     tensor = a if isinstance(a, TensorBase) else b
-    if op.check or not isinstance(tensor, TensorBase) or trace.enabled():
+    if op.check or not isinstance(tensor, TensorBase) or tensor.device.type != "cpu" or trace.enabled():
         return None
-    if (tensor.requires_grad or isinstance(b, TensorBase) and b.requires_grad) and is_grad_enabled():
+    other = b if tensor is a and isinstance(b, TensorBase) else None
+    if other is not None and other.device.type != "cpu":
+        return None
+    if (tensor.requires_grad or other is not None and other.requires_grad) and is_grad_enabled():
         return None
     dt, out_dt = op.rule((a, b))
     try:
         x, y = _cpu_array(a, dt), _cpu_array(b, dt)
-        if x is None or y is None:
-            return None
         with np.errstate(all="ignore"):
             value = op.cpu(x, y)
     except (TypeError, ValueError, OverflowError):   # numpy refuses (bool - bool): the general path says it torch's way
