@@ -201,6 +201,27 @@ def test_the_plain_cpu_path_gives_the_general_paths_result(name, dt, operands):
             assert (_plain_cpu(OPS[name], a, b) is None) == (fast is None)
 
 
+@pytest.mark.parametrize("shape", [(2, 5), ()])
+@pytest.mark.parametrize("dt", [np.float32, np.float64, np.int32, np.int64, np.bool_])
+@pytest.mark.parametrize("name", [name for name, op in OPS.items() if op.arity == 1])
+def test_the_plain_cpu_path_of_a_unary_row_gives_the_general_paths_result(name, dt, shape):
+    """The same for each unary row (exp, relu, ...), 0-d tensors too (numpy answers those with a scalar)."""
+    x = lapis.tensor((rng.uniform(-3, 3, shape) * (rng.random(shape) < 0.8)).astype(dt))
+    fast = _plain_cpu(OPS[name], x)
+    try:
+        general = FUNCTIONS[name].apply(x)
+    except (RuntimeError, TypeError, ValueError):
+        assert fast is None
+        return
+    if fast is not None:
+        assert fast.dtype == general.dtype and fast.shape == general.shape and not fast.requires_grad
+        np.testing.assert_array_equal(fast.numpy(), general.numpy())
+    if name == "exp" and dt is np.float32:
+        assert fast is not None
+    if x.dtype.is_floating_point:
+        assert _plain_cpu(OPS[name], x.requires_grad_()) is None
+
+
 def test_the_plain_cpu_path_declines_a_gpu_operand():
     a, b = lapis.ones(3), lapis.ones(3, device="cuda")
     assert _plain_cpu(OPS["add"], a, b) is None and _plain_cpu(OPS["add"], 2.0, b) is None

@@ -358,11 +358,12 @@ def _cpu_array(x, dt: _dtype.dtype) -> np.ndarray:
     return np.array(x, dt.np)
 
 
-def _plain_cpu(op: Op, a, b) -> TensorBase | None:
+def _plain_cpu(op: Op, a, b=None) -> TensorBase | None:
     """The call programs make most: cpu tensors (or a tensor and a number) with no gradient to record and no trace
     open, done without the general path (a Function, result tensors made ahead): numpy on their arrays in the
-    dtype the op computes in, broadcasting as torch does. None for any other call, and for anything numpy
-    refuses or answers in another dtype, which takes the general path; the result is the same either way."""
+    dtype the op computes in, broadcasting as torch does. `b` is None for a unary op. None for any other call,
+    and for anything numpy refuses or answers in another dtype, which takes the general path; the result is the
+    same either way."""
     tensor = a if isinstance(a, TensorBase) else b
     if op.check or not isinstance(tensor, TensorBase) or tensor.device.type != "cpu" or trace.enabled():
         return None
@@ -371,14 +372,18 @@ def _plain_cpu(op: Op, a, b) -> TensorBase | None:
         return None
     if (tensor.requires_grad or other is not None and other.requires_grad) and is_grad_enabled():
         return None
-    dt, out_dt = op.rule((a, b))
+    unary = b is None and op.arity == 1
+    dt, out_dt = op.rule((a,) if unary else (a, b))
     try:
-        x, y = _cpu_array(a, dt), _cpu_array(b, dt)
+        x = _cpu_array(a, dt)
+        y = x if unary else _cpu_array(b, dt)
         with np.errstate(all="ignore"):
-            value = op.cpu(x, y)
+            value = op.cpu(x) if unary else op.cpu(x, y)
     except (TypeError, ValueError, OverflowError):   # numpy refuses (bool - bool): the general path says it torch's way
         return None
-    if not isinstance(value, np.ndarray) or value.dtype != out_dt.np:
+    if isinstance(value, np.generic):                # 0-d operands: numpy answers a scalar
+        value = np.asarray(value)
+    if not isinstance(value, np.ndarray) or value.dtype != out_dt.np or value is x or value is y:
         return None
     return TensorBase._from_numpy(value, tensor.device)
 
@@ -390,7 +395,8 @@ def _public(op: Op) -> Callable:
         def unary(x):
             if not isinstance(x, TensorBase):
                 raise TypeError(f"{op.name}(): argument 'input' (position 1) must be Tensor, not {type(x).__name__}")
-            return function.apply(x)
+            out = _plain_cpu(op, x)
+            return function.apply(x) if out is None else out
         unary.__name__ = unary.__qualname__ = op.name
         return unary
 
