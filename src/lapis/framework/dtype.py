@@ -74,14 +74,17 @@ def promote_types(a: dtype, b: dtype) -> dtype:
     return a if a.itemsize >= b.itemsize else b
 
 
+_BOOLS, _INTEGERS, _FLOATS = (builtins.bool, np.bool_), (builtins.int, np.integer), (builtins.float, np.floating)
+
+
 def scalar_dtype(value) -> dtype:
     """The dtype a Python number takes when it is an operand (a 'wrapped number')."""
-    if isinstance(value, builtins.bool | np.bool_):
+    if isinstance(value, _BOOLS):
         return bool_
-    if isinstance(value, builtins.int | np.integer):
+    if isinstance(value, _INTEGERS):
         return int64
-    if isinstance(value, builtins.float | np.floating):
-        return get_default_dtype()
+    if isinstance(value, _FLOATS):
+        return _default[0]
     raise TypeError(f"expected a number, got {type(value).__name__}")
 
 
