@@ -333,6 +333,21 @@ def _index(m, data, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_cat_joins_along_any_dimension_and_refuses_mismatched_sizes_as_torch(device):
+    same(lambda m, x: m.cat([x[0], x[1], x[0] * 3], -2), f32(2, 3, 4), f32(2, 1, 4), device=device)
+    same(lambda m, x: m.cat([x[0][:, :0], x[1].double().float()], 1), f32(2, 3), f32(2, 2), device=device)
+    same(lambda m, x: m.cat([x[0].t(), x[1]], 0), f32(3, 2), f32(1, 3), device=device)     # a strided piece
+    for shape in ((2, 3, 1), (3,), (3, 3)):       # torch's error, word for word
+        with pytest.raises(RuntimeError) as expected:
+            torch.cat([torch.ones(2, 3), torch.ones(*shape)], 1)
+        with pytest.raises(RuntimeError) as error:
+            lapis.cat([lapis.ones(2, 3, device=device), lapis.ones(*shape, device=device)], 1)
+        assert str(error.value) == str(expected.value)
+    with pytest.raises(RuntimeError, match="zero-dimensional tensor cannot be concatenated"):
+        lapis.cat([lapis.tensor(1.0, device=device)])
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_indexing_ops_with_gradients(device):
     idx = np.array([[0, 2, 1, 0], [3, 3, 0, 1], [2, 1, 1, 0]], np.int64)      # for dim 1 of a (3, 4) source
     same(lambda m, x: x[0].gather(1, _index(m, idx, device)), f32(3, 4), device=device)

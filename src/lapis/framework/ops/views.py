@@ -387,21 +387,25 @@ class Cat(Function):
             raise RuntimeError("zero-dimensional tensor cannot be concatenated")
         d = wrap_dim(dim, ref.ndim)
         dt = _dtype.result_type(*tensors)
-        for t in tensors:
-            if t.ndim != ref.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, ref.shape, strict=True))
-                                         if i != d):
+        around = ref._shape[:d], ref._shape[d + 1:]
+        for number, t in enumerate(tensors):
+            if len(t._shape) != len(ref._shape):
+                raise RuntimeError(f"Tensors must have same number of dimensions: got {ref.ndim} and {t.ndim}")
+            if (t._shape[:d], t._shape[d + 1:]) != around:
+                i = next(i for i, (a, b) in enumerate(zip(t._shape, ref._shape, strict=True)) if i != d and a != b)
                 raise RuntimeError(f"Sizes of tensors must match except in dimension {d}. Expected size "
-                                   f"{list(ref.shape)} but got size {list(t.shape)} for a tensor in the list.")
-        shape = list(ref.shape)
-        shape[d] = builtins.sum(t.shape[d] for t in tensors)
+                                   f"{ref._shape[i]} but got size {t._shape[i]} for tensor number {number} in the "
+                                   "list.")
+        shape = list(ref._shape)
+        shape[d] = builtins.sum(t._shape[d] for t in tensors)
         out = new(shape, dt, dev)
-        at = 0
+        data, lead, at = out._data, (slice(None),) * d, 0
         for t in tensors:
-            n = t.shape[d]
-            if n:
-                backend.copy(t._data, narrow(out, d, at, n)._data)
+            n = t._shape[d]
+            if n:                                  # its slab of out: a view of the backend array, no Function
+                backend.copy(t._data, data[lead + (slice(at, at + n),)])
             at += n
-        ctx.d, ctx.sizes = d, [t.shape[d] for t in tensors]
+        ctx.d, ctx.sizes = d, [t._shape[d] for t in tensors]
         return out
 
     @staticmethod
