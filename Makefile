@@ -51,7 +51,7 @@ bench: $(STAMP)
 	LAPIS_GPUS=mi300x $(BIN)/python benchmarks/libs.py --matmul 1024,2048
 	$(BIN)/python benchmarks/seed_matmul.py
 	$(BIN)/python benchmarks/cuda_cpp.py
-	$(BIN)/python benchmarks/framework.py --digits
+	$(BIN)/python benchmarks/framework.py --digits --cpu-ops
 	$(BIN)/python benchmarks/micro.py
 
 clean:

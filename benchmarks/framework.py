@@ -10,7 +10,8 @@ transformer and a tiny GPT (nanoGPT's smallest) at the examples' batch sizes, af
 (which compiles the kernels) and a traced one (which counts the kernels a step launches and their
 simulated time), with the same step on lapis's cpu device; the tiny GPT's also after `--settle` more
 steps, a training run's steady state (its hot arithmetic compiled into fused runs by then). `--digits`
-also trains the digits MLP (64-128-10, batch 64) for 330 Adam steps.
+also trains the digits MLP (64-128-10, batch 64) for 330 Adam steps. `--cpu-ops` times a dozen common ops on a
+(4, 8) cpu tensor beside PyTorch's (the framework's own overhead per op: issue 14's fourth item).
 """
 
 import argparse
@@ -117,12 +118,17 @@ def main() -> None:
     parser.add_argument("--models", default="mlp,cnn,transformer,gpt", help="which models to time (comma list)")
     parser.add_argument("--settle", type=int, default=40,
                         help="steps the tiny GPT trains before its steady-state step is timed")
+    parser.add_argument("--cpu-ops", action="store_true",
+                        help="also time common ops on a (4, 8) cpu tensor beside PyTorch's")
     parser.add_argument("--digits", action="store_true",
                         help="also train the 64-128-10 digits MLP for 330 Adam steps (batch 64) and time it")
     args = parser.parse_args()
     (gpu, kernels), (cpu, _) = per_op(args.device, args.repeat), per_op("cpu", args.repeat)
     print(f"x + y on 4 elements: {gpu * 1e6:.0f} us of wall time per op on {args.device} ({kernels} kernel), "
           f"{cpu * 1e6:.1f} us on cpu, {torch_per_op(args.repeat) * 1e6:.1f} us in PyTorch on the CPU")
+    if args.cpu_ops:
+        print("ops on small cpu tensors, wall time per op:")
+        cpu_ops(max(args.repeat, 1000))
     wanted = args.models.split(",")
     for (name, model, x, y, loss_fn), key in zip(models(args.device), ("mlp", "cnn", "transformer", "gpt"),
                                                  strict=True):
@@ -139,6 +145,44 @@ def main() -> None:
         result = digits_mlp.train(args.device, epochs=15, hidden=128, batch_size=64, quiet=True)
         print(f"digits MLP 64-128-10, batch 64, 15 epochs ({result['steps']} Adam steps): "
               f"{result['accuracy']:.1%} test accuracy in {result['wall_s']:.1f} s on {args.device}")
+
+
+# Common ops on small cpu tensors: each a function of the module (lapis or torch) and the operands `cpu_ops` makes
+# once with it, x and z (4, 8), y (1, 8) and w (8, 3).
+CPU_OPS = {
+    "x + z": lambda m, x, z, y, w: x + z,
+    "x + y, (4, 8) + (1, 8)": lambda m, x, z, y, w: x + y,
+    "x * 2.0": lambda m, x, z, y, w: x * 2.0,
+    "x.exp()": lambda m, x, z, y, w: x.exp(),
+    "relu(x)": lambda m, x, z, y, w: m.relu(x),
+    "x > 0": lambda m, x, z, y, w: x > 0,
+    "x.sum()": lambda m, x, z, y, w: x.sum(),
+    "x.mean()": lambda m, x, z, y, w: x.mean(),
+    "x.max()": lambda m, x, z, y, w: x.max(),
+    "softmax(x, 1)": lambda m, x, z, y, w: m.softmax(x, 1),
+    "x @ w, (4, 8) @ (8, 3)": lambda m, x, z, y, w: x @ w,
+    "cat([x, x])": lambda m, x, z, y, w: m.cat([x, x]),
+    "x[0]": lambda m, x, z, y, w: x[0],
+    "x.t()": lambda m, x, z, y, w: x.t(),
+    "zeros(4, 8)": lambda m, x, z, y, w: m.zeros(4, 8),
+}
+
+
+def cpu_ops(repeat: int) -> None:
+    """Print each of CPU_OPS's wall time per op on lapis's cpu device and in PyTorch, and their ratio."""
+    try:
+        import torch
+        torch.set_num_threads(1)                   # as lapis's cpu device runs: one thread, no pool to wake
+    except ImportError:
+        torch = None
+
+    def per_op(m, op) -> float:
+        operands = m.ones(4, 8), m.ones(4, 8), m.ones(1, 8), m.ones(8, 3)
+        return best_of(lambda: op(m, *operands), lambda z: None, repeat)
+    for name, op in CPU_OPS.items():
+        ours = per_op(lapis, op)
+        theirs = per_op(torch, op) if torch else float("nan")
+        print(f"  {name:24s} {ours * 1e6:6.1f} us on cpu, {theirs * 1e6:5.1f} us in PyTorch, {ours / theirs:4.1f}x")
 
 
 def torch_per_op(repeat: int) -> float:

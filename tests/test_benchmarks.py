@@ -33,10 +33,13 @@ def test_library_benchmark_reports_fractions_of_peak():
 
 
 def test_framework_benchmark_reports_op_overhead_and_step_times():
-    out = run("benchmarks/framework.py", "--repeat", "3", "--steps", "1", "--models", "mlp,gpt", "--settle", "1")
+    out = run("benchmarks/framework.py", "--repeat", "3", "--steps", "1", "--models", "mlp,gpt", "--settle", "1",
+              "--cpu-ops")
     gpu_us = float(out.split("us of wall time per op")[0].split(":")[-1])
     cpu_us = float(out.split("us on cpu")[0].split(",")[-1])
     assert "(1 kernel)" in out                          # an add on cuda is one kernel: no cast, no copy
+    table = out.split("ops on small cpu tensors")[1].split("digits MLP")[0]
+    assert table.count("us in PyTorch") == 15 and "cat([x, x])" in table    # each op, beside PyTorch's
     assert gpu_us > cpu_us                              # the simulated GPU's launch path costs more than numpy
     assert "tiny GPT, 8 x 16 tokens" in out and "the " in out.split("tiny GPT")[1]   # beside the cpu step
     assert "after 1 more steps" in out.split("tiny GPT")[1]                          # and its steady state
