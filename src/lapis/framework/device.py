@@ -10,22 +10,32 @@ from lapis import hip as _hip
 _TYPES = ("cpu", "cuda", "hip")
 
 
+_PARSED: dict[str, tuple[str, int | None]] = {}      # device strings seen, parsed: every op names its device
+
+
+def _parse(text: str) -> tuple[str, int | None]:
+    """A device string ('cuda', 'cuda:1') as (type, index or None)."""
+    m = re.fullmatch(r"([a-z]+)(?::(\d+))?", text)
+    if not m or m.group(1) not in _TYPES:
+        raise RuntimeError(f"Expected one of {', '.join(_TYPES)} device type at start of device string: {text}")
+    parsed = _PARSED[text] = m.group(1), None if m.group(2) is None else int(m.group(2))
+    return parsed
+
+
 class device:  # noqa: N801 - the name torch users write
     def __init__(self, type: "str | device", index: int | None = None):  # noqa: A002
         if isinstance(type, device):
             type, index = type.type, type.index if index is None else index
         if not isinstance(type, str):
             raise TypeError(f"device() expects a string such as 'cuda' or 'cuda:0', not {type!r}")
-        m = re.fullmatch(r"([a-z]+)(?::(\d+))?", type)
-        if not m or m.group(1) not in _TYPES:
-            raise RuntimeError(f"Expected one of {', '.join(_TYPES)} device type at start of device string: {type}")
-        if m.group(2) is not None:
+        parsed = _PARSED.get(type) or _parse(type)
+        if parsed[1] is not None:
             if index is not None:
                 raise RuntimeError(f"device string {type!r} already has an index; do not pass index={index}")
-            index = int(m.group(2))
-        if m.group(1) == "cpu" and index not in (None, 0):
+            index = parsed[1]
+        if parsed[0] == "cpu" and index not in (None, 0):
             raise RuntimeError(f"there is one cpu device, not cpu:{index}")
-        self.type = m.group(1)
+        self.type = parsed[0]
         self.index = None if self.type == "cpu" else index
 
     @property
