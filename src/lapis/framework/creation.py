@@ -1,6 +1,7 @@
 """Layer 5: creating tensors (torch.tensor, zeros, arange, randn, ...)."""
 
 import builtins
+import contextlib
 import math
 
 import numpy as np
@@ -29,7 +30,9 @@ FRESH_ZEROS_ELEMENTS = 1 << 18
 def full(size, fill_value, dtype: _dtype.dtype | None = None, device=None, requires_grad: bool = False) -> Tensor:
     dtype = dtype or _dtype.scalar_dtype(fill_value)
     shape, dev = parse_shape((size,) if isinstance(size, builtins.int) else tuple(size)), device_of(device)
-    with trace.span(5, "full", shape=list(shape), dtype=str(dtype), device=str(dev), value=fill_value):
+    # the span's arguments cost more than a small fill: made only when a trace is open
+    with (trace.span(5, "full", shape=list(shape), dtype=str(dtype), device=str(dev), value=fill_value)
+          if trace.enabled() else contextlib.nullcontext()):
         out = Tensor._empty(shape, dtype, dev)
         n = out.numel()
         if n and not (n >= FRESH_ZEROS_ELEMENTS and _zero_bytes(fill_value) and backend.holds_zeros(out._data)):

@@ -2,6 +2,7 @@
 is one BLAS gemm (cuBLAS's place, `lapis.libs.blas`) and a batched one one strided-batched gemm; transposed views
 are read in place, as the operands of attention's `q @ k.mT` are."""
 
+import contextlib
 import math
 
 from lapis import trace
@@ -124,8 +125,8 @@ def matmul(a: TensorBase, b: TensorBase) -> TensorBase:
         m, k = a2.shape[-2:]
         k2, n = b2.shape[-2:]
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {k2}x{n})")
-    with trace.span(5, "matmul", a_shape=list(a.shape), b_shape=list(b.shape), dtype=str(a.dtype),
-                    device=str(a.device)) as info:
+    with (trace.span(5, "matmul", a_shape=list(a.shape), b_shape=list(b.shape), dtype=str(a.dtype),
+                     device=str(a.device)) if trace.enabled() else contextlib.nullcontext({})) as info:
         if a2.ndim == 2 and b2.ndim == 2:
             out = MatMul.apply(a2, b2)
         elif b2.ndim == 2:                     # (..., m, k) @ (k, n): the batch folds into the rows
