@@ -87,6 +87,27 @@ def validate_chrome_trace(doc: dict) -> None:
     assert starts == {i for i, ph in flows if ph == "f"} and starts
 
 
+def test_op_spans_carry_their_arguments_when_traced_and_cost_nothing_when_not():
+    x, w, weight, bias = lapis.ones(4, 8), lapis.ones(8, 3), lapis.ones(3, 8), lapis.ones(3)
+    with lapis.trace() as t:
+        lapis.zeros(2, 3)
+        x @ w
+        nn.functional.linear(x, weight, bias)
+        x.to(lapis.float64)
+    spans = {}
+    for e in t.events:
+        if e.layer == 5:
+            spans.setdefault(e.name, e.args)
+    assert spans["full"]["shape"] == [2, 3] and spans["full"]["device"] == "cpu"
+    assert spans["matmul"]["a_shape"] == [4, 8] and spans["matmul"]["b_shape"] == [8, 3]
+    assert spans["linear"]["weight_shape"] == [3, 8]
+    assert spans["to"]["dtype"] == "lapis.float64" and spans["to"]["shape"] == [4, 8]
+    made = []
+    with lapis.trace.lazy_span(5, "untraced", lambda: made.append(1) or {}):
+        pass
+    assert made == []                             # no trace open: the arguments are never made
+
+
 def test_chrome_trace_has_a_track_per_layer_and_the_device_timeline(prof, tmp_path):
     path = tmp_path / "trace.json"
     prof.export_chrome_trace(str(path))

@@ -91,6 +91,12 @@ def span(layer: int, name: str, **args):
     return _span(layer, name, args) if _active else nullcontext({})
 
 
+def lazy_span(layer: int, name: str, arguments):
+    """span() with its arguments made by `arguments()` only when a trace is open: an op's shapes and names as text
+    cost more than a small op's work, and most ops run with no trace open."""
+    return _span(layer, name, arguments()) if _active else nullcontext({})
+
+
 @contextmanager
 def _span(layer: int, name: str, args: dict):
     active = list(_active)

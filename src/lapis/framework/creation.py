@@ -1,7 +1,6 @@
 """Layer 5: creating tensors (torch.tensor, zeros, arange, randn, ...)."""
 
 import builtins
-import contextlib
 import math
 
 import numpy as np
@@ -30,9 +29,8 @@ FRESH_ZEROS_ELEMENTS = 1 << 18
 def full(size, fill_value, dtype: _dtype.dtype | None = None, device=None, requires_grad: bool = False) -> Tensor:
     dtype = dtype or _dtype.scalar_dtype(fill_value)
     shape, dev = parse_shape((size,) if isinstance(size, builtins.int) else tuple(size)), device_of(device)
-    # the span's arguments cost more than a small fill: made only when a trace is open
-    with (trace.span(5, "full", shape=list(shape), dtype=str(dtype), device=str(dev), value=fill_value)
-          if trace.enabled() else contextlib.nullcontext()):
+    with trace.lazy_span(5, "full", lambda: dict(shape=list(shape), dtype=str(dtype), device=str(dev),
+                                                 value=fill_value)):
         out = Tensor._empty(shape, dtype, dev)
         n = out.numel()
         if n and not (n >= FRESH_ZEROS_ELEMENTS and _zero_bytes(fill_value) and backend.holds_zeros(out._data)):
@@ -238,7 +236,7 @@ def randn(*size, dtype=None, device=None, requires_grad: bool = False, generator
         raise RuntimeError(f"\"normal_kernel\" not implemented for '{dt.name}'")
     shape, dev = parse_shape(size), device_of(device)
     rng = generator or default_generator()
-    with trace.span(5, "randn", shape=list(shape), dtype=str(dt), device=str(dev)):
+    with trace.lazy_span(5, "randn", lambda: dict(shape=list(shape), dtype=str(dt), device=str(dev))):
         return _finish(_random(shape, dt, dev, rng.standard_normal), requires_grad)
 
 

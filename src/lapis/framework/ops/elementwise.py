@@ -479,7 +479,8 @@ class ToCopy(Function):
             return x.detach()
         if dev == x.device and dt is x.dtype:
             ctx.node_name = "CloneBackward0"
-        with trace.span(5, "to", src=str(x.device), dst=str(dev), dtype=str(dt), shape=list(x.shape)):
+        with trace.lazy_span(5, "to", lambda: dict(src=str(x.device), dst=str(dev), dtype=str(dt),
+                                                   shape=list(x.shape))):
             if dev == x.device:                                    # a cast (or copy) where the data is
                 out = new(x.shape, dt, dev)
                 backend.copy(x._data, out._data)

@@ -2,7 +2,6 @@
 is one BLAS gemm (cuBLAS's place, `lapis.libs.blas`) and a batched one one strided-batched gemm; transposed views
 are read in place, as the operands of attention's `q @ k.mT` are."""
 
-import contextlib
 import math
 
 from lapis import trace
@@ -69,7 +68,8 @@ def linear(x: TensorBase, weight: TensorBase, bias: TensorBase) -> TensorBase | 
     if not float32 or x.ndim < 1 or weight.ndim != 2 or bias.shape != (weight.shape[0],) or \
             x.shape[-1] != weight.shape[1] or not x.device == weight.device == bias.device:
         return None
-    with trace.span(5, "linear", x_shape=list(x.shape), weight_shape=list(weight.shape), device=str(x.device)):
+    with trace.lazy_span(5, "linear", lambda: dict(x_shape=list(x.shape), weight_shape=list(weight.shape),
+                                                   device=str(x.device))):
         rows = x.reshape(-1, x.shape[-1]) if x.ndim != 2 else x
         out = AddMm.apply(bias, rows, weight.t())
         return out.reshape(*x.shape[:-1], weight.shape[0]) if x.ndim != 2 else out
@@ -125,8 +125,8 @@ def matmul(a: TensorBase, b: TensorBase) -> TensorBase:
         m, k = a2.shape[-2:]
         k2, n = b2.shape[-2:]
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({m}x{k} and {k2}x{n})")
-    with (trace.span(5, "matmul", a_shape=list(a.shape), b_shape=list(b.shape), dtype=str(a.dtype),
-                     device=str(a.device)) if trace.enabled() else contextlib.nullcontext({})) as info:
+    with trace.lazy_span(5, "matmul", lambda: dict(a_shape=list(a.shape), b_shape=list(b.shape),
+                                                   dtype=str(a.dtype), device=str(a.device))) as info:
         if a2.ndim == 2 and b2.ndim == 2:
             out = MatMul.apply(a2, b2)
         elif b2.ndim == 2:                     # (..., m, k) @ (k, n): the batch folds into the rows
