@@ -332,6 +332,25 @@ def _index(m, data, device):
     return m.tensor(data) if m is torch else lapis.tensor(data, device=device)
 
 
+BASIC_INDICES = [1, -1, (0, 2), (slice(1, None), -2), (Ellipsis, 1), (None, Ellipsis, slice(None, None, 2)),
+                 (1, None, Ellipsis, None), (Ellipsis,), (slice(None), None, 0, slice(3)), ()]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("index", BASIC_INDICES, ids=str)
+def test_basic_indexing_views_and_gradients_match_torch(index, device):
+    same(lambda m, x: x[0][index] * 1, f32(3, 4, 5), device=device)
+
+
+def test_basic_indexing_refuses_what_torch_refuses():
+    for index in ((0, 0, 0, 0), (0, 4), (slice(None), -6)):
+        with pytest.raises(IndexError) as expected:
+            torch.ones(3, 4, 5)[index]
+        with pytest.raises(IndexError) as error:
+            lapis.ones(3, 4, 5)[index]
+        assert str(error.value) == str(expected.value)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_cat_joins_along_any_dimension_and_refuses_mismatched_sizes_as_torch(device):
     same(lambda m, x: m.cat([x[0], x[1], x[0] * 3], -2), f32(2, 3, 4), f32(2, 1, 4), device=device)

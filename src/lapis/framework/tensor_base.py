@@ -90,6 +90,8 @@ def contiguous_strides(shape: tuple) -> tuple:
 
 def wrap_dim(d: builtins.int, ndim: builtins.int) -> builtins.int:
     """A dimension index in [-ndim, ndim) as a non-negative one (a 0-d tensor has dimensions -1 and 0)."""
+    if 0 <= d < ndim:                      # the common case, as it is
+        return d
     n = builtins.max(ndim, 1)
     if not -n <= d < n:
         raise IndexError(f"Dimension out of range (expected to be in range of [{-n}, {n - 1}], but got {d})")

@@ -83,15 +83,17 @@ class View(Function):
 class Permute(Function):
     @staticmethod
     def forward(ctx, x: TensorBase, dims: tuple, node_name: str):
-        dims = tuple(wrap_dim(d, x.ndim) for d in dims)
-        if sorted(dims) != list(range(x.ndim)):
-            raise RuntimeError(f"permute(): dims {list(dims)} is not a permutation of the {x.ndim} dimensions")
-        ctx.inverse, ctx.node_name = tuple(sorted(range(len(dims)), key=dims.__getitem__)), node_name
-        return x._view(tuple(x._shape[d] for d in dims), tuple(x._strides[d] for d in dims), x._offset)
+        ndim = len(x._shape)
+        dims = tuple([wrap_dim(d, ndim) for d in dims])
+        if sorted(dims) != list(range(ndim)):
+            raise RuntimeError(f"permute(): dims {list(dims)} is not a permutation of the {ndim} dimensions")
+        ctx.dims, ctx.node_name = dims, node_name
+        return x._view(tuple([x._shape[d] for d in dims]), tuple([x._strides[d] for d in dims]), x._offset)
 
     @staticmethod
     def backward(ctx, g):
-        return g.permute(ctx.inverse), None, None
+        inverse = tuple(sorted(range(len(ctx.dims)), key=ctx.dims.__getitem__))
+        return g.permute(inverse), None, None
 
 
 class Expand(Function):
@@ -132,18 +134,23 @@ class Index(Function):
 
     @staticmethod
     def forward(ctx, x: TensorBase, index: tuple):
-        items = list(index)
-        if builtins.sum(i is Ellipsis for i in items) > 1:
-            raise IndexError("an index can only have a single ellipsis ('...')")
-        consumed = builtins.sum(1 for i in items if i is not None and i is not Ellipsis)
-        if consumed > x.ndim:
-            raise IndexError(f"too many indices for tensor of dimension {x.ndim}")
-        last = next((i for i in reversed(items) if i is not Ellipsis), slice(None))
+        items, ndim = list(index), len(x._shape)
+        ellipsis, consumed, last = None, 0, slice(None)     # where the ellipsis is; dimensions indexed; last item
+        for at, item in enumerate(items):
+            if item is Ellipsis:
+                if ellipsis is not None:
+                    raise IndexError("an index can only have a single ellipsis ('...')")
+                ellipsis = at
+                continue
+            consumed += item is not None
+            last = item
+        if consumed > ndim:
+            raise IndexError(f"too many indices for tensor of dimension {ndim}")
         ctx.node_name = _INDEX_NODE.get(type(last), "SelectBackward0")
-        if Ellipsis in items:
-            at = items.index(Ellipsis)
-            items[at:at + 1] = [slice(None)] * (x.ndim - consumed)
-        items += [slice(None)] * (x.ndim - builtins.sum(1 for i in items if i is not None))
+        if ellipsis is not None:                             # the dimensions no item indexes, in its place
+            items[ellipsis:ellipsis + 1] = [slice(None)] * (ndim - consumed)
+        else:                                                # or after the last item
+            items += [slice(None)] * (ndim - consumed)
         shape, strides, offset, d = [], [], x._offset, 0
         for item in items:
             if item is None:
@@ -194,8 +201,9 @@ def permute(x, *dims):
 
 
 def _swapped(x, dim0, dim1) -> tuple:
-    dims = list(range(x.ndim))
-    d0, d1 = wrap_dim(dim0, x.ndim), wrap_dim(dim1, x.ndim)
+    ndim = len(x._shape)
+    dims = list(range(ndim))
+    d0, d1 = wrap_dim(dim0, ndim), wrap_dim(dim1, ndim)
     dims[d0], dims[d1] = dims[d1], dims[d0]
     return tuple(dims)
 
