@@ -270,12 +270,13 @@ def softmax(x, out, log: bool) -> None:
     if on_gpu(out):
         dnn.softmax_forward(_dnn(out), x, out, log)
         return
-    shifted = x - x.max(axis=-1, keepdims=True)
+    # in place in out, through the ufuncs' own reductions: a small row's cost is numpy's per-call overhead
+    shifted = np.subtract(x, np.maximum.reduce(x, axis=-1, keepdims=True), out=out)
     if log:
-        out[...] = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        shifted -= np.log(np.add.reduce(np.exp(shifted), axis=-1, keepdims=True))
     else:
-        e = np.exp(shifted)
-        out[...] = e / e.sum(axis=-1, keepdims=True)
+        e = np.exp(shifted, out=out)
+        e /= np.add.reduce(e, axis=-1, keepdims=True)
 
 
 def softmax_backward(y, dy, dx, log: bool) -> None:
