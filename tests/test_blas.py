@@ -58,6 +58,31 @@ def test_every_tiling_computes_inner_and_edge_tiles(handle, tiles):
 
 
 @pytest.mark.parametrize("tiles", blas.TILE_CANDIDATES + blas.NARROW_TILES, ids=str)
+def test_every_layout_is_staged_along_its_contiguous_direction(handle, tiles):
+    """A transposed operand (op(A) = A^T, k-contiguous; op(B) = B^T, n-contiguous) is staged with a warp's lanes along
+    its contiguous direction, as the untransposed one is: a gemm reads as few 32-byte sectors in every layout (staged
+    one way for all, each lane of a warp read its own sector of a transposed operand: 5.5x the sectors at 1024^3)."""
+    m, n, k = 256, 256, 64                                          # whole tiles: every staging load unguarded
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    sectors = {}
+    for ta in (False, True):
+        for tb in (False, True):
+            dA = cuda.to_device(col_major(a.T) if ta else col_major(a))
+            dB = cuda.to_device(col_major(b.T) if tb else col_major(b))
+            dC = cuda.device_array(m * n, np.float32)
+            with trace() as t:
+                blas._launch_gemm(handle, tiles, ta, tb, m, n, k, 1.0, dA, k if ta else m, 0, dB, n if tb else k, 0,
+                                  0.0, dC, m, 0, 1)
+                cuda.synchronize()
+            np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a @ b, rtol=1e-4, atol=1e-4)
+            kernel = t.select(0, "kernel")[-1].args
+            sectors[ta, tb] = kernel["global_sectors"]
+            assert kernel["bank_conflicts"] == 0
+    assert len(set(sectors.values())) == 1, sectors
+
+
+@pytest.mark.parametrize("tiles", blas.TILE_CANDIDATES + blas.NARROW_TILES, ids=str)
 def test_aligned_columns_are_staged_four_words_at_a_time(handle, tiles):
     """Column-major A and B whose columns start on 16 bytes take the kernel that stages them with 128-bit loads
     (where the slice has a vector for every thread), and such a C gets its runs of four rows in 128-bit stores;
@@ -73,7 +98,7 @@ def test_aligned_columns_are_staged_four_words_at_a_time(handle, tiles):
         launched = set(handle.tiled_kernels)
         blas._launch_gemm(handle, tiles, False, False, m, n, k, 1.0, dA, m, 0, dB, k, 0, 0.0, dC, m, 0, 1)
         np.testing.assert_allclose(from_col_major(dC.copy_to_host(), m, n, m), a @ b, rtol=1e-4, atol=1e-4)
-        assert (tiles, shift == 0, shift == 0, False, shift == 0) in launched | set(handle.tiled_kernels)
+        assert (tiles, shift == 0, shift == 0, False, shift == 0, False, False) in launched | set(handle.tiled_kernels)
     # every candidate has a vector per thread in one slice at least, and in none more than one; B's only in
     # slices 8 deep (its transposing stores would clash in banks in deeper ones)
     whole = [tiles.bm * tiles.bk == 4 * tiles.threads, tiles.bk * tiles.bn == 4 * tiles.threads and tiles.bk == 8]

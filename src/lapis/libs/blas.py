@@ -104,8 +104,8 @@ class Handle(LibraryHandle):
         self.small_gemm = api.jit(small_gemm_kernel)   # batches of small products, an element per thread
 
     def gemm_kernel(self, tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False,
-                    vector_c: bool = False):
-        key = (tiles, vector_a, vector_b, with_bias, vector_c)
+                    vector_c: bool = False, k_major_a: bool = False, n_major_b: bool = False):
+        key = (tiles, vector_a, vector_b, with_bias, vector_c, k_major_a, n_major_b)
         kernel = self.tiled_kernels.get(key)
         if kernel is None:
             kernel = self.tiled_kernels[key] = self.api.jit(make_gemm_kernel(*key))
@@ -379,7 +379,8 @@ def _launch_gemm(handle, tiles, ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, l
     vector_a = not ta and _vectors(fa, lda, stride_a)
     vector_b = not tb and _vectors(fb, ldb, stride_b)
     vector_c = _vectors(fc, ldc, stride_c)
-    handle.gemm_kernel(tiles, vector_a, vector_b, bias is not None, vector_c)[grid_dim, tiles.threads, handle.stream](
+    kernel = handle.gemm_kernel(tiles, vector_a, vector_b, bias is not None, vector_c, bool(ta), bool(tb))
+    kernel[grid_dim, tiles.threads, handle.stream](
         *_gemm_arguments(ta, tb, m, n, k, alpha, fa, lda, stride_a, fb, ldb, stride_b, beta, fc, ldc, stride_c),
         fc if bias is None else bias)
 

@@ -29,7 +29,7 @@ class GemmTiles:
 
 
 def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = False, with_bias: bool = False,
-                     vector_c: bool = False):
+                     vector_c: bool = False, k_major_a: bool = False, n_major_b: bool = False):
     """The gemm kernel for one tiling; the tile sizes are compile-time constants (closure variables).
 
     With `vector_a` (float32 op(A) = A, column-major: a_si = 1, each slice's columns 16-byte aligned) a block whose
@@ -38,7 +38,12 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
     fewer such vectors than the block has threads keeps word loads. With `with_bias`, the epilogue adds bias[i] to
     row i of C (cublasLt's bias epilogue); without, the kernel does not read its bias argument. With `vector_c`
     (float32 C whose columns start on 16 bytes) and beta 0, each run of four rows inside C leaves in one 128-bit
-    store (a float4 of a column); the rest, and C read back for beta, go word by word."""
+    store (a float4 of a column); the rest, and C read back for beta, go word by word.
+
+    Staging follows each operand's contiguous direction, so a warp's loads share sectors whatever the layout (as
+    cuBLAS keeps a kernel per layout): A's lanes run down its rows (i), or with `k_major_a` (op(A) = A^T stored
+    k-contiguous: a_sp = 1) along k as B's do; B's lanes run along k, or with `n_major_b` (op(B) = B^T stored
+    n-contiguous: b_sj = 1) along its columns (j). The other way each lane of a warp reads its own sector."""
     BM, BN, BK, TM, TN = tiles.bm, tiles.bn, tiles.bk, tiles.tm, tiles.tn
     THREADS = tiles.threads
     # A's vectors are stored whole (STS.128); B's are transposed, a word to each of four rows of the slice, which
@@ -54,17 +59,40 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
     KG = min(BK, 8)
     PAD = max(4, 32 // KG)
     SB_ROW = BN + PAD
+    # A k-major A is staged as B is (k-fastest groups of KG, rows padded), its rows of the slice SA_ROW apart; else
+    # lanes run down the rows of a column and store consecutive words, with rows BM apart.
+    KA = k_major_a
+    SA_ROW = BM + PAD if KA else BM
     # A thread's rows of C are TM // 4 runs of four, BM // (TM // 4) apart (columns likewise), so each run
     # of a staged slice is one 128-bit shared load (an f32x4 fragment).
     RUNS_M, RUNS_N = TM // 4, TN // 4
     GAP_M, GAP_N = BM // RUNS_M, BN // RUNS_N
     A_STEPS, B_STEPS = BM * BK // THREADS, BK * BN // THREADS
+    NB = n_major_b
+
+    # Element e of a staged slice, as a thread counts them (e = tx + step * THREADS): its row and depth in A's slice,
+    # its depth and column in B's.
+    @cuda.jit(device=True)
+    def a_row(e):
+        return e // KG % BM if KA else e % BM
+
+    @cuda.jit(device=True)
+    def a_depth(e):
+        return e // (KG * BM) * KG + e % KG if KA else e // BM
+
+    @cuda.jit(device=True)
+    def b_depth(e):
+        return e // BN if NB else e // (KG * BN) * KG + e % KG
+
+    @cuda.jit(device=True)
+    def b_column(e):
+        return e % BN if NB else e // KG % BN
 
     def gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c, bias):
         # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc];
         # matrix number blockIdx.z of a strided batch starts stride_a, stride_b, stride_c elements further.
         # Half-precision inputs are widened to float32 as they enter shared memory (fp32 accumulation).
-        sA = shared.array(BK * BM, float32)           # sA[p * BM + i]
+        sA = shared.array(BK * SA_ROW, float32)       # sA[p * SA_ROW + i]
         sB = shared.array(BK * SB_ROW, float32)       # sB[p * SB_ROW + j], padded against bank conflicts
         acc = local.array((TM, TN), float32)
         a = local.array(TM, float32)
@@ -87,10 +115,10 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
         b_off = local.array(B_STEPS, np.int32)
         for step in range(A_STEPS):
             e = tx + step * THREADS
-            a_off[step] = za + (i0 + e % BM) * a_si + e // BM * a_sp
+            a_off[step] = za + (i0 + a_row(e)) * a_si + a_depth(e) * a_sp
         for step in range(B_STEPS):
             e = tx + step * THREADS
-            b_off[step] = zb + (e // (KG * BN) * KG + e % KG) * b_sp + (j0 + e // KG % BN) * b_sj
+            b_off[step] = zb + b_depth(e) * b_sp + (j0 + b_column(e)) * b_sj
         # Vector v = tx + step * THREADS of a slice is A's rows 4 (v % (BM / 4)) .. + 3 at k = v // (BM / 4), and
         # B's k 4 (v % (BK / 4)) .. + 3 at column v // (BK / 4).
         a_voff = local.array(A_VREGS, np.int32)
@@ -117,11 +145,11 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
                 if VEC_A and vectors:
                     for step in range(A_VSTEPS):
                         v = tx + step * THREADS
-                        cuda.mma.store(sA, v // (BM // 4) * BM + v % (BM // 4) * 4, fa[step])
+                        cuda.mma.store(sA, v // (BM // 4) * SA_ROW + v % (BM // 4) * 4, fa[step])
                 else:
                     for step in range(A_STEPS):
                         e = tx + step * THREADS
-                        sA[e // BM * BM + e % BM] = va[step]
+                        sA[a_depth(e) * SA_ROW + a_row(e)] = va[step]
                 if VEC_B and vectors:
                     for step in range(B_VSTEPS):
                         v = tx + step * THREADS
@@ -130,7 +158,7 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
                 else:
                     for step in range(B_STEPS):
                         e = tx + step * THREADS
-                        sB[(e // (KG * BN) * KG + e % KG) * SB_ROW + e // KG % BN] = vb[step]
+                        sB[b_depth(e) * SB_ROW + b_column(e)] = vb[step]
                 syncthreads()
             vectors = inside and p1 + BK <= k
             if vectors:
@@ -150,17 +178,17 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
                 for step in range(A_STEPS):
                     e = tx + step * THREADS
                     va[step] = float32(0.0)
-                    if i0 + e % BM < m and p1 + e // BM < k:
+                    if i0 + a_row(e) < m and p1 + a_depth(e) < k:
                         va[step] = float32(A[a_off[step] + p1 * a_sp])
                 for step in range(B_STEPS):
                     e = tx + step * THREADS
                     vb[step] = float32(0.0)
-                    if p1 + e // (KG * BN) * KG + e % KG < k and j0 + e // KG % BN < n:
+                    if p1 + b_depth(e) < k and j0 + b_column(e) < n:
                         vb[step] = float32(B[b_off[step] + p1 * b_sp])
             if p1 > 0:
                 for pp in range(BK):
                     for h in range(RUNS_M):
-                        run = cuda.mma.load(sA, pp * BM + ti + h * GAP_M, 4)
+                        run = cuda.mma.load(sA, pp * SA_ROW + ti + h * GAP_M, 4)
                         for q in range(4):
                             a[h * 4 + q] = cuda.mma.get(run, q)
                     for h in range(RUNS_N):
