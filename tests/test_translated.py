@@ -357,6 +357,19 @@ def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch, e
     assert counters == counters0 and ns == ns0
 
 
+def test_conversions_between_float32_and_float64_are_fused_into_runs():
+    """F2F between float32 and float64 (four and one in each float32 division's refinement) is in the runs it sits in,
+    so the division is one run; the forms the engine's LLVM and numpy treat apart (float32 to float32, halves) end
+    runs."""
+    program = assemble("""
+        MUFU.RCP R11, R10 ; F2F.F64.F32 R14, R9 ; F2F.F64.F32 R16, R11 ; DMUL R18, R14, R16 ;
+        DFMA R20, -R14, R18, R14 ; F2F.F32.F64 R12, R20 ; FADD R13, R12, R9 ;
+        F2F.F32.F32 R22, R13 ; FADD R23, R22, R9 ; F2F.F16.F32 R24, R23 ; FADD R25, R24, R9 ;
+        EXIT ;""".replace(" ; ", " ;\n"))
+    table = translate(program, 96).table
+    assert fused.runs(table).tolist() == [[0, 7], [8, 1], [10, 1]]
+
+
 def _fused_table(bench) -> np.ndarray:
     """The table of the program the bench ran last, as fused for its launches (one row length)."""
     (translation,) = bench.gpu.simt.caches.translations(bench.last[0])

@@ -55,7 +55,7 @@ from llvmlite import ir
 from numba import njit
 
 import lapis.hardware.simt.translate as tr
-from lapis.hardware.simt.fused_ir import EMITTERS, emit_run
+from lapis.hardware.simt.fused_ir import EMITTERS, emit_run, emits
 from lapis.hardware.simt.fused_lanes import PT, WIDTH
 from lapis.hardware.simt.fused_loops import emit_loop
 from lapis.hardware.simt.translate import OP, Translation
@@ -81,7 +81,7 @@ def runs(table: np.ndarray) -> np.ndarray:
     found, start, written = [], None, set()
     for pc, kind in enumerate(kinds.tolist() + [-1]):
         load = kind == OP["LDS"]
-        fusable = kind in EMITTERS
+        fusable = kind >= 0 and emits(table[pc])
         if start is not None and (not fusable or pc in targets or load and not loads_before(table[pc], written)):
             found.append((start, pc - start))
             start = None

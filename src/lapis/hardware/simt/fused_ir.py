@@ -154,6 +154,18 @@ def _mufu(x: Lanes, t, pc):
     return b.fptrunc(_intrinsic(x, "exp2" if fn == 3 else "log2", wide), x.type(F32))
 
 
+def _f2f(x: Lanes, t, pc):
+    """F2F from F64 to F32 (`native_values.v_f2f`: B's raw bits, rounded once to nearest even)."""
+    return x.bits_of(x.b.fptrunc(x.float_of(x.b64(t, pc), 64), x.type(F32)), 32)
+
+
+def _f2f64(x: Lanes, t, pc):
+    """F2F to F64 from F32 (M1 0: exact) or F64 (M1 1: the bits), of B's raw bits (`native_values.v_f2f64`)."""
+    if t[tr.M1]:
+        return x.b64(t, pc)
+    return x.bits_of(x.b.fpext(x.float_of(x.b32(t, pc), 32), x.type(F64)), 64)
+
+
 def _plop(x: Lanes, t, pc):
     return x.combine(int(t[tr.M1]), x.holds(int(t[tr.PS]), t[tr.PS_NEG]), x.holds(int(t[tr.PQ]), t[tr.PQ_NEG]))
 
@@ -238,6 +250,9 @@ EMITTERS: dict[int, Callable[[Lanes, np.ndarray, int], None]] = {OP[name]: emit 
     "DFMA": _pair(_dfma),
     "DMNMX": _pair(lambda x, t, pc: x.bits_of(x.minmax(x.da(t), x.db(t, pc), t[tr.M1], 64), 64)),
     "I2F64": _pair(lambda x, t, pc: x.bits_of(_to_float(x, t, pc, F64), 64)),
+    # conversions between float32 and float64 (a float32 division's refinement in float64 is four and one)
+    "F2F": _u32(_f2f),
+    "F2F64": _pair(_f2f64),
     # predicates
     "ISETP": _predicate(lambda x, t, pc: x.with_ps(t, x.compare(int(t[tr.M1]), x.u32(int(t[tr.A])), x.b32(t, pc),
                                                                 False, bool(t[tr.M2])))),
@@ -252,6 +267,19 @@ EMITTERS: dict[int, Callable[[Lanes, np.ndarray, int], None]] = {OP[name]: emit 
     # shuffles, in whole warps
     "SHFL": _u32(_shuffle),
 }.items()}
+
+
+# The forms of an operation its emitter takes, where it does not take them all: F2F from F64 to F32 only (not
+# from or to a half, nor F32 to F32, whose NaNs the engine's LLVM and numpy treat apart).
+TAKES: dict[int, Callable[[np.ndarray], bool]] = {
+    OP["F2F"]: lambda t: t[tr.M1] == 1 and t[tr.M2] == 0 and t[tr.M3] == 0,
+}
+
+
+def emits(t: np.ndarray) -> bool:
+    """Whether a fused run can hold the instruction in table row t."""
+    kind = int(t[tr.KIND])
+    return kind in EMITTERS and TAKES.get(kind, lambda _: True)(t)
 
 
 def steps_of(table: np.ndarray, pcs: list[int]) -> tuple[list, dict]:
