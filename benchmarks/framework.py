@@ -8,7 +8,8 @@ end, the fastest of five rounds after a warm-up round, beside the same on cpu an
 step: forward, backward and optimizer step of the digits MLP, the digits CNN, the character
 transformer and a tiny GPT (nanoGPT's smallest) at the examples' batch sizes, after a warm-up step
 (which compiles the kernels) and a traced one (which counts the kernels a step launches and their
-simulated time), with the same step on lapis's cpu device; the tiny GPT's also after `--settle` more
+simulated time), with the same step on lapis's cpu device in rounds taken in turn with the device's (the
+host's speed drifts; a ratio needs both times from the same minutes); the tiny GPT's also after `--settle` more
 steps, a training run's steady state (its hot arithmetic compiled into fused runs by then). `--digits`
 also trains the digits MLP (64-128-10, batch 64) for 330 Adam steps. `--cpu-ops` times a dozen common ops on a
 (4, 8) cpu tensor beside PyTorch's (the framework's own overhead per op: issue 14's fourth item).
@@ -74,12 +75,8 @@ def models(device: str):
            lapis.tensor(rng.integers(0, chars, (8, 16))), next_char_loss)
 
 
-def step_time(model, x, y, loss_fn, device: str, steps: int, rounds: int = 3, settle: int = 0
-              ) -> tuple[float, int, float, float | None]:
-    """Wall time per training step (the fastest of `rounds` rounds of `steps` steps: a busy host only ever
-    slows a round down), kernels per step and their simulated time (us) per step; with `settle`, the same
-    wall time again after `settle` more steps, a training run's steady state (its hot arithmetic compiled
-    by then, or loaded from the disk cache an earlier run filled: `SimtCore.FUSE_AFTER`)."""
+def trainer(model, x, y, loss_fn, device: str):
+    """A training step (forward, backward, Adam) of a copy of `model` on `device`, as a function returning the loss."""
     model = copy.deepcopy(model).to(device)
     x, y = x.to(device), y.to(device)
     optimizer = lapis.optim.Adam(model.parameters(), lr=1e-3)
@@ -90,23 +87,40 @@ def step_time(model, x, y, loss_fn, device: str, steps: int, rounds: int = 3, se
         loss.backward()
         optimizer.step()
         return loss.item()
+    return step
 
-    def timed() -> float:
-        walls = []
-        for _ in range(rounds):
+
+def paired(steppers: list, steps: int, rounds: int) -> list[float]:
+    """Each stepper's wall time per step, the fastest of `rounds` rounds of `steps` steps, the steppers' rounds taken
+    in turn: the host's speed drifts over seconds, and the tiny GPT's cuda/cpu ratio from times measured a minute
+    apart ranged over 4.1x-7.7x in six runs on the 2-core machine, from rounds side by side over 5.3x-5.5x in three."""
+    best = [float("inf")] * len(steppers)
+    for _ in range(rounds):
+        for i, step in enumerate(steppers):
             start = time.perf_counter()
             for _ in range(steps):
                 step()
-            walls.append((time.perf_counter() - start) / steps)
-        return min(walls)
-    step()                                 # the first step also creates the optimizer's state
+            best[i] = min(best[i], (time.perf_counter() - start) / steps)
+    return best
+
+
+def step_time(model, x, y, loss_fn, device: str, steps: int, rounds: int = 3, settle: int = 0) -> dict:
+    """Wall time per training step on `device` and on cpu, in rounds side by side (`paired`), kernels per step and
+    their simulated time (us) per step; with `settle`, the same wall times again after `settle` more steps on
+    `device`, a training run's steady state (its hot arithmetic compiled by then, or loaded from the disk cache an
+    earlier run filled: `SimtCore.FUSE_AFTER`)."""
+    gpu, cpu = trainer(model, x, y, loss_fn, device), trainer(model, x, y, loss_fn, "cpu")
+    gpu(), cpu()                           # the first step also creates the optimizer's state
     with trace() as t:                     # one step traced, for its kernels; the timed ones untraced, as users run
-        step()
+        gpu()
     kernels = t.select(0, "kernel")
-    first = timed()
-    for _ in range(settle):
-        step()
-    return first, len(kernels), sum(k.args["duration_ns"] for k in kernels) / 1e3, timed() if settle else None
+    result = {"launches": len(kernels), "device_us": sum(k.args["duration_ns"] for k in kernels) / 1e3}
+    result["wall"], result["on_cpu"] = paired([gpu, cpu], steps, rounds)
+    if settle:
+        for _ in range(settle):
+            gpu()
+        result["steady"], result["steady_cpu"] = paired([gpu, cpu], steps, rounds)
+    return result
 
 
 def main() -> None:
@@ -134,12 +148,12 @@ def main() -> None:
                                                  strict=True):
         if key in wanted:
             settle = args.settle if key == "gpt" else 0
-            wall, launches, device_us, steady = step_time(model, x, y, loss_fn, args.device, args.steps,
-                                                          settle=settle)
-            on_cpu = step_time(model, x, y, loss_fn, "cpu", args.steps)[0]
-            print(f"{name}: {wall:.3f} s of wall time per training step on {args.device} ({wall / on_cpu:.1f}x "
-                  f"the {on_cpu:.3f} s on cpu), {launches} kernels, {device_us:.0f} us of simulated device time"
-                  + (f"; after {settle} more steps {steady:.3f} s ({steady / on_cpu:.1f}x)" if settle else ""))
+            r = step_time(model, x, y, loss_fn, args.device, args.steps, settle=settle)
+            print(f"{name}: {r['wall']:.3f} s of wall time per training step on {args.device} "
+                  f"({r['wall'] / r['on_cpu']:.1f}x the {r['on_cpu']:.3f} s on cpu, in rounds side by side), "
+                  f"{r['launches']} kernels, {r['device_us']:.0f} us of simulated device time"
+                  + (f"; after {settle} more steps {r['steady']:.3f} s ({r['steady'] / r['steady_cpu']:.1f}x the "
+                     f"{r['steady_cpu']:.3f} s on cpu)" if settle else ""))
     if args.digits:
         import digits_mlp
         result = digits_mlp.train(args.device, epochs=15, hidden=128, batch_size=64, quiet=True)
