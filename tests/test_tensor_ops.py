@@ -5,6 +5,8 @@ numpy arrays, and compares values, shapes, dtypes and (for float inputs) the gra
 sum of the output times a fixed random weight.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -567,3 +569,15 @@ def test_is_contiguous_follows_a_tensor_whose_layout_changes_in_place():
     y = lapis.zeros(3, 2)
     y._take(lapis.arange(6.0).reshape(2, 3).t())
     assert not y.is_contiguous()
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "prod"])
+def test_cpu_reductions_of_infinities_give_torchs_values_without_warnings(op):
+    # inf + -inf, inf * 0 and overflow make NaN and inf, as torch's do, and numpy's RuntimeWarnings stay quiet
+    values = [[np.inf, -np.inf, 1.0], [3e38, 3e38, 0.0], [np.inf, 0.0, 2.0]]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = getattr(lapis.tensor(values), op)(1)
+    want = getattr(torch.tensor(values), op)(1)
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())

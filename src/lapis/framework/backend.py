@@ -127,7 +127,8 @@ def reduce(op: str, x, dim: int, out) -> None:
     if on_gpu(out):
         reductions.reduce(_api(out), op, x, dim, out)
     else:
-        out[...] = _REDUCE[op](x, axis=dim)
+        with np.errstate(all="ignore"):        # inf - inf, overflow: NaN and inf with no warning, as torch
+            out[...] = _REDUCE[op](x, axis=dim)
 
 
 def fill(out, value) -> None:
