@@ -81,6 +81,20 @@ def float64_arithmetic(bench, rng, n):
     return body, words, 20, {}, []
 
 
+def float_round_trips(bench, rng, n):
+    """float32 to float64 and back in one run, from signaling and quiet NaNs with payloads, infinities, subnormals and
+    random bits: LLVM folds a bare round trip into nothing, the CPU's conversions quiet a signaling NaN."""
+    body = """
+        F2F.F64.F32 R60, R8 ; F2F.F32.F64 R40, R60 ; MOV R41, R60 ; MOV R42, R61 ;
+        F2F.F64.F32 R62, R9 ; F2F.F32.F64 R43, R62 ; F2F.F32.F64 R44, R10 ;
+    """
+    special = np.array([0x7F800001, 0xFF800123, 0x7FC00001, 0x7F800000, 0x00000001, 0x80000000, 0x3F800000],
+                       np.uint32)
+    words = rng.integers(0, 2**32, (n, 3)).astype(np.uint32)
+    words[:, 0] = special[np.arange(n) % special.size]
+    return body, words, 5, {}, []
+
+
 def half_conversions(bench, rng, n):
     """F2F between float32 and float16 or bfloat16, both ways (the engine's), from special values and random bits
     (NaNs with payloads, subnormals, ties among them), beside a half to float64 (the binder's)."""
@@ -335,7 +349,7 @@ def uniform_loop(bench, rng, n):
 
 
 @pytest.mark.parametrize("case", [simt.divergence, simt.rotated_loop, uniform_loop, float32_arithmetic,
-                                  float64_arithmetic, integer_arithmetic])
+                                  float64_arithmetic, float_round_trips, integer_arithmetic])
 def test_fused_runs_give_the_reference_results_and_counters(case, monkeypatch, engine_threads):
     """Every run of arithmetic compiled into one LLVM function (`fused.py`, LAPIS_FUSE_AFTER=0) against the
     reference: blocks of 33 lanes, so that the last vector of 16 lanes runs into the rows' padding; divergent

@@ -160,10 +160,15 @@ def _f2f(x: Lanes, t, pc):
 
 
 def _f2f64(x: Lanes, t, pc):
-    """F2F to F64 from F32 (M1 0: exact) or F64 (M1 1: the bits), of B's raw bits (`native_values.v_f2f64`)."""
+    """F2F to F64 from F32 (M1 0: exact) or F64 (M1 1: the bits), of B's raw bits (`native_values.v_f2f64`). A NaN
+    comes out quiet, as the CPU's conversion makes it, in so many words: else LLVM folds an F2F back to F32 that
+    follows in the run into nothing, and a signaling NaN would come back signaling where the engine quiets it."""
     if t[tr.M1]:
         return x.b64(t, pc)
-    return x.bits_of(x.b.fpext(x.float_of(x.b32(t, pc), 32), x.type(F64)), 64)
+    wide = x.b.fpext(x.float_of(x.b32(t, pc), 32), x.type(F64))
+    bits = x.bits_of(wide, 64)
+    nan = x.b.fcmp_unordered("uno", wide, wide)
+    return x.choose(nan, x.b.or_(bits, x.const(I64, 1 << 51)), bits)
 
 
 def _plop(x: Lanes, t, pc):
