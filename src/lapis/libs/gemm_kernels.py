@@ -61,32 +61,30 @@ def make_gemm_kernel(tiles: GemmTiles, vector_a: bool = False, vector_b: bool = 
     SB_ROW = BN + PAD
     # A k-major A is staged as B is (k-fastest groups of KG, rows padded), its rows of the slice SA_ROW apart; else
     # lanes run down the rows of a column and store consecutive words, with rows BM apart.
-    KA = k_major_a
-    SA_ROW = BM + PAD if KA else BM
+    SA_ROW = BM + PAD if k_major_a else BM
     # A thread's rows of C are TM // 4 runs of four, BM // (TM // 4) apart (columns likewise), so each run
     # of a staged slice is one 128-bit shared load (an f32x4 fragment).
     RUNS_M, RUNS_N = TM // 4, TN // 4
     GAP_M, GAP_N = BM // RUNS_M, BN // RUNS_N
     A_STEPS, B_STEPS = BM * BK // THREADS, BK * BN // THREADS
-    NB = n_major_b
 
     # Element e of a staged slice, as a thread counts them (e = tx + step * THREADS): its row and depth in A's slice,
     # its depth and column in B's.
     @cuda.jit(device=True)
     def a_row(e):
-        return e // KG % BM if KA else e % BM
+        return e // KG % BM if k_major_a else e % BM
 
     @cuda.jit(device=True)
     def a_depth(e):
-        return e // (KG * BM) * KG + e % KG if KA else e // BM
+        return e // (KG * BM) * KG + e % KG if k_major_a else e // BM
 
     @cuda.jit(device=True)
     def b_depth(e):
-        return e // BN if NB else e // (KG * BN) * KG + e % KG
+        return e // BN if n_major_b else e // (KG * BN) * KG + e % KG
 
     @cuda.jit(device=True)
     def b_column(e):
-        return e % BN if NB else e // KG % BN
+        return e % BN if n_major_b else e // KG % BN
 
     def gemm_kernel(m, n, k, alpha, A, a_si, a_sp, B, b_sp, b_sj, beta, C, ldc, stride_a, stride_b, stride_c, bias):
         # op(A)[i, p] = A[i * a_si + p * a_sp];  op(B)[p, j] = B[p * b_sp + j * b_sj];  C[i + j * ldc];
