@@ -48,9 +48,9 @@ def reduce(op: str, x: TensorBase, dims: list, keepdim: bool, out_dtype: _dtype.
 
 
 def _reshaped(t: TensorBase, shape: tuple) -> TensorBase:
-    """Contiguous t in another shape of its size, over its memory, with no autograd: reduce runs inside a Function's
-    forward, which records no view nodes anyway."""
-    return TensorBase.made_class(t._storage, shape, contiguous_strides(shape), t._offset, t.device)
+    """Contiguous t in another shape of its size, a view with no autograd: reduce runs inside a Function's forward,
+    which records no view nodes anyway."""
+    return t._view(shape, contiguous_strides(shape), t._offset)
 
 
 def _merge_adjacent(shape: tuple, dims: list) -> tuple[tuple, list]:
